@@ -1,0 +1,201 @@
+// CPU Device: worker-thread streams, counter events, capped pools. See cpu_device.h.
+#include "runtime/core/cpu_device.h"
+
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+namespace strata {
+namespace {
+
+class CpuEvent : public Event {
+ public:
+  // Called on the host when Record is issued; returns the generation to complete.
+  uint64_t NextRecord() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return ++recorded_;
+  }
+  uint64_t LatestRecord() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return recorded_;
+  }
+  void Complete(uint64_t generation) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (generation > completed_) completed_ = generation;
+    cv_.notify_all();
+  }
+  void WaitFor(uint64_t generation) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return completed_ >= generation; });
+  }
+  Status Synchronize() override {
+    WaitFor(LatestRecord());
+    return absl::OkStatus();
+  }
+  bool Query() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return completed_ >= recorded_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  uint64_t recorded_ = 0;
+  uint64_t completed_ = 0;
+};
+
+class CpuStream : public Stream {
+ public:
+  explicit CpuStream(std::string name) : name_(std::move(name)), worker_([this] { Run(); }) {}
+  ~CpuStream() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+      cv_.notify_all();
+    }
+    worker_.join();
+  }
+
+  void EnqueueHost(std::function<Status()> work) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(work));
+    ++enqueued_;
+    cv_.notify_all();
+  }
+
+  Status Synchronize() override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    uint64_t target = enqueued_;
+    done_cv_.wait(lock, [&] { return finished_ >= target; });
+    return first_error_;
+  }
+
+  const std::string& name() const override { return name_; }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping and drained
+      std::function<Status()> work = std::move(queue_.front());
+      queue_.pop_front();
+      bool skip = !first_error_.ok();
+      lock.unlock();
+      Status status = skip ? absl::OkStatus() : work();
+      lock.lock();
+      if (!status.ok() && first_error_.ok()) {
+        first_error_ = Annotate(status, absl::StrCat("stream '", name_, "'"));
+      }
+      ++finished_;
+      done_cv_.notify_all();
+    }
+  }
+
+  const std::string name_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::condition_variable done_cv_;
+  std::deque<std::function<Status()>> queue_;
+  uint64_t enqueued_ = 0;
+  uint64_t finished_ = 0;
+  bool stopping_ = false;
+  Status first_error_;
+  std::thread worker_;  // last: starts after the members above exist
+};
+
+constexpr size_t kAlignment = 4096;
+
+class CpuDevice : public Device {
+ public:
+  explicit CpuDevice(const CpuDeviceOptions& options)
+      : device_pool_(Tier::kDevice, options.device_memory_bytes, "device.memory_limit"),
+        host_pool_(Tier::kHost, options.host_memory_bytes, "tiers.host_memory_limit") {}
+
+  StatusOr<Buffer> Allocate(Tier tier, StateKind kind, size_t bytes,
+                            const std::string& what) override {
+    MemoryPool& target = pool(tier);
+    RETURN_IF_ERROR(target.Reserve(kind, bytes, what));
+    size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    void* data = rounded == 0 ? nullptr : std::aligned_alloc(kAlignment, rounded);
+    if (rounded != 0 && data == nullptr) {
+      target.Release(kind, bytes);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "out of system memory allocating ", FormatBytes(bytes), " for ", what, " on the ",
+          TierName(tier), " tier"));
+    }
+    if (data == nullptr) {
+      // A zero-byte buffer still needs a distinct non-null address to be non-empty.
+      data = std::aligned_alloc(kAlignment, kAlignment);
+    }
+    return Buffer(data, bytes, tier, kind, &target, [](void* p, size_t) { std::free(p); });
+  }
+
+  StatusOr<std::unique_ptr<Stream>> CreateStream(const std::string& name) override {
+    return std::unique_ptr<Stream>(new CpuStream(name));
+  }
+  StatusOr<std::unique_ptr<Event>> CreateEvent() override {
+    return std::unique_ptr<Event>(new CpuEvent());
+  }
+
+  Status Record(Event& event, Stream& stream) override {
+    auto& cpu_event = static_cast<CpuEvent&>(event);
+    uint64_t generation = cpu_event.NextRecord();
+    stream.EnqueueHost([&cpu_event, generation] {
+      cpu_event.Complete(generation);
+      return absl::OkStatus();
+    });
+    return absl::OkStatus();
+  }
+
+  Status Wait(Stream& stream, Event& event) override {
+    auto& cpu_event = static_cast<CpuEvent&>(event);
+    uint64_t generation = cpu_event.LatestRecord();
+    if (generation == 0) return absl::OkStatus();
+    stream.EnqueueHost([&cpu_event, generation] {
+      cpu_event.WaitFor(generation);
+      return absl::OkStatus();
+    });
+    return absl::OkStatus();
+  }
+
+  Status CopyAsync(void* dst, const void* src, size_t bytes, Stream& stream) override {
+    stream.EnqueueHost([dst, src, bytes] {
+      if (bytes > 0) std::memcpy(dst, src, bytes);
+      return absl::OkStatus();
+    });
+    return absl::OkStatus();
+  }
+
+  Status MemsetAsync(void* dst, int value, size_t bytes, Stream& stream) override {
+    stream.EnqueueHost([dst, value, bytes] {
+      if (bytes > 0) std::memset(dst, value, bytes);
+      return absl::OkStatus();
+    });
+    return absl::OkStatus();
+  }
+
+  MemoryPool& pool(Tier tier) override {
+    return tier == Tier::kDevice ? device_pool_ : host_pool_;
+  }
+
+  std::string Describe() const override {
+    return absl::StrCat("cpu (device tier capped at ",
+                        FormatBytes(device_pool_.Stats().capacity_bytes), ")");
+  }
+
+ private:
+  MemoryPool device_pool_;
+  MemoryPool host_pool_;
+};
+
+}  // namespace
+
+std::unique_ptr<Device> CreateCpuDevice(const CpuDeviceOptions& options) {
+  return std::make_unique<CpuDevice>(options);
+}
+
+}  // namespace strata

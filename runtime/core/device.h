@@ -1,0 +1,64 @@
+// The Device interface: memory per tier, streams, events and asynchronous copies, the
+// same for the CPU backend (cpu_device.h) and CUDA (runtime/cuda/). Everything above it
+// (kernels' Ops, the engine, tiers) runs unchanged on either.
+//
+// Semantics follow CUDA's: work enqueued on one Stream runs in order; Record(event,
+// stream) marks the point after everything enqueued so far; Wait(stream, event) makes
+// later work on `stream` wait for the event's most recent record. Errors inside enqueued
+// work are sticky: the stream's next Synchronize returns the first one.
+// Thread-safety: Device methods are thread-safe. A Stream may be used from several host
+// threads, but ordering between them is the caller's business. Buffers, streams and
+// events must not outlive the Device that made them.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "runtime/core/memory.h"
+#include "runtime/core/status.h"
+
+namespace strata {
+
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  // Enqueues host work that runs after everything enqueued before it. A non-OK return
+  // becomes the stream's sticky error and later work is skipped.
+  virtual void EnqueueHost(std::function<Status()> work) = 0;
+  // Blocks until all enqueued work is done; returns the first error of the stream.
+  virtual Status Synchronize() = 0;
+  virtual const std::string& name() const = 0;
+};
+
+class Event {
+ public:
+  virtual ~Event() = default;
+  // Blocks the calling host thread until the most recent Record has completed.
+  virtual Status Synchronize() = 0;
+  // True when the most recent Record has completed (or there was none).
+  virtual bool Query() = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  // Allocates `bytes` in `tier`, accounted under `kind`; `what` names it in errors.
+  // Memory is 4 KiB-aligned and uninitialised.
+  virtual StatusOr<Buffer> Allocate(Tier tier, StateKind kind, size_t bytes,
+                                    const std::string& what) = 0;
+  virtual StatusOr<std::unique_ptr<Stream>> CreateStream(const std::string& name) = 0;
+  virtual StatusOr<std::unique_ptr<Event>> CreateEvent() = 0;
+  virtual Status Record(Event& event, Stream& stream) = 0;
+  virtual Status Wait(Stream& stream, Event& event) = 0;
+  // Copies bytes between any two tiers, ordered on `stream`.
+  virtual Status CopyAsync(void* dst, const void* src, size_t bytes, Stream& stream) = 0;
+  virtual Status MemsetAsync(void* dst, int value, size_t bytes, Stream& stream) = 0;
+
+  virtual MemoryPool& pool(Tier tier) = 0;
+  virtual std::string Describe() const = 0;
+};
+
+}  // namespace strata

@@ -1,0 +1,71 @@
+// The one options struct of strata. Every field states its config key, default and
+// consequence. Parsed from a JSON file plus `--set section.key=value` overrides by
+// ParseOptions (options_parse.h), which rejects unknown keys and bad values, listing every
+// problem at once. Thread-safety: a plain value, copied freely.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/core/dtype.h"
+
+namespace strata {
+
+struct ModelOptions {
+  // model.preset: "tiny" (L2 H2 C64 V256 T64, for tests), "small" (L4 H4 C256 V50304 T256),
+  // "gpt2-124m" (L12 H12 C768 V50304 T1024). The fields below override the preset.
+  std::string preset = "small";
+  int layers = 4;          // model.layers: transformer blocks (units 1..L).
+  int heads = 4;           // model.heads: attention heads; must divide channels.
+  int channels = 256;      // model.channels: embedding width C.
+  int vocab = 50304;       // model.vocab: token ids must be < vocab.
+  int max_seq_len = 256;   // model.max_seq_len: rows of the position embedding.
+};
+
+struct DataOptions {
+  // data.path: a text file (byte-level tokens, ids 0..255) or an llm.c token file
+  // (magic 20240520, detected by content). Empty = the embedded default corpus.
+  std::string path;
+  double val_fraction = 0.1;  // data.val_fraction: tail of the tokens held out for validation.
+};
+
+struct TrainOptions {
+  int steps = 50;             // train.steps: optimizer steps to run.
+  int micro_batch = 4;        // train.micro_batch: sequences per micro-batch per rank (B).
+  int seq_len = 64;           // train.seq_len: tokens per sequence (T <= model.max_seq_len).
+  int grad_accum = 1;         // train.grad_accum: micro-batches per optimizer step.
+  DType dtype = DType::kF32;  // train.dtype: "fp32" | "bf16" compute/storage of params+acts.
+  float lr = 1e-3f;           // train.lr: peak learning rate after warmup.
+  float min_lr_fraction = 0.1f;  // train.min_lr_fraction: cosine decays to lr * this.
+  int warmup_steps = 5;       // train.warmup_steps: linear warmup from lr/warmup.
+  float weight_decay = 0.1f;  // train.weight_decay: AdamW decay on matrices (not biases/norms).
+  float beta1 = 0.9f;         // train.beta1
+  float beta2 = 0.95f;        // train.beta2
+  float eps = 1e-8f;          // train.eps
+  float grad_clip = 1.0f;     // train.grad_clip: global-norm clip; 0 disables.
+  uint64_t seed = 1337;       // train.seed: parameter init and batch order.
+  int eval_every = 25;        // train.eval_every: validation loss every N steps; 0 = never.
+  int eval_batches = 4;       // train.eval_batches: micro-batches per validation.
+  int log_every = 1;          // train.log_every: progress line every N steps.
+};
+
+struct DeviceOptions {
+  std::string backend = "cpu";     // device.backend: "cpu" (later "cuda").
+  uint64_t memory_limit = 8ull << 30;  // device.memory_limit: device-tier capacity ("2GiB").
+  int threads = 0;                 // device.threads: CPU kernel threads; 0 = all cores.
+};
+
+struct ZeroOptions {
+  int stage = 0;  // zero.stage: 0 (replicated). Stages 1-3 come with the ZeRO issue.
+  int world = 1;  // zero.world: ranks; 1 until collectives exist.
+};
+
+struct Options {
+  ModelOptions model;
+  DataOptions data;
+  TrainOptions train;
+  DeviceOptions device;
+  ZeroOptions zero;
+};
+
+}  // namespace strata
