@@ -1,0 +1,107 @@
+// Ops: the kernel set of the GPT model, dispatched on a Stream. One implementation per
+// backend (kernels/cpu/cpu_ops.h; CUDA later), created for one compute dtype: every
+// `void*` below points to elements of that dtype (fp32 or bf16) in device-tier memory.
+// Layernorm statistics, attention statistics, losses and optimizer state are always fp32.
+// Token ids are int32.
+//
+// Accumulation rule: every backward output (activation and parameter gradients) is
+// ACCUMULATED (+=) into its buffer; callers zero gradient buffers before first use. This
+// lets residual branches and a weight used twice (the tied embedding) add up naturally.
+// Forward outputs are overwritten.
+//
+// Calls only enqueue work; pointers must stay valid until the stream has run it.
+// Thread-safety: an Ops object is stateless apart from its configuration and may be
+// used from any thread; ordering is the stream's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/core/device.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/status.h"
+
+namespace strata {
+
+// Hyper-parameters of one AdamW update (decoupled weight decay, bias-corrected).
+struct AdamParams {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  // applied as param -= lr * weight_decay * param
+  int step = 1;               // 1-based, for bias correction
+  float grad_scale = 1.0f;    // multiplies the gradient first (global-norm clipping)
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual DType dtype() const = 0;
+
+  // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+  virtual Status EncoderForward(Stream& s, void* out, const int32_t* tokens, const void* wte,
+                                const void* wpe, int B, int T, int C) = 0;
+  // dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]
+  virtual Status EncoderBackward(Stream& s, void* dwte, void* dwpe, const void* dout,
+                                 const int32_t* tokens, int B, int T, int C) = 0;
+
+  // out = (inp - mean) * rstd * weight + bias per row of C; eps 1e-5. mean/rstd: [N].
+  virtual Status LayerNormForward(Stream& s, void* out, float* mean, float* rstd,
+                                  const void* inp, const void* weight, const void* bias,
+                                  int N, int C) = 0;
+  virtual Status LayerNormBackward(Stream& s, void* dinp, void* dweight, void* dbias,
+                                   const void* dout, const void* inp, const void* weight,
+                                   const float* mean, const float* rstd, int N, int C) = 0;
+
+  // out[N,OC] = inp[N,C] * weight[OC,C]^T + bias[OC] (bias may be null).
+  virtual Status MatmulForward(Stream& s, void* out, const void* inp, const void* weight,
+                               const void* bias, int N, int C, int OC) = 0;
+  // dinp[N,C] += dout * weight; dweight[OC,C] += dout^T * inp; dbias[OC] += sum_n dout.
+  // dinp and dbias may be null (skipped).
+  virtual Status MatmulBackward(Stream& s, void* dinp, void* dweight, void* dbias,
+                                const void* dout, const void* inp, const void* weight, int N,
+                                int C, int OC) = 0;
+
+  // Causal multi-head self-attention. qkv: [B,T,3C] laid out as (q | k | v), head h uses
+  // channels [h*hs, (h+1)*hs) of each, hs = C/NH, scale 1/sqrt(hs). out: [B,T,C].
+  // stats: [B,NH,T] fp32, the log-sum-exp of each softmax row (for the backward).
+  virtual Status AttentionForward(Stream& s, void* out, float* stats, const void* qkv, int B,
+                                  int T, int C, int NH) = 0;
+  // dqkv += gradient of out w.r.t. qkv, given dout, the forward's qkv, out and stats.
+  virtual Status AttentionBackward(Stream& s, void* dqkv, const void* dout, const void* qkv,
+                                   const void* out, const float* stats, int B, int T, int C,
+                                   int NH) = 0;
+
+  // GELU, tanh approximation (as GPT-2).
+  virtual Status GeluForward(Stream& s, void* out, const void* inp, size_t n) = 0;
+  virtual Status GeluBackward(Stream& s, void* dinp, const void* inp, const void* dout,
+                              size_t n) = 0;
+
+  // out = a + b (residual forward); out may alias a or b.
+  virtual Status Add(Stream& s, void* out, const void* a, const void* b, size_t n) = 0;
+  // dst += src (compute dtype both).
+  virtual Status Accumulate(Stream& s, void* dst, const void* src, size_t n) = 0;
+
+  // Fused softmax + cross-entropy over rows of V logits. losses[n] = -log softmax[target].
+  // If dloss != 0, logits are replaced by dloss * (softmax - onehot(target)), i.e. the
+  // gradient of dloss * sum(losses); the forward values are not needed afterwards.
+  virtual Status SoftmaxCrossEntropy(Stream& s, float* losses, void* logits,
+                                     const int32_t* targets, int N, int V, float dloss) = 0;
+
+  // dst[i] (fp32) += src[i] (compute dtype): gradient accumulation into fp32 shards.
+  virtual Status AccumulateToFloat(Stream& s, float* dst, const void* src, size_t n) = 0;
+  // dst (compute dtype) = src (fp32), rounded to nearest even for bf16.
+  virtual Status CastFromFloat(Stream& s, void* dst, const float* src, size_t n) = 0;
+  // dst (fp32) = src (compute dtype).
+  virtual Status CastToFloat(Stream& s, float* dst, const void* src, size_t n) = 0;
+  // *result (fp32, device memory) = sum of x[i]^2, accumulated in fp64.
+  virtual Status SumSquares(Stream& s, float* result, const float* x, size_t n) = 0;
+
+  // AdamW on fp32 master/m/v with fp32 grads; also writes the updated master into
+  // `param` in the compute dtype (may be null to skip).
+  virtual Status AdamW(Stream& s, void* param, float* master, const float* grad, float* m,
+                       float* v, size_t n, const AdamParams& hp) = 0;
+};
+
+}  // namespace strata
