@@ -1,0 +1,324 @@
+// GPT model: units, stages, initialisation and the per-stage forward/backward.
+// The backward mirrors the forward stage by stage; `dres_` carries the gradient of the
+// residual stream between stages.
+#include "models/gpt/gpt.h"
+
+#include <cmath>
+
+namespace strata {
+namespace {
+
+// Tensor indices inside a block unit, in layout order.
+enum BlockTensor { kLn1W, kLn1B, kQkvW, kQkvB, kAttProjW, kAttProjB, kLn2W, kLn2B, kFcW, kFcB,
+                   kFcProjW, kFcProjB };
+enum EmbedTensor { kWte, kWpe };
+enum FinalTensor { kLnfW, kLnfB };
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// A standard normal that depends only on (key, index): Box-Muller on two hashed uniforms.
+float HashNormal(uint64_t key, uint64_t index) {
+  uint64_t a = SplitMix64(key ^ SplitMix64(2 * index));
+  uint64_t b = SplitMix64(key ^ SplitMix64(2 * index + 1));
+  double u1 = (static_cast<double>(a >> 11) + 0.5) * 0x1.0p-53;
+  double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+}
+
+struct BlockActivations {
+  Buffer ln1, ln1_mean, ln1_rstd, qkv, atty, att_stats, residual2, ln2, ln2_mean, ln2_rstd,
+      fch, fch_gelu, residual3;
+};
+
+class Gpt : public Model {
+ public:
+  Gpt(const GptConfig& config, DType dtype) : config_(config), dtype_(dtype) {
+    const int C = config.channels, L = config.layers;
+    const float std_residual = 0.02f / std::sqrt(2.0f * L);
+    UnitLayout embed("embedding");
+    embed.Add("wte", {config.vocab, C}, true, InitKind::kNormal, 0.02f);
+    embed.Add("wpe", {config.max_seq_len, C}, true, InitKind::kNormal, 0.01f);
+    units_.push_back(embed);
+    for (int l = 0; l < L; ++l) {
+      UnitLayout block("block " + std::to_string(l));
+      block.Add("ln1.weight", {C}, false, InitKind::kOnes);
+      block.Add("ln1.bias", {C}, false, InitKind::kZeros);
+      block.Add("attn.qkv.weight", {3 * C, C}, true, InitKind::kNormal, 0.02f);
+      block.Add("attn.qkv.bias", {3 * C}, false, InitKind::kZeros);
+      block.Add("attn.proj.weight", {C, C}, true, InitKind::kNormal, std_residual);
+      block.Add("attn.proj.bias", {C}, false, InitKind::kZeros);
+      block.Add("ln2.weight", {C}, false, InitKind::kOnes);
+      block.Add("ln2.bias", {C}, false, InitKind::kZeros);
+      block.Add("mlp.fc.weight", {4 * C, C}, true, InitKind::kNormal, 0.02f);
+      block.Add("mlp.fc.bias", {4 * C}, false, InitKind::kZeros);
+      block.Add("mlp.proj.weight", {C, 4 * C}, true, InitKind::kNormal, std_residual);
+      block.Add("mlp.proj.bias", {C}, false, InitKind::kZeros);
+      units_.push_back(block);
+    }
+    UnitLayout final_norm("final norm");
+    final_norm.Add("lnf.weight", {C}, false, InitKind::kOnes);
+    final_norm.Add("lnf.bias", {C}, false, InitKind::kZeros);
+    units_.push_back(final_norm);
+
+    stages_.push_back({"embed", {0}});
+    for (int l = 0; l < L; ++l) stages_.push_back({"block " + std::to_string(l), {l + 1}});
+    stages_.push_back({"final_norm", {L + 1}});
+    stages_.push_back({"lm_head", {0}});
+  }
+
+  const std::vector<UnitLayout>& units() const override { return units_; }
+  const std::vector<StageSpec>& stages() const override { return stages_; }
+
+  void InitUnit(int unit, uint64_t seed, float* values) const override {
+    const UnitLayout& layout = units_[unit];
+    for (size_t t = 0; t < layout.tensors().size(); ++t) {
+      const TensorSpec& spec = layout.tensor(t);
+      float* out = values + spec.offset;
+      uint64_t key = SplitMix64(seed ^ SplitMix64((static_cast<uint64_t>(unit) << 20) + t));
+      for (size_t i = 0; i < spec.numel; ++i) {
+        switch (spec.init) {
+          case InitKind::kZeros: out[i] = 0.0f; break;
+          case InitKind::kOnes: out[i] = 1.0f; break;
+          case InitKind::kNormal: out[i] = spec.init_std * HashNormal(key, i); break;
+        }
+      }
+    }
+  }
+
+  Status PrepareActivations(Device& device, int batch, int seq_len) override {
+    batch_ = batch;
+    seq_len_ = seq_len;
+    const size_t N = static_cast<size_t>(batch) * seq_len, C = config_.channels;
+    const size_t NH = config_.heads, V = config_.vocab;
+    auto act = [&](size_t elements, DType type, const std::string& what) {
+      return device.Allocate(Tier::kDevice, StateKind::kActivations, elements * DTypeBytes(type),
+                             "activation " + what);
+    };
+    blocks_.clear();
+    blocks_.resize(config_.layers);
+    ASSIGN_OR_RETURN(encoded_, act(N * C, dtype_, "encoded"));
+    for (int l = 0; l < config_.layers; ++l) {
+      BlockActivations& a = blocks_[l];
+      ASSIGN_OR_RETURN(a.ln1, act(N * C, dtype_, "ln1"));
+      ASSIGN_OR_RETURN(a.ln1_mean, act(N, DType::kF32, "ln1 mean"));
+      ASSIGN_OR_RETURN(a.ln1_rstd, act(N, DType::kF32, "ln1 rstd"));
+      ASSIGN_OR_RETURN(a.qkv, act(N * 3 * C, dtype_, "qkv"));
+      ASSIGN_OR_RETURN(a.atty, act(N * C, dtype_, "attention out"));
+      ASSIGN_OR_RETURN(a.att_stats, act(N * NH, DType::kF32, "attention stats"));
+      ASSIGN_OR_RETURN(a.residual2, act(N * C, dtype_, "residual2"));
+      ASSIGN_OR_RETURN(a.ln2, act(N * C, dtype_, "ln2"));
+      ASSIGN_OR_RETURN(a.ln2_mean, act(N, DType::kF32, "ln2 mean"));
+      ASSIGN_OR_RETURN(a.ln2_rstd, act(N, DType::kF32, "ln2 rstd"));
+      ASSIGN_OR_RETURN(a.fch, act(N * 4 * C, dtype_, "fc"));
+      ASSIGN_OR_RETURN(a.fch_gelu, act(N * 4 * C, dtype_, "gelu"));
+      ASSIGN_OR_RETURN(a.residual3, act(N * C, dtype_, "residual3"));
+    }
+    ASSIGN_OR_RETURN(lnf_, act(N * C, dtype_, "lnf"));
+    ASSIGN_OR_RETURN(lnf_mean_, act(N, DType::kF32, "lnf mean"));
+    ASSIGN_OR_RETURN(lnf_rstd_, act(N, DType::kF32, "lnf rstd"));
+    ASSIGN_OR_RETURN(logits_, act(N * V, dtype_, "logits"));
+    ASSIGN_OR_RETURN(losses_, act(N, DType::kF32, "losses"));
+    // Gradient scratch, reused by every block.
+    ASSIGN_OR_RETURN(dres_, act(N * C, dtype_, "d residual"));
+    ASSIGN_OR_RETURN(dbtc_, act(N * C, dtype_, "d scratch [B,T,C]"));
+    ASSIGN_OR_RETURN(dqkv_, act(N * 3 * C, dtype_, "d qkv"));
+    ASSIGN_OR_RETURN(dfch_gelu_, act(N * 4 * C, dtype_, "d gelu"));
+    ASSIGN_OR_RETURN(dfch_, act(N * 4 * C, dtype_, "d fc"));
+    return absl::OkStatus();
+  }
+
+  Status Forward(int stage, const StepContext& ctx) override {
+    RETURN_IF_ERROR(CheckShape(ctx));
+    Ops& ops = *ctx.ops;
+    Stream& s = *ctx.stream;
+    const int B = ctx.batch, T = ctx.seq_len, C = config_.channels, NH = config_.heads;
+    const int N = B * T, L = config_.layers;
+    if (stage == 0) {
+      const void* p = ctx.params[0];
+      return ops.EncoderForward(s, encoded_.data(), ctx.inputs, At(p, 0, kWte), At(p, 0, kWpe),
+                                B, T, C);
+    }
+    if (stage <= L) {
+      const int l = stage - 1;
+      const void* p = ctx.params[stage];
+      BlockActivations& a = blocks_[l];
+      const void* residual = ResidualInput(l);
+      RETURN_IF_ERROR(ops.LayerNormForward(s, a.ln1.data(), a.ln1_mean.as<float>(),
+                                           a.ln1_rstd.as<float>(), residual,
+                                           At(p, stage, kLn1W), At(p, stage, kLn1B), N, C));
+      RETURN_IF_ERROR(ops.MatmulForward(s, a.qkv.data(), a.ln1.data(), At(p, stage, kQkvW),
+                                        At(p, stage, kQkvB), N, C, 3 * C));
+      RETURN_IF_ERROR(ops.AttentionForward(s, a.atty.data(), a.att_stats.as<float>(),
+                                           a.qkv.data(), B, T, C, NH));
+      // residual2 temporarily holds the attention projection, then the residual sum.
+      RETURN_IF_ERROR(ops.MatmulForward(s, a.residual2.data(), a.atty.data(),
+                                        At(p, stage, kAttProjW), At(p, stage, kAttProjB), N, C,
+                                        C));
+      RETURN_IF_ERROR(ops.Add(s, a.residual2.data(), a.residual2.data(), residual,
+                              static_cast<size_t>(N) * C));
+      RETURN_IF_ERROR(ops.LayerNormForward(s, a.ln2.data(), a.ln2_mean.as<float>(),
+                                           a.ln2_rstd.as<float>(), a.residual2.data(),
+                                           At(p, stage, kLn2W), At(p, stage, kLn2B), N, C));
+      RETURN_IF_ERROR(ops.MatmulForward(s, a.fch.data(), a.ln2.data(), At(p, stage, kFcW),
+                                        At(p, stage, kFcB), N, C, 4 * C));
+      RETURN_IF_ERROR(ops.GeluForward(s, a.fch_gelu.data(), a.fch.data(),
+                                      static_cast<size_t>(N) * 4 * C));
+      RETURN_IF_ERROR(ops.MatmulForward(s, a.residual3.data(), a.fch_gelu.data(),
+                                        At(p, stage, kFcProjW), At(p, stage, kFcProjB), N,
+                                        4 * C, C));
+      return ops.Add(s, a.residual3.data(), a.residual3.data(), a.residual2.data(),
+                     static_cast<size_t>(N) * C);
+    }
+    if (stage == L + 1) {
+      const void* p = ctx.params[stage];
+      return ops.LayerNormForward(s, lnf_.data(), lnf_mean_.as<float>(), lnf_rstd_.as<float>(),
+                                  ResidualInput(L), At(p, stage, kLnfW), At(p, stage, kLnfB), N,
+                                  C);
+    }
+    // lm_head: logits with the tied token embedding, then the fused loss (and its gradient).
+    const void* p = ctx.params[0];
+    RETURN_IF_ERROR(ops.MatmulForward(s, logits_.data(), lnf_.data(), At(p, 0, kWte), nullptr, N,
+                                      C, config_.vocab));
+    return ops.SoftmaxCrossEntropy(s, losses_.as<float>(), logits_.data(), ctx.targets, N,
+                                   config_.vocab, ctx.dloss);
+  }
+
+  Status Backward(int stage, const StepContext& ctx) override {
+    RETURN_IF_ERROR(CheckShape(ctx));
+    Ops& ops = *ctx.ops;
+    Device& device = *ctx.device;
+    Stream& s = *ctx.stream;
+    const int B = ctx.batch, T = ctx.seq_len, C = config_.channels, NH = config_.heads;
+    const int N = B * T, L = config_.layers;
+    const size_t btc_bytes = static_cast<size_t>(N) * C * DTypeBytes(dtype_);
+    if (stage == L + 2) {  // lm_head: logits already hold dloss * dlogits
+      RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
+      return ops.MatmulBackward(s, dbtc_.data(), At(ctx.grads[0], 0, kWte), nullptr,
+                                logits_.data(), lnf_.data(), At(ctx.params[0], 0, kWte), N, C,
+                                config_.vocab);
+    }
+    if (stage == L + 1) {  // final norm: starts the residual gradient
+      const void* p = ctx.params[stage];
+      void* g = ctx.grads[stage];
+      RETURN_IF_ERROR(device.MemsetAsync(dres_.data(), 0, btc_bytes, s));
+      return ops.LayerNormBackward(s, dres_.data(), At(g, stage, kLnfW), At(g, stage, kLnfB),
+                                   dbtc_.data(), ResidualInput(L), At(p, stage, kLnfW),
+                                   lnf_mean_.as<float>(), lnf_rstd_.as<float>(), N, C);
+    }
+    if (stage >= 1) {
+      const int l = stage - 1;
+      const void* p = ctx.params[stage];
+      void* g = ctx.grads[stage];
+      BlockActivations& a = blocks_[l];
+      const size_t n4 = static_cast<size_t>(N) * 4 * C;
+      // residual3 = residual2 + proj(gelu(fc(ln2(residual2)))): dres flows to both.
+      RETURN_IF_ERROR(device.MemsetAsync(dfch_gelu_.data(), 0, n4 * DTypeBytes(dtype_), s));
+      RETURN_IF_ERROR(ops.MatmulBackward(s, dfch_gelu_.data(), At(g, stage, kFcProjW),
+                                         At(g, stage, kFcProjB), dres_.data(),
+                                         a.fch_gelu.data(), At(p, stage, kFcProjW), N, 4 * C,
+                                         C));
+      RETURN_IF_ERROR(device.MemsetAsync(dfch_.data(), 0, n4 * DTypeBytes(dtype_), s));
+      RETURN_IF_ERROR(ops.GeluBackward(s, dfch_.data(), a.fch.data(), dfch_gelu_.data(), n4));
+      RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
+      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), At(g, stage, kFcW),
+                                         At(g, stage, kFcB), dfch_.data(), a.ln2.data(),
+                                         At(p, stage, kFcW), N, C, 4 * C));
+      RETURN_IF_ERROR(ops.LayerNormBackward(s, dres_.data(), At(g, stage, kLn2W),
+                                            At(g, stage, kLn2B), dbtc_.data(),
+                                            a.residual2.data(), At(p, stage, kLn2W),
+                                            a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), N,
+                                            C));
+      // residual2 = residual + proj(attention(qkv(ln1(residual)))).
+      RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
+      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), At(g, stage, kAttProjW),
+                                         At(g, stage, kAttProjB), dres_.data(), a.atty.data(),
+                                         At(p, stage, kAttProjW), N, C, C));
+      RETURN_IF_ERROR(device.MemsetAsync(dqkv_.data(), 0, 3 * btc_bytes, s));
+      RETURN_IF_ERROR(ops.AttentionBackward(s, dqkv_.data(), dbtc_.data(), a.qkv.data(),
+                                            a.atty.data(), a.att_stats.as<float>(), B, T, C,
+                                            NH));
+      RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
+      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), At(g, stage, kQkvW),
+                                         At(g, stage, kQkvB), dqkv_.data(), a.ln1.data(),
+                                         At(p, stage, kQkvW), N, C, 3 * C));
+      return ops.LayerNormBackward(s, dres_.data(), At(g, stage, kLn1W), At(g, stage, kLn1B),
+                                   dbtc_.data(), ResidualInput(l), At(p, stage, kLn1W),
+                                   a.ln1_mean.as<float>(), a.ln1_rstd.as<float>(), N, C);
+    }
+    // embed
+    void* g = ctx.grads[0];
+    return ops.EncoderBackward(s, At(g, 0, kWte), At(g, 0, kWpe), dres_.data(), ctx.inputs, B, T,
+                               C);
+  }
+
+  const float* losses() const override { return losses_.as<float>(); }
+
+  std::string Describe() const override {
+    size_t params = 0;
+    for (const UnitLayout& u : units_) params += u.num_params();
+    return absl::StrFormat("GPT L%d H%d C%d V%d T%d, %.2fM parameters in %d units, %s",
+                           config_.layers, config_.heads, config_.channels, config_.vocab,
+                           config_.max_seq_len, params / 1e6, static_cast<int>(units_.size()),
+                           DTypeName(dtype_));
+  }
+
+ private:
+  // Address of tensor `tensor` of unit `unit` inside the unit's flat buffer `base`.
+  template <typename Ptr>
+  Ptr At(Ptr base, int unit, int tensor) const {
+    using Byte = std::conditional_t<std::is_const_v<std::remove_pointer_t<Ptr>>, const char, char>;
+    return reinterpret_cast<Byte*>(base) + units_[unit].tensor(tensor).offset * DTypeBytes(dtype_);
+  }
+
+  // The residual stream entering block l (l == L: leaving the last block).
+  void* ResidualInput(int l) { return l == 0 ? encoded_.data() : blocks_[l - 1].residual3.data(); }
+
+  Status CheckShape(const StepContext& ctx) const {
+    if (ctx.batch != batch_ || ctx.seq_len != seq_len_) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "micro-batch [%d,%d] does not match the prepared activations [%d,%d]", ctx.batch,
+          ctx.seq_len, batch_, seq_len_));
+    }
+    return absl::OkStatus();
+  }
+
+  GptConfig config_;
+  DType dtype_;
+  std::vector<UnitLayout> units_;
+  std::vector<StageSpec> stages_;
+  int batch_ = 0, seq_len_ = 0;
+  Buffer encoded_, lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
+  Buffer dres_, dbtc_, dqkv_, dfch_gelu_, dfch_;
+  std::vector<BlockActivations> blocks_;
+};
+
+}  // namespace
+
+Status ValidateGptConfig(const GptConfig& config) {
+  std::vector<std::string> problems;
+  if (config.layers < 1) problems.push_back("model.layers must be >= 1");
+  if (config.heads < 1) problems.push_back("model.heads must be >= 1");
+  if (config.channels < 1) problems.push_back("model.channels must be >= 1");
+  if (config.vocab < 1) problems.push_back("model.vocab must be >= 1");
+  if (config.max_seq_len < 1) problems.push_back("model.max_seq_len must be >= 1");
+  if (config.heads >= 1 && config.channels % config.heads != 0) {
+    problems.push_back(absl::StrFormat("model.channels (%d) must be divisible by model.heads (%d)",
+                                       config.channels, config.heads));
+  }
+  if (problems.empty()) return absl::OkStatus();
+  std::string message = "invalid GPT configuration:";
+  for (const auto& p : problems) absl::StrAppend(&message, "\n  ", p);
+  return absl::InvalidArgumentError(message);
+}
+
+StatusOr<std::unique_ptr<Model>> CreateGpt(const GptConfig& config, DType dtype) {
+  RETURN_IF_ERROR(ValidateGptConfig(config));
+  return std::unique_ptr<Model>(new Gpt(config, dtype));
+}
+
+}  // namespace strata

@@ -1,0 +1,29 @@
+// A GPT-2-style decoder expressed as units and stages for the runtime (runtime/model.h):
+// units = [embedding (wte, wpe), block 0..L-1, final norm]; stages = [embed, block 0..L-1,
+// final_norm, lm_head], where lm_head reuses the embedding unit (tied weights), so the
+// access trace has the embedding at both ends of the forward. Pre-norm blocks of causal
+// multi-head attention and a GELU MLP; GPT-2's initialisation (std 0.02, residual
+// projections scaled by 1/sqrt(2L)).
+// Activations live on the device tier, allocated by PrepareActivations; the training
+// forward of lm_head also computes the logits' gradient in place (fused cross-entropy).
+// Thread-safety: as Model.
+#pragma once
+
+#include <memory>
+
+#include "runtime/model.h"
+
+namespace strata {
+
+struct GptConfig {
+  int layers = 4;
+  int heads = 4;
+  int channels = 256;
+  int vocab = 50304;
+  int max_seq_len = 256;
+};
+
+Status ValidateGptConfig(const GptConfig& config);
+StatusOr<std::unique_ptr<Model>> CreateGpt(const GptConfig& config, DType dtype);
+
+}  // namespace strata

@@ -1,0 +1,96 @@
+// Engine: trains a Model on a Device with the ZeRO components chosen by the options.
+// One training step = for each micro-batch: forward over the model's stages in order,
+// backward in reverse, each stage's units acquired before and released after, and each
+// unit's gradients handed to the reducer as soon as its last backward use is done; then
+// the global gradient norm, clipping, and one optimizer sub-step per unit.
+// Thread-safety: not thread-safe; one host thread drives an engine. Device, Ops and Model
+// must outlive it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "runtime/core/device.h"
+#include "runtime/core/options.h"
+#include "runtime/model.h"
+#include "runtime/zero_components.h"
+
+namespace strata {
+
+// One micro-batch of token ids, host memory, [B,T] each.
+struct MicroBatch {
+  const int32_t* inputs = nullptr;
+  const int32_t* targets = nullptr;
+};
+
+struct StepResult {
+  double loss = 0.0;       // mean over every token of every micro-batch
+  double grad_norm = 0.0;  // global L2 norm before clipping
+  double forward_ms = 0.0;
+  double backward_ms = 0.0;
+  double optimizer_ms = 0.0;
+};
+
+// One access of the trace: stage `stage` uses unit `unit` in the forward or backward.
+struct UnitAccess {
+  int stage;
+  int unit;
+  bool backward;
+};
+
+class Engine {
+ public:
+  static StatusOr<std::unique_ptr<Engine>> Create(const Options& options, Device* device,
+                                                  Ops* ops, Model* model);
+  ~Engine();
+
+  // Runs grad_accum micro-batches (micro_batches.size() must equal train.grad_accum),
+  // then the optimizer with learning rate `lr`; `step` is 0-based.
+  StatusOr<StepResult> TrainStep(const std::vector<MicroBatch>& micro_batches, float lr,
+                                 int step);
+  // Forward and backward only: gradients summed into the fp32 gradient state, no step.
+  // Returns the mean loss. The gradient state is zeroed first.
+  StatusOr<double> ComputeGradients(const std::vector<MicroBatch>& micro_batches);
+  // Mean loss of one micro-batch, no backward.
+  StatusOr<double> EvalLoss(const MicroBatch& batch);
+
+  // fp32 views of one unit for tests and checkpoints (full unit, padded length).
+  StatusOr<std::vector<float>> ReadMaster(int unit);
+  StatusOr<std::vector<float>> ReadGradients(int unit);
+  // Sets master weights (and the compute-dtype params) of one unit.
+  Status WriteMaster(int unit, const std::vector<float>& values);
+
+  // The unit access trace of one micro-batch (forward then backward).
+  const std::vector<UnitAccess>& trace() const { return trace_; }
+  Stream& compute_stream() { return *compute_; }
+
+ private:
+  Engine(const Options& options, Device* device, Ops* ops, Model* model);
+  Status Init();
+  Status RunMicroBatch(const MicroBatch& batch, int index, float dloss, double* forward_ms,
+                       double* backward_ms);
+  Status RunStage(int stage, bool backward);
+  StatusOr<double> ClipScale(double* grad_norm);
+
+  Options options_;
+  Device* device_;
+  Ops* ops_;
+  Model* model_;
+  std::unique_ptr<Stream> compute_;
+  std::vector<UnitState> units_;
+  ZeroComponents components_;
+  std::vector<UnitAccess> trace_;
+  std::vector<int> last_backward_stage_;  // per unit: the stage whose backward finishes it
+  StepContext ctx_;
+  Buffer tokens_device_;    // [2][B*T] int32: inputs then targets
+  Buffer losses_host_;      // [grad_accum][B*T] fp32
+  Buffer norms_device_;     // [units] fp32
+  Buffer norms_host_;       // [units] fp32
+  int tokens_per_micro_batch_ = 0;
+  double last_forward_ms_ = 0.0;
+  double last_backward_ms_ = 0.0;
+};
+
+}  // namespace strata

@@ -1,0 +1,60 @@
+// The runtime's view of a model: an ordered list of units (flat parameter buffers, see
+// unit_layout.h) and an ordered list of compute stages, each naming the units it reads.
+// The engine runs forward over the stages in order and backward in reverse, making each
+// stage's units available (gathered, fetched from a tier) before calling the model and
+// releasing them after; the model never knows where its parameters live between uses.
+// A unit may be used by several stages (a tied LM head reuses the embedding), so the
+// access trace can name a unit more than once.
+// Thread-safety: a Model is driven by one host thread; its work runs on ctx.stream.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "runtime/core/device.h"
+#include "runtime/core/status.h"
+#include "runtime/unit_layout.h"
+
+namespace strata {
+
+struct StageSpec {
+  std::string name;
+  std::vector<int> units;  // units whose parameters the stage reads (and whose grads it adds to)
+};
+
+// Everything a stage needs for one micro-batch. params[u] / grads[u] point to unit u's
+// full flat buffers (compute dtype) on the device tier; they are valid only for the units
+// of the stage being run. grads are accumulated into (+=), never overwritten.
+struct StepContext {
+  Device* device = nullptr;
+  Ops* ops = nullptr;
+  Stream* stream = nullptr;
+  std::vector<const void*> params;
+  std::vector<void*> grads;
+  const int32_t* inputs = nullptr;   // [B,T] device tier
+  const int32_t* targets = nullptr;  // [B,T] device tier
+  int batch = 0;                     // B
+  int seq_len = 0;                   // T
+  float dloss = 0.0f;                // d(total loss)/d(loss of one token); 0 = no backward
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const std::vector<UnitLayout>& units() const = 0;
+  virtual const std::vector<StageSpec>& stages() const = 0;
+  // Writes unit `unit`'s initial values (fp32, laid out as units()[unit]; gaps and padding
+  // left untouched) from `seed`, identically whatever the world size.
+  virtual void InitUnit(int unit, uint64_t seed, float* values) const = 0;
+  // Allocates activations for micro-batches of [batch, seq_len] on the device tier.
+  virtual Status PrepareActivations(Device& device, int batch, int seq_len) = 0;
+  virtual Status Forward(int stage, const StepContext& ctx) = 0;
+  virtual Status Backward(int stage, const StepContext& ctx) = 0;
+  // Per-token losses [B*T] (fp32, device tier) of the last forward.
+  virtual const float* losses() const = 0;
+  virtual std::string Describe() const = 0;
+};
+
+}  // namespace strata
