@@ -1,0 +1,46 @@
+// The `strata` command line: train | bench. Parsing by CLI11; every failure is printed
+// as one clear message and exit status 1 (usage errors: 2).
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+
+#include "launch/commands.h"
+#include "runtime/core/options_parse.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"strata: ZeRO training runtime (stages, CPU offload, NVMe offload)"};
+  app.require_subcommand(1);
+  strata::CommandArgs args;
+  bool help_config = false;
+
+  CLI::App* train = app.add_subcommand("train", "train the built-in GPT");
+  train->add_option("--config", args.config_path, "JSON config file (sections model, data, "
+                                                  "train, device, zero)");
+  train->add_option("--set", args.sets, "override one key: section.key=value (repeatable)");
+  train->add_option("--metrics", args.metrics_path, "write one JSON object per step here");
+  train->add_flag("--help-config", help_config, "list every config key with its default");
+
+  CLI::App* bench = app.add_subcommand("bench", "benchmarks (figures as same-run ratios)");
+  bench->require_subcommand(1);
+  CLI::App* bench_train = bench->add_subcommand(
+      "train", "ms/step split, tokens/s, GFLOP/s vs the measured FMA peak, bf16 vs fp32");
+  bench_train->add_option("--config", args.config_path, "JSON config file");
+  bench_train->add_option("--set", args.sets, "override one key (repeatable)");
+  bench_train->add_option("--steps", args.bench_steps, "measured steps per dtype")
+      ->check(CLI::Range(1, 1000));
+
+  CLI11_PARSE(app, argc, argv);
+
+  strata::Status status;
+  if (help_config) {
+    std::printf("%s", strata::DescribeKeys().c_str());
+    return 0;
+  }
+  if (train->parsed()) status = strata::RunTrain(args);
+  else if (bench_train->parsed()) status = strata::RunBenchTrain(args);
+  if (!status.ok()) {
+    std::fprintf(stderr, "strata: error: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,70 @@
+// `strata train`: parse and validate options, log them once, train with a progress line
+// per step and an optional JSONL metrics file.
+#include <cstdio>
+
+#include "launch/commands.h"
+#include "launch/metrics.h"
+#include "launch/session.h"
+#include "runtime/core/logging.h"
+#include "runtime/core/options_parse.h"
+
+namespace strata {
+namespace {
+
+nlohmann::json StepRecord(const StepReport& r) {
+  nlohmann::json record = {
+      {"step", r.step + 1},
+      {"loss", r.result.loss},
+      {"lr", r.lr},
+      {"grad_norm", r.result.grad_norm},
+      {"ms_per_step", r.ms_per_step},
+      {"forward_ms", r.result.forward_ms},
+      {"backward_ms", r.result.backward_ms},
+      {"optimizer_ms", r.result.optimizer_ms},
+      {"tokens_per_s", r.tokens_per_s},
+      {"peak_bytes", {{"device", r.device.peak_bytes}, {"host", r.host.peak_bytes}}},
+  };
+  nlohmann::json state;
+  for (int k = 0; k < kNumStateKinds; ++k) {
+    state[StateKindName(static_cast<StateKind>(k))] = {
+        {"device", r.device.peak_by_kind[k]}, {"host", r.host.peak_by_kind[k]}};
+  }
+  record["state_bytes"] = state;
+  if (r.val_loss) record["val_loss"] = *r.val_loss;
+  return record;
+}
+
+}  // namespace
+
+Status RunTrain(const CommandArgs& args) {
+  ASSIGN_OR_RETURN(Options options, ParseOptions(args.config_path, args.sets));
+  InitLogging(0, options.zero.world);
+  spdlog::info("resolved configuration:\n{}", FormatResolved(options));
+  ASSIGN_OR_RETURN(auto metrics, MetricsWriter::Open(args.metrics_path));
+  ASSIGN_OR_RETURN(auto session, TrainingSession::Create(options));
+  spdlog::info("data: {}", session->dataset().description);
+  spdlog::info("model: {}", session->model().Describe());
+  spdlog::info("device: {}", session->device().Describe());
+  const PoolStats start = session->device().pool(Tier::kDevice).Stats();
+  spdlog::info("device tier after set-up: {} (params {}, grads {}, optimizer {}, activations {})",
+               FormatBytes(start.current_bytes), FormatBytes(start.current_by_kind[0]),
+               FormatBytes(start.current_by_kind[1]), FormatBytes(start.current_by_kind[2]),
+               FormatBytes(start.current_by_kind[3]));
+  for (int step = 0; step < options.train.steps; ++step) {
+    ASSIGN_OR_RETURN(StepReport report, session->Step(step));
+    RETURN_IF_ERROR(metrics->Write(StepRecord(report)));
+    const bool last = step + 1 == options.train.steps;
+    if ((step + 1) % options.train.log_every == 0 || last || report.val_loss) {
+      std::string val =
+          report.val_loss ? absl::StrFormat(" | val %.4f", *report.val_loss) : std::string();
+      spdlog::info("step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | {:.1f} ms | {:.0f} tok/s | "
+                   "peak device {} host {}",
+                   step + 1, options.train.steps, report.result.loss, val, report.lr,
+                   report.ms_per_step, report.tokens_per_s, FormatBytes(report.device.peak_bytes),
+                   FormatBytes(report.host.peak_bytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace strata
