@@ -1,0 +1,526 @@
+// Tests config parsing: defaults, presets, the order file < --set, typed values in both
+// syntaxes, every class of error with its message, all problems reported in one status,
+// DescribeKeys covering every key and FormatResolved round-tripping through --set.
+// Options are compared field by field. Config files are written under TEST_TMPDIR.
+#include "runtime/core/options_parse.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+
+namespace strata {
+namespace {
+
+// The keys the spec names, in the table's order.
+const std::vector<std::string> kAllKeys = {
+    "model.preset",       "model.layers",       "model.heads",
+    "model.channels",     "model.vocab",        "model.max_seq_len",
+    "data.path",          "data.val_fraction",  "train.steps",
+    "train.micro_batch",  "train.seq_len",      "train.grad_accum",
+    "train.dtype",        "train.lr",           "train.min_lr_fraction",
+    "train.warmup_steps", "train.weight_decay", "train.beta1",
+    "train.beta2",        "train.eps",          "train.grad_clip",
+    "train.seed",         "train.eval_every",   "train.eval_batches",
+    "train.log_every",    "device.backend",     "device.memory_limit",
+    "device.threads",     "zero.stage",         "zero.world",
+};
+
+void ExpectOptionsEqual(const Options& got, const Options& want) {
+  EXPECT_EQ(got.model.preset, want.model.preset);
+  EXPECT_EQ(got.model.layers, want.model.layers);
+  EXPECT_EQ(got.model.heads, want.model.heads);
+  EXPECT_EQ(got.model.channels, want.model.channels);
+  EXPECT_EQ(got.model.vocab, want.model.vocab);
+  EXPECT_EQ(got.model.max_seq_len, want.model.max_seq_len);
+  EXPECT_EQ(got.data.path, want.data.path);
+  EXPECT_EQ(got.data.val_fraction, want.data.val_fraction);
+  EXPECT_EQ(got.train.steps, want.train.steps);
+  EXPECT_EQ(got.train.micro_batch, want.train.micro_batch);
+  EXPECT_EQ(got.train.seq_len, want.train.seq_len);
+  EXPECT_EQ(got.train.grad_accum, want.train.grad_accum);
+  EXPECT_EQ(got.train.dtype, want.train.dtype);
+  EXPECT_EQ(got.train.lr, want.train.lr);
+  EXPECT_EQ(got.train.min_lr_fraction, want.train.min_lr_fraction);
+  EXPECT_EQ(got.train.warmup_steps, want.train.warmup_steps);
+  EXPECT_EQ(got.train.weight_decay, want.train.weight_decay);
+  EXPECT_EQ(got.train.beta1, want.train.beta1);
+  EXPECT_EQ(got.train.beta2, want.train.beta2);
+  EXPECT_EQ(got.train.eps, want.train.eps);
+  EXPECT_EQ(got.train.grad_clip, want.train.grad_clip);
+  EXPECT_EQ(got.train.seed, want.train.seed);
+  EXPECT_EQ(got.train.eval_every, want.train.eval_every);
+  EXPECT_EQ(got.train.eval_batches, want.train.eval_batches);
+  EXPECT_EQ(got.train.log_every, want.train.log_every);
+  EXPECT_EQ(got.device.backend, want.device.backend);
+  EXPECT_EQ(got.device.memory_limit, want.device.memory_limit);
+  EXPECT_EQ(got.device.threads, want.device.threads);
+  EXPECT_EQ(got.zero.stage, want.zero.stage);
+  EXPECT_EQ(got.zero.world, want.zero.world);
+}
+
+// Writes `contents` to a file under TEST_TMPDIR and returns its path.
+std::string WriteConfig(const std::string& name, const std::string& contents) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+  std::ofstream out(path, std::ios::trunc);
+  out << contents;
+  return path;
+}
+
+// The problem lines of a failed parse (the header line dropped).
+std::vector<std::string> ProblemLines(const Status& status) {
+  std::vector<std::string> lines = absl::StrSplit(std::string(status.message()), '\n');
+  if (!lines.empty()) lines.erase(lines.begin());
+  return lines;
+}
+
+// Parses and expects exactly one problem containing every fragment.
+void ExpectOneProblem(const std::string& path, const std::vector<std::string>& sets,
+                      const std::vector<std::string>& fragments) {
+  StatusOr<Options> parsed = ParseOptions(path, sets);
+  ASSERT_FALSE(parsed.ok()) << "sets[0]=" << (sets.empty() ? "" : sets[0]);
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  std::vector<std::string> lines = ProblemLines(parsed.status());
+  ASSERT_EQ(lines.size(), 1u) << parsed.status().message();
+  for (const std::string& fragment : fragments) {
+    EXPECT_NE(lines[0].find(fragment), std::string::npos)
+        << "missing '" << fragment << "' in: " << lines[0];
+  }
+}
+
+TEST(ParseOptions, NoFileNoSetsGivesDefaults) {
+  StatusOr<Options> parsed = ParseOptions("", {});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ExpectOptionsEqual(*parsed, Options{});
+  EXPECT_TRUE(ValidateOptions(Options{}).ok());
+}
+
+TEST(ParseOptions, ConfigKeysAreExactlyTheSpecKeys) {
+  EXPECT_EQ(ConfigKeys(), kAllKeys);
+  EXPECT_EQ(ModelPresetNames(), (std::vector<std::string>{"tiny", "small", "gpt2-124m"}));
+}
+
+TEST(ParseOptions, PresetsSetModelDimensions) {
+  struct Case {
+    std::string name;
+    int layers, heads, channels, vocab, max_seq_len;
+  };
+  for (const Case& c : std::vector<Case>{{"tiny", 2, 2, 64, 256, 64},
+                                         {"small", 4, 4, 256, 50304, 256},
+                                         {"gpt2-124m", 12, 12, 768, 50304, 1024}}) {
+    StatusOr<Options> parsed = ParseOptions("", {"model.preset=" + c.name});
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(parsed->model.preset, c.name);
+    EXPECT_EQ(parsed->model.layers, c.layers) << c.name;
+    EXPECT_EQ(parsed->model.heads, c.heads) << c.name;
+    EXPECT_EQ(parsed->model.channels, c.channels) << c.name;
+    EXPECT_EQ(parsed->model.vocab, c.vocab) << c.name;
+    EXPECT_EQ(parsed->model.max_seq_len, c.max_seq_len) << c.name;
+  }
+}
+
+TEST(ParseOptions, FilePresetThenFileKeysThenSets) {
+  std::string path = WriteConfig(
+      "order.json",
+      R"({"train": {"steps": 10, "micro_batch": 2}, "model": {"layers": 3, "preset": "tiny"}})");
+  StatusOr<Options> parsed = ParseOptions(path, {"train.steps=20", "train.steps=30"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  Options want;
+  want.model = {"tiny", 3, 2, 64, 256, 64};  // the file's layers beat the preset
+  want.train.steps = 30;                     // the last --set beats the file and earlier sets
+  want.train.micro_batch = 2;
+  ExpectOptionsEqual(*parsed, want);
+}
+
+TEST(ParseOptions, SetPresetAppliesBeforeFileKeysAndBeatsFilePreset) {
+  std::string path =
+      WriteConfig("preset.json", R"({"model": {"preset": "gpt2-124m", "channels": 128}})");
+  StatusOr<Options> parsed = ParseOptions(path, {"model.preset=tiny", "model.heads=4"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  Options want;
+  want.model = {"tiny", 2, 4, 128, 256, 64};
+  ExpectOptionsEqual(*parsed, want);
+}
+
+TEST(ParseOptions, SetPresetAfterAnotherKeyStillAppliesFirst) {
+  StatusOr<Options> parsed = ParseOptions("", {"model.layers=7", "model.preset=gpt2-124m"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->model.layers, 7);
+  EXPECT_EQ(parsed->model.heads, 12);
+  EXPECT_EQ(parsed->model.max_seq_len, 1024);
+}
+
+TEST(ParseOptions, EveryKeyThroughSet) {
+  StatusOr<Options> parsed = ParseOptions("", {"model.preset=tiny",
+                                               "model.layers=3",
+                                               "model.heads=4",
+                                               "model.channels=96",
+                                               "model.vocab=300",
+                                               "model.max_seq_len=128",
+                                               "data.path=/data/a=b.txt",
+                                               "data.val_fraction=0.25",
+                                               "train.steps=7",
+                                               "train.micro_batch=8",
+                                               "train.seq_len=32",
+                                               "train.grad_accum=2",
+                                               "train.dtype=bf16",
+                                               "train.lr=3e-4",
+                                               "train.min_lr_fraction=0",
+                                               "train.warmup_steps=0",
+                                               "train.weight_decay=0.01",
+                                               "train.beta1=0.8",
+                                               "train.beta2=0.999",
+                                               "train.eps=1e-6",
+                                               "train.grad_clip=0",
+                                               "train.seed=18446744073709551615",
+                                               "train.eval_every=0",
+                                               "train.eval_batches=2",
+                                               "train.log_every=10",
+                                               "device.backend=cpu",
+                                               "device.memory_limit=512MiB",
+                                               "device.threads=3",
+                                               "zero.stage=0",
+                                               "zero.world=1"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  Options want;
+  want.model = {"tiny", 3, 4, 96, 300, 128};
+  want.data = {"/data/a=b.txt", 0.25};
+  want.train.steps = 7;
+  want.train.micro_batch = 8;
+  want.train.seq_len = 32;
+  want.train.grad_accum = 2;
+  want.train.dtype = DType::kBF16;
+  want.train.lr = 3e-4f;
+  want.train.min_lr_fraction = 0.0f;
+  want.train.warmup_steps = 0;
+  want.train.weight_decay = 0.01f;
+  want.train.beta1 = 0.8f;
+  want.train.beta2 = 0.999f;
+  want.train.eps = 1e-6f;
+  want.train.grad_clip = 0.0f;
+  want.train.seed = 18446744073709551615ull;
+  want.train.eval_every = 0;
+  want.train.eval_batches = 2;
+  want.train.log_every = 10;
+  want.device = {"cpu", 512ull << 20, 3};
+  want.zero = {0, 1};
+  ExpectOptionsEqual(*parsed, want);
+}
+
+TEST(ParseOptions, EveryKeyThroughFile) {
+  std::string path = WriteConfig("all.json", R"({
+    "model": {"preset": "tiny", "layers": 3, "heads": 4, "channels": 96, "vocab": 300,
+              "max_seq_len": 128},
+    "data": {"path": "corpus.txt", "val_fraction": 0.25},
+    "train": {"steps": 7, "micro_batch": 8, "seq_len": 32, "grad_accum": 2, "dtype": "bf16",
+              "lr": 0.0003, "min_lr_fraction": 1, "warmup_steps": 0, "weight_decay": 0.01,
+              "beta1": 0.8, "beta2": 0.999, "eps": 1e-6, "grad_clip": 0.5,
+              "seed": 42, "eval_every": 0, "eval_batches": 2, "log_every": 10},
+    "device": {"backend": "cpu", "memory_limit": "2GiB", "threads": 3},
+    "zero": {"stage": 0, "world": 1}
+  })");
+  StatusOr<Options> parsed = ParseOptions(path, {});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  Options want;
+  want.model = {"tiny", 3, 4, 96, 300, 128};
+  want.data = {"corpus.txt", 0.25};
+  want.train.steps = 7;
+  want.train.micro_batch = 8;
+  want.train.seq_len = 32;
+  want.train.grad_accum = 2;
+  want.train.dtype = DType::kBF16;
+  want.train.lr = 0.0003f;
+  want.train.min_lr_fraction = 1.0f;
+  want.train.warmup_steps = 0;
+  want.train.weight_decay = 0.01f;
+  want.train.beta1 = 0.8f;
+  want.train.beta2 = 0.999f;
+  want.train.eps = 1e-6f;
+  want.train.grad_clip = 0.5f;
+  want.train.seed = 42;
+  want.train.eval_every = 0;
+  want.train.eval_batches = 2;
+  want.train.log_every = 10;
+  want.device = {"cpu", 2ull << 30, 3};
+  want.zero = {0, 1};
+  ExpectOptionsEqual(*parsed, want);
+}
+
+TEST(ParseOptions, SizesThroughSetAndFile) {
+  EXPECT_EQ(ParseOptions("", {"device.memory_limit=2GiB"})->device.memory_limit, 2ull << 30);
+  EXPECT_EQ(ParseOptions("", {"device.memory_limit=4096"})->device.memory_limit, 4096u);
+  EXPECT_EQ(ParseOptions("", {"device.memory_limit=1.5GB"})->device.memory_limit, 1500000000ull);
+  std::string bytes = WriteConfig("bytes.json", R"({"device": {"memory_limit": 1048576}})");
+  EXPECT_EQ(ParseOptions(bytes, {})->device.memory_limit, 1048576u);
+  std::string text = WriteConfig("text.json", R"({"device": {"memory_limit": "512MiB"}})");
+  EXPECT_EQ(ParseOptions(text, {})->device.memory_limit, 512ull << 20);
+  // A --set beats the file.
+  EXPECT_EQ(ParseOptions(text, {"device.memory_limit=1GiB"})->device.memory_limit, 1ull << 30);
+  ExpectOneProblem("", {"device.memory_limit=lots"},
+                   {"device.memory_limit: got 'lots', expected a size", "[in --set"});
+  ExpectOneProblem("", {"device.memory_limit=2XB"}, {"device.memory_limit: got '2XB'"});
+  ExpectOneProblem("", {"device.memory_limit=0"},
+                   {"device.memory_limit: got 0, expected a size > 0"});
+}
+
+TEST(ParseOptions, UnknownKeysAreErrorsWithSuggestions) {
+  ExpectOneProblem(
+      "", {"train.stpes=5"},
+      {"train.stpes: unknown key (did you mean train.steps?)", "[in --set train.stpes=5]"});
+  ExpectOneProblem("", {"trian.steps=5"},
+                   {"trian.steps: unknown section 'trian'", "did you mean train.steps?"});
+  ExpectOneProblem("", {"train.memory_limit=1GiB"},
+                   {"train.memory_limit: unknown key (did you mean device.memory_limit?)"});
+  ExpectOneProblem("", {"train.learning_rate=1"}, {"train.learning_rate: unknown key"});
+  StatusOr<Options> far = ParseOptions("", {"train.learning_rate=1"});
+  EXPECT_EQ(std::string(far.status().message()).find("did you mean"), std::string::npos);
+
+  std::string path =
+      WriteConfig("unknown.json", R"({"trian": {"steps": 1}, "model": {"layres": 2}, "steps": 3})");
+  StatusOr<Options> parsed = ParseOptions(path, {});
+  ASSERT_FALSE(parsed.ok());
+  std::vector<std::string> lines = ProblemLines(parsed.status());
+  ASSERT_EQ(lines.size(), 3u) << parsed.status().message();
+  // nlohmann objects iterate in key order: model, steps, trian.
+  EXPECT_NE(lines[0].find("model.layres: unknown key (did you mean model.layers?) [in " + path),
+            std::string::npos)
+      << lines[0];
+  EXPECT_NE(lines[1].find("steps: unknown section"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("did you mean train.steps?"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[2].find("trian: unknown section"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[2].find("(did you mean train?)"), std::string::npos) << lines[2];
+}
+
+TEST(ParseOptions, MalformedSetsAreErrors) {
+  ExpectOneProblem("", {"train.steps"},
+                   {"--set 'train.steps': expected section.key=value (missing '=')"});
+  ExpectOneProblem("", {"steps=5"},
+                   {"--set 'steps=5': expected section.key=value",
+                    "key 'steps' has no section; did you mean train.steps?"});
+  ExpectOneProblem("", {"=5"}, {"--set '=5': expected section.key=value"});
+  ExpectOneProblem("", {".steps=5"}, {".steps: unknown section ''"});
+}
+
+TEST(ParseOptions, UnparsableValuesNameKeyValueAndExpectation) {
+  ExpectOneProblem("", {"train.steps=abc"},
+                   {"train.steps: got 'abc', expected an integer", "[in --set train.steps=abc]"});
+  ExpectOneProblem("", {"train.steps=1.5"}, {"train.steps: got '1.5', expected an integer"});
+  ExpectOneProblem("", {"train.steps=99999999999"},
+                   {"train.steps: got '99999999999', expected an integer in"});
+  ExpectOneProblem("", {"train.steps="}, {"train.steps: got '', expected an integer"});
+  ExpectOneProblem("", {"train.steps= 5"}, {"train.steps: got ' 5', expected an integer"});
+  ExpectOneProblem("", {"train.lr=fast"}, {"train.lr: got 'fast', expected a finite number"});
+  ExpectOneProblem("", {"train.lr=nan"}, {"train.lr: got 'nan', expected a finite number"});
+  ExpectOneProblem("", {"train.lr=1e60"}, {"train.lr: got '1e60', expected a finite number"});
+  ExpectOneProblem("", {"data.val_fraction=half"},
+                   {"data.val_fraction: got 'half', expected a finite number"});
+  ExpectOneProblem("", {"train.seed=-1"},
+                   {"train.seed: got '-1', expected an unsigned 64-bit integer"});
+  ExpectOneProblem("", {"train.dtype=fp16"}, {"train.dtype: got 'fp16', expected fp32 or bf16"});
+}
+
+TEST(ParseOptions, RangeChecksNameKeyValueAndBound) {
+  struct Case {
+    std::string set;
+    std::string fragment;
+  };
+  const std::vector<Case> cases = {
+      {"model.layers=0", "model.layers: got 0, expected >= 1"},
+      {"model.heads=0", "model.heads: got 0, expected >= 1"},
+      {"model.channels=0", "model.channels: got 0, expected >= 1"},
+      {"model.vocab=0", "model.vocab: got 0, expected >= 1"},
+      {"data.val_fraction=0", "data.val_fraction: got 0, expected a fraction in (0, 1)"},
+      {"data.val_fraction=1", "data.val_fraction: got 1, expected a fraction in (0, 1)"},
+      {"train.steps=0", "train.steps: got 0, expected >= 1"},
+      {"train.micro_batch=0", "train.micro_batch: got 0, expected >= 1"},
+      {"train.seq_len=0", "train.seq_len: got 0, expected >= 1"},
+      {"train.seq_len=257", "train.seq_len: got 257, expected <= model.max_seq_len (256)"},
+      {"train.grad_accum=0", "train.grad_accum: got 0, expected >= 1"},
+      {"train.lr=0", "train.lr: got 0, expected > 0"},
+      {"train.lr=-0.1", "train.lr: got -0.1, expected > 0"},
+      {"train.min_lr_fraction=1.5", "train.min_lr_fraction: got 1.5, expected a fraction in"},
+      {"train.warmup_steps=-1", "train.warmup_steps: got -1, expected >= 0"},
+      {"train.weight_decay=-1", "train.weight_decay: got -1, expected >= 0"},
+      {"train.beta1=1", "train.beta1: got 1, expected a value in [0, 1)"},
+      {"train.beta1=-0.5", "train.beta1: got -0.5, expected a value in [0, 1)"},
+      {"train.beta2=1", "train.beta2: got 1, expected a value in [0, 1)"},
+      {"train.eps=0", "train.eps: got 0, expected > 0"},
+      {"train.grad_clip=-1", "train.grad_clip: got -1, expected >= 0"},
+      {"train.eval_every=-1", "train.eval_every: got -1, expected >= 0"},
+      {"train.eval_batches=0", "train.eval_batches: got 0, expected >= 1"},
+      {"train.log_every=0", "train.log_every: got 0, expected >= 1"},
+      {"device.threads=-1", "device.threads: got -1, expected >= 0"},
+      {"device.backend=cuda",
+       "device.backend: got 'cuda', expected cpu (the cuda backend is not implemented in this "
+       "build yet)"},
+      {"device.backend=tpu", "device.backend: got 'tpu', expected cpu"},
+      {"zero.stage=2", "zero.stage: got 2, expected 0 (stages 1-3 are not implemented yet)"},
+      {"zero.stage=-1", "zero.stage: got -1, expected 0"},
+      {"zero.world=2", "zero.world: got 2, expected 1"},
+      {"model.preset=huge", "model.preset: got 'huge', expected one of tiny, small, gpt2-124m"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.set);
+    ExpectOneProblem("", {c.set}, {c.fragment});
+  }
+}
+
+TEST(ParseOptions, CrossFieldChecksRunOnTheMergedResult) {
+  // Invalid alone (seq_len 128 > tiny's 64) but valid once max_seq_len is raised later.
+  StatusOr<Options> ok =
+      ParseOptions("", {"model.preset=tiny", "train.seq_len=128", "model.max_seq_len=128"});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->train.seq_len, 128);
+  // Heads must divide channels, checked after the preset and overrides are merged.
+  ExpectOneProblem("", {"model.preset=tiny", "model.heads=3"},
+                   {"model.channels: got 64, expected a multiple of model.heads (3)"});
+  std::string path = WriteConfig("cross.json", R"({"model": {"preset": "tiny"}})");
+  ExpectOneProblem(path, {"train.seq_len=100"},
+                   {"train.seq_len: got 100, expected <= model.max_seq_len (64)"});
+}
+
+TEST(ParseOptions, JsonTypeErrorsNameTheKey) {
+  struct Case {
+    std::string json;
+    std::string fragment;
+  };
+  const std::vector<Case> cases = {
+      {R"({"train": {"steps": "10"}})", "train.steps: got \"10\" (string), expected an integer"},
+      {R"({"train": {"steps": 10.5}})", "train.steps: got 10.5 (number), expected an integer"},
+      {R"({"train": {"steps": 3000000000}})", "train.steps: got 3000000000 (number), expected"},
+      {R"({"train": {"steps": null}})", "train.steps: got null (null), expected an integer"},
+      {R"({"train": {"lr": true}})", "train.lr: got true (boolean), expected a finite number"},
+      {R"({"train": {"lr": 1e300}})", "train.lr: got 1e+300 (number), expected a finite"},
+      {R"({"train": {"seed": -1}})",
+       "train.seed: got -1 (number), expected an unsigned 64-bit integer"},
+      {R"({"train": {"dtype": 16}})", "train.dtype: got 16 (number), expected a string"},
+      {R"({"train": {"dtype": "fp16"}})", "train.dtype: got \"fp16\" (string), expected fp32"},
+      {R"({"data": {"path": ["a"]}})", "data.path: got [\"a\"] (array), expected a string"},
+      {R"({"model": {"preset": 1}})", "model.preset: got 1 (number), expected a string"},
+      {R"({"device": {"memory_limit": -5}})",
+       "device.memory_limit: got -5 (number), expected a size"},
+      {R"({"device": {"memory_limit": "lots"}})",
+       "device.memory_limit: got \"lots\" (string), expected a size"},
+      {R"({"device": {"memory_limit": 1.5}})", "device.memory_limit: got 1.5 (number)"},
+      {R"({"train": 5})", "train: got 5 (number), expected an object of keys"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(cases[i].json);
+    std::string path = WriteConfig("types" + std::to_string(i) + ".json", cases[i].json);
+    ExpectOneProblem(path, {}, {cases[i].fragment, "[in " + path + "]"});
+  }
+  std::string array = WriteConfig("array.json", "[1, 2]");
+  ExpectOneProblem(array, {},
+                   {"config file '" + array + "': got [1,2] (array), expected an object"});
+}
+
+TEST(ParseOptions, FileErrorsNameTheFileAndPosition) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  std::string missing = std::string(dir != nullptr ? dir : "/tmp") + "/does_not_exist.json";
+  ExpectOneProblem(missing, {},
+                   {"config file '" + missing + "': cannot open: No such file or directory"});
+  std::string bad = WriteConfig("bad.json", "{\n  \"train\": {\"steps\": 10,}\n}\n");
+  ExpectOneProblem(bad, {}, {"config file '" + bad + "': invalid JSON: parse error at line 2"});
+  std::string empty = WriteConfig("empty.json", "");
+  ExpectOneProblem(empty, {}, {"config file '" + empty + "': invalid JSON", "line 1, column 1"});
+  ExpectOneProblem(std::string(dir != nullptr ? dir : "/tmp"), {}, {"config file '", "cannot"});
+}
+
+TEST(ParseOptions, EveryProblemIsReportedInOneStatus) {
+  std::string path =
+      WriteConfig("many.json", R"({"train": {"steps": "ten", "lr": -1}, "zero": {"stage": 3}})");
+  StatusOr<Options> parsed = ParseOptions(path, {"train.stpes=5", "device.backend=cuda", "nokey",
+                                                 "train.micro_batch=x", "model.heads=3"});
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  std::string message(parsed.status().message());
+  EXPECT_EQ(message.rfind("invalid configuration (8 problems):\n", 0), 0u) << message;
+  std::vector<std::string> lines = ProblemLines(parsed.status());
+  const std::vector<std::string> want = {
+      "--set 'nokey': expected section.key=value (missing '=')",
+      "train.stpes: unknown key (did you mean train.steps?) [in --set train.stpes=5]",
+      "train.steps: got \"ten\" (string), expected an integer",
+      "train.micro_batch: got 'x', expected an integer",
+      "model.channels: got 256, expected a multiple of model.heads (3)",
+      "train.lr: got -1, expected > 0",
+      "device.backend: got 'cuda', expected cpu",
+      "zero.stage: got 3, expected 0 (stages 1-3 are not implemented yet)",
+  };
+  ASSERT_EQ(lines.size(), want.size()) << message;
+  for (const std::string& fragment : want) {
+    EXPECT_NE(message.find(fragment), std::string::npos) << "missing: " << fragment;
+  }
+}
+
+TEST(ParseOptions, FailedKeyDoesNotHideOtherSetsOrFileKeys) {
+  // A bad value is reported, and the rest still parse (so their checks still run).
+  StatusOr<Options> parsed = ParseOptions("", {"train.steps=x", "train.micro_batch=0"});
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(ProblemLines(parsed.status()).size(), 2u) << parsed.status().message();
+}
+
+TEST(ValidateOptions, ReportsProblemsOfOptionsBuiltInCode) {
+  Options options;
+  options.train.steps = 0;
+  options.zero.world = 4;
+  Status status = ValidateOptions(options);
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  std::vector<std::string> lines = ProblemLines(status);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "  train.steps: got 0, expected >= 1");
+  EXPECT_EQ(lines[1],
+            "  zero.world: got 4, expected 1 (multi-rank training needs collectives, not "
+            "implemented yet)");
+}
+
+TEST(DescribeKeys, MentionsEveryKeyWithItsDefault) {
+  std::string text = DescribeKeys();
+  for (const std::string& key : kAllKeys) {
+    EXPECT_NE(text.find("  " + key + " ("), std::string::npos) << key;
+  }
+  EXPECT_NE(text.find("train.steps (int, default 50)"), std::string::npos) << text;
+  EXPECT_NE(text.find("model.preset (string, default \"small\")"), std::string::npos);
+  EXPECT_NE(text.find("train.lr (float, default 0.001)"), std::string::npos);
+  EXPECT_NE(text.find("train.dtype (dtype, default fp32)"), std::string::npos);
+  EXPECT_NE(text.find("train.seed (uint64, default 1337)"), std::string::npos);
+  EXPECT_NE(text.find("device.memory_limit (size, default 8GiB)"), std::string::npos);
+  EXPECT_NE(text.find("gpt2-124m: layers 12, heads 12, channels 768, vocab 50304, "
+                      "max_seq_len 1024"),
+            std::string::npos);
+}
+
+TEST(FormatResolved, OneLinePerKeyThatParsesBackExactly) {
+  StatusOr<Options> parsed =
+      ParseOptions("", {"model.preset=tiny", "train.lr=0.00031", "train.eps=1e-7",
+                        "data.val_fraction=0.123456789", "device.memory_limit=1536MiB",
+                        "device.memory_limit=1000001", "train.seed=12345678901234567",
+                        "train.dtype=bf16", "data.path=/tmp/corpus.txt"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  std::string text = FormatResolved(*parsed);
+  std::vector<std::string> lines = absl::StrSplit(text, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), kAllKeys.size());
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i].rfind(kAllKeys[i] + "=", 0), 0u) << lines[i];
+  }
+  EXPECT_EQ(lines[0], "model.preset=tiny");
+  EXPECT_EQ(lines[13], "train.lr=0.00031");
+  EXPECT_EQ(lines[26], "device.memory_limit=1000001");
+  StatusOr<Options> again = ParseOptions("", lines);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ExpectOptionsEqual(*again, *parsed);
+
+  std::vector<std::string> defaults =
+      absl::StrSplit(FormatResolved(Options{}), '\n', absl::SkipEmpty());
+  ASSERT_EQ(defaults.size(), kAllKeys.size());
+  EXPECT_EQ(defaults[26], "device.memory_limit=8GiB");
+  EXPECT_EQ(defaults[6], "data.path=");
+}
+
+}  // namespace
+}  // namespace strata
