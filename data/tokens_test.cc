@@ -1,0 +1,308 @@
+// Tests loading and splitting: llm.c round trips through a file written here, text files as
+// bytes, every bad-file case with the message fragment a user would search for, vocab
+// checks naming position and id, and the split boundaries. Files go to TEST_TMPDIR.
+#include "data/tokens.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace strata {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+}
+
+std::string WriteFile(const std::string& name, const std::string& bytes) {
+  const std::string path = TempPath(name);
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  EXPECT_NE(file, nullptr) << path;
+  if (file == nullptr) return path;
+  EXPECT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), file), bytes.size());
+  std::fclose(file);
+  return path;
+}
+
+// An llm.c file image: header (magic, version, declared count) then the tokens.
+std::string LlmcBytes(const std::vector<uint16_t>& tokens, int32_t declared_tokens,
+                      int32_t version = kLlmcVersion, int32_t magic = kLlmcMagic) {
+  std::vector<int32_t> header(kLlmcHeaderInts, 0);
+  header[0] = magic;
+  header[1] = version;
+  header[2] = declared_tokens;
+  std::string bytes(reinterpret_cast<const char*>(header.data()), header.size() * 4);
+  bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+  return bytes;
+}
+
+std::string LlmcBytes(const std::vector<uint16_t>& tokens) {
+  return LlmcBytes(tokens, static_cast<int32_t>(tokens.size()));
+}
+
+// Expects a failed load whose message contains every fragment.
+void ExpectLoadError(const std::string& path, int vocab,
+                     const std::vector<std::string>& fragments) {
+  auto loaded = LoadTokenFile(path, vocab);
+  ASSERT_FALSE(loaded.ok()) << path;
+  const std::string message(loaded.status().message());
+  for (const std::string& fragment : fragments) {
+    EXPECT_NE(message.find(fragment), std::string::npos)
+        << "message: " << message << "\nmissing: " << fragment;
+  }
+}
+
+std::vector<uint16_t> Ramp(int count, int modulus) {
+  std::vector<uint16_t> tokens(count);
+  for (int i = 0; i < count; ++i) tokens[i] = static_cast<uint16_t>((i * 7919) % modulus);
+  return tokens;
+}
+
+TEST(LoadTokens, LlmcFileRoundTrips) {
+  const std::vector<uint16_t> tokens = Ramp(5000, 50257);
+  const std::string path = WriteFile("round_trip.bin", LlmcBytes(tokens));
+  auto loaded = LoadTokenFile(path, 50304);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->format, TokenFormat::kLlmc);
+  EXPECT_EQ(*loaded->tokens, tokens);
+  EXPECT_EQ(loaded->description, "file " + path + " (llm.c format, 5000 tokens)");
+}
+
+TEST(LoadTokens, DetectsLlmcByContentNotExtension) {
+  const std::vector<uint16_t> tokens = Ramp(100, 300);
+  const std::string path = WriteFile("looks_like_text.txt", LlmcBytes(tokens));
+  auto loaded = LoadTokenFile(path, 300);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->format, TokenFormat::kLlmc);
+  EXPECT_EQ(*loaded->tokens, tokens);
+}
+
+TEST(LoadTokens, TextFileIsItsBytes) {
+  std::string text = "Hello, world!\n";
+  text.push_back('\0');
+  text.push_back(static_cast<char>(0xFF));
+  text.push_back(static_cast<char>(0x80));
+  const std::string path = WriteFile("hello.bin", text);  // extension is irrelevant
+  auto loaded = LoadTokenFile(path, 256);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->format, TokenFormat::kText);
+  ASSERT_EQ(loaded->num_tokens(), static_cast<int64_t>(text.size()));
+  for (size_t i = 0; i < text.size(); ++i) {
+    EXPECT_EQ((*loaded->tokens)[i], static_cast<unsigned char>(text[i])) << i;
+  }
+  EXPECT_EQ(loaded->description, "file " + path + " (text, " + std::to_string(text.size()) +
+                                     " bytes as byte-level tokens)");
+}
+
+TEST(LoadTokens, TextLargerThanOneReadChunk) {
+  std::string text(3 * (1 << 20) + 17, 'a');
+  for (size_t i = 0; i < text.size(); i += 4099) text[i] = static_cast<char>('a' + i % 26);
+  const std::string path = WriteFile("big.txt", text);
+  auto loaded = LoadTokenFile(path, 256);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->num_tokens(), static_cast<int64_t>(text.size()));
+  for (size_t i = 0; i < text.size(); i += 4099) {
+    ASSERT_EQ((*loaded->tokens)[i], static_cast<unsigned char>(text[i])) << i;
+  }
+}
+
+TEST(LoadTokens, ShortFileWithoutMagicIsText) {
+  const std::string path = WriteFile("ab.txt", "ab");
+  auto loaded = LoadTokenFile(path, 256);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->format, TokenFormat::kText);
+  EXPECT_EQ(*loaded->tokens, (std::vector<uint16_t>{'a', 'b'}));
+}
+
+TEST(LoadTokens, EmptyPathMeansEmbeddedCorpus) {
+  DataOptions options;
+  auto loaded = LoadTokens(options, 256);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->format, TokenFormat::kEmbeddedCorpus);
+  EXPECT_GT(loaded->num_tokens(), 100000);
+  EXPECT_EQ(loaded->description,
+            "embedded default corpus (" + std::to_string(loaded->num_tokens()) + " bytes)");
+}
+
+TEST(LoadTokens, OptionsPathLoadsThatFile) {
+  DataOptions options;
+  options.path = WriteFile("options.txt", "some text");
+  auto loaded = LoadTokens(options, 256);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->num_tokens(), 9);
+}
+
+TEST(LoadTokensErrors, MissingFileIsNotFound) {
+  const std::string path = TempPath("no_such_file.bin");
+  auto loaded = LoadTokenFile(path, 256);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kNotFound);
+  ExpectLoadError(path, 256, {path, "not found"});
+}
+
+TEST(LoadTokensErrors, UnreadableFileNamesTheErrno) {
+  const std::string path = TempPath("a_directory");
+  ::mkdir(path.c_str(), 0755);
+  ExpectLoadError(path, 256, {path, "read failed", std::strerror(EISDIR)});
+}
+
+TEST(LoadTokensErrors, EmptyFile) {
+  const std::string path = WriteFile("empty.txt", "");
+  ExpectLoadError(path, 256, {path, "is empty (0 bytes)"});
+}
+
+TEST(LoadTokensErrors, TruncatedLlmcHeader) {
+  const std::string full = LlmcBytes(Ramp(10, 256));
+  const std::string path = WriteFile("short_header.bin", full.substr(0, 100));
+  ExpectLoadError(path, 256, {path, "truncated llm.c header", "only 100 bytes", "1024"});
+  // Even the bare magic is an llm.c file, not text.
+  const std::string magic_only = WriteFile("magic_only.bin", full.substr(0, 4));
+  ExpectLoadError(magic_only, 256, {"truncated llm.c header", "only 4 bytes"});
+}
+
+TEST(LoadTokensErrors, TruncatedLlmcTokens) {
+  const std::string path = WriteFile("short_tokens.bin", LlmcBytes(Ramp(10, 256), 20));
+  ExpectLoadError(path, 256,
+                  {path, "truncated llm.c file", "header says 20 tokens", "only 10 tokens"});
+  auto loaded = LoadTokenFile(path, 256);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss);
+  // An odd trailing byte is not a token either.
+  std::string odd = LlmcBytes(Ramp(10, 256), 11);
+  odd.push_back('\x01');
+  ExpectLoadError(WriteFile("odd_tokens.bin", odd), 256,
+                  {"truncated llm.c file", "header says 11 tokens", "only 10 tokens"});
+}
+
+TEST(LoadTokensErrors, LlmcLongerThanHeaderSays) {
+  const std::string path = WriteFile("long_tokens.bin", LlmcBytes(Ramp(10, 256), 8));
+  ExpectLoadError(
+      path, 256,
+      {path, "longer than its header says", "8 tokens make 1040 bytes", "the file has 1044"});
+}
+
+TEST(LoadTokensErrors, WrongLlmcVersion) {
+  const std::string path = WriteFile("version2.bin", LlmcBytes(Ramp(10, 256), 10, 2));
+  ExpectLoadError(path, 256, {path, "unsupported llm.c version 2"});
+}
+
+TEST(LoadTokensErrors, NegativeOrZeroLlmcCount) {
+  ExpectLoadError(WriteFile("negative.bin", LlmcBytes({}, -5)), 256, {"negative token count -5"});
+  ExpectLoadError(WriteFile("zero.bin", LlmcBytes({}, 0)), 256, {"declares 0 tokens"});
+}
+
+TEST(LoadTokensErrors, OtherMagicIsText) {
+  // A different first int32 is just text bytes, whatever follows.
+  const std::string bytes = LlmcBytes(Ramp(10, 256), 10, 1, kLlmcMagic + 1);
+  auto loaded = LoadTokenFile(WriteFile("other_magic.bin", bytes), 256);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->format, TokenFormat::kText);
+  EXPECT_EQ(loaded->num_tokens(), static_cast<int64_t>(bytes.size()));
+}
+
+TEST(LoadTokensErrors, LlmcIdOutOfVocabNamesPositionAndId) {
+  std::vector<uint16_t> tokens = Ramp(100, 1000);
+  tokens[37] = 1000;
+  const std::string path = WriteFile("out_of_vocab.bin", LlmcBytes(tokens));
+  ExpectLoadError(
+      path, 1000,
+      {path, "token id 1000", "token position 37", "byte offset 1098", "model.vocab = 1000"});
+  EXPECT_EQ(LoadTokenFile(path, 1000).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(LoadTokenFile(path, 1001).ok());
+}
+
+TEST(LoadTokensErrors, TextByteOutOfSmallVocab) {
+  const std::string path = WriteFile("high_byte.txt", std::string("abc\xC3\xA9", 5));
+  ExpectLoadError(path, 128, {path, "token id 195", "byte offset 3", "model.vocab = 128"});
+}
+
+TEST(LoadTokensErrors, BadVocabArgument) {
+  auto loaded = LoadTokenFile(WriteFile("vocab0.txt", "abc"), 0);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("model.vocab must be >= 1"), std::string::npos);
+}
+
+StatusOr<TokenDataset> TextDataset(int num_tokens) {
+  return TokensFromBytes(std::string(num_tokens, 'x'), TokenFormat::kText, "data file 't.txt'",
+                         "t.txt", 256);
+}
+
+TEST(SplitTokens, LastFractionIsValidation) {
+  auto dataset = TextDataset(1000);
+  ASSERT_TRUE(dataset.ok());
+  auto splits = SplitTokens(*dataset, 0.1, 16);
+  ASSERT_TRUE(splits.ok()) << splits.status();
+  EXPECT_EQ(splits->train.begin, 0);
+  EXPECT_EQ(splits->train.end, 900);
+  EXPECT_EQ(splits->validation.begin, 900);
+  EXPECT_EQ(splits->validation.end, 1000);
+  EXPECT_EQ(splits->train.name, "train");
+  EXPECT_EQ(splits->validation.name, "validation");
+  EXPECT_EQ(splits->validation.data(), dataset->tokens->data() + 900);
+}
+
+TEST(SplitTokens, ValidationIsFlooredAndMayBeZero) {
+  auto dataset = TextDataset(1009);
+  ASSERT_TRUE(dataset.ok());
+  auto splits = SplitTokens(*dataset, 0.25, 8);  // 252.25 -> 252
+  ASSERT_TRUE(splits.ok()) << splits.status();
+  EXPECT_EQ(splits->validation.num_tokens(), 252);
+  EXPECT_EQ(splits->train.num_tokens(), 757);
+  auto no_validation = SplitTokens(*dataset, 0.0, 8);
+  ASSERT_TRUE(no_validation.ok()) << no_validation.status();
+  EXPECT_EQ(no_validation->train.num_tokens(), 1009);
+  EXPECT_EQ(no_validation->validation.num_tokens(), 0);
+}
+
+TEST(SplitTokens, EachSplitNeedsOneSequencePlusOne) {
+  auto dataset = TextDataset(100);
+  ASSERT_TRUE(dataset.ok());
+  // 10 validation tokens: exactly seq_len 9 + 1 fits, seq_len 10 does not.
+  EXPECT_TRUE(SplitTokens(*dataset, 0.1, 9).ok());
+  auto small_val = SplitTokens(*dataset, 0.1, 10);
+  ASSERT_FALSE(small_val.ok());
+  const std::string val_message(small_val.status().message());
+  EXPECT_NE(val_message.find("data file 't.txt'"), std::string::npos) << val_message;
+  EXPECT_NE(val_message.find("validation split"), std::string::npos) << val_message;
+  EXPECT_NE(val_message.find("holds 10 tokens"), std::string::npos) << val_message;
+  EXPECT_NE(val_message.find("data.val_fraction"), std::string::npos) << val_message;
+  // 10 train tokens.
+  EXPECT_TRUE(SplitTokens(*dataset, 0.9, 9).ok());
+  auto small_train = SplitTokens(*dataset, 0.9, 10);
+  ASSERT_FALSE(small_train.ok());
+  EXPECT_NE(small_train.status().message().find("train split"), std::string::npos)
+      << small_train.status();
+}
+
+TEST(SplitTokens, TooFewTokensForOneSequence) {
+  const std::string path = WriteFile("tiny.txt", "0123456789");
+  auto dataset = LoadTokenFile(path, 256);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  EXPECT_TRUE(SplitTokens(*dataset, 0.0, 9).ok());
+  auto splits = SplitTokens(*dataset, 0.0, 10);
+  ASSERT_FALSE(splits.ok());
+  const std::string message(splits.status().message());
+  EXPECT_NE(message.find(path), std::string::npos) << message;
+  EXPECT_NE(message.find("too few tokens for one sequence"), std::string::npos) << message;
+  EXPECT_NE(message.find("holds 10 tokens"), std::string::npos) << message;
+  EXPECT_NE(message.find("needs 11"), std::string::npos) << message;
+}
+
+TEST(SplitTokens, RejectsBadArguments) {
+  auto dataset = TextDataset(100);
+  ASSERT_TRUE(dataset.ok());
+  EXPECT_FALSE(SplitTokens(*dataset, 1.0, 4).ok());
+  EXPECT_FALSE(SplitTokens(*dataset, -0.1, 4).ok());
+  EXPECT_FALSE(SplitTokens(*dataset, std::nan(""), 4).ok());
+  EXPECT_FALSE(SplitTokens(*dataset, 0.1, 0).ok());
+  EXPECT_FALSE(SplitTokens(TokenDataset{}, 0.1, 4).ok());
+}
+
+}  // namespace
+}  // namespace strata
