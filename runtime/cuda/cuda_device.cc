@@ -1,0 +1,439 @@
+// CUDA Device: cudaMalloc'd and pinned buffers counted in capped pools, non-blocking
+// streams with sticky errors, timing-free events. See cuda_device.h.
+#include "runtime/cuda/cuda_device.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "runtime/core/logging.h"
+#include "runtime/cuda/cuda_native.h"
+#include "runtime/cuda/cuda_status.h"
+
+namespace strata {
+namespace {
+
+constexpr size_t kAlignment = 4096;
+
+std::string Gpu(int device_id) { return absl::StrCat("GPU ", device_id); }
+
+std::string Address(const void* pointer) { return absl::StrFormat("%p", pointer); }
+
+// Makes `device_id` current on the calling thread: CUDA's current device is per thread,
+// and streams, events and allocations belong to the device that was current.
+Status Activate(int device_id) {
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(device_id), absl::StrCat("selecting ", Gpu(device_id)));
+  return absl::OkStatus();
+}
+
+// Errors in destructors cannot be returned; they are logged once, with their context.
+void LogIfError(const Status& status) {
+  if (!status.ok()) spdlog::error("{}", status.ToString());
+}
+
+struct StreamDeleter {
+  int device_id;
+  void operator()(cudaStream_t stream) const {
+    LogIfError(Activate(device_id));
+    LogIfError(CUDA_STATUS(cudaStreamDestroy(stream),
+                           absl::StrCat("destroying a stream of ", Gpu(device_id))));
+  }
+};
+using StreamHandle = std::unique_ptr<CUstream_st, StreamDeleter>;
+
+struct EventDeleter {
+  int device_id;
+  void operator()(cudaEvent_t event) const {
+    LogIfError(Activate(device_id));
+    LogIfError(CUDA_STATUS(cudaEventDestroy(event),
+                           absl::StrCat("destroying an event of ", Gpu(device_id))));
+  }
+};
+using EventHandle = std::unique_ptr<CUevent_st, EventDeleter>;
+
+class CudaStream : public Stream {
+ public:
+  CudaStream(int device_id, std::string name, StreamHandle handle)
+      : device_id_(device_id), name_(std::move(name)), handle_(std::move(handle)) {}
+
+  // Drains first: pending host functions point at this object.
+  ~CudaStream() override {
+    LogIfError(Activate(device_id_));
+    LogIfError(CUDA_STATUS(cudaStreamSynchronize(handle_.get()), Where("draining")));
+  }
+
+  void EnqueueHost(std::function<Status()> work) override {
+    auto item = std::make_unique<HostWork>(HostWork{this, std::move(work)});
+    Status launched = Activate(device_id_);
+    if (launched.ok()) {
+      launched = CUDA_STATUS(cudaLaunchHostFunc(handle_.get(), &RunHostWork, item.get()),
+                             absl::StrCat("enqueueing host work on ", Gpu(device_id_)));
+    }
+    if (launched.ok()) {
+      item.release();  // RunHostWork owns it now
+    } else {
+      RecordError(launched);
+    }
+  }
+
+  Status Synchronize() override {
+    Status synced = Activate(device_id_);
+    if (synced.ok()) {
+      synced = CUDA_STATUS(cudaStreamSynchronize(handle_.get()),
+                           absl::StrCat("synchronizing on ", Gpu(device_id_)));
+    }
+    if (!synced.ok()) RecordError(synced);
+    std::lock_guard<std::mutex> lock(mutex_);
+    return first_error_;
+  }
+
+  const std::string& name() const override { return name_; }
+  cudaStream_t native() const { return handle_.get(); }
+  int device_id() const { return device_id_; }
+
+  // "<what> on stream 'copy' of GPU 0", the context of this stream's CUDA calls.
+  std::string Where(const std::string& what) const {
+    return absl::StrCat(what, " on stream '", name_, "' of ", Gpu(device_id_));
+  }
+
+  // Keeps the first error; later ones are dropped (the first is the cause).
+  void RecordError(const Status& status) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (first_error_.ok()) first_error_ = Annotate(status, absl::StrCat("stream '", name_, "'"));
+  }
+
+ private:
+  struct HostWork {
+    CudaStream* stream;
+    std::function<Status()> work;
+  };
+
+  // Runs on a CUDA-owned thread, in stream order. Must not call CUDA.
+  static void CUDART_CB RunHostWork(void* data) {
+    std::unique_ptr<HostWork> item(static_cast<HostWork*>(data));
+    CudaStream& stream = *item->stream;
+    {
+      std::lock_guard<std::mutex> lock(stream.mutex_);
+      if (!stream.first_error_.ok()) return;  // sticky: skip later host work
+    }
+    Status status = item->work();
+    if (!status.ok()) stream.RecordError(status);
+  }
+
+  const int device_id_;
+  const std::string name_;
+  std::mutex mutex_;
+  Status first_error_;
+  StreamHandle handle_;  // last: destroyed first, after the destructor's drain
+};
+
+class CudaEvent : public Event {
+ public:
+  CudaEvent(int device_id, EventHandle handle)
+      : device_id_(device_id), handle_(std::move(handle)) {}
+
+  Status Synchronize() override {
+    RETURN_IF_ERROR(Activate(device_id_));
+    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(handle_.get()),
+                         absl::StrCat("waiting for an event of ", Gpu(device_id_)));
+    return absl::OkStatus();
+  }
+
+  // An error also answers true, so that a caller polling Query goes on to Synchronize,
+  // which returns the error, instead of polling forever.
+  bool Query() override {
+    if (!Activate(device_id_).ok()) return true;
+    return cudaEventQuery(handle_.get()) != cudaErrorNotReady;
+  }
+
+  cudaEvent_t native() const { return handle_.get(); }
+  int device_id() const { return device_id_; }
+
+ private:
+  const int device_id_;
+  EventHandle handle_;
+};
+
+// One allocation: `data` (4 KiB-aligned) inside the block that starts at `base`.
+struct Block {
+  void* base = nullptr;
+  void* data = nullptr;
+};
+
+bool IsAligned(const void* pointer) {
+  return reinterpret_cast<uintptr_t>(pointer) % kAlignment == 0;
+}
+
+void* AlignUp(void* pointer) {
+  uintptr_t address = reinterpret_cast<uintptr_t>(pointer);
+  return reinterpret_cast<void*>((address + kAlignment - 1) / kAlignment * kAlignment);
+}
+
+class CudaDevice : public Device {
+ public:
+  CudaDevice(int device_id, const CudaDeviceOptions& options, uint64_t device_capacity_bytes,
+             std::string description)
+      : device_id_(device_id),
+        device_pool_(Tier::kDevice, device_capacity_bytes, "device.memory_limit"),
+        host_pool_(Tier::kHost, options.host_memory_bytes, "tiers.host_memory_limit"),
+        description_(std::move(description)) {}
+
+  StatusOr<Buffer> Allocate(Tier tier, StateKind kind, size_t bytes,
+                            const std::string& what) override {
+    MemoryPool& target = pool(tier);
+    RETURN_IF_ERROR(target.Reserve(kind, bytes, what));
+    const std::string context =
+        absl::StrCat("allocating ", FormatBytes(bytes), " (", bytes, " bytes) for ", what,
+                     " on the ", TierName(tier), " tier of ", Gpu(device_id_));
+    StatusOr<Block> block =
+        tier == Tier::kDevice ? AllocateDevice(bytes, context) : AllocateHost(bytes, context);
+    if (!block.ok()) {
+      target.Release(kind, bytes);
+      return block.status();
+    }
+    const int device_id = device_id_;
+    void* base = block->base;
+    Buffer::Deleter deleter;
+    if (tier == Tier::kDevice) {
+      deleter = [device_id, base](void*, size_t freed_bytes) {
+        LogIfError(Activate(device_id));
+        LogIfError(CUDA_STATUS(cudaFree(base), absl::StrCat("freeing ", freed_bytes,
+                                                            " device bytes of ", Gpu(device_id))));
+      };
+    } else {
+      deleter = [device_id, base](void*, size_t freed_bytes) {
+        LogIfError(CUDA_STATUS(
+            cudaFreeHost(base),
+            absl::StrCat("freeing ", freed_bytes, " pinned bytes of ", Gpu(device_id))));
+      };
+    }
+    return Buffer(block->data, bytes, tier, kind, &target, std::move(deleter));
+  }
+
+  StatusOr<std::unique_ptr<Stream>> CreateStream(const std::string& name) override {
+    RETURN_IF_ERROR(Activate(device_id_));
+    cudaStream_t stream = nullptr;
+    // Non-blocking: no implicit synchronisation with the legacy default stream, so copy
+    // and compute streams overlap only as events say.
+    CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                         absl::StrCat("creating stream '", name, "' on ", Gpu(device_id_)));
+    return std::unique_ptr<Stream>(
+        new CudaStream(device_id_, name, StreamHandle(stream, StreamDeleter{device_id_})));
+  }
+
+  StatusOr<std::unique_ptr<Event>> CreateEvent() override {
+    RETURN_IF_ERROR(Activate(device_id_));
+    cudaEvent_t event = nullptr;
+    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                         absl::StrCat("creating an event on ", Gpu(device_id_)));
+    return std::unique_ptr<Event>(
+        new CudaEvent(device_id_, EventHandle(event, EventDeleter{device_id_})));
+  }
+
+  Status Record(Event& event, Stream& stream) override {
+    ASSIGN_OR_RETURN(CudaEvent * cuda_event, Mine(event));
+    ASSIGN_OR_RETURN(CudaStream * cuda_stream, Mine(stream));
+    RETURN_IF_ERROR(Activate(device_id_));
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(cuda_event->native(), cuda_stream->native()),
+                         cuda_stream->Where("recording an event"));
+    return absl::OkStatus();
+  }
+
+  Status Wait(Stream& stream, Event& event) override {
+    ASSIGN_OR_RETURN(CudaEvent * cuda_event, Mine(event));
+    ASSIGN_OR_RETURN(CudaStream * cuda_stream, Mine(stream));
+    RETURN_IF_ERROR(Activate(device_id_));
+    // An event never recorded counts as complete, as on the CPU backend.
+    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(cuda_stream->native(), cuda_event->native(), 0),
+                         cuda_stream->Where("waiting for an event"));
+    return absl::OkStatus();
+  }
+
+  Status CopyAsync(void* dst, const void* src, size_t bytes, Stream& stream) override {
+    if (bytes == 0) return absl::OkStatus();
+    ASSIGN_OR_RETURN(CudaStream * cuda_stream, Mine(stream));
+    RETURN_IF_ERROR(Activate(device_id_));
+    // cudaMemcpyDefault: unified addressing tells the direction from the pointers.
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_stream->native()),
+        cuda_stream->Where(absl::StrCat("copying ", FormatBytes(bytes), " (", bytes,
+                                        " bytes) from ", Address(src), " to ", Address(dst))));
+    return absl::OkStatus();
+  }
+
+  Status MemsetAsync(void* dst, int value, size_t bytes, Stream& stream) override {
+    if (bytes == 0) return absl::OkStatus();
+    ASSIGN_OR_RETURN(CudaStream * cuda_stream, Mine(stream));
+    RETURN_IF_ERROR(Activate(device_id_));
+    const std::string context = cuda_stream->Where(absl::StrCat(
+        "setting ", FormatBytes(bytes), " (", bytes, " bytes) at ", Address(dst), " to ", value));
+    cudaPointerAttributes attributes{};
+    CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&attributes, dst), context);
+    if (attributes.type == cudaMemoryTypeDevice) {
+      CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dst, value, bytes, cuda_stream->native()), context);
+      return absl::OkStatus();
+    }
+    // Host memory (pinned or not): cudaMemsetAsync only writes device memory, so the
+    // memset runs as host work, in order with the stream.
+    stream.EnqueueHost([dst, value, bytes] {
+      std::memset(dst, value, bytes);
+      return absl::OkStatus();
+    });
+    return absl::OkStatus();
+  }
+
+  MemoryPool& pool(Tier tier) override { return tier == Tier::kDevice ? device_pool_ : host_pool_; }
+
+  std::string Describe() const override { return description_; }
+
+  int device_id() const { return device_id_; }
+
+ private:
+  // cudaMalloc guarantees 256-byte alignment; small blocks come out of shared 2 MiB pages
+  // at finer steps. A block that misses 4 KiB is retried once with room to align inside.
+  StatusOr<Block> AllocateDevice(size_t bytes, const std::string& context) {
+    RETURN_IF_ERROR(Activate(device_id_));
+    const size_t rounded = std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+    void* base = nullptr;
+    Status status = CUDA_STATUS(cudaMalloc(&base, rounded), context);
+    if (status.ok() && IsAligned(base)) return Block{base, base};
+    if (status.ok()) {
+      RETURN_IF_ERROR(CUDA_STATUS(cudaFree(base), context));
+      status = CUDA_STATUS(cudaMalloc(&base, rounded + kAlignment), context);
+      if (status.ok()) return Block{base, AlignUp(base)};
+    }
+    return WithFreeMemory(status);
+  }
+
+  // Exactly `bytes`: pinned memory is scarce and the host tier's accounting is exact.
+  // cudaHostAlloc returns page-aligned blocks; a misaligned one is retried with room.
+  StatusOr<Block> AllocateHost(size_t bytes, const std::string& context) {
+    RETURN_IF_ERROR(Activate(device_id_));
+    const size_t exact = bytes == 0 ? 1 : bytes;  // a zero-byte buffer is still non-empty
+    void* base = nullptr;
+    CUDA_RETURN_IF_ERROR(cudaHostAlloc(&base, exact, cudaHostAllocDefault), context);
+    if (IsAligned(base)) return Block{base, base};
+    RETURN_IF_ERROR(CUDA_STATUS(cudaFreeHost(base), context));
+    CUDA_RETURN_IF_ERROR(cudaHostAlloc(&base, exact + kAlignment, cudaHostAllocDefault), context);
+    return Block{base, AlignUp(base)};
+  }
+
+  // Adds what the GPU has free to an out-of-memory error: another process, or
+  // fragmentation, can leave less than the pool believes.
+  Status WithFreeMemory(const Status& status) {
+    if (status.code() != absl::StatusCode::kResourceExhausted) return status;
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return status;
+    return Status(
+        status.code(),
+        absl::StrCat(status.message(), "; ", Gpu(device_id_), " has ", FormatBytes(free_bytes),
+                     " free of ", FormatBytes(total_bytes),
+                     " (device tier: ", FormatBytes(device_pool_.Stats().current_bytes),
+                     " in use of ", FormatBytes(device_pool_.Stats().capacity_bytes), ")"));
+  }
+
+  StatusOr<CudaStream*> Mine(Stream& stream) {
+    auto* cuda_stream = dynamic_cast<CudaStream*>(&stream);
+    if (cuda_stream == nullptr || cuda_stream->device_id() != device_id_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stream '", stream.name(), "' was not made by the CUDA device of ", Gpu(device_id_)));
+    }
+    return cuda_stream;
+  }
+
+  StatusOr<CudaEvent*> Mine(Event& event) {
+    auto* cuda_event = dynamic_cast<CudaEvent*>(&event);
+    if (cuda_event == nullptr || cuda_event->device_id() != device_id_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("an event was not made by the CUDA device of ", Gpu(device_id_)));
+    }
+    return cuda_event;
+  }
+
+  const int device_id_;
+  MemoryPool device_pool_;
+  MemoryPool host_pool_;
+  const std::string description_;
+};
+
+}  // namespace
+
+StatusOr<int> CudaDeviceCount() {
+  int count = 0;
+  cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    return CudaStatus(error, "cudaGetDeviceCount(&count)", __FILE__, __LINE__, "counting GPUs");
+  }
+  return count;
+}
+
+bool BuiltWithCuda() { return true; }
+
+StatusOr<std::unique_ptr<Device>> CreateCudaDevice(const CudaDeviceOptions& options) {
+  if (options.local_rank < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("local rank must be >= 0 to select a GPU, got ", options.local_rank));
+  }
+  const std::string selecting = absl::StrCat("selecting a GPU for local rank ", options.local_rank);
+  StatusOr<int> count = CudaDeviceCount();
+  if (!count.ok()) return Annotate(count.status(), selecting);
+  if (*count == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        selecting, ": no GPU is visible (cudaGetDeviceCount = 0; check CUDA_VISIBLE_DEVICES)"));
+  }
+  const int device_id = options.local_rank % *count;
+  RETURN_IF_ERROR(Annotate(Activate(device_id), selecting));
+
+  cudaDeviceProp properties{};
+  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&properties, device_id),
+                       absl::StrCat("reading the properties of ", Gpu(device_id)));
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes),
+                       absl::StrCat("reading the free memory of ", Gpu(device_id)));
+
+  const uint64_t capacity_bytes = std::min<uint64_t>(options.device_memory_bytes, free_bytes);
+  std::string description =
+      absl::StrCat("cuda:", device_id, " (", properties.name, ", sm_", properties.major,
+                   properties.minor, ", ", FormatBytes(total_bytes), ", ", FormatBytes(free_bytes),
+                   " free; local rank ", options.local_rank, " of ", *count,
+                   " GPUs) with the device tier capped at ", FormatBytes(capacity_bytes));
+  if (capacity_bytes < options.device_memory_bytes) {
+    absl::StrAppend(&description, " (device.memory_limit ",
+                    FormatBytes(options.device_memory_bytes), " clipped to the GPU's free memory)");
+  } else {
+    absl::StrAppend(&description, " (device.memory_limit)");
+  }
+  return std::unique_ptr<Device>(
+      new CudaDevice(device_id, options, capacity_bytes, std::move(description)));
+}
+
+StatusOr<cudaStream_t> NativeStream(Stream& stream) {
+  auto* cuda_stream = dynamic_cast<CudaStream*>(&stream);
+  if (cuda_stream == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stream '", stream.name(), "' is not a CUDA stream"));
+  }
+  return cuda_stream->native();
+}
+
+StatusOr<cudaEvent_t> NativeEvent(Event& event) {
+  auto* cuda_event = dynamic_cast<CudaEvent*>(&event);
+  if (cuda_event == nullptr) return absl::InvalidArgumentError("the event is not a CUDA event");
+  return cuda_event->native();
+}
+
+StatusOr<int> NativeDeviceId(Device& device) {
+  auto* cuda_device = dynamic_cast<CudaDevice*>(&device);
+  if (cuda_device == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device ", device.Describe(), " is not a CUDA device"));
+  }
+  return cuda_device->device_id();
+}
+
+}  // namespace strata

@@ -1,0 +1,59 @@
+// The CUDA backend's Device (runtime/core/device.h) on one GPU of this node.
+// - Device tier: cudaMalloc'd buffers, accounted in a MemoryPool whose capacity is
+//   device.memory_limit clipped to the GPU's free memory when the device is created.
+//   Buffers are 4 KiB-aligned. No managed memory.
+// - Host tier: pinned buffers from cudaHostAlloc of exactly the bytes asked (never rounded
+//   up to a size class), accounted against tiers.host_memory_limit.
+// - Stream: a non-blocking cudaStream_t. EnqueueHost runs its function through
+//   cudaLaunchHostFunc, in order with the stream's copies and kernels; the first non-OK
+//   Status (or CUDA error seen at Synchronize) is sticky and Synchronize returns it. Host
+//   work after an error is skipped; device work (copies, kernels) cannot be skipped and
+//   still runs. A host function must not call CUDA (CUDA forbids it), blocks
+//   its stream while it runs, and may share one CUDA thread with other streams' host
+//   functions: it must not wait for host work of another stream.
+// - Event: a cudaEvent_t without timing; Record/Wait are cudaEventRecord/cudaStreamWaitEvent.
+// - CopyAsync is cudaMemcpyAsync(cudaMemcpyDefault) between any two tiers; MemsetAsync is
+//   cudaMemsetAsync on device memory and an in-order host function on host memory.
+// Every CUDA call is checked where it is made; errors name the call, file:line, GPU and
+// bytes (cuda_status.h).
+// Thread-safety: as Device. Every method sets this device current on the calling thread
+// first, so any host thread may use it. Buffers, streams and events must not outlive the
+// Device; a stream drains its work before it is destroyed.
+//
+// This header builds everywhere; where strata is built without CUDA (no toolkit, or
+// --config=nocuda) CreateCudaDevice and CudaDeviceCount return kUnavailable.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "runtime/core/device.h"
+#include "runtime/core/status.h"
+
+namespace strata {
+
+struct CudaDeviceOptions {
+  // This process's rank among the ranks on this node (OMPI_COMMAND_WORLD_LOCAL_RANK under
+  // mpirun). The GPU used is local_rank % (number of visible GPUs), so ranks spread over
+  // the GPUs and several ranks may share one when there are more ranks than GPUs.
+  int local_rank = 0;
+  // device.memory_limit: device-tier capacity. Clipped to the GPU's free memory at
+  // creation (Describe() says when), so a pool never promises memory the card lacks.
+  uint64_t device_memory_bytes = 8ull << 30;
+  // tiers.host_memory_limit: pinned host-tier capacity.
+  uint64_t host_memory_bytes = ~0ull >> 1;
+};
+
+// Selects the GPU, checks it and creates the device. Fails (kUnavailable) when no GPU is
+// usable, with CUDA's reason (e.g. "CUDA driver version is insufficient for CUDA runtime
+// version"), and (kInvalidArgument) for a negative local_rank.
+StatusOr<std::unique_ptr<Device>> CreateCudaDevice(const CudaDeviceOptions& options);
+
+// The number of GPUs CUDA can use, or why none: the error of cudaGetDeviceCount, or
+// kUnavailable where strata was built without CUDA. Tests probe this to skip.
+StatusOr<int> CudaDeviceCount();
+
+// True where strata was compiled with CUDA (the toolkit was found at build time).
+bool BuiltWithCuda();
+
+}  // namespace strata
