@@ -1,0 +1,41 @@
+// CPU causal multi-head self-attention: a plain reference (the specification, which
+// materialises softmax rows and, in the backward, the full [T,T] probability matrix of a
+// head) and a fast, memory-efficient version in the style of flash attention: the forward
+// keeps nothing but the per-row log-sum-exp `stats`, and the backward recomputes the
+// probabilities from q, k and stats. The template parameter `Storage` is float or bf16
+// (named so because T is the sequence length here); arithmetic is fp32.
+//
+// Shapes as kernels/ops.h: qkv [B,T,3C] = (q | k | v), head h uses channels
+// [h*hs, (h+1)*hs) of each, hs = C/NH (C % NH == 0), scale 1/sqrt(hs); out and dout
+// [B,T,C]; stats [B,NH,T] fp32 with stats = log(sum_{j<=i} exp(scale * q_i.k_j)), so the
+// probabilities are p_ij = exp(scale * q_i.k_j - stats_i) for j <= i and 0 above.
+// Backward ACCUMULATES (+=) into dqkv; each element gets its full fp32 gradient added to
+// the stored value once. The reference backward recomputes everything from qkv and does not
+// read `out` or `stats`; the fast one needs both (D_i = dout_i . out_i replaces a row sum
+// over the [T,T] matrix).
+// The fast forward runs (batch, head, 32-row block) tasks in parallel; the fast backward
+// runs (batch, head) tasks, each owning its head's slice of dqkv (so no two threads write
+// the same element, and the result does not depend on the thread count). Scratch per
+// thread: O(T * hs) floats.
+// Thread-safety: reentrant; fast versions run an OpenMP region on the calling thread's pool.
+#pragma once
+
+#include "runtime/core/dtype.h"
+
+namespace strata::cpu {
+
+template <typename Storage>
+void AttentionForwardReference(Storage* out, float* stats, const Storage* qkv, int B, int T, int C,
+                               int NH);
+template <typename Storage>
+void AttentionForward(Storage* out, float* stats, const Storage* qkv, int B, int T, int C, int NH);
+
+template <typename Storage>
+void AttentionBackwardReference(Storage* dqkv, const Storage* dout, const Storage* qkv,
+                                const Storage* out, const float* stats, int B, int T, int C,
+                                int NH);
+template <typename Storage>
+void AttentionBackward(Storage* dqkv, const Storage* dout, const Storage* qkv, const Storage* out,
+                       const float* stats, int B, int T, int C, int NH);
+
+}  // namespace strata::cpu

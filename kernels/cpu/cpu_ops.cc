@@ -1,0 +1,255 @@
+// CpuOps: checks sizes on the calling thread, then enqueues a closure that sets the OpenMP
+// thread count on the stream's worker thread, casts the void* arguments to the compute dtype
+// and runs the fast kernel. The closure captures everything by value (pointers, sizes,
+// AdamParams), so the caller's arguments need not outlive the call; the buffers must.
+// Thread-safety: see cpu_ops.h.
+#include "kernels/cpu/cpu_ops.h"
+
+#include <omp.h>
+
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "kernels/cpu/adamw.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/encoder.h"
+#include "kernels/cpu/layernorm.h"
+#include "kernels/cpu/matmul.h"
+
+namespace strata {
+namespace {
+
+// Fails naming the op and every negative size.
+Status CheckNonNegative(const char* op, std::initializer_list<std::pair<const char*, long>> sizes) {
+  std::string problems;
+  for (const auto& [name, value] : sizes) {
+    if (value < 0) absl::StrAppend(&problems, problems.empty() ? "" : ", ", name, "=", value);
+  }
+  if (problems.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": negative size ", problems));
+}
+
+// Fails naming the op and every null pointer that the op needs.
+Status CheckNotNull(const char* op,
+                    std::initializer_list<std::pair<const char*, const void*>> ptrs) {
+  std::string problems;
+  for (const auto& [name, pointer] : ptrs) {
+    if (pointer == nullptr) absl::StrAppend(&problems, problems.empty() ? "" : ", ", name);
+  }
+  if (problems.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": null pointer ", problems));
+}
+
+template <typename T>
+T* As(void* p) {
+  return static_cast<T*>(p);
+}
+template <typename T>
+const T* As(const void* p) {
+  return static_cast<const T*>(p);
+}
+
+class CpuOps : public Ops {
+ public:
+  CpuOps(DType dtype, int threads)
+      : dtype_(dtype), threads_(threads > 0 ? threads : omp_get_num_procs()) {}
+
+  DType dtype() const override { return dtype_; }
+
+  Status EncoderForward(Stream& s, void* out, const int32_t* tokens, const void* wte,
+                        const void* wpe, int B, int T, int C) override {
+    RETURN_IF_ERROR(CheckNonNegative("EncoderForward", {{"B", B}, {"T", T}, {"C", C}}));
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::EncoderForward(As<S>(out), tokens, As<S>(wte), As<S>(wpe), B, T, C);
+    });
+  }
+
+  Status EncoderBackward(Stream& s, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
+                         int B, int T, int C) override {
+    RETURN_IF_ERROR(CheckNonNegative("EncoderBackward", {{"B", B}, {"T", T}, {"C", C}}));
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::EncoderBackward(As<S>(dwte), As<S>(dwpe), As<S>(dout), tokens, B, T, C);
+    });
+  }
+
+  Status LayerNormForward(Stream& s, void* out, float* mean, float* rstd, const void* inp,
+                          const void* weight, const void* bias, int N, int C) override {
+    RETURN_IF_ERROR(CheckNonNegative("LayerNormForward", {{"N", N}, {"C", C}}));
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::LayerNormForward(As<S>(out), mean, rstd, As<S>(inp), As<S>(weight), As<S>(bias), N, C);
+    });
+  }
+
+  Status LayerNormBackward(Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
+                           const void* inp, const void* weight, const float* mean,
+                           const float* rstd, int N, int C) override {
+    RETURN_IF_ERROR(CheckNonNegative("LayerNormBackward", {{"N", N}, {"C", C}}));
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::LayerNormBackward(As<S>(dinp), As<S>(dweight), As<S>(dbias), As<S>(dout), As<S>(inp),
+                             As<S>(weight), mean, rstd, N, C);
+    });
+  }
+
+  Status MatmulForward(Stream& s, void* out, const void* inp, const void* weight, const void* bias,
+                       int N, int C, int OC) override {
+    RETURN_IF_ERROR(CheckNonNegative("MatmulForward", {{"N", N}, {"C", C}, {"OC", OC}}));
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::MatmulForward(As<S>(out), As<S>(inp), As<S>(weight), As<S>(bias), N, C, OC);
+    });
+  }
+
+  Status MatmulBackward(Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
+                        const void* inp, const void* weight, int N, int C, int OC) override {
+    RETURN_IF_ERROR(CheckNonNegative("MatmulBackward", {{"N", N}, {"C", C}, {"OC", OC}}));
+    RETURN_IF_ERROR(CheckNotNull("MatmulBackward", {{"dweight", dweight}}));
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::MatmulBackward(As<S>(dinp), As<S>(dweight), As<S>(dbias), As<S>(dout), As<S>(inp),
+                          As<S>(weight), N, C, OC);
+    });
+  }
+
+  Status AttentionForward(Stream& s, void* out, float* stats, const void* qkv, int B, int T, int C,
+                          int NH) override {
+    RETURN_IF_ERROR(CheckAttentionShape("AttentionForward", B, T, C, NH));
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::AttentionForward(As<S>(out), stats, As<S>(qkv), B, T, C, NH);
+    });
+  }
+
+  Status AttentionBackward(Stream& s, void* dqkv, const void* dout, const void* qkv,
+                           const void* out, const float* stats, int B, int T, int C,
+                           int NH) override {
+    RETURN_IF_ERROR(CheckAttentionShape("AttentionBackward", B, T, C, NH));
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::AttentionBackward(As<S>(dqkv), As<S>(dout), As<S>(qkv), As<S>(out), stats, B, T, C, NH);
+    });
+  }
+
+  Status GeluForward(Stream& s, void* out, const void* inp, size_t n) override {
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::GeluForward(As<S>(out), As<S>(inp), n);
+    });
+  }
+
+  Status GeluBackward(Stream& s, void* dinp, const void* inp, const void* dout, size_t n) override {
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::GeluBackward(As<S>(dinp), As<S>(inp), As<S>(dout), n);
+    });
+  }
+
+  Status Add(Stream& s, void* out, const void* a, const void* b, size_t n) override {
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::Add(As<S>(out), As<S>(a), As<S>(b), n);
+    });
+  }
+
+  Status Accumulate(Stream& s, void* dst, const void* src, size_t n) override {
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::Accumulate(As<S>(dst), As<S>(src), n);
+    });
+  }
+
+  Status SoftmaxCrossEntropy(Stream& s, float* losses, void* logits, const int32_t* targets, int N,
+                             int V, float dloss) override {
+    RETURN_IF_ERROR(CheckNonNegative("SoftmaxCrossEntropy", {{"N", N}, {"V", V}}));
+    if (N > 0 && V == 0) {
+      return absl::InvalidArgumentError("SoftmaxCrossEntropy: V=0 (no classes) with N > 0");
+    }
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::SoftmaxCrossEntropy(losses, As<S>(logits), targets, N, V, dloss);
+    });
+  }
+
+  Status AccumulateToFloat(Stream& s, float* dst, const void* src, size_t n) override {
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::AccumulateToFloat(dst, As<S>(src), n);
+    });
+  }
+
+  Status CastFromFloat(Stream& s, void* dst, const float* src, size_t n) override {
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::CastFromFloat(As<S>(dst), src, n);
+    });
+  }
+
+  Status CastToFloat(Stream& s, float* dst, const void* src, size_t n) override {
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::CastToFloat(dst, As<S>(src), n);
+    });
+  }
+
+  Status SumSquares(Stream& s, float* result, const float* x, size_t n) override {
+    RETURN_IF_ERROR(CheckNotNull("SumSquares", {{"result", result}}));
+    return Launch(s, [=](auto) { cpu::SumSquares(result, x, n); });
+  }
+
+  Status AdamW(Stream& s, void* param, float* master, const float* grad, float* m, float* v,
+               size_t n, const AdamParams& hp) override {
+    if (hp.step < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("AdamW: step=", hp.step, " (1-based, for bias correction)"));
+    }
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::AdamW(As<S>(param), master, grad, m, v, n, hp);
+    });
+  }
+
+ private:
+  static Status CheckAttentionShape(const char* op, int B, int T, int C, int NH) {
+    RETURN_IF_ERROR(CheckNonNegative(op, {{"B", B}, {"T", T}, {"C", C}}));
+    if (NH <= 0 || C % NH != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": C=", C, " must be a positive multiple of NH=", NH));
+    }
+    return absl::OkStatus();
+  }
+
+  // Enqueues kernel(tag) with a value of the compute dtype as tag (float or bf16).
+  template <typename Kernel>
+  Status Launch(Stream& stream, Kernel kernel) const {
+    const DType dtype = dtype_;
+    const int threads = threads_;
+    stream.EnqueueHost([dtype, threads, kernel]() -> Status {
+      omp_set_num_threads(threads);  // per calling thread: the stream's worker
+      if (dtype == DType::kF32) {
+        kernel(float{});
+      } else {
+        kernel(bf16{});
+      }
+      return absl::OkStatus();
+    });
+    return absl::OkStatus();
+  }
+
+  const DType dtype_;
+  const int threads_;
+};
+
+}  // namespace
+
+std::unique_ptr<Ops> CreateCpuOps(DType dtype, int threads) {
+  return std::make_unique<CpuOps>(dtype, threads);
+}
+
+}  // namespace strata

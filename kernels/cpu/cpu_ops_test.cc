@@ -1,0 +1,320 @@
+// CpuOps through the Ops interface on a CPU device's stream, for both compute dtypes: a few
+// ops (encoder, layernorm forward/backward, matmul forward, attention forward/backward, GELU,
+// softmax + cross-entropy, AdamW, casts, sum of squares) give what the reference kernels give
+// when called directly; calls only enqueue (nothing changes before Synchronize); the
+// configured OpenMP thread count is in force on the stream's thread; bad sizes are
+// rejected before anything is enqueued.
+//
+// Tolerances, |got - ref| <= atol + rtol * |ref| elementwise, as the kernels' own tests:
+// float atol 1e-4, rtol 1e-4 (matmul via oneDNN: rtol 1e-4 over C = 67 products); bf16
+// atol 2e-3, rtol 1e-2 (one bf16 ulp is at most 2^-7 relative, plus fp32 differences).
+#include "kernels/cpu/cpu_ops.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/adamw.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/encoder.h"
+#include "kernels/cpu/layernorm.h"
+#include "kernels/cpu/matmul.h"
+#include "runtime/core/cpu_device.h"
+
+namespace strata {
+namespace {
+
+std::vector<float> RandomFloats(size_t n, float low, float high, uint32_t seed) {
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<float> distribution(low, high);
+  std::vector<float> values(n);
+  for (float& value : values) value = distribution(generator);
+  return values;
+}
+
+template <typename T>
+std::vector<T> ToStorage(const std::vector<float>& values) {
+  std::vector<T> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) Store(&out[i], values[i]);
+  return out;
+}
+
+template <typename T>
+std::vector<float> ToFloats(const T* values, size_t n) {
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = Load(values + i);
+  return out;
+}
+
+// Elementwise |got - ref| <= atol + rtol * |ref|; reports the first few mismatches.
+void ExpectAllClose(const std::vector<float>& got, const std::vector<float>& ref, float atol,
+                    float rtol, const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  int mismatches = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const float limit = atol + rtol * std::fabs(ref[i]);
+    if (!(std::fabs(got[i] - ref[i]) <= limit)) {
+      if (++mismatches <= 5) {
+        ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", expected " << ref[i]
+                      << " (limit " << limit << ")";
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << what << ": " << mismatches << " of " << got.size();
+}
+
+template <typename T>
+struct DTypeOf;
+template <>
+struct DTypeOf<float> {
+  static constexpr DType kValue = DType::kF32;
+  static constexpr float kAtol = 1e-4f, kRtol = 1e-4f;
+};
+template <>
+struct DTypeOf<bf16> {
+  static constexpr DType kValue = DType::kBF16;
+  static constexpr float kAtol = 2e-3f, kRtol = 1e-2f;
+};
+
+template <typename T>
+class CpuOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    device_ = CreateCpuDevice(CpuDeviceOptions{});
+    auto stream = device_->CreateStream("compute");
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    stream_ = std::move(stream).value();
+    ops_ = CreateCpuOps(DTypeOf<T>::kValue, 3);
+    ASSERT_EQ(ops_->dtype(), DTypeOf<T>::kValue);
+  }
+
+  // Device-tier copy of `values`; the buffer is kept alive until the test ends.
+  template <typename E>
+  E* Upload(const std::vector<E>& values) {
+    auto buffer = device_->Allocate(Tier::kDevice, StateKind::kActivations,
+                                    values.size() * sizeof(E), "test buffer");
+    EXPECT_TRUE(buffer.ok()) << buffer.status();
+    buffers_.push_back(std::move(buffer).value());
+    E* data = buffers_.back().template as<E>();
+    if (!values.empty()) std::memcpy(data, values.data(), values.size() * sizeof(E));
+    return data;
+  }
+
+  void Expect(const T* got, const std::vector<T>& ref, const std::string& what) {
+    ExpectAllClose(ToFloats(got, ref.size()), ToFloats(ref.data(), ref.size()), DTypeOf<T>::kAtol,
+                   DTypeOf<T>::kRtol, what);
+  }
+
+  void Sync() { ASSERT_TRUE(stream_->Synchronize().ok()); }
+
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<Ops> ops_;
+  std::vector<Buffer> buffers_;
+};
+using StorageTypes = ::testing::Types<float, bf16>;
+TYPED_TEST_SUITE(CpuOpsTest, StorageTypes);
+
+TYPED_TEST(CpuOpsTest, EncoderAndLayerNormMatchReferences) {
+  using T = TypeParam;
+  const int B = 2, T_len = 7, C = 13, V = 5, N = B * T_len;
+  std::vector<int32_t> tokens(N);
+  for (int i = 0; i < N; ++i) tokens[i] = (i * 3) % V;
+  const std::vector<T> wte = ToStorage<T>(RandomFloats(size_t(V) * C, -1, 1, 1));
+  const std::vector<T> wpe = ToStorage<T>(RandomFloats(size_t(T_len) * C, -1, 1, 2));
+  const std::vector<T> weight = ToStorage<T>(RandomFloats(C, 0.5f, 1.5f, 3));
+  const std::vector<T> bias = ToStorage<T>(RandomFloats(C, -0.5f, 0.5f, 4));
+  const std::vector<T> dout = ToStorage<T>(RandomFloats(size_t(N) * C, -1, 1, 5));
+
+  T* d_embedded = this->Upload(std::vector<T>(size_t(N) * C));
+  T* d_normed = this->Upload(std::vector<T>(size_t(N) * C));
+  float* d_mean = this->Upload(std::vector<float>(N));
+  float* d_rstd = this->Upload(std::vector<float>(N));
+  const std::vector<T> dinp0 = ToStorage<T>(RandomFloats(size_t(N) * C, -1, 1, 6));
+  const std::vector<T> dparam0 = ToStorage<T>(RandomFloats(C, -1, 1, 7));
+  T* d_dinp = this->Upload(dinp0);
+  T* d_dweight = this->Upload(dparam0);
+  T* d_dbias = this->Upload(dparam0);
+  Ops& ops = *this->ops_;
+  Stream& s = *this->stream_;
+  ASSERT_TRUE(ops.EncoderForward(s, d_embedded, this->Upload(tokens), this->Upload(wte),
+                                 this->Upload(wpe), B, T_len, C)
+                  .ok());
+  ASSERT_TRUE(ops.LayerNormForward(s, d_normed, d_mean, d_rstd, d_embedded, this->Upload(weight),
+                                   this->Upload(bias), N, C)
+                  .ok());
+  ASSERT_TRUE(ops.LayerNormBackward(s, d_dinp, d_dweight, d_dbias, this->Upload(dout), d_embedded,
+                                    this->Upload(weight), d_mean, d_rstd, N, C)
+                  .ok());
+  this->Sync();
+
+  std::vector<T> embedded(size_t(N) * C), normed(size_t(N) * C);
+  std::vector<float> mean(N), rstd(N);
+  cpu::EncoderForwardReference(embedded.data(), tokens.data(), wte.data(), wpe.data(), B, T_len, C);
+  cpu::LayerNormForwardReference(normed.data(), mean.data(), rstd.data(), embedded.data(),
+                                 weight.data(), bias.data(), N, C);
+  std::vector<T> dinp = dinp0, dweight = dparam0, dbias = dparam0;
+  cpu::LayerNormBackwardReference(dinp.data(), dweight.data(), dbias.data(), dout.data(),
+                                  embedded.data(), weight.data(), mean.data(), rstd.data(), N, C);
+  this->Expect(d_embedded, embedded, "encoder out");
+  this->Expect(d_normed, normed, "layernorm out");
+  ExpectAllClose(std::vector<float>(d_rstd, d_rstd + N), rstd, 1e-5f, 1e-5f, "rstd");
+  this->Expect(d_dinp, dinp, "layernorm dinp");
+  this->Expect(d_dweight, dweight, "layernorm dweight");
+  this->Expect(d_dbias, dbias, "layernorm dbias");
+}
+
+TYPED_TEST(CpuOpsTest, MatmulAttentionAndGeluMatchReferences) {
+  using T = TypeParam;
+  const int B = 2, T_len = 7, C = 39, NH = 3, N = B * T_len, OC = 3 * C;
+  const std::vector<T> inp = ToStorage<T>(RandomFloats(size_t(N) * C, -1, 1, 8));
+  const std::vector<T> weight = ToStorage<T>(RandomFloats(size_t(OC) * C, -0.3f, 0.3f, 9));
+  const std::vector<T> bias = ToStorage<T>(RandomFloats(OC, -0.1f, 0.1f, 10));
+  const std::vector<T> dout = ToStorage<T>(RandomFloats(size_t(N) * C, -1, 1, 11));
+  const std::vector<T> dqkv0 = ToStorage<T>(RandomFloats(size_t(N) * OC, -1, 1, 12));
+
+  T* d_qkv = this->Upload(std::vector<T>(size_t(N) * OC));
+  T* d_att = this->Upload(std::vector<T>(size_t(N) * C));
+  T* d_gelu = this->Upload(std::vector<T>(size_t(N) * C));
+  float* d_stats = this->Upload(std::vector<float>(size_t(B) * NH * T_len));
+  T* d_dqkv = this->Upload(dqkv0);
+  Ops& ops = *this->ops_;
+  Stream& s = *this->stream_;
+  ASSERT_TRUE(ops.MatmulForward(s, d_qkv, this->Upload(inp), this->Upload(weight),
+                                this->Upload(bias), N, C, OC)
+                  .ok());
+  ASSERT_TRUE(ops.AttentionForward(s, d_att, d_stats, d_qkv, B, T_len, C, NH).ok());
+  ASSERT_TRUE(
+      ops.AttentionBackward(s, d_dqkv, this->Upload(dout), d_qkv, d_att, d_stats, B, T_len, C, NH)
+          .ok());
+  ASSERT_TRUE(ops.GeluForward(s, d_gelu, d_att, size_t(N) * C).ok());
+  this->Sync();
+
+  // References on the device's own intermediate results, so each op is checked alone.
+  std::vector<T> qkv(size_t(N) * OC);
+  cpu::MatmulForwardReference(qkv.data(), inp.data(), weight.data(), bias.data(), N, C, OC);
+  this->Expect(d_qkv, qkv, "matmul out");
+  const std::vector<T> device_qkv(d_qkv, d_qkv + size_t(N) * OC);
+  std::vector<T> att(size_t(N) * C), gelu(size_t(N) * C), dqkv = dqkv0;
+  std::vector<float> stats(size_t(B) * NH * T_len);
+  cpu::AttentionForwardReference(att.data(), stats.data(), device_qkv.data(), B, T_len, C, NH);
+  cpu::AttentionBackwardReference(dqkv.data(), dout.data(), device_qkv.data(), att.data(),
+                                  stats.data(), B, T_len, C, NH);
+  const std::vector<T> device_att(d_att, d_att + size_t(N) * C);
+  cpu::GeluForwardReference(gelu.data(), device_att.data(), gelu.size());
+  this->Expect(d_att, att, "attention out");
+  ExpectAllClose(std::vector<float>(d_stats, d_stats + stats.size()), stats, 1e-5f, 1e-5f,
+                 "attention stats");
+  this->Expect(d_dqkv, dqkv, "attention dqkv");
+  this->Expect(d_gelu, gelu, "gelu out");
+}
+
+TYPED_TEST(CpuOpsTest, CrossEntropyAdamWAndCastsMatchReferences) {
+  using T = TypeParam;
+  const int N = 7, V = 67;
+  const size_t n = 1003;
+  const std::vector<T> logits = ToStorage<T>(RandomFloats(size_t(N) * V, -4, 4, 13));
+  std::vector<int32_t> targets(N);
+  for (int i = 0; i < N; ++i) targets[i] = (i * 11) % V;
+  const std::vector<float> master = RandomFloats(n, -1, 1, 14), grad = RandomFloats(n, -1, 1, 15);
+  const std::vector<float> m0 = RandomFloats(n, -0.1f, 0.1f, 16);
+  const std::vector<float> v0 = RandomFloats(n, 0.0f, 0.01f, 17);
+  AdamParams hp;
+  hp.step = 2;
+  hp.weight_decay = 0.1f;
+
+  T* d_logits = this->Upload(logits);
+  float* d_losses = this->Upload(std::vector<float>(N, -1.0f));
+  T* d_param = this->Upload(std::vector<T>(n));
+  float* d_master = this->Upload(master);
+  float* d_m = this->Upload(m0);
+  float* d_v = this->Upload(v0);
+  float* d_sum = this->Upload(std::vector<float>(1, -1.0f));
+  float* d_back = this->Upload(std::vector<float>(n));
+  Ops& ops = *this->ops_;
+  Stream& s = *this->stream_;
+  ASSERT_TRUE(
+      ops.SoftmaxCrossEntropy(s, d_losses, d_logits, this->Upload(targets), N, V, 0.25f).ok());
+  ASSERT_TRUE(ops.SumSquares(s, d_sum, this->Upload(grad), n).ok());
+  {
+    AdamParams scoped = hp;  // the op must copy its hyper-parameters
+    ASSERT_TRUE(ops.AdamW(s, d_param, d_master, this->Upload(grad), d_m, d_v, n, scoped).ok());
+    scoped.lr = 1e9f;
+  }
+  ASSERT_TRUE(ops.CastToFloat(s, d_back, d_param, n).ok());
+  this->Sync();
+
+  std::vector<T> dlogits = logits;
+  std::vector<float> losses(N);
+  cpu::SoftmaxCrossEntropyReference(losses.data(), dlogits.data(), targets.data(), N, V, 0.25f);
+  ExpectAllClose(std::vector<float>(d_losses, d_losses + N), losses, 1e-5f, 1e-5f, "losses");
+  this->Expect(d_logits, dlogits, "dlogits");
+  float sum = 0.0f;
+  cpu::SumSquaresReference(&sum, grad.data(), n);
+  EXPECT_NEAR(*d_sum, sum, 1e-6f * sum);
+  std::vector<T> param(n);
+  std::vector<float> master_ref = master, m_ref = m0, v_ref = v0;
+  cpu::AdamWReference(param.data(), master_ref.data(), grad.data(), m_ref.data(), v_ref.data(), n,
+                      hp);
+  ExpectAllClose(std::vector<float>(d_master, d_master + n), master_ref, 1e-7f, 1e-6f, "master");
+  this->Expect(d_param, param, "param");
+  ExpectAllClose(std::vector<float>(d_back, d_back + n), ToFloats(d_param, n), 0.0f, 0.0f,
+                 "cast to float");
+}
+
+TYPED_TEST(CpuOpsTest, CallsOnlyEnqueueAndSetTheThreadCount) {
+  using T = TypeParam;
+  const size_t n = 67;
+  const std::vector<T> src = ToStorage<T>(RandomFloats(n, -1, 1, 18));
+  T* d_dst = this->Upload(std::vector<T>(n));
+  // Hold the stream until the test has looked at the output.
+  std::mutex gate;
+  gate.lock();
+  this->stream_->EnqueueHost([&gate] {
+    std::lock_guard<std::mutex> wait(gate);
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(this->ops_->Add(*this->stream_, d_dst, this->Upload(src), this->Upload(src), n).ok());
+  int threads_on_stream = 0;
+  this->stream_->EnqueueHost([&threads_on_stream] {
+    threads_on_stream = omp_get_max_threads();
+    return absl::OkStatus();
+  });
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(Load(d_dst + i), 0.0f) << "ran before the stream did";
+  gate.unlock();
+  this->Sync();
+  std::vector<T> expected(n);
+  cpu::AddReference(expected.data(), src.data(), src.data(), n);
+  this->Expect(d_dst, expected, "add");
+  EXPECT_EQ(threads_on_stream, 3);
+}
+
+TEST(CpuOps, RejectsBadSizesBeforeEnqueueing) {
+  auto device = CreateCpuDevice(CpuDeviceOptions{});
+  auto stream = std::move(device->CreateStream("compute")).value();
+  auto ops = CreateCpuOps(DType::kF32, 0);
+  float buffer[64] = {};
+  Status bad_heads = ops->AttentionForward(*stream, buffer, buffer, buffer, 1, 2, 13, 3);
+  EXPECT_EQ(bad_heads.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_heads.message().find("NH=3"), std::string::npos) << bad_heads.message();
+  Status negative =
+      ops->LayerNormForward(*stream, buffer, buffer, buffer, buffer, buffer, buffer, -1, 13);
+  EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(negative.message().find("N=-1"), std::string::npos) << negative.message();
+  AdamParams hp;
+  hp.step = 0;
+  EXPECT_EQ(ops->AdamW(*stream, nullptr, buffer, buffer, buffer, buffer, 4, hp).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(stream->Synchronize().ok());  // nothing was enqueued, so nothing failed
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,182 @@
+// Fused softmax + cross-entropy CPU kernels: fast vs reference elementwise (losses and the
+// gradient written over the logits) for float and bf16 at odd N and V on an odd thread count,
+// including a row offset by +100 that overflows exp without the max subtraction; logits left
+// untouched when dloss == 0; the reference losses against log-sum-exp in double; the
+// reference gradient against central finite differences of the reference losses; gradient
+// rows summing to zero.
+//
+// Tolerances, |got - ref| <= atol + rtol * |ref| elementwise:
+//   losses fast vs reference (both dtypes, fp32 losses): atol 1e-5, rtol 1e-5 (ExpApprox,
+//     16-lane sums).
+//   float gradient: atol 1e-7, rtol 1e-5; bf16 gradient: atol 1e-7, rtol 8e-3 (adjacent
+//     bf16 values: one ulp is at most 2^-7 relative).
+//   reference losses vs double: atol 1e-5, rtol 1e-6.
+//   finite differences (fp32 reference, eps 1e-3, loss summed in double): atol 1e-3,
+//     rtol 1e-2.
+#include "kernels/cpu/cross_entropy.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace strata::cpu {
+namespace {
+
+std::vector<float> RandomFloats(size_t n, float low, float high, uint32_t seed) {
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<float> distribution(low, high);
+  std::vector<float> values(n);
+  for (float& value : values) value = distribution(generator);
+  return values;
+}
+
+std::vector<int32_t> RandomTargets(size_t n, int V, uint32_t seed) {
+  std::mt19937 generator(seed);
+  std::uniform_int_distribution<int32_t> distribution(0, V - 1);
+  std::vector<int32_t> targets(n);
+  for (int32_t& target : targets) target = distribution(generator);
+  return targets;
+}
+
+template <typename T>
+std::vector<T> ToStorage(const std::vector<float>& values) {
+  std::vector<T> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) Store(&out[i], values[i]);
+  return out;
+}
+
+template <typename T>
+std::vector<float> ToFloats(const std::vector<T>& values) {
+  std::vector<float> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = Load(&values[i]);
+  return out;
+}
+
+// Elementwise |got - ref| <= atol + rtol * |ref|; reports the first few mismatches.
+void ExpectAllClose(const std::vector<float>& got, const std::vector<float>& ref, float atol,
+                    float rtol, const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  int mismatches = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const float limit = atol + rtol * std::fabs(ref[i]);
+    if (!(std::fabs(got[i] - ref[i]) <= limit)) {
+      if (++mismatches <= 5) {
+        ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", expected " << ref[i]
+                      << " (limit " << limit << ")";
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << what << ": " << mismatches << " of " << got.size();
+}
+
+struct Shape {
+  int N, V;
+};
+const Shape kShapes[] = {{1, 13}, {7, 67}, {33, 13}, {5, 1003}};
+
+std::string Name(const char* what, const Shape& s) {
+  return std::string(what) + " N=" + std::to_string(s.N) + " V=" + std::to_string(s.V);
+}
+
+// Logits in [-4, 4]; row 1 (if any) shifted by +100, where e^x overflows fp32.
+std::vector<float> MakeLogits(const Shape& shape, uint32_t seed) {
+  std::vector<float> logits = RandomFloats(size_t(shape.N) * shape.V, -4.0f, 4.0f, seed);
+  if (shape.N > 1) {
+    for (int i = 0; i < shape.V; ++i) logits[size_t(shape.V) + i] += 100.0f;
+  }
+  return logits;
+}
+
+template <typename T>
+class CrossEntropyTest : public ::testing::Test {
+ protected:
+  void SetUp() override { omp_set_num_threads(3); }
+};
+using StorageTypes = ::testing::Types<float, bf16>;
+TYPED_TEST_SUITE(CrossEntropyTest, StorageTypes);
+
+TYPED_TEST(CrossEntropyTest, FastMatchesReference) {
+  using T = TypeParam;
+  const float grad_rtol = std::is_same<T, float>::value ? 1e-5f : 8e-3f;
+  for (const Shape& shape : kShapes) {
+    const int N = shape.N, V = shape.V;
+    const std::vector<T> logits = ToStorage<T>(MakeLogits(shape, 1));
+    const std::vector<int32_t> targets = RandomTargets(N, V, 2);
+    for (float dloss : {0.0f, 0.37f}) {
+      std::vector<T> ref = logits, got = logits;
+      std::vector<float> losses_ref(N), losses_got(N);
+      SoftmaxCrossEntropyReference(losses_ref.data(), ref.data(), targets.data(), N, V, dloss);
+      SoftmaxCrossEntropy(losses_got.data(), got.data(), targets.data(), N, V, dloss);
+      ExpectAllClose(losses_got, losses_ref, 1e-5f, 1e-5f, Name("losses", shape));
+      for (float loss : losses_got) EXPECT_TRUE(std::isfinite(loss));
+      if (dloss == 0.0f) {
+        // No gradient asked for: the logits must be left exactly as they were.
+        EXPECT_EQ(std::memcmp(got.data(), logits.data(), logits.size() * sizeof(T)), 0);
+        EXPECT_EQ(std::memcmp(ref.data(), logits.data(), logits.size() * sizeof(T)), 0);
+      } else {
+        ExpectAllClose(ToFloats(got), ToFloats(ref), 1e-7f, grad_rtol, Name("dlogits", shape));
+      }
+    }
+  }
+}
+
+TEST(CrossEntropyReference, LossesMatchLogSumExpInDouble) {
+  const Shape shape{7, 67};
+  const std::vector<float> logits = MakeLogits(shape, 3);
+  const std::vector<int32_t> targets = RandomTargets(shape.N, shape.V, 4);
+  std::vector<float> scratch = logits, losses(shape.N);
+  SoftmaxCrossEntropyReference(losses.data(), scratch.data(), targets.data(), shape.N, shape.V,
+                               0.0f);
+  for (int n = 0; n < shape.N; ++n) {
+    const float* row = &logits[size_t(n) * shape.V];
+    double max_logit = row[0];
+    for (int i = 0; i < shape.V; ++i) max_logit = std::max(max_logit, double(row[i]));
+    double sum = 0.0;
+    for (int i = 0; i < shape.V; ++i) sum += std::exp(row[i] - max_logit);
+    const double expected = max_logit + std::log(sum) - row[targets[n]];
+    EXPECT_NEAR(losses[n], expected, 1e-5 + 1e-6 * expected) << n;
+  }
+}
+
+TEST(CrossEntropyReference, GradientMatchesFiniteDifferencesAndSumsToZero) {
+  const int N = 3, V = 13;
+  const float dloss = 0.37f;
+  std::vector<float> logits = RandomFloats(size_t(N) * V, -3.0f, 3.0f, 5);
+  const std::vector<int32_t> targets = RandomTargets(N, V, 6);
+  auto total_loss = [&] {
+    std::vector<float> scratch = logits, losses(N);
+    SoftmaxCrossEntropyReference(losses.data(), scratch.data(), targets.data(), N, V, 0.0f);
+    double total = 0.0;
+    for (float loss : losses) total += loss;
+    return dloss * total;
+  };
+  std::vector<float> gradient = logits, losses(N);
+  SoftmaxCrossEntropyReference(losses.data(), gradient.data(), targets.data(), N, V, dloss);
+  const float eps = 1e-3f;
+  std::vector<float> numeric(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float saved = logits[i];
+    logits[i] = saved + eps;
+    const double plus = total_loss();
+    logits[i] = saved - eps;
+    const double minus = total_loss();
+    logits[i] = saved;
+    numeric[i] = static_cast<float>((plus - minus) / (2.0 * eps));
+  }
+  ExpectAllClose(gradient, numeric, 1e-3f, 1e-2f, "dlogits vs finite differences");
+  for (int n = 0; n < N; ++n) {
+    double row_sum = 0.0;
+    for (int i = 0; i < V; ++i) row_sum += gradient[size_t(n) * V + i];
+    EXPECT_NEAR(row_sum, 0.0, 1e-6) << n;  // softmax sums to 1, the one-hot to 1
+  }
+}
+
+}  // namespace
+}  // namespace strata::cpu

@@ -1,0 +1,158 @@
+// Encoder CPU kernels: fast vs reference for float and bf16 at odd B, T, C on an odd thread
+// count, with repeated tokens (a scatter-add with collisions) and prefilled gradients; the
+// reference against sums computed in double; rows of tokens that do not occur untouched.
+//
+// Tolerances, |got - ref| <= atol + rtol * |ref| elementwise:
+//   fast vs reference: exact (same fp32 additions in the same order, one rounding).
+//   reference vs double sums: float atol 1e-6, rtol 1e-6; bf16 atol 1e-6, rtol 8e-3 (the
+//     fp32 sum may round to the adjacent bf16 value; one bf16 ulp is at most 2^-7 relative).
+#include "kernels/cpu/encoder.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace strata::cpu {
+namespace {
+
+std::vector<float> RandomFloats(size_t n, float low, float high, uint32_t seed) {
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<float> distribution(low, high);
+  std::vector<float> values(n);
+  for (float& value : values) value = distribution(generator);
+  return values;
+}
+
+std::vector<int32_t> RandomTokens(size_t n, int vocab_size, uint32_t seed) {
+  std::mt19937 generator(seed);
+  std::uniform_int_distribution<int32_t> distribution(0, vocab_size - 1);
+  std::vector<int32_t> tokens(n);
+  for (int32_t& token : tokens) token = distribution(generator);
+  return tokens;
+}
+
+template <typename S>
+std::vector<S> ToStorage(const std::vector<float>& values) {
+  std::vector<S> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) Store(&out[i], values[i]);
+  return out;
+}
+
+template <typename S>
+std::vector<float> ToFloats(const std::vector<S>& values) {
+  std::vector<float> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = Load(&values[i]);
+  return out;
+}
+
+// Elementwise |got - ref| <= atol + rtol * |ref|; reports the first few mismatches.
+void ExpectAllClose(const std::vector<float>& got, const std::vector<float>& ref, float atol,
+                    float rtol, const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  int mismatches = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const float limit = atol + rtol * std::fabs(ref[i]);
+    if (!(std::fabs(got[i] - ref[i]) <= limit)) {
+      if (++mismatches <= 5) {
+        ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", expected " << ref[i]
+                      << " (limit " << limit << ")";
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << what << ": " << mismatches << " of " << got.size();
+}
+
+struct Shape {
+  int B, T, C, V;
+};
+// V small against B*T so that tokens repeat; V larger than B*T so that some rows are unused.
+const Shape kShapes[] = {{1, 1, 13, 5}, {3, 7, 13, 5}, {2, 33, 67, 11}, {3, 7, 67, 50}};
+
+std::string Name(const char* what, const Shape& s) {
+  return std::string(what) + " B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
+         " C=" + std::to_string(s.C);
+}
+
+template <typename S>
+class EncoderTest : public ::testing::Test {
+ protected:
+  void SetUp() override { omp_set_num_threads(3); }
+};
+using StorageTypes = ::testing::Types<float, bf16>;
+TYPED_TEST_SUITE(EncoderTest, StorageTypes);
+
+TYPED_TEST(EncoderTest, ForwardMatchesReference) {
+  using S = TypeParam;
+  for (const Shape& shape : kShapes) {
+    const int B = shape.B, T = shape.T, C = shape.C, V = shape.V;
+    const std::vector<int32_t> tokens = RandomTokens(size_t(B) * T, V, 1);
+    const std::vector<S> wte = ToStorage<S>(RandomFloats(size_t(V) * C, -1.0f, 1.0f, 2));
+    const std::vector<S> wpe = ToStorage<S>(RandomFloats(size_t(T + 3) * C, -1.0f, 1.0f, 3));
+    std::vector<S> ref(size_t(B) * T * C), got(size_t(B) * T * C);
+    EncoderForwardReference(ref.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    EncoderForward(got.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    ExpectAllClose(ToFloats(got), ToFloats(ref), 0.0f, 0.0f, Name("out", shape));
+    // The definition, for the first position of each batch row.
+    for (int b = 0; b < B; ++b) {
+      for (int i = 0; i < C; ++i) {
+        S expected;
+        Store(&expected, Load(&wte[size_t(tokens[b * T]) * C + i]) + Load(&wpe[i]));
+        ASSERT_EQ(Load(&ref[size_t(b) * T * C + i]), Load(&expected));
+      }
+    }
+  }
+}
+
+TYPED_TEST(EncoderTest, BackwardMatchesReferenceAndAccumulates) {
+  using S = TypeParam;
+  for (const Shape& shape : kShapes) {
+    const int B = shape.B, T = shape.T, C = shape.C, V = shape.V;
+    const std::vector<int32_t> tokens = RandomTokens(size_t(B) * T, V, 4);
+    const std::vector<S> dout = ToStorage<S>(RandomFloats(size_t(B) * T * C, -1.0f, 1.0f, 5));
+    // Prefilled gradients: both versions must add to them.
+    const std::vector<S> dwte0 = ToStorage<S>(RandomFloats(size_t(V) * C, -1.0f, 1.0f, 6));
+    const std::vector<S> dwpe0 = ToStorage<S>(RandomFloats(size_t(T) * C, -1.0f, 1.0f, 7));
+    std::vector<S> dwte_ref = dwte0, dwpe_ref = dwpe0, dwte_got = dwte0, dwpe_got = dwpe0;
+    EncoderBackwardReference(dwte_ref.data(), dwpe_ref.data(), dout.data(), tokens.data(), B, T, C);
+    EncoderBackward(dwte_got.data(), dwpe_got.data(), dout.data(), tokens.data(), B, T, C);
+    ExpectAllClose(ToFloats(dwte_got), ToFloats(dwte_ref), 0.0f, 0.0f, Name("dwte", shape));
+    ExpectAllClose(ToFloats(dwpe_got), ToFloats(dwpe_ref), 0.0f, 0.0f, Name("dwpe", shape));
+
+    // Independent check: prefill + the sum of contributions, in double.
+    std::vector<double> dwte_sum(size_t(V) * C), dwpe_sum(size_t(T) * C);
+    for (size_t i = 0; i < dwte_sum.size(); ++i) dwte_sum[i] = Load(&dwte0[i]);
+    for (size_t i = 0; i < dwpe_sum.size(); ++i) dwpe_sum[i] = Load(&dwpe0[i]);
+    for (int b = 0; b < B; ++b) {
+      for (int t = 0; t < T; ++t) {
+        for (int i = 0; i < C; ++i) {
+          const double d = Load(&dout[(size_t(b) * T + t) * C + i]);
+          dwte_sum[size_t(tokens[b * T + t]) * C + i] += d;
+          dwpe_sum[size_t(t) * C + i] += d;
+        }
+      }
+    }
+    const float rtol = std::is_same<S, float>::value ? 1e-6f : 8e-3f;
+    ExpectAllClose(ToFloats(dwte_ref), std::vector<float>(dwte_sum.begin(), dwte_sum.end()), 1e-6f,
+                   rtol, Name("dwte vs double", shape));
+    ExpectAllClose(ToFloats(dwpe_ref), std::vector<float>(dwpe_sum.begin(), dwpe_sum.end()), 1e-6f,
+                   rtol, Name("dwpe vs double", shape));
+    // Rows of tokens that do not occur keep their exact bits.
+    for (int v = 0; v < V; ++v) {
+      if (std::find(tokens.begin(), tokens.end(), v) != tokens.end()) continue;
+      for (int i = 0; i < C; ++i) {
+        const size_t index = size_t(v) * C + i;
+        ASSERT_EQ(std::memcmp(&dwte_got[index], &dwte0[index], sizeof(S)), 0) << v;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata::cpu
