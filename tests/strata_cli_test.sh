@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The `strata` binary as a user meets it: a short training run writes a JSONL metrics file
+# with the documented keys and prints progress lines; bad configuration is rejected before
+# any work with every problem listed at once and exit status 1.
+set -uo pipefail
+strata="$1"
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$strata" train --set model.preset=tiny --set train.steps=3 --set train.seq_len=16 \
+  --set train.micro_batch=2 --set train.eval_every=3 --metrics "$tmp/m.jsonl" \
+  > "$tmp/out.txt" 2>&1 || { cat "$tmp/out.txt"; fail "short training run failed"; }
+[ "$(wc -l < "$tmp/m.jsonl")" -eq 3 ] || fail "expected 3 metrics lines"
+for key in '"step":' '"loss":' '"lr":' '"ms_per_step":' '"tokens_per_s":' \
+           '"peak_bytes":{"device":' '"host":' '"state_bytes":'; do
+  grep -q "$key" "$tmp/m.jsonl" || fail "metrics lack $key"
+done
+grep -q '"val_loss":' "$tmp/m.jsonl" || fail "no val_loss at eval_every"
+grep -q "step     3/3 | loss" "$tmp/out.txt" || { cat "$tmp/out.txt"; fail "no progress line"; }
+grep -q "rank 0/1" "$tmp/out.txt" || fail "log lines are not rank-prefixed"
+grep -q "train.steps=3" "$tmp/out.txt" || fail "resolved config not logged"
+
+# Several bad keys and values: one error listing all of them, before any work.
+"$strata" train --set train.stpes=5 --set train.lr=-1 --set device.memory_limit=lots \
+  --set zero.stage=7 > "$tmp/bad.txt" 2>&1
+[ $? -eq 1 ] || fail "bad config should exit 1"
+for fragment in "train.stpes" "did you mean train.steps" "train.lr" "device.memory_limit" \
+                "zero.stage"; do
+  grep -q "$fragment" "$tmp/bad.txt" || { cat "$tmp/bad.txt"; fail "error lacks $fragment"; }
+done
+grep -q "step " "$tmp/bad.txt" && fail "training started despite bad config"
+
+# A missing data file names the file.
+"$strata" train --set model.preset=tiny --set data.path=/nonexistent/x.txt > "$tmp/nf.txt" 2>&1
+[ $? -eq 1 ] || fail "missing data should exit 1"
+grep -q "/nonexistent/x.txt" "$tmp/nf.txt" || { cat "$tmp/nf.txt"; fail "error lacks the path"; }
+
+# A metrics file that cannot be written is an error naming it.
+"$strata" train --set model.preset=tiny --metrics /nonexistent/dir/m.jsonl > "$tmp/mf.txt" 2>&1
+[ $? -eq 1 ] || fail "unwritable metrics should exit 1"
+grep -q "/nonexistent/dir/m.jsonl" "$tmp/mf.txt" || fail "error lacks the metrics path"
+echo "PASS"
