@@ -1,0 +1,111 @@
+// Names, descriptions and argument checks shared by every Communicator. See communicator.h.
+#include "collectives/communicator.h"
+
+#include <cstdint>
+#include <limits>
+
+namespace strata {
+namespace {
+
+Status Invalid(const CollectiveCall& call, const std::string& problem) {
+  return absl::InvalidArgumentError(absl::StrCat(DescribeCall(call), ": ", problem));
+}
+
+// The byte size of `elements` of `dtype`, or an error when it does not fit in size_t.
+Status CheckBytes(const CollectiveCall& call, size_t elements_per_rank, int world_size) {
+  const size_t limit = std::numeric_limits<size_t>::max() / DTypeBytes(call.dtype) /
+                       static_cast<size_t>(world_size > 0 ? world_size : 1);
+  if (elements_per_rank > limit) {
+    return Invalid(call, absl::StrCat("count ", elements_per_rank, " times ", world_size,
+                                      " ranks overflows the byte size"));
+  }
+  return absl::OkStatus();
+}
+
+bool Overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto a_begin = reinterpret_cast<uintptr_t>(a);
+  const auto b_begin = reinterpret_cast<uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && a_begin < b_begin + b_bytes && b_begin < a_begin + a_bytes;
+}
+
+}  // namespace
+
+const char* CollectiveName(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::kAllReduce:
+      return "all_reduce";
+    case CollectiveOp::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveOp::kAllGather:
+      return "all_gather";
+    case CollectiveOp::kBroadcast:
+      return "broadcast";
+    case CollectiveOp::kBarrier:
+      return "barrier";
+  }
+  return "unknown collective";
+}
+
+std::string DescribeCall(const CollectiveCall& call) {
+  std::string text = absl::StrCat(CollectiveName(call.op), " #", call.sequence);
+  if (call.op == CollectiveOp::kBarrier) return text;
+  absl::StrAppend(&text, " (", call.count, " x ", DTypeName(call.dtype));
+  if (call.op == CollectiveOp::kBroadcast) absl::StrAppend(&text, ", root ", call.root);
+  absl::StrAppend(&text, ")");
+  return text;
+}
+
+bool SameCollective(const CollectiveCall& a, const CollectiveCall& b) {
+  if (a.op != b.op) return false;
+  if (a.op == CollectiveOp::kBarrier) return true;
+  return a.dtype == b.dtype && a.count == b.count &&
+         (a.op != CollectiveOp::kBroadcast || a.root == b.root);
+}
+
+Status CheckAllReduce(const void* data, const CollectiveCall& call) {
+  RETURN_IF_ERROR(CheckBytes(call, call.count, 1));
+  if (call.count > 0 && data == nullptr) return Invalid(call, "data is null");
+  return absl::OkStatus();
+}
+
+Status CheckReduceScatter(const void* input, const void* output, const CollectiveCall& call,
+                          int rank, int world_size) {
+  RETURN_IF_ERROR(CheckBytes(call, call.count, world_size));
+  if (call.count == 0) return absl::OkStatus();
+  if (input == nullptr || output == nullptr) return Invalid(call, "a buffer is null");
+  const size_t chunk_bytes = call.count * DTypeBytes(call.dtype);
+  const auto* in_place = static_cast<const char*>(input) + rank * chunk_bytes;
+  if (output == in_place) return absl::OkStatus();
+  if (Overlap(input, chunk_bytes * world_size, output, chunk_bytes)) {
+    return Invalid(call, absl::StrCat("output overlaps input but is not the in-place position "
+                                      "input + rank * count (rank ",
+                                      rank, ")"));
+  }
+  return absl::OkStatus();
+}
+
+Status CheckAllGather(const void* input, const void* output, const CollectiveCall& call, int rank,
+                      int world_size) {
+  RETURN_IF_ERROR(CheckBytes(call, call.count, world_size));
+  if (call.count == 0) return absl::OkStatus();
+  if (input == nullptr || output == nullptr) return Invalid(call, "a buffer is null");
+  const size_t chunk_bytes = call.count * DTypeBytes(call.dtype);
+  const auto* in_place = static_cast<const char*>(output) + rank * chunk_bytes;
+  if (input == in_place) return absl::OkStatus();
+  if (Overlap(input, chunk_bytes, output, chunk_bytes * world_size)) {
+    return Invalid(call, absl::StrCat("input overlaps output but is not the in-place position "
+                                      "output + rank * count (rank ",
+                                      rank, ")"));
+  }
+  return absl::OkStatus();
+}
+
+Status CheckBroadcast(const void* data, const CollectiveCall& call, int world_size) {
+  if (call.root < 0 || call.root >= world_size) {
+    return Invalid(call,
+                   absl::StrCat("root ", call.root, " is not a rank of a group of ", world_size));
+  }
+  return CheckAllReduce(data, call);
+}
+
+}  // namespace strata

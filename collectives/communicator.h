@@ -1,0 +1,111 @@
+// The Communicator interface: the five collectives ZeRO needs (all-reduce, reduce-scatter,
+// all-gather, broadcast, barrier) among the `world_size()` ranks of one group, each
+// ENQUEUED on a strata::Stream (the caller's comm stream), with three implementations:
+// local (threads of one process, local_communicator.h), MPI (processes, host buffers,
+// mpi_communicator.h) and NCCL (GPUs, device buffers, nccl_communicator.h).
+//
+// Contract, the same for every implementation:
+// - Every rank issues the same collectives, with the same dtype, count (and root), in the
+//   same order. Each collective gets the next sequence number (#0, #1, ...) of its
+//   communicator when it is issued; errors name the operation and its number.
+// - A call checks its arguments and returns an error at once (nothing is enqueued then);
+//   otherwise it enqueues the collective and returns OK. Failures while the collective runs
+//   (a rank that does not arrive within the timeout, an aborted group, ranks that disagree)
+//   become the stream's sticky error, seen at Synchronize. A communicator that failed stays
+//   failed: every later collective fails at once with the first error.
+// - Sums are FIXED-ORDER: element i of a result is ((x_0[i] + x_1[i]) + x_2[i]) + ... in
+//   rank order 0..N-1, accumulated in fp32 and, for bf16, rounded to bf16 once at the end
+//   (round to nearest even). Results are deterministic and bit-identical on every rank and
+//   across implementations (local, MPI, NCCL with fixed_order) for the same inputs.
+// - Counts are per rank and need not divide anything (callers pad their flat buffers).
+//   count = 0 is valid: it moves nothing but still takes a sequence number on every rank
+//   (whether it waits for the other ranks depends on the implementation).
+// - Buffers must stay valid and untouched until the collective completes on its stream.
+//   All collectives of one communicator go to one stream (NCCL refuses a second one; local
+//   and MPI fail the communicator when its collectives run out of order).
+// Thread-safety: a Communicator may be called from any host thread, but the order of its
+// collectives is the order of the calls, so one thread (or the caller's ordering) issues
+// them. Abort() may be called from any thread at any time. Destroying a Communicator while
+// its collectives are still queued is safe: enqueued work keeps the state it needs alive.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "runtime/core/device.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/status.h"
+
+namespace strata {
+
+enum class CollectiveOp { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
+
+// "all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier".
+const char* CollectiveName(CollectiveOp op);
+
+// One collective as issued by one rank: what errors and mismatch checks describe.
+struct CollectiveCall {
+  CollectiveOp op = CollectiveOp::kBarrier;
+  uint64_t sequence = 0;  // this communicator's count of collectives issued before it
+  DType dtype = DType::kF32;
+  size_t count = 0;  // elements per rank, as passed
+  int root = -1;     // broadcast only
+};
+
+// "all_reduce #7 (1000003 x bf16)", "broadcast #2 (5 x fp32, root 1)", "barrier #9".
+std::string DescribeCall(const CollectiveCall& call);
+
+// True when two ranks' calls describe the same collective (op, dtype, count, root).
+bool SameCollective(const CollectiveCall& a, const CollectiveCall& b);
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+
+  // data[count] on every rank becomes the rank-order sum of all ranks' data.
+  virtual Status AllReduce(void* data, size_t count, DType dtype, Stream& stream) = 0;
+
+  // input[world_size * count] on every rank; output[count] on rank r becomes the
+  // rank-order sum of every rank's input[r * count, (r + 1) * count). In place when
+  // output == input + rank * count; any other overlap is an error.
+  virtual Status ReduceScatter(const void* input, void* output, size_t count, DType dtype,
+                               Stream& stream) = 0;
+
+  // input[count] on every rank; output[world_size * count] gets rank j's input at
+  // output + j * count. In place when input == output + rank * count; any other overlap
+  // is an error.
+  virtual Status AllGather(const void* input, void* output, size_t count, DType dtype,
+                           Stream& stream) = 0;
+
+  // data[count] of rank `root` is copied into data[count] of every other rank (bytes as
+  // they are: no arithmetic, so any bit pattern survives).
+  virtual Status Broadcast(void* data, size_t count, DType dtype, int root, Stream& stream) = 0;
+
+  // Completes on the stream once every rank has reached it.
+  virtual Status Barrier(Stream& stream) = 0;
+
+  // Fails this communicator and tells the other ranks, whose pending and later collectives
+  // fail promptly (kAborted) with a message naming this rank and `reason`, instead of
+  // waiting for the timeout. Idempotent; the first reason is kept. For a rank that cannot
+  // go on (e.g. its step failed) so that its peers do not hang.
+  virtual void Abort(const std::string& reason) = 0;
+
+  // "local rank 1 of 4", "MPI rank 0 of 2 on host vm", "NCCL rank 0 of 2 on GPU 0".
+  virtual std::string Describe() const = 0;
+};
+
+// Argument checks shared by the implementations: OK, or kInvalidArgument naming the call
+// and the problem (a null buffer with count > 0, a root out of range, partial overlap of
+// input and output, a count whose byte size overflows).
+Status CheckAllReduce(const void* data, const CollectiveCall& call);
+Status CheckReduceScatter(const void* input, const void* output, const CollectiveCall& call,
+                          int rank, int world_size);
+Status CheckAllGather(const void* input, const void* output, const CollectiveCall& call, int rank,
+                      int world_size);
+Status CheckBroadcast(const void* data, const CollectiveCall& call, int world_size);
+
+}  // namespace strata

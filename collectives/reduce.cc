@@ -1,0 +1,44 @@
+// Fixed rank-order sums on the host. See reduce.h. The work goes in blocks of kBlock
+// elements through an fp32 accumulator on the stack, so aliasing outputs are written only
+// after every source of the block was read, and the inner loops vectorize.
+#include "collectives/reduce.h"
+
+#include <algorithm>
+
+namespace strata {
+namespace {
+
+constexpr size_t kBlock = 1024;
+
+template <typename T>
+void SumTyped(const void* const* sources, int num_sources, void* const* outputs, int num_outputs,
+              size_t count) {
+  float acc[kBlock];
+  for (size_t begin = 0; begin < count; begin += kBlock) {
+    const size_t n = std::min(kBlock, count - begin);
+    const T* first = static_cast<const T*>(sources[0]) + begin;
+    for (size_t i = 0; i < n; ++i) acc[i] = Load(first + i);
+    for (int s = 1; s < num_sources; ++s) {
+      const T* source = static_cast<const T*>(sources[s]) + begin;
+      for (size_t i = 0; i < n; ++i) acc[i] += Load(source + i);
+    }
+    for (int k = 0; k < num_outputs; ++k) {
+      T* out = static_cast<T*>(outputs[k]) + begin;
+      for (size_t i = 0; i < n; ++i) Store(out + i, acc[i]);
+    }
+  }
+}
+
+}  // namespace
+
+void SumInRankOrder(const void* const* sources, int num_sources, void* const* outputs,
+                    int num_outputs, size_t count, DType dtype) {
+  if (count == 0 || num_sources <= 0 || num_outputs <= 0) return;
+  if (dtype == DType::kF32) {
+    SumTyped<float>(sources, num_sources, outputs, num_outputs, count);
+  } else {
+    SumTyped<bf16>(sources, num_sources, outputs, num_outputs, count);
+  }
+}
+
+}  // namespace strata
