@@ -80,6 +80,9 @@ class Gpt : public Model {
       const TensorSpec& spec = layout.tensor(t);
       float* out = values + spec.offset;
       uint64_t key = SplitMix64(seed ^ SplitMix64((static_cast<uint64_t>(unit) << 20) + t));
+      // Each element depends only on (seed, unit, tensor, index), so the loop parallelises
+      // without changing the values.
+#pragma omp parallel for schedule(static)
       for (size_t i = 0; i < spec.numel; ++i) {
         switch (spec.init) {
           case InitKind::kZeros: out[i] = 0.0f; break;
