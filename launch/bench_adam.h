@@ -1,0 +1,20 @@
+// `strata bench adam`: throughput of the CPU AdamW of ZeRO-Offload (kernels/cpu/cpu_adam.h)
+// as a ratio to a bandwidth reference kernel with the same memory traffic
+// (kernels/cpu/cpu_adam_bandwidth.h), measured alternately in the same process, because
+// memory bandwidth on the target machines drifts between levels and only the paired ratio
+// is meaningful. Goal: Adam >= 0.95 of the reference, for fp32 params (28 bytes/param) and
+// with the bf16 param copy written in the same pass (30 bytes/param).
+// Thread-safety: call from one thread; it runs OpenMP regions of `threads` threads.
+#pragma once
+
+#include "runtime/core/status.h"
+
+namespace strata {
+
+// Measures at 50M and 200M params (quick: 5M and 20M, for smoke tests) and prints params/s,
+// GB/s and the ratio per size and dtype, then the goal line. threads < 1: all OpenMP threads.
+// Fails only when memory for the arrays cannot be had (the message names the bytes); a
+// missed goal is printed, not an error.
+Status RunBenchAdam(int threads, bool quick);
+
+}  // namespace strata
