@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "launch/bench_adam.h"
 #include "launch/commands.h"
 #include "runtime/core/options_parse.h"
 
@@ -29,6 +30,13 @@ int main(int argc, char** argv) {
   bench_train->add_option("--steps", args.bench_steps, "measured steps per dtype")
       ->check(CLI::Range(1, 1000));
 
+  int adam_threads = 0;
+  bool adam_quick = false;
+  CLI::App* bench_adam = bench->add_subcommand(
+      "adam", "SIMD CPU Adam params/s vs a same-memory-pattern reference kernel, 50M and 200M");
+  bench_adam->add_option("--threads", adam_threads, "threads; 0 = all cores");
+  bench_adam->add_flag("--quick", adam_quick, "small sizes (5M, 20M) for a smoke test");
+
   CLI11_PARSE(app, argc, argv);
 
   strata::Status status;
@@ -38,6 +46,7 @@ int main(int argc, char** argv) {
   }
   if (train->parsed()) status = strata::RunTrain(args);
   else if (bench_train->parsed()) status = strata::RunBenchTrain(args);
+  else if (bench_adam->parsed()) status = strata::RunBenchAdam(adam_threads, adam_quick);
   if (!status.ok()) {
     std::fprintf(stderr, "strata: error: %s\n", std::string(status.message()).c_str());
     return 1;

@@ -12,7 +12,7 @@ StatusOr<Backend> CreateBackend(const Options& options) {
     device_options.device_memory_bytes = options.device.memory_limit;
     Backend backend;
     backend.device = CreateCpuDevice(device_options);
-    backend.ops = CreateCpuOps(options.train.dtype, options.device.threads);
+    ASSIGN_OR_RETURN(backend.ops, CreateCpuOps(options.train.dtype, options.device.threads));
     return backend;
   }
   return absl::UnimplementedError(absl::StrCat("device.backend '", options.device.backend,

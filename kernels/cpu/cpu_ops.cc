@@ -12,7 +12,7 @@
 #include <string>
 #include <utility>
 
-#include "kernels/cpu/adamw.h"
+#include "kernels/cpu/cpu_adam.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/elementwise.h"
@@ -55,8 +55,9 @@ const T* As(const void* p) {
 
 class CpuOps : public Ops {
  public:
-  CpuOps(DType dtype, int threads)
-      : dtype_(dtype), threads_(threads > 0 ? threads : omp_get_num_procs()) {}
+  CpuOps(DType dtype, int threads, cpu::CpuAdam adam)
+      : dtype_(dtype), threads_(threads > 0 ? threads : omp_get_num_procs()),
+        adam_(std::make_shared<cpu::CpuAdam>(std::move(adam))) {}
 
   DType dtype() const override { return dtype_; }
 
@@ -209,10 +210,15 @@ class CpuOps : public Ops {
       return absl::InvalidArgumentError(
           absl::StrCat("AdamW: step=", hp.step, " (1-based, for bias correction)"));
     }
-    return Launch(s, [=](auto tag) {
-      using S = decltype(tag);
-      cpu::AdamW(As<S>(param), master, grad, m, v, n, hp);
+    // The SIMD CPU Adam (run-time dispatched, bit-identical to cpu::AdamWReference).
+    std::shared_ptr<cpu::CpuAdam> adam = adam_;
+    const DType dtype = dtype_;
+    const int threads = threads_;
+    s.EnqueueHost([=]() -> Status {
+      omp_set_num_threads(threads);
+      return adam->Step(dtype, param, master, grad, m, v, n, hp);
     });
+    return absl::OkStatus();
   }
 
  private:
@@ -244,12 +250,16 @@ class CpuOps : public Ops {
 
   const DType dtype_;
   const int threads_;
+  std::shared_ptr<cpu::CpuAdam> adam_;  // shared with enqueued work
 };
 
 }  // namespace
 
-std::unique_ptr<Ops> CreateCpuOps(DType dtype, int threads) {
-  return std::make_unique<CpuOps>(dtype, threads);
+StatusOr<std::unique_ptr<Ops>> CreateCpuOps(DType dtype, int threads) {
+  cpu::CpuAdamOptions adam_options;
+  adam_options.threads = threads;
+  ASSIGN_OR_RETURN(cpu::CpuAdam adam, cpu::CpuAdam::Create(adam_options));
+  return std::unique_ptr<Ops>(new CpuOps(dtype, threads, std::move(adam)));
 }
 
 }  // namespace strata

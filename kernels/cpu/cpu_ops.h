@@ -18,6 +18,7 @@
 namespace strata {
 
 // `threads`: OpenMP threads per kernel; 0 (or less) means all cores (omp_get_num_procs()).
-std::unique_ptr<Ops> CreateCpuOps(DType dtype, int threads);
+// AdamW runs the SIMD CPU Adam (cpu_adam.h); a bad STRATA_CPU_ADAM value is an error here.
+StatusOr<std::unique_ptr<Ops>> CreateCpuOps(DType dtype, int threads);
 
 }  // namespace strata

@@ -92,7 +92,7 @@ class CpuOpsTest : public ::testing::Test {
     auto stream = device_->CreateStream("compute");
     ASSERT_TRUE(stream.ok()) << stream.status();
     stream_ = std::move(stream).value();
-    ops_ = CreateCpuOps(DTypeOf<T>::kValue, 3);
+    ops_ = *CreateCpuOps(DTypeOf<T>::kValue, 3);
     ASSERT_EQ(ops_->dtype(), DTypeOf<T>::kValue);
   }
 
@@ -300,7 +300,7 @@ TYPED_TEST(CpuOpsTest, CallsOnlyEnqueueAndSetTheThreadCount) {
 TEST(CpuOps, RejectsBadSizesBeforeEnqueueing) {
   auto device = CreateCpuDevice(CpuDeviceOptions{});
   auto stream = std::move(device->CreateStream("compute")).value();
-  auto ops = CreateCpuOps(DType::kF32, 0);
+  auto ops = *CreateCpuOps(DType::kF32, 0);
   float buffer[64] = {};
   Status bad_heads = ops->AttentionForward(*stream, buffer, buffer, buffer, 1, 2, 13, 3);
   EXPECT_EQ(bad_heads.code(), absl::StatusCode::kInvalidArgument);
