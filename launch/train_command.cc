@@ -54,7 +54,7 @@ Status RunTrain(const CommandArgs& args) {
     ASSIGN_OR_RETURN(StepReport report, session->Step(step));
     RETURN_IF_ERROR(metrics->Write(StepRecord(report)));
     const bool last = step + 1 == options.train.steps;
-    if ((step + 1) % options.train.log_every == 0 || last || report.val_loss) {
+    if (step == 0 || (step + 1) % options.train.log_every == 0 || last || report.val_loss) {
       std::string val =
           report.val_loss ? absl::StrFormat(" | val %.4f", *report.val_loss) : std::string();
       spdlog::info("step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | {:.1f} ms | {:.0f} tok/s | "
