@@ -14,48 +14,16 @@
 #include "kernels/cpu/adamw.h"
 
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cmath>
-#include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/kernel_test_util.h"
+
 namespace strata::cpu {
 namespace {
-
-std::vector<float> RandomFloats(size_t n, float low, float high, uint32_t seed) {
-  std::mt19937 generator(seed);
-  std::uniform_real_distribution<float> distribution(low, high);
-  std::vector<float> values(n);
-  for (float& value : values) value = distribution(generator);
-  return values;
-}
-
-template <typename T>
-std::vector<float> ToFloats(const std::vector<T>& values) {
-  std::vector<float> out(values.size());
-  for (size_t i = 0; i < values.size(); ++i) out[i] = Load(&values[i]);
-  return out;
-}
-
-// Elementwise |got - ref| <= atol + rtol * |ref|; reports the first few mismatches.
-void ExpectAllClose(const std::vector<float>& got, const std::vector<float>& ref, double atol,
-                    double rtol, const std::string& what) {
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  int mismatches = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double limit = atol + rtol * std::fabs(ref[i]);
-    if (!(std::fabs(double(got[i]) - ref[i]) <= limit)) {
-      if (++mismatches <= 5) {
-        ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", expected " << ref[i]
-                      << " (limit " << limit << ")";
-      }
-    }
-  }
-  EXPECT_EQ(mismatches, 0) << what << ": " << mismatches << " of " << got.size();
-}
 
 TEST(AdamWReference, MatchesHandComputedFirstStep) {
   // Step 1 from zero moments: m = (1-b1) g, v = (1-b2) g^2, so m_hat = g, v_hat = g^2 and the
@@ -115,11 +83,7 @@ TEST(AdamWReference, MatchesFormulaInDouble) {
 }
 
 template <typename T>
-class AdamWTest : public ::testing::Test {
- protected:
-  void SetUp() override { omp_set_num_threads(3); }
-};
-using StorageTypes = ::testing::Types<float, bf16>;
+class AdamWTest : public OddThreadCountTest {};
 TYPED_TEST_SUITE(AdamWTest, StorageTypes);
 
 TYPED_TEST(AdamWTest, FastMatchesReference) {

@@ -21,52 +21,13 @@
 #include <omp.h>
 
 #include <cmath>
-#include <random>
 #include <string>
-#include <type_traits>
 #include <vector>
+
+#include "kernels/cpu/kernel_test_util.h"
 
 namespace strata::cpu {
 namespace {
-
-std::vector<float> RandomFloats(size_t n, float low, float high, uint32_t seed) {
-  std::mt19937 generator(seed);
-  std::uniform_real_distribution<float> distribution(low, high);
-  std::vector<float> values(n);
-  for (float& value : values) value = distribution(generator);
-  return values;
-}
-
-template <typename S>
-std::vector<S> ToStorage(const std::vector<float>& values) {
-  std::vector<S> out(values.size());
-  for (size_t i = 0; i < values.size(); ++i) Store(&out[i], values[i]);
-  return out;
-}
-
-template <typename S>
-std::vector<float> ToFloats(const std::vector<S>& values) {
-  std::vector<float> out(values.size());
-  for (size_t i = 0; i < values.size(); ++i) out[i] = Load(&values[i]);
-  return out;
-}
-
-// Elementwise |got - ref| <= atol + rtol * |ref|; reports the first few mismatches.
-void ExpectAllClose(const std::vector<float>& got, const std::vector<float>& ref, float atol,
-                    float rtol, const std::string& what) {
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  int mismatches = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const float limit = atol + rtol * std::fabs(ref[i]);
-    if (!(std::fabs(got[i] - ref[i]) <= limit)) {
-      if (++mismatches <= 5) {
-        ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", expected " << ref[i]
-                      << " (limit " << limit << ")";
-      }
-    }
-  }
-  EXPECT_EQ(mismatches, 0) << what << ": " << mismatches << " of " << got.size();
-}
 
 template <typename S>
 struct Tolerance;
@@ -95,11 +56,7 @@ std::string Name(const char* what, const Shape& s) {
 }
 
 template <typename S>
-class AttentionTest : public ::testing::Test {
- protected:
-  void SetUp() override { omp_set_num_threads(3); }
-};
-using StorageTypes = ::testing::Types<float, bf16>;
+class AttentionTest : public OddThreadCountTest {};
 TYPED_TEST_SUITE(AttentionTest, StorageTypes);
 
 TYPED_TEST(AttentionTest, ForwardMatchesReference) {
@@ -183,18 +140,8 @@ TEST(AttentionReference, BackwardMatchesFiniteDifferences) {
     std::vector<float> dqkv(qkv_size, 0.0f);
     AttentionBackwardReference(dqkv.data(), w.data(), qkv.data(), out.data(), stats.data(), B, T, C,
                                NH);
-    const float eps = 1e-3f;
-    std::vector<float> numeric(qkv_size);
-    for (size_t i = 0; i < qkv_size; ++i) {
-      const float saved = qkv[i];
-      qkv[i] = saved + eps;
-      const double plus = loss();
-      qkv[i] = saved - eps;
-      const double minus = loss();
-      qkv[i] = saved;
-      numeric[i] = static_cast<float>((plus - minus) / (2.0 * eps));
-    }
-    ExpectAllClose(dqkv, numeric, 1e-3f, 1e-2f, Name("dqkv vs finite differences", shape));
+    ExpectAllClose(dqkv, NumericGradient(qkv, 1e-3f, loss), 1e-3f, 1e-2f,
+                   Name("dqkv vs finite differences", shape));
   }
 }
 

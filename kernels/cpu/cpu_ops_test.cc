@@ -13,10 +13,8 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
-#include <cmath>
 #include <cstring>
 #include <mutex>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -25,6 +23,7 @@
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/encoder.h"
+#include "kernels/cpu/kernel_test_util.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
 #include "runtime/core/cpu_device.h"
@@ -32,44 +31,11 @@
 namespace strata {
 namespace {
 
-std::vector<float> RandomFloats(size_t n, float low, float high, uint32_t seed) {
-  std::mt19937 generator(seed);
-  std::uniform_real_distribution<float> distribution(low, high);
-  std::vector<float> values(n);
-  for (float& value : values) value = distribution(generator);
-  return values;
-}
-
-template <typename T>
-std::vector<T> ToStorage(const std::vector<float>& values) {
-  std::vector<T> out(values.size());
-  for (size_t i = 0; i < values.size(); ++i) Store(&out[i], values[i]);
-  return out;
-}
-
-template <typename T>
-std::vector<float> ToFloats(const T* values, size_t n) {
-  std::vector<float> out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = Load(values + i);
-  return out;
-}
-
-// Elementwise |got - ref| <= atol + rtol * |ref|; reports the first few mismatches.
-void ExpectAllClose(const std::vector<float>& got, const std::vector<float>& ref, float atol,
-                    float rtol, const std::string& what) {
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  int mismatches = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const float limit = atol + rtol * std::fabs(ref[i]);
-    if (!(std::fabs(got[i] - ref[i]) <= limit)) {
-      if (++mismatches <= 5) {
-        ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", expected " << ref[i]
-                      << " (limit " << limit << ")";
-      }
-    }
-  }
-  EXPECT_EQ(mismatches, 0) << what << ": " << mismatches << " of " << got.size();
-}
+using cpu::ExpectAllClose;
+using cpu::RandomFloats;
+using cpu::StorageTypes;
+using cpu::ToFloats;
+using cpu::ToStorage;
 
 template <typename T>
 struct DTypeOf;
@@ -120,7 +86,6 @@ class CpuOpsTest : public ::testing::Test {
   std::unique_ptr<Ops> ops_;
   std::vector<Buffer> buffers_;
 };
-using StorageTypes = ::testing::Types<float, bf16>;
 TYPED_TEST_SUITE(CpuOpsTest, StorageTypes);
 
 TYPED_TEST(CpuOpsTest, EncoderAndLayerNormMatchReferences) {

@@ -16,65 +16,18 @@
 #include "kernels/cpu/cross_entropy.h"
 
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/kernel_test_util.h"
+
 namespace strata::cpu {
 namespace {
-
-std::vector<float> RandomFloats(size_t n, float low, float high, uint32_t seed) {
-  std::mt19937 generator(seed);
-  std::uniform_real_distribution<float> distribution(low, high);
-  std::vector<float> values(n);
-  for (float& value : values) value = distribution(generator);
-  return values;
-}
-
-std::vector<int32_t> RandomTargets(size_t n, int V, uint32_t seed) {
-  std::mt19937 generator(seed);
-  std::uniform_int_distribution<int32_t> distribution(0, V - 1);
-  std::vector<int32_t> targets(n);
-  for (int32_t& target : targets) target = distribution(generator);
-  return targets;
-}
-
-template <typename T>
-std::vector<T> ToStorage(const std::vector<float>& values) {
-  std::vector<T> out(values.size());
-  for (size_t i = 0; i < values.size(); ++i) Store(&out[i], values[i]);
-  return out;
-}
-
-template <typename T>
-std::vector<float> ToFloats(const std::vector<T>& values) {
-  std::vector<float> out(values.size());
-  for (size_t i = 0; i < values.size(); ++i) out[i] = Load(&values[i]);
-  return out;
-}
-
-// Elementwise |got - ref| <= atol + rtol * |ref|; reports the first few mismatches.
-void ExpectAllClose(const std::vector<float>& got, const std::vector<float>& ref, float atol,
-                    float rtol, const std::string& what) {
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  int mismatches = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const float limit = atol + rtol * std::fabs(ref[i]);
-    if (!(std::fabs(got[i] - ref[i]) <= limit)) {
-      if (++mismatches <= 5) {
-        ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", expected " << ref[i]
-                      << " (limit " << limit << ")";
-      }
-    }
-  }
-  EXPECT_EQ(mismatches, 0) << what << ": " << mismatches << " of " << got.size();
-}
 
 struct Shape {
   int N, V;
@@ -95,11 +48,7 @@ std::vector<float> MakeLogits(const Shape& shape, uint32_t seed) {
 }
 
 template <typename T>
-class CrossEntropyTest : public ::testing::Test {
- protected:
-  void SetUp() override { omp_set_num_threads(3); }
-};
-using StorageTypes = ::testing::Types<float, bf16>;
+class CrossEntropyTest : public OddThreadCountTest {};
 TYPED_TEST_SUITE(CrossEntropyTest, StorageTypes);
 
 TYPED_TEST(CrossEntropyTest, FastMatchesReference) {
@@ -108,7 +57,7 @@ TYPED_TEST(CrossEntropyTest, FastMatchesReference) {
   for (const Shape& shape : kShapes) {
     const int N = shape.N, V = shape.V;
     const std::vector<T> logits = ToStorage<T>(MakeLogits(shape, 1));
-    const std::vector<int32_t> targets = RandomTargets(N, V, 2);
+    const std::vector<int32_t> targets = RandomTokens(N, V, 2);
     for (float dloss : {0.0f, 0.37f}) {
       std::vector<T> ref = logits, got = logits;
       std::vector<float> losses_ref(N), losses_got(N);
@@ -130,7 +79,7 @@ TYPED_TEST(CrossEntropyTest, FastMatchesReference) {
 TEST(CrossEntropyReference, LossesMatchLogSumExpInDouble) {
   const Shape shape{7, 67};
   const std::vector<float> logits = MakeLogits(shape, 3);
-  const std::vector<int32_t> targets = RandomTargets(shape.N, shape.V, 4);
+  const std::vector<int32_t> targets = RandomTokens(shape.N, shape.V, 4);
   std::vector<float> scratch = logits, losses(shape.N);
   SoftmaxCrossEntropyReference(losses.data(), scratch.data(), targets.data(), shape.N, shape.V,
                                0.0f);
@@ -149,7 +98,7 @@ TEST(CrossEntropyReference, GradientMatchesFiniteDifferencesAndSumsToZero) {
   const int N = 3, V = 13;
   const float dloss = 0.37f;
   std::vector<float> logits = RandomFloats(size_t(N) * V, -3.0f, 3.0f, 5);
-  const std::vector<int32_t> targets = RandomTargets(N, V, 6);
+  const std::vector<int32_t> targets = RandomTokens(N, V, 6);
   auto total_loss = [&] {
     std::vector<float> scratch = logits, losses(N);
     SoftmaxCrossEntropyReference(losses.data(), scratch.data(), targets.data(), N, V, 0.0f);
@@ -159,18 +108,8 @@ TEST(CrossEntropyReference, GradientMatchesFiniteDifferencesAndSumsToZero) {
   };
   std::vector<float> gradient = logits, losses(N);
   SoftmaxCrossEntropyReference(losses.data(), gradient.data(), targets.data(), N, V, dloss);
-  const float eps = 1e-3f;
-  std::vector<float> numeric(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const float saved = logits[i];
-    logits[i] = saved + eps;
-    const double plus = total_loss();
-    logits[i] = saved - eps;
-    const double minus = total_loss();
-    logits[i] = saved;
-    numeric[i] = static_cast<float>((plus - minus) / (2.0 * eps));
-  }
-  ExpectAllClose(gradient, numeric, 1e-3f, 1e-2f, "dlogits vs finite differences");
+  ExpectAllClose(gradient, NumericGradient(logits, 1e-3f, total_loss), 1e-3f, 1e-2f,
+                 "dlogits vs finite differences");
   for (int n = 0; n < N; ++n) {
     double row_sum = 0.0;
     for (int i = 0; i < V; ++i) row_sum += gradient[size_t(n) * V + i];

@@ -19,52 +19,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/kernel_test_util.h"
+
 namespace strata::cpu {
 namespace {
-
-std::vector<float> RandomFloats(size_t n, float low, float high, uint32_t seed) {
-  std::mt19937 generator(seed);
-  std::uniform_real_distribution<float> distribution(low, high);
-  std::vector<float> values(n);
-  for (float& value : values) value = distribution(generator);
-  return values;
-}
-
-template <typename T>
-std::vector<T> ToStorage(const std::vector<float>& values) {
-  std::vector<T> out(values.size());
-  for (size_t i = 0; i < values.size(); ++i) Store(&out[i], values[i]);
-  return out;
-}
-
-template <typename T>
-std::vector<float> ToFloats(const std::vector<T>& values) {
-  std::vector<float> out(values.size());
-  for (size_t i = 0; i < values.size(); ++i) out[i] = Load(&values[i]);
-  return out;
-}
-
-// Elementwise |got - ref| <= atol + rtol * |ref|; reports the first few mismatches.
-void ExpectAllClose(const std::vector<float>& got, const std::vector<float>& ref, float atol,
-                    float rtol, const std::string& what) {
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  int mismatches = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const float limit = atol + rtol * std::fabs(ref[i]);
-    if (!(std::fabs(got[i] - ref[i]) <= limit)) {
-      if (++mismatches <= 5) {
-        ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", expected " << ref[i]
-                      << " (limit " << limit << ")";
-      }
-    }
-  }
-  EXPECT_EQ(mismatches, 0) << what << ": " << mismatches << " of " << got.size();
-}
 
 template <typename T>
 struct GeluTolerance;
@@ -82,11 +44,7 @@ struct GeluTolerance<bf16> {
 const size_t kSizes[] = {1, 13, 67, 3 * 16384 + 37};
 
 template <typename T>
-class ElementwiseTest : public ::testing::Test {
- protected:
-  void SetUp() override { omp_set_num_threads(3); }
-};
-using StorageTypes = ::testing::Types<float, bf16>;
+class ElementwiseTest : public OddThreadCountTest {};
 TYPED_TEST_SUITE(ElementwiseTest, StorageTypes);
 
 TYPED_TEST(ElementwiseTest, GeluForwardMatchesReference) {

@@ -9,65 +9,17 @@
 #include "kernels/cpu/encoder.h"
 
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/kernel_test_util.h"
+
 namespace strata::cpu {
 namespace {
-
-std::vector<float> RandomFloats(size_t n, float low, float high, uint32_t seed) {
-  std::mt19937 generator(seed);
-  std::uniform_real_distribution<float> distribution(low, high);
-  std::vector<float> values(n);
-  for (float& value : values) value = distribution(generator);
-  return values;
-}
-
-std::vector<int32_t> RandomTokens(size_t n, int vocab_size, uint32_t seed) {
-  std::mt19937 generator(seed);
-  std::uniform_int_distribution<int32_t> distribution(0, vocab_size - 1);
-  std::vector<int32_t> tokens(n);
-  for (int32_t& token : tokens) token = distribution(generator);
-  return tokens;
-}
-
-template <typename S>
-std::vector<S> ToStorage(const std::vector<float>& values) {
-  std::vector<S> out(values.size());
-  for (size_t i = 0; i < values.size(); ++i) Store(&out[i], values[i]);
-  return out;
-}
-
-template <typename S>
-std::vector<float> ToFloats(const std::vector<S>& values) {
-  std::vector<float> out(values.size());
-  for (size_t i = 0; i < values.size(); ++i) out[i] = Load(&values[i]);
-  return out;
-}
-
-// Elementwise |got - ref| <= atol + rtol * |ref|; reports the first few mismatches.
-void ExpectAllClose(const std::vector<float>& got, const std::vector<float>& ref, float atol,
-                    float rtol, const std::string& what) {
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  int mismatches = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const float limit = atol + rtol * std::fabs(ref[i]);
-    if (!(std::fabs(got[i] - ref[i]) <= limit)) {
-      if (++mismatches <= 5) {
-        ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", expected " << ref[i]
-                      << " (limit " << limit << ")";
-      }
-    }
-  }
-  EXPECT_EQ(mismatches, 0) << what << ": " << mismatches << " of " << got.size();
-}
 
 struct Shape {
   int B, T, C, V;
@@ -81,11 +33,7 @@ std::string Name(const char* what, const Shape& s) {
 }
 
 template <typename S>
-class EncoderTest : public ::testing::Test {
- protected:
-  void SetUp() override { omp_set_num_threads(3); }
-};
-using StorageTypes = ::testing::Types<float, bf16>;
+class EncoderTest : public OddThreadCountTest {};
 TYPED_TEST_SUITE(EncoderTest, StorageTypes);
 
 TYPED_TEST(EncoderTest, ForwardMatchesReference) {

@@ -17,51 +17,13 @@
 #include <omp.h>
 
 #include <cmath>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/kernel_test_util.h"
+
 namespace strata::cpu {
 namespace {
-
-std::vector<float> RandomFloats(size_t n, float low, float high, uint32_t seed) {
-  std::mt19937 generator(seed);
-  std::uniform_real_distribution<float> distribution(low, high);
-  std::vector<float> values(n);
-  for (float& value : values) value = distribution(generator);
-  return values;
-}
-
-template <typename T>
-std::vector<T> ToStorage(const std::vector<float>& values) {
-  std::vector<T> out(values.size());
-  for (size_t i = 0; i < values.size(); ++i) Store(&out[i], values[i]);
-  return out;
-}
-
-template <typename T>
-std::vector<float> ToFloats(const std::vector<T>& values) {
-  std::vector<float> out(values.size());
-  for (size_t i = 0; i < values.size(); ++i) out[i] = Load(&values[i]);
-  return out;
-}
-
-// Elementwise |got - ref| <= atol + rtol * |ref|; reports the first few mismatches.
-void ExpectAllClose(const std::vector<float>& got, const std::vector<float>& ref, float atol,
-                    float rtol, const std::string& what) {
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  int mismatches = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const float limit = atol + rtol * std::fabs(ref[i]);
-    if (!(std::fabs(got[i] - ref[i]) <= limit)) {
-      if (++mismatches <= 5) {
-        ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", expected " << ref[i]
-                      << " (limit " << limit << ")";
-      }
-    }
-  }
-  EXPECT_EQ(mismatches, 0) << what << ": " << mismatches << " of " << got.size();
-}
 
 template <typename T>
 struct Tolerance;
@@ -86,11 +48,7 @@ std::string Name(const char* what, const Shape& shape) {
 }
 
 template <typename T>
-class LayerNormTest : public ::testing::Test {
- protected:
-  void SetUp() override { omp_set_num_threads(3); }
-};
-using StorageTypes = ::testing::Types<float, bf16>;
+class LayerNormTest : public OddThreadCountTest {};
 TYPED_TEST_SUITE(LayerNormTest, StorageTypes);
 
 TYPED_TEST(LayerNormTest, ForwardMatchesReference) {
@@ -198,22 +156,11 @@ TEST(LayerNormReference, BackwardMatchesFiniteDifferences) {
   LayerNormBackwardReference(dinp.data(), dweight.data(), dbias.data(), w.data(), inp.data(),
                              weight.data(), mean.data(), rstd.data(), N, C);
   const float eps = 1e-3f;
-  auto numeric_gradient = [&](std::vector<float>& values) {
-    std::vector<float> gradient(values.size());
-    for (size_t i = 0; i < values.size(); ++i) {
-      const float saved = values[i];
-      values[i] = saved + eps;
-      const double plus = loss();
-      values[i] = saved - eps;
-      const double minus = loss();
-      values[i] = saved;
-      gradient[i] = static_cast<float>((plus - minus) / (2.0 * eps));
-    }
-    return gradient;
-  };
-  ExpectAllClose(dinp, numeric_gradient(inp), 1e-3f, 1e-2f, "dinp vs finite differences");
-  ExpectAllClose(dweight, numeric_gradient(weight), 1e-3f, 1e-2f, "dweight vs finite differences");
-  ExpectAllClose(dbias, numeric_gradient(bias), 1e-3f, 1e-2f, "dbias vs finite differences");
+  ExpectAllClose(dinp, NumericGradient(inp, eps, loss), 1e-3f, 1e-2f, "dinp vs finite differences");
+  ExpectAllClose(dweight, NumericGradient(weight, eps, loss), 1e-3f, 1e-2f,
+                 "dweight vs finite differences");
+  ExpectAllClose(dbias, NumericGradient(bias, eps, loss), 1e-3f, 1e-2f,
+                 "dbias vs finite differences");
 }
 
 TEST(LayerNorm, FastBackwardIsDeterministicForAThreadCount) {

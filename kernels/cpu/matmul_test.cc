@@ -25,22 +25,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/kernel_test_util.h"
+
 namespace strata::cpu {
 namespace {
-
-template <typename T>
-std::vector<T> FromFloats(const std::vector<float>& values) {
-  std::vector<T> out(values.size());
-  for (size_t i = 0; i < values.size(); ++i) Store(&out[i], values[i]);
-  return out;
-}
-
-template <typename T>
-std::vector<float> ToFloats(const std::vector<T>& values) {
-  std::vector<float> out(values.size());
-  for (size_t i = 0; i < values.size(); ++i) out[i] = Load(&values[i]);
-  return out;
-}
 
 // Random values in [-1, 1], already rounded to T (so fp32 views of them are exact).
 template <typename T>
@@ -48,7 +36,7 @@ std::vector<T> Random(size_t count, std::mt19937& rng) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<float> values(count);
   for (float& v : values) v = uniform(rng);
-  return FromFloats<T>(values);
+  return ToStorage<T>(values);
 }
 
 // |values| in fp32 (exact for bf16 and fp32 inputs).
@@ -97,16 +85,15 @@ const Shape kShapes[] = {{7, 13, 5}, {33, 65, 47}, {64, 128, 96}, {1, 31, 17}, {
 
 template <typename T>
 class MatmulTest : public ::testing::Test {};
-using StorageTypes = ::testing::Types<float, bf16>;
 TYPED_TEST_SUITE(MatmulTest, StorageTypes);
 
 // The specification on numbers small enough to check by hand (all exact in bf16).
 TYPED_TEST(MatmulTest, ReferenceMatchesHandComputedValues) {
   using T = TypeParam;
   // inp [1,2] = [1 2], W [3,2] = [[3 4] [-1 0.5] [0 2]], bias = [0.5 1 -1]
-  const std::vector<T> inp = FromFloats<T>({1, 2});
-  const std::vector<T> weight = FromFloats<T>({3, 4, -1, 0.5f, 0, 2});
-  const std::vector<T> bias = FromFloats<T>({0.5f, 1, -1});
+  const std::vector<T> inp = ToStorage<T>({1, 2});
+  const std::vector<T> weight = ToStorage<T>({3, 4, -1, 0.5f, 0, 2});
+  const std::vector<T> bias = ToStorage<T>({0.5f, 1, -1});
   std::vector<T> out(3);
   MatmulForwardReference(out.data(), inp.data(), weight.data(), bias.data(), 1, 2, 3);
   EXPECT_EQ(ToFloats(out), (std::vector<float>{11.5f, 1.0f, 3.0f}));
@@ -114,10 +101,10 @@ TYPED_TEST(MatmulTest, ReferenceMatchesHandComputedValues) {
   EXPECT_EQ(ToFloats(out), (std::vector<float>{11.0f, 0.0f, 4.0f}));
 
   // dout [1,3] = [2 -1 1]; gradient buffers pre-filled with 1 (they accumulate).
-  const std::vector<T> dout = FromFloats<T>({2, -1, 1});
-  std::vector<T> dinp = FromFloats<T>({1, 1});
-  std::vector<T> dweight = FromFloats<T>({1, 1, 1, 1, 1, 1});
-  std::vector<T> dbias = FromFloats<T>({1, 1, 1});
+  const std::vector<T> dout = ToStorage<T>({2, -1, 1});
+  std::vector<T> dinp = ToStorage<T>({1, 1});
+  std::vector<T> dweight = ToStorage<T>({1, 1, 1, 1, 1, 1});
+  std::vector<T> dbias = ToStorage<T>({1, 1, 1});
   MatmulBackwardReference(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
                           weight.data(), 1, 2, 3);
   // dinp = 1 + dout * W = 1 + [2*3 + (-1)*(-1) + 1*0, 2*4 + (-1)*0.5 + 1*2]
@@ -129,16 +116,16 @@ TYPED_TEST(MatmulTest, ReferenceMatchesHandComputedValues) {
 
 TYPED_TEST(MatmulTest, FastMatchesHandComputedValues) {
   using T = TypeParam;
-  const std::vector<T> inp = FromFloats<T>({1, 2});
-  const std::vector<T> weight = FromFloats<T>({3, 4, -1, 0.5f, 0, 2});
-  const std::vector<T> bias = FromFloats<T>({0.5f, 1, -1});
+  const std::vector<T> inp = ToStorage<T>({1, 2});
+  const std::vector<T> weight = ToStorage<T>({3, 4, -1, 0.5f, 0, 2});
+  const std::vector<T> bias = ToStorage<T>({0.5f, 1, -1});
   std::vector<T> out(3);
   MatmulForward(out.data(), inp.data(), weight.data(), bias.data(), 1, 2, 3);
   EXPECT_EQ(ToFloats(out), (std::vector<float>{11.5f, 1.0f, 3.0f}));
-  const std::vector<T> dout = FromFloats<T>({2, -1, 1});
-  std::vector<T> dinp = FromFloats<T>({1, 1});
-  std::vector<T> dweight = FromFloats<T>({1, 1, 1, 1, 1, 1});
-  std::vector<T> dbias = FromFloats<T>({1, 1, 1});
+  const std::vector<T> dout = ToStorage<T>({2, -1, 1});
+  std::vector<T> dinp = ToStorage<T>({1, 1});
+  std::vector<T> dweight = ToStorage<T>({1, 1, 1, 1, 1, 1});
+  std::vector<T> dbias = ToStorage<T>({1, 1, 1});
   MatmulBackward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(),
                  1, 2, 3);
   EXPECT_EQ(ToFloats(dinp), (std::vector<float>{8.0f, 10.5f}));
@@ -240,7 +227,7 @@ TYPED_TEST(MatmulTest, ConcurrentCallersShareCachedPrimitives) {
     inputs.push_back(Random<T>(size_t(s.n) * s.c, rng));
     weights.push_back(Random<T>(size_t(s.oc) * s.c, rng));
     outputs[t].resize(size_t(s.n) * s.oc);
-    dweights[t] = FromFloats<T>(std::vector<float>(size_t(s.oc) * s.c, 0.0f));
+    dweights[t] = ToStorage<T>(std::vector<float>(size_t(s.oc) * s.c, 0.0f));
   }
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
@@ -264,7 +251,7 @@ TYPED_TEST(MatmulTest, ConcurrentCallersShareCachedPrimitives) {
     MatmulForwardReference<float>(magnitude.data(), abs_inp.data(), abs_weight.data(), nullptr, s.n,
                                   s.c, s.oc);
     ExpectClose(outputs[t], out_ref, magnitude, s.c, "concurrent out, thread " + std::to_string(t));
-    std::vector<T> dweight_ref = FromFloats<T>(std::vector<float>(dweights[t].size(), 0.0f));
+    std::vector<T> dweight_ref = ToStorage<T>(std::vector<float>(dweights[t].size(), 0.0f));
     MatmulBackwardReference<T>(nullptr, dweight_ref.data(), nullptr, outputs[t].data(),
                                inputs[t].data(), weights[t].data(), s.n, s.c, s.oc);
     std::vector<float> dweight_mag(dweight_ref.size(), 0.0f);
@@ -303,12 +290,12 @@ TYPED_TEST(MatmulTest, FastPathDoesNotFallBackToReference) {
 TYPED_TEST(MatmulTest, EmptyShapes) {
   using T = TypeParam;
   // C = 0: every output is its bias.
-  const std::vector<T> bias = FromFloats<T>({1.5f, -2.0f});
-  std::vector<T> out = FromFloats<T>({9, 9, 9, 9});
+  const std::vector<T> bias = ToStorage<T>({1.5f, -2.0f});
+  std::vector<T> out = ToStorage<T>({9, 9, 9, 9});
   MatmulForward<T>(out.data(), nullptr, nullptr, bias.data(), 2, 0, 2);
   EXPECT_EQ(ToFloats(out), (std::vector<float>{1.5f, -2.0f, 1.5f, -2.0f}));
   // N = 0: nothing to add; gradient buffers stay as they were.
-  std::vector<T> dweight = FromFloats<T>({1, 2}), dbias = FromFloats<T>({3});
+  std::vector<T> dweight = ToStorage<T>({1, 2}), dbias = ToStorage<T>({3});
   MatmulBackward<T>(nullptr, dweight.data(), dbias.data(), nullptr, nullptr, nullptr, 0, 2, 1);
   EXPECT_EQ(ToFloats(dweight), (std::vector<float>{1, 2}));
   EXPECT_EQ(ToFloats(dbias), (std::vector<float>{3}));
