@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 tools/install_deps.sh
-bazel test //... "$@"
+bazel test --keep_going --nocache_test_results //... "$@"

@@ -41,7 +41,7 @@ Status RunBenchTrain(const CommandArgs& args) {
   for (int d = 0; d < 2; ++d) {
     Options options = base;
     options.train.dtype = dtypes[d];
-    ASSIGN_OR_RETURN(sessions[d], TrainingSession::Create(options));
+    ASSIGN_OR_RETURN(sessions[d], TrainingSession::CreateSingleRank(options));
   }
   const int threads = base.device.threads > 0 ? base.device.threads : 0;
   std::printf("bench train: %s, B=%d T=%d grad_accum=%d, %d measured steps per dtype\n",

@@ -18,5 +18,6 @@ struct CommandArgs {
 
 Status RunTrain(const CommandArgs& args);
 Status RunBenchTrain(const CommandArgs& args);
+Status RunBenchZero(const CommandArgs& args);
 
 }  // namespace strata

@@ -30,6 +30,13 @@ int main(int argc, char** argv) {
   bench_train->add_option("--steps", args.bench_steps, "measured steps per dtype")
       ->check(CLI::Range(1, 1000));
 
+  CLI::App* bench_zero = bench->add_subcommand(
+      "zero", "world 2: step time of ZeRO stages 1-3 vs stage 0, compute-stream stall");
+  bench_zero->add_option("--config", args.config_path, "JSON config file");
+  bench_zero->add_option("--set", args.sets, "override one key (repeatable)");
+  bench_zero->add_option("--steps", args.bench_steps, "measured steps per stage and round")
+      ->check(CLI::Range(1, 1000));
+
   int adam_threads = 0;
   bool adam_quick = false;
   CLI::App* bench_adam = bench->add_subcommand(
@@ -46,6 +53,7 @@ int main(int argc, char** argv) {
   }
   if (train->parsed()) status = strata::RunTrain(args);
   else if (bench_train->parsed()) status = strata::RunBenchTrain(args);
+  else if (bench_zero->parsed()) status = strata::RunBenchZero(args);
   else if (bench_adam->parsed()) status = strata::RunBenchAdam(adam_threads, adam_quick);
   if (!status.ok()) {
     std::fprintf(stderr, "strata: error: %s\n", std::string(status.message()).c_str());

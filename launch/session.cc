@@ -3,24 +3,26 @@
 
 #include <chrono>
 
+#include "collectives/local_communicator.h"
 #include "models/gpt/gpt.h"
 #include "runtime/lr_schedule.h"
 
 namespace strata {
 
-StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options& options) {
-  std::unique_ptr<TrainingSession> session(new TrainingSession(options));
+StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options& options,
+                                                                   Communicator* communicator) {
+  std::unique_ptr<TrainingSession> session(new TrainingSession(options, communicator));
+  const int global_rows = options.train.micro_batch * communicator->world_size();
   ASSIGN_OR_RETURN(session->dataset_, LoadTokens(options.data, options.model.vocab));
   ASSIGN_OR_RETURN(TokenSplits splits, SplitTokens(session->dataset_, options.data.val_fraction,
                                                    options.train.seq_len));
   ASSIGN_OR_RETURN(BatchSampler train,
-                   BatchSampler::ForTraining(splits, options.train.micro_batch,
-                                             options.train.seq_len, options.train.seed));
+                   BatchSampler::ForTraining(splits, global_rows, options.train.seq_len,
+                                             options.train.seed));
   session->train_sampler_.emplace(std::move(train));
   if (splits.validation.num_tokens() > 0) {
-    ASSIGN_OR_RETURN(BatchSampler val, BatchSampler::ForValidation(
-                                           splits, options.train.micro_batch,
-                                           options.train.seq_len));
+    ASSIGN_OR_RETURN(BatchSampler val,
+                     BatchSampler::ForValidation(splits, global_rows, options.train.seq_len));
     session->val_sampler_.emplace(std::move(val));
   }
   ASSIGN_OR_RETURN(session->backend_, CreateBackend(options));
@@ -29,7 +31,20 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
   ASSIGN_OR_RETURN(session->model_, CreateGpt(config, options.train.dtype));
   ASSIGN_OR_RETURN(session->engine_,
                    Engine::Create(options, session->backend_.device.get(),
-                                  session->backend_.ops.get(), session->model_.get()));
+                                  session->backend_.ops.get(), session->model_.get(),
+                                  communicator));
+  return session;
+}
+
+StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::CreateSingleRank(
+    const Options& options) {
+  if (options.zero.world != 1) {
+    return absl::InvalidArgumentError("a single-rank session needs zero.world=1");
+  }
+  ASSIGN_OR_RETURN(auto group, CreateLocalGroup(1, LocalGroupOptions{}));
+  std::unique_ptr<Communicator> communicator = std::move(group[0]);
+  ASSIGN_OR_RETURN(auto session, Create(options, communicator.get()));
+  session->owned_communicator_ = std::move(communicator);
   return session;
 }
 
@@ -41,7 +56,14 @@ size_t TrainingSession::num_params() const {
 
 int64_t TrainingSession::tokens_per_step() const {
   return static_cast<int64_t>(options_.train.micro_batch) * options_.train.seq_len *
-         options_.train.grad_accum * options_.zero.world;
+         options_.train.grad_accum * communicator_->world_size();
+}
+
+StatusOr<Batch> TrainingSession::RankRows(const BatchSampler& sampler, int64_t step,
+                                          int64_t micro) const {
+  const int rows = options_.train.micro_batch;
+  const int rank = communicator_->rank();
+  return sampler.SampleRows(step, micro, rank * rows, (rank + 1) * rows);
 }
 
 StatusOr<StepReport> TrainingSession::Step(int step) {
@@ -51,7 +73,7 @@ StatusOr<StepReport> TrainingSession::Step(int step) {
   batches_.clear();
   std::vector<MicroBatch> micro_batches;
   for (int k = 0; k < options_.train.grad_accum; ++k) {
-    ASSIGN_OR_RETURN(Batch batch, train_sampler_->Sample(step, k));
+    ASSIGN_OR_RETURN(Batch batch, RankRows(*train_sampler_, step, k));
     batches_.push_back(std::move(batch));
   }
   for (const Batch& batch : batches_) {
@@ -77,7 +99,7 @@ StatusOr<double> TrainingSession::Validate() {
                                             val_sampler_->batches_to_cover());
   double total = 0.0;
   for (int64_t k = 0; k < batches; ++k) {
-    ASSIGN_OR_RETURN(Batch batch, val_sampler_->Sample(0, k));
+    ASSIGN_OR_RETURN(Batch batch, RankRows(*val_sampler_, 0, k));
     ASSIGN_OR_RETURN(double loss, engine_->EvalLoss({batch.inputs.data(), batch.targets.data()}));
     total += loss;
   }

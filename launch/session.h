@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 
+#include "collectives/communicator.h"
 #include "data/batch_sampler.h"
 #include "data/tokens.h"
 #include "runtime/backend.h"
@@ -29,8 +30,13 @@ struct StepReport {
 
 class TrainingSession {
  public:
-  // Builds everything; errors name what failed (data file, memory tier, ...).
-  static StatusOr<std::unique_ptr<TrainingSession>> Create(const Options& options);
+  // Builds everything for the rank `communicator` stands for (it must outlive the
+  // session); errors name what failed (data file, memory tier, ...). Rank r trains on rows
+  // [r*B, (r+1)*B) of each global micro-batch of B*world rows.
+  static StatusOr<std::unique_ptr<TrainingSession>> Create(const Options& options,
+                                                           Communicator* communicator);
+  // One rank on its own (a local group of one, owned by the session).
+  static StatusOr<std::unique_ptr<TrainingSession>> CreateSingleRank(const Options& options);
 
   // Runs optimizer step `step` (0-based); evaluates when train.eval_every says so.
   StatusOr<StepReport> Step(int step);
@@ -45,9 +51,13 @@ class TrainingSession {
   int64_t tokens_per_step() const;
 
  private:
-  explicit TrainingSession(const Options& options) : options_(options) {}
+  TrainingSession(const Options& options, Communicator* communicator)
+      : options_(options), communicator_(communicator) {}
+  StatusOr<Batch> RankRows(const BatchSampler& sampler, int64_t step, int64_t micro) const;
 
   Options options_;
+  Communicator* communicator_;
+  std::unique_ptr<Communicator> owned_communicator_;  // CreateSingleRank only
   Backend backend_;
   TokenDataset dataset_;
   std::optional<BatchSampler> train_sampler_;

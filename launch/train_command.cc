@@ -4,6 +4,7 @@
 
 #include "launch/commands.h"
 #include "launch/metrics.h"
+#include "launch/ranks.h"
 #include "launch/session.h"
 #include "runtime/core/logging.h"
 #include "runtime/core/options_parse.h"
@@ -31,6 +32,9 @@ nlohmann::json StepRecord(const StepReport& r) {
   }
   record["state_bytes"] = state;
   if (r.val_loss) record["val_loss"] = *r.val_loss;
+  record["gathers"] = r.result.gather.gathers;
+  record["prefetch_deviations"] = r.result.gather.deviations;
+  record["compute_stall_ms"] = r.result.compute_stall_ms;
   return record;
 }
 
@@ -38,33 +42,46 @@ nlohmann::json StepRecord(const StepReport& r) {
 
 Status RunTrain(const CommandArgs& args) {
   ASSIGN_OR_RETURN(Options options, ParseOptions(args.config_path, args.sets));
-  InitLogging(0, options.zero.world);
-  spdlog::info("resolved configuration:\n{}", FormatResolved(options));
-  ASSIGN_OR_RETURN(auto metrics, MetricsWriter::Open(args.metrics_path));
-  ASSIGN_OR_RETURN(auto session, TrainingSession::Create(options));
-  spdlog::info("data: {}", session->dataset().description);
-  spdlog::info("model: {}", session->model().Describe());
-  spdlog::info("device: {}", session->device().Describe());
-  const PoolStats start = session->device().pool(Tier::kDevice).Stats();
-  spdlog::info("device tier after set-up: {} (params {}, grads {}, optimizer {}, activations {})",
-               FormatBytes(start.current_bytes), FormatBytes(start.current_by_kind[0]),
-               FormatBytes(start.current_by_kind[1]), FormatBytes(start.current_by_kind[2]),
-               FormatBytes(start.current_by_kind[3]));
-  for (int step = 0; step < options.train.steps; ++step) {
-    ASSIGN_OR_RETURN(StepReport report, session->Step(step));
-    RETURN_IF_ERROR(metrics->Write(StepRecord(report)));
-    const bool last = step + 1 == options.train.steps;
-    if (step == 0 || (step + 1) % options.train.log_every == 0 || last || report.val_loss) {
-      std::string val =
-          report.val_loss ? absl::StrFormat(" | val %.4f", *report.val_loss) : std::string();
-      spdlog::info("step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | {:.1f} ms | {:.0f} tok/s | "
-                   "peak device {} host {}",
-                   step + 1, options.train.steps, report.result.loss, val, report.lr,
-                   report.ms_per_step, report.tokens_per_s, FormatBytes(report.device.peak_bytes),
-                   FormatBytes(report.host.peak_bytes));
+  return RunRanks(options, [&](Communicator& communicator) -> Status {
+    const bool lead = communicator.rank() == 0;
+    if (lead) {
+      spdlog::info("resolved configuration:\n{}", FormatResolved(options));
+      spdlog::info("ranks: {} ({})", communicator.world_size(), communicator.Describe());
     }
-  }
-  return absl::OkStatus();
+    std::unique_ptr<MetricsWriter> metrics;
+    if (lead) {
+      ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(args.metrics_path));
+    }
+    ASSIGN_OR_RETURN(auto session, TrainingSession::Create(options, &communicator));
+    if (lead) {
+      spdlog::info("data: {}", session->dataset().description);
+      spdlog::info("model: {}", session->model().Describe());
+      spdlog::info("device: {}", session->device().Describe());
+      const PoolStats start = session->device().pool(Tier::kDevice).Stats();
+      spdlog::info(
+          "device tier of rank 0 after set-up: {} (params {}, grads {}, optimizer {}, "
+          "activations {})",
+          FormatBytes(start.current_bytes), FormatBytes(start.current_by_kind[0]),
+          FormatBytes(start.current_by_kind[1]), FormatBytes(start.current_by_kind[2]),
+          FormatBytes(start.current_by_kind[3]));
+    }
+    for (int step = 0; step < options.train.steps; ++step) {
+      ASSIGN_OR_RETURN(StepReport report, session->Step(step));
+      if (!lead) continue;
+      RETURN_IF_ERROR(metrics->Write(StepRecord(report)));
+      const bool last = step + 1 == options.train.steps;
+      if (step == 0 || (step + 1) % options.train.log_every == 0 || last || report.val_loss) {
+        std::string val =
+            report.val_loss ? absl::StrFormat(" | val %.4f", *report.val_loss) : std::string();
+        spdlog::info("step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | {:.1f} ms | {:.0f} tok/s | "
+                     "peak device {} host {}",
+                     step + 1, options.train.steps, report.result.loss, val, report.lr,
+                     report.ms_per_step, report.tokens_per_s,
+                     FormatBytes(report.device.peak_bytes), FormatBytes(report.host.peak_bytes));
+      }
+    }
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace strata

@@ -1,5 +1,11 @@
 // Engine: micro-batch loop, unit-by-unit forward/backward through the ZeRO components,
 // global-norm clipping and the optimizer sub-steps. See engine.h.
+//
+// Global batch and loss: every rank runs `train.micro_batch` rows of each micro-batch and
+// scales its loss gradient by 1 / (B * T * grad_accum * world), so the rank-order sum the
+// reducers form is the gradient of the mean loss over the global batch. The gradient norm
+// is summed from per-(unit, shard) partial sums in one fixed order on every rank, so it is
+// the same number whatever the stage.
 #include "runtime/engine.h"
 
 #include <chrono>
@@ -15,39 +21,40 @@ double MillisecondsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-Engine::Engine(const Options& options, Device* device, Ops* ops, Model* model)
-    : options_(options), device_(device), ops_(ops), model_(model) {}
+Engine::Engine(const Options& options, Device* device, Ops* ops, Model* model,
+               Communicator* communicator)
+    : options_(options), device_(device), ops_(ops), model_(model),
+      communicator_(communicator) {}
 
 Engine::~Engine() {
   // Work in flight may still reference buffers owned here.
+  if (comm_) comm_->Synchronize().IgnoreError();
   if (compute_) compute_->Synchronize().IgnoreError();
 }
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const Options& options, Device* device,
-                                                 Ops* ops, Model* model) {
+                                                 Ops* ops, Model* model,
+                                                 Communicator* communicator) {
   if (ops->dtype() != options.train.dtype) {
     return absl::InvalidArgumentError("the kernels' dtype differs from train.dtype");
   }
-  std::unique_ptr<Engine> engine(new Engine(options, device, ops, model));
+  if (communicator == nullptr) return absl::InvalidArgumentError("no communicator");
+  std::unique_ptr<Engine> engine(new Engine(options, device, ops, model, communicator));
   RETURN_IF_ERROR(engine->Init());
   return engine;
 }
 
+Status Engine::SyncStreams() {
+  RETURN_IF_ERROR(comm_->Synchronize());
+  return compute_->Synchronize();
+}
+
 Status Engine::Init() {
   ASSIGN_OR_RETURN(compute_, device_->CreateStream("compute"));
+  ASSIGN_OR_RETURN(comm_, device_->CreateStream("comm"));
   const auto& layouts = model_->units();
   const auto& stages = model_->stages();
   const int num_units = static_cast<int>(layouts.size());
-
-  ZeroContext zero;
-  zero.device = device_;
-  zero.ops = ops_;
-  zero.compute = compute_.get();
-  zero.layouts = &layouts;
-  zero.units = &units_;
-  zero.dtype = options_.train.dtype;
-  zero.world_size = options_.zero.world;
-  ASSIGN_OR_RETURN(components_, MakeZeroComponents(options_, zero));
 
   // The access trace, and for each unit the stage whose backward completes its gradient.
   last_backward_stage_.assign(num_units, -1);
@@ -66,7 +73,21 @@ Status Engine::Init() {
     }
   }
 
-  // Initial values: fp32 master from the model, cast to the compute dtype.
+  ZeroContext zero;
+  zero.device = device_;
+  zero.ops = ops_;
+  zero.compute = compute_.get();
+  zero.comm = comm_.get();
+  zero.communicator = communicator_;
+  zero.layouts = &layouts;
+  zero.units = &units_;
+  zero.dtype = options_.train.dtype;
+  zero.prefetch_bytes = options_.zero.prefetch_bytes;
+  for (const UnitAccess& access : trace_) zero.trace.push_back(access.unit);
+  ASSIGN_OR_RETURN(components_, MakeZeroComponents(options_, zero));
+
+  // Initial values: fp32 master from the model (the same on every rank), cast to the
+  // compute dtype; each rank keeps what it owns.
   for (int u = 0; u < num_units; ++u) {
     std::vector<float> values(units_[u].padded_elements, 0.0f);
     model_->InitUnit(u, options_.train.seed, values.data());
@@ -74,6 +95,7 @@ Status Engine::Init() {
   }
 
   const int B = options_.train.micro_batch, T = options_.train.seq_len;
+  const int world = communicator_->world_size();
   tokens_per_micro_batch_ = B * T;
   RETURN_IF_ERROR(model_->PrepareActivations(*device_, B, T));
   ASSIGN_OR_RETURN(tokens_device_, device_->Allocate(Tier::kDevice, StateKind::kActivations,
@@ -81,10 +103,15 @@ Status Engine::Init() {
   ASSIGN_OR_RETURN(losses_host_,
                    device_->Allocate(Tier::kHost, StateKind::kWorkspace,
                                      options_.train.grad_accum * B * T * sizeof(float), "losses"));
+  const size_t norm_bytes = static_cast<size_t>(world) * num_units * sizeof(float);
   ASSIGN_OR_RETURN(norms_device_, device_->Allocate(Tier::kDevice, StateKind::kWorkspace,
-                                                    num_units * sizeof(float), "grad norms"));
-  ASSIGN_OR_RETURN(norms_host_, device_->Allocate(Tier::kHost, StateKind::kWorkspace,
-                                                  num_units * sizeof(float), "grad norms"));
+                                                    norm_bytes, "grad norms"));
+  ASSIGN_OR_RETURN(norms_host_,
+                   device_->Allocate(Tier::kHost, StateKind::kWorkspace, norm_bytes, "grad norms"));
+  ASSIGN_OR_RETURN(loss_device_, device_->Allocate(Tier::kDevice, StateKind::kWorkspace,
+                                                   world * sizeof(float), "losses of ranks"));
+  ASSIGN_OR_RETURN(loss_host_, device_->Allocate(Tier::kHost, StateKind::kWorkspace,
+                                                 world * sizeof(float), "losses of ranks"));
 
   ctx_.device = device_;
   ctx_.ops = ops_;
@@ -95,24 +122,30 @@ Status Engine::Init() {
   ctx_.seq_len = T;
   ctx_.inputs = tokens_device_.as<int32_t>();
   ctx_.targets = tokens_device_.as<int32_t>() + B * T;
-  return compute_->Synchronize();
+  return SyncStreams();
 }
 
-Status Engine::RunStage(int stage, bool backward) {
+Status Engine::RunStage(int stage, bool backward, int* access) {
   const StageSpec& spec = model_->stages()[stage];
-  for (int u : spec.units) {
-    ASSIGN_OR_RETURN(ctx_.params[u], components_.gatherer->Acquire(u));
-    ctx_.grads[u] = units_[u].grads.data();
+  const int first_access = *access;
+  for (size_t i = 0; i < spec.units.size(); ++i) {
+    const int u = spec.units[i];
+    ASSIGN_OR_RETURN(ctx_.params[u], components_.gatherer->Acquire(first_access + i, u));
+    if (backward) {
+      ASSIGN_OR_RETURN(ctx_.grads[u], components_.reducer->Grads(u));
+    }
   }
   RETURN_IF_ERROR(backward ? model_->Backward(stage, ctx_) : model_->Forward(stage, ctx_));
-  for (int u : spec.units) {
+  for (size_t i = 0; i < spec.units.size(); ++i) {
+    const int u = spec.units[i];
     if (backward && last_backward_stage_[u] == stage) {
-      RETURN_IF_ERROR(components_.reducer->Reduce(u));
+      RETURN_IF_ERROR(components_.reducer->UnitDone(u));
     }
-    RETURN_IF_ERROR(components_.gatherer->Release(u));
+    RETURN_IF_ERROR(components_.gatherer->Release(first_access + i, u));
     ctx_.params[u] = nullptr;
     ctx_.grads[u] = nullptr;
   }
+  *access += static_cast<int>(spec.units.size());
   return absl::OkStatus();
 }
 
@@ -125,19 +158,46 @@ Status Engine::RunMicroBatch(const MicroBatch& batch, int index, float dloss,
                                      token_bytes, *compute_));
   ctx_.dloss = dloss;
   const int num_stages = static_cast<int>(model_->stages().size());
+  int access = 0;
   auto start = std::chrono::steady_clock::now();
-  for (int s = 0; s < num_stages; ++s) RETURN_IF_ERROR(RunStage(s, false));
+  for (int s = 0; s < num_stages; ++s) RETURN_IF_ERROR(RunStage(s, false, &access));
   RETURN_IF_ERROR(device_->CopyAsync(losses_host_.as<float>() + index * tokens_per_micro_batch_,
                                      model_->losses(),
                                      tokens_per_micro_batch_ * sizeof(float), *compute_));
+  if (dloss == 0.0f) {
+    RETURN_IF_ERROR(components_.gatherer->EndMicroBatch());
+    return compute_->Synchronize();
+  }
   RETURN_IF_ERROR(compute_->Synchronize());
   if (forward_ms) *forward_ms += MillisecondsSince(start);
-  if (dloss == 0.0f) return absl::OkStatus();
   start = std::chrono::steady_clock::now();
-  for (int s = num_stages - 1; s >= 0; --s) RETURN_IF_ERROR(RunStage(s, true));
+  for (int s = num_stages - 1; s >= 0; --s) RETURN_IF_ERROR(RunStage(s, true, &access));
+  RETURN_IF_ERROR(components_.reducer->BackwardDone());
+  RETURN_IF_ERROR(components_.gatherer->EndMicroBatch());
   RETURN_IF_ERROR(compute_->Synchronize());
   if (backward_ms) *backward_ms += MillisecondsSince(start);
   return absl::OkStatus();
+}
+
+StatusOr<double> Engine::GlobalMeanLoss(int micro_batches) {
+  double total = 0.0;
+  const float* losses = losses_host_.as<float>();
+  for (int i = 0; i < micro_batches * tokens_per_micro_batch_; ++i) total += losses[i];
+  const float mine = static_cast<float>(total / (micro_batches * tokens_per_micro_batch_));
+  const int world = communicator_->world_size();
+  const int rank = communicator_->rank();
+  // Every rank's mean, gathered, then averaged in rank order: the same number everywhere.
+  loss_host_.as<float>()[rank] = mine;
+  RETURN_IF_ERROR(device_->CopyAsync(loss_device_.as<float>() + rank, loss_host_.as<float>() + rank,
+                                     sizeof(float), *comm_));
+  RETURN_IF_ERROR(communicator_->AllGather(loss_device_.as<float>() + rank, loss_device_.data(), 1,
+                                           DType::kF32, *comm_));
+  RETURN_IF_ERROR(device_->CopyAsync(loss_host_.data(), loss_device_.data(),
+                                     world * sizeof(float), *comm_));
+  RETURN_IF_ERROR(comm_->Synchronize());
+  double sum = 0.0;
+  for (int r = 0; r < world; ++r) sum += loss_host_.as<float>()[r];
+  return sum / world;
 }
 
 StatusOr<double> Engine::ComputeGradients(const std::vector<MicroBatch>& micro_batches) {
@@ -147,30 +207,42 @@ StatusOr<double> Engine::ComputeGradients(const std::vector<MicroBatch>& micro_b
                                                    " micro-batches, got ",
                                                    micro_batches.size()));
   }
-  for (size_t u = 0; u < units_.size(); ++u) RETURN_IF_ERROR(components_.reducer->Zero(u));
-  const float dloss =
-      1.0f / static_cast<float>(tokens_per_micro_batch_ * micro_batches.size());
+  RETURN_IF_ERROR(components_.reducer->Zero());
+  const float dloss = 1.0f / static_cast<float>(static_cast<double>(tokens_per_micro_batch_) *
+                                                micro_batches.size() *
+                                                communicator_->world_size());
   last_forward_ms_ = last_backward_ms_ = 0.0;
   for (size_t k = 0; k < micro_batches.size(); ++k) {
     RETURN_IF_ERROR(RunMicroBatch(micro_batches[k], static_cast<int>(k), dloss,
                                   &last_forward_ms_, &last_backward_ms_));
   }
-  double total = 0.0;
-  const float* losses = losses_host_.as<float>();
-  for (size_t i = 0; i < micro_batches.size() * tokens_per_micro_batch_; ++i) total += losses[i];
-  return total / static_cast<double>(micro_batches.size() * tokens_per_micro_batch_);
+  // The optimizer (compute) reads what the reducers accumulated on the comm stream.
+  RETURN_IF_ERROR(comm_->Synchronize());
+  return GlobalMeanLoss(static_cast<int>(micro_batches.size()));
 }
 
 StatusOr<double> Engine::ClipScale(double* grad_norm) {
   const int num_units = static_cast<int>(units_.size());
+  const int rank = communicator_->rank();
+  const int world = communicator_->world_size();
+  float* mine = norms_device_.as<float>() + rank * num_units;
   for (int u = 0; u < num_units; ++u) {
-    RETURN_IF_ERROR(components_.reducer->SumSquares(u, norms_device_.as<float>() + u));
+    const UnitState& state = units_[u];
+    const ShardRange range = OwnedRange(state, rank, components_.sharded_optimizer);
+    const size_t first = components_.sharded_optimizer ? 0 : range.begin;
+    RETURN_IF_ERROR(ops_->SumSquares(*compute_, mine + u, state.grad_accum.as<float>() + first,
+                                     range.end - range.begin));
   }
-  RETURN_IF_ERROR(device_->CopyAsync(norms_host_.data(), norms_device_.data(),
-                                     num_units * sizeof(float), *compute_));
   RETURN_IF_ERROR(compute_->Synchronize());
+  RETURN_IF_ERROR(communicator_->AllGather(mine, norms_device_.data(), num_units, DType::kF32,
+                                           *comm_));
+  RETURN_IF_ERROR(device_->CopyAsync(norms_host_.data(), norms_device_.data(),
+                                     norms_device_.bytes(), *comm_));
+  RETURN_IF_ERROR(comm_->Synchronize());
   double sum = 0.0;
-  for (int u = 0; u < num_units; ++u) sum += norms_host_.as<float>()[u];
+  for (int u = 0; u < num_units; ++u) {
+    for (int r = 0; r < world; ++r) sum += norms_host_.as<float>()[r * num_units + u];
+  }
   *grad_norm = std::sqrt(sum);
   if (!std::isfinite(*grad_norm)) {
     return absl::DataLossError(absl::StrCat("gradient norm is not finite (", *grad_norm,
@@ -189,6 +261,8 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
                                                    micro_batches.size(), " micro-batches came"));
   }
   StepResult result;
+  const GatherStats gather_before = components_.gatherer->stats();
+  const double stall_before = compute_->stalled_ms();
   ASSIGN_OR_RETURN(result.loss, ComputeGradients(micro_batches));
   result.forward_ms = last_forward_ms_;
   result.backward_ms = last_backward_ms_;
@@ -205,32 +279,46 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   for (size_t u = 0; u < units_.size(); ++u) {
     RETURN_IF_ERROR(components_.stepper->Step(static_cast<int>(u), params));
   }
-  RETURN_IF_ERROR(compute_->Synchronize());
+  RETURN_IF_ERROR(SyncStreams());
   result.optimizer_ms = MillisecondsSince(start);
+  const GatherStats gather_after = components_.gatherer->stats();
+  result.gather.gathers = gather_after.gathers - gather_before.gathers;
+  result.gather.deviations = gather_after.deviations - gather_before.deviations;
+  result.compute_stall_ms = compute_->stalled_ms() - stall_before;
   return result;
 }
 
 StatusOr<double> Engine::EvalLoss(const MicroBatch& batch) {
   RETURN_IF_ERROR(RunMicroBatch(batch, 0, 0.0f, nullptr, nullptr));
-  double total = 0.0;
-  for (int i = 0; i < tokens_per_micro_batch_; ++i) total += losses_host_.as<float>()[i];
-  return total / tokens_per_micro_batch_;
+  return GlobalMeanLoss(1);
+}
+
+StatusOr<std::vector<float>> Engine::ReadFull(int unit, const Buffer& state_buffer) {
+  const UnitState& state = units_[unit];
+  std::vector<float> values(state.padded_elements);
+  if (!components_.sharded_optimizer) {
+    RETURN_IF_ERROR(device_->CopyAsync(values.data(), state_buffer.data(),
+                                       values.size() * sizeof(float), *compute_));
+    RETURN_IF_ERROR(SyncStreams());
+    return values;
+  }
+  ASSIGN_OR_RETURN(Buffer full, device_->Allocate(Tier::kDevice, StateKind::kWorkspace,
+                                                  values.size() * sizeof(float), "unit read-out"));
+  RETURN_IF_ERROR(SyncStreams());
+  RETURN_IF_ERROR(communicator_->AllGather(state_buffer.data(), full.data(),
+                                           state.shard_elements, DType::kF32, *comm_));
+  RETURN_IF_ERROR(device_->CopyAsync(values.data(), full.data(), values.size() * sizeof(float),
+                                     *comm_));
+  RETURN_IF_ERROR(comm_->Synchronize());
+  return values;
 }
 
 StatusOr<std::vector<float>> Engine::ReadMaster(int unit) {
-  std::vector<float> values(units_[unit].padded_elements);
-  RETURN_IF_ERROR(device_->CopyAsync(values.data(), units_[unit].master.data(),
-                                     values.size() * sizeof(float), *compute_));
-  RETURN_IF_ERROR(compute_->Synchronize());
-  return values;
+  return ReadFull(unit, units_[unit].master);
 }
 
 StatusOr<std::vector<float>> Engine::ReadGradients(int unit) {
-  std::vector<float> values(units_[unit].padded_elements);
-  RETURN_IF_ERROR(device_->CopyAsync(values.data(), units_[unit].grad_accum.data(),
-                                     values.size() * sizeof(float), *compute_));
-  RETURN_IF_ERROR(compute_->Synchronize());
-  return values;
+  return ReadFull(unit, units_[unit].grad_accum);
 }
 
 Status Engine::WriteMaster(int unit, const std::vector<float>& values) {
@@ -239,10 +327,24 @@ Status Engine::WriteMaster(int unit, const std::vector<float>& values) {
     return absl::InvalidArgumentError(absl::StrCat("unit ", unit, " has ", state.padded_elements,
                                                    " elements, got ", values.size()));
   }
-  RETURN_IF_ERROR(device_->CopyAsync(state.master.data(), values.data(),
-                                     values.size() * sizeof(float), *compute_));
-  RETURN_IF_ERROR(ops_->CastFromFloat(*compute_, state.params.data(), state.master.as<float>(),
-                                      values.size()));
+  RETURN_IF_ERROR(SyncStreams());
+  const int rank = communicator_->rank();
+  const ShardRange own = OwnedRange(state, rank, true);
+  // The master (full or own shard).
+  const float* master_src = values.data() + (components_.sharded_optimizer ? own.begin : 0);
+  RETURN_IF_ERROR(device_->CopyAsync(state.master.data(), master_src, state.master.bytes(),
+                                     *compute_));
+  // The params (full, or the own shard for stage 3), cast from fp32 through a staging copy.
+  const size_t param_elements = state.params.bytes() / DTypeBytes(options_.train.dtype);
+  const float* param_src =
+      values.data() + (param_elements == state.padded_elements ? 0 : own.begin);
+  ASSIGN_OR_RETURN(Buffer staging, device_->Allocate(Tier::kDevice, StateKind::kWorkspace,
+                                                     param_elements * sizeof(float),
+                                                     "parameter staging"));
+  RETURN_IF_ERROR(device_->CopyAsync(staging.data(), param_src, param_elements * sizeof(float),
+                                     *compute_));
+  RETURN_IF_ERROR(ops_->CastFromFloat(*compute_, state.params.data(), staging.as<float>(),
+                                      param_elements));
   return compute_->Synchronize();
 }
 

@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "collectives/communicator.h"
 #include "kernels/ops.h"
 #include "runtime/core/device.h"
 #include "runtime/core/options.h"
@@ -31,6 +32,8 @@ struct StepResult {
   double forward_ms = 0.0;
   double backward_ms = 0.0;
   double optimizer_ms = 0.0;
+  GatherStats gather;      // stage 3: all-gathers, plan deviations, compute waits
+  double compute_stall_ms = 0.0;  // compute stream blocked on other streams (collectives)
 };
 
 // One access of the trace: stage `stage` uses unit `unit` in the forward or backward.
@@ -42,8 +45,11 @@ struct UnitAccess {
 
 class Engine {
  public:
+  // `communicator` joins this rank to the others (world size 1: a local group of one);
+  // it must outlive the engine.
   static StatusOr<std::unique_ptr<Engine>> Create(const Options& options, Device* device,
-                                                  Ops* ops, Model* model);
+                                                  Ops* ops, Model* model,
+                                                  Communicator* communicator);
   ~Engine();
 
   // Runs grad_accum micro-batches (micro_batches.size() must equal train.grad_accum),
@@ -56,10 +62,12 @@ class Engine {
   // Mean loss of one micro-batch, no backward.
   StatusOr<double> EvalLoss(const MicroBatch& batch);
 
-  // fp32 views of one unit for tests and checkpoints (full unit, padded length).
+  // fp32 views of one unit for tests and checkpoints (full unit, padded length). With a
+  // sharded optimizer these gather the shards: every rank must call them together.
   StatusOr<std::vector<float>> ReadMaster(int unit);
   StatusOr<std::vector<float>> ReadGradients(int unit);
-  // Sets master weights (and the compute-dtype params) of one unit.
+  // Sets master weights (and the compute-dtype params) of one unit from its full values;
+  // each rank keeps the part it owns.
   Status WriteMaster(int unit, const std::vector<float>& values);
 
   // The unit access trace of one micro-batch (forward then backward).
@@ -67,18 +75,25 @@ class Engine {
   Stream& compute_stream() { return *compute_; }
 
  private:
-  Engine(const Options& options, Device* device, Ops* ops, Model* model);
+  Engine(const Options& options, Device* device, Ops* ops, Model* model,
+         Communicator* communicator);
   Status Init();
   Status RunMicroBatch(const MicroBatch& batch, int index, float dloss, double* forward_ms,
                        double* backward_ms);
-  Status RunStage(int stage, bool backward);
+  Status RunStage(int stage, bool backward, int* access);
   StatusOr<double> ClipScale(double* grad_norm);
+  // Mean of the per-rank means of this rank's losses_host_ over `micro_batches`.
+  StatusOr<double> GlobalMeanLoss(int micro_batches);
+  StatusOr<std::vector<float>> ReadFull(int unit, const Buffer& state_buffer);
+  Status SyncStreams();
 
   Options options_;
   Device* device_;
   Ops* ops_;
   Model* model_;
+  Communicator* communicator_;
   std::unique_ptr<Stream> compute_;
+  std::unique_ptr<Stream> comm_;
   std::vector<UnitState> units_;
   ZeroComponents components_;
   std::vector<UnitAccess> trace_;
@@ -86,8 +101,10 @@ class Engine {
   StepContext ctx_;
   Buffer tokens_device_;    // [2][B*T] int32: inputs then targets
   Buffer losses_host_;      // [grad_accum][B*T] fp32
-  Buffer norms_device_;     // [units] fp32
-  Buffer norms_host_;       // [units] fp32
+  Buffer norms_device_;     // [world][units] fp32: sum of squares of each owned shard
+  Buffer norms_host_;       // [world][units] fp32
+  Buffer loss_device_;      // [world] fp32: every rank's mean loss
+  Buffer loss_host_;        // [world] fp32
   int tokens_per_micro_batch_ = 0;
   double last_forward_ms_ = 0.0;
   double last_backward_ms_ = 0.0;

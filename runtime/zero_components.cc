@@ -1,9 +1,58 @@
-// ZeRO stage 0 components (replicated state, one rank) and the factory; see
-// zero_components.h. All state lives on the device tier.
+// ZeRO stage components and their factory; see zero_components.h.
+//
+// Ordering between the compute and comm streams uses two events held here: "compute done"
+// (recorded on compute, waited on by comm) and "comm done" (the reverse). A gradient
+// buffer is handed back to compute only after the comm stream finished with it; a param
+// shard is gathered only after the optimizer that wrote it.
 #include "runtime/zero_components.h"
+
+#include <chrono>
+#include <deque>
+#include <map>
+
+#include "runtime/prefetch_planner.h"
 
 namespace strata {
 namespace {
+
+// The two cross-stream joins every component needs.
+class Streams {
+ public:
+  static StatusOr<std::shared_ptr<Streams>> Create(const ZeroContext& ctx) {
+    auto streams = std::shared_ptr<Streams>(new Streams(ctx));
+    ASSIGN_OR_RETURN(streams->compute_done_, ctx.device->CreateEvent());
+    ASSIGN_OR_RETURN(streams->comm_done_, ctx.device->CreateEvent());
+    return streams;
+  }
+  // Later comm work waits for everything enqueued on compute so far.
+  Status CommWaitsCompute() {
+    RETURN_IF_ERROR(ctx_.device->Record(*compute_done_, *ctx_.compute));
+    return ctx_.device->Wait(*ctx_.comm, *compute_done_);
+  }
+  // Later compute work waits for everything enqueued on comm so far.
+  Status ComputeWaitsComm() {
+    RETURN_IF_ERROR(ctx_.device->Record(*comm_done_, *ctx_.comm));
+    return ctx_.device->Wait(*ctx_.compute, *comm_done_);
+  }
+
+ private:
+  explicit Streams(const ZeroContext& ctx) : ctx_(ctx) {}
+  ZeroContext ctx_;
+  std::unique_ptr<Event> compute_done_;
+  std::unique_ptr<Event> comm_done_;
+};
+
+// Frees a buffer once `stream` has run everything enqueued before this call.
+void ReleaseAfter(Stream& stream, std::shared_ptr<Buffer> buffer) {
+  stream.EnqueueHost([buffer]() mutable {
+    buffer->Reset();
+    return absl::OkStatus();
+  });
+}
+
+char* Offset(void* base, size_t elements, DType dtype) {
+  return static_cast<char*>(base) + elements * DTypeBytes(dtype);
+}
 
 StatusOr<Buffer> AllocateZeroed(const ZeroContext& ctx, StateKind kind, size_t bytes,
                                 const std::string& what) {
@@ -12,105 +61,435 @@ StatusOr<Buffer> AllocateZeroed(const ZeroContext& ctx, StateKind kind, size_t b
   return buffer;
 }
 
-class ReplicatedGatherer : public ParamGatherer {
+// Bounds how far the host runs ahead of a stream: Mark() records a point on the stream,
+// Limit() blocks the host until at most `max_pending` marked points are still pending.
+// Memory that a stream frees when it passes a point is then really free before the host
+// allocates more.
+class LagLimiter {
  public:
-  explicit ReplicatedGatherer(const ZeroContext& ctx) : ctx_(ctx) {}
-  StatusOr<const void*> Acquire(int unit) override { return (*ctx_.units)[unit].params.data(); }
-  Status Release(int) override { return absl::OkStatus(); }
-
- private:
-  ZeroContext ctx_;
-};
-
-class LocalReducer : public GradientReducer {
- public:
-  explicit LocalReducer(const ZeroContext& ctx) : ctx_(ctx) {}
-  Status Reduce(int unit) override {
-    UnitState& state = (*ctx_.units)[unit];
-    RETURN_IF_ERROR(ctx_.ops->AccumulateToFloat(*ctx_.compute, state.grad_accum.as<float>(),
-                                                state.grads.data(), state.padded_elements));
-    return ctx_.device->MemsetAsync(state.grads.data(), 0, state.grads.bytes(), *ctx_.compute);
+  LagLimiter(Device* device, size_t max_pending) : device_(device), max_pending_(max_pending) {}
+  Status Mark(Stream& stream) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Event> event, device_->CreateEvent());
+    RETURN_IF_ERROR(device_->Record(*event, stream));
+    pending_.push_back(std::move(event));
+    return absl::OkStatus();
   }
-  Status SumSquares(int unit, float* result) override {
-    UnitState& state = (*ctx_.units)[unit];
-    return ctx_.ops->SumSquares(*ctx_.compute, result, state.grad_accum.as<float>(),
-                                state.padded_elements);
-  }
-  Status Zero(int unit) override {
-    UnitState& state = (*ctx_.units)[unit];
-    return ctx_.device->MemsetAsync(state.grad_accum.data(), 0, state.grad_accum.bytes(),
-                                    *ctx_.compute);
-  }
-
- private:
-  ZeroContext ctx_;
-};
-
-// Steps each tensor of a unit separately so weight decay applies to matrices only.
-class DeviceAdamStepper : public OptimizerStepper {
- public:
-  explicit DeviceAdamStepper(const ZeroContext& ctx) : ctx_(ctx) {}
-  Status Step(int unit, const AdamParams& params) override {
-    UnitState& state = (*ctx_.units)[unit];
-    const size_t element_bytes = DTypeBytes(ctx_.dtype);
-    for (const TensorSpec& tensor : (*ctx_.layouts)[unit].tensors()) {
-      AdamParams tensor_params = params;
-      if (!tensor.weight_decay) tensor_params.weight_decay = 0.0f;
-      const size_t o = tensor.offset;
-      RETURN_IF_ERROR(ctx_.ops->AdamW(
-          *ctx_.compute, state.params.as<char>() + o * element_bytes, state.master.as<float>() + o,
-          state.grad_accum.as<float>() + o, state.exp_avg.as<float>() + o,
-          state.exp_avg_sq.as<float>() + o, tensor.numel, tensor_params));
+  Status Limit() {
+    while (pending_.size() > max_pending_) {
+      RETURN_IF_ERROR(pending_.front()->Synchronize());
+      pending_.pop_front();
     }
     return absl::OkStatus();
   }
 
  private:
+  Device* device_;
+  size_t max_pending_;
+  std::deque<std::unique_ptr<Event>> pending_;
+};
+
+// ---------------------------------------------------------------- gatherers
+
+// Stages 0-2: every rank holds the full parameters.
+class ReplicatedGatherer : public ParamGatherer {
+ public:
+  explicit ReplicatedGatherer(const ZeroContext& ctx) : ctx_(ctx) {}
+  StatusOr<const void*> Acquire(int, int unit) override { return (*ctx_.units)[unit].params.data(); }
+  Status Release(int, int) override { return absl::OkStatus(); }
+  Status EndMicroBatch() override { return absl::OkStatus(); }
+  GatherStats stats() const override { return {}; }
+
+ private:
   ZeroContext ctx_;
 };
 
-Status AllocateReplicatedState(const ZeroContext& ctx) {
+// Stage 3: param shards only between uses. The executor of the prefetch plan: before
+// access k it issues the plan's gathers on the comm stream (each into a freshly allocated
+// full buffer, after an event so it reads the optimizer's latest shard) and makes compute
+// wait only for the unit it needs now; after access k it frees what the plan releases,
+// ordered after the compute that used it. An access that does not match the plan is a
+// counted deviation, served by an on-demand gather, never silently.
+class ShardedGatherer : public ParamGatherer {
+ public:
+  ShardedGatherer(const ZeroContext& ctx, std::shared_ptr<Streams> streams, PrefetchPlan plan)
+      : ctx_(ctx), streams_(std::move(streams)), plan_(std::move(plan)) {}
+
+  StatusOr<const void*> Acquire(int access, int unit) override {
+    const bool planned = access >= 0 && access < static_cast<int>(ctx_.trace.size()) &&
+                         ctx_.trace[access] == unit;
+    // The host enqueues faster than compute runs: keep it at most one access ahead, so the
+    // plan's budget bounds the gathered bytes that actually exist at once.
+    RETURN_IF_ERROR(lag_.Limit());
+    if (planned) {
+      for (const PrefetchAction& action : plan_.before[access]) {
+        if (action.kind == PrefetchActionKind::kFetch) RETURN_IF_ERROR(Fetch(action.unit));
+      }
+    } else {
+      ++stats_.deviations;
+    }
+    auto it = resident_.find(unit);
+    if (it == resident_.end()) {
+      if (planned) ++stats_.deviations;  // the plan should have fetched it
+      RETURN_IF_ERROR(Fetch(unit));
+      it = resident_.find(unit);
+      it->second.on_demand = true;
+    }
+    Resident& r = it->second;
+    if (!r.ready_waited) {
+      RETURN_IF_ERROR(ctx_.device->Wait(*ctx_.compute, *r.ready));
+      r.ready_waited = true;
+    }
+    return r.full->data();
+  }
+
+  Status Release(int access, int unit) override {
+    const bool planned = access >= 0 && access < static_cast<int>(ctx_.trace.size()) &&
+                         ctx_.trace[access] == unit;
+    auto it = resident_.find(unit);
+    if (it != resident_.end() && it->second.on_demand) return Drop(unit);
+    if (planned) {
+      for (const PrefetchAction& action : plan_.after[access]) {
+        if (action.kind == PrefetchActionKind::kRelease) RETURN_IF_ERROR(Drop(action.unit));
+      }
+    }
+    return lag_.Mark(*ctx_.compute);
+  }
+
+  Status EndMicroBatch() override {
+    while (!resident_.empty()) RETURN_IF_ERROR(Drop(resident_.begin()->first));
+    return absl::OkStatus();
+  }
+
+  GatherStats stats() const override { return stats_; }
+
+ private:
+  struct Resident {
+    std::shared_ptr<Buffer> full;
+    std::unique_ptr<Event> ready;
+    bool ready_waited = false;
+    bool on_demand = false;
+  };
+
+  Status Fetch(int unit) {
+    if (resident_.count(unit)) return absl::OkStatus();
+    UnitState& state = (*ctx_.units)[unit];
+    const size_t bytes = state.padded_elements * DTypeBytes(ctx_.dtype);
+    Resident r;
+    ASSIGN_OR_RETURN(Buffer full, ctx_.device->Allocate(
+                                      Tier::kDevice, StateKind::kParams, bytes,
+                                      (*ctx_.layouts)[unit].name() + " gathered params"));
+    r.full = std::make_shared<Buffer>(std::move(full));
+    ASSIGN_OR_RETURN(r.ready, ctx_.device->CreateEvent());
+    RETURN_IF_ERROR(streams_->CommWaitsCompute());
+    RETURN_IF_ERROR(ctx_.communicator->AllGather(state.params.data(), r.full->data(),
+                                                 state.shard_elements, ctx_.dtype, *ctx_.comm));
+    RETURN_IF_ERROR(ctx_.device->Record(*r.ready, *ctx_.comm));
+    ++stats_.gathers;
+    resident_.emplace(unit, std::move(r));
+    return absl::OkStatus();
+  }
+
+  Status Drop(int unit) {
+    auto it = resident_.find(unit);
+    if (it == resident_.end()) return absl::OkStatus();
+    // The comm stream must be done writing it, and compute done reading it.
+    if (!it->second.ready_waited) {
+      RETURN_IF_ERROR(ctx_.device->Wait(*ctx_.compute, *it->second.ready));
+    }
+    ReleaseAfter(*ctx_.compute, it->second.full);
+    resident_.erase(it);
+    return absl::OkStatus();
+  }
+
+  ZeroContext ctx_;
+  std::shared_ptr<Streams> streams_;
+  PrefetchPlan plan_;
+  std::map<int, Resident> resident_;
+  GatherStats stats_;
+  LagLimiter lag_{ctx_.device, 1};
+};
+
+// ---------------------------------------------------------------- reducers
+
+// Shared by all reducers: per-unit full gradient buffers handed to compute only after the
+// comm stream finished with the previous micro-batch's contents.
+class ReducerBase : public GradientReducer {
+ public:
+  ReducerBase(const ZeroContext& ctx, std::shared_ptr<Streams> streams)
+      : ctx_(ctx), streams_(std::move(streams)) {}
+
+  Status Zero() override {
+    // grad_accum is written on the comm stream; zero it there, after the optimizer (compute).
+    RETURN_IF_ERROR(streams_->CommWaitsCompute());
+    for (UnitState& state : *ctx_.units) {
+      RETURN_IF_ERROR(ctx_.device->MemsetAsync(state.grad_accum.data(), 0,
+                                               state.grad_accum.bytes(), *ctx_.comm));
+    }
+    return absl::OkStatus();
+  }
+
+ protected:
+  // The compute stream may touch comm-owned buffers again only after comm is done.
+  Status HandBack() { return streams_->ComputeWaitsComm(); }
+
+  ZeroContext ctx_;
+  std::shared_ptr<Streams> streams_;
+};
+
+// Stage 0: full gradients all-reduced (rank-order sum) into a full fp32 accumulator.
+class AllReduceReducer : public ReducerBase {
+ public:
+  using ReducerBase::ReducerBase;
+  StatusOr<void*> Grads(int unit) override {
+    if (pending_) {
+      RETURN_IF_ERROR(HandBack());
+      pending_ = false;
+    }
+    return (*ctx_.units)[unit].grads.data();
+  }
+  Status UnitDone(int unit) override {
+    UnitState& state = (*ctx_.units)[unit];
+    RETURN_IF_ERROR(streams_->CommWaitsCompute());
+    RETURN_IF_ERROR(ctx_.communicator->AllReduce(state.grads.data(), state.padded_elements,
+                                                 ctx_.dtype, *ctx_.comm));
+    RETURN_IF_ERROR(ctx_.ops->AccumulateToFloat(*ctx_.comm, state.grad_accum.as<float>(),
+                                                state.grads.data(), state.padded_elements));
+    RETURN_IF_ERROR(
+        ctx_.device->MemsetAsync(state.grads.data(), 0, state.grads.bytes(), *ctx_.comm));
+    pending_ = true;
+    return absl::OkStatus();
+  }
+  Status BackwardDone() override {
+    pending_ = false;
+    return HandBack();
+  }
+
+ private:
+  bool pending_ = false;
+};
+
+// Stages 1-3: reduce-scatter to the owner, summed into the fp32 shard. Stage 1 keeps the
+// full buffers and reduces all units after the backward; stages 2-3 reduce each unit as
+// soon as its backward is done, overlapped with the next units, and free its full buffer.
+class ReduceScatterReducer : public ReducerBase {
+ public:
+  ReduceScatterReducer(const ZeroContext& ctx, std::shared_ptr<Streams> streams, bool per_unit)
+      : ReducerBase(ctx, std::move(streams)), per_unit_(per_unit),
+        live_(ctx.units->size()) {}
+
+  StatusOr<void*> Grads(int unit) override {
+    UnitState& state = (*ctx_.units)[unit];
+    if (!per_unit_) {
+      if (pending_) {
+        RETURN_IF_ERROR(HandBack());
+        pending_ = false;
+      }
+      return state.grads.data();
+    }
+    if (!live_[unit]) {
+      // At most two earlier units' full buffers may still wait for their reduce-scatter.
+      RETURN_IF_ERROR(lag_.Limit());
+      const size_t bytes = state.padded_elements * DTypeBytes(ctx_.dtype);
+      ASSIGN_OR_RETURN(Buffer full,
+                       AllocateZeroed(ctx_, StateKind::kGrads, bytes,
+                                      (*ctx_.layouts)[unit].name() + " full grads"));
+      live_[unit] = std::make_shared<Buffer>(std::move(full));
+    }
+    return live_[unit]->data();
+  }
+
+  Status UnitDone(int unit) override {
+    if (!per_unit_) return absl::OkStatus();
+    RETURN_IF_ERROR(streams_->CommWaitsCompute());
+    UnitState& state = (*ctx_.units)[unit];
+    RETURN_IF_ERROR(ReduceInto(state, live_[unit]->data()));
+    ReleaseAfter(*ctx_.comm, std::move(live_[unit]));
+    live_[unit].reset();
+    return lag_.Mark(*ctx_.comm);
+  }
+
+  Status BackwardDone() override {
+    if (per_unit_) return absl::OkStatus();
+    RETURN_IF_ERROR(streams_->CommWaitsCompute());
+    for (UnitState& state : *ctx_.units) {
+      RETURN_IF_ERROR(ReduceInto(state, state.grads.data()));
+      RETURN_IF_ERROR(
+          ctx_.device->MemsetAsync(state.grads.data(), 0, state.grads.bytes(), *ctx_.comm));
+    }
+    pending_ = true;
+    return absl::OkStatus();
+  }
+
+ private:
+  Status ReduceInto(UnitState& state, void* full) {
+    const int rank = ctx_.communicator->rank();
+    void* own = Offset(full, rank * state.shard_elements, ctx_.dtype);
+    RETURN_IF_ERROR(ctx_.communicator->ReduceScatter(full, own, state.shard_elements, ctx_.dtype,
+                                                     *ctx_.comm));
+    return ctx_.ops->AccumulateToFloat(*ctx_.comm, state.grad_accum.as<float>(), own,
+                                       state.shard_elements);
+  }
+
+  const bool per_unit_;
+  bool pending_ = false;
+  std::vector<std::shared_ptr<Buffer>> live_;
+  LagLimiter lag_{ctx_.device, 2};
+};
+
+// ---------------------------------------------------------------- steppers
+
+// AdamW over the owned range of a unit, tensor by tensor, so weight decay applies to
+// matrices only. `state_offset` maps a unit element index to the index inside the
+// master/m/v/grad_accum buffers (0 when they are full, the range start when sharded);
+// `param_offset` does the same for the params buffer.
+Status AdamOverRange(const ZeroContext& ctx, int unit, const AdamParams& params,
+                     ShardRange range, size_t state_offset, void* param_base,
+                     size_t param_offset) {
+  UnitState& state = (*ctx.units)[unit];
+  for (const TensorSpec& tensor : (*ctx.layouts)[unit].tensors()) {
+    const size_t lo = std::max(range.begin, tensor.offset);
+    const size_t hi = std::min(range.end, tensor.offset + tensor.numel);
+    if (lo >= hi) continue;
+    AdamParams tensor_params = params;
+    if (!tensor.weight_decay) tensor_params.weight_decay = 0.0f;
+    const size_t s = lo - state_offset;
+    RETURN_IF_ERROR(ctx.ops->AdamW(*ctx.compute, Offset(param_base, lo - param_offset, ctx.dtype),
+                                   state.master.as<float>() + s, state.grad_accum.as<float>() + s,
+                                   state.exp_avg.as<float>() + s,
+                                   state.exp_avg_sq.as<float>() + s, hi - lo, tensor_params));
+  }
+  return absl::OkStatus();
+}
+
+// Stage 0: every rank steps the whole unit (identical on every rank).
+class ReplicatedStepper : public OptimizerStepper {
+ public:
+  explicit ReplicatedStepper(const ZeroContext& ctx) : ctx_(ctx) {}
+  Status Step(int unit, const AdamParams& params) override {
+    UnitState& state = (*ctx_.units)[unit];
+    return AdamOverRange(ctx_, unit, params, {0, state.padded_elements}, 0, state.params.data(),
+                         0);
+  }
+
+ private:
+  ZeroContext ctx_;
+};
+
+// Stages 1-3: each rank steps its shard. Stages 1-2 then all-gather the updated params
+// into every rank's full buffer; stage 3 keeps them as the param shard.
+class ShardedStepper : public OptimizerStepper {
+ public:
+  ShardedStepper(const ZeroContext& ctx, std::shared_ptr<Streams> streams, bool gather_after)
+      : ctx_(ctx), streams_(std::move(streams)), gather_after_(gather_after) {}
+  Status Step(int unit, const AdamParams& params) override {
+    UnitState& state = (*ctx_.units)[unit];
+    const ShardRange range = OwnedRange(state, ctx_.communicator->rank(), true);
+    const size_t param_offset = gather_after_ ? 0 : range.begin;
+    RETURN_IF_ERROR(AdamOverRange(ctx_, unit, params, range, range.begin, state.params.data(),
+                                  param_offset));
+    if (!gather_after_) return absl::OkStatus();
+    RETURN_IF_ERROR(streams_->CommWaitsCompute());
+    void* own = Offset(state.params.data(), range.begin, ctx_.dtype);
+    RETURN_IF_ERROR(ctx_.communicator->AllGather(own, state.params.data(), state.shard_elements,
+                                                 ctx_.dtype, *ctx_.comm));
+    // The next forward reads the gathered params on compute.
+    return streams_->ComputeWaitsComm();
+  }
+
+ private:
+  ZeroContext ctx_;
+  std::shared_ptr<Streams> streams_;
+  bool gather_after_;
+};
+
+// ---------------------------------------------------------------- state and factory
+
+struct StageLayout {
+  bool full_params;      // params buffer holds the full unit
+  bool persistent_grads; // full grad buffer lives for the whole run
+  bool sharded_state;    // grad_accum, master, m, v hold the own shard only
+};
+
+Status AllocateState(const ZeroContext& ctx, const StageLayout& layout) {
   const size_t element_bytes = DTypeBytes(ctx.dtype);
+  const int world = ctx.communicator->world_size();
   for (size_t u = 0; u < ctx.layouts->size(); ++u) {
-    const UnitLayout& layout = (*ctx.layouts)[u];
+    const UnitLayout& unit = (*ctx.layouts)[u];
     UnitState& state = (*ctx.units)[u];
-    const size_t n = layout.PaddedElements(ctx.world_size);
-    state.padded_elements = n;
-    const std::string name = layout.name();
-    ASSIGN_OR_RETURN(state.params, AllocateZeroed(ctx, StateKind::kParams, n * element_bytes,
-                                                  name + " params"));
-    ASSIGN_OR_RETURN(state.grads, AllocateZeroed(ctx, StateKind::kGrads, n * element_bytes,
-                                                 name + " grads"));
-    ASSIGN_OR_RETURN(state.grad_accum,
-                     AllocateZeroed(ctx, StateKind::kGrads, n * 4, name + " fp32 grad accumulator"));
+    state.padded_elements = unit.PaddedElements(world);
+    state.shard_elements = unit.ShardElements(world);
+    const size_t n_params = layout.full_params ? state.padded_elements : state.shard_elements;
+    const size_t n_state = layout.sharded_state ? state.shard_elements : state.padded_elements;
+    const std::string& name = unit.name();
+    ASSIGN_OR_RETURN(state.params, AllocateZeroed(ctx, StateKind::kParams,
+                                                  n_params * element_bytes, name + " params"));
+    if (layout.persistent_grads) {
+      ASSIGN_OR_RETURN(state.grads,
+                       AllocateZeroed(ctx, StateKind::kGrads,
+                                      state.padded_elements * element_bytes, name + " grads"));
+    }
+    ASSIGN_OR_RETURN(state.grad_accum, AllocateZeroed(ctx, StateKind::kGrads, n_state * 4,
+                                                      name + " fp32 grad accumulator"));
     ASSIGN_OR_RETURN(state.master,
-                     AllocateZeroed(ctx, StateKind::kOptimizer, n * 4, name + " fp32 master"));
+                     AllocateZeroed(ctx, StateKind::kOptimizer, n_state * 4, name + " fp32 master"));
     ASSIGN_OR_RETURN(state.exp_avg,
-                     AllocateZeroed(ctx, StateKind::kOptimizer, n * 4, name + " exp_avg"));
-    ASSIGN_OR_RETURN(state.exp_avg_sq,
-                     AllocateZeroed(ctx, StateKind::kOptimizer, n * 4, name + " exp_avg_sq"));
+                     AllocateZeroed(ctx, StateKind::kOptimizer, n_state * 4, name + " exp_avg"));
+    ASSIGN_OR_RETURN(state.exp_avg_sq, AllocateZeroed(ctx, StateKind::kOptimizer, n_state * 4,
+                                                      name + " exp_avg_sq"));
   }
   return ctx.compute->Synchronize();
 }
 
 }  // namespace
 
+ShardRange OwnedRange(const UnitState& state, int rank, bool sharded) {
+  (void)sharded;
+  return {rank * state.shard_elements, (rank + 1) * state.shard_elements};
+}
+
 StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroContext& context) {
-  if (options.zero.stage != 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        "zero.stage=", options.zero.stage, " is not implemented yet; this build runs stage 0"));
+  const int stage = options.zero.stage;
+  if (stage < 0 || stage > 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("zero.stage=", stage, " does not exist (expected 0, 1, 2 or 3)"));
   }
-  if (context.world_size != 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "world size ", context.world_size, " needs collectives, which this build lacks"));
+  if (context.communicator == nullptr || context.comm == nullptr) {
+    return absl::InvalidArgumentError("the ZeRO components need a communicator and a comm stream");
   }
+  const StageLayout layouts[4] = {
+      {true, true, false},   // 0: everything replicated
+      {true, true, true},    // 1: optimizer state sharded
+      {true, false, true},   // 2: + gradients reduce-scattered per unit, full grads freed
+      {false, false, true},  // 3: + params sharded between uses
+  };
   context.units->clear();
   context.units->resize(context.layouts->size());
-  RETURN_IF_ERROR(AllocateReplicatedState(context));
+  RETURN_IF_ERROR(AllocateState(context, layouts[stage]));
+  ASSIGN_OR_RETURN(std::shared_ptr<Streams> streams, Streams::Create(context));
+
   ZeroComponents components;
-  components.gatherer = std::make_unique<ReplicatedGatherer>(context);
-  components.reducer = std::make_unique<LocalReducer>(context);
-  components.stepper = std::make_unique<DeviceAdamStepper>(context);
+  components.sharded_optimizer = layouts[stage].sharded_state;
+  if (stage == 3) {
+    PrefetchPlanInput input;
+    input.trace = context.trace;
+    for (const UnitState& state : *context.units) {
+      input.unit_bytes.push_back(state.padded_elements * DTypeBytes(context.dtype));
+    }
+    input.budget_bytes = context.prefetch_bytes;
+    ASSIGN_OR_RETURN(PrefetchPlan plan, PlanPrefetch(input));
+    components.gatherer = std::make_unique<ShardedGatherer>(context, streams, std::move(plan));
+  } else {
+    components.gatherer = std::make_unique<ReplicatedGatherer>(context);
+  }
+  if (stage == 0) {
+    components.reducer = std::make_unique<AllReduceReducer>(context, streams);
+    components.stepper = std::make_unique<ReplicatedStepper>(context);
+  } else {
+    components.reducer =
+        std::make_unique<ReduceScatterReducer>(context, streams, /*per_unit=*/stage >= 2);
+    components.stepper =
+        std::make_unique<ShardedStepper>(context, streams, /*gather_after=*/stage <= 2);
+  }
   return components;
 }
 

@@ -1,17 +1,24 @@
 // The ZeRO components the engine is assembled from. A ZeRO stage is a choice of
 // components made once by MakeZeroComponents, never an `if (stage == ...)` elsewhere:
-//   ParamGatherer    makes a unit's full parameters available for a stage and releases them;
-//   GradientReducer  takes a unit's finished full gradients of one micro-batch into the
-//                    fp32 gradient state (stage 0: in place; 1-2: reduce-scatter to owner);
-//   OptimizerStepper steps a unit's owned optimizer state and refreshes its parameters.
-// Only stage 0 (everything replicated, world size 1) exists so far; stages 1-3 add
-// implementations here, not branches in the engine.
-// Thread-safety: driven by the engine's host thread; all work goes onto its streams.
+//   ParamGatherer    makes a unit's full parameters available for a stage and releases
+//                    them (stage 3: all-gather of the param shards, ahead by a plan);
+//   GradientReducer  owns the full gradient buffers during backward and turns each unit's
+//                    finished micro-batch gradients into the fp32 gradient state (stage 0:
+//                    all-reduce; 1: reduce-scatter after the backward; 2-3: reduce-scatter
+//                    per unit as soon as the unit is done, full buffer freed);
+//   OptimizerStepper steps the owned optimizer state and refreshes the params (stages
+//                    1-2: all-gather of the updated shards).
+// Every unit's flat buffer is padded to `world` equal shards; rank r owns shard r. Every
+// collective goes on the one comm stream, ordered against compute by events, so every
+// rank issues the same collectives in the same order. Reductions sum in rank order, so
+// the fp32 gradient shard of a unit is bit-identical across stages at one world size.
+// Thread-safety: driven by the engine's host thread; work goes onto its streams.
 #pragma once
 
 #include <memory>
 #include <vector>
 
+#include "collectives/communicator.h"
 #include "kernels/ops.h"
 #include "runtime/core/device.h"
 #include "runtime/core/options.h"
@@ -20,52 +27,71 @@
 namespace strata {
 
 // One unit's state on this rank. Which buffers are full-size or shards depends on the
-// stage; the components that own the state know.
+// stage; the components that own the state know. Sizes: `padded_elements` (full unit) and
+// `shard_elements` (= padded / world).
 struct UnitState {
-  Buffer params;      // compute dtype: full (stages 0-2)
-  Buffer grads;       // compute dtype: full, during backward
-  Buffer grad_accum;  // fp32: gradient summed over micro-batches (owned part)
-  Buffer master;      // fp32 master weights (owned part)
-  Buffer exp_avg;     // fp32 Adam first moment (owned part)
-  Buffer exp_avg_sq;  // fp32 Adam second moment (owned part)
+  Buffer params;      // compute dtype: full (stages 0-2) or own shard (stage 3)
+  Buffer grads;       // compute dtype: full, while gradients of the unit are being summed
+  Buffer grad_accum;  // fp32 gradient summed over micro-batches: full (0) or own shard
+  Buffer master;      // fp32 master weights: full (0) or own shard
+  Buffer exp_avg;     // fp32 Adam first moment, like master
+  Buffer exp_avg_sq;  // fp32 Adam second moment, like master
   size_t padded_elements = 0;
+  size_t shard_elements = 0;
 };
 
-// What the components share: the device, kernels, streams, layouts and unit state.
+// What the components share: the device, kernels, streams, layouts, unit state, comms.
 struct ZeroContext {
   Device* device = nullptr;
   Ops* ops = nullptr;
   Stream* compute = nullptr;
+  Stream* comm = nullptr;
+  Communicator* communicator = nullptr;
   const std::vector<UnitLayout>* layouts = nullptr;
   std::vector<UnitState>* units = nullptr;
   DType dtype = DType::kF32;
-  int world_size = 1;
+  uint64_t prefetch_bytes = 0;
+  std::vector<int> trace;  // unit of every access of one micro-batch (forward, backward)
+};
+
+// Counters of the gatherer's executor, reported per step.
+struct GatherStats {
+  uint64_t gathers = 0;      // all-gathers issued
+  uint64_t deviations = 0;   // accesses that did not follow the plan (fetched on demand)
 };
 
 class ParamGatherer {
  public:
   virtual ~ParamGatherer() = default;
-  // Returns the unit's full parameters (compute dtype, device tier), valid until Release.
-  virtual StatusOr<const void*> Acquire(int unit) = 0;
-  virtual Status Release(int unit) = 0;
+  // Access number `access` of the micro-batch's trace needs `unit`: returns its full
+  // parameters (compute dtype, device tier), valid until Release.
+  virtual StatusOr<const void*> Acquire(int access, int unit) = 0;
+  // Access `access` of `unit` has been enqueued on the compute stream.
+  virtual Status Release(int access, int unit) = 0;
+  // The micro-batch is over: nothing stays gathered.
+  virtual Status EndMicroBatch() = 0;
+  virtual GatherStats stats() const = 0;
 };
 
 class GradientReducer {
  public:
   virtual ~GradientReducer() = default;
-  // The unit's full gradients for this micro-batch are complete on the compute stream:
-  // add them to the fp32 gradient state and zero them for the next micro-batch.
-  virtual Status Reduce(int unit) = 0;
-  // Writes sum(grad_accum^2) of the owned part of `unit` into *result (device tier).
-  virtual Status SumSquares(int unit, float* result) = 0;
-  // Zeroes the fp32 gradient state after an optimizer step.
-  virtual Status Zero(int unit) = 0;
+  // The full gradient buffer of `unit` (compute dtype, zeroed at first use in the
+  // micro-batch) that backward kernels accumulate into.
+  virtual StatusOr<void*> Grads(int unit) = 0;
+  // The unit's gradients of this micro-batch are complete (its last backward use is
+  // enqueued on the compute stream).
+  virtual Status UnitDone(int unit) = 0;
+  // The micro-batch's backward is fully enqueued.
+  virtual Status BackwardDone() = 0;
+  // Zeroes the fp32 gradient state (start of a step).
+  virtual Status Zero() = 0;
 };
 
 class OptimizerStepper {
  public:
   virtual ~OptimizerStepper() = default;
-  // One AdamW step of the owned part of `unit`; refreshes the compute-dtype params.
+  // One AdamW step of the owned part of `unit`; refreshes the params every rank uses.
   virtual Status Step(int unit, const AdamParams& params) = 0;
 };
 
@@ -73,10 +99,18 @@ struct ZeroComponents {
   std::unique_ptr<ParamGatherer> gatherer;
   std::unique_ptr<GradientReducer> reducer;
   std::unique_ptr<OptimizerStepper> stepper;
+  bool sharded_optimizer = false;  // master/m/v/grad_accum hold only the own shard
 };
 
-// Allocates every unit's state for options.zero and returns the matching components.
-// Fails with a clear message for a stage or world size this build cannot run.
+// Allocates every unit's state for options.zero.stage and returns the matching components.
+// Fails with a clear message for a stage this build cannot run.
 StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroContext& context);
+
+// Owned element range [begin, end) of a unit on `rank` in its padded flat buffer.
+struct ShardRange {
+  size_t begin = 0;
+  size_t end = 0;
+};
+ShardRange OwnedRange(const UnitState& state, int rank, bool sharded);
 
 }  // namespace strata

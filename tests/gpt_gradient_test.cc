@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "collectives/local_communicator.h"
 #include "models/gpt/gpt.h"
 #include "runtime/backend.h"
 #include "runtime/engine.h"
@@ -29,6 +30,7 @@ Options TinyOptions(DType dtype) {
 }
 
 struct Fixture {
+  std::vector<std::unique_ptr<Communicator>> group;
   Backend backend;
   std::unique_ptr<Model> model;
   std::unique_ptr<Engine> engine;
@@ -37,12 +39,13 @@ struct Fixture {
 
 std::unique_ptr<Fixture> Make(const Options& options) {
   auto f = std::make_unique<Fixture>();
+  f->group = *CreateLocalGroup(1, LocalGroupOptions{});
   f->backend = *CreateBackend(options);
   GptConfig config{options.model.layers, options.model.heads, options.model.channels,
                    options.model.vocab, options.model.max_seq_len};
   f->model = *CreateGpt(config, options.train.dtype);
   auto engine = Engine::Create(options, f->backend.device.get(), f->backend.ops.get(),
-                               f->model.get());
+                               f->model.get(), f->group[0].get());
   EXPECT_TRUE(engine.ok()) << engine.status();
   f->engine = std::move(*engine);
   std::mt19937 rng(3);

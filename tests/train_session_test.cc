@@ -22,7 +22,7 @@ Options SmallRun(int steps) {
 
 TEST(TrainSession, LossFallsOnDefaultCorpus) {
   Options options = SmallRun(40);
-  auto session = TrainingSession::Create(options);
+  auto session = TrainingSession::CreateSingleRank(options);
   ASSERT_TRUE(session.ok()) << session.status();
   std::vector<double> losses;
   std::optional<double> val;
@@ -47,7 +47,7 @@ TEST(TrainSession, SameSeedSameLosses) {
   Options options = SmallRun(5);
   std::vector<double> runs[2];
   for (auto& run : runs) {
-    auto session = *TrainingSession::Create(options);
+    auto session = *TrainingSession::CreateSingleRank(options);
     for (int step = 0; step < options.train.steps; ++step) {
       run.push_back((*session->Step(step)).result.loss);
     }
@@ -58,7 +58,7 @@ TEST(TrainSession, SameSeedSameLosses) {
 TEST(TrainSession, DeviceLimitTooSmallIsAClearError) {
   Options options = SmallRun(1);
   options.device.memory_limit = 64 << 10;
-  auto session = TrainingSession::Create(options);
+  auto session = TrainingSession::CreateSingleRank(options);
   ASSERT_FALSE(session.ok());
   EXPECT_EQ(session.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(session.status().message().find("device.memory_limit"), std::string::npos)
@@ -68,7 +68,7 @@ TEST(TrainSession, DeviceLimitTooSmallIsAClearError) {
 TEST(TrainSession, MissingDataFileIsAClearError) {
   Options options = SmallRun(1);
   options.data.path = "/nonexistent/corpus.txt";
-  auto session = TrainingSession::Create(options);
+  auto session = TrainingSession::CreateSingleRank(options);
   ASSERT_FALSE(session.ok());
   EXPECT_NE(session.status().message().find("/nonexistent/corpus.txt"), std::string::npos)
       << session.status();

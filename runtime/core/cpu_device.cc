@@ -1,6 +1,8 @@
 // CPU Device: worker-thread streams, counter events, capped pools. See cpu_device.h.
 #include "runtime/core/cpu_device.h"
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -11,40 +13,48 @@
 namespace strata {
 namespace {
 
+// An event's state is shared with the work that records or waits on it, so destroying
+// the Event while that work is still queued is safe (as with cudaEventDestroy).
+struct CpuEventState {
+  std::mutex mutex;
+  std::condition_variable cv;
+  uint64_t recorded = 0;
+  uint64_t completed = 0;
+
+  void Complete(uint64_t generation) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (generation > completed) completed = generation;
+    cv.notify_all();
+  }
+  void WaitFor(uint64_t generation) {
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [&] { return completed >= generation; });
+  }
+};
+
 class CpuEvent : public Event {
  public:
   // Called on the host when Record is issued; returns the generation to complete.
   uint64_t NextRecord() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return ++recorded_;
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    return ++state_->recorded;
   }
   uint64_t LatestRecord() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return recorded_;
-  }
-  void Complete(uint64_t generation) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (generation > completed_) completed_ = generation;
-    cv_.notify_all();
-  }
-  void WaitFor(uint64_t generation) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait(lock, [&] { return completed_ >= generation; });
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    return state_->recorded;
   }
   Status Synchronize() override {
-    WaitFor(LatestRecord());
+    state_->WaitFor(LatestRecord());
     return absl::OkStatus();
   }
   bool Query() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return completed_ >= recorded_;
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    return state_->completed >= state_->recorded;
   }
+  const std::shared_ptr<CpuEventState>& state() const { return state_; }
 
  private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  uint64_t recorded_ = 0;
-  uint64_t completed_ = 0;
+  std::shared_ptr<CpuEventState> state_ = std::make_shared<CpuEventState>();
 };
 
 class CpuStream : public Stream {
@@ -59,12 +69,11 @@ class CpuStream : public Stream {
     worker_.join();
   }
 
-  void EnqueueHost(std::function<Status()> work) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(std::move(work));
-    ++enqueued_;
-    cv_.notify_all();
-  }
+  void EnqueueHost(std::function<Status()> work) override { Push({std::move(work), false}); }
+
+  // Work that runs even after the stream failed: event records and waits, so that nobody
+  // waiting on this stream's events waits forever and ordering between streams holds.
+  void EnqueueAlways(std::function<Status()> work) { Push({std::move(work), true}); }
 
   Status Synchronize() override {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -74,18 +83,34 @@ class CpuStream : public Stream {
   }
 
   const std::string& name() const override { return name_; }
+  double stalled_ms() const override { return stalled_us_.load() / 1000.0; }
+  void AddStall(std::chrono::steady_clock::duration waited) {
+    stalled_us_ += std::chrono::duration_cast<std::chrono::microseconds>(waited).count();
+  }
 
  private:
+  struct Task {
+    std::function<Status()> work;
+    bool always;
+  };
+
+  void Push(Task task) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(task));
+    ++enqueued_;
+    cv_.notify_all();
+  }
+
   void Run() {
     std::unique_lock<std::mutex> lock(mutex_);
     while (true) {
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping and drained
-      std::function<Status()> work = std::move(queue_.front());
+      Task task = std::move(queue_.front());
       queue_.pop_front();
-      bool skip = !first_error_.ok();
+      bool skip = !first_error_.ok() && !task.always;
       lock.unlock();
-      Status status = skip ? absl::OkStatus() : work();
+      Status status = skip ? absl::OkStatus() : task.work();
       lock.lock();
       if (!status.ok() && first_error_.ok()) {
         first_error_ = Annotate(status, absl::StrCat("stream '", name_, "'"));
@@ -99,11 +124,12 @@ class CpuStream : public Stream {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::condition_variable done_cv_;
-  std::deque<std::function<Status()>> queue_;
+  std::deque<Task> queue_;
   uint64_t enqueued_ = 0;
   uint64_t finished_ = 0;
   bool stopping_ = false;
   Status first_error_;
+  std::atomic<int64_t> stalled_us_{0};
   std::thread worker_;  // last: starts after the members above exist
 };
 
@@ -144,8 +170,8 @@ class CpuDevice : public Device {
   Status Record(Event& event, Stream& stream) override {
     auto& cpu_event = static_cast<CpuEvent&>(event);
     uint64_t generation = cpu_event.NextRecord();
-    stream.EnqueueHost([&cpu_event, generation] {
-      cpu_event.Complete(generation);
+    static_cast<CpuStream&>(stream).EnqueueAlways([state = cpu_event.state(), generation] {
+      state->Complete(generation);
       return absl::OkStatus();
     });
     return absl::OkStatus();
@@ -155,8 +181,14 @@ class CpuDevice : public Device {
     auto& cpu_event = static_cast<CpuEvent&>(event);
     uint64_t generation = cpu_event.LatestRecord();
     if (generation == 0) return absl::OkStatus();
-    stream.EnqueueHost([&cpu_event, generation] {
-      cpu_event.WaitFor(generation);
+    auto& cpu_stream = static_cast<CpuStream&>(stream);
+    // Waits keep their ordering even on a failed stream: work it skips may still free
+    // memory (a buffer owned by the skipped task), which must not happen before the other
+    // stream is done with it.
+    cpu_stream.EnqueueAlways([state = cpu_event.state(), generation, &cpu_stream] {
+      const auto start = std::chrono::steady_clock::now();
+      state->WaitFor(generation);
+      cpu_stream.AddStall(std::chrono::steady_clock::now() - start);
       return absl::OkStatus();
     });
     return absl::OkStatus();

@@ -112,3 +112,46 @@ TEST(CpuDevice, DevicePoolEnforcesLimitAndAccounts) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+// Destroying an event while a stream still has to record or wait on it is safe.
+TEST(CpuDevice, EventMayBeDestroyedWithWorkQueued) {
+  auto device = MakeDevice();
+  auto producer = *device->CreateStream("copy");
+  auto consumer = *device->CreateStream("compute");
+  std::atomic<bool> go{false};
+  producer->EnqueueHost([&] {
+    while (!go) std::this_thread::yield();
+    return absl::OkStatus();
+  });
+  {
+    auto event = *device->CreateEvent();
+    ASSERT_TRUE(device->Record(*event, *producer).ok());
+    ASSERT_TRUE(device->Wait(*consumer, *event).ok());
+  }  // destroyed while both streams still hold work on it
+  go = true;
+  EXPECT_TRUE(producer->Synchronize().ok());
+  EXPECT_TRUE(consumer->Synchronize().ok());
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// A failed stream still completes its event records: nobody waits forever on it.
+TEST(CpuDevice, FailedStreamStillCompletesRecords) {
+  auto device = MakeDevice();
+  auto stream = *device->CreateStream("comm");
+  auto event = *device->CreateEvent();
+  stream->EnqueueHost([] { return absl::DeadlineExceededError("all_gather timed out"); });
+  ASSERT_TRUE(device->Record(*event, *stream).ok());
+  EXPECT_TRUE(event->Synchronize().ok());  // returns instead of hanging
+  EXPECT_EQ(stream->Synchronize().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+}  // namespace
+}  // namespace strata

@@ -30,6 +30,10 @@ class Stream {
   // Blocks until all enqueued work is done; returns the first error of the stream.
   virtual Status Synchronize() = 0;
   virtual const std::string& name() const = 0;
+  // Total time this stream has spent blocked in Wait on events of other streams, in ms:
+  // the stall the overlap logic tries to remove. Backends that cannot observe it from the
+  // host (CUDA: the wait happens on the GPU) report 0 here and measure it otherwise.
+  virtual double stalled_ms() const { return 0.0; }
 };
 
 class Event {

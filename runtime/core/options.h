@@ -56,8 +56,15 @@ struct DeviceOptions {
 };
 
 struct ZeroOptions {
-  int stage = 0;  // zero.stage: 0 (replicated). Stages 1-3 come with the ZeRO issue.
-  int world = 1;  // zero.world: ranks; 1 until collectives exist.
+  // zero.stage: 0 replicated; 1 optimizer state sharded; 2 also gradients reduce-scattered
+  // per unit during backward; 3 also parameters sharded between uses (gathered ahead).
+  int stage = 0;
+  // zero.world: ranks as threads of this process (local communicator). Under mpirun the
+  // world is mpirun's and this key must be 1 or equal to it.
+  int world = 1;
+  float comm_timeout_s = 300.0f;  // zero.comm_timeout_s: a collective waiting longer fails.
+  // zero.prefetch_bytes: stage 3: bytes of gathered parameters fetched ahead of need.
+  uint64_t prefetch_bytes = 256ull << 20;
 };
 
 struct Options {

@@ -99,9 +99,13 @@ const std::vector<KeySpec>& Keys() {
       {"device.threads", +[](Options& o) { return &o.device.threads; },
        "CPU kernel threads; 0 = all cores; >= 0.", false},
       {"zero.stage", +[](Options& o) { return &o.zero.stage; },
-       "ZeRO stage; 0 (replicated) until stages 1-3 are implemented.", false},
-      {"zero.world", +[](Options& o) { return &o.zero.world; }, "ranks; 1 until collectives exist.",
-       false},
+       "ZeRO stage: 0 replicated, 1 optimizer sharded, 2 + gradients, 3 + parameters.", false},
+      {"zero.world", +[](Options& o) { return &o.zero.world; },
+       "ranks as threads of this process; under mpirun 1 or mpirun's -np; in [1, 64].", false},
+      {"zero.comm_timeout_s", +[](Options& o) { return &o.zero.comm_timeout_s; },
+       "a collective waiting longer than this fails naming the missing ranks; > 0.", false},
+      {"zero.prefetch_bytes", +[](Options& o) { return &o.zero.prefetch_bytes; },
+       "stage 3: bytes of gathered parameters fetched ahead of need; >= 0.", true},
   };
   return *keys;
 }
@@ -563,10 +567,12 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
   at_least("device.threads", device.threads, 0);
 
   const ZeroOptions& zero = options.zero;
-  expect(zero.stage == 0, "zero.stage", NumberText(zero.stage),
-         "0 (stages 1-3 are not implemented yet)");
-  expect(zero.world == 1, "zero.world", NumberText(zero.world),
-         "1 (multi-rank training needs collectives, not implemented yet)");
+  expect(zero.stage >= 0 && zero.stage <= 3, "zero.stage", NumberText(zero.stage),
+         "0, 1, 2 or 3");
+  expect(zero.world >= 1 && zero.world <= 64, "zero.world", NumberText(zero.world),
+         "a rank count in [1, 64]");
+  expect(zero.comm_timeout_s > 0, "zero.comm_timeout_s", NumberText(zero.comm_timeout_s),
+         "> 0 seconds");
 }
 
 }  // namespace

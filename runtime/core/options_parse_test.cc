@@ -28,6 +28,7 @@ const std::vector<std::string> kAllKeys = {
     "train.seed",         "train.eval_every",   "train.eval_batches",
     "train.log_every",    "device.backend",     "device.memory_limit",
     "device.threads",     "zero.stage",         "zero.world",
+    "zero.comm_timeout_s", "zero.prefetch_bytes",
 };
 
 void ExpectOptionsEqual(const Options& got, const Options& want) {
@@ -61,6 +62,8 @@ void ExpectOptionsEqual(const Options& got, const Options& want) {
   EXPECT_EQ(got.device.threads, want.device.threads);
   EXPECT_EQ(got.zero.stage, want.zero.stage);
   EXPECT_EQ(got.zero.world, want.zero.world);
+  EXPECT_EQ(got.zero.comm_timeout_s, want.zero.comm_timeout_s);
+  EXPECT_EQ(got.zero.prefetch_bytes, want.zero.prefetch_bytes);
 }
 
 // Writes `contents` to a file under TEST_TMPDIR and returns its path.
@@ -184,8 +187,10 @@ TEST(ParseOptions, EveryKeyThroughSet) {
                                                "device.backend=cpu",
                                                "device.memory_limit=512MiB",
                                                "device.threads=3",
-                                               "zero.stage=0",
-                                               "zero.world=1"});
+                                               "zero.stage=2",
+                                               "zero.world=3",
+                                               "zero.comm_timeout_s=7.5",
+                                               "zero.prefetch_bytes=64MiB"});
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   Options want;
   want.model = {"tiny", 3, 4, 96, 300, 128};
@@ -208,7 +213,7 @@ TEST(ParseOptions, EveryKeyThroughSet) {
   want.train.eval_batches = 2;
   want.train.log_every = 10;
   want.device = {"cpu", 512ull << 20, 3};
-  want.zero = {0, 1};
+  want.zero = {2, 3, 7.5f, 64ull << 20};
   ExpectOptionsEqual(*parsed, want);
 }
 
@@ -359,9 +364,11 @@ TEST(ParseOptions, RangeChecksNameKeyValueAndBound) {
        "device.backend: got 'cuda', expected cpu (the cuda backend is not implemented in this "
        "build yet)"},
       {"device.backend=tpu", "device.backend: got 'tpu', expected cpu"},
-      {"zero.stage=2", "zero.stage: got 2, expected 0 (stages 1-3 are not implemented yet)"},
-      {"zero.stage=-1", "zero.stage: got -1, expected 0"},
-      {"zero.world=2", "zero.world: got 2, expected 1"},
+      {"zero.stage=4", "zero.stage: got 4, expected 0, 1, 2 or 3"},
+      {"zero.stage=-1", "zero.stage: got -1, expected 0, 1, 2 or 3"},
+      {"zero.world=0", "zero.world: got 0, expected a rank count in [1, 64]"},
+      {"zero.world=65", "zero.world: got 65, expected a rank count in [1, 64]"},
+      {"zero.comm_timeout_s=0", "zero.comm_timeout_s: got 0, expected > 0 seconds"},
       {"model.preset=huge", "model.preset: got 'huge', expected one of tiny, small, gpt2-124m"},
   };
   for (const Case& c : cases) {
@@ -433,7 +440,7 @@ TEST(ParseOptions, FileErrorsNameTheFileAndPosition) {
 
 TEST(ParseOptions, EveryProblemIsReportedInOneStatus) {
   std::string path =
-      WriteConfig("many.json", R"({"train": {"steps": "ten", "lr": -1}, "zero": {"stage": 3}})");
+      WriteConfig("many.json", R"({"train": {"steps": "ten", "lr": -1}, "zero": {"stage": 5}})");
   StatusOr<Options> parsed = ParseOptions(path, {"train.stpes=5", "device.backend=cuda", "nokey",
                                                  "train.micro_batch=x", "model.heads=3"});
   ASSERT_FALSE(parsed.ok());
@@ -449,7 +456,7 @@ TEST(ParseOptions, EveryProblemIsReportedInOneStatus) {
       "model.channels: got 256, expected a multiple of model.heads (3)",
       "train.lr: got -1, expected > 0",
       "device.backend: got 'cuda', expected cpu",
-      "zero.stage: got 3, expected 0 (stages 1-3 are not implemented yet)",
+      "zero.stage: got 5, expected 0, 1, 2 or 3",
   };
   ASSERT_EQ(lines.size(), want.size()) << message;
   for (const std::string& fragment : want) {
@@ -467,16 +474,14 @@ TEST(ParseOptions, FailedKeyDoesNotHideOtherSetsOrFileKeys) {
 TEST(ValidateOptions, ReportsProblemsOfOptionsBuiltInCode) {
   Options options;
   options.train.steps = 0;
-  options.zero.world = 4;
+  options.zero.world = 65;
   Status status = ValidateOptions(options);
   ASSERT_FALSE(status.ok());
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   std::vector<std::string> lines = ProblemLines(status);
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(lines[0], "  train.steps: got 0, expected >= 1");
-  EXPECT_EQ(lines[1],
-            "  zero.world: got 4, expected 1 (multi-rank training needs collectives, not "
-            "implemented yet)");
+  EXPECT_EQ(lines[1], "  zero.world: got 65, expected a rank count in [1, 64]");
 }
 
 TEST(DescribeKeys, MentionsEveryKeyWithItsDefault) {

@@ -1,0 +1,64 @@
+// Rank launcher: MPI process or local threads; see ranks.h.
+#include "launch/ranks.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "collectives/local_communicator.h"
+#include "collectives/mpi_communicator.h"
+#include "runtime/core/logging.h"
+
+namespace strata {
+
+bool UnderMpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr; }
+
+Status RunRanks(const Options& options, const std::function<Status(Communicator&)>& body) {
+  if (UnderMpirun()) {
+    ASSIGN_OR_RETURN(MpiWorld world, GetMpiWorld());
+    if (options.zero.world != 1 && options.zero.world != world.size) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "zero.world=%d but mpirun started %d ranks: leave zero.world at 1 under mpirun (the "
+          "world is mpirun's -np) or make them equal",
+          options.zero.world, world.size));
+    }
+    InitLogging(world.rank, world.size);
+    MpiOptions mpi_options;
+    mpi_options.timeout_s = options.zero.comm_timeout_s;
+    ASSIGN_OR_RETURN(auto communicator, CreateMpiCommunicator(mpi_options));
+    Status status = body(*communicator);
+    if (!status.ok()) {
+      communicator->Abort(std::string(status.message()));
+      return Annotate(status, absl::StrCat("rank ", world.rank));
+    }
+    return status;
+  }
+
+  const int world_size = options.zero.world;
+  InitLogging(0, world_size);
+  LocalGroupOptions group_options;
+  group_options.timeout_s = options.zero.comm_timeout_s;
+  ASSIGN_OR_RETURN(auto communicators, CreateLocalGroup(world_size, group_options));
+  if (world_size == 1) return body(*communicators[0]);
+  std::mutex mutex;
+  Status first_error;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world_size; ++rank) {
+    threads.emplace_back([&, rank] {
+      Status status = body(*communicators[rank]);
+      if (status.ok()) return;
+      communicators[rank]->Abort(std::string(status.message()));
+      std::lock_guard<std::mutex> lock(mutex);
+      // Keep the root cause: the rank that failed first, not the ones it then aborted.
+      if (first_error.ok() || (first_error.code() == absl::StatusCode::kAborted &&
+                               status.code() != absl::StatusCode::kAborted)) {
+        first_error = Annotate(status, absl::StrCat("rank ", rank));
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return first_error;
+}
+
+}  // namespace strata

@@ -1,0 +1,23 @@
+// Runs one body per rank. Under mpirun (Open MPI's environment is present) this process
+// is one rank of mpirun's world and talks to the others over MPI; otherwise zero.world
+// ranks run as threads of this process with the local communicator. The first failing
+// rank aborts the group so the others stop promptly instead of waiting for collectives.
+// Thread-safety: call from the main thread; `body` runs on one thread per rank.
+#pragma once
+
+#include <functional>
+
+#include "collectives/communicator.h"
+#include "runtime/core/options.h"
+#include "runtime/core/status.h"
+
+namespace strata {
+
+// True when launched by mpirun (OMPI_COMM_WORLD_SIZE is set).
+bool UnderMpirun();
+
+// Calls body(communicator) for every rank this process plays; returns the first error,
+// prefixed with its rank. zero.world must be 1 or mpirun's -np under mpirun.
+Status RunRanks(const Options& options, const std::function<Status(Communicator&)>& body);
+
+}  // namespace strata

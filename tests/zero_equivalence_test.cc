@@ -1,0 +1,158 @@
+// ZeRO stages and world sizes against the single-rank stage-0 run, with ranks as threads
+// (local communicator). The global batch is the same sequences in every run: world N with
+// micro_batch B takes rows [r*B, (r+1)*B) of the batch a single rank sees with N*B rows.
+// - At one world size, stages 0-3 give bit-identical losses (every reduction is a
+//   rank-order sum, and the gradient norm is summed from per-shard parts in one order).
+// - Across world sizes the GEMMs split their sums differently, so losses agree within a
+//   relative 2e-5 (fp32) over 20 steps.
+// - Per-rank peak bytes by state kind follow the ZeRO formulas (see MemoryFollowsZero).
+#include <cmath>
+#include <mutex>
+
+#include <gtest/gtest.h>
+
+#include "launch/ranks.h"
+#include "launch/session.h"
+#include "runtime/core/options_parse.h"
+
+namespace strata {
+namespace {
+
+Options Base(int world, int stage, int micro_batch, int steps) {
+  auto options = ParseOptions(
+      "", {"model.preset=tiny", "model.layers=2", "model.channels=32", "model.heads=2",
+           "train.seq_len=16", "train.lr=3e-3", "train.warmup_steps=2", "train.grad_accum=2",
+           "train.eval_every=0", "device.threads=1", "zero.comm_timeout_s=60",
+           "train.steps=" + std::to_string(steps), "train.micro_batch=" + std::to_string(micro_batch),
+           "zero.world=" + std::to_string(world), "zero.stage=" + std::to_string(stage),
+           "zero.prefetch_bytes=64KiB"});
+  EXPECT_TRUE(options.ok()) << options.status();
+  return *options;
+}
+
+struct RunResult {
+  std::vector<double> losses;         // rank 0's view of the global mean loss
+  std::vector<PoolStats> device_pools;  // per rank, after the run
+  uint64_t deviations = 0;
+};
+
+RunResult RunTraining(const Options& options) {
+  RunResult result;
+  result.device_pools.resize(options.zero.world);
+  std::mutex mutex;
+  Status status = RunRanks(options, [&](Communicator& communicator) -> Status {
+    ASSIGN_OR_RETURN(auto session, TrainingSession::Create(options, &communicator));
+    std::vector<double> losses;
+    uint64_t deviations = 0;
+    for (int step = 0; step < options.train.steps; ++step) {
+      ASSIGN_OR_RETURN(StepReport report, session->Step(step));
+      losses.push_back(report.result.loss);
+      deviations += report.result.gather.deviations;
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    result.device_pools[communicator.rank()] = session->device().pool(Tier::kDevice).Stats();
+    if (communicator.rank() == 0) result.losses = losses;
+    result.deviations += deviations;
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
+  return result;
+}
+
+constexpr int kSteps = 20;
+constexpr int kRowsPerRank = 2;
+
+TEST(ZeroEquivalence, StagesAndWorldSizesMatchSingleRankStage0) {
+  for (int world = 1; world <= 4; ++world) {
+    const RunResult reference = RunTraining(Base(1, 0, kRowsPerRank * world, kSteps));
+    ASSERT_EQ(reference.losses.size(), static_cast<size_t>(kSteps));
+    EXPECT_LT(reference.losses.back(), reference.losses.front() - 0.3) << "it should learn";
+    std::vector<double> stage0_losses;
+    for (int stage = 0; stage <= 3; ++stage) {
+      const RunResult run = RunTraining(Base(world, stage, kRowsPerRank, kSteps));
+      ASSERT_EQ(run.losses.size(), static_cast<size_t>(kSteps))
+          << "world " << world << " stage " << stage;
+      EXPECT_EQ(run.deviations, 0u) << "the stage-3 executor left its plan";
+      if (stage == 0) stage0_losses = run.losses;
+      for (int step = 0; step < kSteps; ++step) {
+        EXPECT_EQ(run.losses[step], stage0_losses[step])
+            << "stages differ at one world size: world " << world << " stage " << stage
+            << " step " << step;
+        EXPECT_NEAR(run.losses[step], reference.losses[step], 2e-5 * reference.losses[step])
+            << "world " << world << " stage " << stage << " step " << step;
+      }
+    }
+  }
+}
+
+// Per-rank peak bytes by kind, world 4, on a model of 16 blocks so that blocks dominate.
+// Allowances: each unit is padded to 4 shards of a multiple of 2048 elements (at most
+// 2048 * 4 elements of padding per unit); stage 2-3 keep the full gradients of the
+// embedding (used by the first and last backward stage) and of at most three blocks in
+// flight; stage 3 keeps the param shards plus the gathered units: the prefetch budget, the
+// unit in use and at most two whose release is still queued.
+TEST(ZeroEquivalence, MemoryFollowsZeroFormulas) {
+  const int world = 4;
+  auto options_for = [&](int stage) {
+    Options options = Base(world, stage, kRowsPerRank, 2);
+    options.model.layers = 16;
+    options.model.channels = 64;
+    options.zero.prefetch_bytes = 256 << 10;
+    return options;
+  };
+  double padding_bytes = 0, embedding_bytes = 0, block_bytes = 0, total_bytes = 0;
+  {
+    Options single = options_for(0);
+    single.zero.world = 1;
+    auto session = *TrainingSession::CreateSingleRank(single);
+    const auto& units = session->model().units();
+    for (const UnitLayout& unit : units) {
+      padding_bytes += kShardAlignElements * world * 4.0;
+      total_bytes += unit.PaddedElements(world) * 4.0;
+    }
+    embedding_bytes = units[0].PaddedElements(world) * 4.0;
+    block_bytes = units[1].PaddedElements(world) * 4.0;
+  }
+  PoolStats by_stage[4];
+  for (int stage = 0; stage <= 3; ++stage) {
+    by_stage[stage] = RunTraining(options_for(stage)).device_pools[0];
+  }
+  auto peak = [&](int stage, StateKind kind) {
+    return static_cast<double>(by_stage[stage].peak_by_kind[static_cast<int>(kind)]);
+  };
+  // Stage 0 holds everything: params P, grads P (compute) + P (fp32), optimizer 3P.
+  EXPECT_EQ(peak(0, StateKind::kOptimizer), 3 * total_bytes);
+  EXPECT_EQ(peak(0, StateKind::kGrads), 2 * total_bytes);
+  // Stage 1: optimizer state / N.
+  EXPECT_EQ(peak(1, StateKind::kOptimizer), 3 * total_bytes / world);
+  EXPECT_EQ(peak(1, StateKind::kGrads), total_bytes + total_bytes / world);
+  // Stage 2: gradients too (fp32 shard + full buffers of the units in flight).
+  EXPECT_EQ(peak(2, StateKind::kOptimizer), 3 * total_bytes / world);
+  EXPECT_LE(peak(2, StateKind::kGrads), total_bytes / world + embedding_bytes + 3 * block_bytes);
+  EXPECT_LT(peak(2, StateKind::kGrads), peak(1, StateKind::kGrads) / 2);
+  // Stage 3: parameters too.
+  EXPECT_EQ(peak(3, StateKind::kOptimizer), 3 * total_bytes / world);
+  EXPECT_LE(peak(3, StateKind::kParams),
+            total_bytes / world + (256 << 10) + embedding_bytes + 3 * block_bytes);
+  EXPECT_LT(peak(3, StateKind::kParams), peak(2, StateKind::kParams) * 0.7);
+  (void)padding_bytes;
+}
+
+TEST(ZeroEquivalence, DeadRankIsAClearErrorNotAHang) {
+  Options options = Base(2, 2, kRowsPerRank, 3);
+  options.zero.comm_timeout_s = 2.0f;
+  Status status = RunRanks(options, [&](Communicator& communicator) -> Status {
+    ASSIGN_OR_RETURN(auto session, TrainingSession::Create(options, &communicator));
+    if (communicator.rank() == 1) return absl::OkStatus();  // stops answering
+    for (int step = 0; step < options.train.steps; ++step) {
+      RETURN_IF_ERROR(session->Step(step).status());
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_NE(status.message().find("rank"), std::string::npos) << status;
+}
+
+}  // namespace
+}  // namespace strata
