@@ -228,7 +228,7 @@ StatusOr<double> Engine::ClipScale(double* grad_norm) {
   float* mine = norms_device_.as<float>() + rank * num_units;
   for (int u = 0; u < num_units; ++u) {
     const UnitState& state = units_[u];
-    const ShardRange range = OwnedRange(state, rank, components_.sharded_optimizer);
+    const ShardRange range = OwnedRange(state, rank);
     const size_t first = components_.sharded_optimizer ? 0 : range.begin;
     RETURN_IF_ERROR(ops_->SumSquares(*compute_, mine + u, state.grad_accum.as<float>() + first,
                                      range.end - range.begin));
@@ -329,7 +329,7 @@ Status Engine::WriteMaster(int unit, const std::vector<float>& values) {
   }
   RETURN_IF_ERROR(SyncStreams());
   const int rank = communicator_->rank();
-  const ShardRange own = OwnedRange(state, rank, true);
+  const ShardRange own = OwnedRange(state, rank);
   // The master (full or own shard).
   const float* master_src = values.data() + (components_.sharded_optimizer ? own.begin : 0);
   RETURN_IF_ERROR(device_->CopyAsync(state.master.data(), master_src, state.master.bytes(),

@@ -383,7 +383,7 @@ class ShardedStepper : public OptimizerStepper {
       : ctx_(ctx), streams_(std::move(streams)), gather_after_(gather_after) {}
   Status Step(int unit, const AdamParams& params) override {
     UnitState& state = (*ctx_.units)[unit];
-    const ShardRange range = OwnedRange(state, ctx_.communicator->rank(), true);
+    const ShardRange range = OwnedRange(state, ctx_.communicator->rank());
     const size_t param_offset = gather_after_ ? 0 : range.begin;
     RETURN_IF_ERROR(AdamOverRange(ctx_, unit, params, range, range.begin, state.params.data(),
                                   param_offset));
@@ -442,8 +442,7 @@ Status AllocateState(const ZeroContext& ctx, const StageLayout& layout) {
 
 }  // namespace
 
-ShardRange OwnedRange(const UnitState& state, int rank, bool sharded) {
-  (void)sharded;
+ShardRange OwnedRange(const UnitState& state, int rank) {
   return {rank * state.shard_elements, (rank + 1) * state.shard_elements};
 }
 

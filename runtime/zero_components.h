@@ -111,6 +111,6 @@ struct ShardRange {
   size_t begin = 0;
   size_t end = 0;
 };
-ShardRange OwnedRange(const UnitState& state, int rank, bool sharded);
+ShardRange OwnedRange(const UnitState& state, int rank);
 
 }  // namespace strata
