@@ -37,6 +37,16 @@ int main(int argc, char** argv) {
   bench_zero->add_option("--steps", args.bench_steps, "measured steps per stage and round")
       ->check(CLI::Range(1, 1000));
 
+  std::string nvme_dir;
+  std::string nvme_size = "1GiB";
+  std::string nvme_engine = "auto";
+  CLI::App* bench_nvme = bench->add_subcommand(
+      "nvme", "sequential O_DIRECT read/write MB/s of the I/O engine vs fio and a plain loop");
+  bench_nvme->add_option("--dir", nvme_dir, "directory for the test file (removed afterwards)")
+      ->required();
+  bench_nvme->add_option("--size", nvme_size, "test file size, e.g. 1GiB");
+  bench_nvme->add_option("--engine", nvme_engine, "auto | io_uring | pread");
+
   int adam_threads = 0;
   bool adam_quick = false;
   CLI::App* bench_adam = bench->add_subcommand(
@@ -54,6 +64,7 @@ int main(int argc, char** argv) {
   if (train->parsed()) status = strata::RunTrain(args);
   else if (bench_train->parsed()) status = strata::RunBenchTrain(args);
   else if (bench_zero->parsed()) status = strata::RunBenchZero(args);
+  else if (bench_nvme->parsed()) status = strata::RunBenchNvme(nvme_dir, nvme_size, nvme_engine);
   else if (bench_adam->parsed()) status = strata::RunBenchAdam(adam_threads, adam_quick);
   if (!status.ok()) {
     std::fprintf(stderr, "strata: error: %s\n", std::string(status.message()).c_str());
