@@ -108,4 +108,51 @@ Status CheckBroadcast(const void* data, const CollectiveCall& call, int world_si
   return CheckAllReduce(data, call);
 }
 
+CollectiveCall CheckedCommunicator::Next(CollectiveOp op, DType dtype, size_t count) const {
+  CollectiveCall call;
+  call.op = op;
+  call.dtype = dtype;
+  call.count = count;
+  call.sequence = issued_.load();
+  return call;
+}
+
+Status CheckedCommunicator::Accept(CollectiveCall call, const void* input, void* output,
+                                   Stream& stream) {
+  call.sequence = issued_.fetch_add(1);
+  return Issue(call, input, output, stream);
+}
+
+Status CheckedCommunicator::AllReduce(void* data, size_t count, DType dtype, Stream& stream) {
+  CollectiveCall call = Next(CollectiveOp::kAllReduce, dtype, count);
+  RETURN_IF_ERROR(CheckAllReduce(data, call));
+  return Accept(call, data, data, stream);
+}
+
+Status CheckedCommunicator::ReduceScatter(const void* input, void* output, size_t count,
+                                          DType dtype, Stream& stream) {
+  CollectiveCall call = Next(CollectiveOp::kReduceScatter, dtype, count);
+  RETURN_IF_ERROR(CheckReduceScatter(input, output, call, rank(), world_size()));
+  return Accept(call, input, output, stream);
+}
+
+Status CheckedCommunicator::AllGather(const void* input, void* output, size_t count, DType dtype,
+                                      Stream& stream) {
+  CollectiveCall call = Next(CollectiveOp::kAllGather, dtype, count);
+  RETURN_IF_ERROR(CheckAllGather(input, output, call, rank(), world_size()));
+  return Accept(call, input, output, stream);
+}
+
+Status CheckedCommunicator::Broadcast(void* data, size_t count, DType dtype, int root,
+                                      Stream& stream) {
+  CollectiveCall call = Next(CollectiveOp::kBroadcast, dtype, count);
+  call.root = root;
+  RETURN_IF_ERROR(CheckBroadcast(data, call, world_size()));
+  return Accept(call, data, data, stream);
+}
+
+Status CheckedCommunicator::Barrier(Stream& stream) {
+  return Accept(Next(CollectiveOp::kBarrier, DType::kF32, 0), nullptr, nullptr, stream);
+}
+
 }  // namespace strata

@@ -29,6 +29,7 @@
 // its collectives are still queued is safe: enqueued work keeps the state it needs alive.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -96,6 +97,34 @@ class Communicator {
 
   // "local rank 1 of 4", "MPI rank 0 of 2 on host vm", "NCCL rank 0 of 2 on GPU 0".
   virtual std::string Describe() const = 0;
+};
+
+// The common front end of host-driven implementations (local, MPI): each call's
+// arguments are checked against the contract above (a rejected call fails at once and
+// takes no sequence number), then the accepted call is numbered in issue order and handed
+// to Issue with its validated input and output. Thread-safety: as Communicator.
+class CheckedCommunicator : public Communicator {
+ public:
+  Status AllReduce(void* data, size_t count, DType dtype, Stream& stream) final;
+  Status ReduceScatter(const void* input, void* output, size_t count, DType dtype,
+                       Stream& stream) final;
+  Status AllGather(const void* input, void* output, size_t count, DType dtype,
+                   Stream& stream) final;
+  Status Broadcast(void* data, size_t count, DType dtype, int root, Stream& stream) final;
+  Status Barrier(Stream& stream) final;
+
+ protected:
+  // Enqueues the accepted, numbered `call` on `stream` (in-place calls pass the same
+  // buffer as input and output; a barrier passes null for both).
+  virtual Status Issue(const CollectiveCall& call, const void* input, void* output,
+                       Stream& stream) = 0;
+
+ private:
+  // The call's description with the next sequence number (for the checks' messages).
+  CollectiveCall Next(CollectiveOp op, DType dtype, size_t count) const;
+  Status Accept(CollectiveCall call, const void* input, void* output, Stream& stream);
+
+  std::atomic<uint64_t> issued_{0};
 };
 
 // Argument checks shared by the implementations: OK, or kInvalidArgument naming the call

@@ -220,43 +220,12 @@ struct RankState {
   std::atomic<uint64_t> next_to_run{0};
 };
 
-class LocalCommunicator : public Communicator {
+class LocalCommunicator : public CheckedCommunicator {
  public:
   explicit LocalCommunicator(std::shared_ptr<RankState> state) : state_(std::move(state)) {}
 
   int rank() const override { return state_->rank; }
   int world_size() const override { return state_->hub->world_size(); }
-
-  Status AllReduce(void* data, size_t count, DType dtype, Stream& stream) override {
-    CollectiveCall call = Next(CollectiveOp::kAllReduce, dtype, count);
-    RETURN_IF_ERROR(CheckAllReduce(data, call));
-    return Enqueue(Arrival{call, data, data}, stream);
-  }
-
-  Status ReduceScatter(const void* input, void* output, size_t count, DType dtype,
-                       Stream& stream) override {
-    CollectiveCall call = Next(CollectiveOp::kReduceScatter, dtype, count);
-    RETURN_IF_ERROR(CheckReduceScatter(input, output, call, rank(), world_size()));
-    return Enqueue(Arrival{call, input, output}, stream);
-  }
-
-  Status AllGather(const void* input, void* output, size_t count, DType dtype,
-                   Stream& stream) override {
-    CollectiveCall call = Next(CollectiveOp::kAllGather, dtype, count);
-    RETURN_IF_ERROR(CheckAllGather(input, output, call, rank(), world_size()));
-    return Enqueue(Arrival{call, input, output}, stream);
-  }
-
-  Status Broadcast(void* data, size_t count, DType dtype, int root, Stream& stream) override {
-    CollectiveCall call = Next(CollectiveOp::kBroadcast, dtype, count);
-    call.root = root;
-    RETURN_IF_ERROR(CheckBroadcast(data, call, world_size()));
-    return Enqueue(Arrival{call, data, data}, stream);
-  }
-
-  Status Barrier(Stream& stream) override {
-    return Enqueue(Arrival{Next(CollectiveOp::kBarrier, DType::kF32, 0), nullptr, nullptr}, stream);
-  }
 
   void Abort(const std::string& reason) override { state_->hub->Abort(rank(), reason); }
 
@@ -265,20 +234,9 @@ class LocalCommunicator : public Communicator {
   }
 
  private:
-  // The call's description. Its sequence number is the next one, for the argument checks'
-  // messages; the number is taken only when the call is enqueued, so a rejected call uses
-  // none.
-  CollectiveCall Next(CollectiveOp op, DType dtype, size_t count) const {
-    CollectiveCall call;
-    call.op = op;
-    call.dtype = dtype;
-    call.count = count;
-    call.sequence = issued_.load();
-    return call;
-  }
-
-  Status Enqueue(Arrival arrival, Stream& stream) {
-    arrival.call.sequence = issued_.fetch_add(1);
+  Status Issue(const CollectiveCall& call, const void* input, void* output,
+               Stream& stream) override {
+    const Arrival arrival{call, input, output};
     std::shared_ptr<RankState> state = state_;
     stream.EnqueueHost([state, arrival]() -> Status {
       // Sequence numbers are taken in issue order; running in another order means the
@@ -297,7 +255,6 @@ class LocalCommunicator : public Communicator {
   }
 
   std::shared_ptr<RankState> state_;
-  std::atomic<uint64_t> issued_{0};
 };
 
 }  // namespace

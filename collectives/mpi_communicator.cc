@@ -732,43 +732,12 @@ class State {
   std::vector<char> scratch_;  // used by the running collective only
 };
 
-class MpiCommunicator : public Communicator {
+class MpiCommunicator : public CheckedCommunicator {
  public:
   explicit MpiCommunicator(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
   int rank() const override { return state_->rank(); }
   int world_size() const override { return state_->size(); }
-
-  Status AllReduce(void* data, size_t count, DType dtype, Stream& stream) override {
-    CollectiveCall call = Next(CollectiveOp::kAllReduce, dtype, count);
-    RETURN_IF_ERROR(CheckAllReduce(data, call));
-    return Enqueue(Job{call, data, data}, stream);
-  }
-
-  Status ReduceScatter(const void* input, void* output, size_t count, DType dtype,
-                       Stream& stream) override {
-    CollectiveCall call = Next(CollectiveOp::kReduceScatter, dtype, count);
-    RETURN_IF_ERROR(CheckReduceScatter(input, output, call, rank(), world_size()));
-    return Enqueue(Job{call, input, output}, stream);
-  }
-
-  Status AllGather(const void* input, void* output, size_t count, DType dtype,
-                   Stream& stream) override {
-    CollectiveCall call = Next(CollectiveOp::kAllGather, dtype, count);
-    RETURN_IF_ERROR(CheckAllGather(input, output, call, rank(), world_size()));
-    return Enqueue(Job{call, input, output}, stream);
-  }
-
-  Status Broadcast(void* data, size_t count, DType dtype, int root, Stream& stream) override {
-    CollectiveCall call = Next(CollectiveOp::kBroadcast, dtype, count);
-    call.root = root;
-    RETURN_IF_ERROR(CheckBroadcast(data, call, world_size()));
-    return Enqueue(Job{call, data, data}, stream);
-  }
-
-  Status Barrier(Stream& stream) override {
-    return Enqueue(Job{Next(CollectiveOp::kBarrier, DType::kF32, 0), nullptr, nullptr}, stream);
-  }
 
   void Abort(const std::string& reason) override { state_->Abort(reason); }
 
@@ -777,24 +746,15 @@ class MpiCommunicator : public Communicator {
   }
 
  private:
-  CollectiveCall Next(CollectiveOp op, DType dtype, size_t count) const {
-    CollectiveCall call;
-    call.op = op;
-    call.dtype = dtype;
-    call.count = count;
-    call.sequence = issued_.load();
-    return call;
-  }
-
-  Status Enqueue(Job job, Stream& stream) {
-    job.call.sequence = issued_.fetch_add(1);
+  Status Issue(const CollectiveCall& call, const void* input, void* output,
+               Stream& stream) override {
+    const Job job{call, input, output};
     std::shared_ptr<State> state = state_;
     stream.EnqueueHost([state, job] { return state->Run(job); });
     return absl::OkStatus();
   }
 
   std::shared_ptr<State> state_;
-  std::atomic<uint64_t> issued_{0};
 };
 
 }  // namespace
