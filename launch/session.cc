@@ -31,7 +31,8 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
   ASSIGN_OR_RETURN(session->model_, CreateGpt(config, options.train.dtype));
   ASSIGN_OR_RETURN(session->engine_,
                    Engine::Create(options, session->backend_.device.get(),
-                                  session->backend_.ops.get(), session->model_.get(),
+                                  session->backend_.ops.get(), session->backend_.host_ops.get(),
+                                  session->model_.get(),
                                   communicator));
   return session;
 }

@@ -14,8 +14,14 @@ namespace strata {
 
 struct Backend {
   std::unique_ptr<Device> device;
-  std::unique_ptr<Ops> ops;
+  std::unique_ptr<Ops> ops;       // kernels on the device tier
+  std::unique_ptr<Ops> host_ops;  // CPU kernels on the host tier (the offloaded optimizer)
 };
+
+// The host tier's capacity: tiers.host_memory_limit, or where that is 0 the machine's
+// physical memory divided by the ranks sharing this process (zero.world threads) or this
+// node (mpirun's local size).
+uint64_t HostTierCapacity(const Options& options);
 
 StatusOr<Backend> CreateBackend(const Options& options);
 

@@ -21,37 +21,46 @@ double MillisecondsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-Engine::Engine(const Options& options, Device* device, Ops* ops, Model* model,
+Engine::Engine(const Options& options, Device* device, Ops* ops, Ops* host_ops, Model* model,
                Communicator* communicator)
-    : options_(options), device_(device), ops_(ops), model_(model),
+    : options_(options), device_(device), ops_(ops), host_ops_(host_ops), model_(model),
       communicator_(communicator) {}
 
 Engine::~Engine() {
   // Work in flight may still reference buffers owned here.
-  if (comm_) comm_->Synchronize().IgnoreError();
-  if (compute_) compute_->Synchronize().IgnoreError();
+  for (Stream* stream : {host_.get(), copy_.get(), comm_.get(), compute_.get()}) {
+    if (stream) stream->Synchronize().IgnoreError();
+  }
 }
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const Options& options, Device* device,
-                                                 Ops* ops, Model* model,
+                                                 Ops* ops, Ops* host_ops, Model* model,
                                                  Communicator* communicator) {
-  if (ops->dtype() != options.train.dtype) {
+  if (ops == nullptr || host_ops == nullptr) return absl::InvalidArgumentError("no kernels");
+  if (ops->dtype() != options.train.dtype || host_ops->dtype() != options.train.dtype) {
     return absl::InvalidArgumentError("the kernels' dtype differs from train.dtype");
   }
   if (communicator == nullptr) return absl::InvalidArgumentError("no communicator");
-  std::unique_ptr<Engine> engine(new Engine(options, device, ops, model, communicator));
+  std::unique_ptr<Engine> engine(
+      new Engine(options, device, ops, host_ops, model, communicator));
   RETURN_IF_ERROR(engine->Init());
   return engine;
 }
 
 Status Engine::SyncStreams() {
-  RETURN_IF_ERROR(comm_->Synchronize());
-  return compute_->Synchronize();
+  // Every stream, each to its end; the first error wins.
+  Status status;
+  for (Stream* stream : {host_.get(), copy_.get(), comm_.get(), compute_.get()}) {
+    status.Update(stream->Synchronize());
+  }
+  return status;
 }
 
 Status Engine::Init() {
   ASSIGN_OR_RETURN(compute_, device_->CreateStream("compute"));
   ASSIGN_OR_RETURN(comm_, device_->CreateStream("comm"));
+  ASSIGN_OR_RETURN(copy_, device_->CreateStream("copy"));
+  ASSIGN_OR_RETURN(host_, device_->CreateStream("cpu-optimizer"));
   const auto& layouts = model_->units();
   const auto& stages = model_->stages();
   const int num_units = static_cast<int>(layouts.size());
@@ -76,8 +85,11 @@ Status Engine::Init() {
   ZeroContext zero;
   zero.device = device_;
   zero.ops = ops_;
+  zero.host_ops = host_ops_;
   zero.compute = compute_.get();
   zero.comm = comm_.get();
+  zero.copy = copy_.get();
+  zero.host = host_.get();
   zero.communicator = communicator_;
   zero.layouts = &layouts;
   zero.units = &units_;
@@ -85,6 +97,7 @@ Status Engine::Init() {
   zero.prefetch_bytes = options_.zero.prefetch_bytes;
   for (const UnitAccess& access : trace_) zero.trace.push_back(access.unit);
   ASSIGN_OR_RETURN(components_, MakeZeroComponents(options_, zero));
+  host_state_ = device_->pool(Tier::kHost).Stats();
 
   // Initial values: fp32 master from the model (the same on every rank), cast to the
   // compute dtype; each rank keeps what it owns.
@@ -140,6 +153,10 @@ Status Engine::RunStage(int stage, bool backward, int* access) {
     const int u = spec.units[i];
     if (backward && last_backward_stage_[u] == stage) {
       RETURN_IF_ERROR(components_.reducer->UnitDone(u));
+      if (early_ != nullptr && components_.reducer->ReducesPerUnit()) {
+        RETURN_IF_ERROR(components_.stepper->Step(u, *early_));
+        stepped_[u] = true;
+      }
     }
     RETURN_IF_ERROR(components_.gatherer->Release(first_access + i, u));
     ctx_.params[u] = nullptr;
@@ -175,6 +192,7 @@ Status Engine::RunMicroBatch(const MicroBatch& batch, int index, float dloss,
   RETURN_IF_ERROR(components_.reducer->BackwardDone());
   RETURN_IF_ERROR(components_.gatherer->EndMicroBatch());
   RETURN_IF_ERROR(compute_->Synchronize());
+  backward_end_ = std::chrono::steady_clock::now();
   if (backward_ms) *backward_ms += MillisecondsSince(start);
   return absl::OkStatus();
 }
@@ -201,6 +219,11 @@ StatusOr<double> Engine::GlobalMeanLoss(int micro_batches) {
 }
 
 StatusOr<double> Engine::ComputeGradients(const std::vector<MicroBatch>& micro_batches) {
+  return RunGradients(micro_batches, nullptr);
+}
+
+StatusOr<double> Engine::RunGradients(const std::vector<MicroBatch>& micro_batches,
+                                      const AdamParams* early) {
   if (static_cast<int>(micro_batches.size()) > options_.train.grad_accum ||
       micro_batches.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("expected 1..", options_.train.grad_accum,
@@ -212,12 +235,15 @@ StatusOr<double> Engine::ComputeGradients(const std::vector<MicroBatch>& micro_b
                                                 micro_batches.size() *
                                                 communicator_->world_size());
   last_forward_ms_ = last_backward_ms_ = 0.0;
+  stepped_.assign(units_.size(), false);
   for (size_t k = 0; k < micro_batches.size(); ++k) {
-    RETURN_IF_ERROR(RunMicroBatch(micro_batches[k], static_cast<int>(k), dloss,
-                                  &last_forward_ms_, &last_backward_ms_));
+    // Only the last micro-batch completes the gradient sums.
+    early_ = k + 1 == micro_batches.size() ? early : nullptr;
+    Status status = RunMicroBatch(micro_batches[k], static_cast<int>(k), dloss,
+                                  &last_forward_ms_, &last_backward_ms_);
+    early_ = nullptr;
+    RETURN_IF_ERROR(status);
   }
-  // The optimizer (compute) reads what the reducers accumulated on the comm stream.
-  RETURN_IF_ERROR(comm_->Synchronize());
   return GlobalMeanLoss(static_cast<int>(micro_batches.size()));
 }
 
@@ -226,14 +252,16 @@ StatusOr<double> Engine::ClipScale(double* grad_norm) {
   const int rank = communicator_->rank();
   const int world = communicator_->world_size();
   float* mine = norms_device_.as<float>() + rank * num_units;
+  Stream* norm_stream = compute_.get();
   for (int u = 0; u < num_units; ++u) {
     const UnitState& state = units_[u];
     const ShardRange range = OwnedRange(state, rank);
     const size_t first = components_.sharded_optimizer ? 0 : range.begin;
-    RETURN_IF_ERROR(ops_->SumSquares(*compute_, mine + u, state.grad_accum.as<float>() + first,
-                                     range.end - range.begin));
+    ASSIGN_OR_RETURN(norm_stream, components_.grad_home->SquaredNorm(u, first,
+                                                                     range.end - range.begin,
+                                                                     mine + u));
   }
-  RETURN_IF_ERROR(compute_->Synchronize());
+  RETURN_IF_ERROR(norm_stream->Synchronize());
   RETURN_IF_ERROR(communicator_->AllGather(mine, norms_device_.data(), num_units, DType::kF32,
                                            *comm_));
   RETURN_IF_ERROR(device_->CopyAsync(norms_host_.data(), norms_device_.data(),
@@ -263,11 +291,7 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   StepResult result;
   const GatherStats gather_before = components_.gatherer->stats();
   const double stall_before = compute_->stalled_ms();
-  ASSIGN_OR_RETURN(result.loss, ComputeGradients(micro_batches));
-  result.forward_ms = last_forward_ms_;
-  result.backward_ms = last_backward_ms_;
-  auto start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(double scale, ClipScale(&result.grad_norm));
+  const double busy_before = components_.stepper->busy_ms();
   AdamParams params;
   params.lr = lr;
   params.beta1 = options_.train.beta1;
@@ -275,12 +299,26 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   params.eps = options_.train.eps;
   params.weight_decay = options_.train.weight_decay;
   params.step = step + 1;
+  // Without clipping the scale is known before backward: an optimizer off the compute
+  // stream (host) may then step each unit as soon as its gradient sum is final.
+  const bool early = options_.train.grad_clip <= 0.0f &&
+                     components_.optimizer_home->tier() != Tier::kDevice;
+  ASSIGN_OR_RETURN(result.loss, RunGradients(micro_batches, early ? &params : nullptr));
+  result.forward_ms = last_forward_ms_;
+  result.backward_ms = last_backward_ms_;
+  ASSIGN_OR_RETURN(double scale, ClipScale(&result.grad_norm));
   params.grad_scale = static_cast<float>(scale);
+  // The remaining sub-steps in forward order, so the next forward's first units come back
+  // first; their param copies (and stage 1-2 gathers) overlap with the next forward.
   for (size_t u = 0; u < units_.size(); ++u) {
+    if (stepped_[u]) continue;
+    if (early && scale != 1.0) return absl::InternalError("early optimizer steps with clipping");
     RETURN_IF_ERROR(components_.stepper->Step(static_cast<int>(u), params));
   }
-  RETURN_IF_ERROR(SyncStreams());
-  result.optimizer_ms = MillisecondsSince(start);
+  RETURN_IF_ERROR(components_.stepper->WaitSteps());
+  RETURN_IF_ERROR(compute_->Synchronize());
+  result.optimizer_exposed_ms = MillisecondsSince(backward_end_);
+  result.optimizer_ms = components_.stepper->busy_ms() - busy_before;
   const GatherStats gather_after = components_.gatherer->stats();
   result.gather.gathers = gather_after.gathers - gather_before.gathers;
   result.gather.deviations = gather_after.deviations - gather_before.deviations;
@@ -305,8 +343,12 @@ StatusOr<std::vector<float>> Engine::ReadFull(int unit, const Buffer& state_buff
   ASSIGN_OR_RETURN(Buffer full, device_->Allocate(Tier::kDevice, StateKind::kWorkspace,
                                                   values.size() * sizeof(float), "unit read-out"));
   RETURN_IF_ERROR(SyncStreams());
-  RETURN_IF_ERROR(communicator_->AllGather(state_buffer.data(), full.data(),
-                                           state.shard_elements, DType::kF32, *comm_));
+  // The own shard (device or host tier) into its place, then gathered in place.
+  float* own = full.as<float>() + communicator_->rank() * state.shard_elements;
+  RETURN_IF_ERROR(device_->CopyAsync(own, state_buffer.data(), state.shard_elements * sizeof(float),
+                                     *comm_));
+  RETURN_IF_ERROR(communicator_->AllGather(own, full.data(), state.shard_elements, DType::kF32,
+                                           *comm_));
   RETURN_IF_ERROR(device_->CopyAsync(values.data(), full.data(), values.size() * sizeof(float),
                                      *comm_));
   RETURN_IF_ERROR(comm_->Synchronize());
@@ -341,10 +383,14 @@ Status Engine::WriteMaster(int unit, const std::vector<float>& values) {
   ASSIGN_OR_RETURN(Buffer staging, device_->Allocate(Tier::kDevice, StateKind::kWorkspace,
                                                      param_elements * sizeof(float),
                                                      "parameter staging"));
+  ASSIGN_OR_RETURN(Buffer cast, device_->Allocate(Tier::kDevice, StateKind::kWorkspace,
+                                                  state.params.bytes(), "parameter cast"));
   RETURN_IF_ERROR(device_->CopyAsync(staging.data(), param_src, param_elements * sizeof(float),
                                      *compute_));
-  RETURN_IF_ERROR(ops_->CastFromFloat(*compute_, state.params.data(), staging.as<float>(),
+  RETURN_IF_ERROR(ops_->CastFromFloat(*compute_, cast.data(), staging.as<float>(),
                                       param_elements));
+  RETURN_IF_ERROR(device_->CopyAsync(state.params.data(), cast.data(), state.params.bytes(),
+                                     *compute_));
   return compute_->Synchronize();
 }
 

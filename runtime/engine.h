@@ -7,6 +7,7 @@
 // must outlive it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -31,7 +32,11 @@ struct StepResult {
   double grad_norm = 0.0;  // global L2 norm before clipping
   double forward_ms = 0.0;
   double backward_ms = 0.0;
+  // The optimizer's AdamW sub-steps: how long they ran (the standalone optimizer time), and
+  // how long the step end waited for them after the backward compute was done (not hidden
+  // behind backward; includes the grad-norm reduction the step needs in any case).
   double optimizer_ms = 0.0;
+  double optimizer_exposed_ms = 0.0;
   GatherStats gather;      // stage 3: all-gathers, plan deviations, compute waits
   double compute_stall_ms = 0.0;  // compute stream blocked on other streams (collectives)
 };
@@ -45,10 +50,11 @@ struct UnitAccess {
 
 class Engine {
  public:
-  // `communicator` joins this rank to the others (world size 1: a local group of one);
-  // it must outlive the engine.
+  // `ops` are the backend's kernels (device-tier memory), `host_ops` CPU kernels on host
+  // memory (the offloaded optimizer). `communicator` joins this rank to the others (world
+  // size 1: a local group of one). All must outlive the engine.
   static StatusOr<std::unique_ptr<Engine>> Create(const Options& options, Device* device,
-                                                  Ops* ops, Model* model,
+                                                  Ops* ops, Ops* host_ops, Model* model,
                                                   Communicator* communicator);
   ~Engine();
 
@@ -59,6 +65,9 @@ class Engine {
   // Forward and backward only: gradients summed into the fp32 gradient state, no step.
   // Returns the mean loss. The gradient state is zeroed first.
   StatusOr<double> ComputeGradients(const std::vector<MicroBatch>& micro_batches);
+
+  // Bytes of the host tier by state kind after set-up (pinned with CUDA).
+  const PoolStats& host_state() const { return host_state_; }
   // Mean loss of one micro-batch, no backward.
   StatusOr<double> EvalLoss(const MicroBatch& batch);
 
@@ -75,8 +84,12 @@ class Engine {
   Stream& compute_stream() { return *compute_; }
 
  private:
-  Engine(const Options& options, Device* device, Ops* ops, Model* model,
+  Engine(const Options& options, Device* device, Ops* ops, Ops* host_ops, Model* model,
          Communicator* communicator);
+  // ComputeGradients; with `early` set, each unit's optimizer sub-step is enqueued on the
+  // last micro-batch as soon as its gradient sum is final (units stepped: stepped_).
+  StatusOr<double> RunGradients(const std::vector<MicroBatch>& micro_batches,
+                                const AdamParams* early);
   Status Init();
   Status RunMicroBatch(const MicroBatch& batch, int index, float dloss, double* forward_ms,
                        double* backward_ms);
@@ -90,11 +103,16 @@ class Engine {
   Options options_;
   Device* device_;
   Ops* ops_;
+  Ops* host_ops_;
   Model* model_;
   Communicator* communicator_;
   std::unique_ptr<Stream> compute_;
   std::unique_ptr<Stream> comm_;
-  std::vector<UnitState> units_;
+  std::unique_ptr<Stream> copy_;
+  std::unique_ptr<Stream> host_;
+  const AdamParams* early_ = nullptr;  // set while a step's last micro-batch runs
+  std::vector<bool> stepped_;          // units whose sub-step was enqueued early
+  PoolStats host_state_;  std::vector<UnitState> units_;
   ZeroComponents components_;
   std::vector<UnitAccess> trace_;
   std::vector<int> last_backward_stage_;  // per unit: the stage whose backward finishes it
@@ -108,6 +126,7 @@ class Engine {
   int tokens_per_micro_batch_ = 0;
   double last_forward_ms_ = 0.0;
   double last_backward_ms_ = 0.0;
+  std::chrono::steady_clock::time_point backward_end_;
 };
 
 }  // namespace strata

@@ -22,7 +22,12 @@ class Streams {
     auto streams = std::shared_ptr<Streams>(new Streams(ctx));
     ASSIGN_OR_RETURN(streams->compute_done_, ctx.device->CreateEvent());
     ASSIGN_OR_RETURN(streams->comm_done_, ctx.device->CreateEvent());
+    ASSIGN_OR_RETURN(streams->join_, ctx.device->CreateEvent());
     return streams;
+  }
+  // Later work on `waiter` waits for everything enqueued on `after` so far.
+  Status Join(Stream& waiter, Stream& after) {
+    return strata::Join(*ctx_.device, waiter, after, *join_);
   }
   // Later comm work waits for everything enqueued on compute so far.
   Status CommWaitsCompute() {
@@ -40,6 +45,7 @@ class Streams {
   ZeroContext ctx_;
   std::unique_ptr<Event> compute_done_;
   std::unique_ptr<Event> comm_done_;
+  std::unique_ptr<Event> join_;
 };
 
 // Frees a buffer once `stream` has run everything enqueued before this call.
@@ -54,12 +60,38 @@ char* Offset(void* base, size_t elements, DType dtype) {
   return static_cast<char*>(base) + elements * DTypeBytes(dtype);
 }
 
+HomeContext ToHomeContext(const ZeroContext& ctx) {
+  HomeContext home;
+  home.device = ctx.device;
+  home.ops = ctx.ops;
+  home.host_ops = ctx.host_ops;
+  home.compute = ctx.compute;
+  home.comm = ctx.comm;
+  home.copy = ctx.copy;
+  home.host = ctx.host;
+  home.dtype = ctx.dtype;
+  home.layouts = ctx.layouts;
+  home.units = ctx.units;
+  return home;
+}
+
 StatusOr<Buffer> AllocateZeroed(const ZeroContext& ctx, StateKind kind, size_t bytes,
                                 const std::string& what) {
-  ASSIGN_OR_RETURN(Buffer buffer, ctx.device->Allocate(Tier::kDevice, kind, bytes, what));
-  RETURN_IF_ERROR(ctx.device->MemsetAsync(buffer.data(), 0, bytes, *ctx.compute));
-  return buffer;
+  return AllocateZeroedIn(ToHomeContext(ctx), Tier::kDevice, kind, bytes, what);
 }
+
+// Per unit, the event after which freshly updated params are in place, set by the
+// stepper and consumed (waited on once) by the gatherer's next use of the unit.
+struct FreshParams {
+  std::vector<Event*> pending;
+  // Makes `stream` wait for the unit's update, if one is pending.
+  Status WaitOn(Device& device, Stream& stream, int unit) {
+    Event* event = pending[unit];
+    if (event == nullptr) return absl::OkStatus();
+    pending[unit] = nullptr;
+    return device.Wait(stream, *event);
+  }
+};
 
 // Bounds how far the host runs ahead of a stream: Mark() records a point on the stream,
 // Limit() blocks the host until at most `max_pending` marked points are still pending.
@@ -93,14 +125,19 @@ class LagLimiter {
 // Stages 0-2: every rank holds the full parameters.
 class ReplicatedGatherer : public ParamGatherer {
  public:
-  explicit ReplicatedGatherer(const ZeroContext& ctx) : ctx_(ctx) {}
-  StatusOr<const void*> Acquire(int, int unit) override { return (*ctx_.units)[unit].params.data(); }
+  ReplicatedGatherer(const ZeroContext& ctx, std::shared_ptr<FreshParams> fresh)
+      : ctx_(ctx), fresh_(std::move(fresh)) {}
+  StatusOr<const void*> Acquire(int, int unit) override {
+    RETURN_IF_ERROR(fresh_->WaitOn(*ctx_.device, *ctx_.compute, unit));
+    return (*ctx_.units)[unit].params.data();
+  }
   Status Release(int, int) override { return absl::OkStatus(); }
   Status EndMicroBatch() override { return absl::OkStatus(); }
   GatherStats stats() const override { return {}; }
 
  private:
   ZeroContext ctx_;
+  std::shared_ptr<FreshParams> fresh_;
 };
 
 // Stage 3: param shards only between uses. The executor of the prefetch plan: before
@@ -111,8 +148,9 @@ class ReplicatedGatherer : public ParamGatherer {
 // counted deviation, served by an on-demand gather, never silently.
 class ShardedGatherer : public ParamGatherer {
  public:
-  ShardedGatherer(const ZeroContext& ctx, std::shared_ptr<Streams> streams, PrefetchPlan plan)
-      : ctx_(ctx), streams_(std::move(streams)), plan_(std::move(plan)) {}
+  ShardedGatherer(const ZeroContext& ctx, std::shared_ptr<FreshParams> fresh, PrefetchPlan plan,
+                  std::unique_ptr<Event> copied)
+      : ctx_(ctx), fresh_(std::move(fresh)), plan_(std::move(plan)), copied_(std::move(copied)) {}
 
   StatusOr<const void*> Acquire(int access, int unit) override {
     const bool planned = access >= 0 && access < static_cast<int>(ctx_.trace.size()) &&
@@ -180,9 +218,22 @@ class ShardedGatherer : public ParamGatherer {
                                       (*ctx_.layouts)[unit].name() + " gathered params"));
     r.full = std::make_shared<Buffer>(std::move(full));
     ASSIGN_OR_RETURN(r.ready, ctx_.device->CreateEvent());
-    RETURN_IF_ERROR(streams_->CommWaitsCompute());
-    RETURN_IF_ERROR(ctx_.communicator->AllGather(state.params.data(), r.full->data(),
-                                                 state.shard_elements, ctx_.dtype, *ctx_.comm));
+    if (state.params.tier() == Tier::kDevice) {
+      // The shard is read after the optimizer's last update of it.
+      RETURN_IF_ERROR(fresh_->WaitOn(*ctx_.device, *ctx_.comm, unit));
+      RETURN_IF_ERROR(ctx_.communicator->AllGather(state.params.data(), r.full->data(),
+                                                   state.shard_elements, ctx_.dtype, *ctx_.comm));
+    } else {
+      // Host-tier shard: copied into its place in the full buffer, then gathered in place.
+      const size_t shard_bytes = state.shard_elements * DTypeBytes(ctx_.dtype);
+      void* own = Offset(r.full->data(), ctx_.communicator->rank() * state.shard_elements,
+                         ctx_.dtype);
+      RETURN_IF_ERROR(fresh_->WaitOn(*ctx_.device, *ctx_.copy, unit));
+      RETURN_IF_ERROR(ctx_.device->CopyAsync(own, state.params.data(), shard_bytes, *ctx_.copy));
+      RETURN_IF_ERROR(Join(*ctx_.device, *ctx_.comm, *ctx_.copy, *copied_));
+      RETURN_IF_ERROR(ctx_.communicator->AllGather(own, r.full->data(), state.shard_elements,
+                                                   ctx_.dtype, *ctx_.comm));
+    }
     RETURN_IF_ERROR(ctx_.device->Record(*r.ready, *ctx_.comm));
     ++stats_.gathers;
     resident_.emplace(unit, std::move(r));
@@ -202,8 +253,9 @@ class ShardedGatherer : public ParamGatherer {
   }
 
   ZeroContext ctx_;
-  std::shared_ptr<Streams> streams_;
+  std::shared_ptr<FreshParams> fresh_;
   PrefetchPlan plan_;
+  std::unique_ptr<Event> copied_;  // host shard copied to the device (copy -> comm)
   std::map<int, Resident> resident_;
   GatherStats stats_;
   LagLimiter lag_{ctx_.device, 1};
@@ -215,18 +267,10 @@ class ShardedGatherer : public ParamGatherer {
 // comm stream finished with the previous micro-batch's contents.
 class ReducerBase : public GradientReducer {
  public:
-  ReducerBase(const ZeroContext& ctx, std::shared_ptr<Streams> streams)
-      : ctx_(ctx), streams_(std::move(streams)) {}
+  ReducerBase(const ZeroContext& ctx, std::shared_ptr<Streams> streams, GradHome* home)
+      : ctx_(ctx), streams_(std::move(streams)), home_(home) {}
 
-  Status Zero() override {
-    // grad_accum is written on the comm stream; zero it there, after the optimizer (compute).
-    RETURN_IF_ERROR(streams_->CommWaitsCompute());
-    for (UnitState& state : *ctx_.units) {
-      RETURN_IF_ERROR(ctx_.device->MemsetAsync(state.grad_accum.data(), 0,
-                                               state.grad_accum.bytes(), *ctx_.comm));
-    }
-    return absl::OkStatus();
-  }
+  Status Zero() override { return home_->Zero(); }
 
  protected:
   // The compute stream may touch comm-owned buffers again only after comm is done.
@@ -234,6 +278,7 @@ class ReducerBase : public GradientReducer {
 
   ZeroContext ctx_;
   std::shared_ptr<Streams> streams_;
+  GradHome* home_;
 };
 
 // Stage 0: full gradients all-reduced (rank-order sum) into a full fp32 accumulator.
@@ -252,8 +297,8 @@ class AllReduceReducer : public ReducerBase {
     RETURN_IF_ERROR(streams_->CommWaitsCompute());
     RETURN_IF_ERROR(ctx_.communicator->AllReduce(state.grads.data(), state.padded_elements,
                                                  ctx_.dtype, *ctx_.comm));
-    RETURN_IF_ERROR(ctx_.ops->AccumulateToFloat(*ctx_.comm, state.grad_accum.as<float>(),
-                                                state.grads.data(), state.padded_elements));
+    ASSIGN_OR_RETURN(Stream* reader, home_->Add(unit, state.grads.data(), *ctx_.comm));
+    RETURN_IF_ERROR(streams_->Join(*ctx_.comm, *reader));
     RETURN_IF_ERROR(
         ctx_.device->MemsetAsync(state.grads.data(), 0, state.grads.bytes(), *ctx_.comm));
     pending_ = true;
@@ -263,6 +308,7 @@ class AllReduceReducer : public ReducerBase {
     pending_ = false;
     return HandBack();
   }
+  bool ReducesPerUnit() const override { return false; }
 
  private:
   bool pending_ = false;
@@ -273,9 +319,12 @@ class AllReduceReducer : public ReducerBase {
 // soon as its backward is done, overlapped with the next units, and free its full buffer.
 class ReduceScatterReducer : public ReducerBase {
  public:
-  ReduceScatterReducer(const ZeroContext& ctx, std::shared_ptr<Streams> streams, bool per_unit)
-      : ReducerBase(ctx, std::move(streams)), per_unit_(per_unit),
+  ReduceScatterReducer(const ZeroContext& ctx, std::shared_ptr<Streams> streams, GradHome* home,
+                       bool per_unit)
+      : ReducerBase(ctx, std::move(streams), home), per_unit_(per_unit),
         live_(ctx.units->size()) {}
+
+  bool ReducesPerUnit() const override { return per_unit_; }
 
   StatusOr<void*> Grads(int unit) override {
     UnitState& state = (*ctx_.units)[unit];
@@ -301,18 +350,19 @@ class ReduceScatterReducer : public ReducerBase {
   Status UnitDone(int unit) override {
     if (!per_unit_) return absl::OkStatus();
     RETURN_IF_ERROR(streams_->CommWaitsCompute());
-    UnitState& state = (*ctx_.units)[unit];
-    RETURN_IF_ERROR(ReduceInto(state, live_[unit]->data()));
-    ReleaseAfter(*ctx_.comm, std::move(live_[unit]));
+    ASSIGN_OR_RETURN(Stream* reader, ReduceInto(unit, live_[unit]->data()));
+    ReleaseAfter(*reader, std::move(live_[unit]));
     live_[unit].reset();
-    return lag_.Mark(*ctx_.comm);
+    return lag_.Mark(*reader);
   }
 
   Status BackwardDone() override {
     if (per_unit_) return absl::OkStatus();
     RETURN_IF_ERROR(streams_->CommWaitsCompute());
-    for (UnitState& state : *ctx_.units) {
-      RETURN_IF_ERROR(ReduceInto(state, state.grads.data()));
+    for (size_t u = 0; u < ctx_.units->size(); ++u) {
+      UnitState& state = (*ctx_.units)[u];
+      ASSIGN_OR_RETURN(Stream* reader, ReduceInto(static_cast<int>(u), state.grads.data()));
+      RETURN_IF_ERROR(streams_->Join(*ctx_.comm, *reader));
       RETURN_IF_ERROR(
           ctx_.device->MemsetAsync(state.grads.data(), 0, state.grads.bytes(), *ctx_.comm));
     }
@@ -321,13 +371,15 @@ class ReduceScatterReducer : public ReducerBase {
   }
 
  private:
-  Status ReduceInto(UnitState& state, void* full) {
+  // Reduce-scatter on comm, then the own shard into the grad home; returns the stream
+  // after which `full` is no longer read.
+  StatusOr<Stream*> ReduceInto(int unit, void* full) {
+    UnitState& state = (*ctx_.units)[unit];
     const int rank = ctx_.communicator->rank();
     void* own = Offset(full, rank * state.shard_elements, ctx_.dtype);
     RETURN_IF_ERROR(ctx_.communicator->ReduceScatter(full, own, state.shard_elements, ctx_.dtype,
                                                      *ctx_.comm));
-    return ctx_.ops->AccumulateToFloat(*ctx_.comm, state.grad_accum.as<float>(), own,
-                                       state.shard_elements);
+    return home_->Add(unit, own, *ctx_.comm);
   }
 
   const bool per_unit_;
@@ -338,68 +390,78 @@ class ReduceScatterReducer : public ReducerBase {
 
 // ---------------------------------------------------------------- steppers
 
-// AdamW over the owned range of a unit, tensor by tensor, so weight decay applies to
-// matrices only. `state_offset` maps a unit element index to the index inside the
-// master/m/v/grad_accum buffers (0 when they are full, the range start when sharded);
-// `param_offset` does the same for the params buffer.
-Status AdamOverRange(const ZeroContext& ctx, int unit, const AdamParams& params,
-                     ShardRange range, size_t state_offset, void* param_base,
-                     size_t param_offset) {
-  UnitState& state = (*ctx.units)[unit];
-  for (const TensorSpec& tensor : (*ctx.layouts)[unit].tensors()) {
-    const size_t lo = std::max(range.begin, tensor.offset);
-    const size_t hi = std::min(range.end, tensor.offset + tensor.numel);
-    if (lo >= hi) continue;
-    AdamParams tensor_params = params;
-    if (!tensor.weight_decay) tensor_params.weight_decay = 0.0f;
-    const size_t s = lo - state_offset;
-    RETURN_IF_ERROR(ctx.ops->AdamW(*ctx.compute, Offset(param_base, lo - param_offset, ctx.dtype),
-                                   state.master.as<float>() + s, state.grad_accum.as<float>() + s,
-                                   state.exp_avg.as<float>() + s,
-                                   state.exp_avg_sq.as<float>() + s, hi - lo, tensor_params));
-  }
-  return absl::OkStatus();
-}
-
 // Stage 0: every rank steps the whole unit (identical on every rank).
 class ReplicatedStepper : public OptimizerStepper {
  public:
-  explicit ReplicatedStepper(const ZeroContext& ctx) : ctx_(ctx) {}
+  ReplicatedStepper(const ZeroContext& ctx, OptimizerHome* home,
+                    std::shared_ptr<FreshParams> fresh)
+      : ctx_(ctx), home_(home), fresh_(std::move(fresh)) {}
   Status Step(int unit, const AdamParams& params) override {
     UnitState& state = (*ctx_.units)[unit];
-    return AdamOverRange(ctx_, unit, params, {0, state.padded_elements}, 0, state.params.data(),
-                         0);
+    RETURN_IF_ERROR(home_->Step(unit, params, {0, state.padded_elements}, 0, state.params.data(),
+                                state.params.tier()));
+    fresh_->pending[unit] = &home_->params_ready(unit);
+    return absl::OkStatus();
   }
+  Status WaitSteps() override { return home_->WaitSteps(); }
+  double busy_ms() const override { return home_->busy_ms(); }
 
  private:
   ZeroContext ctx_;
+  OptimizerHome* home_;
+  std::shared_ptr<FreshParams> fresh_;
 };
 
 // Stages 1-3: each rank steps its shard. Stages 1-2 then all-gather the updated params
 // into every rank's full buffer; stage 3 keeps them as the param shard.
 class ShardedStepper : public OptimizerStepper {
  public:
-  ShardedStepper(const ZeroContext& ctx, std::shared_ptr<Streams> streams, bool gather_after)
-      : ctx_(ctx), streams_(std::move(streams)), gather_after_(gather_after) {}
+  ShardedStepper(const ZeroContext& ctx, OptimizerHome* home, std::shared_ptr<FreshParams> fresh,
+                 bool gather_after)
+      : ctx_(ctx), home_(home), fresh_(std::move(fresh)), gather_after_(gather_after),
+        gathered_(ctx.units->size()) {}
+
+  static StatusOr<std::unique_ptr<ShardedStepper>> Create(const ZeroContext& ctx,
+                                                          OptimizerHome* home,
+                                                          std::shared_ptr<FreshParams> fresh,
+                                                          bool gather_after) {
+    auto stepper = std::make_unique<ShardedStepper>(ctx, home, std::move(fresh), gather_after);
+    if (gather_after) {
+      for (auto& event : stepper->gathered_) {
+        ASSIGN_OR_RETURN(event, ctx.device->CreateEvent());
+      }
+    }
+    return stepper;
+  }
+
   Status Step(int unit, const AdamParams& params) override {
     UnitState& state = (*ctx_.units)[unit];
     const ShardRange range = OwnedRange(state, ctx_.communicator->rank());
-    const size_t param_offset = gather_after_ ? 0 : range.begin;
-    RETURN_IF_ERROR(AdamOverRange(ctx_, unit, params, range, range.begin, state.params.data(),
-                                  param_offset));
-    if (!gather_after_) return absl::OkStatus();
-    RETURN_IF_ERROR(streams_->CommWaitsCompute());
-    void* own = Offset(state.params.data(), range.begin, ctx_.dtype);
-    RETURN_IF_ERROR(ctx_.communicator->AllGather(own, state.params.data(), state.shard_elements,
+    void* dest = gather_after_ ? Offset(state.params.data(), range.begin, ctx_.dtype)
+                               : state.params.data();
+    RETURN_IF_ERROR(
+        home_->Step(unit, params, range, range.begin, dest, state.params.tier()));
+    if (!gather_after_) {
+      fresh_->pending[unit] = &home_->params_ready(unit);
+      return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(ctx_.device->Wait(*ctx_.comm, home_->params_ready(unit)));
+    RETURN_IF_ERROR(ctx_.communicator->AllGather(dest, state.params.data(), state.shard_elements,
                                                  ctx_.dtype, *ctx_.comm));
-    // The next forward reads the gathered params on compute.
-    return streams_->ComputeWaitsComm();
+    // The next use of the unit on compute waits for the gathered params.
+    RETURN_IF_ERROR(ctx_.device->Record(*gathered_[unit], *ctx_.comm));
+    fresh_->pending[unit] = gathered_[unit].get();
+    return absl::OkStatus();
   }
+  Status WaitSteps() override { return home_->WaitSteps(); }
+  double busy_ms() const override { return home_->busy_ms(); }
 
  private:
   ZeroContext ctx_;
-  std::shared_ptr<Streams> streams_;
+  OptimizerHome* home_;
+  std::shared_ptr<FreshParams> fresh_;
   bool gather_after_;
+  std::vector<std::unique_ptr<Event>> gathered_;
 };
 
 // ---------------------------------------------------------------- state and factory
@@ -410,7 +472,15 @@ struct StageLayout {
   bool sharded_state;    // grad_accum, master, m, v hold the own shard only
 };
 
-Status AllocateState(const ZeroContext& ctx, const StageLayout& layout) {
+struct Placement {
+  Tier optimizer = Tier::kDevice;
+  Tier grads = Tier::kDevice;
+  Tier params = Tier::kDevice;  // stage 3's param shards
+};
+
+Status AllocateState(const ZeroContext& ctx, const StageLayout& layout,
+                     const Placement& placement) {
+  const HomeContext home = ToHomeContext(ctx);
   const size_t element_bytes = DTypeBytes(ctx.dtype);
   const int world = ctx.communicator->world_size();
   for (size_t u = 0; u < ctx.layouts->size(); ++u) {
@@ -421,29 +491,55 @@ Status AllocateState(const ZeroContext& ctx, const StageLayout& layout) {
     const size_t n_params = layout.full_params ? state.padded_elements : state.shard_elements;
     const size_t n_state = layout.sharded_state ? state.shard_elements : state.padded_elements;
     const std::string& name = unit.name();
-    ASSIGN_OR_RETURN(state.params, AllocateZeroed(ctx, StateKind::kParams,
-                                                  n_params * element_bytes, name + " params"));
+    const Tier param_tier = layout.full_params ? Tier::kDevice : placement.params;
+    ASSIGN_OR_RETURN(state.params, AllocateZeroedIn(home, param_tier, StateKind::kParams,
+                                                    n_params * element_bytes, name + " params"));
     if (layout.persistent_grads) {
       ASSIGN_OR_RETURN(state.grads,
                        AllocateZeroed(ctx, StateKind::kGrads,
                                       state.padded_elements * element_bytes, name + " grads"));
     }
-    ASSIGN_OR_RETURN(state.grad_accum, AllocateZeroed(ctx, StateKind::kGrads, n_state * 4,
-                                                      name + " fp32 grad accumulator"));
-    ASSIGN_OR_RETURN(state.master,
-                     AllocateZeroed(ctx, StateKind::kOptimizer, n_state * 4, name + " fp32 master"));
-    ASSIGN_OR_RETURN(state.exp_avg,
-                     AllocateZeroed(ctx, StateKind::kOptimizer, n_state * 4, name + " exp_avg"));
-    ASSIGN_OR_RETURN(state.exp_avg_sq, AllocateZeroed(ctx, StateKind::kOptimizer, n_state * 4,
-                                                      name + " exp_avg_sq"));
+    ASSIGN_OR_RETURN(state.grad_accum,
+                     AllocateZeroedIn(home, placement.grads, StateKind::kGrads, n_state * 4,
+                                      name + " fp32 grad accumulator"));
+    ASSIGN_OR_RETURN(state.master, AllocateZeroedIn(home, placement.optimizer,
+                                                    StateKind::kOptimizer, n_state * 4,
+                                                    name + " fp32 master"));
+    ASSIGN_OR_RETURN(state.exp_avg, AllocateZeroedIn(home, placement.optimizer,
+                                                     StateKind::kOptimizer, n_state * 4,
+                                                     name + " exp_avg"));
+    ASSIGN_OR_RETURN(state.exp_avg_sq, AllocateZeroedIn(home, placement.optimizer,
+                                                        StateKind::kOptimizer, n_state * 4,
+                                                        name + " exp_avg_sq"));
+    // Host staging of the offloaded optimizer.
+    if (placement.grads == Tier::kHost) {
+      ASSIGN_OR_RETURN(state.grad_landing,
+                       AllocateZeroedIn(home, Tier::kHost, StateKind::kGrads,
+                                        n_state * element_bytes, name + " grad landing"));
+    }
+    if (placement.optimizer == Tier::kHost) {
+      if (placement.grads == Tier::kDevice) {
+        ASSIGN_OR_RETURN(state.grad_staging,
+                         AllocateZeroedIn(home, Tier::kHost, StateKind::kGrads, n_state * 4,
+                                          name + " fp32 grad staging"));
+      }
+      if (param_tier == Tier::kDevice) {
+        ASSIGN_OR_RETURN(state.param_staging,
+                         AllocateZeroedIn(home, Tier::kHost, StateKind::kParams,
+                                          n_state * element_bytes, name + " param staging"));
+      }
+    }
   }
   return ctx.compute->Synchronize();
 }
 
 }  // namespace
 
-ShardRange OwnedRange(const UnitState& state, int rank) {
-  return {rank * state.shard_elements, (rank + 1) * state.shard_elements};
+StatusOr<Tier> TierFromName(const std::string& key, const std::string& name) {
+  if (name == "device") return Tier::kDevice;
+  if (name == "host") return Tier::kHost;
+  return absl::InvalidArgumentError(
+      absl::StrCat(key, ": got '", name, "', expected device or host"));
 }
 
 StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroContext& context) {
@@ -452,9 +548,16 @@ StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroCo
     return absl::InvalidArgumentError(
         absl::StrCat("zero.stage=", stage, " does not exist (expected 0, 1, 2 or 3)"));
   }
-  if (context.communicator == nullptr || context.comm == nullptr) {
-    return absl::InvalidArgumentError("the ZeRO components need a communicator and a comm stream");
+  if (context.communicator == nullptr || context.comm == nullptr || context.copy == nullptr ||
+      context.host == nullptr || context.host_ops == nullptr) {
+    return absl::InvalidArgumentError(
+        "the ZeRO components need a communicator, comm/copy/host streams and host kernels");
   }
+  Placement placement;
+  ASSIGN_OR_RETURN(placement.optimizer,
+                   TierFromName("zero.optimizer_tier", options.zero.optimizer_tier));
+  ASSIGN_OR_RETURN(placement.grads, TierFromName("zero.grad_tier", options.zero.grad_tier));
+  ASSIGN_OR_RETURN(placement.params, TierFromName("zero.param_tier", options.zero.param_tier));
   const StageLayout layouts[4] = {
       {true, true, false},   // 0: everything replicated
       {true, true, true},    // 1: optimizer state sharded
@@ -463,10 +566,16 @@ StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroCo
   };
   context.units->clear();
   context.units->resize(context.layouts->size());
-  RETURN_IF_ERROR(AllocateState(context, layouts[stage]));
+  RETURN_IF_ERROR(AllocateState(context, layouts[stage], placement));
   ASSIGN_OR_RETURN(std::shared_ptr<Streams> streams, Streams::Create(context));
+  auto fresh = std::make_shared<FreshParams>();
+  fresh->pending.assign(context.units->size(), nullptr);
 
   ZeroComponents components;
+  const HomeContext home = ToHomeContext(context);
+  ASSIGN_OR_RETURN(components.grad_home, GradHome::Create(home, placement.grads));
+  ASSIGN_OR_RETURN(components.optimizer_home,
+                   OptimizerHome::Create(home, placement.optimizer, components.grad_home.get()));
   components.sharded_optimizer = layouts[stage].sharded_state;
   if (stage == 3) {
     PrefetchPlanInput input;
@@ -476,18 +585,23 @@ StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroCo
     }
     input.budget_bytes = context.prefetch_bytes;
     ASSIGN_OR_RETURN(PrefetchPlan plan, PlanPrefetch(input));
-    components.gatherer = std::make_unique<ShardedGatherer>(context, streams, std::move(plan));
+    ASSIGN_OR_RETURN(std::unique_ptr<Event> copied, context.device->CreateEvent());
+    components.gatherer = std::make_unique<ShardedGatherer>(context, fresh, std::move(plan),
+                                                            std::move(copied));
   } else {
-    components.gatherer = std::make_unique<ReplicatedGatherer>(context);
+    components.gatherer = std::make_unique<ReplicatedGatherer>(context, fresh);
   }
+  GradHome* grad_home = components.grad_home.get();
+  OptimizerHome* optimizer_home = components.optimizer_home.get();
   if (stage == 0) {
-    components.reducer = std::make_unique<AllReduceReducer>(context, streams);
-    components.stepper = std::make_unique<ReplicatedStepper>(context);
+    components.reducer = std::make_unique<AllReduceReducer>(context, streams, grad_home);
+    components.stepper = std::make_unique<ReplicatedStepper>(context, optimizer_home, fresh);
   } else {
-    components.reducer =
-        std::make_unique<ReduceScatterReducer>(context, streams, /*per_unit=*/stage >= 2);
-    components.stepper =
-        std::make_unique<ShardedStepper>(context, streams, /*gather_after=*/stage <= 2);
+    components.reducer = std::make_unique<ReduceScatterReducer>(context, streams, grad_home,
+                                                                /*per_unit=*/stage >= 2);
+    ASSIGN_OR_RETURN(components.stepper,
+                     ShardedStepper::Create(context, optimizer_home, fresh,
+                                            /*gather_after=*/stage <= 2));
   }
   return components;
 }

@@ -8,6 +8,8 @@
 //                    per unit as soon as the unit is done, full buffer freed);
 //   OptimizerStepper steps the owned optimizer state and refreshes the params (stages
 //                    1-2: all-gather of the updated shards).
+// Where the gradient sums and the optimizer state live (device or host tier) is the
+// business of the homes in tiers/state_homes.h, which the components call.
 // Every unit's flat buffer is padded to `world` equal shards; rank r owns shard r. Every
 // collective goes on the one comm stream, ordered against compute by events, so every
 // rank issues the same collectives in the same order. Reductions sum in rank order, so
@@ -23,29 +25,20 @@
 #include "runtime/core/device.h"
 #include "runtime/core/options.h"
 #include "runtime/unit_layout.h"
+#include "tiers/state_homes.h"
+#include "tiers/unit_state.h"
 
 namespace strata {
-
-// One unit's state on this rank. Which buffers are full-size or shards depends on the
-// stage; the components that own the state know. Sizes: `padded_elements` (full unit) and
-// `shard_elements` (= padded / world).
-struct UnitState {
-  Buffer params;      // compute dtype: full (stages 0-2) or own shard (stage 3)
-  Buffer grads;       // compute dtype: full, while gradients of the unit are being summed
-  Buffer grad_accum;  // fp32 gradient summed over micro-batches: full (0) or own shard
-  Buffer master;      // fp32 master weights: full (0) or own shard
-  Buffer exp_avg;     // fp32 Adam first moment, like master
-  Buffer exp_avg_sq;  // fp32 Adam second moment, like master
-  size_t padded_elements = 0;
-  size_t shard_elements = 0;
-};
 
 // What the components share: the device, kernels, streams, layouts, unit state, comms.
 struct ZeroContext {
   Device* device = nullptr;
-  Ops* ops = nullptr;
+  Ops* ops = nullptr;       // kernels on device-tier memory
+  Ops* host_ops = nullptr;  // CPU kernels on host-tier memory (the offloaded optimizer)
   Stream* compute = nullptr;
   Stream* comm = nullptr;
+  Stream* copy = nullptr;   // device <-> host copies of offloaded state
+  Stream* host = nullptr;   // the CPU optimizer
   Communicator* communicator = nullptr;
   const std::vector<UnitLayout>* layouts = nullptr;
   std::vector<UnitState>* units = nullptr;
@@ -86,31 +79,39 @@ class GradientReducer {
   virtual Status BackwardDone() = 0;
   // Zeroes the fp32 gradient state (start of a step).
   virtual Status Zero() = 0;
+  // True when each unit's gradient sum is final once UnitDone(unit) returned on the last
+  // micro-batch (stages 2-3); false when only BackwardDone makes them final.
+  virtual bool ReducesPerUnit() const = 0;
 };
 
 class OptimizerStepper {
  public:
   virtual ~OptimizerStepper() = default;
-  // One AdamW step of the owned part of `unit`; refreshes the params every rank uses.
+  // One AdamW step of the owned part of `unit`, ordered after its gradient sums; refreshes
+  // the params every rank uses (the next Acquire of the unit waits for them).
   virtual Status Step(int unit, const AdamParams& params) = 0;
+  // Blocks until the AdamW of every Step so far has run (param copies may be in flight).
+  virtual Status WaitSteps() = 0;
+  // Total milliseconds the AdamW sub-steps ran (the standalone optimizer time).
+  virtual double busy_ms() const = 0;
 };
 
 struct ZeroComponents {
+  // Homes first: the components below point into them and are destroyed before them.
+  std::unique_ptr<GradHome> grad_home;
+  std::unique_ptr<OptimizerHome> optimizer_home;
   std::unique_ptr<ParamGatherer> gatherer;
   std::unique_ptr<GradientReducer> reducer;
   std::unique_ptr<OptimizerStepper> stepper;
   bool sharded_optimizer = false;  // master/m/v/grad_accum hold only the own shard
 };
 
-// Allocates every unit's state for options.zero.stage and returns the matching components.
-// Fails with a clear message for a stage this build cannot run.
+// Allocates every unit's state for options.zero.stage in the tiers of the placement keys
+// (zero.optimizer_tier, grad_tier, param_tier) and returns the matching components.
+// Fails with a clear message for a stage or placement this build cannot run.
 StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroContext& context);
 
-// Owned element range [begin, end) of a unit on `rank` in its padded flat buffer.
-struct ShardRange {
-  size_t begin = 0;
-  size_t end = 0;
-};
-ShardRange OwnedRange(const UnitState& state, int rank);
+// The tier a placement key's value names ("device" | "host").
+StatusOr<Tier> TierFromName(const std::string& key, const std::string& name);
 
 }  // namespace strata

@@ -44,7 +44,7 @@ std::unique_ptr<Fixture> Make(const Options& options) {
   GptConfig config{options.model.layers, options.model.heads, options.model.channels,
                    options.model.vocab, options.model.max_seq_len};
   f->model = *CreateGpt(config, options.train.dtype);
-  auto engine = Engine::Create(options, f->backend.device.get(), f->backend.ops.get(),
+  auto engine = Engine::Create(options, f->backend.device.get(), f->backend.ops.get(), f->backend.host_ops.get(),
                                f->model.get(), f->group[0].get());
   EXPECT_TRUE(engine.ok()) << engine.status();
   f->engine = std::move(*engine);

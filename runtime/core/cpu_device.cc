@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <set>
 #include <thread>
 
 namespace strata {
@@ -15,20 +16,32 @@ namespace {
 
 // An event's state is shared with the work that records or waits on it, so destroying
 // the Event while that work is still queued is safe (as with cudaEventDestroy).
+// Records of one event may be issued on different streams and complete out of order, so
+// each generation is tracked on its own: a wait for generation g ends when g (not some
+// later record on a faster stream) has completed, as with CUDA's capture at wait time.
 struct CpuEventState {
   std::mutex mutex;
   std::condition_variable cv;
   uint64_t recorded = 0;
-  uint64_t completed = 0;
+  uint64_t completed_through = 0;    // every generation <= this has completed
+  std::set<uint64_t> completed_ahead;  // completed generations above it
 
   void Complete(uint64_t generation) {
     std::lock_guard<std::mutex> lock(mutex);
-    if (generation > completed) completed = generation;
+    if (generation <= completed_through) return;
+    completed_ahead.insert(generation);
+    while (!completed_ahead.empty() && *completed_ahead.begin() == completed_through + 1) {
+      completed_ahead.erase(completed_ahead.begin());
+      ++completed_through;
+    }
     cv.notify_all();
+  }
+  bool IsComplete(uint64_t generation) const {
+    return generation <= completed_through || completed_ahead.count(generation) > 0;
   }
   void WaitFor(uint64_t generation) {
     std::unique_lock<std::mutex> lock(mutex);
-    cv.wait(lock, [&] { return completed >= generation; });
+    cv.wait(lock, [&] { return IsComplete(generation); });
   }
 };
 
@@ -49,7 +62,7 @@ class CpuEvent : public Event {
   }
   bool Query() override {
     std::lock_guard<std::mutex> lock(state_->mutex);
-    return state_->completed >= state_->recorded;
+    return state_->IsComplete(state_->recorded);
   }
   const std::shared_ptr<CpuEventState>& state() const { return state_; }
 

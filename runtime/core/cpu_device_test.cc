@@ -56,6 +56,34 @@ TEST(CpuDevice, EventOrdersTwoStreams) {
   EXPECT_TRUE(event->Query());
 }
 
+// One event recorded on a slow stream, waited on, then re-recorded on a fast stream: the
+// wait must still be for the slow stream's record (CUDA captures the record at wait time).
+TEST(CpuDevice, WaitIsForTheRecordItSawEvenWhenALaterRecordCompletesFirst) {
+  auto device = MakeDevice();
+  auto slow = *device->CreateStream("slow");
+  auto fast = *device->CreateStream("fast");
+  auto waiter = *device->CreateStream("waiter");
+  auto event = *device->CreateEvent();
+  std::atomic<bool> slow_done{false};
+  slow->EnqueueHost([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    slow_done = true;
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(device->Record(*event, *slow).ok());
+  ASSERT_TRUE(device->Wait(*waiter, *event).ok());
+  ASSERT_TRUE(device->Record(*event, *fast).ok());  // completes at once
+  bool seen = false;
+  waiter->EnqueueHost([&] {
+    seen = slow_done.load();
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(waiter->Synchronize().ok());
+  EXPECT_TRUE(seen) << "the wait ended on the later record of the fast stream";
+  ASSERT_TRUE(event->Synchronize().ok());
+  EXPECT_TRUE(event->Query());
+}
+
 TEST(CpuDevice, WaitOnUnrecordedEventDoesNotBlock) {
   auto device = MakeDevice();
   auto stream = *device->CreateStream("s");

@@ -65,6 +65,20 @@ struct ZeroOptions {
   float comm_timeout_s = 300.0f;  // zero.comm_timeout_s: a collective waiting longer fails.
   // zero.prefetch_bytes: stage 3: bytes of gathered parameters fetched ahead of need.
   uint64_t prefetch_bytes = 256ull << 20;
+  // Placement (ZeRO-Offload). zero.optimizer_tier: "device" | "host": where the fp32 master
+  // and Adam moments live and the optimizer runs (host: the SIMD CPU Adam, overlapped with
+  // backward). zero.grad_tier: "device" | "host": where the fp32 gradient shards are summed
+  // (host needs the optimizer on the host). zero.param_tier: "device" | "host": stage 3's
+  // param shards between uses (host needs stage 3 and the optimizer on the host).
+  std::string optimizer_tier = "device";
+  std::string grad_tier = "device";
+  std::string param_tier = "device";
+};
+
+struct TiersOptions {
+  // tiers.host_memory_limit: capacity of the host tier (pinned memory with CUDA) on this
+  // rank; 0 = the machine's physical memory divided by the ranks of this process.
+  uint64_t host_memory_limit = 0;
 };
 
 struct Options {
@@ -73,6 +87,7 @@ struct Options {
   TrainOptions train;
   DeviceOptions device;
   ZeroOptions zero;
+  TiersOptions tiers;
 };
 
 }  // namespace strata

@@ -106,6 +106,22 @@ const std::vector<KeySpec>& Keys() {
        "a collective waiting longer than this fails naming the missing ranks; > 0.", false},
       {"zero.prefetch_bytes", +[](Options& o) { return &o.zero.prefetch_bytes; },
        "stage 3: bytes of gathered parameters fetched ahead of need; >= 0.", true},
+      {"zero.optimizer_tier", +[](Options& o) { return &o.zero.optimizer_tier; },
+       "where fp32 master + Adam moments live and the optimizer runs: device | host "
+       "(host: CPU Adam, needs zero.stage >= 1).",
+       false},
+      {"zero.grad_tier", +[](Options& o) { return &o.zero.grad_tier; },
+       "where the fp32 gradient shards are summed: device | host (host needs "
+       "zero.optimizer_tier=host).",
+       false},
+      {"zero.param_tier", +[](Options& o) { return &o.zero.param_tier; },
+       "stage 3: where param shards live between uses: device | host (host needs "
+       "zero.stage=3 and zero.optimizer_tier=host).",
+       false},
+      {"tiers.host_memory_limit", +[](Options& o) { return &o.tiers.host_memory_limit; },
+       "host-tier capacity per rank (pinned with CUDA): a size like 16GiB; 0 = physical "
+       "memory / ranks of this process.",
+       true},
   };
   return *keys;
 }
@@ -573,6 +589,42 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
          "a rank count in [1, 64]");
   expect(zero.comm_timeout_s > 0, "zero.comm_timeout_s", NumberText(zero.comm_timeout_s),
          "> 0 seconds");
+
+  // Placement: each tier key names a known tier, then the combinations that can run.
+  auto tier_ok = [&expect](const char* key, const std::string& value) {
+    const bool ok = value == "device" || value == "host";
+    expect(ok, key, absl::StrCat("'", value, "'"),
+           value == "nvme" ? "device or host (the nvme tier is not built yet)" : "device or host");
+    return ok;
+  };
+  const bool tiers_known = tier_ok("zero.optimizer_tier", zero.optimizer_tier) &
+                           tier_ok("zero.grad_tier", zero.grad_tier) &
+                           tier_ok("zero.param_tier", zero.param_tier);
+  if (tiers_known) {
+    const bool host_optimizer = zero.optimizer_tier == "host";
+    if (host_optimizer && zero.stage == 0) {
+      problems->push_back(
+          "zero.optimizer_tier=host needs zero.stage >= 1 (the CPU optimizer steps owned "
+          "shards; at one rank stage 1 trains exactly like stage 0): set zero.stage=1");
+    }
+    if (zero.grad_tier == "host" && !host_optimizer) {
+      problems->push_back(
+          "zero.grad_tier=host needs zero.optimizer_tier=host (an optimizer on the device "
+          "reads its gradients on the device): set zero.optimizer_tier=host or "
+          "zero.grad_tier=device");
+    }
+    if (zero.param_tier == "host" && zero.stage != 3) {
+      problems->push_back(absl::StrCat(
+          "zero.param_tier=host needs zero.stage=3 (stage ", zero.stage,
+          " keeps every unit's full parameters on the device): set zero.stage=3 or "
+          "zero.param_tier=device"));
+    }
+    if (zero.param_tier == "host" && !host_optimizer) {
+      problems->push_back(
+          "zero.param_tier=host needs zero.optimizer_tier=host (the optimizer writes the "
+          "updated param shards where it runs): set zero.optimizer_tier=host");
+    }
+  }
 }
 
 }  // namespace

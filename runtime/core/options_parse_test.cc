@@ -4,6 +4,7 @@
 // Options are compared field by field. Config files are written under TEST_TMPDIR.
 #include "runtime/core/options_parse.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
 namespace strata {
@@ -28,7 +30,8 @@ const std::vector<std::string> kAllKeys = {
     "train.seed",         "train.eval_every",   "train.eval_batches",
     "train.log_every",    "device.backend",     "device.memory_limit",
     "device.threads",     "zero.stage",         "zero.world",
-    "zero.comm_timeout_s", "zero.prefetch_bytes",
+    "zero.comm_timeout_s", "zero.prefetch_bytes", "zero.optimizer_tier",
+    "zero.grad_tier",     "zero.param_tier",    "tiers.host_memory_limit",
 };
 
 void ExpectOptionsEqual(const Options& got, const Options& want) {
@@ -64,6 +67,10 @@ void ExpectOptionsEqual(const Options& got, const Options& want) {
   EXPECT_EQ(got.zero.world, want.zero.world);
   EXPECT_EQ(got.zero.comm_timeout_s, want.zero.comm_timeout_s);
   EXPECT_EQ(got.zero.prefetch_bytes, want.zero.prefetch_bytes);
+  EXPECT_EQ(got.zero.optimizer_tier, want.zero.optimizer_tier);
+  EXPECT_EQ(got.zero.grad_tier, want.zero.grad_tier);
+  EXPECT_EQ(got.zero.param_tier, want.zero.param_tier);
+  EXPECT_EQ(got.tiers.host_memory_limit, want.tiers.host_memory_limit);
 }
 
 // Writes `contents` to a file under TEST_TMPDIR and returns its path.
@@ -190,7 +197,12 @@ TEST(ParseOptions, EveryKeyThroughSet) {
                                                "zero.stage=2",
                                                "zero.world=3",
                                                "zero.comm_timeout_s=7.5",
-                                               "zero.prefetch_bytes=64MiB"});
+                                               "zero.prefetch_bytes=64MiB",
+                                               "zero.stage=3",
+                                               "zero.optimizer_tier=host",
+                                               "zero.grad_tier=host",
+                                               "zero.param_tier=host",
+                                               "tiers.host_memory_limit=3GiB"});
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   Options want;
   want.model = {"tiny", 3, 4, 96, 300, 128};
@@ -213,7 +225,8 @@ TEST(ParseOptions, EveryKeyThroughSet) {
   want.train.eval_batches = 2;
   want.train.log_every = 10;
   want.device = {"cpu", 512ull << 20, 3};
-  want.zero = {2, 3, 7.5f, 64ull << 20};
+  want.zero = {3, 3, 7.5f, 64ull << 20, "host", "host", "host"};
+  want.tiers.host_memory_limit = 3ull << 30;
   ExpectOptionsEqual(*parsed, want);
 }
 
@@ -525,6 +538,43 @@ TEST(FormatResolved, OneLinePerKeyThatParsesBackExactly) {
   ASSERT_EQ(defaults.size(), kAllKeys.size());
   EXPECT_EQ(defaults[26], "device.memory_limit=8GiB");
   EXPECT_EQ(defaults[6], "data.path=");
+}
+
+
+TEST(ValidatePlacement, RunnableCombinationsPass) {
+  const std::vector<std::vector<std::string>> ok = {
+      {},
+      {"zero.stage=1", "zero.optimizer_tier=host", "zero.grad_tier=host"},
+      {"zero.stage=2", "zero.optimizer_tier=host"},  // sums on the device, copied at the step
+      {"zero.stage=3", "zero.optimizer_tier=host", "zero.grad_tier=host",
+       "zero.param_tier=host"},
+  };
+  for (const auto& sets : ok) {
+    EXPECT_TRUE(ParseOptions("", sets).ok()) << absl::StrJoin(sets, " ");
+  }
+}
+
+TEST(ValidatePlacement, EachImpossibleCombinationSaysWhatWouldWork) {
+  struct Case {
+    std::vector<std::string> sets;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {{"zero.optimizer_tier=host"}, "needs zero.stage >= 1"},
+      {{"zero.stage=1", "zero.grad_tier=host"}, "set zero.optimizer_tier=host or zero.grad_tier=device"},
+      {{"zero.stage=2", "zero.optimizer_tier=host", "zero.param_tier=host"},
+       "zero.param_tier=host needs zero.stage=3"},
+      {{"zero.stage=3", "zero.param_tier=host"}, "zero.param_tier=host needs zero.optimizer_tier=host"},
+      {{"zero.optimizer_tier=cpu"}, "zero.optimizer_tier: got 'cpu', expected device or host"},
+      {{"zero.param_tier=nvme"}, "the nvme tier is not built yet"},
+  };
+  for (const Case& c : cases) {
+    StatusOr<Options> parsed = ParseOptions("", c.sets);
+    ASSERT_FALSE(parsed.ok()) << absl::StrJoin(c.sets, " ");
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(parsed.status().message()), ::testing::HasSubstr(c.needle))
+        << absl::StrJoin(c.sets, " ");
+  }
 }
 
 }  // namespace

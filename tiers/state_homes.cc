@@ -1,0 +1,341 @@
+// Device and host homes of gradient sums and optimizer state; see state_homes.h.
+#include "tiers/state_homes.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+
+namespace strata {
+namespace {
+
+char* At(void* base, size_t elements, size_t element_bytes) {
+  return static_cast<char*>(base) + elements * element_bytes;
+}
+
+StatusOr<std::vector<std::unique_ptr<Event>>> MakeEvents(Device& device, size_t count) {
+  std::vector<std::unique_ptr<Event>> events;
+  for (size_t i = 0; i < count; ++i) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Event> event, device.CreateEvent());
+    events.push_back(std::move(event));
+  }
+  return events;
+}
+
+// Runs AdamW over `range` of a unit tensor by tensor on `ops`/`stream`; `param_base` is the
+// params' element at range.begin.
+Status AdamOverRange(const HomeContext& ctx, Ops& ops, Stream& stream, int unit,
+                     const AdamParams& params, ShardRange range, size_t state_offset,
+                     const float* grads, void* param_base) {
+  UnitState& state = (*ctx.units)[unit];
+  const size_t element_bytes = DTypeBytes(ctx.dtype);
+  for (const TensorSpec& tensor : (*ctx.layouts)[unit].tensors()) {
+    const size_t lo = std::max(range.begin, tensor.offset);
+    const size_t hi = std::min(range.end, tensor.offset + tensor.numel);
+    if (lo >= hi) continue;
+    AdamParams tensor_params = params;
+    if (!tensor.weight_decay) tensor_params.weight_decay = 0.0f;
+    const size_t s = lo - state_offset;
+    RETURN_IF_ERROR(ops.AdamW(stream, At(param_base, lo - range.begin, element_bytes),
+                              state.master.as<float>() + s, grads + s,
+                              state.exp_avg.as<float>() + s, state.exp_avg_sq.as<float>() + s,
+                              hi - lo, tensor_params));
+  }
+  return absl::OkStatus();
+}
+
+// Accumulates the time between two points of a stream (the AdamW sub-steps).
+class StreamTimer {
+ public:
+  void Start(Stream& stream) {
+    stream.EnqueueHost([this] {
+      start_ = std::chrono::steady_clock::now();
+      return absl::OkStatus();
+    });
+  }
+  void Stop(Stream& stream) {
+    stream.EnqueueHost([this] {
+      const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::steady_clock::now() - start_)
+                          .count();
+      total_us_.fetch_add(us, std::memory_order_relaxed);
+      return absl::OkStatus();
+    });
+  }
+  double ms() const { return total_us_.load(std::memory_order_relaxed) / 1000.0; }
+
+ private:
+  std::chrono::steady_clock::time_point start_;  // touched by the stream's work only
+  std::atomic<int64_t> total_us_{0};
+};
+
+// ---------------------------------------------------------------- gradient homes
+
+// Sums on the stream that produced the reduced gradient (comm), in device memory.
+class DeviceGradHome : public GradHome {
+ public:
+  DeviceGradHome(const HomeContext& ctx, std::vector<std::unique_ptr<Event>> ready,
+                 std::unique_ptr<Event> join)
+      : ctx_(ctx), ready_(std::move(ready)), join_(std::move(join)) {}
+  Tier tier() const override { return Tier::kDevice; }
+
+  StatusOr<Stream*> Add(int unit, const void* src, Stream& producer) override {
+    UnitState& state = (*ctx_.units)[unit];
+    const size_t n = state.grad_accum.bytes() / sizeof(float);
+    RETURN_IF_ERROR(ctx_.ops->AccumulateToFloat(producer, state.grad_accum.as<float>(), src, n));
+    RETURN_IF_ERROR(ctx_.device->Record(*ready_[unit], producer));
+    return &producer;
+  }
+
+  Status Zero() override {
+    // Readers: the optimizer on compute, or the copy to a host optimizer.
+    RETURN_IF_ERROR(Join(*ctx_.device, *ctx_.comm, *ctx_.compute, *join_));
+    RETURN_IF_ERROR(Join(*ctx_.device, *ctx_.comm, *ctx_.copy, *join_));
+    for (UnitState& state : *ctx_.units) {
+      RETURN_IF_ERROR(ctx_.device->MemsetAsync(state.grad_accum.data(), 0,
+                                               state.grad_accum.bytes(), *ctx_.comm));
+    }
+    return absl::OkStatus();
+  }
+
+  StatusOr<Stream*> SquaredNorm(int unit, size_t first, size_t n, float* out_device) override {
+    RETURN_IF_ERROR(ctx_.device->Wait(*ctx_.compute, *ready_[unit]));
+    RETURN_IF_ERROR(ctx_.ops->SumSquares(*ctx_.compute, out_device,
+                                         (*ctx_.units)[unit].grad_accum.as<float>() + first, n));
+    return ctx_.compute;
+  }
+
+  Event& ready(int unit) override { return *ready_[unit]; }
+  Stream& stream() override { return *ctx_.comm; }
+
+ private:
+  HomeContext ctx_;
+  std::vector<std::unique_ptr<Event>> ready_;
+  std::unique_ptr<Event> join_;
+};
+
+// Reduced gradients copied to the host as they come, summed there by the CPU kernels.
+class HostGradHome : public GradHome {
+ public:
+  HostGradHome(const HomeContext& ctx, std::vector<std::unique_ptr<Event>> ready,
+               std::unique_ptr<Event> join, Buffer norms)
+      : ctx_(ctx), ready_(std::move(ready)), join_(std::move(join)), norms_(std::move(norms)) {}
+  Tier tier() const override { return Tier::kHost; }
+
+  StatusOr<Stream*> Add(int unit, const void* src, Stream& producer) override {
+    UnitState& state = (*ctx_.units)[unit];
+    const size_t n = state.grad_accum.bytes() / sizeof(float);
+    Stream& copy = *ctx_.copy;
+    // The landing buffer is free once the previous micro-batch's sum has read it.
+    RETURN_IF_ERROR(ctx_.device->Wait(copy, *ready_[unit]));
+    RETURN_IF_ERROR(Join(*ctx_.device, copy, producer, *join_));
+    RETURN_IF_ERROR(ctx_.device->CopyAsync(state.grad_landing.data(), src,
+                                           n * DTypeBytes(ctx_.dtype), copy));
+    RETURN_IF_ERROR(Join(*ctx_.device, *ctx_.host, copy, *join_));
+    RETURN_IF_ERROR(ctx_.host_ops->AccumulateToFloat(*ctx_.host, state.grad_accum.as<float>(),
+                                                     state.grad_landing.data(), n));
+    RETURN_IF_ERROR(ctx_.device->Record(*ready_[unit], *ctx_.host));
+    return ctx_.copy;
+  }
+
+  Status Zero() override {
+    // In host-stream order: after the CPU optimizer that read the sums.
+    for (UnitState& state : *ctx_.units) {
+      void* data = state.grad_accum.data();
+      const size_t bytes = state.grad_accum.bytes();
+      ctx_.host->EnqueueHost([data, bytes] {
+        std::memset(data, 0, bytes);
+        return absl::OkStatus();
+      });
+    }
+    return absl::OkStatus();
+  }
+
+  StatusOr<Stream*> SquaredNorm(int unit, size_t first, size_t n, float* out_device) override {
+    float* partial = norms_.as<float>() + unit;
+    RETURN_IF_ERROR(ctx_.host_ops->SumSquares(
+        *ctx_.host, partial, (*ctx_.units)[unit].grad_accum.as<float>() + first, n));
+    RETURN_IF_ERROR(ctx_.device->CopyAsync(out_device, partial, sizeof(float), *ctx_.host));
+    return ctx_.host;
+  }
+
+  Event& ready(int unit) override { return *ready_[unit]; }
+  Stream& stream() override { return *ctx_.host; }
+
+ private:
+  HomeContext ctx_;
+  std::vector<std::unique_ptr<Event>> ready_;
+  std::unique_ptr<Event> join_;
+  Buffer norms_;  // [units] fp32 partial sums, host tier
+};
+
+// ---------------------------------------------------------------- optimizer homes
+
+// AdamW with the backend's kernels on the compute stream.
+class DeviceOptimizerHome : public OptimizerHome {
+ public:
+  DeviceOptimizerHome(const HomeContext& ctx, GradHome* grads,
+                      std::vector<std::unique_ptr<Event>> ready)
+      : ctx_(ctx), grads_(grads), ready_(std::move(ready)) {}
+  Tier tier() const override { return Tier::kDevice; }
+
+  Status Step(int unit, const AdamParams& params, ShardRange range, size_t state_offset,
+              void* param_dest, Tier param_tier) override {
+    if (param_tier != Tier::kDevice) {
+      return absl::FailedPreconditionError(
+          "an optimizer on the device writes params in the device tier only "
+          "(zero.param_tier=host needs zero.optimizer_tier=host)");
+    }
+    Stream& compute = *ctx_.compute;
+    RETURN_IF_ERROR(ctx_.device->Wait(compute, grads_->ready(unit)));
+    timer_.Start(compute);
+    RETURN_IF_ERROR(AdamOverRange(ctx_, *ctx_.ops, compute, unit, params, range, state_offset,
+                                  (*ctx_.units)[unit].grad_accum.as<float>(), param_dest));
+    timer_.Stop(compute);
+    return ctx_.device->Record(*ready_[unit], compute);
+  }
+
+  Event& params_ready(int unit) override { return *ready_[unit]; }
+  Status WaitSteps() override { return ctx_.compute->Synchronize(); }
+  double busy_ms() const override { return timer_.ms(); }
+
+ private:
+  HomeContext ctx_;
+  GradHome* grads_;
+  std::vector<std::unique_ptr<Event>> ready_;
+  StreamTimer timer_;
+};
+
+// The SIMD CPU Adam on the host stream; params copied to the device on the copy stream.
+class HostOptimizerHome : public OptimizerHome {
+ public:
+  HostOptimizerHome(const HomeContext& ctx, GradHome* grads,
+                    std::vector<std::unique_ptr<Event>> stepped,
+                    std::vector<std::unique_ptr<Event>> ready, std::unique_ptr<Event> join)
+      : ctx_(ctx), grads_(grads), stepped_(std::move(stepped)), ready_(std::move(ready)),
+        join_(std::move(join)) {}
+  Tier tier() const override { return Tier::kHost; }
+
+  Status Step(int unit, const AdamParams& params, ShardRange range, size_t state_offset,
+              void* param_dest, Tier param_tier) override {
+    UnitState& state = (*ctx_.units)[unit];
+    Device& device = *ctx_.device;
+    Stream& host = *ctx_.host;
+    Stream& copy = *ctx_.copy;
+    const float* grads = state.grad_accum.as<float>();
+    if (grads_->tier() != Tier::kHost) {
+      // Sums made on the device: copy this step's to the host first (after the previous
+      // step's AdamW is done with the staging buffer).
+      RETURN_IF_ERROR(device.Wait(copy, *stepped_[unit]));
+      RETURN_IF_ERROR(device.Wait(copy, grads_->ready(unit)));
+      RETURN_IF_ERROR(device.CopyAsync(state.grad_staging.data(), state.grad_accum.data(),
+                                       state.grad_staging.bytes(), copy));
+      RETURN_IF_ERROR(Join(device, host, copy, *join_));
+      grads = state.grad_staging.as<float>();
+    } else {
+      RETURN_IF_ERROR(device.Wait(host, grads_->ready(unit)));
+    }
+    void* out = param_dest;
+    if (param_tier != Tier::kHost) {
+      // The staging buffer is free once the previous step's copy to the device is done.
+      RETURN_IF_ERROR(device.Wait(host, *ready_[unit]));
+      out = state.param_staging.data();
+    }
+    timer_.Start(host);
+    RETURN_IF_ERROR(AdamOverRange(ctx_, *ctx_.host_ops, host, unit, params, range, state_offset,
+                                  grads, out));
+    timer_.Stop(host);
+    RETURN_IF_ERROR(device.Record(*stepped_[unit], host));
+    if (param_tier == Tier::kHost) return device.Record(*ready_[unit], host);
+    RETURN_IF_ERROR(device.Wait(copy, *stepped_[unit]));
+    RETURN_IF_ERROR(device.CopyAsync(param_dest, out,
+                                     (range.end - range.begin) * DTypeBytes(ctx_.dtype), copy));
+    return device.Record(*ready_[unit], copy);
+  }
+
+  Event& params_ready(int unit) override { return *ready_[unit]; }
+  Status WaitSteps() override { return ctx_.host->Synchronize(); }
+  double busy_ms() const override { return timer_.ms(); }
+
+ private:
+  HomeContext ctx_;
+  GradHome* grads_;
+  std::vector<std::unique_ptr<Event>> stepped_;  // AdamW of the unit done (host stream)
+  std::vector<std::unique_ptr<Event>> ready_;    // params in place
+  std::unique_ptr<Event> join_;
+  StreamTimer timer_;
+};
+
+Status CheckContext(const HomeContext& ctx) {
+  if (ctx.device == nullptr || ctx.ops == nullptr || ctx.host_ops == nullptr ||
+      ctx.compute == nullptr || ctx.comm == nullptr || ctx.copy == nullptr ||
+      ctx.host == nullptr || ctx.layouts == nullptr || ctx.units == nullptr) {
+    return absl::InvalidArgumentError("a state home needs a device, both kernel sets, four "
+                                      "streams, the layouts and the unit state");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+StatusOr<Buffer> AllocateZeroedIn(const HomeContext& ctx, Tier tier, StateKind kind,
+                                  size_t bytes, const std::string& what) {
+  ASSIGN_OR_RETURN(Buffer buffer, ctx.device->Allocate(tier, kind, bytes, what));
+  if (tier == Tier::kHost) {
+    std::memset(buffer.data(), 0, bytes);
+  } else {
+    RETURN_IF_ERROR(ctx.device->MemsetAsync(buffer.data(), 0, bytes, *ctx.compute));
+  }
+  return buffer;
+}
+
+Status Join(Device& device, Stream& waiter, Stream& after, Event& event) {
+  if (&waiter == &after) return absl::OkStatus();
+  RETURN_IF_ERROR(device.Record(event, after));
+  return device.Wait(waiter, event);
+}
+
+StatusOr<std::unique_ptr<GradHome>> GradHome::Create(const HomeContext& ctx, Tier tier) {
+  RETURN_IF_ERROR(CheckContext(ctx));
+  const size_t units = ctx.units->size();
+  ASSIGN_OR_RETURN(auto ready, MakeEvents(*ctx.device, units));
+  if (tier == Tier::kDevice) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Event> join, ctx.device->CreateEvent());
+    return std::unique_ptr<GradHome>(new DeviceGradHome(ctx, std::move(ready), std::move(join)));
+  }
+  for (size_t u = 0; u < units; ++u) {
+    const UnitState& state = (*ctx.units)[u];
+    const size_t n = state.grad_accum.bytes() / sizeof(float);
+    if (state.grad_accum.tier() != Tier::kHost ||
+        state.grad_landing.bytes() < n * DTypeBytes(ctx.dtype)) {
+      return absl::InternalError(absl::StrCat("unit ", (*ctx.layouts)[u].name(),
+                                              ": host gradient home without host buffers"));
+    }
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Event> join, ctx.device->CreateEvent());
+  ASSIGN_OR_RETURN(Buffer norms, ctx.device->Allocate(Tier::kHost, StateKind::kWorkspace,
+                                                      units * sizeof(float), "grad norm parts"));
+  return std::unique_ptr<GradHome>(
+      new HostGradHome(ctx, std::move(ready), std::move(join), std::move(norms)));
+}
+
+StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::Create(const HomeContext& ctx,
+                                                               Tier tier, GradHome* grads) {
+  RETURN_IF_ERROR(CheckContext(ctx));
+  if (grads == nullptr) return absl::InvalidArgumentError("an optimizer home needs a grad home");
+  const size_t units = ctx.units->size();
+  ASSIGN_OR_RETURN(auto ready, MakeEvents(*ctx.device, units));
+  if (tier == Tier::kDevice) {
+    if (grads->tier() != Tier::kDevice) {
+      return absl::InvalidArgumentError(
+          "an optimizer on the device reads gradients on the device: set zero.grad_tier=device "
+          "or zero.optimizer_tier=host");
+    }
+    return std::unique_ptr<OptimizerHome>(new DeviceOptimizerHome(ctx, grads, std::move(ready)));
+  }
+  ASSIGN_OR_RETURN(auto stepped, MakeEvents(*ctx.device, units));
+  ASSIGN_OR_RETURN(std::unique_ptr<Event> join, ctx.device->CreateEvent());
+  return std::unique_ptr<OptimizerHome>(new HostOptimizerHome(
+      ctx, grads, std::move(stepped), std::move(ready), std::move(join)));
+}
+
+}  // namespace strata

@@ -1,0 +1,98 @@
+// Homes of the optimizer-side training state: where a unit's fp32 gradient sums and its
+// optimizer state (fp32 master, Adam moments) live, and how work on them is ordered
+// against the device's streams. Two tiers:
+//   device  the state sits in the device pool; sums run on the comm stream, AdamW on the
+//           compute stream with the backend's kernels (the ZeRO stages alone);
+//   host    ZeRO-Offload: the state sits in the host pool (pinned with CUDA). A reduced
+//           gradient shard goes device -> host on the copy stream as soon as it is ready,
+//           is summed into the fp32 shard on the host stream, and the SIMD CPU Adam steps
+//           it there; the updated params (compute dtype) go host -> device on the copy
+//           stream. The host stream is a stream of the same Device (on CUDA its work runs
+//           as host functions), so every join is an ordinary event.
+// A GradHome and an OptimizerHome are chosen independently (zero.grad_tier,
+// zero.optimizer_tier); an optimizer on the host reads device-tier gradient sums through
+// a copy. The components in runtime/zero_components.cc decide ranges and collectives;
+// the homes only place, add, step and copy.
+// Thread-safety: driven by the engine's host thread only; work goes onto the streams.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "runtime/core/device.h"
+#include "runtime/unit_layout.h"
+#include "tiers/unit_state.h"
+
+namespace strata {
+
+struct HomeContext {
+  Device* device = nullptr;
+  Ops* ops = nullptr;       // the backend's kernels, on device-tier memory
+  Ops* host_ops = nullptr;  // CPU kernels on host-tier memory (the CPU optimizer)
+  Stream* compute = nullptr;
+  Stream* comm = nullptr;
+  Stream* copy = nullptr;   // device <-> host copies of the offloaded state
+  Stream* host = nullptr;   // the CPU optimizer's work
+  DType dtype = DType::kF32;
+  const std::vector<UnitLayout>* layouts = nullptr;
+  std::vector<UnitState>* units = nullptr;
+};
+
+// Allocates `bytes` in `tier` and zeroes it: device memory on the compute stream, host
+// memory right away (before any stream can touch it).
+StatusOr<Buffer> AllocateZeroedIn(const HomeContext& ctx, Tier tier, StateKind kind,
+                                  size_t bytes, const std::string& what);
+
+// Records `event` on `after` and makes `waiter` wait for it: later work on `waiter` runs
+// after everything enqueued on `after` so far. A no-op when they are the same stream.
+Status Join(Device& device, Stream& waiter, Stream& after, Event& event);
+
+class GradHome {
+ public:
+  // The unit's grad_accum must already be allocated in `tier`.
+  static StatusOr<std::unique_ptr<GradHome>> Create(const HomeContext& ctx, Tier tier);
+  virtual ~GradHome() = default;
+  virtual Tier tier() const = 0;
+
+  // Adds the reduced gradient of this rank's part of `unit` (grad_accum's length, compute
+  // dtype, device tier at `src`, written by work enqueued on `producer` so far) into the
+  // unit's grad_accum. Returns the stream whose later work is ordered after the last read
+  // of `src` (free or reuse `src` after it).
+  virtual StatusOr<Stream*> Add(int unit, const void* src, Stream& producer) = 0;
+  // Zeroes every grad_accum, after every read of them enqueued so far.
+  virtual Status Zero() = 0;
+  // *out_device (one fp32 in device memory) = sum of squares of grad_accum[first, first+n)
+  // once the unit's adds are done; ordered on the returned stream.
+  virtual StatusOr<Stream*> SquaredNorm(int unit, size_t first, size_t n, float* out_device) = 0;
+  // Recorded after the unit's last Add enqueued so far; wait on it to read the sums.
+  virtual Event& ready(int unit) = 0;
+  // The stream the sums are made on.
+  virtual Stream& stream() = 0;
+};
+
+class OptimizerHome {
+ public:
+  // master/exp_avg/exp_avg_sq must already be allocated in `tier`, and, for the host
+  // tier, the host staging buffers the placement needs (see tiers/unit_state.h).
+  // `grads` must outlive the home.
+  static StatusOr<std::unique_ptr<OptimizerHome>> Create(const HomeContext& ctx, Tier tier,
+                                                         GradHome* grads);
+  virtual ~OptimizerHome() = default;
+  virtual Tier tier() const = 0;
+
+  // One AdamW sub-step of `unit` over the unit elements `range`, tensor by tensor (weight
+  // decay only where the tensor asks). The state buffers hold unit elements from
+  // `state_offset` on; the updated params (compute dtype) for element range.begin go to
+  // `param_dest` in tier `param_tier`. Ordered after the unit's gradient sums.
+  virtual Status Step(int unit, const AdamParams& params, ShardRange range,
+                      size_t state_offset, void* param_dest, Tier param_tier) = 0;
+  // Recorded once the params of the unit's last Step are in `param_dest`.
+  virtual Event& params_ready(int unit) = 0;
+  // Blocks until every AdamW enqueued so far has run (copies may still be in flight).
+  virtual Status WaitSteps() = 0;
+  // Milliseconds the AdamW sub-steps have run so far, in total (the standalone time).
+  virtual double busy_ms() const = 0;
+};
+
+}  // namespace strata
