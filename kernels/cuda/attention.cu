@@ -1,0 +1,378 @@
+// Causal multi-head self-attention on CUDA (cuda_kernels.h), a straightforward tiled version
+// of flash attention that keeps nothing but the per-row log-sum-exp `stats` (as
+// kernels/cpu/attention.h defines them) between forward and backward.
+//
+// Layout of every kernel: a block of 8 warps owns a tile of 32 rows of one (batch, head)
+// ("own" rows: queries in the forward and the dQ pass, keys in the dK/dV pass); warp w
+// owns rows 4w..4w+3 of the tile, and lane l holds channels l, l+32, l+64, l+96 of their
+// fp32 accumulators (so hs <= 128). The other side (keys, or queries) streams through
+// shared memory in tiles of 32 rows, one row per lane: each lane computes one score
+// q_i.k_j for its row, and the warp then adds the 32 contributions in row order
+// (__shfl_sync broadcasts each lane's factor). Every sum therefore runs in a fixed order
+// and no two threads write the same output: results are deterministic, without atomics.
+//
+//   forward: online softmax over key tiles: m = running max, l = running sum of e^(s - m),
+//            acc = sum e^(s - m) v; out = acc / l, stats = m + log l.
+//   backward, with p_ij = e^(scale q_i.k_j - stats_i) (0 for j > i) and
+//            D_i = dout_i . out_i:  ds_ij = p_ij (dout_i . v_j - D_i),
+//            dq_i += scale sum_j ds_ij k_j   (one kernel, blocks own query rows),
+//            dk_j += scale sum_i ds_ij q_i, dv_j += sum_i p_ij dout_i   (another kernel,
+//            blocks own key rows). Both write disjoint parts of dqkv.
+// Shared-memory rows that lanes read down a column have an odd stride, so the 32 lanes hit
+// 32 different banks.
+// Thread-safety: launchers are reentrant.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_util.cuh"
+#include "runtime/cuda/cuda_status.h"
+
+namespace strata::cuda_kernels {
+namespace {
+
+constexpr int kTile = kWarpSize;  // rows per block, and rows per streamed tile (one per lane)
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * kWarpSize;
+constexpr int kRowsPerWarp = kTile / kWarps;
+constexpr int kChunks = kMaxAttentionHeadSize / kWarpSize;  // channels per lane
+
+// Stride of a shared-memory row read down a column by the 32 lanes: odd, so conflict-free.
+__host__ __device__ inline int OddStride(int hs) { return hs % 2 == 0 ? hs + 1 : hs; }
+
+// dst[r * stride + d] = src row (first + r), channel d, for r < count, d < hs, in fp32.
+template <typename S>
+__device__ void LoadTile(float* dst, int stride, const S* src, size_t src_stride, int first,
+                         int count, int hs) {
+  for (int e = threadIdx.x; e < count * hs; e += blockDim.x) {
+    const int r = e / hs, d = e % hs;
+    dst[r * stride + d] = DeviceLoad(src + static_cast<size_t>(first + r) * src_stride + d);
+  }
+}
+
+__device__ inline float Dot(const float* a, const float* b, int n) {
+  float sum = 0.0f;
+  for (int d = 0; d < n; ++d) sum += a[d] * b[d];
+  return sum;
+}
+
+// grid (ceil(T / 32), NH, B). Shared: queries [32][hs], keys [32][OddStride(hs)],
+// values [32][hs].
+template <typename S>
+__global__ void __launch_bounds__(kThreads)
+    AttentionForwardKernel(S* out, float* stats, const S* qkv, int T, int C, int NH, float scale) {
+  extern __shared__ float shared[];
+  const int hs = C / NH, key_stride = OddStride(hs);
+  float* queries = shared;
+  float* keys = queries + kTile * hs;
+  float* values = keys + kTile * key_stride;
+  const int b = blockIdx.z, h = blockIdx.y;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int row_begin = blockIdx.x * kTile;
+  const int row_end = min(T, row_begin + kTile);
+  const size_t C3 = 3 * static_cast<size_t>(C);
+  const S* qkv_bh = qkv + static_cast<size_t>(b) * T * C3 + h * hs;
+
+  LoadTile(queries, hs, qkv_bh, C3, row_begin, row_end - row_begin, hs);
+  float row_max[kRowsPerWarp], row_sum[kRowsPerWarp], acc[kRowsPerWarp][kChunks];
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    row_max[i] = -INFINITY;
+    row_sum[i] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) acc[i][c] = 0.0f;
+  }
+
+  for (int key_begin = 0; key_begin < row_end; key_begin += kTile) {
+    const int key_count = min(kTile, row_end - key_begin);
+    __syncthreads();  // the previous tile is consumed
+    LoadTile(keys, key_stride, qkv_bh + C, C3, key_begin, key_count, hs);
+    LoadTile(values, hs, qkv_bh + 2 * C, C3, key_begin, key_count, hs);
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const int r = warp * kRowsPerWarp + i;
+      const int t = row_begin + r;
+      if (t >= row_end || key_begin > t) continue;  // uniform over the warp
+      // Lane = key key_begin + lane; keys after t are masked (causal).
+      const bool visible = key_begin + lane <= t;
+      const float score =
+          visible ? Dot(queries + r * hs, keys + lane * key_stride, hs) * scale : -INFINITY;
+      const float new_max = fmaxf(row_max[i], WarpMax(score));  // lane 0 is visible: finite
+      const float p = visible ? expf(score - new_max) : 0.0f;
+      const float correction = expf(row_max[i] - new_max);  // 0 on the first tile
+      row_sum[i] = row_sum[i] * correction + WarpSum(p);
+      row_max[i] = new_max;
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) acc[i][c] *= correction;
+      const int visible_count = min(key_count, t - key_begin + 1);
+      for (int j = 0; j < visible_count; ++j) {
+        const float p_j = __shfl_sync(kFullMask, p, j);
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          const int d = lane + c * kWarpSize;
+          if (d < hs) acc[i][c] += p_j * values[j * hs + d];
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int t = row_begin + warp * kRowsPerWarp + i;
+    if (t >= row_end) continue;
+    const float inv_sum = 1.0f / row_sum[i];
+    S* out_row = out + (static_cast<size_t>(b) * T + t) * C + h * hs;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int d = lane + c * kWarpSize;
+      if (d < hs) DeviceStore(out_row + d, acc[i][c] * inv_sum);
+    }
+    if (lane == 0) {
+      stats[(static_cast<size_t>(b) * NH + h) * T + t] = row_max[i] + logf(row_sum[i]);
+    }
+  }
+}
+
+// D_t = dout_t . out_t for row t of head (b, h), reduced over the warp (every lane gets it).
+template <typename S>
+__device__ float DoutDotOut(const S* dout, const S* out, size_t offset, int hs) {
+  const int lane = threadIdx.x % kWarpSize;
+  float sum = 0.0f;
+  for (int d = lane; d < hs; d += kWarpSize) {
+    sum += DeviceLoad(dout + offset + d) * DeviceLoad(out + offset + d);
+  }
+  return WarpSum(sum);
+}
+
+// dq. grid (ceil(T / 32), NH, B). Shared: queries [32][hs], douts [32][hs],
+// keys [32][OddStride(hs)], values [32][OddStride(hs)].
+template <typename S>
+__global__ void __launch_bounds__(kThreads)
+    AttentionBackwardQueryKernel(S* dqkv, const S* dout, const S* qkv, const S* out,
+                                 const float* stats, int T, int C, int NH, float scale) {
+  extern __shared__ float shared[];
+  const int hs = C / NH, stride = OddStride(hs);
+  float* queries = shared;
+  float* douts = queries + kTile * hs;
+  float* keys = douts + kTile * hs;
+  float* values = keys + kTile * stride;
+  const int b = blockIdx.z, h = blockIdx.y;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int row_begin = blockIdx.x * kTile;
+  const int row_end = min(T, row_begin + kTile);
+  const size_t C3 = 3 * static_cast<size_t>(C);
+  const S* qkv_bh = qkv + static_cast<size_t>(b) * T * C3 + h * hs;
+  const size_t out_offset = static_cast<size_t>(b) * T * C + h * hs;
+  const float* stats_bh = stats + (static_cast<size_t>(b) * NH + h) * T;
+
+  LoadTile(queries, hs, qkv_bh, C3, row_begin, row_end - row_begin, hs);
+  LoadTile(douts, hs, dout + out_offset, C, row_begin, row_end - row_begin, hs);
+  float log_sum_exp[kRowsPerWarp], dout_dot_out[kRowsPerWarp], acc[kRowsPerWarp][kChunks];
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int t = row_begin + warp * kRowsPerWarp + i;
+    log_sum_exp[i] = t < row_end ? stats_bh[t] : 0.0f;
+    dout_dot_out[i] =
+        t < row_end ? DoutDotOut(dout, out, out_offset + static_cast<size_t>(t) * C, hs) : 0.0f;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) acc[i][c] = 0.0f;
+  }
+
+  for (int key_begin = 0; key_begin < row_end; key_begin += kTile) {
+    const int key_count = min(kTile, row_end - key_begin);
+    __syncthreads();
+    LoadTile(keys, stride, qkv_bh + C, C3, key_begin, key_count, hs);
+    LoadTile(values, stride, qkv_bh + 2 * C, C3, key_begin, key_count, hs);
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const int r = warp * kRowsPerWarp + i;
+      const int t = row_begin + r;
+      if (t >= row_end || key_begin > t) continue;  // uniform over the warp
+      float dscore = 0.0f;
+      if (key_begin + lane <= t) {
+        const float p =
+            expf(Dot(queries + r * hs, keys + lane * stride, hs) * scale - log_sum_exp[i]);
+        const float dp = Dot(douts + r * hs, values + lane * stride, hs);
+        dscore = p * (dp - dout_dot_out[i]);
+      }
+      const int visible_count = min(key_count, t - key_begin + 1);
+      for (int j = 0; j < visible_count; ++j) {
+        const float dscore_j = __shfl_sync(kFullMask, dscore, j);
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          const int d = lane + c * kWarpSize;
+          if (d < hs) acc[i][c] += dscore_j * keys[j * stride + d];
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int t = row_begin + warp * kRowsPerWarp + i;
+    if (t >= row_end) continue;
+    S* dq = dqkv + (static_cast<size_t>(b) * T + t) * C3 + h * hs;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int d = lane + c * kWarpSize;
+      if (d < hs) DeviceStore(dq + d, DeviceLoad(dq + d) + scale * acc[i][c]);
+    }
+  }
+}
+
+// dk and dv. grid (ceil(T / 32), NH, B); block x owns keys [32x, 32x + 32). Shared:
+// keys [32][hs], values [32][hs], queries [32][OddStride(hs)], douts [32][OddStride(hs)],
+// log-sum-exp [32], D [32].
+template <typename S>
+__global__ void __launch_bounds__(kThreads)
+    AttentionBackwardKeyValueKernel(S* dqkv, const S* dout, const S* qkv, const S* out,
+                                    const float* stats, int T, int C, int NH, float scale) {
+  extern __shared__ float shared[];
+  const int hs = C / NH, stride = OddStride(hs);
+  float* keys = shared;
+  float* values = keys + kTile * hs;
+  float* queries = values + kTile * hs;
+  float* douts = queries + kTile * stride;
+  float* tile_log_sum_exp = douts + kTile * stride;
+  float* tile_dout_dot_out = tile_log_sum_exp + kTile;
+  const int b = blockIdx.z, h = blockIdx.y;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int key_begin = blockIdx.x * kTile;
+  const int key_end = min(T, key_begin + kTile);
+  const size_t C3 = 3 * static_cast<size_t>(C);
+  const S* qkv_bh = qkv + static_cast<size_t>(b) * T * C3 + h * hs;
+  const size_t out_offset = static_cast<size_t>(b) * T * C + h * hs;
+  const float* stats_bh = stats + (static_cast<size_t>(b) * NH + h) * T;
+
+  LoadTile(keys, hs, qkv_bh + C, C3, key_begin, key_end - key_begin, hs);
+  LoadTile(values, hs, qkv_bh + 2 * C, C3, key_begin, key_end - key_begin, hs);
+  float dk[kRowsPerWarp][kChunks], dv[kRowsPerWarp][kChunks];
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) dk[i][c] = dv[i][c] = 0.0f;
+  }
+
+  // Only queries at or after a key see it (causal): start at the block's first key.
+  for (int query_begin = key_begin; query_begin < T; query_begin += kTile) {
+    const int query_count = min(kTile, T - query_begin);
+    __syncthreads();
+    LoadTile(queries, stride, qkv_bh, C3, query_begin, query_count, hs);
+    LoadTile(douts, stride, dout + out_offset, C, query_begin, query_count, hs);
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const int r = warp * kRowsPerWarp + i;
+      if (r >= query_count) continue;  // uniform over the warp
+      const int t = query_begin + r;
+      const float d_t = DoutDotOut(dout, out, out_offset + static_cast<size_t>(t) * C, hs);
+      if (lane == 0) {
+        tile_log_sum_exp[r] = stats_bh[t];
+        tile_dout_dot_out[r] = d_t;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const int r = warp * kRowsPerWarp + i;
+      const int j = key_begin + r;  // this row's key
+      if (j >= key_end) continue;  // uniform over the warp
+      // Lane = query query_begin + lane; queries before the key are masked (causal).
+      const int t = query_begin + lane;
+      float p = 0.0f, dscore = 0.0f;
+      if (lane < query_count && t >= j) {
+        p = expf(Dot(queries + lane * stride, keys + r * hs, hs) * scale - tile_log_sum_exp[lane]);
+        const float dp = Dot(douts + lane * stride, values + r * hs, hs);
+        dscore = p * (dp - tile_dout_dot_out[lane]);
+      }
+      for (int q = max(0, j - query_begin); q < query_count; ++q) {
+        const float p_q = __shfl_sync(kFullMask, p, q);
+        const float dscore_q = __shfl_sync(kFullMask, dscore, q);
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          const int d = lane + c * kWarpSize;
+          if (d < hs) {
+            dv[i][c] += p_q * douts[q * stride + d];
+            dk[i][c] += dscore_q * queries[q * stride + d];
+          }
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int j = key_begin + warp * kRowsPerWarp + i;
+    if (j >= key_end) continue;
+    S* dk_row = dqkv + (static_cast<size_t>(b) * T + j) * C3 + C + h * hs;
+    S* dv_row = dk_row + C;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int d = lane + c * kWarpSize;
+      if (d < hs) {
+        DeviceStore(dk_row + d, DeviceLoad(dk_row + d) + scale * dk[i][c]);
+        DeviceStore(dv_row + d, DeviceLoad(dv_row + d) + dv[i][c]);
+      }
+    }
+  }
+}
+
+// Launches `kernel` with `shared_bytes` of dynamic shared memory, raising the kernel's limit
+// first when it exceeds the default 48 KiB (hs > ~100).
+template <typename Kernel, typename... Args>
+Status LaunchWithShared(Kernel kernel, const char* name, dim3 grid, size_t shared_bytes,
+                        cudaStream_t stream, Args... args) {
+  if (shared_bytes > 48 * 1024) {
+    CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(shared_bytes)),
+                         absl::StrCat("allowing ", shared_bytes, " bytes of shared memory for ",
+                                      name));
+  }
+  kernel<<<grid, kThreads, shared_bytes, stream>>>(args...);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError(), absl::StrCat("launching ", name, " on a ", grid.x,
+                                                        "x", grid.y, "x", grid.z, " grid"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Status AttentionForward(DType dtype, void* out, float* stats, const void* qkv, int B, int T,
+                        int C, int NH, cudaStream_t stream) {
+  if (B == 0 || T == 0) return absl::OkStatus();
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));  // as the CPU reference
+  const dim3 grid((T + kTile - 1) / kTile, NH, B);
+  const size_t shared_bytes = sizeof(float) * kTile * (2 * hs + OddStride(hs));
+  return DispatchStorage(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    return LaunchWithShared(AttentionForwardKernel<S>, "AttentionForwardKernel", grid,
+                            shared_bytes, stream, static_cast<S*>(out), stats,
+                            static_cast<const S*>(qkv), T, C, NH, scale);
+  });
+}
+
+Status AttentionBackward(DType dtype, void* dqkv, const void* dout, const void* qkv,
+                         const void* out, const float* stats, int B, int T, int C, int NH,
+                         cudaStream_t stream) {
+  if (B == 0 || T == 0) return absl::OkStatus();
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const dim3 grid((T + kTile - 1) / kTile, NH, B);
+  const size_t query_shared_bytes = sizeof(float) * kTile * (2 * hs + 2 * OddStride(hs));
+  const size_t key_value_shared_bytes = query_shared_bytes + sizeof(float) * 2 * kTile;
+  return DispatchStorage(dtype, [&](auto tag) -> Status {
+    using S = decltype(tag);
+    RETURN_IF_ERROR(LaunchWithShared(AttentionBackwardQueryKernel<S>,
+                                     "AttentionBackwardQueryKernel", grid, query_shared_bytes,
+                                     stream, static_cast<S*>(dqkv), static_cast<const S*>(dout),
+                                     static_cast<const S*>(qkv), static_cast<const S*>(out),
+                                     stats, T, C, NH, scale));
+    return LaunchWithShared(AttentionBackwardKeyValueKernel<S>, "AttentionBackwardKeyValueKernel",
+                            grid, key_value_shared_bytes, stream, static_cast<S*>(dqkv),
+                            static_cast<const S*>(dout), static_cast<const S*>(qkv),
+                            static_cast<const S*>(out), stats, T, C, NH, scale);
+  });
+}
+
+}  // namespace strata::cuda_kernels

@@ -1,0 +1,34 @@
+// The CUDA backend's Ops (kernels/ops.h): every call checks its sizes and pointers, finds
+// the cudaStream_t of the given Stream (runtime/cuda/cuda_native.h), makes that stream's GPU
+// current on the calling thread and enqueues its work there: GEMMs through cuBLAS
+// (cublasGemmEx, fp32 accumulation; fp32 or bf16 in and out), everything else through the
+// kernels of cuda_kernels.h. Nothing blocks the host.
+// Invariants: the Ops object is created for one compute dtype; every `void*` it receives
+// points to device memory holding elements of that dtype. Size errors (negative sizes, C not
+// a multiple of NH, a required pointer that is null) and a Stream of another backend are
+// returned at once as InvalidArgument, an attention head size over 128 as Unimplemented, and
+// nothing is enqueued; launch and cuBLAS errors are returned as Status; faults while a
+// kernel runs surface at the stream's next Synchronize. All reductions run in a fixed
+// order: results are deterministic run to run.
+// Thread-safety: as Ops: usable from any thread. It keeps one cuBLAS handle per stream it
+// has seen (created on first use, destroyed with the object), guarded by a mutex that is
+// also held while a GEMM is enqueued. The Ops object must be destroyed before the CUDA
+// Device whose streams it has used.
+//
+// This header builds everywhere; where strata is built without CUDA (no toolkit, or
+// --config=nocuda) CreateCudaOps returns kUnimplemented.
+#pragma once
+
+#include <memory>
+
+#include "kernels/ops.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/status.h"
+
+namespace strata {
+
+// Ops for CUDA streams in compute dtype `dtype` (fp32 or bf16). Creates no CUDA state until
+// the first call.
+StatusOr<std::unique_ptr<Ops>> CreateCudaOps(DType dtype);
+
+}  // namespace strata

@@ -1,0 +1,567 @@
+// CudaOps (cuda_ops.h) against the CPU reference kernels (kernels/cpu/*.h, the
+// specification), op by op, for both compute dtypes, in the style of ggml's
+// test-backend-ops: seeded random inputs at odd sizes (not multiples of a warp, a block or
+// a tile), the same inputs to the reference on the host, and an elementwise check
+// |got - ref| <= atol + rtol * |ref| with a tolerance stated per op (kTolerances below).
+// Backward ops start from random gradient buffers, so accumulation (+=) is checked too.
+//
+// The op tests need a GPU and skip (with the reason) where CudaDeviceCount finds none, e.g.
+// on a build machine without a driver. The argument checks need no GPU and run wherever
+// strata is built with CUDA; where it is built without, CreateCudaOps must say so.
+#include "kernels/cuda/cuda_ops.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/adamw.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/encoder.h"
+#include "kernels/cpu/kernel_test_util.h"
+#include "kernels/cpu/layernorm.h"
+#include "kernels/cpu/matmul.h"
+#include "runtime/core/cpu_device.h"
+#include "runtime/core/device.h"
+#include "runtime/cuda/cuda_device.h"
+
+namespace strata {
+namespace {
+
+using cpu::ExpectAllClose;
+using cpu::RandomFloats;
+using cpu::RandomTokens;
+using cpu::StorageTypes;
+using cpu::ToFloats;
+using cpu::ToStorage;
+
+#define ASSERT_OK(expr)                                  \
+  do {                                                   \
+    const ::absl::Status assert_ok_status_ = (expr);     \
+    ASSERT_TRUE(assert_ok_status_.ok()) << assert_ok_status_; \
+  } while (0)
+
+struct Tolerance {
+  float atol, rtol;
+};
+
+// Per-op tolerances. Inputs are O(1) (uniform in [-1, 1] unless a test says otherwise).
+//
+// fp32: the GPU does the reference's fp32 operations, but sums in another order (warp and
+// block trees, cuBLAS tiles) and uses CUDA's expf/tanhf/coshf/logf (<= 2 ulp) instead of
+// glibc's; both give errors of a few fp32 ulps per term.
+//
+// bf16: inputs are the same bf16 values on both sides and arithmetic is fp32, so outputs
+// differ only where two fp32 results that differ by the fp32 error above round to
+// neighbouring bf16 values: at most one bf16 ulp, 2^-8 = 0.39% .. 2^-7 = 0.78% relative,
+// hence rtol 1e-2; atol covers results that cancel to near zero.
+template <typename T>
+struct DTypeOf;
+template <>
+struct DTypeOf<float> {
+  static constexpr DType kValue = DType::kF32;
+  // Add, Accumulate, casts, encoder (fp32 adds in the reference's order), AdamW (the
+  // reference's operations, each rounded, no FMA): bit-identical.
+  static constexpr Tolerance kExact{0.0f, 0.0f};
+  // GELU: one tanhf/coshf per element, a few ulps.
+  static constexpr Tolerance kElementwise{1e-6f, 1e-5f};
+  // Row/column reductions of <= ~1000 O(1) terms (layernorm, bias grad, softmax).
+  static constexpr Tolerance kReduction{1e-5f, 1e-4f};
+  // cuBLAS fp32 GEMMs (no TF32), K <= 67 terms of O(1).
+  static constexpr Tolerance kMatmul{1e-4f, 1e-4f};
+  // Attention: a dot product over hs, then softmax sums over up to T = 77 keys and products
+  // with them (backward: two such levels).
+  static constexpr Tolerance kAttention{5e-5f, 5e-4f};
+};
+template <>
+struct DTypeOf<bf16> {
+  static constexpr DType kValue = DType::kBF16;
+  static constexpr Tolerance kExact{0.0f, 0.0f};
+  static constexpr Tolerance kElementwise{1e-5f, 1e-2f};
+  static constexpr Tolerance kReduction{2e-3f, 1e-2f};
+  static constexpr Tolerance kMatmul{2e-3f, 1e-2f};
+  static constexpr Tolerance kAttention{2e-3f, 1e-2f};
+};
+
+// fp32 statistics and losses (both dtypes: computed in fp32 from the same stored inputs).
+constexpr Tolerance kStatsTolerance{1e-5f, 1e-5f};
+
+template <typename T>
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  using Tol = DTypeOf<T>;
+
+  void SetUp() override {
+    StatusOr<int> count = CudaDeviceCount();
+    if (!count.ok()) GTEST_SKIP() << "no usable GPU: " << count.status();
+    if (*count == 0) GTEST_SKIP() << "no usable GPU: cudaGetDeviceCount found 0 devices";
+    CudaDeviceOptions options;
+    options.device_memory_bytes = 512ull << 20;
+    options.host_memory_bytes = 256ull << 20;
+    auto device = CreateCudaDevice(options);
+    ASSERT_TRUE(device.ok()) << device.status();
+    device_ = std::move(device).value();
+    auto stream = device_->CreateStream("compute");
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    stream_ = std::move(stream).value();
+    auto ops = CreateCudaOps(Tol::kValue);
+    ASSERT_TRUE(ops.ok()) << ops.status();
+    ops_ = std::move(ops).value();
+    ASSERT_EQ(ops_->dtype(), Tol::kValue);
+  }
+
+  // A device-tier copy of `values` (at least one element's worth of memory); the buffer
+  // lives until the test ends.
+  template <typename E>
+  E* Upload(const std::vector<E>& values) {
+    const size_t bytes = std::max<size_t>(values.size(), 1) * sizeof(E);
+    auto buffer = device_->Allocate(Tier::kDevice, StateKind::kActivations, bytes, "test input");
+    EXPECT_TRUE(buffer.ok()) << buffer.status();
+    if (!buffer.ok()) return nullptr;
+    E* data = buffer->template as<E>();
+    buffers_.push_back(std::move(buffer).value());
+    if (!values.empty()) {
+      // Through pinned host memory, synchronised, so `values` may go away afterwards.
+      auto host = device_->Allocate(Tier::kHost, StateKind::kActivations, bytes, "test staging");
+      EXPECT_TRUE(host.ok()) << host.status();
+      if (!host.ok()) return data;
+      std::memcpy(host->data(), values.data(), values.size() * sizeof(E));
+      const Status copied = device_->CopyAsync(data, host->data(), bytes, *stream_);
+      EXPECT_TRUE(copied.ok()) << copied;
+      const Status synced = stream_->Synchronize();
+      EXPECT_TRUE(synced.ok()) << synced;
+    }
+    return data;
+  }
+
+  // The first n elements at `data` (device memory), after everything enqueued so far.
+  template <typename E>
+  std::vector<E> Download(const E* data, size_t n) {
+    std::vector<E> out(n);
+    if (n == 0) return out;
+    const size_t bytes = n * sizeof(E);
+    auto host = device_->Allocate(Tier::kHost, StateKind::kActivations, bytes, "test download");
+    EXPECT_TRUE(host.ok()) << host.status();
+    if (!host.ok()) return out;
+    const Status copied = device_->CopyAsync(host->data(), data, bytes, *stream_);
+    EXPECT_TRUE(copied.ok()) << copied;
+    const Status synced = stream_->Synchronize();
+    EXPECT_TRUE(synced.ok()) << synced;
+    std::memcpy(out.data(), host->data(), bytes);
+    return out;
+  }
+
+  // Elementwise check of the device array `got` against the reference values `ref`.
+  template <typename E>
+  void Expect(const E* got, const std::vector<E>& ref, Tolerance tolerance,
+              const std::string& what) {
+    ExpectAllClose(ToFloats(Download(got, ref.size())), ToFloats(ref), tolerance.atol,
+                   tolerance.rtol, what);
+  }
+
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<Stream> stream_;
+  std::vector<Buffer> buffers_;
+  std::unique_ptr<Ops> ops_;  // destroyed first: it holds cuBLAS handles of the device
+};
+TYPED_TEST_SUITE(CudaOpsTest, StorageTypes);
+
+TYPED_TEST(CudaOpsTest, EncoderMatchesReference) {
+  using T = TypeParam;
+  using Tol = DTypeOf<T>;
+  // V = 11 tokens over 3 * 13 positions: most tokens repeat (the backward's scatter-add);
+  // C = 301 spans two 256-channel chunks of the backward.
+  const int B = 3, T_len = 13, C = 301, V = 11, N = B * T_len;
+  const std::vector<int32_t> tokens = RandomTokens(N, V, 1);
+  const std::vector<T> wte = ToStorage<T>(RandomFloats(size_t(V) * C, -1, 1, 2));
+  const std::vector<T> wpe = ToStorage<T>(RandomFloats(size_t(T_len) * C, -1, 1, 3));
+  const std::vector<T> dout = ToStorage<T>(RandomFloats(size_t(N) * C, -1, 1, 4));
+  const std::vector<T> dwte0 = ToStorage<T>(RandomFloats(size_t(V) * C, -1, 1, 5));
+  const std::vector<T> dwpe0 = ToStorage<T>(RandomFloats(size_t(T_len) * C, -1, 1, 6));
+
+  const int32_t* d_tokens = this->Upload(tokens);
+  T* d_out = this->Upload(std::vector<T>(size_t(N) * C));
+  T* d_dwte = this->Upload(dwte0);
+  T* d_dwpe = this->Upload(dwpe0);
+  Stream& s = *this->stream_;
+  ASSERT_OK(this->ops_->EncoderForward(s, d_out, d_tokens, this->Upload(wte), this->Upload(wpe),
+                                       B, T_len, C));
+  ASSERT_OK(this->ops_->EncoderBackward(s, d_dwte, d_dwpe, this->Upload(dout), d_tokens, B, T_len,
+                                        C));
+
+  std::vector<T> out(size_t(N) * C), dwte = dwte0, dwpe = dwpe0;
+  cpu::EncoderForwardReference(out.data(), tokens.data(), wte.data(), wpe.data(), B, T_len, C);
+  cpu::EncoderBackwardReference(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T_len, C);
+  this->Expect(d_out, out, Tol::kExact, "encoder out");  // one add, one rounding
+  // Per element the same fp32 adds in the same (b, t) order as the reference.
+  this->Expect(d_dwte, dwte, Tol::kExact, "encoder dwte");
+  this->Expect(d_dwpe, dwpe, Tol::kExact, "encoder dwpe");
+}
+
+TYPED_TEST(CudaOpsTest, LayerNormMatchesReference) {
+  using T = TypeParam;
+  using Tol = DTypeOf<T>;
+  const int N = 37, C = 101;
+  // Rows with an offset, so the mean matters.
+  const std::vector<T> inp = ToStorage<T>(RandomFloats(size_t(N) * C, -0.5f, 1.5f, 7));
+  const std::vector<T> weight = ToStorage<T>(RandomFloats(C, 0.5f, 1.5f, 8));
+  const std::vector<T> bias = ToStorage<T>(RandomFloats(C, -0.5f, 0.5f, 9));
+  const std::vector<T> dout = ToStorage<T>(RandomFloats(size_t(N) * C, -1, 1, 10));
+  const std::vector<T> dinp0 = ToStorage<T>(RandomFloats(size_t(N) * C, -1, 1, 11));
+  const std::vector<T> dweight0 = ToStorage<T>(RandomFloats(C, -1, 1, 12));
+  const std::vector<T> dbias0 = ToStorage<T>(RandomFloats(C, -1, 1, 13));
+
+  const T* d_inp = this->Upload(inp);
+  const T* d_weight = this->Upload(weight);
+  T* d_out = this->Upload(std::vector<T>(size_t(N) * C));
+  float* d_mean = this->Upload(std::vector<float>(N));
+  float* d_rstd = this->Upload(std::vector<float>(N));
+  T* d_dinp = this->Upload(dinp0);
+  T* d_dweight = this->Upload(dweight0);
+  T* d_dbias = this->Upload(dbias0);
+  Stream& s = *this->stream_;
+  ASSERT_OK(this->ops_->LayerNormForward(s, d_out, d_mean, d_rstd, d_inp, d_weight,
+                                         this->Upload(bias), N, C));
+  // The backward reads the reference's statistics, so it is checked on its own.
+  std::vector<T> out(size_t(N) * C);
+  std::vector<float> mean(N), rstd(N);
+  cpu::LayerNormForwardReference(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(),
+                                 bias.data(), N, C);
+  ASSERT_OK(this->ops_->LayerNormBackward(s, d_dinp, d_dweight, d_dbias, this->Upload(dout), d_inp,
+                                          d_weight, this->Upload(mean), this->Upload(rstd), N, C));
+
+  std::vector<T> dinp = dinp0, dweight = dweight0, dbias = dbias0;
+  cpu::LayerNormBackwardReference(dinp.data(), dweight.data(), dbias.data(), dout.data(),
+                                  inp.data(), weight.data(), mean.data(), rstd.data(), N, C);
+  this->Expect(d_out, out, Tol::kReduction, "layernorm out");
+  this->Expect(d_mean, mean, kStatsTolerance, "layernorm mean");
+  this->Expect(d_rstd, rstd, kStatsTolerance, "layernorm rstd");
+  this->Expect(d_dinp, dinp, Tol::kReduction, "layernorm dinp");
+  this->Expect(d_dweight, dweight, Tol::kReduction, "layernorm dweight (sum over 37 rows)");
+  this->Expect(d_dbias, dbias, Tol::kReduction, "layernorm dbias (sum over 37 rows)");
+}
+
+TYPED_TEST(CudaOpsTest, MatmulMatchesReference) {
+  using T = TypeParam;
+  using Tol = DTypeOf<T>;
+  const int N = 37, C = 67, OC = 45;
+  const std::vector<T> inp = ToStorage<T>(RandomFloats(size_t(N) * C, -1, 1, 14));
+  const std::vector<T> weight = ToStorage<T>(RandomFloats(size_t(OC) * C, -0.3f, 0.3f, 15));
+  const std::vector<T> bias = ToStorage<T>(RandomFloats(OC, -0.5f, 0.5f, 16));
+  const std::vector<T> dout = ToStorage<T>(RandomFloats(size_t(N) * OC, -1, 1, 17));
+  const std::vector<T> dinp0 = ToStorage<T>(RandomFloats(size_t(N) * C, -1, 1, 18));
+  const std::vector<T> dweight0 = ToStorage<T>(RandomFloats(size_t(OC) * C, -1, 1, 19));
+  const std::vector<T> dbias0 = ToStorage<T>(RandomFloats(OC, -1, 1, 20));
+
+  const T* d_inp = this->Upload(inp);
+  const T* d_weight = this->Upload(weight);
+  const T* d_dout = this->Upload(dout);
+  T* d_out = this->Upload(std::vector<T>(size_t(N) * OC));
+  T* d_out_no_bias = this->Upload(std::vector<T>(size_t(N) * OC));
+  T* d_dinp = this->Upload(dinp0);
+  T* d_dweight = this->Upload(dweight0);
+  T* d_dbias = this->Upload(dbias0);
+  T* d_dweight_only = this->Upload(dweight0);  // dinp and dbias null: skipped
+  Stream& s = *this->stream_;
+  Ops& ops = *this->ops_;
+  ASSERT_OK(ops.MatmulForward(s, d_out, d_inp, d_weight, this->Upload(bias), N, C, OC));
+  ASSERT_OK(ops.MatmulForward(s, d_out_no_bias, d_inp, d_weight, nullptr, N, C, OC));
+  ASSERT_OK(ops.MatmulBackward(s, d_dinp, d_dweight, d_dbias, d_dout, d_inp, d_weight, N, C, OC));
+  ASSERT_OK(
+      ops.MatmulBackward(s, nullptr, d_dweight_only, nullptr, d_dout, d_inp, d_weight, N, C, OC));
+
+  std::vector<T> out(size_t(N) * OC), out_no_bias(size_t(N) * OC);
+  cpu::MatmulForwardReference(out.data(), inp.data(), weight.data(), bias.data(), N, C, OC);
+  cpu::MatmulForwardReference(out_no_bias.data(), inp.data(), weight.data(),
+                              static_cast<const T*>(nullptr), N, C, OC);
+  std::vector<T> dinp = dinp0, dweight = dweight0, dbias = dbias0, dweight_only = dweight0;
+  cpu::MatmulBackwardReference(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
+                               weight.data(), N, C, OC);
+  cpu::MatmulBackwardReference(static_cast<T*>(nullptr), dweight_only.data(),
+                               static_cast<T*>(nullptr), dout.data(), inp.data(), weight.data(), N,
+                               C, OC);
+  this->Expect(d_out, out, Tol::kMatmul, "matmul out (with bias)");
+  this->Expect(d_out_no_bias, out_no_bias, Tol::kMatmul, "matmul out (no bias)");
+  this->Expect(d_dinp, dinp, Tol::kMatmul, "matmul dinp");
+  this->Expect(d_dweight, dweight, Tol::kMatmul, "matmul dweight");
+  this->Expect(d_dbias, dbias, Tol::kReduction, "matmul dbias (sum over 37 rows)");
+  this->Expect(d_dweight_only, dweight_only, Tol::kMatmul, "matmul dweight (dinp, dbias null)");
+}
+
+TYPED_TEST(CudaOpsTest, AttentionMatchesReference) {
+  using T = TypeParam;
+  using Tol = DTypeOf<T>;
+  struct Shape {
+    int B, T, C, NH;
+  };
+  // hs = 13 (odd: shared-memory rows of odd stride), 64 (GPT-2) over three 32-row tiles with
+  // a partial last one, and 128 (the largest supported; over 48 KiB of shared memory).
+  for (const Shape& shape : {Shape{2, 45, 39, 3}, Shape{1, 77, 128, 2}, Shape{2, 33, 128, 1}}) {
+    const int B = shape.B, T_len = shape.T, C = shape.C, NH = shape.NH;
+    const std::string where = "B=" + std::to_string(B) + " T=" + std::to_string(T_len) +
+                              " C=" + std::to_string(C) + " NH=" + std::to_string(NH);
+    const size_t rows = size_t(B) * T_len, num_stats = size_t(B) * NH * T_len;
+    const std::vector<T> qkv = ToStorage<T>(RandomFloats(rows * 3 * C, -1, 1, 21));
+    const std::vector<T> dout = ToStorage<T>(RandomFloats(rows * C, -1, 1, 22));
+    const std::vector<T> dqkv0 = ToStorage<T>(RandomFloats(rows * 3 * C, -1, 1, 23));
+
+    std::vector<T> out(rows * C);
+    std::vector<float> stats(num_stats);
+    cpu::AttentionForwardReference(out.data(), stats.data(), qkv.data(), B, T_len, C, NH);
+    std::vector<T> dqkv = dqkv0;
+    cpu::AttentionBackwardReference(dqkv.data(), dout.data(), qkv.data(), out.data(), stats.data(),
+                                    B, T_len, C, NH);
+
+    const T* d_qkv = this->Upload(qkv);
+    T* d_out = this->Upload(std::vector<T>(rows * C));
+    float* d_stats = this->Upload(std::vector<float>(num_stats));
+    T* d_dqkv = this->Upload(dqkv0);
+    Stream& s = *this->stream_;
+    ASSERT_OK(this->ops_->AttentionForward(s, d_out, d_stats, d_qkv, B, T_len, C, NH));
+    // The backward gets the reference's forward results, so it is checked on its own.
+    ASSERT_OK(this->ops_->AttentionBackward(s, d_dqkv, this->Upload(dout), d_qkv,
+                                            this->Upload(out), this->Upload(stats), B, T_len, C,
+                                            NH));
+    this->Expect(d_out, out, Tol::kAttention, "attention out " + where);
+    this->Expect(d_stats, stats, kStatsTolerance, "attention stats " + where);
+    this->Expect(d_dqkv, dqkv, Tol::kAttention, "attention dqkv " + where);
+  }
+}
+
+TYPED_TEST(CudaOpsTest, ElementwiseOpsMatchReferences) {
+  using T = TypeParam;
+  using Tol = DTypeOf<T>;
+  const size_t n = 1001;
+  // GELU over [-6, 6]: both tails and the curved middle.
+  const std::vector<T> x = ToStorage<T>(RandomFloats(n, -6, 6, 24));
+  const std::vector<T> y = ToStorage<T>(RandomFloats(n, -1, 1, 25));
+  const std::vector<T> dinp0 = ToStorage<T>(RandomFloats(n, -1, 1, 26));
+  const std::vector<float> accumulator0 = RandomFloats(n, -1, 1, 27);
+
+  const T* d_x = this->Upload(x);
+  const T* d_y = this->Upload(y);
+  T* d_gelu = this->Upload(std::vector<T>(n));
+  T* d_dinp = this->Upload(dinp0);
+  T* d_sum = this->Upload(std::vector<T>(n));
+  T* d_aliased = this->Upload(x);  // out aliases a
+  T* d_accumulated = this->Upload(y);
+  float* d_accumulator = this->Upload(accumulator0);
+  Stream& s = *this->stream_;
+  Ops& ops = *this->ops_;
+  ASSERT_OK(ops.GeluForward(s, d_gelu, d_x, n));
+  ASSERT_OK(ops.GeluBackward(s, d_dinp, d_x, d_y, n));
+  ASSERT_OK(ops.Add(s, d_sum, d_x, d_y, n));
+  ASSERT_OK(ops.Add(s, d_aliased, d_aliased, d_y, n));
+  ASSERT_OK(ops.Accumulate(s, d_accumulated, d_x, n));
+  ASSERT_OK(ops.AccumulateToFloat(s, d_accumulator, d_x, n));
+
+  std::vector<T> gelu(n), dinp = dinp0, sum(n), accumulated = y;
+  std::vector<float> accumulator = accumulator0;
+  cpu::GeluForwardReference(gelu.data(), x.data(), n);
+  cpu::GeluBackwardReference(dinp.data(), x.data(), y.data(), n);
+  cpu::AddReference(sum.data(), x.data(), y.data(), n);
+  cpu::AccumulateReference(accumulated.data(), x.data(), n);
+  cpu::AccumulateToFloatReference(accumulator.data(), x.data(), n);
+  this->Expect(d_gelu, gelu, Tol::kElementwise, "gelu out");
+  this->Expect(d_dinp, dinp, Tol::kElementwise, "gelu dinp");
+  // One fp32 add and one rounding per element on both sides: bit-identical.
+  this->Expect(d_sum, sum, Tol::kExact, "add");
+  this->Expect(d_aliased, sum, Tol::kExact, "add with out == a");
+  this->Expect(d_accumulated, accumulated, Tol::kExact, "accumulate");
+  this->Expect(d_accumulator, accumulator, Tolerance{0.0f, 0.0f}, "accumulate to float");
+}
+
+TYPED_TEST(CudaOpsTest, CastsRoundLikeTheHost) {
+  using T = TypeParam;
+  std::vector<float> values = RandomFloats(997, -100, 100, 28);
+  // bf16 ties: 1 + 2^-8 rounds down to 1 (even), 1 + 3 * 2^-8 up to 1 + 2^-6 (even);
+  // and values beyond bf16's precision, zero, a negative zero, a subnormal, infinity.
+  for (float special : {1.00390625f, 1.01171875f, -1.00390625f, 3.14159265f, 0.0f, -0.0f,
+                        1e-40f, 65504.5f, INFINITY, -INFINITY}) {
+    values.push_back(special);
+  }
+  const size_t n = values.size();
+  const std::vector<T> stored = ToStorage<T>(RandomFloats(n, -100, 100, 29));
+  T* d_cast = this->Upload(std::vector<T>(n));
+  float* d_back = this->Upload(std::vector<float>(n));
+  Stream& s = *this->stream_;
+  ASSERT_OK(this->ops_->CastFromFloat(s, d_cast, this->Upload(values), n));
+  ASSERT_OK(this->ops_->CastToFloat(s, d_back, this->Upload(stored), n));
+  std::vector<T> cast(n);
+  std::vector<float> back(n);
+  cpu::CastFromFloatReference(cast.data(), values.data(), n);
+  cpu::CastToFloatReference(back.data(), stored.data(), n);
+  // Bit-identical: compare the stored bits, not just the values (covers -0 and inf).
+  const std::vector<T> got_cast = this->Download(d_cast, n);
+  const std::vector<float> got_back = this->Download(d_back, n);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(std::memcmp(&got_cast[i], &cast[i], sizeof(T)), 0)
+        << "CastFromFloat of " << values[i] << " (element " << i << "): got "
+        << Load(&got_cast[i]) << ", want " << Load(&cast[i]);
+    ASSERT_EQ(std::memcmp(&got_back[i], &back[i], sizeof(float)), 0)
+        << "CastToFloat, element " << i << ": got " << got_back[i] << ", want " << back[i];
+  }
+}
+
+TYPED_TEST(CudaOpsTest, SoftmaxCrossEntropyMatchesReference) {
+  using T = TypeParam;
+  using Tol = DTypeOf<T>;
+  const int N = 7, V = 1031;
+  const std::vector<T> logits = ToStorage<T>(RandomFloats(size_t(N) * V, -4, 4, 30));
+  const std::vector<int32_t> targets = RandomTokens(N, V, 31);
+  const int32_t* d_targets = this->Upload(targets);
+  for (float dloss : {0.0f, 1.0f / 7}) {
+    const std::string where = "dloss=" + std::to_string(dloss);
+    T* d_logits = this->Upload(logits);
+    float* d_losses = this->Upload(std::vector<float>(N, -1.0f));
+    ASSERT_OK(
+        this->ops_->SoftmaxCrossEntropy(*this->stream_, d_losses, d_logits, d_targets, N, V, dloss));
+    std::vector<T> dlogits = logits;
+    std::vector<float> losses(N);
+    cpu::SoftmaxCrossEntropyReference(losses.data(), dlogits.data(), targets.data(), N, V, dloss);
+    // fp32 losses: log of a sum of 1031 exps in another order.
+    this->Expect(d_losses, losses, kStatsTolerance, "losses " + where);
+    // With dloss == 0 the logits are untouched (exact); otherwise gradients of O(dloss / V).
+    this->Expect(d_logits, dlogits, dloss == 0.0f ? Tol::kExact : Tol::kElementwise,
+                 "logits " + where);
+  }
+}
+
+TYPED_TEST(CudaOpsTest, SumSquaresMatchesReference) {
+  // 100003 floats: more than the 256 x 256 threads of the partial-sum grid, not a multiple.
+  for (size_t n : {size_t{0}, size_t{1}, size_t{100003}}) {
+    const std::vector<float> x = RandomFloats(n, -1, 1, 32);
+    float* d_result = this->Upload(std::vector<float>(1, -1.0f));
+    ASSERT_OK(this->ops_->SumSquares(*this->stream_, d_result, this->Upload(x), n));
+    float sum = 0.0f;
+    cpu::SumSquaresReference(&sum, x.data(), n);
+    // fp64 sums in two orders, each rounded to fp32 once: at most one fp32 ulp apart.
+    this->Expect(d_result, std::vector<float>{sum}, Tolerance{0.0f, 2.4e-7f},
+                 "sum of squares of " + std::to_string(n));
+  }
+}
+
+TYPED_TEST(CudaOpsTest, AdamWMatchesReference) {
+  using T = TypeParam;
+  using Tol = DTypeOf<T>;
+  const size_t n = 10007;
+  const std::vector<float> master0 = RandomFloats(n, -1, 1, 33);
+  const std::vector<float> grad1 = RandomFloats(n, -1, 1, 34), grad2 = RandomFloats(n, -1, 1, 35);
+  const std::vector<float> zeros(n, 0.0f);
+  float* d_master = this->Upload(master0);
+  float* d_m = this->Upload(zeros);
+  float* d_v = this->Upload(zeros);
+  T* d_param = this->Upload(std::vector<T>(n));
+  AdamParams hp;
+  hp.lr = 3e-3f;
+  hp.weight_decay = 0.1f;
+  hp.grad_scale = 0.5f;  // as after global-norm clipping
+  Stream& s = *this->stream_;
+  // Step 1 writes the compute-dtype param; step 2 skips it (null), leaving step 1's values.
+  hp.step = 1;
+  ASSERT_OK(this->ops_->AdamW(s, d_param, d_master, this->Upload(grad1), d_m, d_v, n, hp));
+  hp.step = 2;
+  ASSERT_OK(this->ops_->AdamW(s, nullptr, d_master, this->Upload(grad2), d_m, d_v, n, hp));
+
+  std::vector<float> master = master0, m = zeros, v = zeros;
+  std::vector<T> param(n);
+  hp.step = 1;
+  cpu::AdamWReference(param.data(), master.data(), grad1.data(), m.data(), v.data(), n, hp);
+  hp.step = 2;
+  cpu::AdamWReference(static_cast<T*>(nullptr), master.data(), grad2.data(), m.data(), v.data(), n,
+                      hp);
+  // The reference's fp32 operations in its order, each correctly rounded on both sides
+  // (the CPU build has no FMA contraction; the kernel uses __f*_rn): bit-identical.
+  this->Expect(d_master, master, Tolerance{0.0f, 0.0f}, "adamw master");
+  this->Expect(d_m, m, Tolerance{0.0f, 0.0f}, "adamw m");
+  this->Expect(d_v, v, Tolerance{0.0f, 0.0f}, "adamw v");
+  this->Expect(d_param, param, Tol::kExact, "adamw param (from step 1)");
+}
+
+// A GPU run of everything above on a second stream of the same device: each call must pick
+// that stream's cuBLAS handle, and results must be the same bits (deterministic kernels).
+TYPED_TEST(CudaOpsTest, SameBitsOnAnotherStream) {
+  using T = TypeParam;
+  const int N = 37, C = 67, OC = 45;
+  const std::vector<T> inp = ToStorage<T>(RandomFloats(size_t(N) * C, -1, 1, 36));
+  const std::vector<T> weight = ToStorage<T>(RandomFloats(size_t(OC) * C, -1, 1, 37));
+  const std::vector<T> dout = ToStorage<T>(RandomFloats(size_t(N) * OC, -1, 1, 38));
+  auto other = this->device_->CreateStream("other");
+  ASSERT_TRUE(other.ok()) << other.status();
+  T* d_dbias[2] = {this->Upload(std::vector<T>(OC)), this->Upload(std::vector<T>(OC))};
+  T* d_out[2] = {this->Upload(std::vector<T>(size_t(N) * OC)),
+                 this->Upload(std::vector<T>(size_t(N) * OC))};
+  const T* d_inp = this->Upload(inp);
+  const T* d_weight = this->Upload(weight);
+  const T* d_dout = this->Upload(dout);
+  T* d_dweight = this->Upload(std::vector<T>(size_t(OC) * C));
+  Stream* streams[2] = {this->stream_.get(), other->get()};
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_OK(this->ops_->MatmulForward(*streams[i], d_out[i], d_inp, d_weight, nullptr, N, C, OC));
+    ASSERT_OK(this->ops_->MatmulBackward(*streams[i], nullptr, d_dweight, d_dbias[i], d_dout, d_inp,
+                                         d_weight, N, C, OC));
+    ASSERT_OK(streams[i]->Synchronize());
+  }
+  this->Expect(d_out[1], this->Download(d_out[0], size_t(N) * OC), Tolerance{0.0f, 0.0f},
+               "matmul out on the second stream");
+  this->Expect(d_dbias[1], this->Download(d_dbias[0], OC), Tolerance{0.0f, 0.0f},
+               "dbias on the second stream");
+  this->ops_.reset();  // its cuBLAS handles go before the stream they are bound to
+}
+
+// Argument checks happen before any CUDA call, so they run without a GPU.
+TEST(CudaOps, RejectsBadArgumentsBeforeEnqueueing) {
+  StatusOr<std::unique_ptr<Ops>> created = CreateCudaOps(DType::kF32);
+  if (!BuiltWithCuda()) {
+    EXPECT_EQ(created.status().code(), absl::StatusCode::kUnimplemented) << created.status();
+    GTEST_SKIP() << "built without CUDA: " << created.status();
+  }
+  ASSERT_TRUE(created.ok()) << created.status();
+  Ops& ops = **created;
+  EXPECT_EQ(ops.dtype(), DType::kF32);
+  // A CPU device's stream: only the last check below gets as far as looking at it.
+  std::unique_ptr<Device> cpu_device = CreateCpuDevice(CpuDeviceOptions{});
+  std::unique_ptr<Stream> stream = std::move(cpu_device->CreateStream("compute")).value();
+  float buffer[64] = {};
+
+  const Status bad_heads = ops.AttentionForward(*stream, buffer, buffer, buffer, 1, 2, 13, 3);
+  EXPECT_EQ(bad_heads.code(), absl::StatusCode::kInvalidArgument) << bad_heads;
+  EXPECT_NE(bad_heads.message().find("NH=3"), std::string::npos) << bad_heads;
+  const Status big_heads = ops.AttentionBackward(*stream, buffer, buffer, buffer, buffer, buffer,
+                                                 1, 2, 258, 2);
+  EXPECT_EQ(big_heads.code(), absl::StatusCode::kUnimplemented) << big_heads;
+  EXPECT_NE(big_heads.message().find("129"), std::string::npos) << big_heads;
+  const Status negative =
+      ops.LayerNormForward(*stream, buffer, buffer, buffer, buffer, buffer, buffer, -1, 13);
+  EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument) << negative;
+  EXPECT_NE(negative.message().find("N=-1"), std::string::npos) << negative;
+  const Status no_dweight =
+      ops.MatmulBackward(*stream, buffer, nullptr, buffer, buffer, buffer, buffer, 2, 3, 4);
+  EXPECT_EQ(no_dweight.code(), absl::StatusCode::kInvalidArgument) << no_dweight;
+  EXPECT_NE(no_dweight.message().find("dweight"), std::string::npos) << no_dweight;
+  const Status null_input = ops.GeluForward(*stream, buffer, nullptr, 5);
+  EXPECT_EQ(null_input.code(), absl::StatusCode::kInvalidArgument) << null_input;
+  EXPECT_NE(null_input.message().find("inp"), std::string::npos) << null_input;
+  const Status no_classes = ops.SoftmaxCrossEntropy(*stream, buffer, buffer, nullptr, 3, 0, 1.0f);
+  EXPECT_EQ(no_classes.code(), absl::StatusCode::kInvalidArgument) << no_classes;
+  AdamParams hp;
+  hp.step = 0;
+  const Status step_zero = ops.AdamW(*stream, nullptr, buffer, buffer, buffer, buffer, 4, hp);
+  EXPECT_EQ(step_zero.code(), absl::StatusCode::kInvalidArgument) << step_zero;
+  const Status no_result = ops.SumSquares(*stream, nullptr, buffer, 4);
+  EXPECT_EQ(no_result.code(), absl::StatusCode::kInvalidArgument) << no_result;
+  // Well-formed, but on a stream of another backend.
+  const Status cpu_stream = ops.Add(*stream, buffer, buffer, buffer, 4);
+  EXPECT_EQ(cpu_stream.code(), absl::StatusCode::kInvalidArgument) << cpu_stream;
+  EXPECT_NE(cpu_stream.message().find("not a CUDA stream"), std::string::npos) << cpu_stream;
+  EXPECT_TRUE(stream->Synchronize().ok());  // nothing was enqueued
+}
+
+}  // namespace
+}  // namespace strata
