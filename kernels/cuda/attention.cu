@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < kRowsPerWarp; ++i) {
       const int r = warp * kRowsPerWarp + i;
       const int j = key_begin + r;  // this row's key
-      if (j >= key_end) continue;  // uniform over the warp
+      if (j >= key_end) continue;   // uniform over the warp
       // Lane = query query_begin + lane; queries before the key are masked (causal).
       const int t = query_begin + lane;
       float p = 0.0f, dscore = 0.0f;
@@ -324,21 +324,21 @@ template <typename Kernel, typename... Args>
 Status LaunchWithShared(Kernel kernel, const char* name, dim3 grid, size_t shared_bytes,
                         cudaStream_t stream, Args... args) {
   if (shared_bytes > 48 * 1024) {
-    CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(shared_bytes)),
-                         absl::StrCat("allowing ", shared_bytes, " bytes of shared memory for ",
-                                      name));
+    CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(shared_bytes)),
+        absl::StrCat("allowing ", shared_bytes, " bytes of shared memory for ", name));
   }
   kernel<<<grid, kThreads, shared_bytes, stream>>>(args...);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError(), absl::StrCat("launching ", name, " on a ", grid.x,
-                                                        "x", grid.y, "x", grid.z, " grid"));
+  CUDA_RETURN_IF_ERROR(cudaGetLastError(), absl::StrCat("launching ", name, " on a ", grid.x, "x",
+                                                        grid.y, "x", grid.z, " grid"));
   return absl::OkStatus();
 }
 
 }  // namespace
 
-Status AttentionForward(DType dtype, void* out, float* stats, const void* qkv, int B, int T,
-                        int C, int NH, cudaStream_t stream) {
+Status AttentionForward(DType dtype, void* out, float* stats, const void* qkv, int B, int T, int C,
+                        int NH, cudaStream_t stream) {
   if (B == 0 || T == 0) return absl::OkStatus();
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));  // as the CPU reference
@@ -346,9 +346,9 @@ Status AttentionForward(DType dtype, void* out, float* stats, const void* qkv, i
   const size_t shared_bytes = sizeof(float) * kTile * (2 * hs + OddStride(hs));
   return DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    return LaunchWithShared(AttentionForwardKernel<S>, "AttentionForwardKernel", grid,
-                            shared_bytes, stream, static_cast<S*>(out), stats,
-                            static_cast<const S*>(qkv), T, C, NH, scale);
+    return LaunchWithShared(AttentionForwardKernel<S>, "AttentionForwardKernel", grid, shared_bytes,
+                            stream, static_cast<S*>(out), stats, static_cast<const S*>(qkv), T, C,
+                            NH, scale);
   });
 }
 
@@ -363,11 +363,10 @@ Status AttentionBackward(DType dtype, void* dqkv, const void* dout, const void* 
   const size_t key_value_shared_bytes = query_shared_bytes + sizeof(float) * 2 * kTile;
   return DispatchStorage(dtype, [&](auto tag) -> Status {
     using S = decltype(tag);
-    RETURN_IF_ERROR(LaunchWithShared(AttentionBackwardQueryKernel<S>,
-                                     "AttentionBackwardQueryKernel", grid, query_shared_bytes,
-                                     stream, static_cast<S*>(dqkv), static_cast<const S*>(dout),
-                                     static_cast<const S*>(qkv), static_cast<const S*>(out),
-                                     stats, T, C, NH, scale));
+    RETURN_IF_ERROR(LaunchWithShared(
+        AttentionBackwardQueryKernel<S>, "AttentionBackwardQueryKernel", grid, query_shared_bytes,
+        stream, static_cast<S*>(dqkv), static_cast<const S*>(dout), static_cast<const S*>(qkv),
+        static_cast<const S*>(out), stats, T, C, NH, scale));
     return LaunchWithShared(AttentionBackwardKeyValueKernel<S>, "AttentionBackwardKeyValueKernel",
                             grid, key_value_shared_bytes, stream, static_cast<S*>(dqkv),
                             static_cast<const S*>(dout), static_cast<const S*>(qkv),

@@ -2,8 +2,8 @@
 // cuda_ops.cc). Each follows its CPU reference in kernels/cpu loop by loop, in fp32 (fp64
 // for SumSquares), with one rounding per stored element; see cuda_kernels.h.
 // Elementwise kernels are grid-stride loops. Reductions are laid out so that their order
-// does not depend on the GPU: a warp or block per row, or per column with rows assigned to
-// threads by a fixed rule.
+// does not depend on the GPU: a warp or block per row, or, for sums over rows (parameter
+// gradients), fixed row chunks per column whose partial sums are then added in order.
 // Thread-safety: launchers are reentrant.
 #include <algorithm>
 #include <cmath>
@@ -68,8 +68,8 @@ constexpr int kEncoderChannelsPerWarp = kEncoderChannelsPerLane * kWarpSize;
 // starting from the stored dwte row, and stores the row once. No atomics, and the same
 // order as cpu::EncoderBackwardReference, hence bit-identical results.
 template <typename S>
-__global__ void EncoderBackwardTokensKernel(S* dwte, const S* dout, const int32_t* tokens,
-                                            int rows, int C) {
+__global__ void EncoderBackwardTokensKernel(S* dwte, const S* dout, const int32_t* tokens, int rows,
+                                            int C) {
   const int lane = threadIdx.x % kWarpSize;
   const int p = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize;
   if (p >= rows) return;  // whole warp
@@ -166,40 +166,106 @@ __global__ void LayerNormBackwardInputKernel(S* dinp, const S* dout, const S* in
   }
 }
 
-// Column reductions: a block of 32 columns x kColumnRowGroups row groups; thread (x, y)
-// sums rows y, y + kColumnRowGroups, ... of column x; then row group sums are added in
-// order 0, 1, ... Fixed order, no atomics.
-constexpr int kColumnRowGroups = 16;
+// Column reductions (parameter gradients: sums over N rows per column), in two passes so
+// that they use the whole GPU yet run in a fixed order:
+//  1. grid (ceil(C / 32), G): block (x, g) sums rows [g * R, (g + 1) * R) of 32 columns;
+//     thread (column, y) takes rows y, y + 16, ..., then the 16 sums are added in order y.
+//     The block writes one fp32 partial per column: partials[g][column].
+//  2. one thread per column adds partials[0..G) in order to the stored gradient (one
+//     rounding per element).
+// G and R depend on N only (ColumnGroups), so the result does not depend on the GPU. The
+// partials live in stream-ordered scratch (cudaMallocAsync/cudaFreeAsync on the stream).
+constexpr int kColumnThreadRows = 16;
+constexpr int kMinRowsPerGroup = 128;
+constexpr int kMaxRowGroups = 64;
 
-// dweight[i] += sum_n norm[n, i] * dout[n, i]; dbias[i] += sum_n dout[n, i].
-template <typename S>
-__global__ void LayerNormBackwardParamsKernel(S* dweight, S* dbias, const S* dout, const S* inp,
-                                              const float* mean, const float* rstd, int N, int C) {
-  __shared__ float dweight_partials[kColumnRowGroups][kWarpSize + 1];
-  __shared__ float dbias_partials[kColumnRowGroups][kWarpSize + 1];
+struct ColumnGroups {
+  int groups, rows_per_group;
+};
+
+ColumnGroups MakeColumnGroups(int N) {
+  const int groups =
+      std::max(1, std::min(kMaxRowGroups, (N + kMinRowsPerGroup - 1) / kMinRowsPerGroup));
+  return {groups, (N + groups - 1) / groups};
+}
+
+// partials: [G][C] sums of dout, then (kLayerNorm) [G][C] sums of norm * dout, with
+// norm = (inp - mean[n]) * rstd[n].
+template <typename S, bool kLayerNorm>
+__global__ void ColumnPartialsKernel(float* partials, const S* dout, const S* inp,
+                                     const float* mean, const float* rstd, int N, int C,
+                                     int rows_per_group) {
+  __shared__ float dout_sums[kColumnThreadRows][kWarpSize + 1];
+  __shared__ float norm_dout_sums[kColumnThreadRows][kWarpSize + 1];
   const int column = blockIdx.x * kWarpSize + threadIdx.x;
-  float dweight_sum = 0.0f, dbias_sum = 0.0f;
+  const int row_begin = blockIdx.y * rows_per_group;
+  const int row_end = min(N, row_begin + rows_per_group);
+  float dout_sum = 0.0f, norm_dout_sum = 0.0f;
   if (column < C) {
-    for (int n = threadIdx.y; n < N; n += kColumnRowGroups) {
+    for (int n = row_begin + threadIdx.y; n < row_end; n += kColumnThreadRows) {
       const size_t index = static_cast<size_t>(n) * C + column;
       const float d = DeviceLoad(dout + index);
-      const float norm = (DeviceLoad(inp + index) - mean[n]) * rstd[n];
-      dweight_sum += norm * d;
-      dbias_sum += d;
+      dout_sum += d;
+      if (kLayerNorm) norm_dout_sum += (DeviceLoad(inp + index) - mean[n]) * rstd[n] * d;
     }
   }
-  dweight_partials[threadIdx.y][threadIdx.x] = dweight_sum;
-  dbias_partials[threadIdx.y][threadIdx.x] = dbias_sum;
+  dout_sums[threadIdx.y][threadIdx.x] = dout_sum;
+  norm_dout_sums[threadIdx.y][threadIdx.x] = norm_dout_sum;
   __syncthreads();
   if (threadIdx.y == 0 && column < C) {
-    float dweight_total = 0.0f, dbias_total = 0.0f;
-    for (int g = 0; g < kColumnRowGroups; ++g) {
-      dweight_total += dweight_partials[g][threadIdx.x];
-      dbias_total += dbias_partials[g][threadIdx.x];
+    float dout_total = 0.0f, norm_dout_total = 0.0f;
+    for (int y = 0; y < kColumnThreadRows; ++y) {
+      dout_total += dout_sums[y][threadIdx.x];
+      norm_dout_total += norm_dout_sums[y][threadIdx.x];
     }
-    DeviceStore(dweight + column, DeviceLoad(dweight + column) + dweight_total);
-    DeviceStore(dbias + column, DeviceLoad(dbias + column) + dbias_total);
+    const size_t groups_times_c = static_cast<size_t>(gridDim.y) * C;
+    partials[static_cast<size_t>(blockIdx.y) * C + column] = dout_total;
+    if (kLayerNorm) {
+      partials[groups_times_c + static_cast<size_t>(blockIdx.y) * C + column] = norm_dout_total;
+    }
   }
+}
+
+// out[column] += sum_g partials[g][column], g in order.
+template <typename S>
+__global__ void ColumnFinalKernel(S* out, const float* partials, int groups, int C) {
+  STRATA_GRID_STRIDE_LOOP(column, static_cast<size_t>(C)) {
+    float total = 0.0f;
+    for (int g = 0; g < groups; ++g) total += partials[static_cast<size_t>(g) * C + column];
+    DeviceStore(out + column, DeviceLoad(out + column) + total);
+  }
+}
+
+// dsum[c] += sum_n dout[n, c] and, if dnorm_sum is not null (layernorm),
+// dnorm_sum[c] += sum_n norm[n, c] * dout[n, c]: the two passes above.
+template <typename S>
+Status ColumnSums(S* dsum, S* dnorm_sum, const S* dout, const S* inp, const float* mean,
+                  const float* rstd, int N, int C, cudaStream_t stream) {
+  if (N == 0 || C == 0) return absl::OkStatus();
+  const ColumnGroups layout = MakeColumnGroups(N);
+  const int num_sums = dnorm_sum != nullptr ? 2 : 1;
+  const size_t partial_bytes = sizeof(float) * num_sums * layout.groups * static_cast<size_t>(C);
+  float* partials = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaMallocAsync(reinterpret_cast<void**>(&partials), partial_bytes, stream),
+                       absl::StrCat("allocating ", partial_bytes, " bytes of column partial sums"));
+  const dim3 grid((C + kWarpSize - 1) / kWarpSize, layout.groups);
+  const dim3 block(kWarpSize, kColumnThreadRows);
+  if (dnorm_sum != nullptr) {
+    ColumnPartialsKernel<S, true>
+        <<<grid, block, 0, stream>>>(partials, dout, inp, mean, rstd, N, C, layout.rows_per_group);
+  } else {
+    ColumnPartialsKernel<S, false><<<grid, block, 0, stream>>>(
+        partials, dout, nullptr, nullptr, nullptr, N, C, layout.rows_per_group);
+  }
+  const unsigned final_blocks = GridStrideBlocks(C, kThreads);
+  ColumnFinalKernel<S><<<final_blocks, kThreads, 0, stream>>>(dsum, partials, layout.groups, C);
+  if (dnorm_sum != nullptr) {
+    ColumnFinalKernel<S><<<final_blocks, kThreads, 0, stream>>>(
+        dnorm_sum, partials + static_cast<size_t>(layout.groups) * C, layout.groups, C);
+  }
+  const Status launched = LaunchStatus("column sum kernels", static_cast<size_t>(N) * C);
+  CUDA_RETURN_IF_ERROR(cudaFreeAsync(partials, stream), "freeing column partial sums");
+  return launched;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -209,26 +275,6 @@ template <typename S>
 __global__ void BroadcastBiasKernel(S* out, const S* bias, int OC, size_t total) {
   STRATA_GRID_STRIDE_LOOP(index, total) {
     DeviceStore(out + index, bias != nullptr ? DeviceLoad(bias + index % OC) : 0.0f);
-  }
-}
-
-// dbias[o] += sum_n dout[n, o], as LayerNormBackwardParamsKernel.
-template <typename S>
-__global__ void BiasBackwardKernel(S* dbias, const S* dout, int N, int OC) {
-  __shared__ float partials[kColumnRowGroups][kWarpSize + 1];
-  const int column = blockIdx.x * kWarpSize + threadIdx.x;
-  float sum = 0.0f;
-  if (column < OC) {
-    for (int n = threadIdx.y; n < N; n += kColumnRowGroups) {
-      sum += DeviceLoad(dout + static_cast<size_t>(n) * OC + column);
-    }
-  }
-  partials[threadIdx.y][threadIdx.x] = sum;
-  __syncthreads();
-  if (threadIdx.y == 0 && column < OC) {
-    float total = 0.0f;
-    for (int g = 0; g < kColumnRowGroups; ++g) total += partials[g][threadIdx.x];
-    DeviceStore(dbias + column, DeviceLoad(dbias + column) + total);
   }
 }
 
@@ -253,8 +299,8 @@ __global__ void GeluBackwardKernel(S* dinp, const S* inp, const S* dout, size_t 
     const float tanh_out = tanhf(tanh_arg);
     const float cosh_out = coshf(tanh_arg);  // inf for |arg| > 89: sech^2 is then 0
     const float sech_squared = 1.0f / (cosh_out * cosh_out);
-    const float local_grad = 0.5f * (1.0f + tanh_out) +
-                             x * 0.5f * sech_squared * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    const float local_grad = 0.5f * (1.0f + tanh_out) + x * 0.5f * sech_squared * kGeluScale *
+                                                            (1.0f + 3.0f * kGeluCubic * x * x);
     DeviceStore(dinp + i, DeviceLoad(dinp + i) + local_grad * DeviceLoad(dout + i));
   }
 }
@@ -312,14 +358,15 @@ __global__ void SoftmaxCrossEntropyKernel(float* losses, S* logits, const int32_
   S* row = logits + static_cast<size_t>(blockIdx.x) * V;
   const int target = targets[blockIdx.x];
   float max_logit = -INFINITY;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) max_logit = fmaxf(max_logit, DeviceLoad(row + i));
+  for (int i = threadIdx.x; i < V; i += blockDim.x)
+    max_logit = fmaxf(max_logit, DeviceLoad(row + i));
   max_logit = BlockMax(max_logit, scratch);
   float sum = 0.0f;
   for (int i = threadIdx.x; i < V; i += blockDim.x) sum += expf(DeviceLoad(row + i) - max_logit);
   sum = BlockSum(sum, scratch);
   if (threadIdx.x == 0) losses[blockIdx.x] = logf(sum) + max_logit - DeviceLoad(row + target);
   if (dloss == 0.0f) return;  // uniform over the block
-  __syncthreads();  // the target's logit is read above before any thread overwrites it
+  __syncthreads();            // the target's logit is read above before any thread overwrites it
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
     const float probability = expf(DeviceLoad(row + i) - max_logit) / sum;
     const float indicator = i == target ? 1.0f : 0.0f;
@@ -369,15 +416,15 @@ Status EncoderForward(DType dtype, void* out, const int32_t* tokens, const void*
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
     EncoderForwardKernel<S><<<GridStrideBlocks(total, kThreads), kThreads, 0, stream>>>(
-        static_cast<S*>(out), tokens, static_cast<const S*>(wte), static_cast<const S*>(wpe), T,
-        C, total);
+        static_cast<S*>(out), tokens, static_cast<const S*>(wte), static_cast<const S*>(wpe), T, C,
+        total);
     return 0;
   });
   return LaunchStatus("EncoderForwardKernel", total);
 }
 
-Status EncoderBackward(DType dtype, void* dwte, void* dwpe, const void* dout,
-                       const int32_t* tokens, int B, int T, int C, cudaStream_t stream) {
+Status EncoderBackward(DType dtype, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
+                       int B, int T, int C, cudaStream_t stream) {
   const int rows = B * T;
   if (rows == 0 || C == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
@@ -401,34 +448,30 @@ Status LayerNormForward(DType dtype, void* out, float* mean, float* rstd, const 
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
     LayerNormForwardKernel<S><<<(N + kWarpsPerBlock - 1) / kWarpsPerBlock, kThreads, 0, stream>>>(
-        static_cast<S*>(out), mean, rstd, static_cast<const S*>(inp),
-        static_cast<const S*>(weight), static_cast<const S*>(bias), N, C);
+        static_cast<S*>(out), mean, rstd, static_cast<const S*>(inp), static_cast<const S*>(weight),
+        static_cast<const S*>(bias), N, C);
     return 0;
   });
   return LaunchStatus("LayerNormForwardKernel", static_cast<size_t>(N) * C);
 }
 
 Status LayerNormBackward(DType dtype, void* dinp, void* dweight, void* dbias, const void* dout,
-                         const void* inp, const void* weight, const float* mean,
-                         const float* rstd, int N, int C, cudaStream_t stream) {
+                         const void* inp, const void* weight, const float* mean, const float* rstd,
+                         int N, int C, cudaStream_t stream) {
   if (N == 0 || C == 0) return absl::OkStatus();
-  DispatchStorage(dtype, [&](auto tag) {
+  return DispatchStorage(dtype, [&](auto tag) -> Status {
     using S = decltype(tag);
     LayerNormBackwardInputKernel<S>
         <<<(N + kWarpsPerBlock - 1) / kWarpsPerBlock, kThreads, 0, stream>>>(
             static_cast<S*>(dinp), static_cast<const S*>(dout), static_cast<const S*>(inp),
             static_cast<const S*>(weight), mean, rstd, N, C);
-    LayerNormBackwardParamsKernel<S>
-        <<<(C + kWarpSize - 1) / kWarpSize, dim3(kWarpSize, kColumnRowGroups), 0, stream>>>(
-            static_cast<S*>(dweight), static_cast<S*>(dbias), static_cast<const S*>(dout),
-            static_cast<const S*>(inp), mean, rstd, N, C);
-    return 0;
+    RETURN_IF_ERROR(LaunchStatus("LayerNormBackwardInputKernel", static_cast<size_t>(N) * C));
+    return ColumnSums(static_cast<S*>(dbias), static_cast<S*>(dweight), static_cast<const S*>(dout),
+                      static_cast<const S*>(inp), mean, rstd, N, C, stream);
   });
-  return LaunchStatus("LayerNormBackward kernels", static_cast<size_t>(N) * C);
 }
 
-Status BroadcastBias(DType dtype, void* out, const void* bias, int N, int OC,
-                     cudaStream_t stream) {
+Status BroadcastBias(DType dtype, void* out, const void* bias, int N, int OC, cudaStream_t stream) {
   const size_t total = static_cast<size_t>(N) * OC;
   if (total == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
@@ -442,15 +485,11 @@ Status BroadcastBias(DType dtype, void* out, const void* bias, int N, int OC,
 
 Status BiasBackward(DType dtype, void* dbias, const void* dout, int N, int OC,
                     cudaStream_t stream) {
-  if (OC == 0) return absl::OkStatus();
-  DispatchStorage(dtype, [&](auto tag) {
+  return DispatchStorage(dtype, [&](auto tag) -> Status {
     using S = decltype(tag);
-    BiasBackwardKernel<S>
-        <<<(OC + kWarpSize - 1) / kWarpSize, dim3(kWarpSize, kColumnRowGroups), 0, stream>>>(
-            static_cast<S*>(dbias), static_cast<const S*>(dout), N, OC);
-    return 0;
+    return ColumnSums(static_cast<S*>(dbias), static_cast<S*>(nullptr), static_cast<const S*>(dout),
+                      static_cast<const S*>(nullptr), nullptr, nullptr, N, OC, stream);
   });
-  return LaunchStatus("BiasBackwardKernel", static_cast<size_t>(N) * OC);
 }
 
 Status GeluForward(DType dtype, void* out, const void* inp, size_t n, cudaStream_t stream) {
@@ -491,8 +530,7 @@ Status Accumulate(DType dtype, void* dst, const void* src, size_t n, cudaStream_
   return Add(dtype, dst, dst, src, n, stream);  // dst += src is out = a + b with out == a
 }
 
-Status AccumulateToFloat(DType dtype, float* dst, const void* src, size_t n,
-                         cudaStream_t stream) {
+Status AccumulateToFloat(DType dtype, float* dst, const void* src, size_t n, cudaStream_t stream) {
   if (n == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
@@ -507,8 +545,8 @@ Status CastFromFloat(DType dtype, void* dst, const float* src, size_t n, cudaStr
   if (n == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    CastFromFloatKernel<S><<<GridStrideBlocks(n, kThreads), kThreads, 0, stream>>>(
-        static_cast<S*>(dst), src, n);
+    CastFromFloatKernel<S>
+        <<<GridStrideBlocks(n, kThreads), kThreads, 0, stream>>>(static_cast<S*>(dst), src, n);
     return 0;
   });
   return LaunchStatus("CastFromFloatKernel", n);
@@ -529,10 +567,9 @@ Status SumSquares(float* result, const float* x, size_t n, cudaStream_t stream) 
   // Stream-ordered scratch: freed on the stream after the final kernel, so concurrent calls
   // on other streams never share it.
   double* partials = nullptr;
-  CUDA_RETURN_IF_ERROR(
-      cudaMallocAsync(reinterpret_cast<void**>(&partials), kSumSquaresBlocks * sizeof(double),
-                      stream),
-      "allocating SumSquares' partial sums");
+  CUDA_RETURN_IF_ERROR(cudaMallocAsync(reinterpret_cast<void**>(&partials),
+                                       kSumSquaresBlocks * sizeof(double), stream),
+                       "allocating SumSquares' partial sums");
   SumSquaresPartialKernel<<<kSumSquaresBlocks, kThreads, 0, stream>>>(partials, x, n);
   SumSquaresFinalKernel<<<1, kSumSquaresBlocks, 0, stream>>>(result, partials);
   const Status launched = LaunchStatus("SumSquares kernels", n);
@@ -540,13 +577,13 @@ Status SumSquares(float* result, const float* x, size_t n, cudaStream_t stream) 
   return launched;
 }
 
-Status SoftmaxCrossEntropy(DType dtype, float* losses, void* logits, const int32_t* targets,
-                           int N, int V, float dloss, cudaStream_t stream) {
+Status SoftmaxCrossEntropy(DType dtype, float* losses, void* logits, const int32_t* targets, int N,
+                           int V, float dloss, cudaStream_t stream) {
   if (N == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    SoftmaxCrossEntropyKernel<S><<<N, kThreads, 0, stream>>>(losses, static_cast<S*>(logits),
-                                                             targets, V, dloss);
+    SoftmaxCrossEntropyKernel<S>
+        <<<N, kThreads, 0, stream>>>(losses, static_cast<S*>(logits), targets, V, dloss);
     return 0;
   });
   return LaunchStatus("SoftmaxCrossEntropyKernel", static_cast<size_t>(N) * V);

@@ -30,28 +30,28 @@ Status EncoderForward(DType dtype, void* out, const int32_t* tokens, const void*
                       const void* wpe, int B, int T, int C, cudaStream_t stream);
 // dwte rows: one warp per (first position of a token, 256 channels) sums that token's
 // positions in (b, t) order, so the result is bit-identical to the CPU reference.
-Status EncoderBackward(DType dtype, void* dwte, void* dwpe, const void* dout,
-                       const int32_t* tokens, int B, int T, int C, cudaStream_t stream);
+Status EncoderBackward(DType dtype, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
+                       int B, int T, int C, cudaStream_t stream);
 
 // --- layernorm (kernels/cpu/layernorm.h)
 Status LayerNormForward(DType dtype, void* out, float* mean, float* rstd, const void* inp,
                         const void* weight, const void* bias, int N, int C, cudaStream_t stream);
 Status LayerNormBackward(DType dtype, void* dinp, void* dweight, void* dbias, const void* dout,
-                         const void* inp, const void* weight, const float* mean,
-                         const float* rstd, int N, int C, cudaStream_t stream);
+                         const void* inp, const void* weight, const float* mean, const float* rstd,
+                         int N, int C, cudaStream_t stream);
 
 // --- the non-GEMM parts of a linear layer
 // out[n, o] = bias[o] (0 where bias is null): the C operand of the forward GEMM (beta = 1),
 // so bias and product are summed in fp32 and rounded once.
-Status BroadcastBias(DType dtype, void* out, const void* bias, int N, int OC,
-                     cudaStream_t stream);
-// dbias[o] += sum_n dout[n, o]
-Status BiasBackward(DType dtype, void* dbias, const void* dout, int N, int OC,
-                    cudaStream_t stream);
+Status BroadcastBias(DType dtype, void* out, const void* bias, int N, int OC, cudaStream_t stream);
+// dbias[o] += sum_n dout[n, o]. Like LayerNormBackward's dweight/dbias, summed per column
+// over fixed row chunks (their count depends on N only) into stream-ordered scratch
+// (cudaMallocAsync, at most 64 x OC floats, freed on the stream), then over the chunks in order.
+Status BiasBackward(DType dtype, void* dbias, const void* dout, int N, int OC, cudaStream_t stream);
 
 // --- attention (kernels/cpu/attention.h); C % NH == 0, C / NH <= kMaxAttentionHeadSize.
-Status AttentionForward(DType dtype, void* out, float* stats, const void* qkv, int B, int T,
-                        int C, int NH, cudaStream_t stream);
+Status AttentionForward(DType dtype, void* out, float* stats, const void* qkv, int B, int T, int C,
+                        int NH, cudaStream_t stream);
 Status AttentionBackward(DType dtype, void* dqkv, const void* dout, const void* qkv,
                          const void* out, const float* stats, int B, int T, int C, int NH,
                          cudaStream_t stream);
@@ -62,18 +62,17 @@ Status GeluBackward(DType dtype, void* dinp, const void* inp, const void* dout, 
                     cudaStream_t stream);
 Status Add(DType dtype, void* out, const void* a, const void* b, size_t n, cudaStream_t stream);
 Status Accumulate(DType dtype, void* dst, const void* src, size_t n, cudaStream_t stream);
-Status AccumulateToFloat(DType dtype, float* dst, const void* src, size_t n,
-                         cudaStream_t stream);
+Status AccumulateToFloat(DType dtype, float* dst, const void* src, size_t n, cudaStream_t stream);
 Status CastFromFloat(DType dtype, void* dst, const float* src, size_t n, cudaStream_t stream);
 Status CastToFloat(DType dtype, float* dst, const void* src, size_t n, cudaStream_t stream);
 // fp64 partial sums of a fixed grid (independent of the GPU), then one block sums them in
 // a fixed order: deterministic for a given n. Allocates 2 KiB of stream-ordered scratch
-// (cudaMallocAsync) per call.
+// (cudaMallocAsync, freed on the stream) per call.
 Status SumSquares(float* result, const float* x, size_t n, cudaStream_t stream);
 
 // --- softmax + cross-entropy (kernels/cpu/cross_entropy.h); V > 0 when N > 0.
-Status SoftmaxCrossEntropy(DType dtype, float* losses, void* logits, const int32_t* targets,
-                           int N, int V, float dloss, cudaStream_t stream);
+Status SoftmaxCrossEntropy(DType dtype, float* losses, void* logits, const int32_t* targets, int N,
+                           int V, float dloss, cudaStream_t stream);
 
 // --- AdamW (kernels/cpu/adamw.h): the reference's fp32 operations in its order, each
 // rounded (no FMA contraction), so results are bit-identical to cpu::AdamWReference.

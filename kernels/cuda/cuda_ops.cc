@@ -52,9 +52,9 @@ Status CheckNotNull(const char* op,
 // A cuBLAS result as Status: "<context>: <call> failed: <description> (<name>)".
 Status CublasStatus(cublasStatus_t status, const char* call, const std::string& context) {
   if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  const std::string message = absl::StrCat(context, ": ", call, " failed: ",
-                                           cublasGetStatusString(status), " (",
-                                           cublasGetStatusName(status), ")");
+  const std::string message =
+      absl::StrCat(context, ": ", call, " failed: ", cublasGetStatusString(status), " (",
+                   cublasGetStatusName(status), ")");
   switch (status) {
     case CUBLAS_STATUS_ALLOC_FAILED:
       return absl::ResourceExhaustedError(message);
@@ -97,8 +97,8 @@ class CudaOps : public Ops {
     return cuda_kernels::EncoderForward(dtype_, out, tokens, wte, wpe, B, T, C, stream);
   }
 
-  Status EncoderBackward(Stream& s, void* dwte, void* dwpe, const void* dout,
-                         const int32_t* tokens, int B, int T, int C) override {
+  Status EncoderBackward(Stream& s, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
+                         int B, int T, int C) override {
     constexpr const char* kOp = "EncoderBackward";
     RETURN_IF_ERROR(CheckNonNegative(kOp, {{"B", B}, {"T", T}, {"C", C}}));
     if (long{B} * T * C > 0) {
@@ -116,13 +116,12 @@ class CudaOps : public Ops {
     if (N > 0) {
       RETURN_IF_ERROR(CheckNotNull(kOp, {{"mean", mean}, {"rstd", rstd}}));
       if (C > 0) {
-        RETURN_IF_ERROR(CheckNotNull(
-            kOp, {{"out", out}, {"inp", inp}, {"weight", weight}, {"bias", bias}}));
+        RETURN_IF_ERROR(
+            CheckNotNull(kOp, {{"out", out}, {"inp", inp}, {"weight", weight}, {"bias", bias}}));
       }
     }
     ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
-    return cuda_kernels::LayerNormForward(dtype_, out, mean, rstd, inp, weight, bias, N, C,
-                                          stream);
+    return cuda_kernels::LayerNormForward(dtype_, out, mean, rstd, inp, weight, bias, N, C, stream);
   }
 
   Status LayerNormBackward(Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
@@ -288,8 +287,7 @@ class CudaOps : public Ops {
           absl::StrCat("AdamW: step=", hp.step, " (1-based, for bias correction)"));
     }
     if (n > 0) {
-      RETURN_IF_ERROR(
-          CheckNotNull(kOp, {{"master", master}, {"grad", grad}, {"m", m}, {"v", v}}));
+      RETURN_IF_ERROR(CheckNotNull(kOp, {{"master", master}, {"grad", grad}, {"m", m}, {"v", v}}));
     }
     ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
     return cuda_kernels::AdamW(dtype_, param, master, grad, m, v, n, hp, stream);
@@ -328,9 +326,8 @@ class CudaOps : public Ops {
                          absl::StrCat(op, ": finding the GPU of stream '", s.name(), "'"));
     CUDA_RETURN_IF_ERROR(cudaGetDevice(&current), absl::StrCat(op, ": reading the current GPU"));
     if (current != device) {
-      CUDA_RETURN_IF_ERROR(cudaSetDevice(device),
-                           absl::StrCat(op, ": selecting GPU ", device, " of stream '", s.name(),
-                                        "'"));
+      CUDA_RETURN_IF_ERROR(cudaSetDevice(device), absl::StrCat(op, ": selecting GPU ", device,
+                                                               " of stream '", s.name(), "'"));
     }
     return stream;
   }

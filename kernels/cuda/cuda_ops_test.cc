@@ -41,9 +41,9 @@ using cpu::StorageTypes;
 using cpu::ToFloats;
 using cpu::ToStorage;
 
-#define ASSERT_OK(expr)                                  \
-  do {                                                   \
-    const ::absl::Status assert_ok_status_ = (expr);     \
+#define ASSERT_OK(expr)                                       \
+  do {                                                        \
+    const ::absl::Status assert_ok_status_ = (expr);          \
     ASSERT_TRUE(assert_ok_status_.ok()) << assert_ok_status_; \
   } while (0)
 
@@ -190,10 +190,10 @@ TYPED_TEST(CudaOpsTest, EncoderMatchesReference) {
   T* d_dwte = this->Upload(dwte0);
   T* d_dwpe = this->Upload(dwpe0);
   Stream& s = *this->stream_;
-  ASSERT_OK(this->ops_->EncoderForward(s, d_out, d_tokens, this->Upload(wte), this->Upload(wpe),
-                                       B, T_len, C));
-  ASSERT_OK(this->ops_->EncoderBackward(s, d_dwte, d_dwpe, this->Upload(dout), d_tokens, B, T_len,
-                                        C));
+  ASSERT_OK(this->ops_->EncoderForward(s, d_out, d_tokens, this->Upload(wte), this->Upload(wpe), B,
+                                       T_len, C));
+  ASSERT_OK(
+      this->ops_->EncoderBackward(s, d_dwte, d_dwpe, this->Upload(dout), d_tokens, B, T_len, C));
 
   std::vector<T> out(size_t(N) * C), dwte = dwte0, dwpe = dwpe0;
   cpu::EncoderForwardReference(out.data(), tokens.data(), wte.data(), wpe.data(), B, T_len, C);
@@ -325,9 +325,8 @@ TYPED_TEST(CudaOpsTest, AttentionMatchesReference) {
     Stream& s = *this->stream_;
     ASSERT_OK(this->ops_->AttentionForward(s, d_out, d_stats, d_qkv, B, T_len, C, NH));
     // The backward gets the reference's forward results, so it is checked on its own.
-    ASSERT_OK(this->ops_->AttentionBackward(s, d_dqkv, this->Upload(dout), d_qkv,
-                                            this->Upload(out), this->Upload(stats), B, T_len, C,
-                                            NH));
+    ASSERT_OK(this->ops_->AttentionBackward(s, d_dqkv, this->Upload(dout), d_qkv, this->Upload(out),
+                                            this->Upload(stats), B, T_len, C, NH));
     this->Expect(d_out, out, Tol::kAttention, "attention out " + where);
     this->Expect(d_stats, stats, kStatsTolerance, "attention stats " + where);
     this->Expect(d_dqkv, dqkv, Tol::kAttention, "attention dqkv " + where);
@@ -382,8 +381,8 @@ TYPED_TEST(CudaOpsTest, CastsRoundLikeTheHost) {
   std::vector<float> values = RandomFloats(997, -100, 100, 28);
   // bf16 ties: 1 + 2^-8 rounds down to 1 (even), 1 + 3 * 2^-8 up to 1 + 2^-6 (even);
   // and values beyond bf16's precision, zero, a negative zero, a subnormal, infinity.
-  for (float special : {1.00390625f, 1.01171875f, -1.00390625f, 3.14159265f, 0.0f, -0.0f,
-                        1e-40f, 65504.5f, INFINITY, -INFINITY}) {
+  for (float special : {1.00390625f, 1.01171875f, -1.00390625f, 3.14159265f, 0.0f, -0.0f, 1e-40f,
+                        65504.5f, INFINITY, -INFINITY}) {
     values.push_back(special);
   }
   const size_t n = values.size();
@@ -402,8 +401,8 @@ TYPED_TEST(CudaOpsTest, CastsRoundLikeTheHost) {
   const std::vector<float> got_back = this->Download(d_back, n);
   for (size_t i = 0; i < n; ++i) {
     ASSERT_EQ(std::memcmp(&got_cast[i], &cast[i], sizeof(T)), 0)
-        << "CastFromFloat of " << values[i] << " (element " << i << "): got "
-        << Load(&got_cast[i]) << ", want " << Load(&cast[i]);
+        << "CastFromFloat of " << values[i] << " (element " << i << "): got " << Load(&got_cast[i])
+        << ", want " << Load(&cast[i]);
     ASSERT_EQ(std::memcmp(&got_back[i], &back[i], sizeof(float)), 0)
         << "CastToFloat, element " << i << ": got " << got_back[i] << ", want " << back[i];
   }
@@ -420,8 +419,8 @@ TYPED_TEST(CudaOpsTest, SoftmaxCrossEntropyMatchesReference) {
     const std::string where = "dloss=" + std::to_string(dloss);
     T* d_logits = this->Upload(logits);
     float* d_losses = this->Upload(std::vector<float>(N, -1.0f));
-    ASSERT_OK(
-        this->ops_->SoftmaxCrossEntropy(*this->stream_, d_losses, d_logits, d_targets, N, V, dloss));
+    ASSERT_OK(this->ops_->SoftmaxCrossEntropy(*this->stream_, d_losses, d_logits, d_targets, N, V,
+                                              dloss));
     std::vector<T> dlogits = logits;
     std::vector<float> losses(N);
     cpu::SoftmaxCrossEntropyReference(losses.data(), dlogits.data(), targets.data(), N, V, dloss);
@@ -533,8 +532,8 @@ TEST(CudaOps, RejectsBadArgumentsBeforeEnqueueing) {
   const Status bad_heads = ops.AttentionForward(*stream, buffer, buffer, buffer, 1, 2, 13, 3);
   EXPECT_EQ(bad_heads.code(), absl::StatusCode::kInvalidArgument) << bad_heads;
   EXPECT_NE(bad_heads.message().find("NH=3"), std::string::npos) << bad_heads;
-  const Status big_heads = ops.AttentionBackward(*stream, buffer, buffer, buffer, buffer, buffer,
-                                                 1, 2, 258, 2);
+  const Status big_heads =
+      ops.AttentionBackward(*stream, buffer, buffer, buffer, buffer, buffer, 1, 2, 258, 2);
   EXPECT_EQ(big_heads.code(), absl::StatusCode::kUnimplemented) << big_heads;
   EXPECT_NE(big_heads.message().find("129"), std::string::npos) << big_heads;
   const Status negative =
