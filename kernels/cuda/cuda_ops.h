@@ -11,9 +11,11 @@
 // kernel runs surface at the stream's next Synchronize. All reductions run in a fixed
 // order: results are deterministic run to run.
 // Thread-safety: as Ops: usable from any thread. It keeps one cuBLAS handle per stream it
-// has seen (created on first use, destroyed with the object), guarded by a mutex that is
-// also held while a GEMM is enqueued. The Ops object must be destroyed before the CUDA
-// Device whose streams it has used.
+// has run a GEMM on (created on first use, with cuBLAS's default workspace, and destroyed
+// with the object), guarded by a mutex that is also held while a GEMM is enqueued. Destroy
+// the Ops object before those streams and their CUDA Device: the handles are bound to them.
+// Memory outside the Device's pools: the cuBLAS handles' workspaces, and small stream-ordered
+// scratch (cudaMallocAsync) for SumSquares and the parameter-gradient sums.
 //
 // This header builds everywhere; where strata is built without CUDA (no toolkit, or
 // --config=nocuda) CreateCudaOps returns kUnimplemented.
