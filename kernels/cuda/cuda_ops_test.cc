@@ -6,8 +6,9 @@
 // Backward ops start from random gradient buffers, so accumulation (+=) is checked too.
 //
 // The op tests need a GPU and skip (with the reason) where CudaDeviceCount finds none, e.g.
-// on a build machine without a driver. The argument checks need no GPU and run wherever
-// strata is built with CUDA; where it is built without, CreateCudaOps must say so.
+// on a build machine without a driver, or CreateCudaDevice says none is usable. The argument checks
+// need no GPU and run wherever strata is built with CUDA; where it is built without, CreateCudaOps
+// must say so.
 #include "kernels/cuda/cuda_ops.h"
 
 #include <gtest/gtest.h>
@@ -109,6 +110,9 @@ class CudaOpsTest : public ::testing::Test {
     options.device_memory_bytes = 512ull << 20;
     options.host_memory_bytes = 256ull << 20;
     auto device = CreateCudaDevice(options);
+    if (device.status().code() == absl::StatusCode::kUnavailable) {
+      GTEST_SKIP() << "no usable GPU: " << device.status();
+    }
     ASSERT_TRUE(device.ok()) << device.status();
     device_ = std::move(device).value();
     auto stream = device_->CreateStream("compute");
