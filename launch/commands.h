@@ -19,6 +19,7 @@ struct CommandArgs {
 Status RunTrain(const CommandArgs& args);
 Status RunBenchTrain(const CommandArgs& args);
 Status RunBenchZero(const CommandArgs& args);
+Status RunBenchOffload(const CommandArgs& args);
 // `strata bench nvme --dir DIR [--size 1GiB] [--engine auto]`: nvme/disk_bench.h.
 Status RunBenchNvme(const std::string& dir, const std::string& size, const std::string& engine);
 

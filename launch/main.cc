@@ -37,6 +37,13 @@ int main(int argc, char** argv) {
   bench_zero->add_option("--steps", args.bench_steps, "measured steps per stage and round")
       ->check(CLI::Range(1, 1000));
 
+  CLI::App* bench_offload = bench->add_subcommand(
+      "offload", "optimizer on the host vs on the device: step time, exposed optimizer time");
+  bench_offload->add_option("--config", args.config_path, "JSON config file");
+  bench_offload->add_option("--set", args.sets, "override one key (repeatable)");
+  bench_offload->add_option("--steps", args.bench_steps, "measured steps per configuration and round")
+      ->check(CLI::Range(1, 1000));
+
   std::string nvme_dir;
   std::string nvme_size = "1GiB";
   std::string nvme_engine = "auto";
@@ -64,6 +71,7 @@ int main(int argc, char** argv) {
   if (train->parsed()) status = strata::RunTrain(args);
   else if (bench_train->parsed()) status = strata::RunBenchTrain(args);
   else if (bench_zero->parsed()) status = strata::RunBenchZero(args);
+  else if (bench_offload->parsed()) status = strata::RunBenchOffload(args);
   else if (bench_nvme->parsed()) status = strata::RunBenchNvme(nvme_dir, nvme_size, nvme_engine);
   else if (bench_adam->parsed()) status = strata::RunBenchAdam(adam_threads, adam_quick);
   if (!status.ok()) {

@@ -22,6 +22,7 @@ nlohmann::json StepRecord(const StepReport& r) {
       {"forward_ms", r.result.forward_ms},
       {"backward_ms", r.result.backward_ms},
       {"optimizer_ms", r.result.optimizer_ms},
+      {"optimizer_exposed_ms", r.result.optimizer_exposed_ms},
       {"tokens_per_s", r.tokens_per_s},
       {"peak_bytes", {{"device", r.device.peak_bytes}, {"host", r.host.peak_bytes}}},
   };
@@ -64,6 +65,13 @@ Status RunTrain(const CommandArgs& args) {
           FormatBytes(start.current_bytes), FormatBytes(start.current_by_kind[0]),
           FormatBytes(start.current_by_kind[1]), FormatBytes(start.current_by_kind[2]),
           FormatBytes(start.current_by_kind[3]));
+      const PoolStats host = session->device().pool(Tier::kHost).Stats();
+      spdlog::info(
+          "host tier of rank 0 after set-up (pinned with CUDA): {} of {} "
+          "(tiers.host_memory_limit) (params {}, grads {}, optimizer {})",
+          FormatBytes(host.current_bytes), FormatBytes(host.capacity_bytes),
+          FormatBytes(host.current_by_kind[0]), FormatBytes(host.current_by_kind[1]),
+          FormatBytes(host.current_by_kind[2]));
     }
     for (int step = 0; step < options.train.steps; ++step) {
       ASSIGN_OR_RETURN(StepReport report, session->Step(step));

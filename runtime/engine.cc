@@ -97,7 +97,6 @@ Status Engine::Init() {
   zero.prefetch_bytes = options_.zero.prefetch_bytes;
   for (const UnitAccess& access : trace_) zero.trace.push_back(access.unit);
   ASSIGN_OR_RETURN(components_, MakeZeroComponents(options_, zero));
-  host_state_ = device_->pool(Tier::kHost).Stats();
 
   // Initial values: fp32 master from the model (the same on every rank), cast to the
   // compute dtype; each rank keeps what it owns.
@@ -153,9 +152,17 @@ Status Engine::RunStage(int stage, bool backward, int* access) {
     const int u = spec.units[i];
     if (backward && last_backward_stage_[u] == stage) {
       RETURN_IF_ERROR(components_.reducer->UnitDone(u));
-      if (early_ != nullptr && components_.reducer->ReducesPerUnit()) {
-        RETURN_IF_ERROR(components_.stepper->Step(u, *early_));
-        stepped_[u] = true;
+      if (last_micro_batch_ && components_.reducer->ReducesPerUnit()) {
+        // The unit's sum is final: a host-tier home makes its norm part now, in its own
+        // stream's order, instead of in one pass after backward.
+        if (components_.grad_home->tier() == Tier::kHost) {
+          RETURN_IF_ERROR(NormPart(u));
+          normed_[u] = true;
+        }
+        if (early_ != nullptr) {
+          RETURN_IF_ERROR(components_.stepper->Step(u, *early_));
+          stepped_[u] = true;
+        }
       }
     }
     RETURN_IF_ERROR(components_.gatherer->Release(first_access + i, u));
@@ -236,15 +243,27 @@ StatusOr<double> Engine::RunGradients(const std::vector<MicroBatch>& micro_batch
                                                 communicator_->world_size());
   last_forward_ms_ = last_backward_ms_ = 0.0;
   stepped_.assign(units_.size(), false);
+  normed_.assign(units_.size(), false);
   for (size_t k = 0; k < micro_batches.size(); ++k) {
     // Only the last micro-batch completes the gradient sums.
-    early_ = k + 1 == micro_batches.size() ? early : nullptr;
+    last_micro_batch_ = k + 1 == micro_batches.size();
+    early_ = last_micro_batch_ ? early : nullptr;
     Status status = RunMicroBatch(micro_batches[k], static_cast<int>(k), dloss,
                                   &last_forward_ms_, &last_backward_ms_);
+    last_micro_batch_ = false;
     early_ = nullptr;
     RETURN_IF_ERROR(status);
   }
   return GlobalMeanLoss(static_cast<int>(micro_batches.size()));
+}
+
+Status Engine::NormPart(int unit) {
+  const UnitState& state = units_[unit];
+  const ShardRange range = OwnedRange(state, communicator_->rank());
+  const size_t first = components_.sharded_optimizer ? 0 : range.begin;
+  float* slot = norms_device_.as<float>() + communicator_->rank() * units_.size() + unit;
+  return components_.grad_home->SquaredNorm(unit, first, range.end - range.begin, slot)
+      .status();
 }
 
 StatusOr<double> Engine::ClipScale(double* grad_norm) {
@@ -252,16 +271,11 @@ StatusOr<double> Engine::ClipScale(double* grad_norm) {
   const int rank = communicator_->rank();
   const int world = communicator_->world_size();
   float* mine = norms_device_.as<float>() + rank * num_units;
-  Stream* norm_stream = compute_.get();
   for (int u = 0; u < num_units; ++u) {
-    const UnitState& state = units_[u];
-    const ShardRange range = OwnedRange(state, rank);
-    const size_t first = components_.sharded_optimizer ? 0 : range.begin;
-    ASSIGN_OR_RETURN(norm_stream, components_.grad_home->SquaredNorm(u, first,
-                                                                     range.end - range.begin,
-                                                                     mine + u));
+    if (!normed_[u]) RETURN_IF_ERROR(NormPart(u));
   }
-  RETURN_IF_ERROR(norm_stream->Synchronize());
+  RETURN_IF_ERROR(compute_->Synchronize());
+  RETURN_IF_ERROR(host_->Synchronize());
   RETURN_IF_ERROR(communicator_->AllGather(mine, norms_device_.data(), num_units, DType::kF32,
                                            *comm_));
   RETURN_IF_ERROR(device_->CopyAsync(norms_host_.data(), norms_device_.data(),

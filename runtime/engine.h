@@ -65,9 +65,6 @@ class Engine {
   // Forward and backward only: gradients summed into the fp32 gradient state, no step.
   // Returns the mean loss. The gradient state is zeroed first.
   StatusOr<double> ComputeGradients(const std::vector<MicroBatch>& micro_batches);
-
-  // Bytes of the host tier by state kind after set-up (pinned with CUDA).
-  const PoolStats& host_state() const { return host_state_; }
   // Mean loss of one micro-batch, no backward.
   StatusOr<double> EvalLoss(const MicroBatch& batch);
 
@@ -95,6 +92,8 @@ class Engine {
                        double* backward_ms);
   Status RunStage(int stage, bool backward, int* access);
   StatusOr<double> ClipScale(double* grad_norm);
+  // Enqueues the sum of squares of the unit's owned gradient into norms_device_.
+  Status NormPart(int unit);
   // Mean of the per-rank means of this rank's losses_host_ over `micro_batches`.
   StatusOr<double> GlobalMeanLoss(int micro_batches);
   StatusOr<std::vector<float>> ReadFull(int unit, const Buffer& state_buffer);
@@ -110,9 +109,11 @@ class Engine {
   std::unique_ptr<Stream> comm_;
   std::unique_ptr<Stream> copy_;
   std::unique_ptr<Stream> host_;
+  bool last_micro_batch_ = false;      // the running micro-batch completes the sums
   const AdamParams* early_ = nullptr;  // set while a step's last micro-batch runs
   std::vector<bool> stepped_;          // units whose sub-step was enqueued early
-  PoolStats host_state_;  std::vector<UnitState> units_;
+  std::vector<bool> normed_;           // units whose norm part was enqueued early
+  std::vector<UnitState> units_;
   ZeroComponents components_;
   std::vector<UnitAccess> trace_;
   std::vector<int> last_backward_stage_;  // per unit: the stage whose backward finishes it

@@ -39,4 +39,20 @@ grep -q "/nonexistent/x.txt" "$tmp/nf.txt" || { cat "$tmp/nf.txt"; fail "error l
 "$strata" train --set model.preset=tiny --metrics /nonexistent/dir/m.jsonl > "$tmp/mf.txt" 2>&1
 [ $? -eq 1 ] || fail "unwritable metrics should exit 1"
 grep -q "/nonexistent/dir/m.jsonl" "$tmp/mf.txt" || fail "error lacks the metrics path"
+# Offload: a short run with the optimizer and grads on the host reports the host tier and
+# the optimizer's exposed time; an impossible placement is refused saying what would work.
+"$strata" train --set model.preset=tiny --set train.steps=2 --set train.seq_len=16 \
+  --set zero.stage=2 --set zero.optimizer_tier=host --set zero.grad_tier=host \
+  --metrics "$tmp/off.jsonl" > "$tmp/off.txt" 2>&1 || { cat "$tmp/off.txt"; fail "offload run failed"; }
+grep -q "host tier of rank 0 after set-up" "$tmp/off.txt" || fail "no host tier line"
+grep -q '"optimizer_exposed_ms":' "$tmp/off.jsonl" || fail "metrics lack optimizer_exposed_ms"
+"$strata" train --set model.preset=tiny --set zero.stage=1 --set zero.param_tier=host \
+  > "$tmp/place.txt" 2>&1
+[ $? -eq 1 ] || fail "param_tier=host at stage 1 should exit 1"
+grep -q "set zero.stage=3" "$tmp/place.txt" || { cat "$tmp/place.txt"; fail "placement error lacks the fix"; }
+
+# bench offload runs end to end on a tiny model and prints its ratios.
+"$strata" bench offload --steps 1 --set model.preset=tiny --set train.seq_len=16 \
+  > "$tmp/bo.txt" 2>&1 || { cat "$tmp/bo.txt"; fail "bench offload failed"; }
+grep -q "exposed / standalone optimizer time" "$tmp/bo.txt" || { cat "$tmp/bo.txt"; fail "bench offload lacks its ratio"; }
 echo "PASS"
