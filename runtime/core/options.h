@@ -50,7 +50,7 @@ struct TrainOptions {
 };
 
 struct DeviceOptions {
-  std::string backend = "cpu";     // device.backend: "cpu" (later "cuda").
+  std::string backend = "cpu";     // device.backend: "cpu" | "cuda" (GPU = local rank).
   uint64_t memory_limit = 8ull << 30;  // device.memory_limit: device-tier capacity ("2GiB").
   int threads = 0;                 // device.threads: CPU kernel threads; 0 = all cores.
 };

@@ -93,7 +93,7 @@ const std::vector<KeySpec>& Keys() {
       {"train.log_every", +[](Options& o) { return &o.train.log_every; },
        "progress line every N steps; >= 1.", false},
       {"device.backend", +[](Options& o) { return &o.device.backend; },
-       "compute backend: cpu (cuda is not built yet).", false},
+       "compute backend: cpu | cuda (one GPU per local rank; needs a CUDA build).", false},
       {"device.memory_limit", +[](Options& o) { return &o.device.memory_limit; },
        "device-tier capacity: bytes or a size like 512MiB, 2GiB; > 0.", true},
       {"device.threads", +[](Options& o) { return &o.device.threads; },
@@ -571,13 +571,8 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
   at_least("train.log_every", train.log_every, 1);
 
   const DeviceOptions& device = options.device;
-  if (device.backend == "cuda") {
-    expect(false, "device.backend", "'cuda'",
-           "cpu (the cuda backend is not implemented in this build yet)");
-  } else {
-    expect(device.backend == "cpu", "device.backend", absl::StrCat("'", device.backend, "'"),
-           "cpu");
-  }
+  expect(device.backend == "cpu" || device.backend == "cuda", "device.backend",
+         absl::StrCat("'", device.backend, "'"), "cpu or cuda");
   expect(device.memory_limit > 0, "device.memory_limit", SizeText(device.memory_limit),
          "a size > 0");
   at_least("device.threads", device.threads, 0);
