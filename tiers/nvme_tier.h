@@ -1,0 +1,93 @@
+// NvmeTier: the rank's I/O thread over its NvmeStore, so that the engine's host thread and
+// the streams' host work can post extent reads and writes without blocking, and wait for
+// them by ticket. Requests on one extent (unit, kind) run in the order they were posted:
+// a read posted after a write sees that write, even when the write's bytes are only
+// ready later. A write may be posted "held" (its buffer is not filled yet) and Released
+// later from any thread: the position in the order is taken at Post. That is how the
+// optimizer reserves the write-back of an updated param shard before the next forward's
+// read of it is posted.
+// Errors: a failed request fails its ticket (Wait returns its status, naming unit, kind,
+// file and offset); the thread keeps serving other requests.
+// Thread-safety: every method may be called from any thread. Buffers must stay valid and
+// untouched until the ticket is done. Destruction drains everything posted (held writes
+// that were never released are dropped).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "tiers/nvme_store.h"
+
+namespace strata {
+
+class NvmeTier {
+ public:
+  using Ticket = uint64_t;
+  struct Part {
+    ExtentKind kind;
+    void* buffer;  // PaddedBytes(unit, kind) bytes, 4 KiB-aligned
+  };
+
+  static StatusOr<std::unique_ptr<NvmeTier>> Create(const NvmeStoreOptions& options,
+                                                    const std::vector<ExtentSpec>& extents);
+  ~NvmeTier();
+
+  // Posts a read (or write) of several extents of one unit; the ticket is done when all
+  // are. A held write waits for Release(ticket) before it is submitted.
+  Ticket Read(int unit, std::vector<Part> parts);
+  Ticket Write(int unit, std::vector<Part> parts, bool held = false);
+  void Release(Ticket ticket);
+  // Blocks until the ticket is done; returns its status.
+  Status Wait(Ticket ticket);
+  bool Done(Ticket ticket);
+  // Blocks until everything posted (and released) is done; the first error since the last
+  // Drain, if any.
+  Status Drain();
+
+  uint64_t PaddedBytes(int unit, ExtentKind kind) const { return store_->PaddedBytes(unit, kind); }
+  uint64_t disk_bytes() const { return store_->disk_bytes(); }
+  std::string engine_name() const { return store_->engine_name(); }
+  std::vector<std::string> files() const { return store_->files(); }
+  // Bytes moved so far, for benchmarks.
+  uint64_t bytes_read() const;
+  uint64_t bytes_written() const;
+
+ private:
+  struct Request {
+    Ticket ticket = 0;
+    int unit = 0;
+    bool write = false;
+    bool released = true;
+    std::vector<Part> parts;
+    size_t submitted = 0;  // parts handed to the store
+    size_t completed = 0;
+    Status status;
+  };
+  explicit NvmeTier(std::unique_ptr<NvmeStore> store);
+  Ticket Post(int unit, bool write, std::vector<Part> parts, bool held);
+  void Loop();
+  // True when nothing posted earlier on the same extents is still outstanding.
+  bool CanStart(const Request& request) const;
+  bool Outstanding(Ticket ticket) const;
+  void Finish(Request& request);
+
+  std::unique_ptr<NvmeStore> store_;
+  mutable std::mutex mutex_;
+  std::condition_variable work_cv_;  // the I/O thread sleeps on it
+  std::condition_variable done_cv_;  // waiters sleep on it
+  std::deque<Request> queue_;        // posted, not finished, in posting order
+  std::map<Ticket, Status> failed_;  // tickets that finished with an error
+  Ticket next_ticket_ = 1;
+  Status first_error_;
+  bool stopping_ = false;
+  uint64_t bytes_read_ = 0, bytes_written_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace strata
