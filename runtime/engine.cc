@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 
 namespace strata {
 namespace {
@@ -48,11 +49,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Options& options, Device*
 }
 
 Status Engine::SyncStreams() {
-  // Every stream, each to its end; the first error wins.
+  // Every stream, each to its end, then the state's write-backs; the first error wins.
   Status status;
   for (Stream* stream : {host_.get(), copy_.get(), comm_.get(), compute_.get()}) {
     status.Update(stream->Synchronize());
   }
+  if (components_.optimizer_home) status.Update(components_.optimizer_home->Flush());
   return status;
 }
 
@@ -306,6 +308,9 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   const GatherStats gather_before = components_.gatherer->stats();
   const double stall_before = compute_->stalled_ms();
   const double busy_before = components_.stepper->busy_ms();
+  NvmeTier* nvme = components_.nvme.get();
+  const uint64_t read_before = nvme ? nvme->bytes_read() : 0;
+  const uint64_t written_before = nvme ? nvme->bytes_written() : 0;
   AdamParams params;
   params.lr = lr;
   params.beta1 = options_.train.beta1;
@@ -333,6 +338,10 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   RETURN_IF_ERROR(compute_->Synchronize());
   result.optimizer_exposed_ms = MillisecondsSince(backward_end_);
   result.optimizer_ms = components_.stepper->busy_ms() - busy_before;
+  if (nvme) {
+    result.nvme_read_bytes = nvme->bytes_read() - read_before;
+    result.nvme_written_bytes = nvme->bytes_written() - written_before;
+  }
   const GatherStats gather_after = components_.gatherer->stats();
   result.gather.gathers = gather_after.gathers - gather_before.gathers;
   result.gather.deviations = gather_after.deviations - gather_before.deviations;
@@ -345,21 +354,15 @@ StatusOr<double> Engine::EvalLoss(const MicroBatch& batch) {
   return GlobalMeanLoss(1);
 }
 
-StatusOr<std::vector<float>> Engine::ReadFull(int unit, const Buffer& state_buffer) {
+StatusOr<std::vector<float>> Engine::ReadFull(int unit, const std::vector<float>& own_part) {
   const UnitState& state = units_[unit];
+  if (!components_.sharded_optimizer) return own_part;  // already the full unit
   std::vector<float> values(state.padded_elements);
-  if (!components_.sharded_optimizer) {
-    RETURN_IF_ERROR(device_->CopyAsync(values.data(), state_buffer.data(),
-                                       values.size() * sizeof(float), *compute_));
-    RETURN_IF_ERROR(SyncStreams());
-    return values;
-  }
   ASSIGN_OR_RETURN(Buffer full, device_->Allocate(Tier::kDevice, StateKind::kWorkspace,
                                                   values.size() * sizeof(float), "unit read-out"));
-  RETURN_IF_ERROR(SyncStreams());
-  // The own shard (device or host tier) into its place, then gathered in place.
+  // The own shard into its place, then gathered in place.
   float* own = full.as<float>() + communicator_->rank() * state.shard_elements;
-  RETURN_IF_ERROR(device_->CopyAsync(own, state_buffer.data(), state.shard_elements * sizeof(float),
+  RETURN_IF_ERROR(device_->CopyAsync(own, own_part.data(), state.shard_elements * sizeof(float),
                                      *comm_));
   RETURN_IF_ERROR(communicator_->AllGather(own, full.data(), state.shard_elements, DType::kF32,
                                            *comm_));
@@ -369,12 +372,25 @@ StatusOr<std::vector<float>> Engine::ReadFull(int unit, const Buffer& state_buff
   return values;
 }
 
+size_t Engine::StateElements(int unit) const {
+  const UnitState& state = units_[unit];
+  return components_.sharded_optimizer ? state.shard_elements : state.padded_elements;
+}
+
 StatusOr<std::vector<float>> Engine::ReadMaster(int unit) {
-  return ReadFull(unit, units_[unit].master);
+  RETURN_IF_ERROR(SyncStreams());
+  std::vector<float> own(StateElements(unit));
+  RETURN_IF_ERROR(components_.optimizer_home->LoadMaster(unit, own.data()));
+  return ReadFull(unit, own);
 }
 
 StatusOr<std::vector<float>> Engine::ReadGradients(int unit) {
-  return ReadFull(unit, units_[unit].grad_accum);
+  RETURN_IF_ERROR(SyncStreams());
+  std::vector<float> own(StateElements(unit));
+  RETURN_IF_ERROR(device_->CopyAsync(own.data(), units_[unit].grad_accum.data(),
+                                     own.size() * sizeof(float), *compute_));
+  RETURN_IF_ERROR(compute_->Synchronize());
+  return ReadFull(unit, own);
 }
 
 Status Engine::WriteMaster(int unit, const std::vector<float>& values) {
@@ -386,26 +402,39 @@ Status Engine::WriteMaster(int unit, const std::vector<float>& values) {
   RETURN_IF_ERROR(SyncStreams());
   const int rank = communicator_->rank();
   const ShardRange own = OwnedRange(state, rank);
-  // The master (full or own shard).
+  // The master (full or own shard), with fresh moments.
   const float* master_src = values.data() + (components_.sharded_optimizer ? own.begin : 0);
-  RETURN_IF_ERROR(device_->CopyAsync(state.master.data(), master_src, state.master.bytes(),
-                                     *compute_));
-  // The params (full, or the own shard for stage 3), cast from fp32 through a staging copy.
-  const size_t param_elements = state.params.bytes() / DTypeBytes(options_.train.dtype);
-  const float* param_src =
-      values.data() + (param_elements == state.padded_elements ? 0 : own.begin);
+  RETURN_IF_ERROR(components_.optimizer_home->StoreMaster(unit, master_src));
+  // The params (full, or the own shard for stage 3), cast from fp32 on the device.
+  const size_t element_bytes = DTypeBytes(options_.train.dtype);
+  const bool full = !components_.params_on_nvme && state.params.bytes() / element_bytes ==
+                                                       state.padded_elements;
+  const size_t param_elements = full ? state.padded_elements : state.shard_elements;
+  const float* param_src = values.data() + (full ? 0 : own.begin);
   ASSIGN_OR_RETURN(Buffer staging, device_->Allocate(Tier::kDevice, StateKind::kWorkspace,
                                                      param_elements * sizeof(float),
                                                      "parameter staging"));
   ASSIGN_OR_RETURN(Buffer cast, device_->Allocate(Tier::kDevice, StateKind::kWorkspace,
-                                                  state.params.bytes(), "parameter cast"));
+                                                  param_elements * element_bytes,
+                                                  "parameter cast"));
   RETURN_IF_ERROR(device_->CopyAsync(staging.data(), param_src, param_elements * sizeof(float),
                                      *compute_));
   RETURN_IF_ERROR(ops_->CastFromFloat(*compute_, cast.data(), staging.as<float>(),
                                       param_elements));
-  RETURN_IF_ERROR(device_->CopyAsync(state.params.data(), cast.data(), state.params.bytes(),
-                                     *compute_));
-  return compute_->Synchronize();
+  if (!components_.params_on_nvme) {
+    RETURN_IF_ERROR(device_->CopyAsync(state.params.data(), cast.data(), cast.bytes(),
+                                       *compute_));
+    return compute_->Synchronize();
+  }
+  // Param shard on nvme: through an aligned host buffer of the extent's padded size.
+  NvmeTier& nvme = *components_.nvme;
+  ASSIGN_OR_RETURN(Buffer host, device_->Allocate(Tier::kHost, StateKind::kWorkspace,
+                                                  nvme.PaddedBytes(unit, ExtentKind::kParams),
+                                                  "param shard write"));
+  std::memset(host.data(), 0, host.bytes());
+  RETURN_IF_ERROR(device_->CopyAsync(host.data(), cast.data(), cast.bytes(), *compute_));
+  RETURN_IF_ERROR(compute_->Synchronize());
+  return nvme.Wait(nvme.Write(unit, {{ExtentKind::kParams, host.data()}}));
 }
 
 }  // namespace strata

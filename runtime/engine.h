@@ -39,6 +39,8 @@ struct StepResult {
   double optimizer_exposed_ms = 0.0;
   GatherStats gather;      // stage 3: all-gathers, plan deviations, compute waits
   double compute_stall_ms = 0.0;  // compute stream blocked on other streams (collectives)
+  uint64_t nvme_read_bytes = 0;     // NVMe tier traffic posted during the step
+  uint64_t nvme_written_bytes = 0;
 };
 
 // One access of the trace: stage `stage` uses unit `unit` in the forward or backward.
@@ -72,8 +74,8 @@ class Engine {
   // sharded optimizer these gather the shards: every rank must call them together.
   StatusOr<std::vector<float>> ReadMaster(int unit);
   StatusOr<std::vector<float>> ReadGradients(int unit);
-  // Sets master weights (and the compute-dtype params) of one unit from its full values;
-  // each rank keeps the part it owns.
+  // Sets master weights (and the compute-dtype params) of one unit from its full values,
+  // with zeroed Adam moments; each rank keeps the part it owns.
   Status WriteMaster(int unit, const std::vector<float>& values);
 
   // The unit access trace of one micro-batch (forward then backward).
@@ -96,7 +98,10 @@ class Engine {
   Status NormPart(int unit);
   // Mean of the per-rank means of this rank's losses_host_ over `micro_batches`.
   StatusOr<double> GlobalMeanLoss(int micro_batches);
-  StatusOr<std::vector<float>> ReadFull(int unit, const Buffer& state_buffer);
+  // The full unit from this rank's part of it (all ranks call together when sharded).
+  StatusOr<std::vector<float>> ReadFull(int unit, const std::vector<float>& own_part);
+  // Elements of the unit's optimizer-side state on this rank (shard or full unit).
+  size_t StateElements(int unit) const;
   Status SyncStreams();
 
   Options options_;

@@ -198,6 +198,24 @@ class ShardedGatherer : public ParamGatherer {
     return absl::OkStatus();
   }
 
+  // Param shards live in `nvme`: each gather first reads the shard into one of
+  // `read_buffers` host buffers (so host memory holds that many shards ahead, whatever
+  // the model), then copies it up and gathers.
+  Status ReadFromNvme(NvmeTier* nvme, int read_buffers) {
+    nvme_ = nvme;
+    uint64_t bytes = 4096;
+    for (size_t u = 0; u < ctx_.units->size(); ++u) {
+      bytes = std::max(bytes, nvme->PaddedBytes(static_cast<int>(u), ExtentKind::kParams));
+    }
+    reads_.resize(read_buffers);
+    for (ReadBuffer& read : reads_) {
+      ASSIGN_OR_RETURN(read.buffer, ctx_.device->Allocate(Tier::kHost, StateKind::kParams, bytes,
+                                                          "param shard read-ahead"));
+      ASSIGN_OR_RETURN(read.copied, ctx_.device->CreateEvent());
+    }
+    return absl::OkStatus();
+  }
+
   GatherStats stats() const override { return stats_; }
 
  private:
@@ -218,7 +236,26 @@ class ShardedGatherer : public ParamGatherer {
                                       (*ctx_.layouts)[unit].name() + " gathered params"));
     r.full = std::make_shared<Buffer>(std::move(full));
     ASSIGN_OR_RETURN(r.ready, ctx_.device->CreateEvent());
-    if (state.params.tier() == Tier::kDevice) {
+    if (nvme_ != nullptr) {
+      // nvme -> host read-ahead buffer (I/O thread) -> own place in the full buffer (copy
+      // stream, once the read is done) -> gathered in place.
+      ReadBuffer& read = reads_[next_read_++ % reads_.size()];
+      RETURN_IF_ERROR(read.copied->Synchronize());  // its previous shard has gone up
+      const NvmeTier::Ticket ticket = nvme_->Read(unit, {{ExtentKind::kParams,
+                                                          read.buffer.data()}});
+      NvmeTier* nvme = nvme_;
+      ctx_.copy->EnqueueHost([nvme, ticket] { return nvme->Wait(ticket); });
+      void* own = Offset(r.full->data(), ctx_.communicator->rank() * state.shard_elements,
+                         ctx_.dtype);
+      RETURN_IF_ERROR(ctx_.device->CopyAsync(own, read.buffer.data(),
+                                             state.shard_elements * DTypeBytes(ctx_.dtype),
+                                             *ctx_.copy));
+      RETURN_IF_ERROR(ctx_.device->Record(*read.copied, *ctx_.copy));
+      RETURN_IF_ERROR(Join(*ctx_.device, *ctx_.comm, *ctx_.copy, *copied_));
+      RETURN_IF_ERROR(ctx_.communicator->AllGather(own, r.full->data(), state.shard_elements,
+                                                   ctx_.dtype, *ctx_.comm));
+      fresh_->pending[unit] = nullptr;  // the read is ordered after the write-back
+    } else if (state.params.tier() == Tier::kDevice) {
       // The shard is read after the optimizer's last update of it.
       RETURN_IF_ERROR(fresh_->WaitOn(*ctx_.device, *ctx_.comm, unit));
       RETURN_IF_ERROR(ctx_.communicator->AllGather(state.params.data(), r.full->data(),
@@ -256,6 +293,13 @@ class ShardedGatherer : public ParamGatherer {
   std::shared_ptr<FreshParams> fresh_;
   PrefetchPlan plan_;
   std::unique_ptr<Event> copied_;  // host shard copied to the device (copy -> comm)
+  struct ReadBuffer {
+    Buffer buffer;
+    std::unique_ptr<Event> copied;  // its shard copied to the device
+  };
+  NvmeTier* nvme_ = nullptr;
+  std::vector<ReadBuffer> reads_;
+  size_t next_read_ = 0;
   std::map<int, Resident> resident_;
   GatherStats stats_;
   LagLimiter lag_{ctx_.device, 1};
@@ -476,7 +520,35 @@ struct Placement {
   Tier optimizer = Tier::kDevice;
   Tier grads = Tier::kDevice;
   Tier params = Tier::kDevice;  // stage 3's param shards
+  bool optimizer_on_nvme = false;  // optimizer state in the NVMe tier (optimizer = kHost)
+  bool params_on_nvme = false;     // stage 3 param shards in the NVMe tier (no buffer)
 };
+
+// The rank's NVMe tier: per unit, the optimizer state extents (own shard, fp32) and, with
+// params on nvme, the param shard (compute dtype).
+StatusOr<std::unique_ptr<NvmeTier>> CreateNvmeTier(const Options& options,
+                                                   const ZeroContext& ctx,
+                                                   const Placement& placement) {
+  NvmeStoreOptions store;
+  store.dir = options.zero.nvme_dir;
+  store.rank = ctx.communicator->rank();
+  store.engine.engine = options.nvme.engine;
+  store.engine.queue_depth = options.nvme.queue_depth;
+  std::vector<ExtentSpec> extents;
+  const int world = ctx.communicator->world_size();
+  for (size_t u = 0; u < ctx.layouts->size(); ++u) {
+    const UnitLayout& unit = (*ctx.layouts)[u];
+    const uint64_t shard = unit.ShardElements(world);
+    const int id = static_cast<int>(u);
+    for (ExtentKind kind : {ExtentKind::kMaster, ExtentKind::kExpAvg, ExtentKind::kExpAvgSq}) {
+      extents.push_back({id, unit.name(), kind, shard * 4});
+    }
+    if (placement.params_on_nvme) {
+      extents.push_back({id, unit.name(), ExtentKind::kParams, shard * DTypeBytes(ctx.dtype)});
+    }
+  }
+  return NvmeTier::Create(store, extents);
+}
 
 Status AllocateState(const ZeroContext& ctx, const StageLayout& layout,
                      const Placement& placement) {
@@ -492,8 +564,11 @@ Status AllocateState(const ZeroContext& ctx, const StageLayout& layout,
     const size_t n_state = layout.sharded_state ? state.shard_elements : state.padded_elements;
     const std::string& name = unit.name();
     const Tier param_tier = layout.full_params ? Tier::kDevice : placement.params;
-    ASSIGN_OR_RETURN(state.params, AllocateZeroedIn(home, param_tier, StateKind::kParams,
-                                                    n_params * element_bytes, name + " params"));
+    if (layout.full_params || !placement.params_on_nvme) {
+      ASSIGN_OR_RETURN(state.params, AllocateZeroedIn(home, param_tier, StateKind::kParams,
+                                                      n_params * element_bytes,
+                                                      name + " params"));
+    }
     if (layout.persistent_grads) {
       ASSIGN_OR_RETURN(state.grads,
                        AllocateZeroed(ctx, StateKind::kGrads,
@@ -502,22 +577,24 @@ Status AllocateState(const ZeroContext& ctx, const StageLayout& layout,
     ASSIGN_OR_RETURN(state.grad_accum,
                      AllocateZeroedIn(home, placement.grads, StateKind::kGrads, n_state * 4,
                                       name + " fp32 grad accumulator"));
-    ASSIGN_OR_RETURN(state.master, AllocateZeroedIn(home, placement.optimizer,
-                                                    StateKind::kOptimizer, n_state * 4,
-                                                    name + " fp32 master"));
-    ASSIGN_OR_RETURN(state.exp_avg, AllocateZeroedIn(home, placement.optimizer,
-                                                     StateKind::kOptimizer, n_state * 4,
-                                                     name + " exp_avg"));
-    ASSIGN_OR_RETURN(state.exp_avg_sq, AllocateZeroedIn(home, placement.optimizer,
-                                                        StateKind::kOptimizer, n_state * 4,
-                                                        name + " exp_avg_sq"));
+    if (!placement.optimizer_on_nvme) {
+      ASSIGN_OR_RETURN(state.master, AllocateZeroedIn(home, placement.optimizer,
+                                                      StateKind::kOptimizer, n_state * 4,
+                                                      name + " fp32 master"));
+      ASSIGN_OR_RETURN(state.exp_avg, AllocateZeroedIn(home, placement.optimizer,
+                                                       StateKind::kOptimizer, n_state * 4,
+                                                       name + " exp_avg"));
+      ASSIGN_OR_RETURN(state.exp_avg_sq, AllocateZeroedIn(home, placement.optimizer,
+                                                          StateKind::kOptimizer, n_state * 4,
+                                                          name + " exp_avg_sq"));
+    }
     // Host staging of the offloaded optimizer.
     if (placement.grads == Tier::kHost) {
       ASSIGN_OR_RETURN(state.grad_landing,
                        AllocateZeroedIn(home, Tier::kHost, StateKind::kGrads,
                                         n_state * element_bytes, name + " grad landing"));
     }
-    if (placement.optimizer == Tier::kHost) {
+    if (placement.optimizer == Tier::kHost && !placement.optimizer_on_nvme) {
       if (placement.grads == Tier::kDevice) {
         ASSIGN_OR_RETURN(state.grad_staging,
                          AllocateZeroedIn(home, Tier::kHost, StateKind::kGrads, n_state * 4,
@@ -537,7 +614,7 @@ Status AllocateState(const ZeroContext& ctx, const StageLayout& layout,
 
 StatusOr<Tier> TierFromName(const std::string& key, const std::string& name) {
   if (name == "device") return Tier::kDevice;
-  if (name == "host") return Tier::kHost;
+  if (name == "host" || name == "nvme") return Tier::kHost;  // nvme: staged through host
   return absl::InvalidArgumentError(
       absl::StrCat(key, ": got '", name, "', expected device or host"));
 }
@@ -558,6 +635,12 @@ StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroCo
                    TierFromName("zero.optimizer_tier", options.zero.optimizer_tier));
   ASSIGN_OR_RETURN(placement.grads, TierFromName("zero.grad_tier", options.zero.grad_tier));
   ASSIGN_OR_RETURN(placement.params, TierFromName("zero.param_tier", options.zero.param_tier));
+  placement.optimizer_on_nvme = options.zero.optimizer_tier == "nvme";
+  placement.params_on_nvme = stage == 3 && options.zero.param_tier == "nvme";
+  if (placement.params_on_nvme && !placement.optimizer_on_nvme) {
+    return absl::InvalidArgumentError(
+        "zero.param_tier=nvme needs zero.optimizer_tier=nvme");
+  }
   const StageLayout layouts[4] = {
       {true, true, false},   // 0: everything replicated
       {true, true, true},    // 1: optimizer state sharded
@@ -573,9 +656,20 @@ StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroCo
 
   ZeroComponents components;
   const HomeContext home = ToHomeContext(context);
+  if (placement.optimizer_on_nvme) {
+    ASSIGN_OR_RETURN(components.nvme, CreateNvmeTier(options, context, placement));
+  }
   ASSIGN_OR_RETURN(components.grad_home, GradHome::Create(home, placement.grads));
-  ASSIGN_OR_RETURN(components.optimizer_home,
-                   OptimizerHome::Create(home, placement.optimizer, components.grad_home.get()));
+  if (placement.optimizer_on_nvme) {
+    ASSIGN_OR_RETURN(components.optimizer_home,
+                     OptimizerHome::CreateNvme(home, components.grad_home.get(),
+                                               components.nvme.get(), placement.params_on_nvme,
+                                               /*slots=*/3));
+  } else {
+    ASSIGN_OR_RETURN(components.optimizer_home,
+                     OptimizerHome::Create(home, placement.optimizer, components.grad_home.get()));
+  }
+  components.params_on_nvme = placement.params_on_nvme;
   components.sharded_optimizer = layouts[stage].sharded_state;
   if (stage == 3) {
     PrefetchPlanInput input;
@@ -586,8 +680,13 @@ StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroCo
     input.budget_bytes = context.prefetch_bytes;
     ASSIGN_OR_RETURN(PrefetchPlan plan, PlanPrefetch(input));
     ASSIGN_OR_RETURN(std::unique_ptr<Event> copied, context.device->CreateEvent());
-    components.gatherer = std::make_unique<ShardedGatherer>(context, fresh, std::move(plan),
-                                                            std::move(copied));
+    auto gatherer = std::make_unique<ShardedGatherer>(context, fresh, std::move(plan),
+                                                      std::move(copied));
+    if (placement.params_on_nvme) {
+      RETURN_IF_ERROR(gatherer->ReadFromNvme(components.nvme.get(),
+                                             options.nvme.read_ahead_units));
+    }
+    components.gatherer = std::move(gatherer);
   } else {
     components.gatherer = std::make_unique<ReplicatedGatherer>(context, fresh);
   }

@@ -25,6 +25,7 @@
 #include "runtime/core/device.h"
 #include "runtime/core/options.h"
 #include "runtime/unit_layout.h"
+#include "tiers/nvme_tier.h"
 #include "tiers/state_homes.h"
 #include "tiers/unit_state.h"
 
@@ -97,13 +98,16 @@ class OptimizerStepper {
 };
 
 struct ZeroComponents {
-  // Homes first: the components below point into them and are destroyed before them.
+  // The NVMe tier (optimizer or params on nvme), then the homes: the components below
+  // point into them and are destroyed before them.
+  std::unique_ptr<NvmeTier> nvme;
   std::unique_ptr<GradHome> grad_home;
   std::unique_ptr<OptimizerHome> optimizer_home;
   std::unique_ptr<ParamGatherer> gatherer;
   std::unique_ptr<GradientReducer> reducer;
   std::unique_ptr<OptimizerStepper> stepper;
   bool sharded_optimizer = false;  // master/m/v/grad_accum hold only the own shard
+  bool params_on_nvme = false;     // stage 3 param shards in `nvme` (UnitState::params empty)
 };
 
 // Allocates every unit's state for options.zero.stage in the tiers of the placement keys

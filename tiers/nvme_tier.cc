@@ -45,20 +45,26 @@ NvmeTier::~NvmeTier() {
 }
 
 NvmeTier::Ticket NvmeTier::Read(int unit, std::vector<Part> parts) {
-  return Post(unit, false, std::move(parts), false);
+  return Post(unit, false, std::move(parts), false, nullptr);
 }
 
 NvmeTier::Ticket NvmeTier::Write(int unit, std::vector<Part> parts, bool held) {
-  return Post(unit, true, std::move(parts), held);
+  return Post(unit, true, std::move(parts), held, nullptr);
 }
 
-NvmeTier::Ticket NvmeTier::Post(int unit, bool write, std::vector<Part> parts, bool held) {
+NvmeTier::Ticket NvmeTier::WriteAfter(int unit, std::vector<Part> parts, Event* release_after) {
+  return Post(unit, true, std::move(parts), release_after != nullptr, release_after);
+}
+
+NvmeTier::Ticket NvmeTier::Post(int unit, bool write, std::vector<Part> parts, bool held,
+                                Event* release_after) {
   std::lock_guard<std::mutex> lock(mutex_);
   Request request;
   request.ticket = next_ticket_++;
   request.unit = unit;
   request.write = write;
   request.released = !held;
+  request.release_after = release_after;
   request.parts = std::move(parts);
   const Ticket ticket = request.ticket;
   if (request.parts.empty() || request.parts.size() >= (1u << kPartBits)) {
@@ -144,6 +150,16 @@ void NvmeTier::Finish(Request& request) {
 void NvmeTier::Loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
+    // Holds whose event has completed are released.
+    bool watching = false;
+    for (Request& request : queue_) {
+      if (request.released || request.release_after == nullptr) continue;
+      if (request.release_after->Query()) {
+        request.released = true;
+      } else {
+        watching = true;
+      }
+    }
     // Submit what may start, in posting order.
     for (Request& request : queue_) {
       if (!request.released || request.submitted > 0 || !CanStart(request)) continue;
@@ -192,7 +208,11 @@ void NvmeTier::Loop() {
           return;
         }
       }
-      work_cv_.wait(lock);
+      if (watching) {
+        work_cv_.wait_for(lock, std::chrono::microseconds(200));
+      } else {
+        work_cv_.wait(lock);
+      }
       continue;
     }
     // Wait for at least one completion without holding the lock.

@@ -3,9 +3,11 @@
 // them by ticket. Requests on one extent (unit, kind) run in the order they were posted:
 // a read posted after a write sees that write, even when the write's bytes are only
 // ready later. A write may be posted "held" (its buffer is not filled yet) and Released
-// later from any thread: the position in the order is taken at Post. That is how the
-// optimizer reserves the write-back of an updated param shard before the next forward's
-// read of it is posted.
+// later from any thread, or when a device Event completes (polled by the I/O thread): the
+// position in the order is taken at Post. That is how the optimizer reserves the
+// write-back of its state and of an updated param shard before the next forward's read of
+// it is posted, and has it start as soon as its AdamW has run on the host stream. (Events
+// complete even on a failed stream, so such a write is never held forever.)
 // Errors: a failed request fails its ticket (Wait returns its status, naming unit, kind,
 // file and offset); the thread keeps serving other requests.
 // Thread-safety: every method may be called from any thread. Buffers must stay valid and
@@ -22,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/core/device.h"
 #include "tiers/nvme_store.h"
 
 namespace strata {
@@ -42,6 +45,9 @@ class NvmeTier {
   // are. A held write waits for Release(ticket) before it is submitted.
   Ticket Read(int unit, std::vector<Part> parts);
   Ticket Write(int unit, std::vector<Part> parts, bool held = false);
+  // A write held until `release_after`'s most recent record (made before this call) has
+  // completed. The event must outlive the ticket.
+  Ticket WriteAfter(int unit, std::vector<Part> parts, Event* release_after);
   void Release(Ticket ticket);
   // Blocks until the ticket is done; returns its status.
   Status Wait(Ticket ticket);
@@ -64,13 +70,14 @@ class NvmeTier {
     int unit = 0;
     bool write = false;
     bool released = true;
+    Event* release_after = nullptr;  // held until it completes
     std::vector<Part> parts;
     size_t submitted = 0;  // parts handed to the store
     size_t completed = 0;
     Status status;
   };
   explicit NvmeTier(std::unique_ptr<NvmeStore> store);
-  Ticket Post(int unit, bool write, std::vector<Part> parts, bool held);
+  Ticket Post(int unit, bool write, std::vector<Part> parts, bool held, Event* release_after);
   void Loop();
   // True when nothing posted earlier on the same extents is still outstanding.
   bool CanStart(const Request& request) const;

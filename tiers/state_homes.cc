@@ -21,12 +21,25 @@ StatusOr<std::vector<std::unique_ptr<Event>>> MakeEvents(Device& device, size_t 
   return events;
 }
 
+// The fp32 state one AdamW sub-step works on; each pointer is the unit element at
+// `state_offset` (see AdamOverRange).
+struct AdamState {
+  float* master;
+  const float* grads;
+  float* exp_avg;
+  float* exp_avg_sq;
+};
+
+AdamState StateOf(UnitState& state, const float* grads) {
+  return {state.master.as<float>(), grads, state.exp_avg.as<float>(),
+          state.exp_avg_sq.as<float>()};
+}
+
 // Runs AdamW over `range` of a unit tensor by tensor on `ops`/`stream`; `param_base` is the
 // params' element at range.begin.
 Status AdamOverRange(const HomeContext& ctx, Ops& ops, Stream& stream, int unit,
                      const AdamParams& params, ShardRange range, size_t state_offset,
-                     const float* grads, void* param_base) {
-  UnitState& state = (*ctx.units)[unit];
+                     const AdamState& state, void* param_base) {
   const size_t element_bytes = DTypeBytes(ctx.dtype);
   for (const TensorSpec& tensor : (*ctx.layouts)[unit].tensors()) {
     const size_t lo = std::max(range.begin, tensor.offset);
@@ -36,9 +49,8 @@ Status AdamOverRange(const HomeContext& ctx, Ops& ops, Stream& stream, int unit,
     if (!tensor.weight_decay) tensor_params.weight_decay = 0.0f;
     const size_t s = lo - state_offset;
     RETURN_IF_ERROR(ops.AdamW(stream, At(param_base, lo - range.begin, element_bytes),
-                              state.master.as<float>() + s, grads + s,
-                              state.exp_avg.as<float>() + s, state.exp_avg_sq.as<float>() + s,
-                              hi - lo, tensor_params));
+                              state.master + s, state.grads + s, state.exp_avg + s,
+                              state.exp_avg_sq + s, hi - lo, tensor_params));
   }
   return absl::OkStatus();
 }
@@ -170,6 +182,31 @@ class HostGradHome : public GradHome {
 
 // ---------------------------------------------------------------- optimizer homes
 
+// Master out of / into a unit's state buffers (any tier), through the compute stream.
+Status CopyMasterOut(const HomeContext& ctx, int unit, float* out) {
+  const UnitState& state = (*ctx.units)[unit];
+  RETURN_IF_ERROR(ctx.device->CopyAsync(out, state.master.data(), state.master.bytes(),
+                                        *ctx.compute));
+  return ctx.compute->Synchronize();
+}
+
+Status Zero(const HomeContext& ctx, Buffer& buffer) {
+  if (buffer.tier() == Tier::kHost) {
+    std::memset(buffer.data(), 0, buffer.bytes());
+    return absl::OkStatus();
+  }
+  return ctx.device->MemsetAsync(buffer.data(), 0, buffer.bytes(), *ctx.compute);
+}
+
+Status CopyMasterIn(const HomeContext& ctx, int unit, const float* values) {
+  UnitState& state = (*ctx.units)[unit];
+  RETURN_IF_ERROR(ctx.device->CopyAsync(state.master.data(), values, state.master.bytes(),
+                                        *ctx.compute));
+  RETURN_IF_ERROR(Zero(ctx, state.exp_avg));
+  RETURN_IF_ERROR(Zero(ctx, state.exp_avg_sq));
+  return ctx.compute->Synchronize();
+}
+
 // AdamW with the backend's kernels on the compute stream.
 class DeviceOptimizerHome : public OptimizerHome {
  public:
@@ -188,8 +225,9 @@ class DeviceOptimizerHome : public OptimizerHome {
     Stream& compute = *ctx_.compute;
     RETURN_IF_ERROR(ctx_.device->Wait(compute, grads_->ready(unit)));
     timer_.Start(compute);
+    UnitState& state = (*ctx_.units)[unit];
     RETURN_IF_ERROR(AdamOverRange(ctx_, *ctx_.ops, compute, unit, params, range, state_offset,
-                                  (*ctx_.units)[unit].grad_accum.as<float>(), param_dest));
+                                  StateOf(state, state.grad_accum.as<float>()), param_dest));
     timer_.Stop(compute);
     return ctx_.device->Record(*ready_[unit], compute);
   }
@@ -197,6 +235,10 @@ class DeviceOptimizerHome : public OptimizerHome {
   Event& params_ready(int unit) override { return *ready_[unit]; }
   Status WaitSteps() override { return ctx_.compute->Synchronize(); }
   double busy_ms() const override { return timer_.ms(); }
+  Status LoadMaster(int unit, float* out) override { return CopyMasterOut(ctx_, unit, out); }
+  Status StoreMaster(int unit, const float* values) override {
+    return CopyMasterIn(ctx_, unit, values);
+  }
 
  private:
   HomeContext ctx_;
@@ -242,7 +284,7 @@ class HostOptimizerHome : public OptimizerHome {
     }
     timer_.Start(host);
     RETURN_IF_ERROR(AdamOverRange(ctx_, *ctx_.host_ops, host, unit, params, range, state_offset,
-                                  grads, out));
+                                  StateOf(state, grads), out));
     timer_.Stop(host);
     RETURN_IF_ERROR(device.Record(*stepped_[unit], host));
     if (param_tier == Tier::kHost) return device.Record(*ready_[unit], host);
@@ -255,12 +297,139 @@ class HostOptimizerHome : public OptimizerHome {
   Event& params_ready(int unit) override { return *ready_[unit]; }
   Status WaitSteps() override { return ctx_.host->Synchronize(); }
   double busy_ms() const override { return timer_.ms(); }
+  Status LoadMaster(int unit, float* out) override { return CopyMasterOut(ctx_, unit, out); }
+  Status StoreMaster(int unit, const float* values) override {
+    return CopyMasterIn(ctx_, unit, values);
+  }
 
  private:
   HomeContext ctx_;
   GradHome* grads_;
   std::vector<std::unique_ptr<Event>> stepped_;  // AdamW of the unit done (host stream)
   std::vector<std::unique_ptr<Event>> ready_;    // params in place
+  std::unique_ptr<Event> join_;
+  StreamTimer timer_;
+};
+
+// ZeRO-Infinity: the state lives in the NVMe tier; a sub-step runs through one of a few
+// host slots: read (master, m, v) -> CPU Adam on the host stream -> write back (and the
+// param shard: copied to the device, or written to nvme). Sub-steps enqueued one after the
+// other overlap: the read of unit u+1 runs while u is stepped and u-1 is written back.
+class NvmeOptimizerHome : public OptimizerHome {
+ public:
+  struct Slot {
+    Buffer master, exp_avg, exp_avg_sq, grads, params;
+    std::unique_ptr<Event> stepped;  // AdamW done (host stream)
+    std::unique_ptr<Event> copied;   // params copied out to the device (copy stream)
+    NvmeTier::Ticket write_back = 0;
+  };
+
+  NvmeOptimizerHome(const HomeContext& ctx, GradHome* grads, NvmeTier* nvme,
+                    bool params_on_nvme, std::vector<Slot> slots,
+                    std::vector<std::unique_ptr<Event>> ready, std::unique_ptr<Event> join)
+      : ctx_(ctx), grads_(grads), nvme_(nvme), params_on_nvme_(params_on_nvme),
+        slots_(std::move(slots)), ready_(std::move(ready)), join_(std::move(join)) {}
+
+  ~NvmeOptimizerHome() override {
+    // Write-backs read the slots: they must be done before the slots go.
+    nvme_->Drain().IgnoreError();
+  }
+
+  Tier tier() const override { return Tier::kHost; }
+
+  Status Step(int unit, const AdamParams& params, ShardRange range, size_t state_offset,
+              void* param_dest, Tier param_tier) override {
+    UnitState& state = (*ctx_.units)[unit];
+    Device& device = *ctx_.device;
+    Stream& host = *ctx_.host;
+    Stream& copy = *ctx_.copy;
+    const size_t n = range.end - range.begin;
+    if (range.begin != state_offset || n * sizeof(float) > slots_[0].master.bytes()) {
+      return absl::InternalError("nvme optimizer: a sub-step must cover one owned shard");
+    }
+    // The next slot, once its previous unit is written back and copied out.
+    Slot& slot = slots_[next_slot_++ % slots_.size()];
+    if (slot.write_back != 0) RETURN_IF_ERROR(nvme_->Wait(slot.write_back));
+    RETURN_IF_ERROR(slot.copied->Synchronize());
+    const NvmeTier::Ticket load = nvme_->Read(unit, {{ExtentKind::kMaster, slot.master.data()},
+                                                     {ExtentKind::kExpAvg, slot.exp_avg.data()},
+                                                     {ExtentKind::kExpAvgSq,
+                                                      slot.exp_avg_sq.data()}});
+    const float* grads = state.grad_accum.as<float>();
+    if (grads_->tier() != Tier::kHost) {
+      RETURN_IF_ERROR(device.Wait(copy, grads_->ready(unit)));
+      RETURN_IF_ERROR(device.CopyAsync(slot.grads.data(), state.grad_accum.data(),
+                                       n * sizeof(float), copy));
+      RETURN_IF_ERROR(Join(device, host, copy, *join_));
+      grads = slot.grads.as<float>();
+    } else {
+      RETURN_IF_ERROR(device.Wait(host, grads_->ready(unit)));
+    }
+    NvmeTier* nvme = nvme_;
+    host.EnqueueHost([nvme, load] { return nvme->Wait(load); });
+    void* out = param_tier == Tier::kHost && !params_on_nvme_ ? param_dest : slot.params.data();
+    timer_.Start(host);
+    RETURN_IF_ERROR(AdamOverRange(ctx_, *ctx_.host_ops, host, unit, params, range, state_offset,
+                                  {slot.master.as<float>(), grads, slot.exp_avg.as<float>(),
+                                   slot.exp_avg_sq.as<float>()},
+                                  out));
+    timer_.Stop(host);
+    RETURN_IF_ERROR(device.Record(*slot.stepped, host));
+    // The write-back takes its place in the extents' order now (before any later read of
+    // them), and starts once the AdamW has run.
+    std::vector<NvmeTier::Part> parts = {{ExtentKind::kMaster, slot.master.data()},
+                                         {ExtentKind::kExpAvg, slot.exp_avg.data()},
+                                         {ExtentKind::kExpAvgSq, slot.exp_avg_sq.data()}};
+    if (params_on_nvme_) parts.push_back({ExtentKind::kParams, slot.params.data()});
+    slot.write_back = nvme_->WriteAfter(unit, std::move(parts), slot.stepped.get());
+    if (params_on_nvme_ || param_tier == Tier::kHost) {
+      return device.Record(*ready_[unit], host);
+    }
+    RETURN_IF_ERROR(device.Wait(copy, *slot.stepped));
+    RETURN_IF_ERROR(device.CopyAsync(param_dest, slot.params.data(), n * DTypeBytes(ctx_.dtype),
+                                     copy));
+    RETURN_IF_ERROR(device.Record(*slot.copied, copy));
+    return device.Record(*ready_[unit], copy);
+  }
+
+  Event& params_ready(int unit) override { return *ready_[unit]; }
+  Status WaitSteps() override { return ctx_.host->Synchronize(); }
+  double busy_ms() const override { return timer_.ms(); }
+
+  Status LoadMaster(int unit, float* out) override {
+    Slot& slot = slots_[0];
+    RETURN_IF_ERROR(Flush());
+    RETURN_IF_ERROR(nvme_->Wait(nvme_->Read(unit, {{ExtentKind::kMaster, slot.master.data()}})));
+    std::memcpy(out, slot.master.data(), StateBytes(unit));
+    return absl::OkStatus();
+  }
+
+  Status StoreMaster(int unit, const float* values) override {
+    Slot& slot = slots_[0];
+    RETURN_IF_ERROR(Flush());
+    std::memcpy(slot.master.data(), values, StateBytes(unit));
+    std::memset(slot.exp_avg.data(), 0, slot.exp_avg.bytes());
+    return nvme_->Wait(nvme_->Write(unit, {{ExtentKind::kMaster, slot.master.data()},
+                                           {ExtentKind::kExpAvg, slot.exp_avg.data()},
+                                           {ExtentKind::kExpAvgSq, slot.exp_avg.data()}}));
+  }
+
+  Status Flush() override {
+    RETURN_IF_ERROR(ctx_.host->Synchronize());
+    RETURN_IF_ERROR(ctx_.copy->Synchronize());
+    return nvme_->Drain();
+  }
+
+ private:
+  size_t StateBytes(int unit) const { return (*ctx_.units)[unit].shard_elements * sizeof(float); }
+
+  HomeContext ctx_;
+  GradHome* grads_;
+  NvmeTier* nvme_;
+  bool params_on_nvme_;
+  std::vector<Slot> slots_;
+  size_t next_slot_ = 0;
+  std::vector<std::unique_ptr<Event>> ready_;
   std::unique_ptr<Event> join_;
   StreamTimer timer_;
 };
@@ -336,6 +505,48 @@ StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::Create(const HomeContext
   ASSIGN_OR_RETURN(std::unique_ptr<Event> join, ctx.device->CreateEvent());
   return std::unique_ptr<OptimizerHome>(new HostOptimizerHome(
       ctx, grads, std::move(stepped), std::move(ready), std::move(join)));
+}
+
+StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::CreateNvme(const HomeContext& ctx,
+                                                                   GradHome* grads,
+                                                                   NvmeTier* nvme,
+                                                                   bool params_on_nvme,
+                                                                   int slots) {
+  RETURN_IF_ERROR(CheckContext(ctx));
+  if (grads == nullptr || nvme == nullptr || slots < 1) {
+    return absl::InvalidArgumentError("an nvme optimizer home needs grads, a tier and slots");
+  }
+  // Slots sized for the largest unit's extents (4 KiB-padded for O_DIRECT).
+  uint64_t state_bytes = 0, param_bytes = 0;
+  for (size_t u = 0; u < ctx.units->size(); ++u) {
+    state_bytes = std::max(state_bytes, nvme->PaddedBytes(u, ExtentKind::kMaster));
+    param_bytes = std::max<uint64_t>(
+        param_bytes, params_on_nvme ? nvme->PaddedBytes(u, ExtentKind::kParams)
+                                    : (*ctx.units)[u].shard_elements * DTypeBytes(ctx.dtype));
+  }
+  if (state_bytes == 0) return absl::InvalidArgumentError("nvme tier without optimizer extents");
+  std::vector<NvmeOptimizerHome::Slot> all(slots);
+  for (int i = 0; i < slots; ++i) {
+    NvmeOptimizerHome::Slot& slot = all[i];
+    const std::string name = absl::StrCat("nvme optimizer slot ", i);
+    for (Buffer* buffer : {&slot.master, &slot.exp_avg, &slot.exp_avg_sq}) {
+      ASSIGN_OR_RETURN(*buffer, AllocateZeroedIn(ctx, Tier::kHost, StateKind::kOptimizer,
+                                                 state_bytes, name));
+    }
+    if (grads->tier() != Tier::kHost) {
+      ASSIGN_OR_RETURN(slot.grads, AllocateZeroedIn(ctx, Tier::kHost, StateKind::kGrads,
+                                                    state_bytes, name + " grads"));
+    }
+    ASSIGN_OR_RETURN(slot.params, AllocateZeroedIn(ctx, Tier::kHost, StateKind::kParams,
+                                                   std::max<uint64_t>(param_bytes, 4096),
+                                                   name + " params"));
+    ASSIGN_OR_RETURN(slot.stepped, ctx.device->CreateEvent());
+    ASSIGN_OR_RETURN(slot.copied, ctx.device->CreateEvent());
+  }
+  ASSIGN_OR_RETURN(auto ready, MakeEvents(*ctx.device, ctx.units->size()));
+  ASSIGN_OR_RETURN(std::unique_ptr<Event> join, ctx.device->CreateEvent());
+  return std::unique_ptr<OptimizerHome>(new NvmeOptimizerHome(
+      ctx, grads, nvme, params_on_nvme, std::move(all), std::move(ready), std::move(join)));
 }
 
 }  // namespace strata

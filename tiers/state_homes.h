@@ -22,6 +22,7 @@
 #include "kernels/ops.h"
 #include "runtime/core/device.h"
 #include "runtime/unit_layout.h"
+#include "tiers/nvme_tier.h"
 #include "tiers/unit_state.h"
 
 namespace strata {
@@ -78,7 +79,18 @@ class OptimizerHome {
   // `grads` must outlive the home.
   static StatusOr<std::unique_ptr<OptimizerHome>> Create(const HomeContext& ctx, Tier tier,
                                                          GradHome* grads);
+  // ZeRO-Infinity: master/exp_avg/exp_avg_sq of every unit live in `nvme` (extents of
+  // `state_elements[u]` fp32 each; with `params_on_nvme` also the param shards, compute
+  // dtype). A sub-step reads a unit's state into one of `slots` host buffer sets, steps it
+  // with the CPU Adam on the host stream and writes it back (and the updated param shard:
+  // to the device, or to nvme), so host memory holds `slots` units' state, whatever the
+  // model's size. `nvme` and `grads` must outlive the home.
+  static StatusOr<std::unique_ptr<OptimizerHome>> CreateNvme(const HomeContext& ctx,
+                                                             GradHome* grads, NvmeTier* nvme,
+                                                             bool params_on_nvme, int slots);
   virtual ~OptimizerHome() = default;
+  // Where the optimizer runs: kDevice (backend kernels) or kHost (the CPU Adam; its state
+  // in the host tier or on nvme).
   virtual Tier tier() const = 0;
 
   // One AdamW sub-step of `unit` over the unit elements `range`, tensor by tensor (weight
@@ -93,6 +105,12 @@ class OptimizerHome {
   virtual Status WaitSteps() = 0;
   // Milliseconds the AdamW sub-steps have run so far, in total (the standalone time).
   virtual double busy_ms() const = 0;
+  // The owned fp32 master of a unit (its state length), to or from host memory. Blocking;
+  // the streams must be idle. StoreMaster also zeroes the Adam moments (initial state).
+  virtual Status LoadMaster(int unit, float* out) = 0;
+  virtual Status StoreMaster(int unit, const float* values) = 0;
+  // Blocks until every write-back of state is on its tier; the first error, if any.
+  virtual Status Flush() { return absl::OkStatus(); }
 };
 
 }  // namespace strata

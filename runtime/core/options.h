@@ -65,14 +65,28 @@ struct ZeroOptions {
   float comm_timeout_s = 300.0f;  // zero.comm_timeout_s: a collective waiting longer fails.
   // zero.prefetch_bytes: stage 3: bytes of gathered parameters fetched ahead of need.
   uint64_t prefetch_bytes = 256ull << 20;
-  // Placement (ZeRO-Offload). zero.optimizer_tier: "device" | "host": where the fp32 master
-  // and Adam moments live and the optimizer runs (host: the SIMD CPU Adam, overlapped with
-  // backward). zero.grad_tier: "device" | "host": where the fp32 gradient shards are summed
-  // (host needs the optimizer on the host). zero.param_tier: "device" | "host": stage 3's
-  // param shards between uses (host needs stage 3 and the optimizer on the host).
+  // Placement (ZeRO-Offload, ZeRO-Infinity). zero.optimizer_tier: "device" | "host" |
+  // "nvme": where the fp32 master and Adam moments live (host and nvme: stepped by the SIMD
+  // CPU Adam, overlapped with backward; nvme: read, stepped and written back unit by unit
+  // through a few host buffers). zero.grad_tier: "device" | "host": where the fp32 gradient
+  // shards are summed (host needs the optimizer off the device). zero.param_tier: "device"
+  // | "host" | "nvme": stage 3's param shards between uses (host needs the optimizer on the
+  // host or nvme; nvme needs it on nvme).
   std::string optimizer_tier = "device";
   std::string grad_tier = "device";
   std::string param_tier = "device";
+  // zero.nvme_dir: directory of this rank's swap files (O_DIRECT-capable filesystem, not
+  // tmpfs); required when a tier is nvme.
+  std::string nvme_dir;
+};
+
+struct NvmeOptions {
+  // nvme.engine: "auto" (io_uring, else the pread pool, saying why) | "io_uring" | "pread".
+  std::string engine = "auto";
+  // nvme.read_ahead_units: stage 3 with param_tier=nvme: host buffers for param shards
+  // read ahead of their gather (bounds host memory; >= 1).
+  int read_ahead_units = 3;
+  int queue_depth = 32;  // nvme.queue_depth: requests in flight per rank (1..4096).
 };
 
 struct TiersOptions {
@@ -88,6 +102,7 @@ struct Options {
   DeviceOptions device;
   ZeroOptions zero;
   TiersOptions tiers;
+  NvmeOptions nvme;
 };
 
 }  // namespace strata

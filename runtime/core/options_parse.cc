@@ -107,21 +107,31 @@ const std::vector<KeySpec>& Keys() {
       {"zero.prefetch_bytes", +[](Options& o) { return &o.zero.prefetch_bytes; },
        "stage 3: bytes of gathered parameters fetched ahead of need; >= 0.", true},
       {"zero.optimizer_tier", +[](Options& o) { return &o.zero.optimizer_tier; },
-       "where fp32 master + Adam moments live and the optimizer runs: device | host "
-       "(host: CPU Adam, needs zero.stage >= 1).",
+       "where fp32 master + Adam moments live: device | host | nvme (host, nvme: CPU Adam, "
+       "need zero.stage >= 1).",
        false},
       {"zero.grad_tier", +[](Options& o) { return &o.zero.grad_tier; },
-       "where the fp32 gradient shards are summed: device | host (host needs "
-       "zero.optimizer_tier=host).",
+       "where the fp32 gradient shards are summed: device | host (host needs the optimizer "
+       "on host or nvme).",
        false},
       {"zero.param_tier", +[](Options& o) { return &o.zero.param_tier; },
-       "stage 3: where param shards live between uses: device | host (host needs "
-       "zero.stage=3 and zero.optimizer_tier=host).",
+       "stage 3: where param shards live between uses: device | host | nvme (host needs the "
+       "optimizer on host or nvme, nvme needs it on nvme).",
+       false},
+      {"zero.nvme_dir", +[](Options& o) { return &o.zero.nvme_dir; },
+       "directory of the swap files when a tier is nvme (O_DIRECT-capable, not tmpfs).",
        false},
       {"tiers.host_memory_limit", +[](Options& o) { return &o.tiers.host_memory_limit; },
        "host-tier capacity per rank (pinned with CUDA): a size like 16GiB; 0 = physical "
        "memory / ranks of this process.",
        true},
+      {"nvme.engine", +[](Options& o) { return &o.nvme.engine; },
+       "I/O engine of the nvme tier: auto (io_uring, else pread) | io_uring | pread.", false},
+      {"nvme.read_ahead_units", +[](Options& o) { return &o.nvme.read_ahead_units; },
+       "param_tier=nvme: param shards read ahead of their gather (host buffers); >= 1.",
+       false},
+      {"nvme.queue_depth", +[](Options& o) { return &o.nvme.queue_depth; },
+       "I/O requests in flight per rank; in [1, 4096].", false},
   };
   return *keys;
 }
@@ -134,6 +144,7 @@ constexpr Preset kPresets[] = {
     {"tiny", 2, 2, 64, 256, 64},
     {"small", 4, 4, 256, 50304, 256},
     {"gpt2-124m", 12, 12, 768, 50304, 1024},
+    {"gpt2-1.5b", 48, 25, 1600, 50304, 1024},  // GPT-2 XL; the GPU benchmark's big model
 };
 
 const Preset* FindPreset(const std::string& name) {
@@ -586,40 +597,58 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
          "> 0 seconds");
 
   // Placement: each tier key names a known tier, then the combinations that can run.
-  auto tier_ok = [&expect](const char* key, const std::string& value) {
-    const bool ok = value == "device" || value == "host";
+  auto tier_ok = [&expect](const char* key, const std::string& value, bool nvme_allowed) {
+    const bool ok = value == "device" || value == "host" || (nvme_allowed && value == "nvme");
     expect(ok, key, absl::StrCat("'", value, "'"),
-           value == "nvme" ? "device or host (the nvme tier is not built yet)" : "device or host");
+           nvme_allowed ? "device, host or nvme" : "device or host");
     return ok;
   };
-  const bool tiers_known = tier_ok("zero.optimizer_tier", zero.optimizer_tier) &
-                           tier_ok("zero.grad_tier", zero.grad_tier) &
-                           tier_ok("zero.param_tier", zero.param_tier);
+  const bool tiers_known = tier_ok("zero.optimizer_tier", zero.optimizer_tier, true) &
+                           tier_ok("zero.grad_tier", zero.grad_tier, false) &
+                           tier_ok("zero.param_tier", zero.param_tier, true);
   if (tiers_known) {
-    const bool host_optimizer = zero.optimizer_tier == "host";
-    if (host_optimizer && zero.stage == 0) {
-      problems->push_back(
-          "zero.optimizer_tier=host needs zero.stage >= 1 (the CPU optimizer steps owned "
-          "shards; at one rank stage 1 trains exactly like stage 0): set zero.stage=1");
+    const std::string& optimizer = zero.optimizer_tier;
+    const bool cpu_optimizer = optimizer != "device";
+    if (cpu_optimizer && zero.stage == 0) {
+      problems->push_back(absl::StrCat(
+          "zero.optimizer_tier=", optimizer,
+          " needs zero.stage >= 1 (the CPU optimizer steps owned shards; at one rank stage 1 "
+          "trains exactly like stage 0): set zero.stage=1"));
     }
-    if (zero.grad_tier == "host" && !host_optimizer) {
+    if (zero.grad_tier == "host" && !cpu_optimizer) {
       problems->push_back(
-          "zero.grad_tier=host needs zero.optimizer_tier=host (an optimizer on the device "
-          "reads its gradients on the device): set zero.optimizer_tier=host or "
+          "zero.grad_tier=host needs zero.optimizer_tier=host or nvme (an optimizer on the "
+          "device reads its gradients on the device): set zero.optimizer_tier=host or "
           "zero.grad_tier=device");
     }
-    if (zero.param_tier == "host" && zero.stage != 3) {
+    if (zero.param_tier != "device" && zero.stage != 3) {
       problems->push_back(absl::StrCat(
-          "zero.param_tier=host needs zero.stage=3 (stage ", zero.stage,
+          "zero.param_tier=", zero.param_tier, " needs zero.stage=3 (stage ", zero.stage,
           " keeps every unit's full parameters on the device): set zero.stage=3 or "
           "zero.param_tier=device"));
     }
-    if (zero.param_tier == "host" && !host_optimizer) {
+    if (zero.param_tier == "host" && !cpu_optimizer) {
       problems->push_back(
-          "zero.param_tier=host needs zero.optimizer_tier=host (the optimizer writes the "
-          "updated param shards where it runs): set zero.optimizer_tier=host");
+          "zero.param_tier=host needs zero.optimizer_tier=host or nvme (the optimizer writes "
+          "the updated param shards where it runs): set zero.optimizer_tier=host");
+    }
+    if (zero.param_tier == "nvme" && optimizer != "nvme") {
+      problems->push_back(
+          "zero.param_tier=nvme needs zero.optimizer_tier=nvme (the optimizer's write-back "
+          "stores the updated param shards): set zero.optimizer_tier=nvme");
+    }
+    if ((optimizer == "nvme" || zero.param_tier == "nvme") && zero.nvme_dir.empty()) {
+      problems->push_back(
+          "a tier is nvme but zero.nvme_dir is empty: set zero.nvme_dir to a directory on an "
+          "SSD (O_DIRECT-capable, not tmpfs)");
     }
   }
+  const NvmeOptions& nvme = options.nvme;
+  expect(nvme.engine == "auto" || nvme.engine == "io_uring" || nvme.engine == "pread",
+         "nvme.engine", absl::StrCat("'", nvme.engine, "'"), "auto, io_uring or pread");
+  at_least("nvme.read_ahead_units", nvme.read_ahead_units, 1);
+  expect(nvme.queue_depth >= 1 && nvme.queue_depth <= 4096, "nvme.queue_depth",
+         NumberText(nvme.queue_depth), "a depth in [1, 4096]");
 }
 
 }  // namespace

@@ -31,7 +31,9 @@ const std::vector<std::string> kAllKeys = {
     "train.log_every",    "device.backend",     "device.memory_limit",
     "device.threads",     "zero.stage",         "zero.world",
     "zero.comm_timeout_s", "zero.prefetch_bytes", "zero.optimizer_tier",
-    "zero.grad_tier",     "zero.param_tier",    "tiers.host_memory_limit",
+    "zero.grad_tier",     "zero.param_tier",    "zero.nvme_dir",
+    "tiers.host_memory_limit", "nvme.engine",   "nvme.read_ahead_units",
+    "nvme.queue_depth",
 };
 
 void ExpectOptionsEqual(const Options& got, const Options& want) {
@@ -112,7 +114,7 @@ TEST(ParseOptions, NoFileNoSetsGivesDefaults) {
 
 TEST(ParseOptions, ConfigKeysAreExactlyTheSpecKeys) {
   EXPECT_EQ(ConfigKeys(), kAllKeys);
-  EXPECT_EQ(ModelPresetNames(), (std::vector<std::string>{"tiny", "small", "gpt2-124m"}));
+  EXPECT_EQ(ModelPresetNames(), (std::vector<std::string>{"tiny", "small", "gpt2-124m", "gpt2-1.5b"}));
 }
 
 TEST(ParseOptions, PresetsSetModelDimensions) {
@@ -545,6 +547,8 @@ TEST(ValidatePlacement, RunnableCombinationsPass) {
       {"zero.stage=2", "zero.optimizer_tier=host"},  // sums on the device, copied at the step
       {"zero.stage=3", "zero.optimizer_tier=host", "zero.grad_tier=host",
        "zero.param_tier=host"},
+      {"zero.stage=3", "zero.optimizer_tier=nvme", "zero.param_tier=nvme", "zero.nvme_dir=/d"},
+      {"zero.stage=2", "zero.optimizer_tier=nvme", "zero.grad_tier=host", "zero.nvme_dir=/d"},
   };
   for (const auto& sets : ok) {
     EXPECT_TRUE(ParseOptions("", sets).ok()) << absl::StrJoin(sets, " ");
@@ -562,8 +566,14 @@ TEST(ValidatePlacement, EachImpossibleCombinationSaysWhatWouldWork) {
       {{"zero.stage=2", "zero.optimizer_tier=host", "zero.param_tier=host"},
        "zero.param_tier=host needs zero.stage=3"},
       {{"zero.stage=3", "zero.param_tier=host"}, "zero.param_tier=host needs zero.optimizer_tier=host"},
-      {{"zero.optimizer_tier=cpu"}, "zero.optimizer_tier: got 'cpu', expected device or host"},
-      {{"zero.param_tier=nvme"}, "the nvme tier is not built yet"},
+      {{"zero.optimizer_tier=cpu"}, "zero.optimizer_tier: got 'cpu', expected device, host or nvme"},
+      {{"zero.param_tier=ssd"}, "zero.param_tier: got 'ssd', expected device, host or nvme"},
+      {{"zero.grad_tier=nvme"}, "zero.grad_tier: got 'nvme', expected device or host"},
+      {{"zero.stage=3", "zero.optimizer_tier=host", "zero.param_tier=nvme",
+        "zero.nvme_dir=/x"}, "zero.param_tier=nvme needs zero.optimizer_tier=nvme"},
+      {{"zero.stage=1", "zero.optimizer_tier=nvme"}, "zero.nvme_dir is empty"},
+      {{"nvme.engine=spdk"}, "nvme.engine: got 'spdk', expected auto, io_uring or pread"},
+      {{"nvme.read_ahead_units=0"}, "nvme.read_ahead_units: got 0, expected >= 1"},
   };
   for (const Case& c : cases) {
     StatusOr<Options> parsed = ParseOptions("", c.sets);
