@@ -16,10 +16,19 @@ struct CommandArgs {
   int bench_steps = 3;              // bench: measured steps after one warm-up step
 };
 
+// `strata bench gpu` only (launch/bench_gpu.cc).
+struct GpuBenchArgs {
+  std::string presets = "gpt2-124m,gpt2-1.5b";  // --presets: models, comma-separated
+  double peak_tflops = 0.0;  // --peak-tflops: dense bf16 peak; 0 = from the GPU's name
+  std::string nvme_dir;      // --nvme-dir: for zero.param_tier=nvme; empty = $TMPDIR
+};
+
 Status RunTrain(const CommandArgs& args);
 Status RunBenchTrain(const CommandArgs& args);
 Status RunBenchZero(const CommandArgs& args);
 Status RunBenchOffload(const CommandArgs& args);
+// One GPU, bf16: tokens/s and MFU on device, offloaded and (where it exists) NVMe params.
+Status RunBenchGpu(const CommandArgs& args, const GpuBenchArgs& gpu);
 // `strata bench nvme --dir DIR [--size 1GiB] [--engine auto]`: nvme/disk_bench.h.
 Status RunBenchNvme(const std::string& dir, const std::string& size, const std::string& engine);
 

@@ -44,6 +44,20 @@ int main(int argc, char** argv) {
   bench_offload->add_option("--steps", args.bench_steps, "measured steps per configuration and round")
       ->check(CLI::Range(1, 1000));
 
+  strata::GpuBenchArgs gpu_args;
+  CLI::App* bench_gpu = bench->add_subcommand(
+      "gpu", "one GPU, bf16: tokens/s and MFU of gpt2-124m and gpt2-1.5b on device, with the "
+             "optimizer on the host (ratio), and with params on NVMe where available");
+  bench_gpu->add_option("--config", args.config_path, "JSON config file");
+  bench_gpu->add_option("--set", args.sets, "override one key (repeatable)");
+  bench_gpu->add_option("--steps", args.bench_steps, "measured steps per placement (default 5)")
+      ->check(CLI::Range(1, 1000));
+  bench_gpu->add_option("--presets", gpu_args.presets, "models, comma-separated");
+  bench_gpu->add_option("--peak-tflops", gpu_args.peak_tflops,
+                        "dense bf16 peak of the card in TFLOP/s (default: from its name)");
+  bench_gpu->add_option("--nvme-dir", gpu_args.nvme_dir,
+                        "directory for zero.param_tier=nvme (default $TMPDIR)");
+
   std::string nvme_dir;
   std::string nvme_size = "1GiB";
   std::string nvme_engine = "auto";
@@ -72,6 +86,10 @@ int main(int argc, char** argv) {
   else if (bench_train->parsed()) status = strata::RunBenchTrain(args);
   else if (bench_zero->parsed()) status = strata::RunBenchZero(args);
   else if (bench_offload->parsed()) status = strata::RunBenchOffload(args);
+  else if (bench_gpu->parsed()) {
+    if (bench_gpu->count("--steps") == 0) args.bench_steps = 5;
+    status = strata::RunBenchGpu(args, gpu_args);
+  }
   else if (bench_nvme->parsed()) status = strata::RunBenchNvme(nvme_dir, nvme_size, nvme_engine);
   else if (bench_adam->parsed()) status = strata::RunBenchAdam(adam_threads, adam_quick);
   if (!status.ok()) {

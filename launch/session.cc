@@ -1,17 +1,62 @@
 // Training session set-up and the per-step loop body; see session.h.
 #include "launch/session.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include "collectives/local_communicator.h"
+#include "collectives/nccl_communicator.h"
 #include "models/gpt/gpt.h"
+#include "runtime/cuda/cuda_device.h"
 #include "runtime/lr_schedule.h"
 
 namespace strata {
+namespace {
+
+// The ranks that share this node's GPUs: mpirun's local size, else the ranks as threads.
+int RanksOnThisNode(const Communicator& communicator) {
+  if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) {
+    return std::max(1, std::atoi(local));
+  }
+  return communicator.world_size();
+}
+
+// The NCCL communicator of this rank over `bootstrap`; see session.h.
+StatusOr<std::unique_ptr<Communicator>> CreateDeviceCommunicator(const Options& options,
+                                                                 Device& device,
+                                                                 Communicator& bootstrap) {
+  const int ranks_here = RanksOnThisNode(bootstrap);
+  ASSIGN_OR_RETURN(int gpus, CudaDeviceCount());
+  if (ranks_here > gpus) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "device.backend=cuda: ", ranks_here, " ranks on this node but ", gpus,
+        " GPU(s): NCCL needs one GPU per rank; use at most ", gpus,
+        " ranks per node (zero.world or mpirun -np)"));
+  }
+  NcclOptions nccl;
+  nccl.timeout_s = options.zero.comm_timeout_s;
+  nccl.fixed_order = true;  // bit-identical sums to the local and MPI communicators
+  StatusOr<std::unique_ptr<Communicator>> communicator =
+      CreateNcclCommunicator(device, bootstrap, nccl);
+  if (!communicator.ok()) {
+    return Annotate(communicator.status(),
+                    absl::StrCat("device.backend=cuda: setting up NCCL for ",
+                                 bootstrap.Describe()));
+  }
+  return communicator;
+}
+
+}  // namespace
 
 StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options& options,
                                                                    Communicator* communicator) {
   std::unique_ptr<TrainingSession> session(new TrainingSession(options, communicator));
+  // The backend first: a missing GPU (or CUDA build) fails before any data is read. Ranks
+  // as threads pick their GPU by rank; under mpirun by the node-local rank.
+  const int env_local_rank = LocalRankFromEnvironment();
+  const int local_rank = env_local_rank >= 0 ? env_local_rank : communicator->rank();
+  ASSIGN_OR_RETURN(session->backend_, CreateBackend(options, local_rank));
   const int global_rows = options.train.micro_batch * communicator->world_size();
   ASSIGN_OR_RETURN(session->dataset_, LoadTokens(options.data, options.model.vocab));
   ASSIGN_OR_RETURN(TokenSplits splits, SplitTokens(session->dataset_, options.data.val_fraction,
@@ -25,7 +70,10 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
                      BatchSampler::ForValidation(splits, global_rows, options.train.seq_len));
     session->val_sampler_.emplace(std::move(val));
   }
-  ASSIGN_OR_RETURN(session->backend_, CreateBackend(options));
+  if (options.device.backend == "cuda") {
+    ASSIGN_OR_RETURN(session->device_communicator_,
+                     CreateDeviceCommunicator(options, *session->backend_.device, *communicator));
+  }
   GptConfig config{options.model.layers, options.model.heads, options.model.channels,
                    options.model.vocab, options.model.max_seq_len};
   ASSIGN_OR_RETURN(session->model_, CreateGpt(config, options.train.dtype));
@@ -33,7 +81,7 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
                    Engine::Create(options, session->backend_.device.get(),
                                   session->backend_.ops.get(), session->backend_.host_ops.get(),
                                   session->model_.get(),
-                                  communicator));
+                                  &session->engine_communicator()));
   return session;
 }
 
@@ -81,7 +129,9 @@ StatusOr<StepReport> TrainingSession::Step(int step) {
     micro_batches.push_back({batch.inputs.data(), batch.targets.data()});
   }
   report.lr = LearningRate(options_.train, step);
-  ASSIGN_OR_RETURN(report.result, engine_->TrainStep(micro_batches, report.lr, step));
+  StatusOr<StepResult> result = engine_->TrainStep(micro_batches, report.lr, step);
+  if (!result.ok()) return AbortOnError(result.status());
+  report.result = *result;
   report.ms_per_step =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   report.tokens_per_s = tokens_per_step() / (report.ms_per_step / 1000.0);
@@ -101,10 +151,18 @@ StatusOr<double> TrainingSession::Validate() {
   double total = 0.0;
   for (int64_t k = 0; k < batches; ++k) {
     ASSIGN_OR_RETURN(Batch batch, RankRows(*val_sampler_, 0, k));
-    ASSIGN_OR_RETURN(double loss, engine_->EvalLoss({batch.inputs.data(), batch.targets.data()}));
-    total += loss;
+    StatusOr<double> loss = engine_->EvalLoss({batch.inputs.data(), batch.targets.data()});
+    if (!loss.ok()) return AbortOnError(loss.status());
+    total += *loss;
   }
   return total / static_cast<double>(batches);
+}
+
+Status TrainingSession::AbortOnError(const Status& status) {
+  if (!status.ok() && device_communicator_) {
+    device_communicator_->Abort(std::string(status.message()));
+  }
+  return status;
 }
 
 }  // namespace strata

@@ -1,6 +1,17 @@
 // A training session: everything `strata train` and `strata bench train` set up from
 // Options — backend (device + kernels), data splits and samplers, the GPT model and the
 // engine — and one call per optimizer step. Keeps the two commands on one code path.
+//
+// Communicators: the one passed to Create (local threads or MPI, from RunRanks) carries
+// host buffers. On device.backend=cpu the engine uses it directly. On device.backend=cuda
+// the engine's collectives run on device buffers, so the session creates an NCCL
+// communicator with it as the bootstrap (rank 0's ncclUniqueId goes through it; every rank
+// of it must create its session together) and hands the NCCL one to the engine, at every
+// world size (one rank: an NCCL communicator of one). NCCL needs one GPU per rank on a
+// node; more ranks than GPUs is refused before NCCL is set up.
+// Destruction order (members, reverse): batches, engine, model, samplers, NCCL
+// communicator, data, backend (Ops, then the Device), owned bootstrap communicator: every
+// user of the Device goes before it, and the engine before the communicator it uses.
 // Thread-safety: one host thread drives a session.
 #pragma once
 
@@ -44,6 +55,11 @@ class TrainingSession {
   StatusOr<double> Validate();
 
   const Options& options() const { return options_; }
+  // The communicator the engine's collectives use: the NCCL one on CUDA, else the one
+  // given to Create.
+  Communicator& engine_communicator() {
+    return device_communicator_ ? *device_communicator_ : *communicator_;
+  }
   const Model& model() const { return *model_; }
   Device& device() { return *backend_.device; }
   const TokenDataset& dataset() const { return dataset_; }
@@ -54,12 +70,19 @@ class TrainingSession {
   TrainingSession(const Options& options, Communicator* communicator)
       : options_(options), communicator_(communicator) {}
   StatusOr<Batch> RankRows(const BatchSampler& sampler, int64_t step, int64_t micro) const;
+  // With an NCCL communicator: a failed step aborts it, so the other ranks' collectives
+  // fail promptly instead of waiting for zero.comm_timeout_s (RunRanks aborts only the
+  // bootstrap communicator). Returns `status`.
+  Status AbortOnError(const Status& status);
 
   Options options_;
   Communicator* communicator_;
   std::unique_ptr<Communicator> owned_communicator_;  // CreateSingleRank only
-  Backend backend_;
+  Backend backend_;  // before every member that uses the Device or the Ops
   TokenDataset dataset_;
+  // device.backend=cuda: the NCCL communicator over communicator_ (after backend_: it
+  // needs the Device to outlive it; before engine_: the engine issues collectives on it).
+  std::unique_ptr<Communicator> device_communicator_;
   std::optional<BatchSampler> train_sampler_;
   std::optional<BatchSampler> val_sampler_;
   std::unique_ptr<Model> model_;

@@ -6,10 +6,57 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "runtime/core/cpu_device.h"
+#include "runtime/cuda/cuda_device.h"
 
 namespace strata {
+namespace {
+
+// "device.backend=cuda: <what>: <CUDA's reason>", keeping the code of `status`.
+Status CudaUnavailable(const Status& status, const std::string& what) {
+  return Status(status.code(),
+                absl::StrCat("device.backend=cuda: ", what, ": ", status.message(),
+                             " (device.backend=cpu runs without a GPU)"));
+}
+
+StatusOr<Backend> CreateCudaBackend(const Options& options, int local_rank) {
+  if (!BuiltWithCuda()) {
+    return absl::FailedPreconditionError(
+        "device.backend=cuda: this strata was built without CUDA (no CUDA toolkit found at "
+        "build time, or --config=nocuda); rebuild where nvcc is installed, or use "
+        "device.backend=cpu");
+  }
+  // Probe first: the count's error is CUDA's own reason (no driver, no device) and costs
+  // nothing, before any pool or kernel is set up.
+  StatusOr<int> count = CudaDeviceCount();
+  if (!count.ok()) return CudaUnavailable(count.status(), "no usable GPU");
+  if (*count <= 0) {
+    return absl::UnavailableError(
+        "device.backend=cuda: no usable GPU: CUDA sees 0 devices (check CUDA_VISIBLE_DEVICES "
+        "and nvidia-smi), or use device.backend=cpu");
+  }
+  CudaDeviceOptions device_options;
+  device_options.local_rank = std::max(0, local_rank);
+  device_options.device_memory_bytes = options.device.memory_limit;
+  device_options.host_memory_bytes = HostTierCapacity(options);
+  StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(device_options);
+  if (!device.ok()) {
+    return CudaUnavailable(device.status(),
+                           absl::StrCat("creating the device of local rank ", local_rank));
+  }
+  Backend backend;
+  backend.device = std::move(*device);
+  StatusOr<std::unique_ptr<Ops>> ops = CreateCudaOps(options.train.dtype);
+  if (!ops.ok()) return CudaUnavailable(ops.status(), "creating the CUDA kernels");
+  backend.ops = std::move(*ops);
+  ASSIGN_OR_RETURN(backend.host_ops, CreateCpuOps(options.train.dtype, options.device.threads));
+  return backend;
+}
+
+}  // namespace
 
 uint64_t HostTierCapacity(const Options& options) {
   if (options.tiers.host_memory_limit > 0) return options.tiers.host_memory_limit;
@@ -24,7 +71,13 @@ uint64_t HostTierCapacity(const Options& options) {
   return physical / std::max(1, sharers);
 }
 
-StatusOr<Backend> CreateBackend(const Options& options) {
+int LocalRankFromEnvironment() {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (local == nullptr || *local == '\0') return -1;
+  return std::max(0, std::atoi(local));
+}
+
+StatusOr<Backend> CreateBackend(const Options& options, int local_rank) {
   if (options.device.backend == "cpu") {
     CpuDeviceOptions device_options;
     device_options.device_memory_bytes = options.device.memory_limit;
@@ -35,8 +88,13 @@ StatusOr<Backend> CreateBackend(const Options& options) {
     ASSIGN_OR_RETURN(backend.host_ops, CreateCpuOps(options.train.dtype, options.device.threads));
     return backend;
   }
-  return absl::UnimplementedError(absl::StrCat("device.backend '", options.device.backend,
-                                               "' is not available in this build (use cpu)"));
+  if (options.device.backend == "cuda") return CreateCudaBackend(options, local_rank);
+  return absl::InvalidArgumentError(absl::StrCat("device.backend '", options.device.backend,
+                                                 "' is not a backend (cpu | cuda)"));
+}
+
+StatusOr<Backend> CreateBackend(const Options& options) {
+  return CreateBackend(options, std::max(0, LocalRankFromEnvironment()));
 }
 
 }  // namespace strata

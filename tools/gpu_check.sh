@@ -1,17 +1,36 @@
 #!/usr/bin/env bash
 # The one GPU check of strata, for a lent GPU machine (a bare machine with the CUDA toolkit
 # and NCCL, perhaps without the Debian packages): installs what is missing, shows the GPU,
-# runs every test tagged "gpu" built with CUDA, builds everything else with CUDA, and (later)
-# runs the GPU benchmark. Everything it prints also goes to $OUT/gpu_check.txt, or to
-# ./gpu_check_results.txt where OUT is unset, headed by the date and the git commit.
+# runs every test tagged "gpu" built with CUDA (the CUDA kernels against their CPU
+# references, the CUDA device, the NCCL communicator, and training on CUDA against the CPU
+# backend: //kernels/cuda, //runtime/cuda, //collectives:nccl_communicator_test,
+# //tests:gpu_training_test), then the GPU benchmark (`strata bench gpu`: tokens/s and MFU
+# of gpt2-124m and gpt2-1.5b on the device, offloaded, NVMe params where available), then
+# builds everything else with CUDA in the time left. Everything it prints also goes to
+# $OUT/gpu_check.txt, or to ./gpu_check_results.txt where OUT is unset, headed by the date
+# and the git commit; the benchmark's goal lines are repeated in the summary.
 #
 # The whole check keeps within 8 minutes (GPU_CHECK_BUDGET_S): each step runs under
-# `timeout` with what is left, tests first so that a slow full build cannot starve them.
-# Exit status: 0 when CUDA was detected, every gpu test passed and none skipped for want of
-# a GPU; 1 otherwise. Usage: tools/gpu_check.sh [extra bazel test flags]
+# `timeout` with what is left, in order of value: tests first (but never eating the
+# benchmark's reserve, GPU_CHECK_BENCH_RESERVE_S), then the benchmark (whose lines are
+# flushed as they come, so a cut-short run keeps its figures), then the full build.
+# GPU_CHECK_BENCH_STEPS sets the benchmark's measured steps (default 5).
+# Exit status: 0 when CUDA was detected, every gpu test passed, none skipped for want of a
+# GPU, each of the required gpu tests ran, and the benchmark completed; 1 otherwise.
+# Usage: tools/gpu_check.sh [extra bazel test flags]
 set -uo pipefail
 
 readonly BUDGET_S="${GPU_CHECK_BUDGET_S:-480}"
+readonly BENCH_RESERVE_S="${GPU_CHECK_BENCH_RESERVE_S:-150}"
+readonly BENCH_STEPS="${GPU_CHECK_BENCH_STEPS:-5}"
+# The gpu tests that must have run (a missing one means a BUILD or tag regression).
+readonly REQUIRED_TESTS=(
+  //kernels/cuda:cuda_ops_test
+  //runtime/cuda:cuda_device_test
+  //runtime/cuda:fill_kernel_test
+  //collectives:nccl_communicator_test
+  //tests:gpu_training_test
+)
 readonly START_S="$(date +%s)"
 if [ -n "${OUT:-}" ]; then
   mkdir -p "$OUT"
@@ -84,7 +103,19 @@ cuda_detected() {
   grep -q '^HAS_CUDA = True' "$defs"
 }
 
-export -f install_deps show_gpu show_toolkit cuda_detected
+# The GPU benchmark, on the binary the build step made. Its own --steps; the nvme
+# placement (where zero.param_tier=nvme exists) writes under a scratch directory.
+gpu_bench() {
+  local nvme_dir
+  nvme_dir="$(mktemp -d "${TMPDIR:-/tmp}/strata-gpu-bench.XXXXXX")"
+  bazel-bin/launch/strata bench gpu --steps "$BENCH_STEPS" --nvme-dir "$nvme_dir"
+  local status=$?
+  rm -rf "$nvme_dir"
+  return "$status"
+}
+
+export BENCH_STEPS
+export -f install_deps show_gpu show_toolkit cuda_detected gpu_bench
 
 main() {
   # @local_cuda looks in CUDA_PATH, else /usr/local/cuda; point it at the nvcc on PATH
@@ -112,11 +143,16 @@ main() {
   step "CUDA toolkit" 30 show_toolkit || failures+=("no nvcc")
 
   # Tests first: build only the gpu-tagged tests (with CUDA, the default where nvcc
-  # exists) and run them with their whole output.
-  local test_log
+  # exists) and run them with their whole output, leaving the benchmark its reserve. Never
+  # from a cache: a result cached where no GPU was (a skip that passed) proves nothing.
+  local test_log test_limit
   test_log="$(mktemp)"
-  step "bazel test: every test tagged gpu" 360 \
+  test_limit=$(($(remaining) - BENCH_RESERVE_S))
+  [ "$test_limit" -gt 300 ] && test_limit=300
+  [ "$test_limit" -lt 60 ] && test_limit=60
+  step "bazel test: every test tagged gpu" "$test_limit" \
     bazel test --keep_going --build_tests_only --test_tag_filters=gpu --test_output=all \
+    --nocache_test_results \
     --test_timeout=240 "$@" //... 2>&1 | tee "$test_log"
   tests_status="${PIPESTATUS[0]}"
   [ "$tests_status" -ne 0 ] && failures+=("bazel test of the gpu tests exited $tests_status")
@@ -135,21 +171,51 @@ main() {
     echo "FAIL: no gpu-tagged test ran"
     failures+=("no gpu test ran")
   fi
+  local required
+  for required in "${REQUIRED_TESTS[@]}"; do
+    if ! grep -qE "^${required}[[:space:]].*PASSED" "$test_log"; then
+      echo "FAIL: $required did not pass (or did not run)"
+      failures+=("$required did not pass")
+    fi
+  done
   rm -f "$test_log"
 
-  # Then every other target, compiled with CUDA, in the time left: the same options as the
+  # Then the GPU benchmark: the strata binary with CUDA (most objects are the tests'), and
+  # `strata bench gpu`, whose lines are flushed as they come.
+  local bench_log
+  bench_log="$(mktemp)"
+  if step "bazel build //launch:strata with CUDA" 120 bazel build "$@" //launch:strata; then
+    step "GPU benchmark: strata bench gpu --steps $BENCH_STEPS" 240 gpu_bench 2>&1 |
+      tee "$bench_log"
+    local bench_status="${PIPESTATUS[0]}"
+    [ "$bench_status" -ne 0 ] && failures+=("strata bench gpu exited $bench_status")
+  else
+    failures+=("building //launch:strata failed")
+  fi
+
+  # Last, every other target compiled with CUDA, in the time left: the same options as the
   # test step (so the analysis cache and the gpu tests' results stay) without
-  # --build_tests_only. A failure here fails the check too.
+  # --build_tests_only. A failure fails the check; running out of time only warns (CI
+  # compiles everything with CUDA too, without a GPU).
   step "bazel build //... with CUDA" 300 \
     bazel test --keep_going --test_tag_filters=gpu --test_output=errors --test_timeout=240 \
-    "$@" //... || failures+=("bazel build //... failed")
-
-  # PLACEHOLDER: the GPU benchmark (strata bench on the CUDA backend) goes here once it
-  # exists; give it its own limit and add its failure to `failures`.
-  step "GPU benchmark" 60 echo "GPU benchmark: not implemented yet"
+    "$@" //...
+  local build_status=$?
+  if [ "$build_status" -eq 124 ]; then
+    echo "WARNING: the full build ran out of the budget (not counted as a failure)"
+  elif [ "$build_status" -ne 0 ]; then
+    failures+=("bazel build //... failed")
+  fi
 
   echo
   echo "=== summary ($(($(date +%s) - START_S))s of ${BUDGET_S}s) ==="
+  echo "GPU benchmark:"
+  if grep -qE "^(GPU:|goals)" "$bench_log"; then
+    grep -E "^(GPU:|gpt2|  )" "$bench_log"
+  else
+    echo "  (no figures)"
+  fi
+  rm -f "$bench_log"
   if [ ${#failures[@]} -eq 0 ]; then
     echo "GPU CHECK PASSED"
     return 0

@@ -1,0 +1,200 @@
+// device.backend=cuda against the CPU backend: the same seed, data and options (only the
+// backend differs) must give the same loss trajectory over 10 steps of the tiny GPT.
+//
+// Tolerances, per step, |cuda - cpu| <= tol * |cpu|:
+// - fp32: 1e-4. Both backends sum in fixed orders and accumulate GEMMs in fp32 (cuBLAS
+//   without TF32), but the orders differ (cuBLAS tiles, warp reductions vs oneDNN and SIMD
+//   loops), so bits differ at the level of fp32 rounding; AdamW carries that from step to
+//   step without amplifying it much in 10 steps.
+// - bf16: 2e-2. Params and activations are rounded to bf16 (8 mantissa bits, relative
+//   step 2^-8 = 3.9e-3) after every op; a different accumulation order flips single
+//   roundings, and those differences reach the loss through every later op and step.
+// Placements: stages 0-3 with everything on the device (world 1), and ZeRO-Offload
+// (zero.optimizer_tier=host, zero.grad_tier=host) at stages 2 and 3, the latter also with
+// zero.param_tier=host, each with clipping on and off (off lets the host AdamW start during
+// backward). Where CUDA sees two GPUs or more, world 2 (ranks as threads, NCCL over the
+// local group) at stage 3 is compared too; with one GPU, world 2 must be refused clearly.
+// Without a usable GPU every comparison skips with the reason ("no usable GPU: ..."), and
+// only the fail-fast check runs: the backend factory and a session refuse
+// device.backend=cuda at once with a message naming it.
+// Tagged "gpu" (tools/gpu_check.sh runs it).
+#include <cmath>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "launch/ranks.h"
+#include "launch/session.h"
+#include "runtime/backend.h"
+#include "runtime/core/options_parse.h"
+#include "runtime/cuda/cuda_device.h"
+
+namespace strata {
+namespace {
+
+constexpr int kSteps = 10;
+
+// The number of usable GPUs, or 0 with *reason set.
+int UsableGpus(std::string* reason) {
+  StatusOr<int> count = CudaDeviceCount();
+  if (!count.ok()) {
+    *reason = std::string(count.status().message());
+    return 0;
+  }
+  if (*count <= 0) *reason = "CUDA sees no device";
+  return *count;
+}
+
+#define SKIP_WITHOUT_GPU(min_gpus)                                             \
+  do {                                                                         \
+    std::string reason;                                                        \
+    const int gpus = UsableGpus(&reason);                                      \
+    if (gpus == 0) GTEST_SKIP() << "no usable GPU: " << reason;                \
+    if (gpus < (min_gpus)) GTEST_SKIP() << "needs " << (min_gpus) << " GPUs"; \
+  } while (0)
+
+Options Make(const std::string& backend, const std::string& dtype, int world,
+             const std::vector<std::string>& extra) {
+  std::vector<std::string> sets = {
+      "model.preset=tiny",      "train.seq_len=32",      "train.micro_batch=4",
+      "train.grad_accum=2",     "train.lr=3e-3",         "train.warmup_steps=2",
+      "train.eval_every=0",     "zero.comm_timeout_s=60", "zero.prefetch_bytes=64KiB",
+      "device.memory_limit=1GiB", "tiers.host_memory_limit=1GiB",
+      "train.steps=" + std::to_string(kSteps), "train.dtype=" + dtype,
+      "zero.world=" + std::to_string(world), "device.backend=" + backend};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  StatusOr<Options> options = ParseOptions("", sets);
+  EXPECT_TRUE(options.ok()) << options.status();
+  return options.ok() ? *options : Options{};
+}
+
+struct TrainRun {
+  Status status;
+  std::vector<double> losses;  // rank 0
+  std::string device;          // rank 0's device description
+};
+
+TrainRun Train(const Options& options) {
+  TrainRun run;
+  std::mutex mutex;
+  run.status = RunRanks(options, [&](Communicator& communicator) -> Status {
+    ASSIGN_OR_RETURN(auto session, TrainingSession::Create(options, &communicator));
+    std::vector<double> losses;
+    for (int step = 0; step < options.train.steps; ++step) {
+      ASSIGN_OR_RETURN(StepReport report, session->Step(step));
+      losses.push_back(report.result.loss);
+    }
+    if (communicator.rank() == 0) {
+      std::lock_guard<std::mutex> lock(mutex);
+      run.losses = losses;
+      run.device = session->device().Describe();
+    }
+    return absl::OkStatus();
+  });
+  return run;
+}
+
+double Tolerance(const std::string& dtype) { return dtype == "bf16" ? 2e-2 : 1e-4; }
+
+// Trains on the CPU and on CUDA with the same options and compares every step's loss.
+void ExpectSameTrajectory(const std::string& dtype, int world,
+                          const std::vector<std::string>& extra) {
+  const std::string what = absl::StrCat(dtype, ", world ", world, ", ", absl::StrJoin(extra, " "));
+  SCOPED_TRACE(what);
+  const TrainRun cpu = Train(Make("cpu", dtype, world, extra));
+  ASSERT_TRUE(cpu.status.ok()) << cpu.status;
+  const TrainRun cuda = Train(Make("cuda", dtype, world, extra));
+  ASSERT_TRUE(cuda.status.ok()) << cuda.status;
+  ASSERT_EQ(cpu.losses.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(cuda.losses.size(), static_cast<size_t>(kSteps));
+  const double tolerance = Tolerance(dtype);
+  double worst = 0.0;
+  for (int step = 0; step < kSteps; ++step) {
+    const double relative = std::fabs(cuda.losses[step] - cpu.losses[step]) /
+                            std::max(1e-12, std::fabs(cpu.losses[step]));
+    worst = std::max(worst, relative);
+    EXPECT_LE(relative, tolerance) << "step " << step + 1 << ": cuda " << cuda.losses[step]
+                                   << " vs cpu " << cpu.losses[step];
+    EXPECT_TRUE(std::isfinite(cuda.losses[step]));
+  }
+  // Training must also train: the last loss below the first.
+  EXPECT_LT(cuda.losses.back(), cuda.losses.front());
+  std::printf("[%s on %s] first loss cpu %.6f cuda %.6f, last cpu %.6f cuda %.6f, worst "
+              "relative difference %.2e (tolerance %.0e)\n",
+              what.c_str(), cuda.device.c_str(), cpu.losses.front(), cuda.losses.front(),
+              cpu.losses.back(), cuda.losses.back(), worst, tolerance);
+}
+
+class GpuTraining : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuTraining, StagesOnDeviceMatchCpu) {
+  SKIP_WITHOUT_GPU(1);
+  for (int stage = 0; stage <= 3; ++stage) {
+    ExpectSameTrajectory(GetParam(), 1, {"zero.stage=" + std::to_string(stage)});
+  }
+}
+
+TEST_P(GpuTraining, OffloadMatchesCpu) {
+  SKIP_WITHOUT_GPU(1);
+  const std::vector<std::string> host = {"zero.optimizer_tier=host", "zero.grad_tier=host"};
+  for (const char* clip : {"train.grad_clip=1", "train.grad_clip=0"}) {
+    for (int stage : {2, 3}) {
+      std::vector<std::string> extra = host;
+      extra.push_back("zero.stage=" + std::to_string(stage));
+      extra.push_back(clip);
+      ExpectSameTrajectory(GetParam(), 1, extra);
+      if (stage == 3) {
+        extra.push_back("zero.param_tier=host");
+        ExpectSameTrajectory(GetParam(), 1, extra);
+      }
+    }
+  }
+}
+
+TEST_P(GpuTraining, TwoRanksOverNcclMatchCpu) {
+  SKIP_WITHOUT_GPU(2);
+  ExpectSameTrajectory(GetParam(), 2, {"zero.stage=3"});
+  ExpectSameTrajectory(GetParam(), 2, {"zero.stage=2", "zero.optimizer_tier=host",
+                                       "zero.grad_tier=host"});
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, GpuTraining, ::testing::Values("fp32", "bf16"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+TEST(GpuTrainingSetup, MoreRanksThanGpusIsRefused) {
+  SKIP_WITHOUT_GPU(1);
+  std::string reason;
+  const int gpus = UsableGpus(&reason);
+  const TrainRun run = Train(Make("cuda", "fp32", gpus + 1, {"zero.stage=1"}));
+  ASSERT_FALSE(run.status.ok());
+  EXPECT_THAT(std::string(run.status.message()), ::testing::HasSubstr("one GPU per rank"));
+}
+
+// Runs everywhere: without CUDA or a GPU the cuda backend is refused at once, naming it.
+TEST(GpuTrainingSetup, WithoutGpuFailsFastAndClearly) {
+  std::string reason;
+  if (UsableGpus(&reason) > 0) GTEST_SKIP() << "a GPU is usable here";
+  const Options options = Make("cuda", "fp32", 1, {});
+  StatusOr<Backend> backend = CreateBackend(options);
+  ASSERT_FALSE(backend.ok());
+  EXPECT_TRUE(backend.status().code() == absl::StatusCode::kUnavailable ||
+              backend.status().code() == absl::StatusCode::kFailedPrecondition)
+      << backend.status();
+  EXPECT_THAT(std::string(backend.status().message()),
+              ::testing::HasSubstr("device.backend=cuda"));
+  // The session says the same before reading data or building the model.
+  const TrainRun run = Train(options);
+  ASSERT_FALSE(run.status.ok());
+  EXPECT_THAT(std::string(run.status.message()), ::testing::HasSubstr("device.backend=cuda"));
+}
+
+}  // namespace
+}  // namespace strata
