@@ -9,6 +9,8 @@
 //   nvme     stage 3 with params and optimizer state on NVMe (zero.param_tier=nvme,
 //            zero.optimizer_tier=nvme, issue 5) under --nvme-dir: run only where those
 //            options parse, else one line says it is not available yet (and why)
+// Order: device and offload of every model, then the nvme placements (of the models in
+// --nvme-presets, default gpt2-124m: a 1.5B model pages ~22 GB through the disk per step).
 // Each placement runs one warm-up step, then --steps measured steps; the figures are their
 // means. Gradient clipping is off (train.grad_clip=0) in every placement, so the offloaded
 // AdamW of a unit may start during backward; --set train.grad_clip=1 measures the other case.
@@ -26,9 +28,12 @@
 // Without CUDA (build or GPU) it fails at once, before any model is built.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -181,9 +186,15 @@ Status RunBenchGpu(const CommandArgs& args, const GpuBenchArgs& gpu) {
     presets.emplace_back(p);
   }
   if (presets.empty()) return absl::InvalidArgumentError("--presets lists no model");
+  std::set<std::string> nvme_presets;
+  for (absl::string_view p : absl::StrSplit(gpu.nvme_presets, ',', absl::SkipEmpty())) {
+    nvme_presets.emplace(p);
+  }
   const std::string nvme_dir =
       !gpu.nvme_dir.empty() ? gpu.nvme_dir
                             : (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp");
+  std::error_code made_dir;
+  std::filesystem::create_directories(nvme_dir, made_dir);  // a failure shows at the nvme run
 
   const std::vector<Placement> placements = {
       {"device", "stage 1, everything on the GPU",
@@ -216,51 +227,60 @@ Status RunBenchGpu(const CommandArgs& args, const GpuBenchArgs& gpu) {
     bool nvme_available = false;
     std::string nvme_reason;
   };
-  std::vector<ModelResult> results;
   bool any_failed = false;
-  for (const std::string& preset : presets) {
-    ModelResult result;
-    result.preset = preset;
+  // Device and offload of every model first, then the NVMe placements (the slowest, and
+  // the least likely to fit a short budget), so a timeout cuts the least valuable runs.
+  std::vector<ModelResult> results(presets.size());
+  for (size_t m = 0; m < presets.size(); ++m) results[m].preset = presets[m];
+  const std::vector<std::pair<size_t, size_t>> order = [&] {
+    std::vector<std::pair<size_t, size_t>> runs;  // (model, placement)
+    for (size_t m = 0; m < presets.size(); ++m) runs.push_back({m, 0}), runs.push_back({m, 1});
+    for (size_t m = 0; m < presets.size(); ++m) runs.push_back({m, 2});
+    return runs;
+  }();
+  for (const auto& [m, p] : order) {
+    ModelResult& result = results[m];
+    const std::string& preset = result.preset;
+    const Placement& placement = placements[p];
+    if (p == 2 && !nvme_presets.count(preset)) {
+      result.nvme_reason = "not in --nvme-presets";
+      continue;
+    }
     const bool big = preset != "gpt2-124m" && preset != "small" && preset != "tiny";
-    std::vector<std::string> base = {
+    std::vector<std::string> sets = {
         "model.preset=" + preset, big ? "train.micro_batch=8" : "train.micro_batch=16",
         "train.seq_len=1024", "train.dtype=bf16", "train.grad_clip=0",
         // The CUDA device clips this to the GPU's free memory: the whole card.
         "device.memory_limit=1024GiB"};
-    base.insert(base.end(), args.sets.begin(), args.sets.end());
-    base.insert(base.end(), {"device.backend=cuda", "zero.world=1", "train.eval_every=0",
+    sets.insert(sets.end(), args.sets.begin(), args.sets.end());
+    sets.insert(sets.end(), {"device.backend=cuda", "zero.world=1", "train.eval_every=0",
                              "train.steps=1000000", "train.grad_accum=1"});
-    for (size_t p = 0; p < placements.size(); ++p) {
-      const Placement& placement = placements[p];
-      std::vector<std::string> sets = base;
-      sets.insert(sets.end(), placement.sets.begin(), placement.sets.end());
-      StatusOr<Options> options = ParseOptions(args.config_path, sets);
-      Measured* slot = p == 0 ? &result.device : p == 1 ? &result.offload : &result.nvme;
-      if (p == 2) {
-        if (!options.ok()) {
-          result.nvme_reason = std::string(options.status().message());
-          std::printf("%-10s %-8s stage 3 with params on NVMe: not available yet "
-                      "(zero.param_tier=nvme is issue 5)\n           (the options parser "
-                      "says: %s)\n",
-                      preset.c_str(), placement.name, result.nvme_reason.c_str());
-          std::fflush(stdout);
-          continue;
-        }
-        result.nvme_available = true;
-      } else if (!options.ok()) {
-        return Annotate(options.status(), absl::StrCat(preset, " ", placement.name));
+    sets.insert(sets.end(), placement.sets.begin(), placement.sets.end());
+    StatusOr<Options> options = ParseOptions(args.config_path, sets);
+    Measured* slot = p == 0 ? &result.device : p == 1 ? &result.offload : &result.nvme;
+    if (p == 2) {
+      if (!options.ok()) {
+        result.nvme_reason = std::string(options.status().message());
+        std::printf("%-10s %-8s stage 3 with params on NVMe: not available yet "
+                    "(zero.param_tier=nvme is issue 5)\n           (the options parser "
+                    "says: %s)\n",
+                    preset.c_str(), placement.name, result.nvme_reason.c_str());
+        std::fflush(stdout);
+        continue;
       }
-      *slot = RunPlacement(*options, args.bench_steps, &peak_tflops, &gpu_description);
-      if (!gpu_line_printed && !gpu_description.empty()) {
-        // Once, as soon as the first session has named the card.
-        std::printf("GPU: %s; dense bf16 peak %.1f TFLOP/s (%s)\n", gpu_description.c_str(),
-                    peak_tflops, peak_given ? "--peak-tflops" : "table");
-        gpu_line_printed = true;
-      }
-      PrintLine(preset, placement, *options, *slot, p == 0 ? nullptr : &result.device);
-      any_failed |= !slot->status.ok();
+      result.nvme_available = true;
+    } else if (!options.ok()) {
+      return Annotate(options.status(), absl::StrCat(preset, " ", placement.name));
     }
-    results.push_back(std::move(result));
+    *slot = RunPlacement(*options, args.bench_steps, &peak_tflops, &gpu_description);
+    if (!gpu_line_printed && !gpu_description.empty()) {
+      // Once, as soon as the first session has named the card.
+      std::printf("GPU: %s; dense bf16 peak %.1f TFLOP/s (%s)\n", gpu_description.c_str(),
+                  peak_tflops, peak_given ? "--peak-tflops" : "table");
+      gpu_line_printed = true;
+    }
+    PrintLine(preset, placement, *options, *slot, p == 0 ? nullptr : &result.device);
+    any_failed |= !slot->status.ok();
   }
 
   std::printf("goals (issue 6):\n");
@@ -279,7 +299,10 @@ Status RunBenchGpu(const CommandArgs& args, const GpuBenchArgs& gpu) {
       std::printf("  %-10s offload >= 0.85x of device: not measured (failed)\n",
                   r.preset.c_str());
     }
-    if (!r.nvme_available) {
+    if (!r.nvme_available && r.nvme_reason == "not in --nvme-presets") {
+      std::printf("  %-10s NVMe params >= 0.5x of device: not run (not in --nvme-presets)\n",
+                  r.preset.c_str());
+    } else if (!r.nvme_available) {
       std::printf("  %-10s NVMe params >= 0.5x of device: not available yet "
                   "(zero.param_tier=nvme is issue 5)\n",
                   r.preset.c_str());

@@ -21,6 +21,7 @@ struct GpuBenchArgs {
   std::string presets = "gpt2-124m,gpt2-1.5b";  // --presets: models, comma-separated
   double peak_tflops = 0.0;  // --peak-tflops: dense bf16 peak; 0 = from the GPU's name
   std::string nvme_dir;      // --nvme-dir: for zero.param_tier=nvme; empty = $TMPDIR
+  std::string nvme_presets = "gpt2-124m";  // --nvme-presets: models run with params on NVMe
 };
 
 Status RunTrain(const CommandArgs& args);

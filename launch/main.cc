@@ -57,6 +57,9 @@ int main(int argc, char** argv) {
                         "dense bf16 peak of the card in TFLOP/s (default: from its name)");
   bench_gpu->add_option("--nvme-dir", gpu_args.nvme_dir,
                         "directory for zero.param_tier=nvme (default $TMPDIR)");
+  bench_gpu->add_option("--nvme-presets", gpu_args.nvme_presets,
+                        "models also run with params on NVMe, comma-separated (default "
+                        "gpt2-124m)");
 
   std::string nvme_dir;
   std::string nvme_size = "1GiB";

@@ -104,10 +104,11 @@ cuda_detected() {
 }
 
 # The GPU benchmark, on the binary the build step made. Its own --steps; the nvme
-# placement (where zero.param_tier=nvme exists) writes under a scratch directory.
+# placement (gpt2-124m, where zero.param_tier=nvme exists) writes its swap files under a
+# scratch directory in the checkout (a disk; /tmp may be tmpfs, which refuses O_DIRECT).
 gpu_bench() {
   local nvme_dir
-  nvme_dir="$(mktemp -d "${TMPDIR:-/tmp}/strata-gpu-bench.XXXXXX")"
+  nvme_dir="$(mktemp -d "$PWD/.gpu-bench-nvme.XXXXXX")"
   bazel-bin/launch/strata bench gpu --steps "$BENCH_STEPS" --nvme-dir "$nvme_dir"
   local status=$?
   rm -rf "$nvme_dir"
