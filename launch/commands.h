@@ -28,6 +28,8 @@ Status RunTrain(const CommandArgs& args);
 Status RunBenchTrain(const CommandArgs& args);
 Status RunBenchZero(const CommandArgs& args);
 Status RunBenchOffload(const CommandArgs& args);
+// `strata bench infinity --dir DIR`: optimizer/params on NVMe against the disk's rates.
+Status RunBenchInfinity(const CommandArgs& args, const std::string& dir);
 // One GPU, bf16: tokens/s and MFU on device, offloaded and (where it exists) NVMe params.
 Status RunBenchGpu(const CommandArgs& args, const GpuBenchArgs& gpu);
 // `strata bench nvme --dir DIR [--size 1GiB] [--engine auto]`: nvme/disk_bench.h.

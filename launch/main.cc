@@ -61,6 +61,16 @@ int main(int argc, char** argv) {
                         "models also run with params on NVMe, comma-separated (default "
                         "gpt2-124m)");
 
+  std::string infinity_dir;
+  CLI::App* bench_infinity = bench->add_subcommand(
+      "infinity", "optimizer/params on NVMe: step time vs the disk's rates, compute stall");
+  bench_infinity->add_option("--dir", infinity_dir, "directory for the swap files (an SSD)")
+      ->required();
+  bench_infinity->add_option("--config", args.config_path, "JSON config file");
+  bench_infinity->add_option("--set", args.sets, "override one key (repeatable)");
+  bench_infinity->add_option("--steps", args.bench_steps, "measured steps per configuration")
+      ->check(CLI::Range(1, 1000));
+
   std::string nvme_dir;
   std::string nvme_size = "1GiB";
   std::string nvme_engine = "auto";
@@ -89,6 +99,7 @@ int main(int argc, char** argv) {
   else if (bench_train->parsed()) status = strata::RunBenchTrain(args);
   else if (bench_zero->parsed()) status = strata::RunBenchZero(args);
   else if (bench_offload->parsed()) status = strata::RunBenchOffload(args);
+  else if (bench_infinity->parsed()) status = strata::RunBenchInfinity(args, infinity_dir);
   else if (bench_gpu->parsed()) {
     if (bench_gpu->count("--steps") == 0) args.bench_steps = 5;
     status = strata::RunBenchGpu(args, gpu_args);

@@ -36,6 +36,7 @@ nlohmann::json StepRecord(const StepReport& r) {
   record["gathers"] = r.result.gather.gathers;
   record["prefetch_deviations"] = r.result.gather.deviations;
   record["compute_stall_ms"] = r.result.compute_stall_ms;
+  record["compute_idle_ms"] = r.result.compute_idle_ms;
   record["nvme_bytes"] = {{"read", r.result.nvme_read_bytes},
                           {"written", r.result.nvme_written_bytes}};
   return record;

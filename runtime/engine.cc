@@ -8,6 +8,7 @@
 // the same number whatever the stage.
 #include "runtime/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -308,6 +309,7 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   const GatherStats gather_before = components_.gatherer->stats();
   const double stall_before = compute_->stalled_ms();
   const double busy_before = components_.stepper->busy_ms();
+  const double compute_busy_before = compute_->busy_ms();
   NvmeTier* nvme = components_.nvme.get();
   const uint64_t read_before = nvme ? nvme->bytes_read() : 0;
   const uint64_t written_before = nvme ? nvme->bytes_written() : 0;
@@ -325,6 +327,11 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   ASSIGN_OR_RETURN(result.loss, RunGradients(micro_batches, early ? &params : nullptr));
   result.forward_ms = last_forward_ms_;
   result.backward_ms = last_backward_ms_;
+  const double compute_busy = compute_->busy_ms() - compute_busy_before;
+  if (compute_busy > 0.0) {
+    result.compute_idle_ms =
+        std::max(0.0, result.forward_ms + result.backward_ms - compute_busy);
+  }
   ASSIGN_OR_RETURN(double scale, ClipScale(&result.grad_norm));
   params.grad_scale = static_cast<float>(scale);
   // The remaining sub-steps in forward order, so the next forward's first units come back

@@ -39,6 +39,10 @@ struct StepResult {
   double optimizer_exposed_ms = 0.0;
   GatherStats gather;      // stage 3: all-gathers, plan deviations, compute waits
   double compute_stall_ms = 0.0;  // compute stream blocked on other streams (collectives)
+  // Forward + backward time in which the compute stream ran nothing (blocked on other
+  // streams, or starved because its work could not be enqueued yet); 0 where the backend
+  // cannot observe it (CUDA).
+  double compute_idle_ms = 0.0;
   uint64_t nvme_read_bytes = 0;     // NVMe tier traffic posted during the step
   uint64_t nvme_written_bytes = 0;
 };

@@ -34,6 +34,10 @@ class Stream {
   // the stall the overlap logic tries to remove. Backends that cannot observe it from the
   // host (CUDA: the wait happens on the GPU) report 0 here and measure it otherwise.
   virtual double stalled_ms() const { return 0.0; }
+  // Total time this stream has spent running work (not waiting on events), in ms; with
+  // wall time it gives the time the stream sat idle or starved. Backends that cannot
+  // observe it from the host report 0.
+  virtual double busy_ms() const { return 0.0; }
 };
 
 class Event {

@@ -1,0 +1,114 @@
+// `strata bench infinity --dir DIR`: ZeRO-Infinity against the disk it runs on, in one run.
+//   1. The engine's sequential read and write MB/s on a file in DIR (nvme/disk_bench.h, at
+//      nvme.queue_depth, into the same kind of buffers the NVMe tier uses).
+//   2. Optimizer state on NVMe (stage 1, one rank, gpt2-124m, micro_batch 1, T 64: a step
+//      whose time the state traffic should dominate): step time / (bytes read / read MB/s
+//      + bytes written / write MB/s). Goal <= 1.2: the pipeline keeps the disk busy and
+//      hides the CPU Adam and the compute behind the transfers.
+//   3. The same with everything on the device, for scale.
+//   4. Stage 3 with params and optimizer state on NVMe: the time the compute stream waited
+//      (for gathers, which wait for the NVMe reads) / step time. Goal <= 0.05.
+#include <algorithm>
+#include <cstdio>
+
+#include "launch/commands.h"
+#include "launch/session.h"
+#include "nvme/disk_bench.h"
+#include "runtime/core/logging.h"
+#include "runtime/core/options_parse.h"
+
+namespace strata {
+namespace {
+
+struct Measured {
+  double step_ms = 0, stall_ms = 0;
+  double read_bytes = 0, written_bytes = 0;
+  int steps = 0;
+  std::string model;
+};
+
+StatusOr<Measured> Measure(const CommandArgs& args, std::vector<std::string> sets) {
+  ASSIGN_OR_RETURN(Options options, ParseOptions(args.config_path, sets));
+  ASSIGN_OR_RETURN(auto session, TrainingSession::CreateSingleRank(options));
+  Measured m;
+  m.model = session->model().Describe();
+  RETURN_IF_ERROR(session->Step(0).status());  // warm-up
+  for (int i = 0; i < args.bench_steps; ++i) {
+    ASSIGN_OR_RETURN(StepReport report, session->Step(1 + i));
+    m.step_ms += report.ms_per_step;
+    // The stream's waits, or its idle time where its work could not even be enqueued
+    // (the host thread waiting for a read buffer), whichever is larger.
+    m.stall_ms += std::max(report.result.compute_stall_ms, report.result.compute_idle_ms);
+    m.read_bytes += report.result.nvme_read_bytes;
+    m.written_bytes += report.result.nvme_written_bytes;
+    ++m.steps;
+  }
+  m.step_ms /= m.steps;
+  m.stall_ms /= m.steps;
+  m.read_bytes /= m.steps;
+  m.written_bytes /= m.steps;
+  return m;
+}
+
+}  // namespace
+
+Status RunBenchInfinity(const CommandArgs& args, const std::string& dir) {
+  InitLogging(0, 1);
+  std::vector<std::string> base = {"model.preset=gpt2-124m", "train.micro_batch=1",
+                                   "train.seq_len=64"};
+  base.insert(base.end(), args.sets.begin(), args.sets.end());
+  base.insert(base.end(), {"train.eval_every=0", "train.steps=1000000", "zero.world=1",
+                           "zero.nvme_dir=" + dir});
+  ASSIGN_OR_RETURN(Options shown, ParseOptions(args.config_path, base));
+
+  nvme::DiskBenchOptions disk;
+  disk.dir = dir;
+  disk.file_bytes = 512ull << 20;
+  disk.queue_depths = {static_cast<uint32_t>(shown.nvme.queue_depth)};
+  disk.engine = shown.nvme.engine;
+  disk.huge_page_buffers = true;  // as the host tier's large buffers (2 MiB, THP advised)
+  disk.measure_small_page_buffers = false;
+  disk.run_fio = false;
+  disk.passes = 2;
+  ASSIGN_OR_RETURN(nvme::DiskBenchResult reference, nvme::RunDiskBench(disk));
+  const double read_mb_s = reference.depths.at(0).engine_read_mb_per_s;
+  const double write_mb_s = reference.depths.at(0).engine_write_mb_per_s;
+
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> sets = base;
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    return sets;
+  };
+  ASSIGN_OR_RETURN(Measured on_nvme, Measure(args, with({"zero.stage=1",
+                                                         "zero.optimizer_tier=nvme"})));
+  ASSIGN_OR_RETURN(Measured on_device, Measure(args, with({"zero.stage=1"})));
+  ASSIGN_OR_RETURN(Measured params_nvme,
+                   Measure(args, with({"zero.stage=3", "zero.optimizer_tier=nvme",
+                                       "zero.param_tier=nvme"})));
+
+  const double io_ms = (on_nvme.read_bytes / (read_mb_s * 1e6) +
+                        on_nvme.written_bytes / (write_mb_s * 1e6)) * 1e3;
+  const double io_ratio = on_nvme.step_ms / io_ms;
+  const double stall_ratio = params_nvme.stall_ms / params_nvme.step_ms;
+  std::printf("bench infinity: %s, one rank, micro_batch %d, T=%d, %s, %d measured steps each; "
+              "swap files in %s (%s engine, queue depth %d)\n",
+              on_nvme.model.c_str(), shown.train.micro_batch, shown.train.seq_len,
+              DTypeName(shown.train.dtype), args.bench_steps, dir.c_str(),
+              reference.engine.engine.c_str(), shown.nvme.queue_depth);
+  std::printf("disk reference (same engine, 1 MiB requests, host-tier buffers): read %.0f MB/s, "
+              "write %.0f MB/s\n",
+              read_mb_s, write_mb_s);
+  std::printf("optimizer on device:      %8.1f ms/step\n", on_device.step_ms);
+  std::printf("optimizer on nvme:        %8.1f ms/step, %.0f MB read + %.0f MB written per step "
+              "= %.1f ms at the disk's rates\n",
+              on_nvme.step_ms, on_nvme.read_bytes / 1e6, on_nvme.written_bytes / 1e6, io_ms);
+  std::printf("params + optimizer nvme:  %8.1f ms/step (stage 3), compute stream waited %.1f ms\n",
+              params_nvme.step_ms, params_nvme.stall_ms);
+  std::printf("optimizer-on-nvme step / transfer time at disk rates: %.2f (goal <= 1.2: %s)\n",
+              io_ratio, io_ratio <= 1.2 ? "MET" : "NOT MET");
+  std::printf("compute stall / step with params on nvme: %.3f (goal <= 0.05: %s)\n", stall_ratio,
+              stall_ratio <= 0.05 ? "MET" : "NOT MET");
+  return absl::OkStatus();
+}
+
+}  // namespace strata
