@@ -78,6 +78,7 @@ struct TrainRun {
   Status status;
   std::vector<double> losses;  // rank 0
   std::string device;          // rank 0's device description
+  std::string communicator;    // rank 0's engine communicator (NCCL on cuda)
 };
 
 TrainRun Train(const Options& options) {
@@ -94,6 +95,7 @@ TrainRun Train(const Options& options) {
       std::lock_guard<std::mutex> lock(mutex);
       run.losses = losses;
       run.device = session->device().Describe();
+      run.communicator = session->engine_communicator().Describe();
     }
     return absl::OkStatus();
   });
@@ -111,6 +113,8 @@ void ExpectSameTrajectory(const std::string& dtype, int world,
   ASSERT_TRUE(cpu.status.ok()) << cpu.status;
   const TrainRun cuda = Train(Make("cuda", dtype, world, extra));
   ASSERT_TRUE(cuda.status.ok()) << cuda.status;
+  // On cuda the engine's collectives go through NCCL (the local group is only its bootstrap).
+  EXPECT_THAT(cuda.communicator, ::testing::HasSubstr("NCCL"));
   ASSERT_EQ(cpu.losses.size(), static_cast<size_t>(kSteps));
   ASSERT_EQ(cuda.losses.size(), static_cast<size_t>(kSteps));
   const double tolerance = Tolerance(dtype);
