@@ -48,13 +48,40 @@ class Streams {
   std::unique_ptr<Event> join_;
 };
 
-// Frees a buffer once `stream` has run everything enqueued before this call.
-void ReleaseAfter(Stream& stream, std::shared_ptr<Buffer> buffer) {
-  stream.EnqueueHost([buffer]() mutable {
-    buffer->Reset();
+// Buffers to free once a stream has run everything enqueued before their release. The
+// free happens on the host thread (CUDA forbids cudaFree inside a stream's host function):
+// Collect(), called before each allocation, frees those whose stream got there.
+class DeferredFrees {
+ public:
+  explicit DeferredFrees(Device* device) : device_(device) {}
+  ~DeferredFrees() {
+    for (Pending& pending : pending_) pending.done->Synchronize().IgnoreError();
+  }
+  Status Add(Stream& stream, std::shared_ptr<Buffer> buffer) {
+    Pending pending{std::move(buffer), nullptr};
+    ASSIGN_OR_RETURN(pending.done, device_->CreateEvent());
+    RETURN_IF_ERROR(device_->Record(*pending.done, stream));
+    pending_.push_back(std::move(pending));
     return absl::OkStatus();
-  });
-}
+  }
+  void Collect() {
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->done->Query()) {
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+ private:
+  struct Pending {
+    std::shared_ptr<Buffer> buffer;
+    std::unique_ptr<Event> done;
+  };
+  Device* device_;
+  std::deque<Pending> pending_;
+};
 
 char* Offset(void* base, size_t elements, DType dtype) {
   return static_cast<char*>(base) + elements * DTypeBytes(dtype);
@@ -231,6 +258,7 @@ class ShardedGatherer : public ParamGatherer {
     UnitState& state = (*ctx_.units)[unit];
     const size_t bytes = state.padded_elements * DTypeBytes(ctx_.dtype);
     Resident r;
+    frees_.Collect();
     ASSIGN_OR_RETURN(Buffer full, ctx_.device->Allocate(
                                       Tier::kDevice, StateKind::kParams, bytes,
                                       (*ctx_.layouts)[unit].name() + " gathered params"));
@@ -284,7 +312,7 @@ class ShardedGatherer : public ParamGatherer {
     if (!it->second.ready_waited) {
       RETURN_IF_ERROR(ctx_.device->Wait(*ctx_.compute, *it->second.ready));
     }
-    ReleaseAfter(*ctx_.compute, it->second.full);
+    RETURN_IF_ERROR(frees_.Add(*ctx_.compute, std::move(it->second.full)));
     resident_.erase(it);
     return absl::OkStatus();
   }
@@ -301,6 +329,7 @@ class ShardedGatherer : public ParamGatherer {
   std::vector<ReadBuffer> reads_;
   size_t next_read_ = 0;
   std::map<int, Resident> resident_;
+  DeferredFrees frees_{ctx_.device};
   GatherStats stats_;
   LagLimiter lag_{ctx_.device, 1};
 };
@@ -382,6 +411,7 @@ class ReduceScatterReducer : public ReducerBase {
     if (!live_[unit]) {
       // At most two earlier units' full buffers may still wait for their reduce-scatter.
       RETURN_IF_ERROR(lag_.Limit());
+      frees_.Collect();
       const size_t bytes = state.padded_elements * DTypeBytes(ctx_.dtype);
       ASSIGN_OR_RETURN(Buffer full,
                        AllocateZeroed(ctx_, StateKind::kGrads, bytes,
@@ -395,7 +425,7 @@ class ReduceScatterReducer : public ReducerBase {
     if (!per_unit_) return absl::OkStatus();
     RETURN_IF_ERROR(streams_->CommWaitsCompute());
     ASSIGN_OR_RETURN(Stream* reader, ReduceInto(unit, live_[unit]->data()));
-    ReleaseAfter(*reader, std::move(live_[unit]));
+    RETURN_IF_ERROR(frees_.Add(*reader, std::move(live_[unit])));
     live_[unit].reset();
     return lag_.Mark(*reader);
   }
@@ -430,6 +460,7 @@ class ReduceScatterReducer : public ReducerBase {
   bool pending_ = false;
   std::vector<std::shared_ptr<Buffer>> live_;
   LagLimiter lag_{ctx_.device, 2};
+  DeferredFrees frees_{ctx_.device};
 };
 
 // ---------------------------------------------------------------- steppers

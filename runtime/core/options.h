@@ -13,7 +13,8 @@ namespace strata {
 
 struct ModelOptions {
   // model.preset: "tiny" (L2 H2 C64 V256 T64, for tests), "small" (L4 H4 C256 V50304 T256),
-  // "gpt2-124m" (L12 H12 C768 V50304 T1024). The fields below override the preset.
+  // "gpt2-124m" (L12 H12 C768 V50304 T1024), "gpt2-1.5b" (GPT-2 XL: L48 H25 C1600 V50304
+  // T1024). The fields below override the preset.
   std::string preset = "small";
   int layers = 4;          // model.layers: transformer blocks (units 1..L).
   int heads = 4;           // model.heads: attention heads; must divide channels.
