@@ -433,15 +433,23 @@ Status Engine::WriteMaster(int unit, const std::vector<float>& values) {
                                        *compute_));
     return compute_->Synchronize();
   }
-  // Param shard on nvme: through an aligned host buffer of the extent's padded size.
+  // Param shard on nvme, chunk by chunk, through an aligned host buffer.
   NvmeTier& nvme = *components_.nvme;
-  ASSIGN_OR_RETURN(Buffer host, device_->Allocate(Tier::kHost, StateKind::kWorkspace,
-                                                  nvme.PaddedBytes(unit, ExtentKind::kParams),
-                                                  "param shard write"));
+  const std::vector<NvmeChunk>& chunks = components_.nvme_chunks[unit];
+  const NvmeChunk& last = chunks.back();
+  ASSIGN_OR_RETURN(Buffer host,
+                   device_->Allocate(Tier::kHost, StateKind::kWorkspace,
+                                     last.begin * element_bytes +
+                                         nvme.PaddedBytes(last.id, ExtentKind::kParams),
+                                     "param shard write"));
   std::memset(host.data(), 0, host.bytes());
   RETURN_IF_ERROR(device_->CopyAsync(host.data(), cast.data(), cast.bytes(), *compute_));
   RETURN_IF_ERROR(compute_->Synchronize());
-  return nvme.Wait(nvme.Write(unit, {{ExtentKind::kParams, host.data()}}));
+  for (const NvmeChunk& chunk : chunks) {
+    RETURN_IF_ERROR(nvme.Wait(nvme.Write(
+        chunk.id, {{ExtentKind::kParams, host.as<char>() + chunk.begin * element_bytes}})));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace strata

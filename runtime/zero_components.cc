@@ -228,11 +228,17 @@ class ShardedGatherer : public ParamGatherer {
   // Param shards live in `nvme`: each gather first reads the shard into one of
   // `read_buffers` host buffers (so host memory holds that many shards ahead, whatever
   // the model), then copies it up and gathers.
-  Status ReadFromNvme(NvmeTier* nvme, int read_buffers) {
+  Status ReadFromNvme(NvmeTier* nvme, std::vector<std::vector<NvmeChunk>> chunks,
+                      int read_buffers) {
     nvme_ = nvme;
+    chunks_ = std::move(chunks);
+    // Chunk k of a shard lands at its element offset; every chunk but the last is a whole
+    // number of 4 KiB pages, so the last one's padding ends the buffer.
     uint64_t bytes = 4096;
-    for (size_t u = 0; u < ctx_.units->size(); ++u) {
-      bytes = std::max(bytes, nvme->PaddedBytes(static_cast<int>(u), ExtentKind::kParams));
+    for (const auto& unit_chunks : chunks_) {
+      const NvmeChunk& last = unit_chunks.back();
+      bytes = std::max(bytes, last.begin * DTypeBytes(ctx_.dtype) +
+                                  nvme->PaddedBytes(last.id, ExtentKind::kParams));
     }
     reads_.resize(read_buffers);
     for (ReadBuffer& read : reads_) {
@@ -269,10 +275,17 @@ class ShardedGatherer : public ParamGatherer {
       // stream, once the read is done) -> gathered in place.
       ReadBuffer& read = reads_[next_read_++ % reads_.size()];
       RETURN_IF_ERROR(read.copied->Synchronize());  // its previous shard has gone up
-      const NvmeTier::Ticket ticket = nvme_->Read(unit, {{ExtentKind::kParams,
-                                                          read.buffer.data()}});
+      std::vector<NvmeTier::Ticket> tickets;
+      for (const NvmeChunk& chunk : chunks_[unit]) {
+        tickets.push_back(nvme_->Read(
+            chunk.id, {{ExtentKind::kParams, Offset(read.buffer.data(), chunk.begin, ctx_.dtype)}}));
+      }
       NvmeTier* nvme = nvme_;
-      ctx_.copy->EnqueueHost([nvme, ticket] { return nvme->Wait(ticket); });
+      ctx_.copy->EnqueueHost([nvme, tickets] {
+        Status status;
+        for (NvmeTier::Ticket ticket : tickets) status.Update(nvme->Wait(ticket));
+        return status;
+      });
       void* own = Offset(r.full->data(), ctx_.communicator->rank() * state.shard_elements,
                          ctx_.dtype);
       RETURN_IF_ERROR(ctx_.device->CopyAsync(own, read.buffer.data(),
@@ -326,6 +339,7 @@ class ShardedGatherer : public ParamGatherer {
     std::unique_ptr<Event> copied;  // its shard copied to the device
   };
   NvmeTier* nvme_ = nullptr;
+  std::vector<std::vector<NvmeChunk>> chunks_;
   std::vector<ReadBuffer> reads_;
   size_t next_read_ = 0;
   std::map<int, Resident> resident_;
@@ -557,25 +571,27 @@ struct Placement {
 
 // The rank's NVMe tier: per unit, the optimizer state extents (own shard, fp32) and, with
 // params on nvme, the param shard (compute dtype).
-StatusOr<std::unique_ptr<NvmeTier>> CreateNvmeTier(const Options& options,
-                                                   const ZeroContext& ctx,
-                                                   const Placement& placement) {
+StatusOr<std::unique_ptr<NvmeTier>> CreateNvmeTier(
+    const Options& options, const ZeroContext& ctx, const Placement& placement,
+    const std::vector<std::vector<NvmeChunk>>& chunks) {
   NvmeStoreOptions store;
   store.dir = options.zero.nvme_dir;
   store.rank = ctx.communicator->rank();
   store.engine.engine = options.nvme.engine;
   store.engine.queue_depth = options.nvme.queue_depth;
   std::vector<ExtentSpec> extents;
-  const int world = ctx.communicator->world_size();
   for (size_t u = 0; u < ctx.layouts->size(); ++u) {
     const UnitLayout& unit = (*ctx.layouts)[u];
-    const uint64_t shard = unit.ShardElements(world);
-    const int id = static_cast<int>(u);
-    for (ExtentKind kind : {ExtentKind::kMaster, ExtentKind::kExpAvg, ExtentKind::kExpAvgSq}) {
-      extents.push_back({id, unit.name(), kind, shard * 4});
-    }
-    if (placement.params_on_nvme) {
-      extents.push_back({id, unit.name(), ExtentKind::kParams, shard * DTypeBytes(ctx.dtype)});
+    for (size_t k = 0; k < chunks[u].size(); ++k) {
+      const NvmeChunk& chunk = chunks[u][k];
+      const std::string name = absl::StrCat(unit.name(), " chunk ", k);
+      const uint64_t n = chunk.end - chunk.begin;
+      for (ExtentKind kind : {ExtentKind::kMaster, ExtentKind::kExpAvg, ExtentKind::kExpAvgSq}) {
+        extents.push_back({chunk.id, name, kind, n * 4});
+      }
+      if (placement.params_on_nvme) {
+        extents.push_back({chunk.id, name, ExtentKind::kParams, n * DTypeBytes(ctx.dtype)});
+      }
     }
   }
   return NvmeTier::Create(store, extents);
@@ -688,14 +704,18 @@ StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroCo
   ZeroComponents components;
   const HomeContext home = ToHomeContext(context);
   if (placement.optimizer_on_nvme) {
-    ASSIGN_OR_RETURN(components.nvme, CreateNvmeTier(options, context, placement));
+    std::vector<size_t> shards;
+    for (const UnitState& state : *context.units) shards.push_back(state.shard_elements);
+    components.nvme_chunks = NvmeChunks(shards, options.nvme.chunk_bytes / 4);
+    ASSIGN_OR_RETURN(components.nvme,
+                     CreateNvmeTier(options, context, placement, components.nvme_chunks));
   }
   ASSIGN_OR_RETURN(components.grad_home, GradHome::Create(home, placement.grads));
   if (placement.optimizer_on_nvme) {
     ASSIGN_OR_RETURN(components.optimizer_home,
                      OptimizerHome::CreateNvme(home, components.grad_home.get(),
-                                               components.nvme.get(), placement.params_on_nvme,
-                                               /*slots=*/3));
+                                               components.nvme.get(), components.nvme_chunks,
+                                               placement.params_on_nvme, /*slots=*/3));
   } else {
     ASSIGN_OR_RETURN(components.optimizer_home,
                      OptimizerHome::Create(home, placement.optimizer, components.grad_home.get()));
@@ -714,7 +734,7 @@ StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroCo
     auto gatherer = std::make_unique<ShardedGatherer>(context, fresh, std::move(plan),
                                                       std::move(copied));
     if (placement.params_on_nvme) {
-      RETURN_IF_ERROR(gatherer->ReadFromNvme(components.nvme.get(),
+      RETURN_IF_ERROR(gatherer->ReadFromNvme(components.nvme.get(), components.nvme_chunks,
                                              options.nvme.read_ahead_units));
     }
     components.gatherer = std::move(gatherer);

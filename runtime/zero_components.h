@@ -108,6 +108,7 @@ struct ZeroComponents {
   std::unique_ptr<OptimizerStepper> stepper;
   bool sharded_optimizer = false;  // master/m/v/grad_accum hold only the own shard
   bool params_on_nvme = false;     // stage 3 param shards in `nvme` (UnitState::params empty)
+  std::vector<std::vector<NvmeChunk>> nvme_chunks;  // per unit, its shard's extents in `nvme`
 };
 
 // Allocates every unit's state for options.zero.stage in the tiers of the placement keys

@@ -81,14 +81,17 @@ TEST(Infinity, NvmePlacementsMatchTheDevice) {
       for (const char* clip : {"train.grad_clip=1", "train.grad_clip=0"}) {
         const Outcome device = Train(Make(world, stage, {clip}));
         ASSERT_TRUE(device.status.ok()) << device.status;
+        // 16 KiB chunks: every unit's shard is stepped and stored in several chunks.
         std::vector<std::vector<std::string>> placements = {
             {"zero.optimizer_tier=nvme", "zero.grad_tier=device"},
-            {"zero.optimizer_tier=nvme", "zero.grad_tier=host"},
+            {"zero.optimizer_tier=nvme", "zero.grad_tier=host", "nvme.chunk_bytes=16KiB"},
         };
         if (stage == 3) {
           placements.push_back({"zero.optimizer_tier=nvme", "zero.param_tier=nvme"});
-          placements.push_back(
-              {"zero.optimizer_tier=nvme", "zero.grad_tier=host", "zero.param_tier=nvme"});
+          placements.push_back({"zero.optimizer_tier=nvme", "zero.grad_tier=host",
+                                "zero.param_tier=nvme", "nvme.chunk_bytes=16KiB"});
+          placements.push_back({"zero.optimizer_tier=nvme", "zero.param_tier=nvme",
+                                "nvme.chunk_bytes=8KiB", "nvme.read_ahead_units=1"});
         }
         for (auto placement : placements) {
           const std::string what = absl::StrCat("world ", world, " stage ", stage, " ", clip,

@@ -108,9 +108,10 @@ Status NvmeTier::Wait(Ticket ticket) {
 
 Status NvmeTier::Drain() {
   std::unique_lock<std::mutex> lock(mutex_);
+  // Writes held on an event count: their event completes once its stream gets there.
   done_cv_.wait(lock, [&] {
     for (const Request& request : queue_) {
-      if (request.released) return false;
+      if (request.released || request.release_after != nullptr) return false;
     }
     return true;
   });

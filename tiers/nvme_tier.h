@@ -52,8 +52,9 @@ class NvmeTier {
   // Blocks until the ticket is done; returns its status.
   Status Wait(Ticket ticket);
   bool Done(Ticket ticket);
-  // Blocks until everything posted (and released) is done; the first error since the last
-  // Drain, if any.
+  // Blocks until everything posted is done, except writes held for a Release that has not
+  // come (writes held on an event are waited for); the first error since the last Drain,
+  // if any.
   Status Drain();
 
   uint64_t PaddedBytes(int unit, ExtentKind kind) const { return store_->PaddedBytes(unit, kind); }

@@ -311,10 +311,10 @@ class HostOptimizerHome : public OptimizerHome {
   StreamTimer timer_;
 };
 
-// ZeRO-Infinity: the state lives in the NVMe tier; a sub-step runs through one of a few
-// host slots: read (master, m, v) -> CPU Adam on the host stream -> write back (and the
-// param shard: copied to the device, or written to nvme). Sub-steps enqueued one after the
-// other overlap: the read of unit u+1 runs while u is stepped and u-1 is written back.
+// ZeRO-Infinity: the state lives in the NVMe tier, chunk by chunk; a chunk's sub-step runs
+// through one of a few host slots: read (master, m, v) -> CPU Adam on the host stream ->
+// write back (and the params: copied to the device, or written to nvme). Chunks enqueued
+// one after the other overlap: chunk k+1 is read while k is stepped and k-1 written back.
 class NvmeOptimizerHome : public OptimizerHome {
  public:
   struct Slot {
@@ -325,10 +325,12 @@ class NvmeOptimizerHome : public OptimizerHome {
   };
 
   NvmeOptimizerHome(const HomeContext& ctx, GradHome* grads, NvmeTier* nvme,
-                    bool params_on_nvme, std::vector<Slot> slots,
-                    std::vector<std::unique_ptr<Event>> ready, std::unique_ptr<Event> join)
+                    bool params_on_nvme, std::vector<std::vector<NvmeChunk>> chunks,
+                    std::vector<Slot> slots, std::vector<std::unique_ptr<Event>> ready,
+                    std::unique_ptr<Event> join)
       : ctx_(ctx), grads_(grads), nvme_(nvme), params_on_nvme_(params_on_nvme),
-        slots_(std::move(slots)), ready_(std::move(ready)), join_(std::move(join)) {}
+        chunks_(std::move(chunks)), slots_(std::move(slots)), ready_(std::move(ready)),
+        join_(std::move(join)) {}
 
   ~NvmeOptimizerHome() override {
     // Write-backs read the slots: they must be done before the slots go.
@@ -339,27 +341,75 @@ class NvmeOptimizerHome : public OptimizerHome {
 
   Status Step(int unit, const AdamParams& params, ShardRange range, size_t state_offset,
               void* param_dest, Tier param_tier) override {
+    if (range.begin != state_offset ||
+        range.end - range.begin != (*ctx_.units)[unit].shard_elements) {
+      return absl::InternalError("nvme optimizer: a sub-step must cover one owned shard");
+    }
+    const bool to_device = !params_on_nvme_ && param_tier != Tier::kHost;
+    for (const NvmeChunk& chunk : chunks_[unit]) {
+      RETURN_IF_ERROR(StepChunk(unit, chunk, params, range.begin, param_dest, to_device));
+    }
+    return ctx_.device->Record(*ready_[unit], to_device ? *ctx_.copy : *ctx_.host);
+  }
+
+  Event& params_ready(int unit) override { return *ready_[unit]; }
+  Status WaitSteps() override { return ctx_.host->Synchronize(); }
+  double busy_ms() const override { return timer_.ms(); }
+
+  Status LoadMaster(int unit, float* out) override {
+    Slot& slot = slots_[0];
+    RETURN_IF_ERROR(Flush());
+    for (const NvmeChunk& chunk : chunks_[unit]) {
+      RETURN_IF_ERROR(
+          nvme_->Wait(nvme_->Read(chunk.id, {{ExtentKind::kMaster, slot.master.data()}})));
+      std::memcpy(out + chunk.begin, slot.master.data(), (chunk.end - chunk.begin) * 4);
+    }
+    return absl::OkStatus();
+  }
+
+  Status StoreMaster(int unit, const float* values) override {
+    Slot& slot = slots_[0];
+    RETURN_IF_ERROR(Flush());
+    std::memset(slot.exp_avg.data(), 0, slot.exp_avg.bytes());
+    for (const NvmeChunk& chunk : chunks_[unit]) {
+      std::memset(slot.master.data(), 0, slot.master.bytes());
+      std::memcpy(slot.master.data(), values + chunk.begin, (chunk.end - chunk.begin) * 4);
+      RETURN_IF_ERROR(nvme_->Wait(nvme_->Write(chunk.id,
+                                               {{ExtentKind::kMaster, slot.master.data()},
+                                                {ExtentKind::kExpAvg, slot.exp_avg.data()},
+                                                {ExtentKind::kExpAvgSq, slot.exp_avg.data()}})));
+    }
+    return absl::OkStatus();
+  }
+
+  Status Flush() override {
+    RETURN_IF_ERROR(ctx_.host->Synchronize());
+    RETURN_IF_ERROR(ctx_.copy->Synchronize());
+    return nvme_->Drain();
+  }
+
+ private:
+  // One chunk of `unit`'s shard (which starts at unit element `shard_begin`).
+  Status StepChunk(int unit, const NvmeChunk& chunk, const AdamParams& params,
+                   size_t shard_begin, void* param_dest, bool to_device) {
     UnitState& state = (*ctx_.units)[unit];
     Device& device = *ctx_.device;
     Stream& host = *ctx_.host;
     Stream& copy = *ctx_.copy;
-    const size_t n = range.end - range.begin;
-    if (range.begin != state_offset || n * sizeof(float) > slots_[0].master.bytes()) {
-      return absl::InternalError("nvme optimizer: a sub-step must cover one owned shard");
-    }
-    // The next slot, once its previous unit is written back and copied out.
+    const size_t n = chunk.end - chunk.begin;
+    const size_t element_bytes = DTypeBytes(ctx_.dtype);
+    // The next slot, once its previous chunk is written back and copied out.
     Slot& slot = slots_[next_slot_++ % slots_.size()];
     if (slot.write_back != 0) RETURN_IF_ERROR(nvme_->Wait(slot.write_back));
     RETURN_IF_ERROR(slot.copied->Synchronize());
-    const NvmeTier::Ticket load = nvme_->Read(unit, {{ExtentKind::kMaster, slot.master.data()},
-                                                     {ExtentKind::kExpAvg, slot.exp_avg.data()},
-                                                     {ExtentKind::kExpAvgSq,
-                                                      slot.exp_avg_sq.data()}});
-    const float* grads = state.grad_accum.as<float>();
+    const NvmeTier::Ticket load =
+        nvme_->Read(chunk.id, {{ExtentKind::kMaster, slot.master.data()},
+                               {ExtentKind::kExpAvg, slot.exp_avg.data()},
+                               {ExtentKind::kExpAvgSq, slot.exp_avg_sq.data()}});
+    const float* grads = state.grad_accum.as<float>() + chunk.begin;
     if (grads_->tier() != Tier::kHost) {
       RETURN_IF_ERROR(device.Wait(copy, grads_->ready(unit)));
-      RETURN_IF_ERROR(device.CopyAsync(slot.grads.data(), state.grad_accum.data(),
-                                       n * sizeof(float), copy));
+      RETURN_IF_ERROR(device.CopyAsync(slot.grads.data(), grads, n * sizeof(float), copy));
       RETURN_IF_ERROR(Join(device, host, copy, *join_));
       grads = slot.grads.as<float>();
     } else {
@@ -367,9 +417,11 @@ class NvmeOptimizerHome : public OptimizerHome {
     }
     NvmeTier* nvme = nvme_;
     host.EnqueueHost([nvme, load] { return nvme->Wait(load); });
-    void* out = param_tier == Tier::kHost && !params_on_nvme_ ? param_dest : slot.params.data();
+    void* out = params_on_nvme_ || to_device ? slot.params.data()
+                                             : At(param_dest, chunk.begin, element_bytes);
+    const ShardRange range{shard_begin + chunk.begin, shard_begin + chunk.end};
     timer_.Start(host);
-    RETURN_IF_ERROR(AdamOverRange(ctx_, *ctx_.host_ops, host, unit, params, range, state_offset,
+    RETURN_IF_ERROR(AdamOverRange(ctx_, *ctx_.host_ops, host, unit, params, range, range.begin,
                                   {slot.master.as<float>(), grads, slot.exp_avg.as<float>(),
                                    slot.exp_avg_sq.as<float>()},
                                   out));
@@ -381,52 +433,19 @@ class NvmeOptimizerHome : public OptimizerHome {
                                          {ExtentKind::kExpAvg, slot.exp_avg.data()},
                                          {ExtentKind::kExpAvgSq, slot.exp_avg_sq.data()}};
     if (params_on_nvme_) parts.push_back({ExtentKind::kParams, slot.params.data()});
-    slot.write_back = nvme_->WriteAfter(unit, std::move(parts), slot.stepped.get());
-    if (params_on_nvme_ || param_tier == Tier::kHost) {
-      return device.Record(*ready_[unit], host);
-    }
+    slot.write_back = nvme_->WriteAfter(chunk.id, std::move(parts), slot.stepped.get());
+    if (!to_device) return absl::OkStatus();
     RETURN_IF_ERROR(device.Wait(copy, *slot.stepped));
-    RETURN_IF_ERROR(device.CopyAsync(param_dest, slot.params.data(), n * DTypeBytes(ctx_.dtype),
-                                     copy));
-    RETURN_IF_ERROR(device.Record(*slot.copied, copy));
-    return device.Record(*ready_[unit], copy);
+    RETURN_IF_ERROR(device.CopyAsync(At(param_dest, chunk.begin, element_bytes),
+                                     slot.params.data(), n * element_bytes, copy));
+    return device.Record(*slot.copied, copy);
   }
-
-  Event& params_ready(int unit) override { return *ready_[unit]; }
-  Status WaitSteps() override { return ctx_.host->Synchronize(); }
-  double busy_ms() const override { return timer_.ms(); }
-
-  Status LoadMaster(int unit, float* out) override {
-    Slot& slot = slots_[0];
-    RETURN_IF_ERROR(Flush());
-    RETURN_IF_ERROR(nvme_->Wait(nvme_->Read(unit, {{ExtentKind::kMaster, slot.master.data()}})));
-    std::memcpy(out, slot.master.data(), StateBytes(unit));
-    return absl::OkStatus();
-  }
-
-  Status StoreMaster(int unit, const float* values) override {
-    Slot& slot = slots_[0];
-    RETURN_IF_ERROR(Flush());
-    std::memcpy(slot.master.data(), values, StateBytes(unit));
-    std::memset(slot.exp_avg.data(), 0, slot.exp_avg.bytes());
-    return nvme_->Wait(nvme_->Write(unit, {{ExtentKind::kMaster, slot.master.data()},
-                                           {ExtentKind::kExpAvg, slot.exp_avg.data()},
-                                           {ExtentKind::kExpAvgSq, slot.exp_avg.data()}}));
-  }
-
-  Status Flush() override {
-    RETURN_IF_ERROR(ctx_.host->Synchronize());
-    RETURN_IF_ERROR(ctx_.copy->Synchronize());
-    return nvme_->Drain();
-  }
-
- private:
-  size_t StateBytes(int unit) const { return (*ctx_.units)[unit].shard_elements * sizeof(float); }
 
   HomeContext ctx_;
   GradHome* grads_;
   NvmeTier* nvme_;
   bool params_on_nvme_;
+  std::vector<std::vector<NvmeChunk>> chunks_;
   std::vector<Slot> slots_;
   size_t next_slot_ = 0;
   std::vector<std::unique_ptr<Event>> ready_;
@@ -507,22 +526,35 @@ StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::Create(const HomeContext
       ctx, grads, std::move(stepped), std::move(ready), std::move(join)));
 }
 
-StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::CreateNvme(const HomeContext& ctx,
-                                                                   GradHome* grads,
-                                                                   NvmeTier* nvme,
-                                                                   bool params_on_nvme,
-                                                                   int slots) {
-  RETURN_IF_ERROR(CheckContext(ctx));
-  if (grads == nullptr || nvme == nullptr || slots < 1) {
-    return absl::InvalidArgumentError("an nvme optimizer home needs grads, a tier and slots");
+std::vector<std::vector<NvmeChunk>> NvmeChunks(const std::vector<size_t>& shard_elements,
+                                              size_t chunk_elements) {
+  std::vector<std::vector<NvmeChunk>> chunks(shard_elements.size());
+  int id = 0;
+  for (size_t u = 0; u < shard_elements.size(); ++u) {
+    for (size_t begin = 0; begin < shard_elements[u]; begin += chunk_elements) {
+      chunks[u].push_back({id++, begin, std::min(shard_elements[u], begin + chunk_elements)});
+    }
   }
-  // Slots sized for the largest unit's extents (4 KiB-padded for O_DIRECT).
-  uint64_t state_bytes = 0, param_bytes = 0;
-  for (size_t u = 0; u < ctx.units->size(); ++u) {
-    state_bytes = std::max(state_bytes, nvme->PaddedBytes(u, ExtentKind::kMaster));
-    param_bytes = std::max<uint64_t>(
-        param_bytes, params_on_nvme ? nvme->PaddedBytes(u, ExtentKind::kParams)
-                                    : (*ctx.units)[u].shard_elements * DTypeBytes(ctx.dtype));
+  return chunks;
+}
+
+StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::CreateNvme(
+    const HomeContext& ctx, GradHome* grads, NvmeTier* nvme,
+    std::vector<std::vector<NvmeChunk>> chunks, bool params_on_nvme, int slots) {
+  RETURN_IF_ERROR(CheckContext(ctx));
+  if (grads == nullptr || nvme == nullptr || slots < 1 || chunks.size() != ctx.units->size()) {
+    return absl::InvalidArgumentError(
+        "an nvme optimizer home needs grads, a tier, slots and every unit's chunks");
+  }
+  // Slots sized for the largest chunk's extents (4 KiB-padded for O_DIRECT).
+  uint64_t state_bytes = 0, param_bytes = 4096;
+  for (const auto& unit_chunks : chunks) {
+    for (const NvmeChunk& chunk : unit_chunks) {
+      state_bytes = std::max(state_bytes, nvme->PaddedBytes(chunk.id, ExtentKind::kMaster));
+      param_bytes = std::max<uint64_t>(
+          param_bytes, params_on_nvme ? nvme->PaddedBytes(chunk.id, ExtentKind::kParams)
+                                      : (chunk.end - chunk.begin) * DTypeBytes(ctx.dtype));
+    }
   }
   if (state_bytes == 0) return absl::InvalidArgumentError("nvme tier without optimizer extents");
   std::vector<NvmeOptimizerHome::Slot> all(slots);
@@ -538,15 +570,15 @@ StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::CreateNvme(const HomeCon
                                                     state_bytes, name + " grads"));
     }
     ASSIGN_OR_RETURN(slot.params, AllocateZeroedIn(ctx, Tier::kHost, StateKind::kParams,
-                                                   std::max<uint64_t>(param_bytes, 4096),
-                                                   name + " params"));
+                                                   param_bytes, name + " params"));
     ASSIGN_OR_RETURN(slot.stepped, ctx.device->CreateEvent());
     ASSIGN_OR_RETURN(slot.copied, ctx.device->CreateEvent());
   }
   ASSIGN_OR_RETURN(auto ready, MakeEvents(*ctx.device, ctx.units->size()));
   ASSIGN_OR_RETURN(std::unique_ptr<Event> join, ctx.device->CreateEvent());
-  return std::unique_ptr<OptimizerHome>(new NvmeOptimizerHome(
-      ctx, grads, nvme, params_on_nvme, std::move(all), std::move(ready), std::move(join)));
+  return std::unique_ptr<OptimizerHome>(
+      new NvmeOptimizerHome(ctx, grads, nvme, params_on_nvme, std::move(chunks), std::move(all),
+                            std::move(ready), std::move(join)));
 }
 
 }  // namespace strata

@@ -49,6 +49,21 @@ StatusOr<Buffer> AllocateZeroedIn(const HomeContext& ctx, Tier tier, StateKind k
 // after everything enqueued on `after` so far. A no-op when they are the same stream.
 Status Join(Device& device, Stream& waiter, Stream& after, Event& event);
 
+// The NVMe tier keeps each unit's shard in chunks of at most `chunk_elements` elements
+// (nvme.chunk_bytes / 4), each chunk an extent of its own (id NvmeChunk::id, the same for
+// every kind), so that the optimizer's pipeline and its host buffers work on chunks
+// whatever the size of a unit.
+struct NvmeChunk {
+  int id = 0;        // extent id in the NVMe store
+  size_t begin = 0;  // element range within the unit's shard
+  size_t end = 0;
+};
+// The chunks of every unit, given each unit's shard length; ids are numbered in order.
+// `chunk_elements` must be a multiple of 2048 (4 KiB of bf16), so that every chunk but a
+// shard's last starts and ends on a 4 KiB boundary in any dtype.
+std::vector<std::vector<NvmeChunk>> NvmeChunks(const std::vector<size_t>& shard_elements,
+                                              size_t chunk_elements);
+
 class GradHome {
  public:
   // The unit's grad_accum must already be allocated in `tier`.
@@ -79,15 +94,15 @@ class OptimizerHome {
   // `grads` must outlive the home.
   static StatusOr<std::unique_ptr<OptimizerHome>> Create(const HomeContext& ctx, Tier tier,
                                                          GradHome* grads);
-  // ZeRO-Infinity: master/exp_avg/exp_avg_sq of every unit live in `nvme` (extents of
-  // `state_elements[u]` fp32 each; with `params_on_nvme` also the param shards, compute
-  // dtype). A sub-step reads a unit's state into one of `slots` host buffer sets, steps it
-  // with the CPU Adam on the host stream and writes it back (and the updated param shard:
-  // to the device, or to nvme), so host memory holds `slots` units' state, whatever the
-  // model's size. `nvme` and `grads` must outlive the home.
-  static StatusOr<std::unique_ptr<OptimizerHome>> CreateNvme(const HomeContext& ctx,
-                                                             GradHome* grads, NvmeTier* nvme,
-                                                             bool params_on_nvme, int slots);
+  // ZeRO-Infinity: master/exp_avg/exp_avg_sq of every unit live in `nvme`, one extent
+  // per chunk (NvmeChunks of the units' shards, fp32; with `params_on_nvme` also the param
+  // shards' chunks, compute dtype). A sub-step reads a chunk's state into one of `slots`
+  // host buffer sets, steps it with the CPU Adam on the host stream and writes it back
+  // (and the updated params: to the device, or to nvme), so host memory holds `slots`
+  // chunks' state, whatever the model's size. `nvme` and `grads` must outlive the home.
+  static StatusOr<std::unique_ptr<OptimizerHome>> CreateNvme(
+      const HomeContext& ctx, GradHome* grads, NvmeTier* nvme,
+      std::vector<std::vector<NvmeChunk>> chunks, bool params_on_nvme, int slots);
   virtual ~OptimizerHome() = default;
   // Where the optimizer runs: kDevice (backend kernels) or kHost (the CPU Adam; its state
   // in the host tier or on nvme).

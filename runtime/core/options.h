@@ -88,6 +88,10 @@ struct NvmeOptions {
   // read ahead of their gather (bounds host memory; >= 1).
   int read_ahead_units = 3;
   int queue_depth = 32;  // nvme.queue_depth: requests in flight per rank (1..4096).
+  // nvme.chunk_bytes: the optimizer state of a unit shard is read, stepped and written in
+  // chunks of this many fp32 bytes (the pipeline's grain and its host buffers' size); a
+  // multiple of 8 KiB.
+  uint64_t chunk_bytes = 16ull << 20;
 };
 
 struct TiersOptions {

@@ -132,6 +132,10 @@ const std::vector<KeySpec>& Keys() {
        false},
       {"nvme.queue_depth", +[](Options& o) { return &o.nvme.queue_depth; },
        "I/O requests in flight per rank; in [1, 4096].", false},
+      {"nvme.chunk_bytes", +[](Options& o) { return &o.nvme.chunk_bytes; },
+       "grain of the nvme optimizer pipeline (fp32 bytes per state array and chunk); a "
+       "multiple of 8KiB.",
+       true},
   };
   return *keys;
 }
@@ -649,6 +653,8 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
   at_least("nvme.read_ahead_units", nvme.read_ahead_units, 1);
   expect(nvme.queue_depth >= 1 && nvme.queue_depth <= 4096, "nvme.queue_depth",
          NumberText(nvme.queue_depth), "a depth in [1, 4096]");
+  expect(nvme.chunk_bytes >= 8192 && nvme.chunk_bytes % 8192 == 0, "nvme.chunk_bytes",
+         SizeText(nvme.chunk_bytes), "a multiple of 8 KiB (8192 bytes)");
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ const std::vector<std::string> kAllKeys = {
     "zero.comm_timeout_s", "zero.prefetch_bytes", "zero.optimizer_tier",
     "zero.grad_tier",     "zero.param_tier",    "zero.nvme_dir",
     "tiers.host_memory_limit", "nvme.engine",   "nvme.read_ahead_units",
-    "nvme.queue_depth",
+    "nvme.queue_depth",   "nvme.chunk_bytes",
 };
 
 void ExpectOptionsEqual(const Options& got, const Options& want) {
