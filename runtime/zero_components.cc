@@ -6,6 +6,7 @@
 // shard is gathered only after the optimizer that wrote it.
 #include "runtime/zero_components.h"
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -187,10 +188,23 @@ class ShardedGatherer : public ParamGatherer {
     RETURN_IF_ERROR(lag_.Limit());
     if (planned) {
       for (const PrefetchAction& action : plan_.before[access]) {
-        if (action.kind == PrefetchActionKind::kFetch) RETURN_IF_ERROR(Fetch(action.unit));
+        if (action.kind == PrefetchActionKind::kFetch) {
+          RETURN_IF_ERROR(Fetch(action.unit, /*must=*/false));
+        }
       }
     } else {
       ++stats_.deviations;
+    }
+    RETURN_IF_ERROR(IssueDeferred());
+    // A planned fetch still waiting for a read buffer is needed now: issue the waiting ones
+    // up to it, in plan order, waiting for buffers.
+    if (!resident_.count(unit) &&
+        std::find(deferred_.begin(), deferred_.end(), unit) != deferred_.end()) {
+      while (!resident_.count(unit)) {
+        const int next = deferred_.front();
+        deferred_.pop_front();
+        RETURN_IF_ERROR(Fetch(next, /*must=*/true));
+      }
     }
     auto it = resident_.find(unit);
     if (it == resident_.end()) {
@@ -199,6 +213,7 @@ class ShardedGatherer : public ParamGatherer {
       it = resident_.find(unit);
       it->second.on_demand = true;
     }
+    ahead_.erase(std::remove(ahead_.begin(), ahead_.end(), unit), ahead_.end());
     Resident& r = it->second;
     if (!r.ready_waited) {
       RETURN_IF_ERROR(ctx_.device->Wait(*ctx_.compute, *r.ready));
@@ -217,10 +232,13 @@ class ShardedGatherer : public ParamGatherer {
         if (action.kind == PrefetchActionKind::kRelease) RETURN_IF_ERROR(Drop(action.unit));
       }
     }
+    RETURN_IF_ERROR(IssueDeferred());
     return lag_.Mark(*ctx_.compute);
   }
 
   Status EndMicroBatch() override {
+    deferred_.clear();
+    ahead_.clear();
     while (!resident_.empty()) RETURN_IF_ERROR(Drop(resident_.begin()->first));
     return absl::OkStatus();
   }
@@ -259,8 +277,32 @@ class ShardedGatherer : public ParamGatherer {
     bool on_demand = false;
   };
 
-  Status Fetch(int unit) {
+  // With params on nvme, a fetch the plan issues ahead (`must` false) waits in deferred_
+  // while every read buffer holds a unit fetched but not yet used, instead of blocking the
+  // host thread on a buffer (which would stop it from enqueueing the compute of units
+  // already gathered). The rule depends on the trace only, so every rank issues its
+  // gathers in the same order.
+  bool ReadBufferFree() const { return ahead_.size() < reads_.size(); }
+
+  Status IssueDeferred() {
+    while (!deferred_.empty() && ReadBufferFree()) {
+      const int next = deferred_.front();
+      deferred_.pop_front();
+      RETURN_IF_ERROR(Fetch(next, /*must=*/true));
+    }
+    return absl::OkStatus();
+  }
+
+  Status Fetch(int unit, bool must = true) {
     if (resident_.count(unit)) return absl::OkStatus();
+    if (nvme_ != nullptr && !must) {
+      if (!deferred_.empty() || !ReadBufferFree()) {
+        if (std::find(deferred_.begin(), deferred_.end(), unit) == deferred_.end()) {
+          deferred_.push_back(unit);
+        }
+        return absl::OkStatus();
+      }
+    }
     UnitState& state = (*ctx_.units)[unit];
     const size_t bytes = state.padded_elements * DTypeBytes(ctx_.dtype);
     Resident r;
@@ -275,6 +317,7 @@ class ShardedGatherer : public ParamGatherer {
       // stream, once the read is done) -> gathered in place.
       ReadBuffer& read = reads_[next_read_++ % reads_.size()];
       RETURN_IF_ERROR(read.copied->Synchronize());  // its previous shard has gone up
+      ahead_.push_back(unit);
       std::vector<NvmeTier::Ticket> tickets;
       for (const NvmeChunk& chunk : chunks_[unit]) {
         tickets.push_back(nvme_->Read(
@@ -319,6 +362,8 @@ class ShardedGatherer : public ParamGatherer {
   }
 
   Status Drop(int unit) {
+    deferred_.erase(std::remove(deferred_.begin(), deferred_.end(), unit), deferred_.end());
+    ahead_.erase(std::remove(ahead_.begin(), ahead_.end(), unit), ahead_.end());
     auto it = resident_.find(unit);
     if (it == resident_.end()) return absl::OkStatus();
     // The comm stream must be done writing it, and compute done reading it.
@@ -342,6 +387,8 @@ class ShardedGatherer : public ParamGatherer {
   std::vector<std::vector<NvmeChunk>> chunks_;
   std::vector<ReadBuffer> reads_;
   size_t next_read_ = 0;
+  std::deque<int> deferred_;  // planned fetches waiting for a read buffer, in plan order
+  std::deque<int> ahead_;     // units read from nvme and not used yet
   std::map<int, Resident> resident_;
   DeferredFrees frees_{ctx_.device};
   GatherStats stats_;
