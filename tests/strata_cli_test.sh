@@ -51,6 +51,22 @@ grep -q '"optimizer_exposed_ms":' "$tmp/off.jsonl" || fail "metrics lack optimiz
 [ $? -eq 1 ] || fail "param_tier=host at stage 1 should exit 1"
 grep -q "set zero.stage=3" "$tmp/place.txt" || { cat "$tmp/place.txt"; fail "placement error lacks the fix"; }
 
+# ZeRO-Infinity: a short run with the optimizer and params in swap files under $tmp reports
+# its NVMe traffic and leaves no swap file behind; a missing swap directory is refused
+# naming it, before any step.
+mkdir -p "$tmp/swap"
+"$strata" train --set model.preset=tiny --set train.steps=2 --set train.seq_len=16 \
+  --set zero.stage=3 --set zero.optimizer_tier=nvme --set zero.param_tier=nvme \
+  --set zero.nvme_dir="$tmp/swap" --metrics "$tmp/inf.jsonl" > "$tmp/inf.txt" 2>&1 \
+  || { cat "$tmp/inf.txt"; fail "nvme run failed"; }
+grep -q '"nvme_bytes":{"read":[1-9]' "$tmp/inf.jsonl" || { cat "$tmp/inf.jsonl"; fail "no nvme reads in the metrics"; }
+[ -z "$(ls -A "$tmp/swap")" ] || fail "swap files left behind: $(ls "$tmp/swap")"
+"$strata" train --set model.preset=tiny --set zero.stage=1 --set zero.optimizer_tier=nvme \
+  --set zero.nvme_dir=/nonexistent/swapdir > "$tmp/nodir.txt" 2>&1
+[ $? -eq 1 ] || fail "a missing swap dir should exit 1"
+grep -q "/nonexistent/swapdir" "$tmp/nodir.txt" || { cat "$tmp/nodir.txt"; fail "error lacks the swap dir"; }
+grep -q "step " "$tmp/nodir.txt" && fail "training started without a swap dir"
+
 # bench offload runs end to end on a tiny model and prints its ratios.
 "$strata" bench offload --steps 1 --set model.preset=tiny --set train.seq_len=16 \
   > "$tmp/bo.txt" 2>&1 || { cat "$tmp/bo.txt"; fail "bench offload failed"; }
