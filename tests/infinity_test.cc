@@ -8,15 +8,12 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
-#include <mutex>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_join.h"
-#include "launch/ranks.h"
-#include "launch/session.h"
-#include "runtime/core/options_parse.h"
+#include "tests/placement_runs.h"
 
 namespace strata {
 namespace {
@@ -29,49 +26,22 @@ std::string SwapDir() {
 }
 
 Options Make(int world, int stage, std::vector<std::string> extra, int steps = 20) {
-  std::vector<std::string> sets = {
-      "model.preset=tiny", "model.layers=2", "model.channels=32", "model.heads=2",
-      "train.seq_len=16", "train.lr=3e-3", "train.warmup_steps=2", "train.grad_accum=2",
-      "train.eval_every=0", "device.threads=1", "zero.comm_timeout_s=60",
-      "train.micro_batch=2", "zero.prefetch_bytes=64KiB", "zero.nvme_dir=" + SwapDir(),
-      "train.steps=" + std::to_string(steps), "zero.world=" + std::to_string(world),
-      "zero.stage=" + std::to_string(stage)};
-  sets.insert(sets.end(), extra.begin(), extra.end());
-  auto options = ParseOptions("", sets);
-  EXPECT_TRUE(options.ok()) << options.status();
-  return *options;
+  extra.push_back("zero.nvme_dir=" + SwapDir());
+  return PlacementRunOptions(world, stage, extra, steps);
 }
 
-struct Outcome {
-  Status status;
-  std::vector<double> losses;  // rank 0
-  PoolStats device, host;      // rank 0
+// A run with the NVMe traffic of rank 0 summed over its steps.
+struct Outcome : PlacementRun {
   uint64_t nvme_read = 0, nvme_written = 0;
 };
 
 Outcome Train(const Options& options) {
   Outcome out;
-  std::mutex mutex;
-  out.status = RunRanks(options, [&](Communicator& communicator) -> Status {
-    ASSIGN_OR_RETURN(auto session, TrainingSession::Create(options, &communicator));
-    std::vector<double> losses;
-    uint64_t read = 0, written = 0;
-    for (int step = 0; step < options.train.steps; ++step) {
-      ASSIGN_OR_RETURN(StepReport report, session->Step(step));
-      losses.push_back(report.result.loss);
-      read += report.result.nvme_read_bytes;
-      written += report.result.nvme_written_bytes;
-    }
-    if (communicator.rank() == 0) {
-      std::lock_guard<std::mutex> lock(mutex);
-      out.losses = losses;
-      out.device = session->device().pool(Tier::kDevice).Stats();
-      out.host = session->device().pool(Tier::kHost).Stats();
-      out.nvme_read = read;
-      out.nvme_written = written;
-    }
-    return absl::OkStatus();
-  });
+  static_cast<PlacementRun&>(out) = TrainAllRanks(options);
+  for (const StepResult& step : out.steps) {
+    out.nvme_read += step.nvme_read_bytes;
+    out.nvme_written += step.nvme_written_bytes;
+  }
   return out;
 }
 

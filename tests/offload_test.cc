@@ -5,65 +5,18 @@
 // Also: where the bytes go (optimizer and grad shards to the host pool, stage-3 params too),
 // a model that does not fit device.memory_limit on the device trains with offload, and the
 // host tier's own limit is a clear error.
-#include <mutex>
-
 #include "absl/strings/str_join.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "launch/ranks.h"
-#include "launch/session.h"
-#include "runtime/core/options_parse.h"
+#include "tests/placement_runs.h"
 
 namespace strata {
 namespace {
 
 Options Make(int world, int stage, std::vector<std::string> extra, int steps = 20) {
-  std::vector<std::string> sets = {
-      "model.preset=tiny", "model.layers=2", "model.channels=32", "model.heads=2",
-      "train.seq_len=16", "train.lr=3e-3", "train.warmup_steps=2", "train.grad_accum=2",
-      "train.eval_every=0", "device.threads=1", "zero.comm_timeout_s=60",
-      "train.micro_batch=2", "zero.prefetch_bytes=64KiB",
-      "train.steps=" + std::to_string(steps), "zero.world=" + std::to_string(world),
-      "zero.stage=" + std::to_string(stage)};
-  sets.insert(sets.end(), extra.begin(), extra.end());
-  auto options = ParseOptions("", sets);
-  EXPECT_TRUE(options.ok()) << options.status();
-  return *options;
-}
-
-struct RunOutcome {
-  Status status;
-  std::vector<double> losses;   // rank 0
-  std::vector<StepResult> steps;  // rank 0
-  PoolStats device, host;       // rank 0, after the run
-};
-
-RunOutcome Train(const Options& options) {
-  RunOutcome run;
-  std::mutex mutex;
-  run.status = RunRanks(options, [&](Communicator& communicator) -> Status {
-    ASSIGN_OR_RETURN(auto session, TrainingSession::Create(options, &communicator));
-    std::vector<StepResult> steps;
-    for (int step = 0; step < options.train.steps; ++step) {
-      ASSIGN_OR_RETURN(StepReport report, session->Step(step));
-      steps.push_back(report.result);
-    }
-    if (communicator.rank() == 0) {
-      std::lock_guard<std::mutex> lock(mutex);
-      run.steps = steps;
-      for (const StepResult& s : steps) run.losses.push_back(s.loss);
-      run.device = session->device().pool(Tier::kDevice).Stats();
-      run.host = session->device().pool(Tier::kHost).Stats();
-    }
-    return absl::OkStatus();
-  });
-  return run;
-}
-
-uint64_t Peak(const PoolStats& pool, StateKind kind) {
-  return pool.peak_by_kind[static_cast<int>(kind)];
+  return PlacementRunOptions(world, stage, extra, steps);
 }
 
 const std::vector<std::vector<std::string>> kHostPlacements = {
@@ -75,7 +28,7 @@ TEST(Offload, HostOptimizerMatchesDeviceOptimizer) {
   for (int world : {1, 2}) {
     for (int stage = 1; stage <= 3; ++stage) {
       for (const char* clip : {"train.grad_clip=1", "train.grad_clip=0"}) {
-        const RunOutcome device = Train(Make(world, stage, {clip}));
+        const PlacementRun device = TrainAllRanks(Make(world, stage, {clip}));
         ASSERT_TRUE(device.status.ok()) << device.status;
         ASSERT_EQ(device.losses.size(), 20u);
         EXPECT_LT(device.losses.back(), device.losses.front() - 0.3) << "it should learn";
@@ -88,7 +41,7 @@ TEST(Offload, HostOptimizerMatchesDeviceOptimizer) {
           const std::string what = absl::StrCat("world ", world, " stage ", stage, " ", clip,
                                                 " ", absl::StrJoin(placement, " "));
           placement.push_back(clip);
-          const RunOutcome host = Train(Make(world, stage, placement));
+          const PlacementRun host = TrainAllRanks(Make(world, stage, placement));
           ASSERT_TRUE(host.status.ok()) << what << ": " << host.status;
           EXPECT_EQ(host.losses, device.losses) << what;
           for (const StepResult& step : host.steps) {
@@ -104,8 +57,8 @@ TEST(Offload, HostOptimizerMatchesDeviceOptimizer) {
 // The bytes of each kind sit in the tier the placement names; sizes are the padded units.
 TEST(Offload, StateGoesToTheHostTier) {
   const int world = 2;
-  const RunOutcome device = Train(Make(world, 3, {}, 2));
-  const RunOutcome host = Train(Make(world, 3, {"zero.optimizer_tier=host", "zero.grad_tier=host",
+  const PlacementRun device = TrainAllRanks(Make(world, 3, {}, 2));
+  const PlacementRun host = TrainAllRanks(Make(world, 3, {"zero.optimizer_tier=host", "zero.grad_tier=host",
                                          "zero.param_tier=host"}, 2));
   ASSERT_TRUE(device.status.ok() && host.status.ok()) << device.status << host.status;
   const uint64_t optimizer = Peak(device.device, StateKind::kOptimizer);
@@ -134,29 +87,29 @@ TEST(Offload, ModelTooBigForTheDeviceTrainsWithOffload) {
   };
   const std::vector<std::string> offload = {"zero.optimizer_tier=host", "zero.grad_tier=host",
                                             "zero.param_tier=host"};
-  const RunOutcome on_device = Train(with({}));
-  const RunOutcome offloaded = Train(with(offload));
+  const PlacementRun on_device = TrainAllRanks(with({}));
+  const PlacementRun offloaded = TrainAllRanks(with(offload));
   ASSERT_TRUE(on_device.status.ok() && offloaded.status.ok());
   const uint64_t need = on_device.device.peak_bytes;
   ASSERT_LT(offloaded.device.peak_bytes * 2, need) << "offload should at least halve the peak";
   const uint64_t limit = (offloaded.device.peak_bytes + need) / 2;
   const std::string limit_set = absl::StrCat("device.memory_limit=", limit);
 
-  const RunOutcome refused = Train(with({limit_set}));
+  const PlacementRun refused = TrainAllRanks(with({limit_set}));
   ASSERT_FALSE(refused.status.ok());
   EXPECT_EQ(refused.status.code(), absl::StatusCode::kResourceExhausted) << refused.status;
   EXPECT_THAT(std::string(refused.status.message()), ::testing::HasSubstr("device.memory_limit"));
 
   auto sets = offload;
   sets.push_back(limit_set);
-  const RunOutcome fits = Train(with(sets));
+  const PlacementRun fits = TrainAllRanks(with(sets));
   ASSERT_TRUE(fits.status.ok()) << fits.status;
   EXPECT_LT(fits.device.peak_bytes, limit);
   EXPECT_LT(fits.losses.back(), fits.losses.front()) << "loss should fall";
 }
 
 TEST(Offload, HostTierLimitIsAClearError) {
-  const RunOutcome run = Train(Make(1, 1, {"zero.optimizer_tier=host", "zero.grad_tier=host",
+  const PlacementRun run = TrainAllRanks(Make(1, 1, {"zero.optimizer_tier=host", "zero.grad_tier=host",
                                     "tiers.host_memory_limit=64KiB"}, 1));
   ASSERT_FALSE(run.status.ok());
   EXPECT_EQ(run.status.code(), absl::StatusCode::kResourceExhausted) << run.status;

@@ -207,12 +207,36 @@ Status CopyMasterIn(const HomeContext& ctx, int unit, const float* values) {
   return ctx.compute->Synchronize();
 }
 
+// The homes whose state sits in a memory tier (device or host): the master is read and
+// written through the compute stream; the AdamW sub-steps run (and are waited for) on
+// `stream`.
+class ResidentOptimizerHome : public OptimizerHome {
+ public:
+  ResidentOptimizerHome(const HomeContext& ctx, GradHome* grads,
+                        std::vector<std::unique_ptr<Event>> ready, Stream* stream)
+      : ctx_(ctx), grads_(grads), ready_(std::move(ready)), stream_(stream) {}
+  Event& params_ready(int unit) override { return *ready_[unit]; }
+  Status WaitSteps() override { return stream_->Synchronize(); }
+  double busy_ms() const override { return timer_.ms(); }
+  Status LoadMaster(int unit, float* out) override { return CopyMasterOut(ctx_, unit, out); }
+  Status StoreMaster(int unit, const float* values) override {
+    return CopyMasterIn(ctx_, unit, values);
+  }
+
+ protected:
+  HomeContext ctx_;
+  GradHome* grads_;
+  std::vector<std::unique_ptr<Event>> ready_;  // params in place
+  Stream* stream_;
+  StreamTimer timer_;
+};
+
 // AdamW with the backend's kernels on the compute stream.
-class DeviceOptimizerHome : public OptimizerHome {
+class DeviceOptimizerHome : public ResidentOptimizerHome {
  public:
   DeviceOptimizerHome(const HomeContext& ctx, GradHome* grads,
                       std::vector<std::unique_ptr<Event>> ready)
-      : ctx_(ctx), grads_(grads), ready_(std::move(ready)) {}
+      : ResidentOptimizerHome(ctx, grads, std::move(ready), ctx.compute) {}
   Tier tier() const override { return Tier::kDevice; }
 
   Status Step(int unit, const AdamParams& params, ShardRange range, size_t state_offset,
@@ -231,30 +255,16 @@ class DeviceOptimizerHome : public OptimizerHome {
     timer_.Stop(compute);
     return ctx_.device->Record(*ready_[unit], compute);
   }
-
-  Event& params_ready(int unit) override { return *ready_[unit]; }
-  Status WaitSteps() override { return ctx_.compute->Synchronize(); }
-  double busy_ms() const override { return timer_.ms(); }
-  Status LoadMaster(int unit, float* out) override { return CopyMasterOut(ctx_, unit, out); }
-  Status StoreMaster(int unit, const float* values) override {
-    return CopyMasterIn(ctx_, unit, values);
-  }
-
- private:
-  HomeContext ctx_;
-  GradHome* grads_;
-  std::vector<std::unique_ptr<Event>> ready_;
-  StreamTimer timer_;
 };
 
 // The SIMD CPU Adam on the host stream; params copied to the device on the copy stream.
-class HostOptimizerHome : public OptimizerHome {
+class HostOptimizerHome : public ResidentOptimizerHome {
  public:
   HostOptimizerHome(const HomeContext& ctx, GradHome* grads,
                     std::vector<std::unique_ptr<Event>> stepped,
                     std::vector<std::unique_ptr<Event>> ready, std::unique_ptr<Event> join)
-      : ctx_(ctx), grads_(grads), stepped_(std::move(stepped)), ready_(std::move(ready)),
-        join_(std::move(join)) {}
+      : ResidentOptimizerHome(ctx, grads, std::move(ready), ctx.host),
+        stepped_(std::move(stepped)), join_(std::move(join)) {}
   Tier tier() const override { return Tier::kHost; }
 
   Status Step(int unit, const AdamParams& params, ShardRange range, size_t state_offset,
@@ -294,21 +304,9 @@ class HostOptimizerHome : public OptimizerHome {
     return device.Record(*ready_[unit], copy);
   }
 
-  Event& params_ready(int unit) override { return *ready_[unit]; }
-  Status WaitSteps() override { return ctx_.host->Synchronize(); }
-  double busy_ms() const override { return timer_.ms(); }
-  Status LoadMaster(int unit, float* out) override { return CopyMasterOut(ctx_, unit, out); }
-  Status StoreMaster(int unit, const float* values) override {
-    return CopyMasterIn(ctx_, unit, values);
-  }
-
  private:
-  HomeContext ctx_;
-  GradHome* grads_;
   std::vector<std::unique_ptr<Event>> stepped_;  // AdamW of the unit done (host stream)
-  std::vector<std::unique_ptr<Event>> ready_;    // params in place
   std::unique_ptr<Event> join_;
-  StreamTimer timer_;
 };
 
 // ZeRO-Infinity: the state lives in the NVMe tier, chunk by chunk; a chunk's sub-step runs

@@ -1,0 +1,51 @@
+// See placement_runs.h.
+#include "tests/placement_runs.h"
+
+#include <mutex>
+
+#include <gtest/gtest.h>
+
+#include "launch/ranks.h"
+#include "launch/session.h"
+#include "runtime/core/options_parse.h"
+
+namespace strata {
+
+Options PlacementRunOptions(int world, int stage, const std::vector<std::string>& extra,
+                            int steps) {
+  std::vector<std::string> sets = {
+      "model.preset=tiny", "model.layers=2", "model.channels=32", "model.heads=2",
+      "train.seq_len=16", "train.lr=3e-3", "train.warmup_steps=2", "train.grad_accum=2",
+      "train.eval_every=0", "device.threads=1", "zero.comm_timeout_s=60",
+      "train.micro_batch=2", "zero.prefetch_bytes=64KiB",
+      "train.steps=" + std::to_string(steps), "zero.world=" + std::to_string(world),
+      "zero.stage=" + std::to_string(stage)};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  auto options = ParseOptions("", sets);
+  EXPECT_TRUE(options.ok()) << options.status();
+  return options.ok() ? *options : Options{};
+}
+
+PlacementRun TrainAllRanks(const Options& options) {
+  PlacementRun run;
+  std::mutex mutex;
+  run.status = RunRanks(options, [&](Communicator& communicator) -> Status {
+    ASSIGN_OR_RETURN(auto session, TrainingSession::Create(options, &communicator));
+    std::vector<StepResult> steps;
+    for (int step = 0; step < options.train.steps; ++step) {
+      ASSIGN_OR_RETURN(StepReport report, session->Step(step));
+      steps.push_back(report.result);
+    }
+    if (communicator.rank() == 0) {
+      std::lock_guard<std::mutex> lock(mutex);
+      run.steps = steps;
+      for (const StepResult& s : steps) run.losses.push_back(s.loss);
+      run.device = session->device().pool(Tier::kDevice).Stats();
+      run.host = session->device().pool(Tier::kHost).Stats();
+    }
+    return absl::OkStatus();
+  });
+  return run;
+}
+
+}  // namespace strata

@@ -1,0 +1,34 @@
+// Shared by the placement tests (offload, infinity): the small model they train at every
+// stage, world size and placement, and a run that keeps what they compare.
+// Thread-safety: TrainAllRanks runs the ranks as threads (or under mpirun) and returns
+// once all are done.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runtime/core/memory.h"
+#include "runtime/core/options.h"
+#include "runtime/engine.h"
+
+namespace strata {
+
+// Tiny GPT (L2 C32), T=16, micro_batch 2 per rank, grad_accum 2, 1 kernel thread, then
+// `extra` --set lines. Expects them to parse (a gtest failure otherwise).
+Options PlacementRunOptions(int world, int stage, const std::vector<std::string>& extra,
+                            int steps);
+
+struct PlacementRun {
+  Status status;
+  std::vector<double> losses;     // rank 0's view of the global mean loss, per step
+  std::vector<StepResult> steps;  // rank 0
+  PoolStats device, host;         // rank 0's pools after the run
+};
+
+PlacementRun TrainAllRanks(const Options& options);
+
+inline uint64_t Peak(const PoolStats& pool, StateKind kind) {
+  return pool.peak_by_kind[static_cast<int>(kind)];
+}
+
+}  // namespace strata
