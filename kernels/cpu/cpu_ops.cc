@@ -3,6 +3,7 @@
 // and runs the fast kernel. The closure captures everything by value (pointers, sizes,
 // AdamParams), so the caller's arguments need not outlive the call; the buffers must.
 // Thread-safety: see cpu_ops.h.
+#include "kernels/op_checks.h"
 #include "kernels/cpu/cpu_ops.h"
 
 #include <omp.h>
@@ -22,27 +23,6 @@
 
 namespace strata {
 namespace {
-
-// Fails naming the op and every negative size.
-Status CheckNonNegative(const char* op, std::initializer_list<std::pair<const char*, long>> sizes) {
-  std::string problems;
-  for (const auto& [name, value] : sizes) {
-    if (value < 0) absl::StrAppend(&problems, problems.empty() ? "" : ", ", name, "=", value);
-  }
-  if (problems.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(op, ": negative size ", problems));
-}
-
-// Fails naming the op and every null pointer that the op needs.
-Status CheckNotNull(const char* op,
-                    std::initializer_list<std::pair<const char*, const void*>> ptrs) {
-  std::string problems;
-  for (const auto& [name, pointer] : ptrs) {
-    if (pointer == nullptr) absl::StrAppend(&problems, problems.empty() ? "" : ", ", name);
-  }
-  if (problems.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(op, ": null pointer ", problems));
-}
 
 template <typename T>
 T* As(void* p) {

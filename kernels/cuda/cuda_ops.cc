@@ -10,6 +10,7 @@
 // to `out` pre-filled with the broadcast bias, so product and bias are summed in fp32 and
 // rounded once, as the CPU reference does. Compute type CUBLAS_COMPUTE_32F (no TF32).
 // Thread-safety: see cuda_ops.h.
+#include "kernels/op_checks.h"
 #include "kernels/cuda/cuda_ops.h"
 
 #include <cublas_v2.h>
@@ -27,27 +28,6 @@
 
 namespace strata {
 namespace {
-
-// Fails naming the op and every negative size.
-Status CheckNonNegative(const char* op, std::initializer_list<std::pair<const char*, long>> sizes) {
-  std::string problems;
-  for (const auto& [name, value] : sizes) {
-    if (value < 0) absl::StrAppend(&problems, problems.empty() ? "" : ", ", name, "=", value);
-  }
-  if (problems.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(op, ": negative size ", problems));
-}
-
-// Fails naming the op and every null pointer that the op needs.
-Status CheckNotNull(const char* op,
-                    std::initializer_list<std::pair<const char*, const void*>> pointers) {
-  std::string problems;
-  for (const auto& [name, pointer] : pointers) {
-    if (pointer == nullptr) absl::StrAppend(&problems, problems.empty() ? "" : ", ", name);
-  }
-  if (problems.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(op, ": null pointer ", problems));
-}
 
 // A cuBLAS result as Status: "<context>: <call> failed: <description> (<name>)".
 Status CublasStatus(cublasStatus_t status, const char* call, const std::string& context) {
