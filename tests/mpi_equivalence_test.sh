@@ -2,7 +2,8 @@
 # ZeRO stages across processes: `mpirun -np N strata train` (MPI communicator, one process
 # per rank) at N = 2 and 4 for stages 0-3 gives the per-step losses of the single-rank
 # stage-0 run on the same global batch (micro_batch * N rows), within a relative 2e-5 over
-# 20 steps (the GEMMs split their sums differently); stages at one N agree exactly.
+# 20 steps (the GEMMs split their sums differently); stages at one N agree exactly, and so
+# do the host (offload) and nvme (infinity) placements with the device one.
 set -uo pipefail
 strata="$1"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -32,6 +33,27 @@ for np in 2 4; do
   done
   echo "np $np: stages 0-3 match the single-rank run"
 done
+
+# Offload and NVMe placements across processes (np 2): the same losses as the device
+# placement at the same stage, exactly (same CPU Adam, same sums); each rank its own
+# swap files, removed at exit.
+mkdir -p "$tmp/swap"
+for placement in "2 zero.optimizer_tier=host zero.grad_tier=host" \
+                 "3 zero.optimizer_tier=nvme zero.param_tier=nvme" \
+                 "3 zero.optimizer_tier=host zero.grad_tier=host zero.param_tier=host"; do
+  read -r stage keys <<< "$placement"
+  sets=(--set zero.stage=$stage --set zero.nvme_dir="$tmp/swap")
+  for key in $keys; do sets+=(--set "$key"); done
+  tag="p$stage-${keys// /_}"
+  timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
+    "$strata" train "${common[@]}" --set train.micro_batch=2 "${sets[@]}" \
+    --metrics "$tmp/$tag.jsonl" > "$tmp/$tag.log" 2>&1 \
+    || { tail -20 "$tmp/$tag.log"; fail "mpirun -np 2 $placement"; }
+  cmp -s <(losses "$tmp/s$stage-2.jsonl") <(losses "$tmp/$tag.jsonl") \
+    || fail "np 2 stage $stage $keys: losses differ from the device placement"
+  [ -z "$(ls -A "$tmp/swap")" ] || fail "swap files left behind after $placement"
+done
+echo "np 2: host and nvme placements match the device placement"
 
 # zero.world that disagrees with mpirun is rejected before any work.
 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$strata" train "${common[@]}" \
