@@ -762,7 +762,7 @@ StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroCo
     ASSIGN_OR_RETURN(components.optimizer_home,
                      OptimizerHome::CreateNvme(home, components.grad_home.get(),
                                                components.nvme.get(), components.nvme_chunks,
-                                               placement.params_on_nvme, /*slots=*/3));
+                                               placement.params_on_nvme, /*slots=*/8));
   } else {
     ASSIGN_OR_RETURN(components.optimizer_home,
                      OptimizerHome::Create(home, placement.optimizer, components.grad_home.get()));

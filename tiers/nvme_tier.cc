@@ -48,6 +48,10 @@ NvmeTier::Ticket NvmeTier::Read(int unit, std::vector<Part> parts) {
   return Post(unit, false, std::move(parts), false, nullptr);
 }
 
+NvmeTier::Ticket NvmeTier::ReadAfter(int unit, std::vector<Part> parts, Ticket after) {
+  return Post(unit, false, std::move(parts), after != 0, nullptr, after);
+}
+
 NvmeTier::Ticket NvmeTier::Write(int unit, std::vector<Part> parts, bool held) {
   return Post(unit, true, std::move(parts), held, nullptr);
 }
@@ -57,7 +61,7 @@ NvmeTier::Ticket NvmeTier::WriteAfter(int unit, std::vector<Part> parts, Event* 
 }
 
 NvmeTier::Ticket NvmeTier::Post(int unit, bool write, std::vector<Part> parts, bool held,
-                                Event* release_after) {
+                                Event* release_after, Ticket after) {
   std::lock_guard<std::mutex> lock(mutex_);
   Request request;
   request.ticket = next_ticket_++;
@@ -65,6 +69,7 @@ NvmeTier::Ticket NvmeTier::Post(int unit, bool write, std::vector<Part> parts, b
   request.write = write;
   request.released = !held;
   request.release_after = release_after;
+  request.after = after;
   request.parts = std::move(parts);
   const Ticket ticket = request.ticket;
   if (request.parts.empty() || request.parts.size() >= (1u << kPartBits)) {
@@ -111,7 +116,9 @@ Status NvmeTier::Drain() {
   // Writes held on an event count: their event completes once its stream gets there.
   done_cv_.wait(lock, [&] {
     for (const Request& request : queue_) {
-      if (request.released || request.release_after != nullptr) return false;
+      if (request.released || request.release_after != nullptr || request.after != 0) {
+        return false;
+      }
     }
     return true;
   });
@@ -154,6 +161,9 @@ void NvmeTier::Loop() {
     // Holds whose event has completed are released.
     bool watching = false;
     for (Request& request : queue_) {
+      if (!request.released && request.after != 0 && !Outstanding(request.after)) {
+        request.released = true;
+      }
       if (request.released || request.release_after == nullptr) continue;
       if (request.release_after->Query()) {
         request.released = true;

@@ -44,9 +44,13 @@ class NvmeTier {
   // Posts a read (or write) of several extents of one unit; the ticket is done when all
   // are. A held write waits for Release(ticket) before it is submitted.
   Ticket Read(int unit, std::vector<Part> parts);
+  // A read held until ticket `after` is done (its buffers are still being written out by
+  // that earlier request). 0: not held.
+  Ticket ReadAfter(int unit, std::vector<Part> parts, Ticket after);
   Ticket Write(int unit, std::vector<Part> parts, bool held = false);
   // A write held until `release_after`'s most recent record (made before this call) has
-  // completed. The event must outlive the ticket.
+  // completed. The event must outlive the ticket and must not be recorded again before
+  // the ticket is done (the I/O thread polls the event's latest record).
   Ticket WriteAfter(int unit, std::vector<Part> parts, Event* release_after);
   void Release(Ticket ticket);
   // Blocks until the ticket is done; returns its status.
@@ -72,13 +76,15 @@ class NvmeTier {
     bool write = false;
     bool released = true;
     Event* release_after = nullptr;  // held until it completes
+    Ticket after = 0;                // held until this ticket is done
     std::vector<Part> parts;
     size_t submitted = 0;  // parts handed to the store
     size_t completed = 0;
     Status status;
   };
   explicit NvmeTier(std::unique_ptr<NvmeStore> store);
-  Ticket Post(int unit, bool write, std::vector<Part> parts, bool held, Event* release_after);
+  Ticket Post(int unit, bool write, std::vector<Part> parts, bool held, Event* release_after,
+              Ticket after = 0);
   void Loop();
   // True when nothing posted earlier on the same extents is still outstanding.
   bool CanStart(const Request& request) const;

@@ -313,6 +313,9 @@ class HostOptimizerHome : public ResidentOptimizerHome {
 // through one of a few host slots: read (master, m, v) -> CPU Adam on the host stream ->
 // write back (and the params: copied to the device, or written to nvme). Chunks enqueued
 // one after the other overlap: chunk k+1 is read while k is stepped and k-1 written back.
+// At the end of a step every slot is given a read of the chunk it will take first in the
+// next step (same order as this one), so the disk works during the next forward instead
+// of waiting for the first gradients.
 class NvmeOptimizerHome : public OptimizerHome {
  public:
   struct Slot {
@@ -320,6 +323,8 @@ class NvmeOptimizerHome : public OptimizerHome {
     std::unique_ptr<Event> stepped;  // AdamW done (host stream)
     std::unique_ptr<Event> copied;   // params copied out to the device (copy stream)
     NvmeTier::Ticket write_back = 0;
+    int prefetched = -1;             // chunk whose state a read ahead brings, or -1
+    NvmeTier::Ticket prefetch = 0;
   };
 
   NvmeOptimizerHome(const HomeContext& ctx, GradHome* grads, NvmeTier* nvme,
@@ -351,7 +356,24 @@ class NvmeOptimizerHome : public OptimizerHome {
   }
 
   Event& params_ready(int unit) override { return *ready_[unit]; }
-  Status WaitSteps() override { return ctx_.host->Synchronize(); }
+
+  Status WaitSteps() override {
+    RETURN_IF_ERROR(ctx_.host->Synchronize());
+    // Read ahead for the next step: slot next_slot_ + i will take chunk order_[i] first.
+    for (size_t i = 0; i < std::min(slots_.size(), order_.size()); ++i) {
+      Slot& slot = slots_[(next_slot_ + i) % slots_.size()];
+      if (slot.prefetched >= 0) continue;
+      slot.prefetch = nvme_->ReadAfter(order_[i],
+                                       {{ExtentKind::kMaster, slot.master.data()},
+                                        {ExtentKind::kExpAvg, slot.exp_avg.data()},
+                                        {ExtentKind::kExpAvgSq, slot.exp_avg_sq.data()}},
+                                       slot.write_back);
+      slot.prefetched = order_[i];
+    }
+    order_.clear();
+    return absl::OkStatus();
+  }
+
   double busy_ms() const override { return timer_.ms(); }
 
   Status LoadMaster(int unit, float* out) override {
@@ -383,7 +405,10 @@ class NvmeOptimizerHome : public OptimizerHome {
   Status Flush() override {
     RETURN_IF_ERROR(ctx_.host->Synchronize());
     RETURN_IF_ERROR(ctx_.copy->Synchronize());
-    return nvme_->Drain();
+    Status status = nvme_->Drain();
+    // Reads ahead are done now; their data may go stale (StoreMaster): forget them.
+    for (Slot& slot : slots_) slot.prefetched = -1;
+    return status;
   }
 
  private:
@@ -398,12 +423,22 @@ class NvmeOptimizerHome : public OptimizerHome {
     const size_t element_bytes = DTypeBytes(ctx_.dtype);
     // The next slot, once its previous chunk is written back and copied out.
     Slot& slot = slots_[next_slot_++ % slots_.size()];
+    order_.push_back(chunk.id);
+    // The slot's last write-back must be out before its `stepped` event is recorded again
+    // below: that write is released by the event's most recent record.
     if (slot.write_back != 0) RETURN_IF_ERROR(nvme_->Wait(slot.write_back));
+    NvmeTier::Ticket load = 0;
+    if (slot.prefetched == chunk.id) {
+      load = slot.prefetch;  // read ahead, after the slot's last write-back
+    } else {
+      // A read ahead of another chunk still writes into the slot: let it finish.
+      if (slot.prefetched >= 0) nvme_->Wait(slot.prefetch).IgnoreError();
+      load = nvme_->Read(chunk.id, {{ExtentKind::kMaster, slot.master.data()},
+                                    {ExtentKind::kExpAvg, slot.exp_avg.data()},
+                                    {ExtentKind::kExpAvgSq, slot.exp_avg_sq.data()}});
+    }
+    slot.prefetched = -1;
     RETURN_IF_ERROR(slot.copied->Synchronize());
-    const NvmeTier::Ticket load =
-        nvme_->Read(chunk.id, {{ExtentKind::kMaster, slot.master.data()},
-                               {ExtentKind::kExpAvg, slot.exp_avg.data()},
-                               {ExtentKind::kExpAvgSq, slot.exp_avg_sq.data()}});
     const float* grads = state.grad_accum.as<float>() + chunk.begin;
     if (grads_->tier() != Tier::kHost) {
       RETURN_IF_ERROR(device.Wait(copy, grads_->ready(unit)));
@@ -446,6 +481,7 @@ class NvmeOptimizerHome : public OptimizerHome {
   std::vector<std::vector<NvmeChunk>> chunks_;
   std::vector<Slot> slots_;
   size_t next_slot_ = 0;
+  std::vector<int> order_;  // chunks stepped this step, in order
   std::vector<std::unique_ptr<Event>> ready_;
   std::unique_ptr<Event> join_;
   StreamTimer timer_;
