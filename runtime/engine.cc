@@ -310,9 +310,15 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   const double stall_before = compute_->stalled_ms();
   const double busy_before = components_.stepper->busy_ms();
   const double compute_busy_before = compute_->busy_ms();
-  NvmeTier* nvme = components_.nvme.get();
-  const uint64_t read_before = nvme ? nvme->bytes_read() : 0;
-  const uint64_t written_before = nvme ? nvme->bytes_written() : 0;
+  auto nvme_bytes = [this](bool written) {
+    uint64_t total = 0;
+    for (NvmeTier* tier : {components_.nvme.get(), components_.param_nvme.get()}) {
+      if (tier) total += written ? tier->bytes_written() : tier->bytes_read();
+    }
+    return total;
+  };
+  const uint64_t read_before = nvme_bytes(false);
+  const uint64_t written_before = nvme_bytes(true);
   AdamParams params;
   params.lr = lr;
   params.beta1 = options_.train.beta1;
@@ -345,10 +351,8 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   RETURN_IF_ERROR(compute_->Synchronize());
   result.optimizer_exposed_ms = MillisecondsSince(backward_end_);
   result.optimizer_ms = components_.stepper->busy_ms() - busy_before;
-  if (nvme) {
-    result.nvme_read_bytes = nvme->bytes_read() - read_before;
-    result.nvme_written_bytes = nvme->bytes_written() - written_before;
-  }
+  result.nvme_read_bytes = nvme_bytes(false) - read_before;
+  result.nvme_written_bytes = nvme_bytes(true) - written_before;
   const GatherStats gather_after = components_.gatherer->stats();
   result.gather.gathers = gather_after.gathers - gather_before.gathers;
   result.gather.deviations = gather_after.deviations - gather_before.deviations;
@@ -434,7 +438,7 @@ Status Engine::WriteMaster(int unit, const std::vector<float>& values) {
     return compute_->Synchronize();
   }
   // Param shard on nvme, chunk by chunk, through an aligned host buffer.
-  NvmeTier& nvme = *components_.nvme;
+  NvmeTier& nvme = *components_.param_nvme;
   const std::vector<NvmeChunk>& chunks = components_.nvme_chunks[unit];
   const NvmeChunk& last = chunks.back();
   ASSIGN_OR_RETURN(Buffer host,

@@ -619,7 +619,7 @@ struct Placement {
 // The rank's NVMe tier: per unit, the optimizer state extents (own shard, fp32) and, with
 // params on nvme, the param shard (compute dtype).
 StatusOr<std::unique_ptr<NvmeTier>> CreateNvmeTier(
-    const Options& options, const ZeroContext& ctx, const Placement& placement,
+    const Options& options, const ZeroContext& ctx, bool params,
     const std::vector<std::vector<NvmeChunk>>& chunks) {
   NvmeStoreOptions store;
   store.dir = options.zero.nvme_dir;
@@ -633,11 +633,13 @@ StatusOr<std::unique_ptr<NvmeTier>> CreateNvmeTier(
       const NvmeChunk& chunk = chunks[u][k];
       const std::string name = absl::StrCat(unit.name(), " chunk ", k);
       const uint64_t n = chunk.end - chunk.begin;
-      for (ExtentKind kind : {ExtentKind::kMaster, ExtentKind::kExpAvg, ExtentKind::kExpAvgSq}) {
-        extents.push_back({chunk.id, name, kind, n * 4});
-      }
-      if (placement.params_on_nvme) {
+      if (params) {
         extents.push_back({chunk.id, name, ExtentKind::kParams, n * DTypeBytes(ctx.dtype)});
+      } else {
+        for (ExtentKind kind :
+             {ExtentKind::kMaster, ExtentKind::kExpAvg, ExtentKind::kExpAvgSq}) {
+          extents.push_back({chunk.id, name, kind, n * 4});
+        }
       }
     }
   }
@@ -755,14 +757,18 @@ StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroCo
     for (const UnitState& state : *context.units) shards.push_back(state.shard_elements);
     components.nvme_chunks = NvmeChunks(shards, options.nvme.chunk_bytes / 4);
     ASSIGN_OR_RETURN(components.nvme,
-                     CreateNvmeTier(options, context, placement, components.nvme_chunks));
+                     CreateNvmeTier(options, context, /*params=*/false, components.nvme_chunks));
+    if (placement.params_on_nvme) {
+      ASSIGN_OR_RETURN(components.param_nvme,
+                       CreateNvmeTier(options, context, /*params=*/true, components.nvme_chunks));
+    }
   }
   ASSIGN_OR_RETURN(components.grad_home, GradHome::Create(home, placement.grads));
   if (placement.optimizer_on_nvme) {
     ASSIGN_OR_RETURN(components.optimizer_home,
                      OptimizerHome::CreateNvme(home, components.grad_home.get(),
                                                components.nvme.get(), components.nvme_chunks,
-                                               placement.params_on_nvme, /*slots=*/8));
+                                               components.param_nvme.get(), /*slots=*/8));
   } else {
     ASSIGN_OR_RETURN(components.optimizer_home,
                      OptimizerHome::Create(home, placement.optimizer, components.grad_home.get()));
@@ -781,7 +787,7 @@ StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroCo
     auto gatherer = std::make_unique<ShardedGatherer>(context, fresh, std::move(plan),
                                                       std::move(copied));
     if (placement.params_on_nvme) {
-      RETURN_IF_ERROR(gatherer->ReadFromNvme(components.nvme.get(), components.nvme_chunks,
+      RETURN_IF_ERROR(gatherer->ReadFromNvme(components.param_nvme.get(), components.nvme_chunks,
                                              options.nvme.read_ahead_units));
     }
     components.gatherer = std::move(gatherer);

@@ -100,14 +100,15 @@ class OptimizerStepper {
 struct ZeroComponents {
   // The NVMe tier (optimizer or params on nvme), then the homes: the components below
   // point into them and are destroyed before them.
-  std::unique_ptr<NvmeTier> nvme;
+  std::unique_ptr<NvmeTier> nvme;        // optimizer state
+  std::unique_ptr<NvmeTier> param_nvme;  // stage-3 param shards (a queue of their own)
   std::unique_ptr<GradHome> grad_home;
   std::unique_ptr<OptimizerHome> optimizer_home;
   std::unique_ptr<ParamGatherer> gatherer;
   std::unique_ptr<GradientReducer> reducer;
   std::unique_ptr<OptimizerStepper> stepper;
   bool sharded_optimizer = false;  // master/m/v/grad_accum hold only the own shard
-  bool params_on_nvme = false;     // stage 3 param shards in `nvme` (UnitState::params empty)
+  bool params_on_nvme = false;     // stage 3 param shards in `param_nvme` (params empty)
   std::vector<std::vector<NvmeChunk>> nvme_chunks;  // per unit, its shard's extents in `nvme`
 };
 

@@ -323,21 +323,24 @@ class NvmeOptimizerHome : public OptimizerHome {
     std::unique_ptr<Event> stepped;  // AdamW done (host stream)
     std::unique_ptr<Event> copied;   // params copied out to the device (copy stream)
     NvmeTier::Ticket write_back = 0;
+    NvmeTier::Ticket param_write_back = 0;  // in the params' tier
     int prefetched = -1;             // chunk whose state a read ahead brings, or -1
     NvmeTier::Ticket prefetch = 0;
   };
 
   NvmeOptimizerHome(const HomeContext& ctx, GradHome* grads, NvmeTier* nvme,
-                    bool params_on_nvme, std::vector<std::vector<NvmeChunk>> chunks,
+                    NvmeTier* param_nvme, std::vector<std::vector<NvmeChunk>> chunks,
                     std::vector<Slot> slots, std::vector<std::unique_ptr<Event>> ready,
                     std::unique_ptr<Event> join)
-      : ctx_(ctx), grads_(grads), nvme_(nvme), params_on_nvme_(params_on_nvme),
+      : ctx_(ctx), grads_(grads), nvme_(nvme), param_nvme_(param_nvme),
+        params_on_nvme_(param_nvme != nullptr),
         chunks_(std::move(chunks)), slots_(std::move(slots)), ready_(std::move(ready)),
         join_(std::move(join)) {}
 
   ~NvmeOptimizerHome() override {
     // Write-backs read the slots: they must be done before the slots go.
     nvme_->Drain().IgnoreError();
+    if (param_nvme_) param_nvme_->Drain().IgnoreError();
   }
 
   Tier tier() const override { return Tier::kHost; }
@@ -406,6 +409,7 @@ class NvmeOptimizerHome : public OptimizerHome {
     RETURN_IF_ERROR(ctx_.host->Synchronize());
     RETURN_IF_ERROR(ctx_.copy->Synchronize());
     Status status = nvme_->Drain();
+    if (param_nvme_) status.Update(param_nvme_->Drain());
     // Reads ahead are done now; their data may go stale (StoreMaster): forget them.
     for (Slot& slot : slots_) slot.prefetched = -1;
     return status;
@@ -427,6 +431,10 @@ class NvmeOptimizerHome : public OptimizerHome {
     // The slot's last write-back must be out before its `stepped` event is recorded again
     // below: that write is released by the event's most recent record.
     if (slot.write_back != 0) RETURN_IF_ERROR(nvme_->Wait(slot.write_back));
+    if (slot.param_write_back != 0) {
+      RETURN_IF_ERROR(param_nvme_->Wait(slot.param_write_back));
+      slot.param_write_back = 0;
+    }
     NvmeTier::Ticket load = 0;
     if (slot.prefetched == chunk.id) {
       load = slot.prefetch;  // read ahead, after the slot's last write-back
@@ -465,8 +473,11 @@ class NvmeOptimizerHome : public OptimizerHome {
     std::vector<NvmeTier::Part> parts = {{ExtentKind::kMaster, slot.master.data()},
                                          {ExtentKind::kExpAvg, slot.exp_avg.data()},
                                          {ExtentKind::kExpAvgSq, slot.exp_avg_sq.data()}};
-    if (params_on_nvme_) parts.push_back({ExtentKind::kParams, slot.params.data()});
     slot.write_back = nvme_->WriteAfter(chunk.id, std::move(parts), slot.stepped.get());
+    if (params_on_nvme_) {
+      slot.param_write_back = param_nvme_->WriteAfter(
+          chunk.id, {{ExtentKind::kParams, slot.params.data()}}, slot.stepped.get());
+    }
     if (!to_device) return absl::OkStatus();
     RETURN_IF_ERROR(device.Wait(copy, *slot.stepped));
     RETURN_IF_ERROR(device.CopyAsync(At(param_dest, chunk.begin, element_bytes),
@@ -477,6 +488,7 @@ class NvmeOptimizerHome : public OptimizerHome {
   HomeContext ctx_;
   GradHome* grads_;
   NvmeTier* nvme_;
+  NvmeTier* param_nvme_;  // null: params not on nvme
   bool params_on_nvme_;
   std::vector<std::vector<NvmeChunk>> chunks_;
   std::vector<Slot> slots_;
@@ -574,7 +586,8 @@ std::vector<std::vector<NvmeChunk>> NvmeChunks(const std::vector<size_t>& shard_
 
 StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::CreateNvme(
     const HomeContext& ctx, GradHome* grads, NvmeTier* nvme,
-    std::vector<std::vector<NvmeChunk>> chunks, bool params_on_nvme, int slots) {
+    std::vector<std::vector<NvmeChunk>> chunks, NvmeTier* param_nvme, int slots) {
+  const bool params_on_nvme = param_nvme != nullptr;
   RETURN_IF_ERROR(CheckContext(ctx));
   if (grads == nullptr || nvme == nullptr || slots < 1 || chunks.size() != ctx.units->size()) {
     return absl::InvalidArgumentError(
@@ -586,7 +599,7 @@ StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::CreateNvme(
     for (const NvmeChunk& chunk : unit_chunks) {
       state_bytes = std::max(state_bytes, nvme->PaddedBytes(chunk.id, ExtentKind::kMaster));
       param_bytes = std::max<uint64_t>(
-          param_bytes, params_on_nvme ? nvme->PaddedBytes(chunk.id, ExtentKind::kParams)
+          param_bytes, params_on_nvme ? param_nvme->PaddedBytes(chunk.id, ExtentKind::kParams)
                                       : (chunk.end - chunk.begin) * DTypeBytes(ctx.dtype));
     }
   }
@@ -611,7 +624,7 @@ StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::CreateNvme(
   ASSIGN_OR_RETURN(auto ready, MakeEvents(*ctx.device, ctx.units->size()));
   ASSIGN_OR_RETURN(std::unique_ptr<Event> join, ctx.device->CreateEvent());
   return std::unique_ptr<OptimizerHome>(
-      new NvmeOptimizerHome(ctx, grads, nvme, params_on_nvme, std::move(chunks), std::move(all),
+      new NvmeOptimizerHome(ctx, grads, nvme, param_nvme, std::move(chunks), std::move(all),
                             std::move(ready), std::move(join)));
 }
 

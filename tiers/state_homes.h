@@ -95,14 +95,16 @@ class OptimizerHome {
   static StatusOr<std::unique_ptr<OptimizerHome>> Create(const HomeContext& ctx, Tier tier,
                                                          GradHome* grads);
   // ZeRO-Infinity: master/exp_avg/exp_avg_sq of every unit live in `nvme`, one extent
-  // per chunk (NvmeChunks of the units' shards, fp32; with `params_on_nvme` also the param
-  // shards' chunks, compute dtype). A sub-step reads a chunk's state into one of `slots`
-  // host buffer sets, steps it with the CPU Adam on the host stream and writes it back
-  // (and the updated params: to the device, or to nvme), so host memory holds `slots`
-  // chunks' state, whatever the model's size. `nvme` and `grads` must outlive the home.
+  // per chunk (NvmeChunks of the units' shards, fp32); with `param_nvme` (else null) the
+  // param shards' chunks (compute dtype) live there, a tier (I/O thread and queue) of their
+  // own so that the reads compute waits for do not queue behind the optimizer's. A
+  // sub-step reads a chunk's state into one of `slots` host buffer sets, steps it with the
+  // CPU Adam on the host stream and writes it back (and the updated params: to the device,
+  // or to `param_nvme`), so host memory holds `slots` chunks' state, whatever the model's
+  // size. The tiers and `grads` must outlive the home.
   static StatusOr<std::unique_ptr<OptimizerHome>> CreateNvme(
       const HomeContext& ctx, GradHome* grads, NvmeTier* nvme,
-      std::vector<std::vector<NvmeChunk>> chunks, bool params_on_nvme, int slots);
+      std::vector<std::vector<NvmeChunk>> chunks, NvmeTier* param_nvme, int slots);
   virtual ~OptimizerHome() = default;
   // Where the optimizer runs: kDevice (backend kernels) or kHost (the CPU Adam; its state
   // in the host tier or on nvme).
