@@ -265,8 +265,7 @@ Status Engine::NormPart(int unit) {
   const ShardRange range = OwnedRange(state, communicator_->rank());
   const size_t first = components_.sharded_optimizer ? 0 : range.begin;
   float* slot = norms_device_.as<float>() + communicator_->rank() * units_.size() + unit;
-  return components_.grad_home->SquaredNorm(unit, first, range.end - range.begin, slot)
-      .status();
+  return components_.grad_home->SquaredNorm(unit, first, range.end - range.begin, slot);
 }
 
 StatusOr<double> Engine::ClipScale(double* grad_norm) {

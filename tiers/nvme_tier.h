@@ -62,9 +62,6 @@ class NvmeTier {
   Status Drain();
 
   uint64_t PaddedBytes(int unit, ExtentKind kind) const { return store_->PaddedBytes(unit, kind); }
-  uint64_t disk_bytes() const { return store_->disk_bytes(); }
-  std::string engine_name() const { return store_->engine_name(); }
-  std::vector<std::string> files() const { return store_->files(); }
   // Bytes moved so far, for benchmarks.
   uint64_t bytes_read() const;
   uint64_t bytes_written() const;

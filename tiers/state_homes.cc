@@ -109,15 +109,13 @@ class DeviceGradHome : public GradHome {
     return absl::OkStatus();
   }
 
-  StatusOr<Stream*> SquaredNorm(int unit, size_t first, size_t n, float* out_device) override {
+  Status SquaredNorm(int unit, size_t first, size_t n, float* out_device) override {
     RETURN_IF_ERROR(ctx_.device->Wait(*ctx_.compute, *ready_[unit]));
-    RETURN_IF_ERROR(ctx_.ops->SumSquares(*ctx_.compute, out_device,
-                                         (*ctx_.units)[unit].grad_accum.as<float>() + first, n));
-    return ctx_.compute;
+    return ctx_.ops->SumSquares(*ctx_.compute, out_device,
+                                (*ctx_.units)[unit].grad_accum.as<float>() + first, n);
   }
 
   Event& ready(int unit) override { return *ready_[unit]; }
-  Stream& stream() override { return *ctx_.comm; }
 
  private:
   HomeContext ctx_;
@@ -162,16 +160,14 @@ class HostGradHome : public GradHome {
     return absl::OkStatus();
   }
 
-  StatusOr<Stream*> SquaredNorm(int unit, size_t first, size_t n, float* out_device) override {
+  Status SquaredNorm(int unit, size_t first, size_t n, float* out_device) override {
     float* partial = norms_.as<float>() + unit;
     RETURN_IF_ERROR(ctx_.host_ops->SumSquares(
         *ctx_.host, partial, (*ctx_.units)[unit].grad_accum.as<float>() + first, n));
-    RETURN_IF_ERROR(ctx_.device->CopyAsync(out_device, partial, sizeof(float), *ctx_.host));
-    return ctx_.host;
+    return ctx_.device->CopyAsync(out_device, partial, sizeof(float), *ctx_.host);
   }
 
   Event& ready(int unit) override { return *ready_[unit]; }
-  Stream& stream() override { return *ctx_.host; }
 
  private:
   HomeContext ctx_;

@@ -79,12 +79,10 @@ class GradHome {
   // Zeroes every grad_accum, after every read of them enqueued so far.
   virtual Status Zero() = 0;
   // *out_device (one fp32 in device memory) = sum of squares of grad_accum[first, first+n)
-  // once the unit's adds are done; ordered on the returned stream.
-  virtual StatusOr<Stream*> SquaredNorm(int unit, size_t first, size_t n, float* out_device) = 0;
+  // once the unit's adds are done, on the compute stream (device) or the host stream.
+  virtual Status SquaredNorm(int unit, size_t first, size_t n, float* out_device) = 0;
   // Recorded after the unit's last Add enqueued so far; wait on it to read the sums.
   virtual Event& ready(int unit) = 0;
-  // The stream the sums are made on.
-  virtual Stream& stream() = 0;
 };
 
 class OptimizerHome {
