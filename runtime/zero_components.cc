@@ -88,24 +88,10 @@ char* Offset(void* base, size_t elements, DType dtype) {
   return static_cast<char*>(base) + elements * DTypeBytes(dtype);
 }
 
-HomeContext ToHomeContext(const ZeroContext& ctx) {
-  HomeContext home;
-  home.device = ctx.device;
-  home.ops = ctx.ops;
-  home.host_ops = ctx.host_ops;
-  home.compute = ctx.compute;
-  home.comm = ctx.comm;
-  home.copy = ctx.copy;
-  home.host = ctx.host;
-  home.dtype = ctx.dtype;
-  home.layouts = ctx.layouts;
-  home.units = ctx.units;
-  return home;
-}
 
 StatusOr<Buffer> AllocateZeroed(const ZeroContext& ctx, StateKind kind, size_t bytes,
                                 const std::string& what) {
-  return AllocateZeroedIn(ToHomeContext(ctx), Tier::kDevice, kind, bytes, what);
+  return AllocateZeroedIn(ctx, Tier::kDevice, kind, bytes, what);
 }
 
 // Per unit, the event after which freshly updated params are in place, set by the
@@ -648,7 +634,7 @@ StatusOr<std::unique_ptr<NvmeTier>> CreateNvmeTier(
 
 Status AllocateState(const ZeroContext& ctx, const StageLayout& layout,
                      const Placement& placement) {
-  const HomeContext home = ToHomeContext(ctx);
+  const HomeContext& home = ctx;
   const size_t element_bytes = DTypeBytes(ctx.dtype);
   const int world = ctx.communicator->world_size();
   for (size_t u = 0; u < ctx.layouts->size(); ++u) {
@@ -751,7 +737,7 @@ StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroCo
   fresh->pending.assign(context.units->size(), nullptr);
 
   ZeroComponents components;
-  const HomeContext home = ToHomeContext(context);
+  const HomeContext& home = context;
   if (placement.optimizer_on_nvme) {
     std::vector<size_t> shards;
     for (const UnitState& state : *context.units) shards.push_back(state.shard_elements);

@@ -31,19 +31,10 @@
 
 namespace strata {
 
-// What the components share: the device, kernels, streams, layouts, unit state, comms.
-struct ZeroContext {
-  Device* device = nullptr;
-  Ops* ops = nullptr;       // kernels on device-tier memory
-  Ops* host_ops = nullptr;  // CPU kernels on host-tier memory (the offloaded optimizer)
-  Stream* compute = nullptr;
-  Stream* comm = nullptr;
-  Stream* copy = nullptr;   // device <-> host copies of offloaded state
-  Stream* host = nullptr;   // the CPU optimizer
+// What the components share: the homes' context (device, kernels, streams, layouts, unit
+// state) plus the communicator and the stage-3 plan's inputs.
+struct ZeroContext : HomeContext {
   Communicator* communicator = nullptr;
-  const std::vector<UnitLayout>* layouts = nullptr;
-  std::vector<UnitState>* units = nullptr;
-  DType dtype = DType::kF32;
   uint64_t prefetch_bytes = 0;
   std::vector<int> trace;  // unit of every access of one micro-batch (forward, backward)
 };
