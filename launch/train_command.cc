@@ -39,6 +39,8 @@ nlohmann::json StepRecord(const StepReport& r) {
   record["compute_idle_ms"] = r.result.compute_idle_ms;
   record["nvme_bytes"] = {{"read", r.result.nvme_read_bytes},
                           {"written", r.result.nvme_written_bytes}};
+  record["nvme_busy_ms"] = {{"optimizer", r.result.nvme_busy_ms},
+                            {"params", r.result.param_nvme_busy_ms}};
   return record;
 }
 

@@ -316,6 +316,9 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
     }
     return total;
   };
+  auto busy = [](const std::unique_ptr<NvmeTier>& tier) { return tier ? tier->busy_ms() : 0.0; };
+  const double nvme_busy_before = busy(components_.nvme);
+  const double param_busy_before = busy(components_.param_nvme);
   const uint64_t read_before = nvme_bytes(false);
   const uint64_t written_before = nvme_bytes(true);
   AdamParams params;
@@ -352,6 +355,8 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   result.optimizer_ms = components_.stepper->busy_ms() - busy_before;
   result.nvme_read_bytes = nvme_bytes(false) - read_before;
   result.nvme_written_bytes = nvme_bytes(true) - written_before;
+  result.nvme_busy_ms = busy(components_.nvme) - nvme_busy_before;
+  result.param_nvme_busy_ms = busy(components_.param_nvme) - param_busy_before;
   const GatherStats gather_after = components_.gatherer->stats();
   result.gather.gathers = gather_after.gathers - gather_before.gathers;
   result.gather.deviations = gather_after.deviations - gather_before.deviations;

@@ -45,6 +45,10 @@ struct StepResult {
   double compute_idle_ms = 0.0;
   uint64_t nvme_read_bytes = 0;     // NVMe tier traffic posted during the step
   uint64_t nvme_written_bytes = 0;
+  // Time the optimizer state's NVMe tier had requests at the disk during the step, and
+  // the param shards' tier (zero.param_tier=nvme), in ms.
+  double nvme_busy_ms = 0.0;
+  double param_nvme_busy_ms = 0.0;
 };
 
 // One access of the trace: stage `stage` uses unit `unit` in the forward or backward.

@@ -754,7 +754,8 @@ StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroCo
     ASSIGN_OR_RETURN(components.optimizer_home,
                      OptimizerHome::CreateNvme(home, components.grad_home.get(),
                                                components.nvme.get(), components.nvme_chunks,
-                                               components.param_nvme.get(), /*slots=*/8));
+                                               components.param_nvme.get(),
+                                               options.nvme.optimizer_buffers));
   } else {
     ASSIGN_OR_RETURN(components.optimizer_home,
                      OptimizerHome::Create(home, placement.optimizer, components.grad_home.get()));

@@ -51,17 +51,20 @@ TEST(Infinity, NvmePlacementsMatchTheDevice) {
       for (const char* clip : {"train.grad_clip=1", "train.grad_clip=0"}) {
         const Outcome device = Train(Make(world, stage, {clip}));
         ASSERT_TRUE(device.status.ok()) << device.status;
-        // 16 KiB chunks: every unit's shard is stepped and stored in several chunks.
+        // 16 KiB chunks: every unit's shard is stepped and stored in several chunks; with
+        // 2-3 buffers each is reused many times a step (more often than its rotating events).
         std::vector<std::vector<std::string>> placements = {
             {"zero.optimizer_tier=nvme", "zero.grad_tier=device"},
-            {"zero.optimizer_tier=nvme", "zero.grad_tier=host", "nvme.chunk_bytes=16KiB"},
+            {"zero.optimizer_tier=nvme", "zero.grad_tier=host", "nvme.chunk_bytes=16KiB",
+             "nvme.optimizer_buffers=2"},
         };
         if (stage == 3) {
           placements.push_back({"zero.optimizer_tier=nvme", "zero.param_tier=nvme"});
           placements.push_back({"zero.optimizer_tier=nvme", "zero.grad_tier=host",
                                 "zero.param_tier=nvme", "nvme.chunk_bytes=16KiB"});
           placements.push_back({"zero.optimizer_tier=nvme", "zero.param_tier=nvme",
-                                "nvme.chunk_bytes=8KiB", "nvme.read_ahead_units=1"});
+                                "nvme.chunk_bytes=8KiB", "nvme.read_ahead_units=1",
+                                "nvme.optimizer_buffers=3"});
         }
         for (auto placement : placements) {
           const std::string what = absl::StrCat("world ", world, " stage ", stage, " ", clip,

@@ -137,6 +137,14 @@ uint64_t NvmeTier::bytes_written() const {
   return bytes_written_;
 }
 
+double NvmeTier::busy_ms() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!busy_) return busy_ms_;
+  return busy_ms_ + std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                              busy_since_)
+                        .count();
+}
+
 bool NvmeTier::CanStart(const Request& request) const {
   for (const Request& earlier : queue_) {
     if (&earlier == &request) return true;
@@ -207,7 +215,17 @@ void NvmeTier::Loop() {
       done_cv_.notify_all();
       continue;  // retiring may let others start
     }
-    if (store_->in_flight() == 0) {
+    const bool busy = store_->in_flight() > 0;
+    if (busy != busy_) {
+      const auto now = std::chrono::steady_clock::now();
+      if (busy) {
+        busy_since_ = now;
+      } else {
+        busy_ms_ += std::chrono::duration<double, std::milli>(now - busy_since_).count();
+      }
+      busy_ = busy;
+    }
+    if (!busy) {
       if (stopping_ && queue_.empty()) return;
       if (stopping_) {
         // Only never-released holds may remain: drop them.

@@ -15,6 +15,7 @@
 // that were never released are dropped).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -65,6 +66,8 @@ class NvmeTier {
   // Bytes moved so far, for benchmarks.
   uint64_t bytes_read() const;
   uint64_t bytes_written() const;
+  // Wall time so far with at least one request at the disk (the store), in ms.
+  double busy_ms() const;
 
  private:
   struct Request {
@@ -98,6 +101,9 @@ class NvmeTier {
   Status first_error_;
   bool stopping_ = false;
   uint64_t bytes_read_ = 0, bytes_written_ = 0;
+  double busy_ms_ = 0.0;  // closed busy intervals
+  std::chrono::steady_clock::time_point busy_since_;
+  bool busy_ = false;
   std::thread thread_;
 };
 

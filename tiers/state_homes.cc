@@ -312,14 +312,20 @@ class HostOptimizerHome : public ResidentOptimizerHome {
 // At the end of a step every slot is given a read of the chunk it will take first in the
 // next step (same order as this one), so the disk works during the next forward instead
 // of waiting for the first gradients.
+constexpr int kSteppedEventsPerSlot = 8;
+
 class NvmeOptimizerHome : public OptimizerHome {
  public:
   struct Slot {
     Buffer master, exp_avg, exp_avg_sq, grads, params;
-    std::unique_ptr<Event> stepped;  // AdamW done (host stream)
+    // AdamW done (host stream), one per use of the slot in rotation; the write-backs held
+    // on each, until they are out.
+    std::vector<std::unique_ptr<Event>> stepped;
+    std::vector<NvmeTier::Ticket> held_write_backs, held_param_write_backs;
+    size_t uses = 0;
     std::unique_ptr<Event> copied;   // params copied out to the device (copy stream)
-    NvmeTier::Ticket write_back = 0;
-    NvmeTier::Ticket param_write_back = 0;  // in the params' tier
+    NvmeTier::Ticket write_back = 0;        // the last one
+    NvmeTier::Ticket param_write_back = 0;  // the last one, in the params' tier
     int prefetched = -1;             // chunk whose state a read ahead brings, or -1
     NvmeTier::Ticket prefetch = 0;
   };
@@ -421,30 +427,43 @@ class NvmeOptimizerHome : public OptimizerHome {
     Stream& copy = *ctx_.copy;
     const size_t n = chunk.end - chunk.begin;
     const size_t element_bytes = DTypeBytes(ctx_.dtype);
-    // The next slot, once its previous chunk is written back and copied out.
+    // The next slot. Nothing here blocks the host thread (it has backward to enqueue):
+    // the slot's earlier work is waited for by the I/O thread (the read is posted after
+    // the slot's last write-back or read ahead) and by the streams (events).
     Slot& slot = slots_[next_slot_++ % slots_.size()];
     order_.push_back(chunk.id);
-    // The slot's last write-back must be out before its `stepped` event is recorded again
-    // below: that write is released by the event's most recent record.
-    if (slot.write_back != 0) RETURN_IF_ERROR(nvme_->Wait(slot.write_back));
-    if (slot.param_write_back != 0) {
-      RETURN_IF_ERROR(param_nvme_->Wait(slot.param_write_back));
-      slot.param_write_back = 0;
+    // `stepped` events rotate: a write-back held on one must be out before it is
+    // recorded again (nvme_tier.h), which with several per slot almost never waits.
+    const size_t use = slot.uses++ % slot.stepped.size();
+    Event& stepped = *slot.stepped[use];
+    if (slot.held_write_backs[use] != 0) {
+      RETURN_IF_ERROR(nvme_->Wait(slot.held_write_backs[use]));
+      slot.held_write_backs[use] = 0;
+    }
+    if (slot.held_param_write_backs[use] != 0) {
+      RETURN_IF_ERROR(param_nvme_->Wait(slot.held_param_write_backs[use]));
+      slot.held_param_write_backs[use] = 0;
     }
     NvmeTier::Ticket load = 0;
     if (slot.prefetched == chunk.id) {
       load = slot.prefetch;  // read ahead, after the slot's last write-back
     } else {
-      // A read ahead of another chunk still writes into the slot: let it finish.
-      if (slot.prefetched >= 0) nvme_->Wait(slot.prefetch).IgnoreError();
-      load = nvme_->Read(chunk.id, {{ExtentKind::kMaster, slot.master.data()},
-                                    {ExtentKind::kExpAvg, slot.exp_avg.data()},
-                                    {ExtentKind::kExpAvgSq, slot.exp_avg_sq.data()}});
+      // After whatever last wrote into the slot's state buffers or read them out: a read
+      // ahead of another chunk (itself after the write-back), or the write-back.
+      const NvmeTier::Ticket after = slot.prefetched >= 0 ? slot.prefetch : slot.write_back;
+      load = nvme_->ReadAfter(chunk.id,
+                              {{ExtentKind::kMaster, slot.master.data()},
+                               {ExtentKind::kExpAvg, slot.exp_avg.data()},
+                               {ExtentKind::kExpAvgSq, slot.exp_avg_sq.data()}},
+                              after);
     }
     slot.prefetched = -1;
-    RETURN_IF_ERROR(slot.copied->Synchronize());
     const float* grads = state.grad_accum.as<float>() + chunk.begin;
     if (grads_->tier() != Tier::kHost) {
+      if (slot.uses > 1) {  // the slot's previous AdamW has read its grads
+        RETURN_IF_ERROR(device.Wait(copy, *slot.stepped[(use + slot.stepped.size() - 1) %
+                                                        slot.stepped.size()]));
+      }
       RETURN_IF_ERROR(device.Wait(copy, grads_->ready(unit)));
       RETURN_IF_ERROR(device.CopyAsync(slot.grads.data(), grads, n * sizeof(float), copy));
       RETURN_IF_ERROR(Join(device, host, copy, *join_));
@@ -452,8 +471,17 @@ class NvmeOptimizerHome : public OptimizerHome {
     } else {
       RETURN_IF_ERROR(device.Wait(host, grads_->ready(unit)));
     }
+    // The AdamW overwrites the slot's params: after their copy to the device and their
+    // write-back (both made from the slot's previous chunk) are done.
+    RETURN_IF_ERROR(device.Wait(host, *slot.copied));
     NvmeTier* nvme = nvme_;
-    host.EnqueueHost([nvme, load] { return nvme->Wait(load); });
+    NvmeTier* param_nvme = param_nvme_;
+    const NvmeTier::Ticket param_write_back = slot.param_write_back;
+    host.EnqueueHost([nvme, load, param_nvme, param_write_back] {
+      Status status = nvme->Wait(load);
+      if (param_write_back != 0) status.Update(param_nvme->Wait(param_write_back));
+      return status;
+    });
     void* out = params_on_nvme_ || to_device ? slot.params.data()
                                              : At(param_dest, chunk.begin, element_bytes);
     const ShardRange range{shard_begin + chunk.begin, shard_begin + chunk.end};
@@ -463,19 +491,21 @@ class NvmeOptimizerHome : public OptimizerHome {
                                    slot.exp_avg_sq.as<float>()},
                                   out));
     timer_.Stop(host);
-    RETURN_IF_ERROR(device.Record(*slot.stepped, host));
+    RETURN_IF_ERROR(device.Record(stepped, host));
     // The write-back takes its place in the extents' order now (before any later read of
     // them), and starts once the AdamW has run.
     std::vector<NvmeTier::Part> parts = {{ExtentKind::kMaster, slot.master.data()},
                                          {ExtentKind::kExpAvg, slot.exp_avg.data()},
                                          {ExtentKind::kExpAvgSq, slot.exp_avg_sq.data()}};
-    slot.write_back = nvme_->WriteAfter(chunk.id, std::move(parts), slot.stepped.get());
+    slot.write_back = nvme_->WriteAfter(chunk.id, std::move(parts), &stepped);
+    slot.held_write_backs[use] = slot.write_back;
     if (params_on_nvme_) {
       slot.param_write_back = param_nvme_->WriteAfter(
-          chunk.id, {{ExtentKind::kParams, slot.params.data()}}, slot.stepped.get());
+          chunk.id, {{ExtentKind::kParams, slot.params.data()}}, &stepped);
+      slot.held_param_write_backs[use] = slot.param_write_back;
     }
     if (!to_device) return absl::OkStatus();
-    RETURN_IF_ERROR(device.Wait(copy, *slot.stepped));
+    RETURN_IF_ERROR(device.Wait(copy, stepped));
     RETURN_IF_ERROR(device.CopyAsync(At(param_dest, chunk.begin, element_bytes),
                                      slot.params.data(), n * element_bytes, copy));
     return device.Record(*slot.copied, copy);
@@ -614,7 +644,12 @@ StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::CreateNvme(
     }
     ASSIGN_OR_RETURN(slot.params, AllocateZeroedIn(ctx, Tier::kHost, StateKind::kParams,
                                                    param_bytes, name + " params"));
-    ASSIGN_OR_RETURN(slot.stepped, ctx.device->CreateEvent());
+    slot.stepped.resize(kSteppedEventsPerSlot);
+    for (auto& event : slot.stepped) {
+      ASSIGN_OR_RETURN(event, ctx.device->CreateEvent());
+    }
+    slot.held_write_backs.assign(kSteppedEventsPerSlot, 0);
+    slot.held_param_write_backs.assign(kSteppedEventsPerSlot, 0);
     ASSIGN_OR_RETURN(slot.copied, ctx.device->CreateEvent());
   }
   ASSIGN_OR_RETURN(auto ready, MakeEvents(*ctx.device, ctx.units->size()));

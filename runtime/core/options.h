@@ -87,6 +87,9 @@ struct NvmeOptions {
   // nvme.read_ahead_units: stage 3 with param_tier=nvme: host buffers for param shards
   // read ahead of their gather (bounds host memory; >= 1).
   int read_ahead_units = 3;
+  // nvme.optimizer_buffers: optimizer_tier=nvme: host chunk buffers of the optimizer
+  // pipeline; more read further ahead (host memory: 5 x chunk_bytes each).
+  int optimizer_buffers = 16;
   int queue_depth = 32;  // nvme.queue_depth: requests in flight per rank (1..4096).
   // nvme.chunk_bytes: the optimizer state of a unit shard is read, stepped and written in
   // chunks of this many fp32 bytes (the pipeline's grain and its host buffers' size); a

@@ -33,7 +33,7 @@ const std::vector<std::string> kAllKeys = {
     "zero.comm_timeout_s", "zero.prefetch_bytes", "zero.optimizer_tier",
     "zero.grad_tier",     "zero.param_tier",    "zero.nvme_dir",
     "tiers.host_memory_limit", "nvme.engine",   "nvme.read_ahead_units",
-    "nvme.queue_depth",   "nvme.chunk_bytes",
+    "nvme.optimizer_buffers", "nvme.queue_depth",   "nvme.chunk_bytes",
 };
 
 void ExpectOptionsEqual(const Options& got, const Options& want) {
@@ -574,6 +574,7 @@ TEST(ValidatePlacement, EachImpossibleCombinationSaysWhatWouldWork) {
       {{"zero.stage=1", "zero.optimizer_tier=nvme"}, "zero.nvme_dir is empty"},
       {{"nvme.engine=spdk"}, "nvme.engine: got 'spdk', expected auto, io_uring or pread"},
       {{"nvme.read_ahead_units=0"}, "nvme.read_ahead_units: got 0, expected >= 1"},
+      {{"nvme.optimizer_buffers=1"}, "nvme.optimizer_buffers: got 1, expected >= 2"},
   };
   for (const Case& c : cases) {
     StatusOr<Options> parsed = ParseOptions("", c.sets);
