@@ -6,6 +6,9 @@
 //   device/free  as device/clip without clipping (train.grad_clip=0)
 //   host/free    host without clipping: each unit's CPU Adam starts as soon as its
 //                gradient shard is on the host, overlapped with the rest of backward
+//   host/delayed host with clipping and zero.param_update=delayed: each step's CPU Adam
+//                runs during the next step's forward and backward (not bit-identical to
+//                the others: gradients are computed on params one update old)
 // Prints step time host / device for each clipping mode, the standalone optimizer time
 // (AdamW run time of host/clip, nothing else running) and the exposed optimizer time
 // (how long the step end waited for the optimizer after backward) of host/free and
@@ -41,10 +44,13 @@ Status RunBenchOffload(const CommandArgs& args) {
                                      "zero.stage=2", "zero.param_tier=device"});
   const std::vector<std::string> host = {"zero.optimizer_tier=host", "zero.grad_tier=host"};
   const std::vector<std::string> device = {"zero.optimizer_tier=device", "zero.grad_tier=device"};
+  std::vector<std::string> delayed = host;
+  delayed.push_back("zero.param_update=delayed");
   std::vector<Config> configs = {{"device/clip", device}, {"host/clip", host},
-                                 {"device/free", device}, {"host/free", host}};
+                                 {"device/free", device}, {"host/free", host},
+                                 {"host/delayed", delayed}};
   for (size_t i = 0; i < configs.size(); ++i) {
-    configs[i].sets.push_back(i < 2 ? "train.grad_clip=1" : "train.grad_clip=0");
+    configs[i].sets.push_back(i < 2 || i == 4 ? "train.grad_clip=1" : "train.grad_clip=0");
   }
   std::vector<Totals> totals(configs.size());
   std::string description;
@@ -86,16 +92,23 @@ Status RunBenchOffload(const CommandArgs& args) {
   std::printf("exposed / standalone optimizer time: %.2f without clipping (overlapped with "
               "backward), %.2f with clipping (AdamW must wait for the global norm)\n",
               exposed_free / standalone, exposed_clip / standalone);
+  const double exposed_delayed = totals[4].mean(&Totals::exposed_ms);
+  std::printf("with zero.param_update=delayed (clipping on): step time %.2fx of device/clip, "
+              "exposed / standalone %.2f\n",
+              totals[4].mean(&Totals::step_ms) / totals[0].mean(&Totals::step_ms),
+              exposed_delayed / standalone);
   const bool met = exposed_free <= 0.10 * standalone;
-  std::printf("goal exposed <= 0.10 of standalone (without clipping): %s\n",
-              met ? "MET" : "NOT MET");
+  std::printf("goal exposed <= 0.10 of standalone: exact update (without clipping) %s; "
+              "delayed update %s\n",
+              met ? "MET" : "NOT MET", exposed_delayed <= 0.10 * standalone ? "MET" : "NOT MET");
   if (!met) {
     std::printf(
         "  why: the exposed time includes the AdamW of the tied embedding (its gradient is "
         "final only after the last backward stage) and the gradient-norm reduction; on the "
         "CPU backend the \"device\" compute and the CPU Adam also share the same cores, so "
         "overlap hides little here. The figure that matters is on a GPU "
-        "(tools/gpu_check.sh).\n");
+        "(tools/gpu_check.sh). zero.param_update=delayed removes the tail (the AdamW runs "
+        "during the next step) at the price of gradients one update old.\n");
   }
   return absl::OkStatus();
 }

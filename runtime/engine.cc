@@ -49,9 +49,19 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Options& options, Device*
   return engine;
 }
 
+Status Engine::PublishStaged() {
+  for (size_t u = 0; u < staged_.size(); ++u) {
+    if (!staged_[u]) continue;
+    staged_[u] = false;
+    RETURN_IF_ERROR(components_.stepper->Publish(static_cast<int>(u), *compute_));
+  }
+  return absl::OkStatus();
+}
+
 Status Engine::SyncStreams() {
-  // Every stream, each to its end, then the state's write-backs; the first error wins.
-  Status status;
+  // Staged params released, every stream, each to its end, then the state's write-backs;
+  // the first error wins.
+  Status status = PublishStaged();
   for (Stream* stream : {host_.get(), copy_.get(), comm_.get(), compute_.get()}) {
     status.Update(stream->Synchronize());
   }
@@ -67,6 +77,8 @@ Status Engine::Init() {
   const auto& layouts = model_->units();
   const auto& stages = model_->stages();
   const int num_units = static_cast<int>(layouts.size());
+  delayed_ = options_.zero.param_update == "delayed";
+  staged_.assign(num_units, false);
 
   // The access trace, and for each unit the stage whose backward completes its gradient.
   last_backward_stage_.assign(num_units, -1);
@@ -166,6 +178,11 @@ Status Engine::RunStage(int stage, bool backward, int* access) {
           RETURN_IF_ERROR(components_.stepper->Step(u, *early_));
           stepped_[u] = true;
         }
+      }
+      if (last_micro_batch_ && staged_[u]) {
+        // Delayed update: the old params' last use is enqueued; the new ones replace them.
+        staged_[u] = false;
+        RETURN_IF_ERROR(components_.stepper->Publish(u, *compute_));
       }
     }
     RETURN_IF_ERROR(components_.gatherer->Release(first_access + i, u));
@@ -330,7 +347,7 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   params.step = step + 1;
   // Without clipping the scale is known before backward: an optimizer off the compute
   // stream (host) may then step each unit as soon as its gradient sum is final.
-  const bool early = options_.train.grad_clip <= 0.0f &&
+  const bool early = !delayed_ && options_.train.grad_clip <= 0.0f &&
                      components_.optimizer_home->tier() != Tier::kDevice;
   ASSIGN_OR_RETURN(result.loss, RunGradients(micro_batches, early ? &params : nullptr));
   result.forward_ms = last_forward_ms_;
@@ -344,12 +361,24 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   params.grad_scale = static_cast<float>(scale);
   // The remaining sub-steps in forward order, so the next forward's first units come back
   // first; their param copies (and stage 1-2 gathers) overlap with the next forward.
-  for (size_t u = 0; u < units_.size(); ++u) {
-    if (stepped_[u]) continue;
-    if (early && scale != 1.0) return absl::InternalError("early optimizer steps with clipping");
-    RETURN_IF_ERROR(components_.stepper->Step(static_cast<int>(u), params));
+  if (delayed_) {
+    // Delayed update: the CPU Adam runs during the next step's forward and backward (the
+    // host stream has nothing else to do then); its params are released unit by unit.
+    RETURN_IF_ERROR(PublishStaged());  // none left unless a micro-batch loop was cut short
+    for (size_t u = 0; u < units_.size(); ++u) {
+      RETURN_IF_ERROR(components_.stepper->StepStaged(static_cast<int>(u), params));
+      staged_[u] = true;
+    }
+  } else {
+    for (size_t u = 0; u < units_.size(); ++u) {
+      if (stepped_[u]) continue;
+      if (early && scale != 1.0) {
+        return absl::InternalError("early optimizer steps with clipping");
+      }
+      RETURN_IF_ERROR(components_.stepper->Step(static_cast<int>(u), params));
+    }
+    RETURN_IF_ERROR(components_.stepper->WaitSteps());
   }
-  RETURN_IF_ERROR(components_.stepper->WaitSteps());
   RETURN_IF_ERROR(compute_->Synchronize());
   result.optimizer_exposed_ms = MillisecondsSince(backward_end_);
   result.optimizer_ms = components_.stepper->busy_ms() - busy_before;
@@ -365,6 +394,7 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
 }
 
 StatusOr<double> Engine::EvalLoss(const MicroBatch& batch) {
+  RETURN_IF_ERROR(PublishStaged());
   RETURN_IF_ERROR(RunMicroBatch(batch, 0, 0.0f, nullptr, nullptr));
   return GlobalMeanLoss(1);
 }

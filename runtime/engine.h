@@ -111,6 +111,9 @@ class Engine {
   // Elements of the unit's optimizer-side state on this rank (shard or full unit).
   size_t StateElements(int unit) const;
   Status SyncStreams();
+  // zero.param_update=delayed: releases the staged params of every unit not yet released
+  // (before an evaluation, a read-out, the end).
+  Status PublishStaged();
 
   Options options_;
   Device* device_;
@@ -126,6 +129,10 @@ class Engine {
   const AdamParams* early_ = nullptr;  // set while a step's last micro-batch runs
   std::vector<bool> stepped_;          // units whose sub-step was enqueued early
   std::vector<bool> normed_;           // units whose norm part was enqueued early
+  // zero.param_update=delayed: units whose last update is staged on the host, released
+  // after the unit's last backward use in the next step.
+  bool delayed_ = false;
+  std::vector<bool> staged_;
   std::vector<UnitState> units_;
   ZeroComponents components_;
   std::vector<UnitAccess> trace_;

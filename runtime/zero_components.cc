@@ -525,6 +525,16 @@ class ReplicatedStepper : public OptimizerStepper {
     fresh_->pending[unit] = &home_->params_ready(unit);
     return absl::OkStatus();
   }
+  Status StepStaged(int unit, const AdamParams& params) override {
+    return home_->StepStaged(unit, params, {0, (*ctx_.units)[unit].padded_elements}, 0);
+  }
+  Status Publish(int unit, Stream& after) override {
+    UnitState& state = (*ctx_.units)[unit];
+    RETURN_IF_ERROR(
+        home_->PublishStaged(unit, {0, state.padded_elements}, state.params.data(), after));
+    fresh_->pending[unit] = &home_->params_ready(unit);
+    return absl::OkStatus();
+  }
   Status WaitSteps() override { return home_->WaitSteps(); }
   double busy_ms() const override { return home_->busy_ms(); }
 
@@ -559,10 +569,35 @@ class ShardedStepper : public OptimizerStepper {
   Status Step(int unit, const AdamParams& params) override {
     UnitState& state = (*ctx_.units)[unit];
     const ShardRange range = OwnedRange(state, ctx_.communicator->rank());
-    void* dest = gather_after_ ? Offset(state.params.data(), range.begin, ctx_.dtype)
-                               : state.params.data();
+    void* dest = Destination(state, range);
     RETURN_IF_ERROR(
         home_->Step(unit, params, range, range.begin, dest, state.params.tier()));
+    return Refresh(unit, dest);
+  }
+  Status StepStaged(int unit, const AdamParams& params) override {
+    const ShardRange range = OwnedRange((*ctx_.units)[unit], ctx_.communicator->rank());
+    return home_->StepStaged(unit, params, range, range.begin);
+  }
+  Status Publish(int unit, Stream& after) override {
+    UnitState& state = (*ctx_.units)[unit];
+    const ShardRange range = OwnedRange(state, ctx_.communicator->rank());
+    void* dest = Destination(state, range);
+    RETURN_IF_ERROR(home_->PublishStaged(unit, range, dest, after));
+    return Refresh(unit, dest);
+  }
+  Status WaitSteps() override { return home_->WaitSteps(); }
+  double busy_ms() const override { return home_->busy_ms(); }
+
+ private:
+  // Where the owned shard's updated params go: into the full buffer (stages 1-2, gathered
+  // after) or the param shard (stage 3).
+  void* Destination(UnitState& state, ShardRange range) const {
+    return gather_after_ ? Offset(state.params.data(), range.begin, ctx_.dtype)
+                         : state.params.data();
+  }
+  // Makes the unit's next use wait for its updated params (stages 1-2: gathered first).
+  Status Refresh(int unit, void* dest) {
+    UnitState& state = (*ctx_.units)[unit];
     if (!gather_after_) {
       fresh_->pending[unit] = &home_->params_ready(unit);
       return absl::OkStatus();
@@ -575,10 +610,7 @@ class ShardedStepper : public OptimizerStepper {
     fresh_->pending[unit] = gathered_[unit].get();
     return absl::OkStatus();
   }
-  Status WaitSteps() override { return home_->WaitSteps(); }
-  double busy_ms() const override { return home_->busy_ms(); }
 
- private:
   ZeroContext ctx_;
   OptimizerHome* home_;
   std::shared_ptr<FreshParams> fresh_;

@@ -82,6 +82,11 @@ class OptimizerStepper {
   // One AdamW step of the owned part of `unit`, ordered after its gradient sums; refreshes
   // the params every rank uses (the next Acquire of the unit waits for them).
   virtual Status Step(int unit, const AdamParams& params) = 0;
+  // zero.delayed_update: Step's AdamW with the new params held back, and their release
+  // once `after` (the compute stream) has passed its last use of the old ones; the next
+  // Acquire of the unit waits for them.
+  virtual Status StepStaged(int unit, const AdamParams& params) = 0;
+  virtual Status Publish(int unit, Stream& after) = 0;
   // Blocks until the AdamW of every Step so far has run (param copies may be in flight).
   virtual Status WaitSteps() = 0;
   // Total milliseconds the AdamW sub-steps ran (the standalone optimizer time).

@@ -54,6 +54,23 @@ TEST(Offload, HostOptimizerMatchesDeviceOptimizer) {
   }
 }
 
+// bf16 compute: the host gradient sums go through the landing buffer (converted, then
+// summed); still the device placement's losses, every stage, both worlds.
+TEST(Offload, HostOptimizerMatchesDeviceOptimizerInBf16) {
+  for (int world : {1, 2}) {
+    for (int stage = 1; stage <= 3; ++stage) {
+      const std::vector<std::string> base = {"train.dtype=bf16", "train.grad_clip=1"};
+      const PlacementRun device = TrainAllRanks(Make(world, stage, base, 6));
+      ASSERT_TRUE(device.status.ok()) << device.status;
+      std::vector<std::string> host = base;
+      host.insert(host.end(), {"zero.optimizer_tier=host", "zero.grad_tier=host"});
+      const PlacementRun offload = TrainAllRanks(Make(world, stage, host, 6));
+      ASSERT_TRUE(offload.status.ok()) << offload.status;
+      EXPECT_EQ(offload.losses, device.losses) << "world " << world << " stage " << stage;
+    }
+  }
+}
+
 // The bytes of each kind sit in the tier the placement names; sizes are the padded units.
 TEST(Offload, StateGoesToTheHostTier) {
   const int world = 2;

@@ -46,6 +46,16 @@ grep -q "/nonexistent/dir/m.jsonl" "$tmp/mf.txt" || fail "error lacks the metric
   --metrics "$tmp/off.jsonl" > "$tmp/off.txt" 2>&1 || { cat "$tmp/off.txt"; fail "offload run failed"; }
 grep -q "host tier of rank 0 after set-up" "$tmp/off.txt" || fail "no host tier line"
 grep -q '"optimizer_exposed_ms":' "$tmp/off.jsonl" || fail "metrics lack optimizer_exposed_ms"
+"$strata" train --set model.preset=tiny --set train.steps=3 --set train.seq_len=16 \
+  --set zero.stage=2 --set zero.optimizer_tier=host --set zero.grad_tier=host \
+  --set zero.param_update=delayed --set train.eval_every=2 > "$tmp/dpu.txt" 2>&1 \
+  || { cat "$tmp/dpu.txt"; fail "delayed-update run failed"; }
+grep -q "zero.param_update=delayed: each step" "$tmp/dpu.txt" || fail "no delayed-update line"
+grep -q "val " "$tmp/dpu.txt" || fail "no evaluation in the delayed-update run"
+"$strata" train --set model.preset=tiny --set zero.stage=2 --set zero.param_update=delayed \
+  > "$tmp/dpu_bad.txt" 2>&1
+[ $? -eq 1 ] || fail "delayed update with the optimizer on the device should exit 1"
+grep -q "zero.optimizer_tier=host" "$tmp/dpu_bad.txt" || { cat "$tmp/dpu_bad.txt"; fail "delayed-update error lacks the fix"; }
 "$strata" train --set model.preset=tiny --set zero.stage=1 --set zero.param_tier=host \
   > "$tmp/place.txt" 2>&1
 [ $? -eq 1 ] || fail "param_tier=host at stage 1 should exit 1"

@@ -127,17 +127,32 @@ class DeviceGradHome : public GradHome {
 class HostGradHome : public GradHome {
  public:
   HostGradHome(const HomeContext& ctx, std::vector<std::unique_ptr<Event>> ready,
-               std::unique_ptr<Event> join, Buffer norms)
-      : ctx_(ctx), ready_(std::move(ready)), join_(std::move(join)), norms_(std::move(norms)) {}
+               std::unique_ptr<Event> join, std::unique_ptr<Event> zeroed, Buffer norms)
+      : ctx_(ctx), ready_(std::move(ready)), join_(std::move(join)), zeroed_(std::move(zeroed)),
+        norms_(std::move(norms)), first_(ctx.units->size(), true) {}
   Tier tier() const override { return Tier::kHost; }
 
   StatusOr<Stream*> Add(int unit, const void* src, Stream& producer) override {
     UnitState& state = (*ctx_.units)[unit];
     const size_t n = state.grad_accum.bytes() / sizeof(float);
     Stream& copy = *ctx_.copy;
-    // The landing buffer is free once the previous micro-batch's sum has read it.
+    // The landing buffer is free once the previous micro-batch's sum has read it (and the
+    // sum itself once the previous step's optimizer has: Zero orders that).
     RETURN_IF_ERROR(ctx_.device->Wait(copy, *ready_[unit]));
     RETURN_IF_ERROR(Join(*ctx_.device, copy, producer, *join_));
+    if (first_[unit] && ctx_.dtype == DType::kF32) {
+      // The step's first fp32 gradient lands as the sum itself (0 + x == x): one pass
+      // over host memory fewer where the unit's last gradient is the one backward ends on.
+      first_[unit] = false;
+      RETURN_IF_ERROR(
+          ctx_.device->CopyAsync(state.grad_accum.data(), src, n * sizeof(float), copy));
+      RETURN_IF_ERROR(ctx_.device->Record(*ready_[unit], copy));
+      return ctx_.copy;
+    }
+    if (first_[unit]) {
+      first_[unit] = false;
+      RETURN_IF_ERROR(ZeroOnHost(state));
+    }
     RETURN_IF_ERROR(ctx_.device->CopyAsync(state.grad_landing.data(), src,
                                            n * DTypeBytes(ctx_.dtype), copy));
     RETURN_IF_ERROR(Join(*ctx_.device, *ctx_.host, copy, *join_));
@@ -148,20 +163,17 @@ class HostGradHome : public GradHome {
   }
 
   Status Zero() override {
-    // In host-stream order: after the CPU optimizer that read the sums.
-    for (UnitState& state : *ctx_.units) {
-      void* data = state.grad_accum.data();
-      const size_t bytes = state.grad_accum.bytes();
-      ctx_.host->EnqueueHost([data, bytes] {
-        std::memset(data, 0, bytes);
-        return absl::OkStatus();
-      });
-    }
+    // Each unit's sum starts over at its first Add; the copy that lands there waits for
+    // the host stream (the previous step's CPU optimizer, which read the sums).
+    first_.assign(ctx_.units->size(), true);
+    RETURN_IF_ERROR(ctx_.device->Record(*zeroed_, *ctx_.host));
+    RETURN_IF_ERROR(ctx_.device->Wait(*ctx_.copy, *zeroed_));
     return absl::OkStatus();
   }
 
   Status SquaredNorm(int unit, size_t first, size_t n, float* out_device) override {
     float* partial = norms_.as<float>() + unit;
+    RETURN_IF_ERROR(ctx_.device->Wait(*ctx_.host, *ready_[unit]));
     RETURN_IF_ERROR(ctx_.host_ops->SumSquares(
         *ctx_.host, partial, (*ctx_.units)[unit].grad_accum.as<float>() + first, n));
     return ctx_.device->CopyAsync(out_device, partial, sizeof(float), *ctx_.host);
@@ -170,10 +182,23 @@ class HostGradHome : public GradHome {
   Event& ready(int unit) override { return *ready_[unit]; }
 
  private:
+  // A unit's sum zeroed in host-stream order (before the host stream sums into it).
+  Status ZeroOnHost(UnitState& state) {
+    void* data = state.grad_accum.data();
+    const size_t bytes = state.grad_accum.bytes();
+    ctx_.host->EnqueueHost([data, bytes] {
+      std::memset(data, 0, bytes);
+      return absl::OkStatus();
+    });
+    return absl::OkStatus();
+  }
+
   HomeContext ctx_;
   std::vector<std::unique_ptr<Event>> ready_;
   std::unique_ptr<Event> join_;
+  std::unique_ptr<Event> zeroed_;  // Zero's point on the host stream
   Buffer norms_;  // [units] fp32 partial sums, host tier
+  std::vector<bool> first_;  // per unit: no Add since Zero
 };
 
 // ---------------------------------------------------------------- optimizer homes
@@ -265,6 +290,29 @@ class HostOptimizerHome : public ResidentOptimizerHome {
 
   Status Step(int unit, const AdamParams& params, ShardRange range, size_t state_offset,
               void* param_dest, Tier param_tier) override {
+    if (param_tier == Tier::kHost) {
+      RETURN_IF_ERROR(Update(unit, params, range, state_offset, param_dest));
+      return ctx_.device->Record(*ready_[unit], *ctx_.host);
+    }
+    RETURN_IF_ERROR(StepStaged(unit, params, range, state_offset));
+    return Publish(unit, range, param_dest, nullptr);
+  }
+
+  Status StepStaged(int unit, const AdamParams& params, ShardRange range,
+                    size_t state_offset) override {
+    // The staging buffer is free once the previous step's copy to the device is done.
+    RETURN_IF_ERROR(ctx_.device->Wait(*ctx_.host, *ready_[unit]));
+    return Update(unit, params, range, state_offset, (*ctx_.units)[unit].param_staging.data());
+  }
+
+  Status PublishStaged(int unit, ShardRange range, void* param_dest, Stream& after) override {
+    return Publish(unit, range, param_dest, &after);
+  }
+
+ private:
+  // The AdamW on the host stream, params to `out` (host memory); records stepped_.
+  Status Update(int unit, const AdamParams& params, ShardRange range, size_t state_offset,
+                void* out) {
     UnitState& state = (*ctx_.units)[unit];
     Device& device = *ctx_.device;
     Stream& host = *ctx_.host;
@@ -282,20 +330,21 @@ class HostOptimizerHome : public ResidentOptimizerHome {
     } else {
       RETURN_IF_ERROR(device.Wait(host, grads_->ready(unit)));
     }
-    void* out = param_dest;
-    if (param_tier != Tier::kHost) {
-      // The staging buffer is free once the previous step's copy to the device is done.
-      RETURN_IF_ERROR(device.Wait(host, *ready_[unit]));
-      out = state.param_staging.data();
-    }
     timer_.Start(host);
     RETURN_IF_ERROR(AdamOverRange(ctx_, *ctx_.host_ops, host, unit, params, range, state_offset,
                                   StateOf(state, grads), out));
     timer_.Stop(host);
-    RETURN_IF_ERROR(device.Record(*stepped_[unit], host));
-    if (param_tier == Tier::kHost) return device.Record(*ready_[unit], host);
+    return device.Record(*stepped_[unit], host);
+  }
+
+  // The staged params of the unit's last Update to the device on the copy stream, after
+  // `after` (if any) has passed what it has enqueued so far.
+  Status Publish(int unit, ShardRange range, void* param_dest, Stream* after) {
+    Device& device = *ctx_.device;
+    Stream& copy = *ctx_.copy;
+    if (after != nullptr) RETURN_IF_ERROR(Join(device, copy, *after, *join_));
     RETURN_IF_ERROR(device.Wait(copy, *stepped_[unit]));
-    RETURN_IF_ERROR(device.CopyAsync(param_dest, out,
+    RETURN_IF_ERROR(device.CopyAsync(param_dest, (*ctx_.units)[unit].param_staging.data(),
                                      (range.end - range.begin) * DTypeBytes(ctx_.dtype), copy));
     return device.Record(*ready_[unit], copy);
   }
@@ -525,6 +574,20 @@ class NvmeOptimizerHome : public OptimizerHome {
   StreamTimer timer_;
 };
 
+}  // namespace
+
+Status OptimizerHome::StepStaged(int, const AdamParams&, ShardRange, size_t) {
+  return absl::UnimplementedError("zero.delayed_update needs the optimizer in the host tier "
+                                  "(zero.optimizer_tier=host)");
+}
+
+Status OptimizerHome::PublishStaged(int, ShardRange, void*, Stream&) {
+  return absl::UnimplementedError("zero.delayed_update needs the optimizer in the host tier "
+                                  "(zero.optimizer_tier=host)");
+}
+
+namespace {
+
 Status CheckContext(const HomeContext& ctx) {
   if (ctx.device == nullptr || ctx.ops == nullptr || ctx.host_ops == nullptr ||
       ctx.compute == nullptr || ctx.comm == nullptr || ctx.copy == nullptr ||
@@ -574,8 +637,9 @@ StatusOr<std::unique_ptr<GradHome>> GradHome::Create(const HomeContext& ctx, Tie
   ASSIGN_OR_RETURN(std::unique_ptr<Event> join, ctx.device->CreateEvent());
   ASSIGN_OR_RETURN(Buffer norms, ctx.device->Allocate(Tier::kHost, StateKind::kWorkspace,
                                                       units * sizeof(float), "grad norm parts"));
-  return std::unique_ptr<GradHome>(
-      new HostGradHome(ctx, std::move(ready), std::move(join), std::move(norms)));
+  ASSIGN_OR_RETURN(std::unique_ptr<Event> zeroed, ctx.device->CreateEvent());
+  return std::unique_ptr<GradHome>(new HostGradHome(ctx, std::move(ready), std::move(join),
+                                                    std::move(zeroed), std::move(norms)));
 }
 
 StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::Create(const HomeContext& ctx,

@@ -76,7 +76,9 @@ class GradHome {
   // unit's grad_accum. Returns the stream whose later work is ordered after the last read
   // of `src` (free or reuse `src` after it).
   virtual StatusOr<Stream*> Add(int unit, const void* src, Stream& producer) = 0;
-  // Zeroes every grad_accum, after every read of them enqueued so far.
+  // Starts every grad_accum over, after every read of them enqueued so far: a unit's sum
+  // is zero before its first Add (the host home lets that Add overwrite it); read a sum
+  // only after its Adds (ready).
   virtual Status Zero() = 0;
   // *out_device (one fp32 in device memory) = sum of squares of grad_accum[first, first+n)
   // once the unit's adds are done, on the compute stream (device) or the host stream.
@@ -114,6 +116,13 @@ class OptimizerHome {
   // `param_dest` in tier `param_tier`. Ordered after the unit's gradient sums.
   virtual Status Step(int unit, const AdamParams& params, ShardRange range,
                       size_t state_offset, void* param_dest, Tier param_tier) = 0;
+  // Delayed update (zero.delayed_update, host tier only): Step's AdamW, with the updated
+  // params left staged on the host; PublishStaged copies them to `param_dest` (for
+  // element range.begin) once `after` has passed everything enqueued on it so far (the
+  // last use of the old params), and records params_ready.
+  virtual Status StepStaged(int unit, const AdamParams& params, ShardRange range,
+                            size_t state_offset);
+  virtual Status PublishStaged(int unit, ShardRange range, void* param_dest, Stream& after);
   // Recorded once the params of the unit's last Step are in `param_dest`.
   virtual Event& params_ready(int unit) = 0;
   // Blocks until every AdamW enqueued so far has run (copies may still be in flight).

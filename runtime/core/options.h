@@ -76,6 +76,12 @@ struct ZeroOptions {
   std::string optimizer_tier = "device";
   std::string grad_tier = "device";
   std::string param_tier = "device";
+  // zero.param_update: "exact" (each step's update is in place before the next step) |
+  // "delayed": the CPU Adam of step t runs during step t+1's forward and backward and its
+  // params replace the old ones after their last use there, so step t+1's gradients are
+  // computed on params one update old (ZeRO-Offload's delayed parameter update). Hides
+  // the optimizer where backward is shorter than the CPU Adam; not bit-identical to exact.
+  std::string param_update = "exact";
   // zero.nvme_dir: directory of this rank's swap files (O_DIRECT-capable filesystem, not
   // tmpfs); required when a tier is nvme.
   std::string nvme_dir;

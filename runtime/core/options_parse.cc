@@ -118,6 +118,12 @@ const std::vector<KeySpec>& Keys() {
        "stage 3: where param shards live between uses: device | host | nvme (host needs the "
        "optimizer on host or nvme, nvme needs it on nvme).",
        false},
+      {"zero.param_update", +[](Options& o) { return &o.zero.param_update; },
+       "exact | delayed: delayed runs each step's CPU Adam during the next step's forward "
+       "and backward (one-step delayed parameter update of ZeRO-Offload: gradients are "
+       "computed on params one update old); needs optimizer_tier=host, grad_tier=host, "
+       "param_tier=device.",
+       false},
       {"zero.nvme_dir", +[](Options& o) { return &o.zero.nvme_dir; },
        "directory of the swap files when a tier is nvme (O_DIRECT-capable, not tmpfs).",
        false},
@@ -645,12 +651,21 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
           "zero.param_tier=nvme needs zero.optimizer_tier=nvme (the optimizer's write-back "
           "stores the updated param shards): set zero.optimizer_tier=nvme");
     }
+    if (zero.param_update == "delayed" &&
+        (optimizer != "host" || zero.grad_tier != "host" || zero.param_tier != "device")) {
+      problems->push_back(absl::StrCat(
+          "zero.param_update=delayed needs zero.optimizer_tier=host, zero.grad_tier=host and "
+          "zero.param_tier=device (got ", optimizer, ", ", zero.grad_tier, ", ",
+          zero.param_tier, "): set those, or zero.param_update=exact"));
+    }
     if ((optimizer == "nvme" || zero.param_tier == "nvme") && zero.nvme_dir.empty()) {
       problems->push_back(
           "a tier is nvme but zero.nvme_dir is empty: set zero.nvme_dir to a directory on an "
           "SSD (O_DIRECT-capable, not tmpfs)");
     }
   }
+  expect(zero.param_update == "exact" || zero.param_update == "delayed", "zero.param_update",
+         absl::StrCat("'", zero.param_update, "'"), "exact or delayed");
   const NvmeOptions& nvme = options.nvme;
   expect(nvme.engine == "auto" || nvme.engine == "io_uring" || nvme.engine == "pread",
          "nvme.engine", absl::StrCat("'", nvme.engine, "'"), "auto, io_uring or pread");

@@ -31,7 +31,7 @@ const std::vector<std::string> kAllKeys = {
     "train.log_every",    "device.backend",     "device.memory_limit",
     "device.threads",     "zero.stage",         "zero.world",
     "zero.comm_timeout_s", "zero.prefetch_bytes", "zero.optimizer_tier",
-    "zero.grad_tier",     "zero.param_tier",    "zero.nvme_dir",
+    "zero.grad_tier",     "zero.param_tier",    "zero.param_update", "zero.nvme_dir",
     "tiers.host_memory_limit", "nvme.engine",   "nvme.read_ahead_units",
     "nvme.optimizer_buffers", "nvme.queue_depth",   "nvme.chunk_bytes",
 };
@@ -72,6 +72,7 @@ void ExpectOptionsEqual(const Options& got, const Options& want) {
   EXPECT_EQ(got.zero.optimizer_tier, want.zero.optimizer_tier);
   EXPECT_EQ(got.zero.grad_tier, want.zero.grad_tier);
   EXPECT_EQ(got.zero.param_tier, want.zero.param_tier);
+  EXPECT_EQ(got.zero.param_update, want.zero.param_update);
   EXPECT_EQ(got.tiers.host_memory_limit, want.tiers.host_memory_limit);
 }
 
@@ -549,6 +550,8 @@ TEST(ValidatePlacement, RunnableCombinationsPass) {
        "zero.param_tier=host"},
       {"zero.stage=3", "zero.optimizer_tier=nvme", "zero.param_tier=nvme", "zero.nvme_dir=/d"},
       {"zero.stage=2", "zero.optimizer_tier=nvme", "zero.grad_tier=host", "zero.nvme_dir=/d"},
+      {"zero.stage=3", "zero.optimizer_tier=host", "zero.grad_tier=host",
+       "zero.param_update=delayed"},
   };
   for (const auto& sets : ok) {
     EXPECT_TRUE(ParseOptions("", sets).ok()) << absl::StrJoin(sets, " ");
@@ -575,6 +578,10 @@ TEST(ValidatePlacement, EachImpossibleCombinationSaysWhatWouldWork) {
       {{"nvme.engine=spdk"}, "nvme.engine: got 'spdk', expected auto, io_uring or pread"},
       {{"nvme.read_ahead_units=0"}, "nvme.read_ahead_units: got 0, expected >= 1"},
       {{"nvme.optimizer_buffers=1"}, "nvme.optimizer_buffers: got 1, expected >= 2"},
+      {{"zero.param_update=stale"}, "zero.param_update: got 'stale', expected exact or delayed"},
+      {{"zero.stage=2", "zero.param_update=delayed"},
+       "zero.param_update=delayed needs zero.optimizer_tier=host, zero.grad_tier=host and "
+       "zero.param_tier=device (got device, device, device)"},
   };
   for (const Case& c : cases) {
     StatusOr<Options> parsed = ParseOptions("", c.sets);
