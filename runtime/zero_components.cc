@@ -821,9 +821,11 @@ StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroCo
   } else {
     components.reducer = std::make_unique<ReduceScatterReducer>(context, streams, grad_home,
                                                                 /*per_unit=*/stage >= 2);
+    // Stages 1-2 all-gather the updated shards; with one rank the shard is the unit, updated
+    // in place (no collective whose wait would hold the comm stream's next reductions).
+    const bool gather_after = stage <= 2 && context.communicator->world_size() > 1;
     ASSIGN_OR_RETURN(components.stepper,
-                     ShardedStepper::Create(context, optimizer_home, fresh,
-                                            /*gather_after=*/stage <= 2));
+                     ShardedStepper::Create(context, optimizer_home, fresh, gather_after));
   }
   return components;
 }
