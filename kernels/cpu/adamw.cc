@@ -1,19 +1,13 @@
-// CPU AdamW: one scalar update per element (AdamUpdate), called by a plain loop in the
-// reference and by OpenMP chunks of a vectorisable span in the fast version; sqrtf
-// vectorises because the library is built with -fno-math-errno.
+// CPU AdamW reference: one scalar update per element (AdamUpdate) in a plain loop.
 // Thread-safety: see adamw.h.
 #include "kernels/cpu/adamw.h"
 
-#include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/elementwise.h"  // STRATA_CPU_SIMD_CLONES
+#include "kernels/cpu/elementwise.h"  // Store
 
 namespace strata::cpu {
 namespace {
-
-// Elements per parallel work item (7 arrays: about 450 KiB of traffic per chunk).
-constexpr size_t kChunkElements = 16384;
 
 // The per-call constants of the update.
 struct AdamConstants {
@@ -53,19 +47,6 @@ inline __attribute__((always_inline)) void AdamUpdate(T* param, float* master, c
   if (param != nullptr) Store(param + i, p_new);
 }
 
-template <typename T>
-STRATA_CPU_SIMD_CLONES void AdamSpan(T* param, float* __restrict master,
-                                     const float* __restrict grad, float* __restrict m,
-                                     float* __restrict v, size_t n, const AdamConstants& k) {
-  // Two loops so that neither tests `param` per element.
-  if (param != nullptr) {
-    T* __restrict out = param;
-    for (size_t i = 0; i < n; ++i) AdamUpdate(out, master, grad, m, v, i, k);
-  } else {
-    for (size_t i = 0; i < n; ++i) AdamUpdate(static_cast<T*>(nullptr), master, grad, m, v, i, k);
-  }
-}
-
 }  // namespace
 
 template <typename T>
@@ -75,24 +56,9 @@ void AdamWReference(T* param, float* master, const float* grad, float* m, float*
   for (size_t i = 0; i < n; ++i) AdamUpdate(param, master, grad, m, v, i, k);
 }
 
-template <typename T>
-void AdamW(T* param, float* master, const float* grad, float* m, float* v, size_t n,
-           const AdamParams& hp) {
-  const AdamConstants k = MakeConstants(hp);
-  const size_t num_chunks = (n + kChunkElements - 1) / kChunkElements;
-#pragma omp parallel for schedule(static) if (num_chunks > 1)
-  for (size_t chunk = 0; chunk < num_chunks; ++chunk) {
-    const size_t begin = chunk * kChunkElements;
-    const size_t count = std::min(n, begin + kChunkElements) - begin;
-    AdamSpan(param == nullptr ? nullptr : param + begin, master + begin, grad + begin, m + begin,
-             v + begin, count, k);
-  }
-}
-
 #define STRATA_INSTANTIATE(T)                                                       \
   template void AdamWReference<T>(T*, float*, const float*, float*, float*, size_t, \
-                                  const AdamParams&);                               \
-  template void AdamW<T>(T*, float*, const float*, float*, float*, size_t, const AdamParams&);
+                                  const AdamParams&);
 STRATA_INSTANTIATE(float)
 STRATA_INSTANTIATE(bf16)
 #undef STRATA_INSTANTIATE

@@ -82,41 +82,5 @@ TEST(AdamWReference, MatchesFormulaInDouble) {
   ExpectAllClose(v, v_expected, 1e-9, 1e-6, "v");
 }
 
-template <typename T>
-class AdamWTest : public OddThreadCountTest {};
-TYPED_TEST_SUITE(AdamWTest, StorageTypes);
-
-TYPED_TEST(AdamWTest, FastMatchesReference) {
-  using T = TypeParam;
-  AdamParams hp;
-  hp.lr = 1e-2f;
-  hp.weight_decay = 0.1f;
-  hp.step = 3;
-  hp.grad_scale = 0.7f;
-  for (size_t n : {size_t{1}, size_t{13}, size_t{67}, size_t{3 * 16384 + 37}}) {
-    const std::vector<float> master0 = RandomFloats(n, -1, 1, 5);
-    const std::vector<float> grad = RandomFloats(n, -1, 1, 6);
-    const std::vector<float> m0 = RandomFloats(n, -0.1f, 0.1f, 7);
-    const std::vector<float> v0 = RandomFloats(n, 0.0f, 0.01f, 8);
-    for (bool with_param : {true, false}) {
-      std::vector<float> master_ref = master0, m_ref = m0, v_ref = v0;
-      std::vector<float> master_got = master0, m_got = m0, v_got = v0;
-      std::vector<T> param_ref(n), param_got(n);
-      AdamWReference(with_param ? param_ref.data() : nullptr, master_ref.data(), grad.data(),
-                     m_ref.data(), v_ref.data(), n, hp);
-      AdamW(with_param ? param_got.data() : nullptr, master_got.data(), grad.data(), m_got.data(),
-            v_got.data(), n, hp);
-      const std::string size = " n=" + std::to_string(n);
-      ExpectAllClose(master_got, master_ref, 1e-8, 1e-6, "master" + size);
-      ExpectAllClose(m_got, m_ref, 1e-8, 1e-6, "m" + size);
-      ExpectAllClose(v_got, v_ref, 1e-9, 1e-6, "v" + size);
-      if (with_param) {
-        ExpectAllClose(ToFloats(param_got), ToFloats(param_ref), 1e-8,
-                       std::is_same<T, float>::value ? 1e-6 : 8e-3, "param" + size);
-      }
-    }
-  }
-}
-
 }  // namespace
 }  // namespace strata::cpu
