@@ -215,8 +215,12 @@ Status Engine::RunMicroBatch(const MicroBatch& batch, int index, float dloss,
   RETURN_IF_ERROR(compute_->Synchronize());
   if (forward_ms) *forward_ms += MillisecondsSince(start);
   start = std::chrono::steady_clock::now();
+  // Params updated during this backward (early or delayed updates) are all-gathered after
+  // it, so the gradient reductions on the comm stream never wait for a CPU Adam.
+  RETURN_IF_ERROR(components_.stepper->HoldGathers(true));
   for (int s = num_stages - 1; s >= 0; --s) RETURN_IF_ERROR(RunStage(s, true, &access));
   RETURN_IF_ERROR(components_.reducer->BackwardDone());
+  RETURN_IF_ERROR(components_.stepper->HoldGathers(false));
   RETURN_IF_ERROR(components_.gatherer->EndMicroBatch());
   RETURN_IF_ERROR(compute_->Synchronize());
   backward_end_ = std::chrono::steady_clock::now();

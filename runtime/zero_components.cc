@@ -535,6 +535,7 @@ class ReplicatedStepper : public OptimizerStepper {
     fresh_->pending[unit] = &home_->params_ready(unit);
     return absl::OkStatus();
   }
+  Status HoldGathers(bool) override { return absl::OkStatus(); }
   Status WaitSteps() override { return home_->WaitSteps(); }
   double busy_ms() const override { return home_->busy_ms(); }
 
@@ -572,7 +573,7 @@ class ShardedStepper : public OptimizerStepper {
     void* dest = Destination(state, range);
     RETURN_IF_ERROR(
         home_->Step(unit, params, range, range.begin, dest, state.params.tier()));
-    return Refresh(unit, dest);
+    return Refresh(unit);
   }
   Status StepStaged(int unit, const AdamParams& params) override {
     const ShardRange range = OwnedRange((*ctx_.units)[unit], ctx_.communicator->rank());
@@ -583,7 +584,15 @@ class ShardedStepper : public OptimizerStepper {
     const ShardRange range = OwnedRange(state, ctx_.communicator->rank());
     void* dest = Destination(state, range);
     RETURN_IF_ERROR(home_->PublishStaged(unit, range, dest, after));
-    return Refresh(unit, dest);
+    return Refresh(unit);
+  }
+  Status HoldGathers(bool hold) override {
+    hold_ = hold;
+    if (hold) return absl::OkStatus();
+    std::sort(held_.begin(), held_.end());
+    for (int unit : held_) RETURN_IF_ERROR(Gather(unit));
+    held_.clear();
+    return absl::OkStatus();
   }
   Status WaitSteps() override { return home_->WaitSteps(); }
   double busy_ms() const override { return home_->busy_ms(); }
@@ -595,20 +604,29 @@ class ShardedStepper : public OptimizerStepper {
     return gather_after_ ? Offset(state.params.data(), range.begin, ctx_.dtype)
                          : state.params.data();
   }
-  // Makes the unit's next use wait for its updated params (stages 1-2: gathered first).
-  Status Refresh(int unit, void* dest) {
-    UnitState& state = (*ctx_.units)[unit];
+  // Makes the unit's next use wait for its updated params (stages 1-2: gathered first,
+  // or once the gathers are released).
+  Status Refresh(int unit) {
     if (!gather_after_) {
       fresh_->pending[unit] = &home_->params_ready(unit);
       return absl::OkStatus();
     }
+    fresh_->pending[unit] = gathered_[unit].get();
+    if (hold_) {
+      held_.push_back(unit);
+      return absl::OkStatus();
+    }
+    return Gather(unit);
+  }
+  // The updated shard from every rank into every rank's full params.
+  Status Gather(int unit) {
+    UnitState& state = (*ctx_.units)[unit];
+    void* dest = Destination(state, OwnedRange(state, ctx_.communicator->rank()));
     RETURN_IF_ERROR(ctx_.device->Wait(*ctx_.comm, home_->params_ready(unit)));
     RETURN_IF_ERROR(ctx_.communicator->AllGather(dest, state.params.data(), state.shard_elements,
                                                  ctx_.dtype, *ctx_.comm));
     // The next use of the unit on compute waits for the gathered params.
-    RETURN_IF_ERROR(ctx_.device->Record(*gathered_[unit], *ctx_.comm));
-    fresh_->pending[unit] = gathered_[unit].get();
-    return absl::OkStatus();
+    return ctx_.device->Record(*gathered_[unit], *ctx_.comm);
   }
 
   ZeroContext ctx_;
@@ -616,6 +634,8 @@ class ShardedStepper : public OptimizerStepper {
   std::shared_ptr<FreshParams> fresh_;
   bool gather_after_;
   std::vector<std::unique_ptr<Event>> gathered_;
+  bool hold_ = false;
+  std::vector<int> held_;  // units whose gather is held back
 };
 
 // ---------------------------------------------------------------- state and factory

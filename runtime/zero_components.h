@@ -87,6 +87,11 @@ class OptimizerStepper {
   // Acquire of the unit waits for them.
   virtual Status StepStaged(int unit, const AdamParams& params) = 0;
   virtual Status Publish(int unit, Stream& after) = 0;
+  // While held (during backward), the all-gathers of updated params (stages 1-2 with
+  // several ranks) are kept back, so that the comm stream's gradient reductions do not
+  // queue behind the CPU Adam; releasing enqueues them in unit order (the same on every
+  // rank).
+  virtual Status HoldGathers(bool hold) = 0;
   // Blocks until the AdamW of every Step so far has run (param copies may be in flight).
   virtual Status WaitSteps() = 0;
   // Total milliseconds the AdamW sub-steps ran (the standalone optimizer time).
