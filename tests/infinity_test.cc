@@ -5,14 +5,18 @@
 // pipeline's buffers: doubling the layers leaves the host peak unchanged (allowance: the
 // buffers are sized by the largest unit, the embedding, which does not change). Bad
 // swap-file set-ups are clear errors before any step.
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_join.h"
+#include "launch/session.h"
 #include "tests/placement_runs.h"
 
 namespace strata {
@@ -107,6 +111,50 @@ TEST(Infinity, MissingSwapDirectoryIsAClearErrorBeforeAnyStep) {
   const Outcome out = Train(options);
   ASSERT_FALSE(out.status.ok());
   EXPECT_THAT(std::string(out.status.message()), ::testing::HasSubstr("/nonexistent/strata-swap"));
+}
+
+// State corrupted on disk between steps (every byte of the master file, or of the param
+// shards' file): the next step fails with the checksum error naming the file, instead of
+// training on garbage, and the pipeline shuts down without hanging (the test's timeout
+// would catch one).
+TEST(Infinity, CorruptedSwapFileFailsTheStepNamingIt) {
+  struct Case {
+    int stage;
+    std::vector<std::string> sets;
+    const char* file;
+  };
+  const std::vector<Case> cases = {
+      {2, {"zero.optimizer_tier=nvme", "nvme.chunk_bytes=16KiB", "nvme.optimizer_buffers=3"},
+       "master"},
+      {3, {"zero.optimizer_tier=nvme", "zero.param_tier=nvme", "nvme.chunk_bytes=16KiB"},
+       "params"},
+  };
+  for (const Case& c : cases) {
+    Options options = Make(1, c.stage, c.sets, 3);
+    options.zero.nvme_dir = SwapDir() + "/corrupt-" + c.file;
+    mkdir(options.zero.nvme_dir.c_str(), 0755);
+    StatusOr<std::unique_ptr<TrainingSession>> session =
+        TrainingSession::CreateSingleRank(options);
+    ASSERT_TRUE(session.ok()) << session.status();
+    ASSERT_TRUE((*session)->Step(0).ok());
+    const std::string path =
+        options.zero.nvme_dir + "/strata-rank0-" + std::string(c.file) + ".swap";
+    const int fd = ::open(path.c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0) << path;
+    struct stat info;
+    ASSERT_EQ(::fstat(fd, &info), 0);
+    const std::vector<char> garbage(info.st_size, 0x5a);
+    ASSERT_EQ(::pwrite(fd, garbage.data(), garbage.size(), 0),
+              static_cast<ssize_t>(garbage.size()));
+    ASSERT_EQ(::fsync(fd), 0);
+    ::close(fd);
+    StatusOr<StepReport> report = (*session)->Step(1);
+    ASSERT_FALSE(report.ok()) << "a corrupted " << c.file << " file went unnoticed";
+    const std::string message(report.status().message());
+    EXPECT_THAT(message, ::testing::HasSubstr("checksum mismatch")) << c.file;
+    EXPECT_THAT(message, ::testing::HasSubstr(path));
+    session->reset();  // shuts the pipeline down with errors in flight
+  }
 }
 
 }  // namespace

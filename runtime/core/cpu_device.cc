@@ -10,6 +10,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -27,9 +28,13 @@ struct CpuEventState {
   uint64_t recorded = 0;
   uint64_t completed_through = 0;    // every generation <= this has completed
   std::set<uint64_t> completed_ahead;  // completed generations above it
+  // Generations recorded on a stream that had failed: the error, passed on to every
+  // stream that waits for them (so no stream computes on what a failed copy left).
+  std::map<uint64_t, Status> failed;
 
-  void Complete(uint64_t generation) {
+  void Complete(uint64_t generation, Status error) {
     std::lock_guard<std::mutex> lock(mutex);
+    if (!error.ok()) failed.emplace(generation, std::move(error));
     if (generation <= completed_through) return;
     completed_ahead.insert(generation);
     while (!completed_ahead.empty() && *completed_ahead.begin() == completed_through + 1) {
@@ -41,9 +46,12 @@ struct CpuEventState {
   bool IsComplete(uint64_t generation) const {
     return generation <= completed_through || completed_ahead.count(generation) > 0;
   }
-  void WaitFor(uint64_t generation) {
+  // Blocks until `generation` has completed; its recording stream's error, if any.
+  Status WaitFor(uint64_t generation) {
     std::unique_lock<std::mutex> lock(mutex);
     cv.wait(lock, [&] { return IsComplete(generation); });
+    auto it = failed.find(generation);
+    return it == failed.end() ? absl::OkStatus() : it->second;
   }
 };
 
@@ -59,7 +67,7 @@ class CpuEvent : public Event {
     return state_->recorded;
   }
   Status Synchronize() override {
-    state_->WaitFor(LatestRecord());
+    state_->WaitFor(LatestRecord()).IgnoreError();  // the recording stream reports it
     return absl::OkStatus();
   }
   bool Query() override {
@@ -89,6 +97,9 @@ class CpuStream : public Stream {
   // Work that runs even after the stream failed: event records and waits, so that nobody
   // waiting on this stream's events waits forever and ordering between streams holds.
   void EnqueueAlways(std::function<Status()> work) { Push({std::move(work), true}); }
+
+  // The stream's first error so far; only for work running on the stream itself.
+  const Status& error_in_order() const { return first_error_; }
 
   Status Synchronize() override {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -201,8 +212,9 @@ class CpuDevice : public Device {
   Status Record(Event& event, Stream& stream) override {
     auto& cpu_event = static_cast<CpuEvent&>(event);
     uint64_t generation = cpu_event.NextRecord();
-    static_cast<CpuStream&>(stream).EnqueueAlways([state = cpu_event.state(), generation] {
-      state->Complete(generation);
+    auto& cpu_stream = static_cast<CpuStream&>(stream);
+    cpu_stream.EnqueueAlways([state = cpu_event.state(), generation, &cpu_stream] {
+      state->Complete(generation, cpu_stream.error_in_order());
       return absl::OkStatus();
     });
     return absl::OkStatus();
@@ -215,12 +227,14 @@ class CpuDevice : public Device {
     auto& cpu_stream = static_cast<CpuStream&>(stream);
     // Waits keep their ordering even on a failed stream: work it skips may still free
     // memory (a buffer owned by the skipped task), which must not happen before the other
-    // stream is done with it.
+    // stream is done with it. Waiting for a record made on a failed stream fails this
+    // stream too (its later work would read what the failed work did not produce).
     cpu_stream.EnqueueAlways([state = cpu_event.state(), generation, &cpu_stream] {
       const auto start = std::chrono::steady_clock::now();
-      state->WaitFor(generation);
+      Status error = state->WaitFor(generation);
       cpu_stream.AddStall(std::chrono::steady_clock::now() - start);
-      return absl::OkStatus();
+      if (error.ok()) return error;
+      return Annotate(error, "waited for an event recorded after this error");
     });
     return absl::OkStatus();
   }

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 namespace strata {
@@ -179,6 +180,36 @@ TEST(CpuDevice, FailedStreamStillCompletesRecords) {
   ASSERT_TRUE(device->Record(*event, *stream).ok());
   EXPECT_TRUE(event->Synchronize().ok());  // returns instead of hanging
   EXPECT_EQ(stream->Synchronize().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+// A stream that waits for a record made after another stream failed fails with that error
+// and skips its later work (it would compute on what the failed copy never wrote); a
+// record made before the failure passes no error on.
+TEST(CpuDevice, WaitingOnAFailedStreamsRecordFailsTheWaiter) {
+  auto device = MakeDevice();
+  auto copy = *device->CreateStream("copy");
+  auto compute = *device->CreateStream("compute");
+  auto before = *device->CreateEvent();
+  auto after = *device->CreateEvent();
+  ASSERT_TRUE(device->Record(*before, *copy).ok());
+  copy->EnqueueHost([] { return absl::DataLossError("checksum mismatch in extent 3"); });
+  ASSERT_TRUE(device->Record(*after, *copy).ok());
+
+  auto bystander = *device->CreateStream("bystander");
+  ASSERT_TRUE(device->Wait(*bystander, *before).ok());
+  EXPECT_TRUE(bystander->Synchronize().ok());
+
+  bool ran = false;
+  ASSERT_TRUE(device->Wait(*compute, *after).ok());
+  compute->EnqueueHost([&ran] {
+    ran = true;
+    return absl::OkStatus();
+  });
+  const Status status = compute->Synchronize();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr("checksum mismatch"));
+  EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr("stream 'compute'"));
+  EXPECT_FALSE(ran);
 }
 
 }  // namespace
