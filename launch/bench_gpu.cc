@@ -1,5 +1,5 @@
 // `strata bench gpu`: training throughput on one GPU (device.backend=cuda, bf16, one rank)
-// for gpt2-124m and gpt2-1.5b (GPT-2 XL), each in up to three placements, one after the
+// for gpt2-124m and gpt2-1.5b (GPT-2 XL), each in up to four placements, one after the
 // other in one process (each session destroyed before the next is made, so each has the
 // whole GPU):
 //   device   stage 1, optimizer state, gradients and params all on the GPU
@@ -9,7 +9,9 @@
 //   nvme     stage 3 with params and optimizer state on NVMe (zero.param_tier=nvme,
 //            zero.optimizer_tier=nvme, issue 5) under --nvme-dir: run only where those
 //            options parse, else one line says it is not available yet (and why)
-// Order: device and offload of every model, then the nvme placements (of the models in
+//   delayed  offload with zero.param_update=delayed (each step's CPU Adam during the next
+//            step; not the exact trajectory)
+// Order: device, offload and delayed of every model, then the nvme placements (of the models in
 // --nvme-presets, default gpt2-124m: a 1.5B model pages ~22 GB through the disk per step).
 // Each placement runs one warm-up step, then --steps measured steps; the figures are their
 // means. Gradient clipping is off (train.grad_clip=0) in every placement, so the offloaded
@@ -206,6 +208,9 @@ Status RunBenchGpu(const CommandArgs& args, const GpuBenchArgs& gpu) {
       {"nvme", "stage 3, params and optimizer state on NVMe, grads on the host",
        {"zero.stage=3", "zero.optimizer_tier=nvme", "zero.grad_tier=host",
         "zero.param_tier=nvme", "zero.nvme_dir=" + nvme_dir}},
+      {"delayed", "as offload, with zero.param_update=delayed (CPU Adam during the next step)",
+       {"zero.stage=2", "zero.optimizer_tier=host", "zero.grad_tier=host",
+        "zero.param_tier=device", "zero.param_update=delayed"}},
   };
 
   double peak_tflops = gpu.peak_tflops;
@@ -223,7 +228,7 @@ Status RunBenchGpu(const CommandArgs& args, const GpuBenchArgs& gpu) {
 
   struct ModelResult {
     std::string preset;
-    Measured device, offload, nvme;
+    Measured device, offload, nvme, delayed;
     bool nvme_available = false;
     std::string nvme_reason;
   };
@@ -234,7 +239,11 @@ Status RunBenchGpu(const CommandArgs& args, const GpuBenchArgs& gpu) {
   for (size_t m = 0; m < presets.size(); ++m) results[m].preset = presets[m];
   const std::vector<std::pair<size_t, size_t>> order = [&] {
     std::vector<std::pair<size_t, size_t>> runs;  // (model, placement)
-    for (size_t m = 0; m < presets.size(); ++m) runs.push_back({m, 0}), runs.push_back({m, 1});
+    for (size_t m = 0; m < presets.size(); ++m) {
+      runs.push_back({m, 0});
+      runs.push_back({m, 1});
+      runs.push_back({m, 3});
+    }
     for (size_t m = 0; m < presets.size(); ++m) runs.push_back({m, 2});
     return runs;
   }();
@@ -257,7 +266,10 @@ Status RunBenchGpu(const CommandArgs& args, const GpuBenchArgs& gpu) {
                              "train.steps=1000000", "train.grad_accum=1"});
     sets.insert(sets.end(), placement.sets.begin(), placement.sets.end());
     StatusOr<Options> options = ParseOptions(args.config_path, sets);
-    Measured* slot = p == 0 ? &result.device : p == 1 ? &result.offload : &result.nvme;
+    Measured* slot = p == 0   ? &result.device
+                     : p == 1 ? &result.offload
+                     : p == 2 ? &result.nvme
+                              : &result.delayed;
     if (p == 2) {
       if (!options.ok()) {
         result.nvme_reason = std::string(options.status().message());
@@ -298,6 +310,11 @@ Status RunBenchGpu(const CommandArgs& args, const GpuBenchArgs& gpu) {
     } else {
       std::printf("  %-10s offload >= 0.85x of device: not measured (failed)\n",
                   r.preset.c_str());
+    }
+    if (r.device.status.ok() && r.delayed.ran && r.delayed.status.ok()) {
+      std::printf("  %-10s offload with delayed update: %.2fx of device (no goal; gradients "
+                  "one update old)\n",
+                  r.preset.c_str(), r.delayed.tokens_per_s / r.device.tokens_per_s);
     }
     if (!r.nvme_available && r.nvme_reason == "not in --nvme-presets") {
       std::printf("  %-10s NVMe params >= 0.5x of device: not run (not in --nvme-presets)\n",

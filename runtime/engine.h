@@ -34,7 +34,8 @@ struct StepResult {
   double backward_ms = 0.0;
   // The optimizer's AdamW sub-steps: how long they ran (the standalone optimizer time), and
   // how long the step end waited for them after the backward compute was done (not hidden
-  // behind backward; includes the grad-norm reduction the step needs in any case).
+  // behind backward; includes the gradients' last copies and the grad-norm reduction the
+  // step needs in any case; delayed updates: the previous step's AdamW still running).
   double optimizer_ms = 0.0;
   double optimizer_exposed_ms = 0.0;
   GatherStats gather;      // stage 3: all-gathers, plan deviations, compute waits
@@ -69,7 +70,9 @@ class Engine {
   ~Engine();
 
   // Runs grad_accum micro-batches (micro_batches.size() must equal train.grad_accum),
-  // then the optimizer with learning rate `lr`; `step` is 0-based.
+  // then the optimizer with learning rate `lr`; `step` is 0-based. With
+  // zero.param_update=delayed the optimizer's update is enqueued and runs during the next
+  // call, whose micro-batches still see the params before it.
   StatusOr<StepResult> TrainStep(const std::vector<MicroBatch>& micro_batches, float lr,
                                  int step);
   // Forward and backward only: gradients summed into the fp32 gradient state, no step.
