@@ -4,6 +4,7 @@
 #include "collectives/reduce.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace strata {
 namespace {
@@ -34,6 +35,14 @@ void SumTyped(const void* const* sources, int num_sources, void* const* outputs,
 void SumInRankOrder(const void* const* sources, int num_sources, void* const* outputs,
                     int num_outputs, size_t count, DType dtype) {
   if (count == 0 || num_sources <= 0 || num_outputs <= 0) return;
+  if (num_sources == 1) {
+    // One rank: the sum is its input; an in-place output is already it (no pass over a
+    // unit's whole gradient at the end of backward).
+    for (int k = 0; k < num_outputs; ++k) {
+      if (outputs[k] != sources[0]) std::memcpy(outputs[k], sources[0], count * DTypeBytes(dtype));
+    }
+    return;
+  }
   if (dtype == DType::kF32) {
     SumTyped<float>(sources, num_sources, outputs, num_outputs, count);
   } else {

@@ -50,6 +50,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Options& options, Device*
 }
 
 Status Engine::PublishStaged() {
+  RETURN_IF_ERROR(StepPending());
   for (size_t u = 0; u < staged_.size(); ++u) {
     if (!staged_[u]) continue;
     staged_[u] = false;
@@ -79,6 +80,8 @@ Status Engine::Init() {
   const int num_units = static_cast<int>(layouts.size());
   delayed_ = options_.zero.param_update == "delayed";
   staged_.assign(num_units, false);
+  ASSIGN_OR_RETURN(norms_ready_, device_->CreateEvent());
+  ASSIGN_OR_RETURN(norms_join_, device_->CreateEvent());
 
   // The access trace, and for each unit the stage whose backward completes its gradient.
   last_backward_stage_.assign(num_units, -1);
@@ -205,6 +208,13 @@ Status Engine::RunMicroBatch(const MicroBatch& batch, int index, float dloss,
   int access = 0;
   auto start = std::chrono::steady_clock::now();
   for (int s = 0; s < num_stages; ++s) RETURN_IF_ERROR(RunStage(s, false, &access));
+  if (delayed_ && index == 0 && dloss != 0.0f) {
+    // Delayed update: the previous step's norm (made during this forward) sets the scale
+    // of its AdamW, which now runs during this step; the sums start over after that AdamW
+    // has read them (host-stream order).
+    RETURN_IF_ERROR(StepPending());
+    RETURN_IF_ERROR(components_.reducer->Zero());
+  }
   RETURN_IF_ERROR(device_->CopyAsync(losses_host_.as<float>() + index * tokens_per_micro_batch_,
                                      model_->losses(),
                                      tokens_per_micro_batch_ * sizeof(float), *compute_));
@@ -261,7 +271,7 @@ StatusOr<double> Engine::RunGradients(const std::vector<MicroBatch>& micro_batch
                                                    " micro-batches, got ",
                                                    micro_batches.size()));
   }
-  RETURN_IF_ERROR(components_.reducer->Zero());
+  if (!delayed_) RETURN_IF_ERROR(components_.reducer->Zero());
   const float dloss = 1.0f / static_cast<float>(static_cast<double>(tokens_per_micro_batch_) *
                                                 micro_batches.size() *
                                                 communicator_->world_size());
@@ -289,33 +299,60 @@ Status Engine::NormPart(int unit) {
   return components_.grad_home->SquaredNorm(unit, first, range.end - range.begin, slot);
 }
 
-StatusOr<double> Engine::ClipScale(double* grad_norm) {
+Status Engine::EnqueueNorms() {
   const int num_units = static_cast<int>(units_.size());
-  const int rank = communicator_->rank();
-  const int world = communicator_->world_size();
-  float* mine = norms_device_.as<float>() + rank * num_units;
+  float* mine = norms_device_.as<float>() + communicator_->rank() * num_units;
   for (int u = 0; u < num_units; ++u) {
     if (!normed_[u]) RETURN_IF_ERROR(NormPart(u));
   }
-  RETURN_IF_ERROR(compute_->Synchronize());
-  RETURN_IF_ERROR(host_->Synchronize());
+  // The parts come from the compute stream (device sums) and the host stream (host sums).
+  RETURN_IF_ERROR(Join(*device_, *comm_, *compute_, *norms_join_));
+  RETURN_IF_ERROR(Join(*device_, *comm_, *host_, *norms_join_));
   RETURN_IF_ERROR(communicator_->AllGather(mine, norms_device_.data(), num_units, DType::kF32,
                                            *comm_));
   RETURN_IF_ERROR(device_->CopyAsync(norms_host_.data(), norms_device_.data(),
                                      norms_device_.bytes(), *comm_));
-  RETURN_IF_ERROR(comm_->Synchronize());
+  return device_->Record(*norms_ready_, *comm_);
+}
+
+StatusOr<double> Engine::ScaleFromNorms(double* grad_norm) {
+  RETURN_IF_ERROR(norms_ready_->Synchronize());
+  RETURN_IF_ERROR(comm_->Synchronize());  // the first error of the norms' path, if any
+  const int num_units = static_cast<int>(units_.size());
+  const int world = communicator_->world_size();
   double sum = 0.0;
   for (int u = 0; u < num_units; ++u) {
     for (int r = 0; r < world; ++r) sum += norms_host_.as<float>()[r * num_units + u];
   }
   *grad_norm = std::sqrt(sum);
   if (!std::isfinite(*grad_norm)) {
+    // A failed transfer leaves garbage behind: its error explains the norm better.
+    for (Stream* stream : {copy_.get(), host_.get(), compute_.get()}) {
+      RETURN_IF_ERROR(stream->Synchronize());
+    }
     return absl::DataLossError(absl::StrCat("gradient norm is not finite (", *grad_norm,
                                             "): training diverged; lower train.lr"));
   }
   const double clip = options_.train.grad_clip;
   if (clip > 0.0 && *grad_norm > clip) return clip / (*grad_norm + 1e-6);
   return 1.0;
+}
+
+StatusOr<double> Engine::ClipScale(double* grad_norm) {
+  RETURN_IF_ERROR(EnqueueNorms());
+  return ScaleFromNorms(grad_norm);
+}
+
+Status Engine::StepPending() {
+  if (!pending_) return absl::OkStatus();
+  pending_ = false;
+  ASSIGN_OR_RETURN(double scale, ScaleFromNorms(&applied_norm_));
+  pending_params_.grad_scale = static_cast<float>(scale);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    RETURN_IF_ERROR(components_.stepper->StepStaged(static_cast<int>(u), pending_params_));
+    staged_[u] = true;
+  }
+  return absl::OkStatus();
 }
 
 StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batches, float lr,
@@ -353,6 +390,7 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   // stream (host) may then step each unit as soon as its gradient sum is final.
   const bool early = !delayed_ && options_.train.grad_clip <= 0.0f &&
                      components_.optimizer_home->tier() != Tier::kDevice;
+  applied_norm_ = 0.0;  // delayed: set if this step enqueues the previous one's update
   ASSIGN_OR_RETURN(result.loss, RunGradients(micro_batches, early ? &params : nullptr));
   result.forward_ms = last_forward_ms_;
   result.backward_ms = last_backward_ms_;
@@ -361,19 +399,20 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
     result.compute_idle_ms =
         std::max(0.0, result.forward_ms + result.backward_ms - compute_busy);
   }
-  ASSIGN_OR_RETURN(double scale, ClipScale(&result.grad_norm));
-  params.grad_scale = static_cast<float>(scale);
-  // The remaining sub-steps in forward order, so the next forward's first units come back
-  // first; their param copies (and stage 1-2 gathers) overlap with the next forward.
   if (delayed_) {
-    // Delayed update: the CPU Adam runs during the next step's forward and backward (the
-    // host stream has nothing else to do then); its params are released unit by unit.
-    RETURN_IF_ERROR(PublishStaged());  // none left unless a micro-batch loop was cut short
-    for (size_t u = 0; u < units_.size(); ++u) {
-      RETURN_IF_ERROR(components_.stepper->StepStaged(static_cast<int>(u), params));
-      staged_[u] = true;
-    }
+    // Delayed update: nothing waits here. The norm is reduced in the background; the next
+    // step reads it during its forward and enqueues this step's AdamW (StepPending). The
+    // norm reported is that of the update enqueued during this step (the previous
+    // step's gradient; 0 where there was none).
+    RETURN_IF_ERROR(EnqueueNorms());
+    pending_ = true;
+    pending_params_ = params;
+    result.grad_norm = applied_norm_;
   } else {
+    ASSIGN_OR_RETURN(double scale, ClipScale(&result.grad_norm));
+    params.grad_scale = static_cast<float>(scale);
+    // The remaining sub-steps in forward order, so the next forward's first units come
+    // back first; their param copies (and stage 1-2 gathers) overlap with the next forward.
     for (size_t u = 0; u < units_.size(); ++u) {
       if (stepped_[u]) continue;
       if (early && scale != 1.0) {

@@ -29,7 +29,10 @@ struct MicroBatch {
 
 struct StepResult {
   double loss = 0.0;       // mean over every token of every micro-batch
-  double grad_norm = 0.0;  // global L2 norm before clipping
+  // Global L2 norm before clipping. zero.param_update=delayed: the norm of the update this
+  // step enqueued (the previous step's gradient; 0 if none), as it is reduced during the
+  // next step's forward.
+  double grad_norm = 0.0;
   double forward_ms = 0.0;
   double backward_ms = 0.0;
   // The optimizer's AdamW sub-steps: how long they ran (the standalone optimizer time), and
@@ -71,8 +74,9 @@ class Engine {
 
   // Runs grad_accum micro-batches (micro_batches.size() must equal train.grad_accum),
   // then the optimizer with learning rate `lr`; `step` is 0-based. With
-  // zero.param_update=delayed the optimizer's update is enqueued and runs during the next
-  // call, whose micro-batches still see the params before it.
+  // zero.param_update=delayed nothing waits for the optimizer: this step's norm is reduced
+  // and its AdamW enqueued (and run) during the next call, whose micro-batches still see
+  // the params before it.
   StatusOr<StepResult> TrainStep(const std::vector<MicroBatch>& micro_batches, float lr,
                                  int step);
   // Forward and backward only: gradients summed into the fp32 gradient state, no step.
@@ -105,6 +109,13 @@ class Engine {
                        double* backward_ms);
   Status RunStage(int stage, bool backward, int* access);
   StatusOr<double> ClipScale(double* grad_norm);
+  // ClipScale in two halves: the norm parts reduced over ranks into norms_host_ (recorded
+  // by norms_ready_), and the global norm and clip scale from them (blocking).
+  Status EnqueueNorms();
+  StatusOr<double> ScaleFromNorms(double* grad_norm);
+  // zero.param_update=delayed: the pending step's AdamW (its norm read, its scale set),
+  // staged for release after each unit's next last use.
+  Status StepPending();
   // Enqueues the sum of squares of the unit's owned gradient into norms_device_.
   Status NormPart(int unit);
   // Mean of the per-rank means of this rank's losses_host_ over `micro_batches`.
@@ -114,8 +125,8 @@ class Engine {
   // Elements of the unit's optimizer-side state on this rank (shard or full unit).
   size_t StateElements(int unit) const;
   Status SyncStreams();
-  // zero.param_update=delayed: releases the staged params of every unit not yet released
-  // (before an evaluation, a read-out, the end).
+  // zero.param_update=delayed: enqueues a pending AdamW and releases the staged params of
+  // every unit not yet released (before an evaluation, a read-out, the end).
   Status PublishStaged();
 
   Options options_;
@@ -136,6 +147,11 @@ class Engine {
   // after the unit's last backward use in the next step.
   bool delayed_ = false;
   std::vector<bool> staged_;
+  bool pending_ = false;        // a step whose norm is being reduced; AdamW not enqueued
+  AdamParams pending_params_;   // its hyper-parameters
+  double applied_norm_ = 0.0;   // norm of the update StepPending enqueued last
+  std::unique_ptr<Event> norms_ready_;  // norms_host_ filled (comm stream)
+  std::unique_ptr<Event> norms_join_;
   std::vector<UnitState> units_;
   ZeroComponents components_;
   std::vector<UnitAccess> trace_;

@@ -8,7 +8,9 @@
 // losses must match it within 1e-6 relative (both sides use bit-identical Adam formulas and
 // the same kernels; the tolerance only covers the norm's summation order with clipping),
 // and differ from an exact run's from step 1 on by far more, so the test tells the two
-// apart. World 2 (stages 1-3) must give the same losses at every stage.
+// apart; the norm a delayed step reports is that of the update it enqueued (the previous
+// step's gradient; 0 at the first step). World 2 (stages 1-3) must give the same losses at
+// every stage.
 #include <cmath>
 #include <random>
 #include <vector>
@@ -90,21 +92,26 @@ Data MakeData(const Options& options) {
 
 float LearningRate(int step) { return 2e-2f * (1.0f + 0.25f * step); }
 
-std::vector<double> Train(Engine& engine, Data& data, const Options& options) {
-  std::vector<double> losses;
+struct Trajectory {
+  std::vector<double> losses, norms;
+};
+
+Trajectory Train(Engine& engine, Data& data, const Options& options) {
+  Trajectory out;
   const int n = options.train.micro_batch * options.train.seq_len;
   for (int t = 0; t < kSteps; ++t) {
     StatusOr<StepResult> result =
         engine.TrainStep(data.Step(t, options.train.grad_accum, n), LearningRate(t), t);
     EXPECT_TRUE(result.ok()) << "step " << t << ": " << result.status();
     if (!result.ok()) break;
-    losses.push_back(result->loss);
+    out.losses.push_back(result->loss);
+    out.norms.push_back(result->grad_norm);
   }
-  return losses;
+  return out;
 }
 
-// The reference trajectory's losses (see the top of the file).
-std::vector<double> Reference(const Options& options, Data& data) {
+// The reference trajectory's losses and gradient norms (see the top of the file).
+Trajectory Reference(const Options& options, Data& data) {
   Options exact = options;
   exact.zero.optimizer_tier = exact.zero.grad_tier = "device";
   exact.zero.param_update = "exact";
@@ -120,7 +127,7 @@ std::vector<double> Reference(const Options& options, Data& data) {
   }
   // published[t]: the params step t computes on.
   std::vector<std::vector<std::vector<float>>> published = {theta, theta};
-  std::vector<double> losses;
+  Trajectory out;
   const int n = options.train.micro_batch * options.train.seq_len;
   for (int t = 0; t < kSteps; ++t) {
     for (size_t u = 0; u < num_units; ++u) {
@@ -128,7 +135,7 @@ std::vector<double> Reference(const Options& options, Data& data) {
     }
     StatusOr<double> loss = engine.ComputeGradients(data.Step(t, options.train.grad_accum, n));
     EXPECT_TRUE(loss.ok()) << loss.status();
-    losses.push_back(*loss);
+    out.losses.push_back(*loss);
     std::vector<std::vector<float>> grads(num_units);
     double squares = 0.0;
     for (size_t u = 0; u < num_units; ++u) {
@@ -142,6 +149,7 @@ std::vector<double> Reference(const Options& options, Data& data) {
     hp.eps = options.train.eps;
     hp.step = t + 1;
     const double norm = std::sqrt(squares);
+    out.norms.push_back(norm);
     if (options.train.grad_clip > 0 && norm > options.train.grad_clip) {
       hp.grad_scale = static_cast<float>(options.train.grad_clip / (norm + 1e-6));
     }
@@ -156,7 +164,7 @@ std::vector<double> Reference(const Options& options, Data& data) {
     }
     published.push_back(theta);  // what step t + 2 computes on
   }
-  return losses;
+  return out;
 }
 
 class DelayedUpdate : public ::testing::TestWithParam<const char*> {};
@@ -166,21 +174,26 @@ TEST_P(DelayedUpdate, MatchesTheReferenceTrajectory) {
                                          "zero.grad_tier=host", "zero.param_update=delayed",
                                          GetParam()});
   Data data = MakeData(options);
-  const std::vector<double> reference = Reference(options, data);
+  const Trajectory reference = Reference(options, data);
   auto delayed_rig = MakeRig(options);
-  const std::vector<double> delayed = Train(*delayed_rig->engine, data, options);
+  const Trajectory delayed = Train(*delayed_rig->engine, data, options);
   Options exact_options = options;
   exact_options.zero.param_update = "exact";
   auto exact_rig = MakeRig(exact_options);
-  const std::vector<double> exact = Train(*exact_rig->engine, data, exact_options);
-  ASSERT_EQ(delayed.size(), static_cast<size_t>(kSteps));
-  ASSERT_EQ(exact.size(), static_cast<size_t>(kSteps));
+  const Trajectory exact = Train(*exact_rig->engine, data, exact_options);
+  ASSERT_EQ(delayed.losses.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(exact.losses.size(), static_cast<size_t>(kSteps));
   for (int t = 0; t < kSteps; ++t) {
-    EXPECT_NEAR(delayed[t], reference[t], 1e-6 * std::fabs(reference[t])) << "step " << t;
+    EXPECT_NEAR(delayed.losses[t], reference.losses[t], 1e-6 * std::fabs(reference.losses[t]))
+        << "step " << t;
+    // The norm a delayed step reports is that of the update it enqueued: the previous
+    // step's gradient (none at step 0). Tolerance: fp32 partial sums vs the test's fp64.
+    const double norm = t == 0 ? 0.0 : reference.norms[t - 1];
+    EXPECT_NEAR(delayed.norms[t], norm, 1e-5 * norm) << "step " << t;
     if (t == 0) {
-      EXPECT_EQ(delayed[t], exact[t]);  // both on theta_0
+      EXPECT_EQ(delayed.losses[t], exact.losses[t]);  // both on theta_0
     } else {
-      EXPECT_GT(std::fabs(delayed[t] - exact[t]), 1e-4) << "step " << t;
+      EXPECT_GT(std::fabs(delayed.losses[t] - exact.losses[t]), 1e-4) << "step " << t;
     }
   }
 }
