@@ -107,7 +107,7 @@ Status RunBenchOffload(const CommandArgs& args) {
         "final only after the last backward stage) and the gradient-norm reduction; on the "
         "CPU backend the \"device\" compute and the CPU Adam also share the same cores, so "
         "overlap hides little here. The figure that matters is on a GPU "
-        "(tools/gpu_check.sh). zero.param_update=delayed removes the tail (the AdamW runs "
+        "(tools/gpu_check.sh). zero.param_update=delayed hides it (the norm and the AdamW run "
         "during the next step) at the price of gradients one update old.\n");
   }
   return absl::OkStatus();
