@@ -55,6 +55,23 @@ for placement in "2 zero.optimizer_tier=host zero.grad_tier=host" \
 done
 echo "np 2: host and nvme placements match the device placement"
 
+# The delayed parameter update across processes: the same losses as with its ranks as
+# threads (the norm is reduced in the background there too).
+delayed=(--set zero.stage=2 --set zero.optimizer_tier=host --set zero.grad_tier=host
+         --set zero.param_update=delayed --set train.micro_batch=2)
+timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
+  "$strata" train "${common[@]}" "${delayed[@]}" --metrics "$tmp/dpu-mpi.jsonl" \
+  > "$tmp/dpu-mpi.log" 2>&1 || { tail -20 "$tmp/dpu-mpi.log"; fail "mpirun -np 2 delayed"; }
+"$strata" train "${common[@]}" "${delayed[@]}" --set zero.world=2 \
+  --metrics "$tmp/dpu-threads.jsonl" > "$tmp/dpu-threads.log" 2>&1 \
+  || { tail -20 "$tmp/dpu-threads.log"; fail "delayed update, ranks as threads"; }
+[ "$(losses "$tmp/dpu-mpi.jsonl" | wc -l)" -eq 20 ] || fail "delayed: not 20 steps"
+cmp -s <(losses "$tmp/dpu-threads.jsonl") <(losses "$tmp/dpu-mpi.jsonl") \
+  || fail "np 2 delayed update: losses differ from the same run with threads"
+cmp -s <(losses "$tmp/s2-2.jsonl") <(losses "$tmp/dpu-mpi.jsonl") \
+  && fail "the delayed update trained exactly like the exact one"
+echo "np 2: the delayed update matches its threads run"
+
 # zero.world that disagrees with mpirun is rejected before any work.
 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$strata" train "${common[@]}" \
   --set zero.world=3 > "$tmp/bad.log" 2>&1 && fail "zero.world=3 under -np 2 should fail"
