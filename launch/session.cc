@@ -144,6 +144,12 @@ StatusOr<StepReport> TrainingSession::Step(int step) {
   return report;
 }
 
+Status TrainingSession::Finish() {
+  Status status = engine_->Finish();
+  if (!status.ok()) return AbortOnError(status);
+  return status;
+}
+
 StatusOr<double> TrainingSession::Validate() {
   if (!val_sampler_) return absl::FailedPreconditionError("no validation split (data.val_fraction)");
   const int64_t batches = std::min<int64_t>(options_.train.eval_batches,

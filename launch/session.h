@@ -53,6 +53,9 @@ class TrainingSession {
   StatusOr<StepReport> Step(int step);
   // Mean validation loss over train.eval_batches micro-batches.
   StatusOr<double> Validate();
+  // The end of training: pending work (a delayed update, copies in flight) done, and its
+  // first error, if any, returned.
+  Status Finish();
 
   const Options& options() const { return options_; }
   // The communicator the engine's collectives use: the NCCL one on CUDA, else the one

@@ -98,7 +98,7 @@ Status RunTrain(const CommandArgs& args) {
                      FormatBytes(report.device.peak_bytes), FormatBytes(report.host.peak_bytes));
       }
     }
-    return absl::OkStatus();
+    return session->Finish();
   });
 }
 

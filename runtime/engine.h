@@ -84,6 +84,9 @@ class Engine {
   StatusOr<double> ComputeGradients(const std::vector<MicroBatch>& micro_batches);
   // Mean loss of one micro-batch, no backward.
   StatusOr<double> EvalLoss(const MicroBatch& batch);
+  // Puts a pending (delayed) update in place and waits for every stream and write-back;
+  // the first error of any of them.
+  Status Finish() { return SyncStreams(); }
 
   // fp32 views of one unit for tests and checkpoints (full unit, padded length). With a
   // sharded optimizer these gather the shards: every rank must call them together.

@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "collectives/local_communicator.h"
@@ -200,6 +201,26 @@ TEST_P(DelayedUpdate, MatchesTheReferenceTrajectory) {
 
 INSTANTIATE_TEST_SUITE_P(Clipping, DelayedUpdate,
                          ::testing::Values("train.grad_clip=0", "train.grad_clip=0.5"));
+
+// The last step's update is still pending when training ends: Finish enqueues it, and its
+// check of the norm reports a diverged run instead of exiting quietly.
+TEST(DelayedUpdate, FinishAppliesThePendingUpdateAndReportsItsErrors) {
+  const Options options = EngineOptions({"zero.stage=2", "zero.optimizer_tier=host",
+                                         "zero.grad_tier=host", "zero.param_update=delayed"});
+  Data data = MakeData(options);
+  auto rig = MakeRig(options);
+  const int n = options.train.micro_batch * options.train.seq_len;
+  // An absurd learning rate: the update of step 0 (applied after step 1) blows the params
+  // up, so step 2's gradient is not finite; only its own (pending) update would see it.
+  for (int t = 0; t < 3; ++t) {
+    StatusOr<StepResult> result =
+        rig->engine->TrainStep(data.Step(t, options.train.grad_accum, n), 1e30f, t);
+    ASSERT_TRUE(result.ok()) << "step " << t << ": " << result.status();
+  }
+  const Status finished = rig->engine->Finish();
+  EXPECT_EQ(finished.code(), absl::StatusCode::kDataLoss) << finished;
+  EXPECT_THAT(std::string(finished.message()), ::testing::HasSubstr("not finite"));
+}
 
 TEST(DelayedUpdate, EveryStageGivesTheSameLossesAtWorldTwo) {
   std::vector<double> first;
