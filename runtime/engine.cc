@@ -88,10 +88,12 @@ Status Engine::Init() {
   for (int s = 0; s < static_cast<int>(stages.size()); ++s) {
     for (int u : stages[s].units) trace_.push_back({s, u, false});
   }
+  first_backward_stage_.assign(num_units, -1);
   for (int s = static_cast<int>(stages.size()) - 1; s >= 0; --s) {
     for (int u : stages[s].units) {
       trace_.push_back({s, u, true});
       last_backward_stage_[u] = s;
+      if (first_backward_stage_[u] < 0) first_backward_stage_[u] = s;
     }
   }
   for (int u = 0; u < num_units; ++u) {
@@ -115,6 +117,15 @@ Status Engine::Init() {
   zero.prefetch_bytes = options_.zero.prefetch_bytes;
   for (const UnitAccess& access : trace_) zero.trace.push_back(access.unit);
   ASSIGN_OR_RETURN(components_, MakeZeroComponents(options_, zero));
+  // A tied unit's sub-step may be split where the pieces are exactly the whole step's: one
+  // rank (no reduction to split), per-unit reductions, fp32 sums landed once per step
+  // (grad_accum 1), the CPU Adam on host-tier state and params on the device.
+  split_allowed_ = communicator_->world_size() == 1 && components_.reducer->ReducesPerUnit() &&
+                   options_.zero.optimizer_tier == "host" && options_.zero.grad_tier == "host" &&
+                   options_.zero.param_tier == "device" && !delayed_ &&
+                   options_.train.dtype == DType::kF32 && options_.train.grad_accum == 1;
+  late_ranges_.assign(num_units, {});
+  early_ranges_.assign(num_units, {});
 
   // Initial values: fp32 master from the model (the same on every rank), cast to the
   // compute dtype; each rank keeps what it owns.
@@ -155,6 +166,26 @@ Status Engine::Init() {
   return SyncStreams();
 }
 
+void Engine::PlanSplit(const MicroBatch& batch) {
+  for (size_t u = 0; u < units_.size(); ++u) {
+    late_ranges_[u].clear();
+    early_ranges_[u].clear();
+    if (first_backward_stage_[u] == last_backward_stage_[u]) continue;
+    std::vector<std::pair<size_t, size_t>> late =
+        model_->LastStageRanges(static_cast<int>(u), batch.inputs, options_.train.micro_batch,
+                                options_.train.seq_len);
+    // The rest of the unit (padding included), stepped once the earlier stages are done.
+    size_t at = 0;
+    for (const auto& [begin, end] : late) {
+      if (begin > at) early_ranges_[u].push_back({at, begin});
+      at = end;
+    }
+    if (at < units_[u].padded_elements) early_ranges_[u].push_back({at, units_[u].padded_elements});
+    if (early_ranges_[u].empty()) continue;  // nothing final early: no split
+    late_ranges_[u] = std::move(late);
+  }
+}
+
 Status Engine::RunStage(int stage, bool backward, int* access) {
   const StageSpec& spec = model_->stages()[stage];
   const int first_access = *access;
@@ -163,12 +194,31 @@ Status Engine::RunStage(int stage, bool backward, int* access) {
     ASSIGN_OR_RETURN(ctx_.params[u], components_.gatherer->Acquire(first_access + i, u));
     if (backward) {
       ASSIGN_OR_RETURN(ctx_.grads[u], components_.reducer->Grads(u));
+      if (Split(u) && last_backward_stage_[u] == stage) {
+        // The early landing reads the buffer this stage adds to.
+        RETURN_IF_ERROR(device_->Wait(*compute_, components_.grad_home->ready(u)));
+      }
     }
   }
   RETURN_IF_ERROR(backward ? model_->Backward(stage, ctx_) : model_->Forward(stage, ctx_));
   for (size_t i = 0; i < spec.units.size(); ++i) {
     const int u = spec.units[i];
-    if (backward && last_backward_stage_[u] == stage) {
+    if (backward && Split(u) && first_backward_stage_[u] == stage) {
+      // Every element but the late ranges is final: landed and stepped now, while the
+      // rest of backward runs.
+      RETURN_IF_ERROR(components_.reducer->LandEarly(u));
+      RETURN_IF_ERROR(components_.stepper->StepRanges(u, *early_, early_ranges_[u]));
+    }
+    if (backward && Split(u) && last_backward_stage_[u] == stage) {
+      RETURN_IF_ERROR(components_.reducer->FinishRanges(u, late_ranges_[u]));
+      RETURN_IF_ERROR(NormPart(u));
+      normed_[u] = true;
+      std::vector<ShardRange> late;
+      for (const auto& [begin, end] : late_ranges_[u]) late.push_back({begin, end});
+      RETURN_IF_ERROR(components_.stepper->StepRanges(u, *early_, late));
+      stepped_[u] = true;
+      ++split_units_;
+    } else if (backward && last_backward_stage_[u] == stage) {
       RETURN_IF_ERROR(components_.reducer->UnitDone(u));
       if (last_micro_batch_ && components_.reducer->ReducesPerUnit()) {
         // The unit's sum is final: a host-tier home makes its norm part now, in its own
@@ -282,6 +332,11 @@ StatusOr<double> Engine::RunGradients(const std::vector<MicroBatch>& micro_batch
     // Only the last micro-batch completes the gradient sums.
     last_micro_batch_ = k + 1 == micro_batches.size();
     early_ = last_micro_batch_ ? early : nullptr;
+    if (early_ != nullptr && split_allowed_) {
+      PlanSplit(micro_batches[k]);
+    } else {
+      for (auto& ranges : late_ranges_) ranges.clear();
+    }
     Status status = RunMicroBatch(micro_batches[k], static_cast<int>(k), dloss,
                                   &last_forward_ms_, &last_backward_ms_);
     last_micro_batch_ = false;
@@ -391,6 +446,7 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   const bool early = !delayed_ && options_.train.grad_clip <= 0.0f &&
                      components_.optimizer_home->tier() != Tier::kDevice;
   applied_norm_ = 0.0;  // delayed: set if this step enqueues the previous one's update
+  split_units_ = 0;
   ASSIGN_OR_RETURN(result.loss, RunGradients(micro_batches, early ? &params : nullptr));
   result.forward_ms = last_forward_ms_;
   result.backward_ms = last_backward_ms_;
@@ -428,6 +484,7 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   result.nvme_read_bytes = nvme_bytes(false) - read_before;
   result.nvme_written_bytes = nvme_bytes(true) - written_before;
   result.nvme_busy_ms = busy(components_.nvme) - nvme_busy_before;
+  result.split_units = split_units_;
   result.param_nvme_busy_ms = busy(components_.param_nvme) - param_busy_before;
   const GatherStats gather_after = components_.gatherer->stats();
   result.gather.gathers = gather_after.gathers - gather_before.gathers;

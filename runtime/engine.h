@@ -49,6 +49,10 @@ struct StepResult {
   double compute_idle_ms = 0.0;
   uint64_t nvme_read_bytes = 0;     // NVMe tier traffic posted during the step
   uint64_t nvme_written_bytes = 0;
+  // Units whose optimizer sub-step was split this step: the elements final before the
+  // unit's last backward stage stepped during the rest of backward, the rest after it
+  // (a tied embedding on one rank with the optimizer and grads on the host, no clipping).
+  int split_units = 0;
   // Time the optimizer state's NVMe tier had requests at the disk during the step, and
   // the param shards' tier (zero.param_tier=nvme), in ms.
   double nvme_busy_ms = 0.0;
@@ -159,6 +163,18 @@ class Engine {
   ZeroComponents components_;
   std::vector<UnitAccess> trace_;
   std::vector<int> last_backward_stage_;  // per unit: the stage whose backward finishes it
+  std::vector<int> first_backward_stage_;  // per unit: its first stage in backward order
+  // The split of tied units (see StepResult::split_units): allowed by the placement, and
+  // for the running step the ranges the last stage adds to and the rest.
+  bool split_allowed_ = false;
+  std::vector<std::vector<std::pair<size_t, size_t>>> late_ranges_;
+  std::vector<std::vector<ShardRange>> early_ranges_;
+  int split_units_ = 0;
+  // Plans the split of each unit for the micro-batch `batch` (the step's only one).
+  void PlanSplit(const MicroBatch& batch);
+  bool Split(int unit) const {
+    return early_ != nullptr && last_micro_batch_ && !late_ranges_[unit].empty();
+  }
   StepContext ctx_;
   Buffer tokens_device_;    // [2][B*T] int32: inputs then targets
   Buffer losses_host_;      // [grad_accum][B*T] fp32

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -54,6 +55,16 @@ class Model {
   virtual Status Backward(int stage, const StepContext& ctx) = 0;
   // Per-token losses [B*T] (fp32, device tier) of the last forward.
   virtual const float* losses() const = 0;
+  // For a unit used by several backward stages (a tied embedding): the element ranges
+  // [begin, end) of the unit that its last backward stage may add to, given the
+  // micro-batch's input tokens `inputs` ([batch, seq_len], host memory); sorted and
+  // disjoint. Every other element's gradient is final after the unit's earlier backward
+  // stages. Default: every element in use (nothing is final earlier).
+  virtual std::vector<std::pair<size_t, size_t>> LastStageRanges(int unit, const int32_t* inputs,
+                                                                 int batch, int seq_len) const {
+    (void)inputs, (void)batch, (void)seq_len;
+    return {{0, units()[unit].used_elements()}};
+  }
   virtual std::string Describe() const = 0;
 };
 

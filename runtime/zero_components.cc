@@ -429,8 +429,15 @@ class AllReduceReducer : public ReducerBase {
     return HandBack();
   }
   bool ReducesPerUnit() const override { return false; }
+  Status LandEarly(int) override { return NoSplit(); }
+  Status FinishRanges(int, const std::vector<std::pair<size_t, size_t>>&) override {
+    return NoSplit();
+  }
 
  private:
+  static Status NoSplit() {
+    return absl::InternalError("the split of a tied unit needs per-unit reductions");
+  }
   bool pending_ = false;
 };
 
@@ -475,6 +482,23 @@ class ReduceScatterReducer : public ReducerBase {
     RETURN_IF_ERROR(frees_.Add(*reader, std::move(live_[unit])));
     live_[unit].reset();
     return lag_.Mark(*reader);
+  }
+
+  Status LandEarly(int unit) override {
+    if (!per_unit_ || ctx_.communicator->world_size() != 1 || !live_[unit]) {
+      return absl::InternalError("the split of a tied unit needs one rank and stage 2-3");
+    }
+    return home_->Add(unit, live_[unit]->data(), *ctx_.compute).status();
+  }
+
+  Status FinishRanges(int unit, const std::vector<std::pair<size_t, size_t>>& ranges) override {
+    if (!per_unit_ || ctx_.communicator->world_size() != 1 || !live_[unit]) {
+      return absl::InternalError("the split of a tied unit needs one rank and stage 2-3");
+    }
+    RETURN_IF_ERROR(home_->ReplaceRanges(unit, live_[unit]->data(), ranges, *ctx_.compute));
+    RETURN_IF_ERROR(frees_.Add(*ctx_.copy, std::move(live_[unit])));
+    live_[unit].reset();
+    return lag_.Mark(*ctx_.copy);
   }
 
   Status BackwardDone() override {
@@ -536,6 +560,9 @@ class ReplicatedStepper : public OptimizerStepper {
     return absl::OkStatus();
   }
   Status HoldGathers(bool) override { return absl::OkStatus(); }
+  Status StepRanges(int, const AdamParams&, const std::vector<ShardRange>&) override {
+    return absl::InternalError("stage 0 steps whole units");
+  }
   Status WaitSteps() override { return home_->WaitSteps(); }
   double busy_ms() const override { return home_->busy_ms(); }
 
@@ -584,6 +611,15 @@ class ShardedStepper : public OptimizerStepper {
     const ShardRange range = OwnedRange(state, ctx_.communicator->rank());
     void* dest = Destination(state, range);
     RETURN_IF_ERROR(home_->PublishStaged(unit, range, dest, after));
+    return Refresh(unit);
+  }
+  Status StepRanges(int unit, const AdamParams& params,
+                    const std::vector<ShardRange>& ranges) override {
+    if (gather_after_) return absl::InternalError("sub-range steps need one rank");
+    UnitState& state = (*ctx_.units)[unit];
+    const ShardRange owned = OwnedRange(state, ctx_.communicator->rank());
+    RETURN_IF_ERROR(
+        home_->StepRanges(unit, params, ranges, owned.begin, Destination(state, owned)));
     return Refresh(unit);
   }
   Status HoldGathers(bool hold) override {

@@ -74,6 +74,13 @@ class GradientReducer {
   // True when each unit's gradient sum is final once UnitDone(unit) returned on the last
   // micro-batch (stages 2-3); false when only BackwardDone makes them final.
   virtual bool ReducesPerUnit() const = 0;
+  // The split of a tied unit (one rank, per-unit reductions, the step's only micro-batch):
+  // LandEarly adds the unit's gradient so far to the grad home while the backward goes on
+  // adding to it (only the ranges its last stage touches change after); FinishRanges
+  // lands those ranges over it and lets the buffer go, as UnitDone would.
+  virtual Status LandEarly(int unit) = 0;
+  virtual Status FinishRanges(int unit,
+                              const std::vector<std::pair<size_t, size_t>>& ranges) = 0;
 };
 
 class OptimizerStepper {
@@ -92,6 +99,10 @@ class OptimizerStepper {
   // queue behind the CPU Adam; releasing enqueues them in unit order (the same on every
   // rank).
   virtual Status HoldGathers(bool hold) = 0;
+  // One sub-step over several disjoint sub-ranges of the unit's owned elements (the split
+  // of a tied unit; one rank, optimizer in the host tier).
+  virtual Status StepRanges(int unit, const AdamParams& params,
+                            const std::vector<ShardRange>& ranges) = 0;
   // Blocks until the AdamW of every Step so far has run (param copies may be in flight).
   virtual Status WaitSteps() = 0;
   // Total milliseconds the AdamW sub-steps ran (the standalone optimizer time).

@@ -9,7 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -114,46 +116,63 @@ TEST(Infinity, MissingSwapDirectoryIsAClearErrorBeforeAnyStep) {
 }
 
 // State corrupted on disk between steps (every byte of the master file, or of the param
-// shards' file): the next step fails with the checksum error naming the file, instead of
-// training on garbage, and the pipeline shuts down without hanging (the test's timeout
-// would catch one).
-TEST(Infinity, CorruptedSwapFileFailsTheStepNamingIt) {
+// shards' file) is never trained on: the next step that reads it fails with the checksum
+// error naming the file, and the pipeline shuts down without hanging (the test's timeout
+// would catch one). The master file is read by every step, so the next step must fail.
+// Param shards may already have been read ahead (after step 0's write-back, before the
+// corruption): then step 1 must match an uncorrupted run exactly, and its own write-back
+// replaces the garbage.
+TEST(Infinity, CorruptedSwapFileIsNeverTrainedOn) {
   struct Case {
     int stage;
     std::vector<std::string> sets;
     const char* file;
+    bool must_fail;
   };
   const std::vector<Case> cases = {
       {2, {"zero.optimizer_tier=nvme", "nvme.chunk_bytes=16KiB", "nvme.optimizer_buffers=3"},
-       "master"},
+       "master", true},
       {3, {"zero.optimizer_tier=nvme", "zero.param_tier=nvme", "nvme.chunk_bytes=16KiB"},
-       "params"},
+       "params", false},
   };
   for (const Case& c : cases) {
     Options options = Make(1, c.stage, c.sets, 3);
-    options.zero.nvme_dir = SwapDir() + "/corrupt-" + c.file;
-    mkdir(options.zero.nvme_dir.c_str(), 0755);
-    StatusOr<std::unique_ptr<TrainingSession>> session =
-        TrainingSession::CreateSingleRank(options);
-    ASSERT_TRUE(session.ok()) << session.status();
-    ASSERT_TRUE((*session)->Step(0).ok());
-    const std::string path =
-        options.zero.nvme_dir + "/strata-rank0-" + std::string(c.file) + ".swap";
-    const int fd = ::open(path.c_str(), O_WRONLY);
-    ASSERT_GE(fd, 0) << path;
-    struct stat info;
-    ASSERT_EQ(::fstat(fd, &info), 0);
-    const std::vector<char> garbage(info.st_size, 0x5a);
-    ASSERT_EQ(::pwrite(fd, garbage.data(), garbage.size(), 0),
-              static_cast<ssize_t>(garbage.size()));
-    ASSERT_EQ(::fsync(fd), 0);
-    ::close(fd);
-    StatusOr<StepReport> report = (*session)->Step(1);
-    ASSERT_FALSE(report.ok()) << "a corrupted " << c.file << " file went unnoticed";
-    const std::string message(report.status().message());
+    auto run = [&](const std::string& dir, bool corrupt) -> StatusOr<double> {
+      options.zero.nvme_dir = dir;
+      mkdir(dir.c_str(), 0755);
+      ASSIGN_OR_RETURN(std::unique_ptr<TrainingSession> session,
+                       TrainingSession::CreateSingleRank(options));
+      RETURN_IF_ERROR(session->Step(0).status());
+      // Step 0's write-backs done, so the garbage stays on disk until read.
+      RETURN_IF_ERROR(session->Finish());
+      if (corrupt) {
+        const std::string path = dir + "/strata-rank0-" + std::string(c.file) + ".swap";
+        const int fd = ::open(path.c_str(), O_WRONLY);
+        if (fd < 0) return absl::InternalError("cannot open " + path);
+        struct stat info;
+        ::fstat(fd, &info);
+        const std::vector<char> garbage(info.st_size, 0x5a);
+        const bool written = ::pwrite(fd, garbage.data(), garbage.size(), 0) ==
+                                 static_cast<ssize_t>(garbage.size()) &&
+                             ::fsync(fd) == 0;
+        ::close(fd);
+        if (!written) return absl::InternalError("cannot corrupt " + path);
+      }
+      ASSIGN_OR_RETURN(StepReport report, session->Step(1));
+      return report.result.loss;
+    };
+    const StatusOr<double> clean = run(SwapDir() + "/clean-" + c.file, false);
+    ASSERT_TRUE(clean.ok()) << clean.status();
+    const std::string dir = SwapDir() + "/corrupt-" + c.file;
+    const StatusOr<double> corrupted = run(dir, true);
+    if (corrupted.ok()) {
+      EXPECT_FALSE(c.must_fail) << "a corrupted " << c.file << " file went unnoticed";
+      EXPECT_EQ(*corrupted, *clean) << c.file << ": trained on something else";
+      continue;
+    }
+    const std::string message(corrupted.status().message());
     EXPECT_THAT(message, ::testing::HasSubstr("checksum mismatch")) << c.file;
-    EXPECT_THAT(message, ::testing::HasSubstr(path));
-    session->reset();  // shuts the pipeline down with errors in flight
+    EXPECT_THAT(message, ::testing::HasSubstr(dir + "/strata-rank0-" + c.file + ".swap"));
   }
 }
 

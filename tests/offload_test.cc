@@ -54,6 +54,30 @@ TEST(Offload, HostOptimizerMatchesDeviceOptimizer) {
   }
 }
 
+// One rank, one micro-batch per step, no clipping: the tied embedding's sub-step is split
+// (the elements its lookup's backward leaves alone are landed and stepped right after the
+// LM head's backward, the token and position rows at the end) and still gives the device
+// placement's losses exactly; with clipping nothing is split.
+TEST(Offload, SplitTiedEmbeddingMatchesTheDevice) {
+  for (int stage : {2, 3}) {
+    for (const char* clip : {"train.grad_clip=0", "train.grad_clip=1"}) {
+      const std::vector<std::string> base = {"train.grad_accum=1", clip};
+      const PlacementRun device = TrainAllRanks(Make(1, stage, base, 8));
+      ASSERT_TRUE(device.status.ok()) << device.status;
+      std::vector<std::string> host = base;
+      host.insert(host.end(), {"zero.optimizer_tier=host", "zero.grad_tier=host"});
+      const PlacementRun offload = TrainAllRanks(Make(1, stage, host, 8));
+      ASSERT_TRUE(offload.status.ok()) << offload.status;
+      const std::string what = absl::StrCat("stage ", stage, " ", clip);
+      EXPECT_EQ(offload.losses, device.losses) << what;
+      const bool split = std::string(clip) == "train.grad_clip=0";
+      for (const StepResult& step : offload.steps) {
+        EXPECT_EQ(step.split_units, split ? 1 : 0) << what;
+      }
+    }
+  }
+}
+
 // bf16 compute: the host gradient sums go through the landing buffer (converted, then
 // summed); still the device placement's losses, every stage, both worlds.
 TEST(Offload, HostOptimizerMatchesDeviceOptimizerInBf16) {

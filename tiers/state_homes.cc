@@ -171,6 +171,23 @@ class HostGradHome : public GradHome {
     return absl::OkStatus();
   }
 
+  Status ReplaceRanges(int unit, const void* src,
+                       const std::vector<std::pair<size_t, size_t>>& ranges,
+                       Stream& producer) override {
+    if (ctx_.dtype != DType::kF32) {
+      return absl::InternalError("host grad home: ReplaceRanges needs fp32 gradients");
+    }
+    Stream& copy = *ctx_.copy;
+    RETURN_IF_ERROR(ctx_.device->Wait(copy, *ready_[unit]));
+    RETURN_IF_ERROR(Join(*ctx_.device, copy, producer, *join_));
+    float* sum = (*ctx_.units)[unit].grad_accum.as<float>();
+    for (const auto& [first, second] : ranges) {
+      RETURN_IF_ERROR(ctx_.device->CopyAsync(sum + first, static_cast<const float*>(src) + first,
+                                             (second - first) * sizeof(float), copy));
+    }
+    return ctx_.device->Record(*ready_[unit], copy);
+  }
+
   Status SquaredNorm(int unit, size_t first, size_t n, float* out_device) override {
     float* partial = norms_.as<float>() + unit;
     RETURN_IF_ERROR(ctx_.device->Wait(*ctx_.host, *ready_[unit]));
@@ -307,6 +324,38 @@ class HostOptimizerHome : public ResidentOptimizerHome {
 
   Status PublishStaged(int unit, ShardRange range, void* param_dest, Stream& after) override {
     return Publish(unit, range, param_dest, &after);
+  }
+
+  Status StepRanges(int unit, const AdamParams& params, const std::vector<ShardRange>& ranges,
+                    size_t state_offset, void* param_dest) override {
+    UnitState& state = (*ctx_.units)[unit];
+    Device& device = *ctx_.device;
+    Stream& host = *ctx_.host;
+    Stream& copy = *ctx_.copy;
+    if (grads_->tier() != Tier::kHost) {
+      return absl::InternalError("StepRanges needs the gradient sums on the host");
+    }
+    const size_t element_bytes = DTypeBytes(ctx_.dtype);
+    // The staging buffer is free once the unit's previous copy to the device is done.
+    RETURN_IF_ERROR(device.Wait(host, *ready_[unit]));
+    RETURN_IF_ERROR(device.Wait(host, grads_->ready(unit)));
+    timer_.Start(host);
+    for (const ShardRange& range : ranges) {
+      RETURN_IF_ERROR(AdamOverRange(
+          ctx_, *ctx_.host_ops, host, unit, params, range, state_offset,
+          StateOf(state, state.grad_accum.as<float>()),
+          At(state.param_staging.data(), range.begin - state_offset, element_bytes)));
+    }
+    timer_.Stop(host);
+    RETURN_IF_ERROR(device.Record(*stepped_[unit], host));
+    RETURN_IF_ERROR(device.Wait(copy, *stepped_[unit]));
+    for (const ShardRange& range : ranges) {
+      const size_t at = range.begin - state_offset;
+      RETURN_IF_ERROR(device.CopyAsync(At(param_dest, at, element_bytes),
+                                       At(state.param_staging.data(), at, element_bytes),
+                                       (range.end - range.begin) * element_bytes, copy));
+    }
+    return device.Record(*ready_[unit], copy);
   }
 
  private:
@@ -579,6 +628,16 @@ class NvmeOptimizerHome : public OptimizerHome {
 Status OptimizerHome::StepStaged(int, const AdamParams&, ShardRange, size_t) {
   return absl::UnimplementedError("zero.delayed_update needs the optimizer in the host tier "
                                   "(zero.optimizer_tier=host)");
+}
+
+Status OptimizerHome::StepRanges(int, const AdamParams&, const std::vector<ShardRange>&, size_t,
+                                 void*) {
+  return absl::UnimplementedError("stepping sub-ranges needs the optimizer in the host tier");
+}
+
+Status GradHome::ReplaceRanges(int, const void*, const std::vector<std::pair<size_t, size_t>>&,
+                               Stream&) {
+  return absl::UnimplementedError("replacing gradient ranges needs the sums in the host tier");
 }
 
 Status OptimizerHome::PublishStaged(int, ShardRange, void*, Stream&) {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -85,6 +86,13 @@ class GradHome {
   virtual Status SquaredNorm(int unit, size_t first, size_t n, float* out_device) = 0;
   // Recorded after the unit's last Add enqueued so far; wait on it to read the sums.
   virtual Event& ready(int unit) = 0;
+  // Overwrites the element ranges [first, second) of the unit's sum with `src`'s (fp32,
+  // the unit's own part, device tier, written by `producer`): the late rows of a tied unit
+  // whose sum was Added before its last backward stage (one Add per step, fp32). Host
+  // home only.
+  virtual Status ReplaceRanges(int unit, const void* src,
+                               const std::vector<std::pair<size_t, size_t>>& ranges,
+                               Stream& producer);
 };
 
 class OptimizerHome {
@@ -123,6 +131,12 @@ class OptimizerHome {
   virtual Status StepStaged(int unit, const AdamParams& params, ShardRange range,
                             size_t state_offset);
   virtual Status PublishStaged(int unit, ShardRange range, void* param_dest, Stream& after);
+  // Step over several disjoint sub-ranges of the unit's elements (each within the state
+  // from `state_offset` on) as one sub-step; `param_dest` is the params' element
+  // state_offset in the device tier. Host tier only (the split of a tied unit).
+  virtual Status StepRanges(int unit, const AdamParams& params,
+                            const std::vector<ShardRange>& ranges, size_t state_offset,
+                            void* param_dest);
   // Recorded once the params of the unit's last Step are in `param_dest`.
   virtual Event& params_ready(int unit) = 0;
   // Blocks until every AdamW enqueued so far has run (copies may still be in flight).

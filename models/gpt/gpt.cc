@@ -3,6 +3,7 @@
 // residual stream between stages.
 #include "models/gpt/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace strata {
@@ -260,6 +261,35 @@ class Gpt : public Model {
   }
 
   const float* losses() const override { return losses_.as<float>(); }
+
+  // The embedding (unit 0, also the LM head): its lookup's backward adds only to the rows
+  // of wte named by the tokens and to wpe's first seq_len rows.
+  std::vector<std::pair<size_t, size_t>> LastStageRanges(int unit, const int32_t* inputs,
+                                                         int batch, int seq_len) const override {
+    if (unit != 0) return Model::LastStageRanges(unit, inputs, batch, seq_len);
+    const size_t C = config_.channels;
+    std::vector<int32_t> rows(inputs, inputs + static_cast<size_t>(batch) * seq_len);
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+    std::vector<std::pair<size_t, size_t>> ranges;
+    const size_t wte = units_[0].tensor(kWte).offset;
+    for (int32_t row : rows) {
+      const size_t begin = wte + static_cast<size_t>(row) * C;
+      if (!ranges.empty() && ranges.back().second == begin) {
+        ranges.back().second = begin + C;
+      } else {
+        ranges.push_back({begin, begin + C});
+      }
+    }
+    const size_t wpe = units_[0].tensor(kWpe).offset;
+    const size_t wpe_end = wpe + static_cast<size_t>(seq_len) * C;
+    if (!ranges.empty() && ranges.back().second == wpe) {
+      ranges.back().second = wpe_end;
+    } else {
+      ranges.push_back({wpe, wpe_end});
+    }
+    return ranges;
+  }
 
   std::string Describe() const override {
     size_t params = 0;
