@@ -144,7 +144,8 @@ Status Engine::Init() {
   ASSIGN_OR_RETURN(losses_host_,
                    device_->Allocate(Tier::kHost, StateKind::kWorkspace,
                                      options_.train.grad_accum * B * T * sizeof(float), "losses"));
-  const size_t norm_bytes = static_cast<size_t>(world) * num_units * sizeof(float);
+  // Per rank: each unit's norm part, then the early part of a split unit (0 otherwise).
+  const size_t norm_bytes = static_cast<size_t>(world) * 2 * num_units * sizeof(float);
   ASSIGN_OR_RETURN(norms_device_, device_->Allocate(Tier::kDevice, StateKind::kWorkspace,
                                                     norm_bytes, "grad norms"));
   ASSIGN_OR_RETURN(norms_host_,
@@ -207,6 +208,7 @@ Status Engine::RunStage(int stage, bool backward, int* access) {
       // Every element but the late ranges is final: landed and stepped now, while the
       // rest of backward runs.
       RETURN_IF_ERROR(components_.reducer->LandEarly(u));
+      RETURN_IF_ERROR(EarlyNormPart(u));
       RETURN_IF_ERROR(components_.stepper->StepRanges(u, *early_, early_ranges_[u]));
     }
     if (backward && Split(u) && last_backward_stage_[u] == stage) {
@@ -322,6 +324,10 @@ StatusOr<double> Engine::RunGradients(const std::vector<MicroBatch>& micro_batch
                                                    micro_batches.size()));
   }
   if (!delayed_) RETURN_IF_ERROR(components_.reducer->Zero());
+  // Early norm parts start at 0, in host-stream order (the stream that writes them).
+  RETURN_IF_ERROR(device_->MemsetAsync(
+      norms_device_.as<float>() + communicator_->rank() * 2 * units_.size() + units_.size(), 0,
+      units_.size() * sizeof(float), *host_));
   const float dloss = 1.0f / static_cast<float>(static_cast<double>(tokens_per_micro_batch_) *
                                                 micro_batches.size() *
                                                 communicator_->world_size());
@@ -350,20 +356,32 @@ Status Engine::NormPart(int unit) {
   const UnitState& state = units_[unit];
   const ShardRange range = OwnedRange(state, communicator_->rank());
   const size_t first = components_.sharded_optimizer ? 0 : range.begin;
-  float* slot = norms_device_.as<float>() + communicator_->rank() * units_.size() + unit;
+  float* slot = norms_device_.as<float>() + communicator_->rank() * 2 * units_.size() + unit;
+  if (Split(unit)) {
+    // The split unit's late ranges only; the rest was summed when it landed early.
+    return components_.grad_home->SquaredNormRanges(unit, late_ranges_[unit], slot);
+  }
   return components_.grad_home->SquaredNorm(unit, first, range.end - range.begin, slot);
+}
+
+Status Engine::EarlyNormPart(int unit) {
+  float* slot = norms_device_.as<float>() + communicator_->rank() * 2 * units_.size() +
+                units_.size() + unit;
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (const ShardRange& range : early_ranges_[unit]) ranges.push_back({range.begin, range.end});
+  return components_.grad_home->SquaredNormRanges(unit, ranges, slot);
 }
 
 Status Engine::EnqueueNorms() {
   const int num_units = static_cast<int>(units_.size());
-  float* mine = norms_device_.as<float>() + communicator_->rank() * num_units;
+  float* mine = norms_device_.as<float>() + communicator_->rank() * 2 * num_units;
   for (int u = 0; u < num_units; ++u) {
     if (!normed_[u]) RETURN_IF_ERROR(NormPart(u));
   }
   // The parts come from the compute stream (device sums) and the host stream (host sums).
   RETURN_IF_ERROR(Join(*device_, *comm_, *compute_, *norms_join_));
   RETURN_IF_ERROR(Join(*device_, *comm_, *host_, *norms_join_));
-  RETURN_IF_ERROR(communicator_->AllGather(mine, norms_device_.data(), num_units, DType::kF32,
+  RETURN_IF_ERROR(communicator_->AllGather(mine, norms_device_.data(), 2 * num_units, DType::kF32,
                                            *comm_));
   RETURN_IF_ERROR(device_->CopyAsync(norms_host_.data(), norms_device_.data(),
                                      norms_device_.bytes(), *comm_));
@@ -377,7 +395,11 @@ StatusOr<double> Engine::ScaleFromNorms(double* grad_norm) {
   const int world = communicator_->world_size();
   double sum = 0.0;
   for (int u = 0; u < num_units; ++u) {
-    for (int r = 0; r < world; ++r) sum += norms_host_.as<float>()[r * num_units + u];
+    for (int r = 0; r < world; ++r) {
+      const float* part = norms_host_.as<float>() + r * 2 * num_units;
+      sum += part[u];
+      sum += part[num_units + u];  // a split unit's early part (0.0 adds nothing otherwise)
+    }
   }
   *grad_norm = std::sqrt(sum);
   if (!std::isfinite(*grad_norm)) {

@@ -123,8 +123,10 @@ class Engine {
   // zero.param_update=delayed: the pending step's AdamW (its norm read, its scale set),
   // staged for release after each unit's next last use.
   Status StepPending();
-  // Enqueues the sum of squares of the unit's owned gradient into norms_device_.
+  // Enqueues the sum of squares of the unit's owned gradient into norms_device_ (of a
+  // split unit: its late ranges; EarlyNormPart: the rest, once landed early).
   Status NormPart(int unit);
+  Status EarlyNormPart(int unit);
   // Mean of the per-rank means of this rank's losses_host_ over `micro_batches`.
   StatusOr<double> GlobalMeanLoss(int micro_batches);
   // The full unit from this rank's part of it (all ranks call together when sharded).

@@ -127,9 +127,11 @@ class DeviceGradHome : public GradHome {
 class HostGradHome : public GradHome {
  public:
   HostGradHome(const HomeContext& ctx, std::vector<std::unique_ptr<Event>> ready,
-               std::unique_ptr<Event> join, std::unique_ptr<Event> zeroed, Buffer norms)
+               std::unique_ptr<Event> join, std::unique_ptr<Event> zeroed, Buffer norms,
+               Buffer range_norms)
       : ctx_(ctx), ready_(std::move(ready)), join_(std::move(join)), zeroed_(std::move(zeroed)),
-        norms_(std::move(norms)), first_(ctx.units->size(), true) {}
+        norms_(std::move(norms)), range_norms_(std::move(range_norms)),
+        first_(ctx.units->size(), true) {}
   Tier tier() const override { return Tier::kHost; }
 
   StatusOr<Stream*> Add(int unit, const void* src, Stream& producer) override {
@@ -188,6 +190,29 @@ class HostGradHome : public GradHome {
     return ctx_.device->Record(*ready_[unit], copy);
   }
 
+  Status SquaredNormRanges(int unit, const std::vector<std::pair<size_t, size_t>>& ranges,
+                           float* out_device) override {
+    RETURN_IF_ERROR(ctx_.device->Wait(*ctx_.host, *ready_[unit]));
+    // Its own slot (a unit's early and late parts may both be pending on the stream).
+    float* partial = range_norms_.as<float>() + (range_norm_uses_++ % 2) * ctx_.units->size() +
+                     unit;
+    const float* sum = (*ctx_.units)[unit].grad_accum.as<float>();
+    // One part per range, then their sum in range order (the parts live until then).
+    auto parts = std::make_shared<std::vector<float>>(ranges.size());
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      RETURN_IF_ERROR(ctx_.host_ops->SumSquares(*ctx_.host, parts->data() + i,
+                                                sum + ranges[i].first,
+                                                ranges[i].second - ranges[i].first));
+    }
+    ctx_.host->EnqueueHost([partial, parts] {
+      double total = 0.0;
+      for (float part : *parts) total += part;
+      *partial = static_cast<float>(total);
+      return absl::OkStatus();
+    });
+    return ctx_.device->CopyAsync(out_device, partial, sizeof(float), *ctx_.host);
+  }
+
   Status SquaredNorm(int unit, size_t first, size_t n, float* out_device) override {
     float* partial = norms_.as<float>() + unit;
     RETURN_IF_ERROR(ctx_.device->Wait(*ctx_.host, *ready_[unit]));
@@ -215,6 +240,8 @@ class HostGradHome : public GradHome {
   std::unique_ptr<Event> join_;
   std::unique_ptr<Event> zeroed_;  // Zero's point on the host stream
   Buffer norms_;  // [units] fp32 partial sums, host tier
+  Buffer range_norms_;  // [2][units]: SquaredNormRanges' partial sums, alternating
+  size_t range_norm_uses_ = 0;
   std::vector<bool> first_;  // per unit: no Add since Zero
 };
 
@@ -635,6 +662,10 @@ Status OptimizerHome::StepRanges(int, const AdamParams&, const std::vector<Shard
   return absl::UnimplementedError("stepping sub-ranges needs the optimizer in the host tier");
 }
 
+Status GradHome::SquaredNormRanges(int, const std::vector<std::pair<size_t, size_t>>&, float*) {
+  return absl::UnimplementedError("norms over ranges need the sums in the host tier");
+}
+
 Status GradHome::ReplaceRanges(int, const void*, const std::vector<std::pair<size_t, size_t>>&,
                                Stream&) {
   return absl::UnimplementedError("replacing gradient ranges needs the sums in the host tier");
@@ -697,8 +728,12 @@ StatusOr<std::unique_ptr<GradHome>> GradHome::Create(const HomeContext& ctx, Tie
   ASSIGN_OR_RETURN(Buffer norms, ctx.device->Allocate(Tier::kHost, StateKind::kWorkspace,
                                                       units * sizeof(float), "grad norm parts"));
   ASSIGN_OR_RETURN(std::unique_ptr<Event> zeroed, ctx.device->CreateEvent());
+  ASSIGN_OR_RETURN(Buffer range_norms,
+                   ctx.device->Allocate(Tier::kHost, StateKind::kWorkspace,
+                                        2 * units * sizeof(float), "grad norm parts of ranges"));
   return std::unique_ptr<GradHome>(new HostGradHome(ctx, std::move(ready), std::move(join),
-                                                    std::move(zeroed), std::move(norms)));
+                                                    std::move(zeroed), std::move(norms),
+                                                    std::move(range_norms)));
 }
 
 StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::Create(const HomeContext& ctx,

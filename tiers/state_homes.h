@@ -84,6 +84,10 @@ class GradHome {
   // *out_device (one fp32 in device memory) = sum of squares of grad_accum[first, first+n)
   // once the unit's adds are done, on the compute stream (device) or the host stream.
   virtual Status SquaredNorm(int unit, size_t first, size_t n, float* out_device) = 0;
+  // The same over several element ranges, summed in their order (host home only: the
+  // split of a tied unit).
+  virtual Status SquaredNormRanges(int unit, const std::vector<std::pair<size_t, size_t>>& ranges,
+                                   float* out_device);
   // Recorded after the unit's last Add enqueued so far; wait on it to read the sums.
   virtual Event& ready(int unit) = 0;
   // Overwrites the element ranges [first, second) of the unit's sum with `src`'s (fp32,
