@@ -5,7 +5,9 @@
 //                waits for the global norm and runs after backward
 //   device/free  as device/clip without clipping (train.grad_clip=0)
 //   host/free    host without clipping: each unit's CPU Adam starts as soon as its
-//                gradient shard is on the host, overlapped with the rest of backward
+//                gradient shard is on the host, overlapped with the rest of backward (the
+//                tied embedding's split: all but its token/position rows right after the
+//                LM head's backward)
 //   host/delayed host with clipping and zero.param_update=delayed: each step's CPU Adam
 //                runs during the next step's forward and backward (not bit-identical to
 //                the others: gradients are computed on params one update old)
@@ -103,12 +105,11 @@ Status RunBenchOffload(const CommandArgs& args) {
               met ? "MET" : "NOT MET", exposed_delayed <= 0.10 * standalone ? "MET" : "NOT MET");
   if (!met) {
     std::printf(
-        "  why: the exposed time includes the AdamW of the tied embedding (its gradient is "
-        "final only after the last backward stage) and the gradient-norm reduction; on the "
-        "CPU backend the \"device\" compute and the CPU Adam also share the same cores, so "
-        "overlap hides little here. The figure that matters is on a GPU "
-        "(tools/gpu_check.sh). zero.param_update=delayed hides it (the norm and the AdamW run "
-        "during the next step) at the price of gradients one update old.\n");
+        "  why: what follows backward is the last units' gradient landing, norm and AdamW "
+        "(block 0, the tied embedding's token and position rows); on the CPU backend the "
+        "\"device\" compute and the CPU Adam share the same cores, so the AdamW overlapped "
+        "with backward runs slower. zero.param_update=delayed hides it all (the norm and the "
+        "AdamW run during the next step) at the price of gradients one update old.\n");
   }
   return absl::OkStatus();
 }
