@@ -118,12 +118,11 @@ Status Engine::Init() {
   for (const UnitAccess& access : trace_) zero.trace.push_back(access.unit);
   ASSIGN_OR_RETURN(components_, MakeZeroComponents(options_, zero));
   // A tied unit's sub-step may be split where the pieces are exactly the whole step's: one
-  // rank (no reduction to split), per-unit reductions, fp32 sums landed once per step
-  // (grad_accum 1), the CPU Adam on host-tier state and params on the device.
+  // rank (no reduction to split), per-unit reductions, sums on the host (each element
+  // still added once), the CPU Adam on host-tier state and params on the device.
   split_allowed_ = communicator_->world_size() == 1 && components_.reducer->ReducesPerUnit() &&
                    options_.zero.optimizer_tier == "host" && options_.zero.grad_tier == "host" &&
-                   options_.zero.param_tier == "device" && !delayed_ &&
-                   options_.train.dtype == DType::kF32 && options_.train.grad_accum == 1;
+                   options_.zero.param_tier == "device" && !delayed_;
   late_ranges_.assign(num_units, {});
   early_ranges_.assign(num_units, {});
 
@@ -207,7 +206,9 @@ Status Engine::RunStage(int stage, bool backward, int* access) {
     if (backward && Split(u) && first_backward_stage_[u] == stage) {
       // Every element but the late ranges is final: landed and stepped now, while the
       // rest of backward runs.
-      RETURN_IF_ERROR(components_.reducer->LandEarly(u));
+      std::vector<std::pair<size_t, size_t>> early;
+      for (const ShardRange& range : early_ranges_[u]) early.push_back({range.begin, range.end});
+      RETURN_IF_ERROR(components_.reducer->LandEarly(u, early));
       RETURN_IF_ERROR(EarlyNormPart(u));
       RETURN_IF_ERROR(components_.stepper->StepRanges(u, *early_, early_ranges_[u]));
     }

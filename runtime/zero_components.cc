@@ -429,7 +429,9 @@ class AllReduceReducer : public ReducerBase {
     return HandBack();
   }
   bool ReducesPerUnit() const override { return false; }
-  Status LandEarly(int) override { return NoSplit(); }
+  Status LandEarly(int, const std::vector<std::pair<size_t, size_t>>&) override {
+    return NoSplit();
+  }
   Status FinishRanges(int, const std::vector<std::pair<size_t, size_t>>&) override {
     return NoSplit();
   }
@@ -484,18 +486,20 @@ class ReduceScatterReducer : public ReducerBase {
     return lag_.Mark(*reader);
   }
 
-  Status LandEarly(int unit) override {
+  Status LandEarly(int unit, const std::vector<std::pair<size_t, size_t>>& ranges) override {
     if (!per_unit_ || ctx_.communicator->world_size() != 1 || !live_[unit]) {
       return absl::InternalError("the split of a tied unit needs one rank and stage 2-3");
     }
-    return home_->Add(unit, live_[unit]->data(), *ctx_.compute).status();
+    return home_->AddRanges(unit, live_[unit]->data(), ranges, *ctx_.compute,
+                            /*last_part=*/false);
   }
 
   Status FinishRanges(int unit, const std::vector<std::pair<size_t, size_t>>& ranges) override {
     if (!per_unit_ || ctx_.communicator->world_size() != 1 || !live_[unit]) {
       return absl::InternalError("the split of a tied unit needs one rank and stage 2-3");
     }
-    RETURN_IF_ERROR(home_->ReplaceRanges(unit, live_[unit]->data(), ranges, *ctx_.compute));
+    RETURN_IF_ERROR(home_->AddRanges(unit, live_[unit]->data(), ranges, *ctx_.compute,
+                                     /*last_part=*/true));
     RETURN_IF_ERROR(frees_.Add(*ctx_.copy, std::move(live_[unit])));
     live_[unit].reset();
     return lag_.Mark(*ctx_.copy);

@@ -74,11 +74,11 @@ class GradientReducer {
   // True when each unit's gradient sum is final once UnitDone(unit) returned on the last
   // micro-batch (stages 2-3); false when only BackwardDone makes them final.
   virtual bool ReducesPerUnit() const = 0;
-  // The split of a tied unit (one rank, per-unit reductions, the step's only micro-batch):
-  // LandEarly adds the unit's gradient so far to the grad home while the backward goes on
-  // adding to it (only the ranges its last stage touches change after); FinishRanges
-  // lands those ranges over it and lets the buffer go, as UnitDone would.
-  virtual Status LandEarly(int unit) = 0;
+  // The split of a tied unit on the last micro-batch (one rank, per-unit reductions):
+  // LandEarly adds the unit's gradient so far over `ranges` (the elements final already)
+  // to the grad home while the backward goes on adding to the rest; FinishRanges adds the
+  // rest and lets the buffer go, as UnitDone would.
+  virtual Status LandEarly(int unit, const std::vector<std::pair<size_t, size_t>>& ranges) = 0;
   virtual Status FinishRanges(int unit,
                               const std::vector<std::pair<size_t, size_t>>& ranges) = 0;
 };

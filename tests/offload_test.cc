@@ -54,30 +54,37 @@ TEST(Offload, HostOptimizerMatchesDeviceOptimizer) {
   }
 }
 
-// One rank, one micro-batch per step, no clipping: the tied embedding's sub-step is split
+// One rank, no clipping (one or two micro-batches, fp32 or bf16): the tied embedding's
+// sub-step is split
 // (the elements its lookup's backward leaves alone are landed and stepped right after the
 // LM head's backward, the token and position rows at the end) and still gives the device
 // placement's losses exactly (its norm, summed in two parts, within fp32 rounding; it
 // does not steer the step without clipping); with clipping nothing is split.
 TEST(Offload, SplitTiedEmbeddingMatchesTheDevice) {
-  for (int stage : {2, 3}) {
-    for (const char* clip : {"train.grad_clip=0", "train.grad_clip=1"}) {
-      const std::vector<std::string> base = {"train.grad_accum=1", clip};
-      const PlacementRun device = TrainAllRanks(Make(1, stage, base, 8));
-      ASSERT_TRUE(device.status.ok()) << device.status;
-      std::vector<std::string> host = base;
-      host.insert(host.end(), {"zero.optimizer_tier=host", "zero.grad_tier=host"});
-      const PlacementRun offload = TrainAllRanks(Make(1, stage, host, 8));
-      ASSERT_TRUE(offload.status.ok()) << offload.status;
-      const std::string what = absl::StrCat("stage ", stage, " ", clip);
-      EXPECT_EQ(offload.losses, device.losses) << what;
-      const bool split = std::string(clip) == "train.grad_clip=0";
-      ASSERT_EQ(offload.steps.size(), device.steps.size());
-      for (size_t i = 0; i < offload.steps.size(); ++i) {
-        EXPECT_EQ(offload.steps[i].split_units, split ? 1 : 0) << what;
-        // The split unit's norm is summed in two parts: the same within fp32 rounding.
-        const double norm = device.steps[i].grad_norm;
-        EXPECT_NEAR(offload.steps[i].grad_norm, norm, 1e-6 * norm) << what << " step " << i;
+  const std::vector<std::vector<std::string>> variants = {
+      {"train.grad_accum=1"}, {"train.grad_accum=2"}, {"train.grad_accum=1", "train.dtype=bf16"}};
+  for (const auto& variant : variants) {
+    for (int stage : {2, 3}) {
+      for (const char* clip : {"train.grad_clip=0", "train.grad_clip=1"}) {
+        std::vector<std::string> base = variant;
+        base.push_back(clip);
+        const PlacementRun device = TrainAllRanks(Make(1, stage, base, 8));
+        ASSERT_TRUE(device.status.ok()) << device.status;
+        std::vector<std::string> host = base;
+        host.insert(host.end(), {"zero.optimizer_tier=host", "zero.grad_tier=host"});
+        const PlacementRun offload = TrainAllRanks(Make(1, stage, host, 8));
+        ASSERT_TRUE(offload.status.ok()) << offload.status;
+        const std::string what = absl::StrCat(absl::StrJoin(variant, " "), " stage ", stage, " ",
+                                              clip);
+        EXPECT_EQ(offload.losses, device.losses) << what;
+        const bool split = std::string(clip) == "train.grad_clip=0";
+        ASSERT_EQ(offload.steps.size(), device.steps.size());
+        for (size_t i = 0; i < offload.steps.size(); ++i) {
+          EXPECT_EQ(offload.steps[i].split_units, split ? 1 : 0) << what;
+          // The split unit's norm is summed in two parts: the same within fp32 rounding.
+          const double norm = device.steps[i].grad_norm;
+          EXPECT_NEAR(offload.steps[i].grad_norm, norm, 1e-6 * norm) << what << " step " << i;
+        }
       }
     }
   }

@@ -131,7 +131,7 @@ class HostGradHome : public GradHome {
                Buffer range_norms)
       : ctx_(ctx), ready_(std::move(ready)), join_(std::move(join)), zeroed_(std::move(zeroed)),
         norms_(std::move(norms)), range_norms_(std::move(range_norms)),
-        first_(ctx.units->size(), true) {}
+        first_(ctx.units->size(), true), zeroed_early_(ctx.units->size(), false) {}
   Tier tier() const override { return Tier::kHost; }
 
   StatusOr<Stream*> Add(int unit, const void* src, Stream& producer) override {
@@ -173,21 +173,42 @@ class HostGradHome : public GradHome {
     return absl::OkStatus();
   }
 
-  Status ReplaceRanges(int unit, const void* src,
-                       const std::vector<std::pair<size_t, size_t>>& ranges,
-                       Stream& producer) override {
-    if (ctx_.dtype != DType::kF32) {
-      return absl::InternalError("host grad home: ReplaceRanges needs fp32 gradients");
-    }
+  Status AddRanges(int unit, const void* src,
+                   const std::vector<std::pair<size_t, size_t>>& ranges, Stream& producer,
+                   bool last_part) override {
+    UnitState& state = (*ctx_.units)[unit];
     Stream& copy = *ctx_.copy;
+    const size_t element_bytes = DTypeBytes(ctx_.dtype);
     RETURN_IF_ERROR(ctx_.device->Wait(copy, *ready_[unit]));
     RETURN_IF_ERROR(Join(*ctx_.device, copy, producer, *join_));
-    float* sum = (*ctx_.units)[unit].grad_accum.as<float>();
-    for (const auto& [first, second] : ranges) {
-      RETURN_IF_ERROR(ctx_.device->CopyAsync(sum + first, static_cast<const float*>(src) + first,
-                                             (second - first) * sizeof(float), copy));
+    const bool first = first_[unit];
+    if (last_part) first_[unit] = false;
+    float* sum = state.grad_accum.as<float>();
+    if (first && ctx_.dtype == DType::kF32) {
+      // As Add: the step's first fp32 gradient lands as the sum itself.
+      for (const auto& [begin, end] : ranges) {
+        RETURN_IF_ERROR(ctx_.device->CopyAsync(sum + begin, static_cast<const float*>(src) + begin,
+                                               (end - begin) * sizeof(float), copy));
+      }
+      return ctx_.device->Record(*ready_[unit], copy);
     }
-    return ctx_.device->Record(*ready_[unit], copy);
+    if (first && !zeroed_early_[unit]) {
+      zeroed_early_[unit] = true;  // both parts sum into it: zero it once
+      RETURN_IF_ERROR(ZeroOnHost(state));
+    }
+    if (last_part) zeroed_early_[unit] = false;
+    for (const auto& [begin, end] : ranges) {
+      RETURN_IF_ERROR(ctx_.device->CopyAsync(At(state.grad_landing.data(), begin, element_bytes),
+                                             At(const_cast<void*>(src), begin, element_bytes),
+                                             (end - begin) * element_bytes, copy));
+    }
+    RETURN_IF_ERROR(Join(*ctx_.device, *ctx_.host, copy, *join_));
+    for (const auto& [begin, end] : ranges) {
+      RETURN_IF_ERROR(ctx_.host_ops->AccumulateToFloat(
+          *ctx_.host, sum + begin, At(state.grad_landing.data(), begin, element_bytes),
+          end - begin));
+    }
+    return ctx_.device->Record(*ready_[unit], *ctx_.host);
   }
 
   Status SquaredNormRanges(int unit, const std::vector<std::pair<size_t, size_t>>& ranges,
@@ -243,6 +264,7 @@ class HostGradHome : public GradHome {
   Buffer range_norms_;  // [2][units]: SquaredNormRanges' partial sums, alternating
   size_t range_norm_uses_ = 0;
   std::vector<bool> first_;  // per unit: no Add since Zero
+  std::vector<bool> zeroed_early_;  // per unit: zeroed by the first part of AddRanges
 };
 
 // ---------------------------------------------------------------- optimizer homes
@@ -666,9 +688,9 @@ Status GradHome::SquaredNormRanges(int, const std::vector<std::pair<size_t, size
   return absl::UnimplementedError("norms over ranges need the sums in the host tier");
 }
 
-Status GradHome::ReplaceRanges(int, const void*, const std::vector<std::pair<size_t, size_t>>&,
-                               Stream&) {
-  return absl::UnimplementedError("replacing gradient ranges needs the sums in the host tier");
+Status GradHome::AddRanges(int, const void*, const std::vector<std::pair<size_t, size_t>>&,
+                           Stream&, bool) {
+  return absl::UnimplementedError("adding gradient ranges needs the sums in the host tier");
 }
 
 Status OptimizerHome::PublishStaged(int, ShardRange, void*, Stream&) {

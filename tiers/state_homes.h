@@ -90,13 +90,14 @@ class GradHome {
                                    float* out_device);
   // Recorded after the unit's last Add enqueued so far; wait on it to read the sums.
   virtual Event& ready(int unit) = 0;
-  // Overwrites the element ranges [first, second) of the unit's sum with `src`'s (fp32,
-  // the unit's own part, device tier, written by `producer`): the late rows of a tied unit
-  // whose sum was Added before its last backward stage (one Add per step, fp32). Host
+  // Add over the element ranges [first, second) only (`src`: the unit's own part, compute
+  // dtype, device tier, written by `producer`): a tied unit's gradient added in two parts,
+  // the elements final before its last backward stage, then the rest. Each element is
+  // added once, as by Add; `last_part` ends the unit's Add for this micro-batch. Host
   // home only.
-  virtual Status ReplaceRanges(int unit, const void* src,
-                               const std::vector<std::pair<size_t, size_t>>& ranges,
-                               Stream& producer);
+  virtual Status AddRanges(int unit, const void* src,
+                           const std::vector<std::pair<size_t, size_t>>& ranges,
+                           Stream& producer, bool last_part);
 };
 
 class OptimizerHome {
