@@ -1,10 +1,21 @@
 // The I/O thread over the NvmeStore; see nvme_tier.h.
 #include "tiers/nvme_tier.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+
+#include "runtime/core/logging.h"
+
 namespace strata {
 namespace {
 
 constexpr uint64_t kPartBits = 4;  // store tag = ticket << kPartBits | part index
+constexpr int kIoThreadNice = -10;  // the I/O thread's CPU priority (see Loop)
 
 bool SharesKind(const std::vector<NvmeTier::Part>& a, const std::vector<NvmeTier::Part>& b) {
   for (const auto& x : a) {
@@ -164,6 +175,18 @@ void NvmeTier::Finish(Request& request) {
 }
 
 void NvmeTier::Loop() {
+  // The disk waits on this thread's submissions and completions: ahead of the compute
+  // threads for the CPU (measured on 2 shared cores: the disk then moves the optimizer's
+  // bytes at its own rates instead of ~70-90% of them). Needs CAP_SYS_NICE; without it
+  // the thread keeps the default priority, said once.
+  if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), kIoThreadNice) != 0) {
+    static std::once_flag said;
+    std::call_once(said, [] {
+      spdlog::info("nvme: the I/O thread keeps the default CPU priority ({}); under full CPU "
+                   "load the disk may wait for it",
+                   std::strerror(errno));
+    });
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     // Holds whose event has completed are released.
