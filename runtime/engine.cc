@@ -171,12 +171,13 @@ void Engine::PlanSplit(const MicroBatch& batch) {
     late_ranges_[u].clear();
     early_ranges_[u].clear();
     if (first_backward_stage_[u] == last_backward_stage_[u]) continue;
-    std::vector<std::pair<size_t, size_t>> late =
-        model_->LastStageRanges(static_cast<int>(u), batch.inputs, options_.train.micro_batch,
-                                options_.train.seq_len);
-    // The rest of the unit (padding included), stepped once the earlier stages are done.
+    // The late ranges, and the rest of the unit (padding included), final earlier.
+    std::vector<ShardRange> late;
     size_t at = 0;
-    for (const auto& [begin, end] : late) {
+    for (const auto& [begin, end] : model_->LastStageRanges(
+             static_cast<int>(u), batch.inputs, options_.train.micro_batch,
+             options_.train.seq_len)) {
+      late.push_back({begin, end});
       if (begin > at) early_ranges_[u].push_back({at, begin});
       at = end;
     }
@@ -206,9 +207,7 @@ Status Engine::RunStage(int stage, bool backward, int* access) {
     if (backward && Split(u) && first_backward_stage_[u] == stage) {
       // Every element but the late ranges is final: landed and stepped now, while the
       // rest of backward runs.
-      std::vector<std::pair<size_t, size_t>> early;
-      for (const ShardRange& range : early_ranges_[u]) early.push_back({range.begin, range.end});
-      RETURN_IF_ERROR(components_.reducer->LandEarly(u, early));
+      RETURN_IF_ERROR(components_.reducer->LandEarly(u, early_ranges_[u]));
       RETURN_IF_ERROR(EarlyNormPart(u));
       RETURN_IF_ERROR(components_.stepper->StepRanges(u, *early_, early_ranges_[u]));
     }
@@ -216,9 +215,7 @@ Status Engine::RunStage(int stage, bool backward, int* access) {
       RETURN_IF_ERROR(components_.reducer->FinishRanges(u, late_ranges_[u]));
       RETURN_IF_ERROR(NormPart(u));
       normed_[u] = true;
-      std::vector<ShardRange> late;
-      for (const auto& [begin, end] : late_ranges_[u]) late.push_back({begin, end});
-      RETURN_IF_ERROR(components_.stepper->StepRanges(u, *early_, late));
+      RETURN_IF_ERROR(components_.stepper->StepRanges(u, *early_, late_ranges_[u]));
       stepped_[u] = true;
       ++split_units_;
     } else if (backward && last_backward_stage_[u] == stage) {
@@ -368,9 +365,7 @@ Status Engine::NormPart(int unit) {
 Status Engine::EarlyNormPart(int unit) {
   float* slot = norms_device_.as<float>() + communicator_->rank() * 2 * units_.size() +
                 units_.size() + unit;
-  std::vector<std::pair<size_t, size_t>> ranges;
-  for (const ShardRange& range : early_ranges_[unit]) ranges.push_back({range.begin, range.end});
-  return components_.grad_home->SquaredNormRanges(unit, ranges, slot);
+  return components_.grad_home->SquaredNormRanges(unit, early_ranges_[unit], slot);
 }
 
 Status Engine::EnqueueNorms() {

@@ -169,7 +169,7 @@ class Engine {
   // The split of tied units (see StepResult::split_units): allowed by the placement, and
   // for the running step the ranges the last stage adds to and the rest.
   bool split_allowed_ = false;
-  std::vector<std::vector<std::pair<size_t, size_t>>> late_ranges_;
+  std::vector<std::vector<ShardRange>> late_ranges_;
   std::vector<std::vector<ShardRange>> early_ranges_;
   int split_units_ = 0;
   // Plans the split of each unit for the micro-batch `batch` (the step's only one).

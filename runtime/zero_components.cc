@@ -429,10 +429,10 @@ class AllReduceReducer : public ReducerBase {
     return HandBack();
   }
   bool ReducesPerUnit() const override { return false; }
-  Status LandEarly(int, const std::vector<std::pair<size_t, size_t>>&) override {
+  Status LandEarly(int, const std::vector<ShardRange>&) override {
     return NoSplit();
   }
-  Status FinishRanges(int, const std::vector<std::pair<size_t, size_t>>&) override {
+  Status FinishRanges(int, const std::vector<ShardRange>&) override {
     return NoSplit();
   }
 
@@ -486,7 +486,7 @@ class ReduceScatterReducer : public ReducerBase {
     return lag_.Mark(*reader);
   }
 
-  Status LandEarly(int unit, const std::vector<std::pair<size_t, size_t>>& ranges) override {
+  Status LandEarly(int unit, const std::vector<ShardRange>& ranges) override {
     if (!per_unit_ || ctx_.communicator->world_size() != 1 || !live_[unit]) {
       return absl::InternalError("the split of a tied unit needs one rank and stage 2-3");
     }
@@ -494,7 +494,7 @@ class ReduceScatterReducer : public ReducerBase {
                             /*last_part=*/false);
   }
 
-  Status FinishRanges(int unit, const std::vector<std::pair<size_t, size_t>>& ranges) override {
+  Status FinishRanges(int unit, const std::vector<ShardRange>& ranges) override {
     if (!per_unit_ || ctx_.communicator->world_size() != 1 || !live_[unit]) {
       return absl::InternalError("the split of a tied unit needs one rank and stage 2-3");
     }

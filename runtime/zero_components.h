@@ -78,9 +78,9 @@ class GradientReducer {
   // LandEarly adds the unit's gradient so far over `ranges` (the elements final already)
   // to the grad home while the backward goes on adding to the rest; FinishRanges adds the
   // rest and lets the buffer go, as UnitDone would.
-  virtual Status LandEarly(int unit, const std::vector<std::pair<size_t, size_t>>& ranges) = 0;
+  virtual Status LandEarly(int unit, const std::vector<ShardRange>& ranges) = 0;
   virtual Status FinishRanges(int unit,
-                              const std::vector<std::pair<size_t, size_t>>& ranges) = 0;
+                              const std::vector<ShardRange>& ranges) = 0;
 };
 
 class OptimizerStepper {

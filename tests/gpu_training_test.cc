@@ -19,7 +19,6 @@
 // device.backend=cuda at once with a message naming it.
 // Tagged "gpu" (tools/gpu_check.sh runs it).
 #include <cmath>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -29,11 +28,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "launch/ranks.h"
-#include "launch/session.h"
 #include "runtime/backend.h"
 #include "runtime/core/options_parse.h"
 #include "runtime/cuda/cuda_device.h"
+#include "tests/placement_runs.h"
 
 namespace strata {
 namespace {
@@ -74,33 +72,6 @@ Options Make(const std::string& backend, const std::string& dtype, int world,
   return options.ok() ? *options : Options{};
 }
 
-struct TrainRun {
-  Status status;
-  std::vector<double> losses;  // rank 0
-  std::string device;          // rank 0's device description
-  std::string communicator;    // rank 0's engine communicator (NCCL on cuda)
-};
-
-TrainRun Train(const Options& options) {
-  TrainRun run;
-  std::mutex mutex;
-  run.status = RunRanks(options, [&](Communicator& communicator) -> Status {
-    ASSIGN_OR_RETURN(auto session, TrainingSession::Create(options, &communicator));
-    std::vector<double> losses;
-    for (int step = 0; step < options.train.steps; ++step) {
-      ASSIGN_OR_RETURN(StepReport report, session->Step(step));
-      losses.push_back(report.result.loss);
-    }
-    if (communicator.rank() == 0) {
-      std::lock_guard<std::mutex> lock(mutex);
-      run.losses = losses;
-      run.device = session->device().Describe();
-      run.communicator = session->engine_communicator().Describe();
-    }
-    return absl::OkStatus();
-  });
-  return run;
-}
 
 double Tolerance(const std::string& dtype) { return dtype == "bf16" ? 2e-2 : 1e-4; }
 
@@ -109,12 +80,12 @@ void ExpectSameTrajectory(const std::string& dtype, int world,
                           const std::vector<std::string>& extra) {
   const std::string what = absl::StrCat(dtype, ", world ", world, ", ", absl::StrJoin(extra, " "));
   SCOPED_TRACE(what);
-  const TrainRun cpu = Train(Make("cpu", dtype, world, extra));
+  const PlacementRun cpu = TrainAllRanks(Make("cpu", dtype, world, extra));
   ASSERT_TRUE(cpu.status.ok()) << cpu.status;
-  const TrainRun cuda = Train(Make("cuda", dtype, world, extra));
+  const PlacementRun cuda = TrainAllRanks(Make("cuda", dtype, world, extra));
   ASSERT_TRUE(cuda.status.ok()) << cuda.status;
   // On cuda the engine's collectives go through NCCL (the local group is only its bootstrap).
-  EXPECT_THAT(cuda.communicator, ::testing::HasSubstr("NCCL"));
+  EXPECT_THAT(cuda.communicator_description, ::testing::HasSubstr("NCCL"));
   ASSERT_EQ(cpu.losses.size(), static_cast<size_t>(kSteps));
   ASSERT_EQ(cuda.losses.size(), static_cast<size_t>(kSteps));
   const double tolerance = Tolerance(dtype);
@@ -131,7 +102,7 @@ void ExpectSameTrajectory(const std::string& dtype, int world,
   EXPECT_LT(cuda.losses.back(), cuda.losses.front());
   std::printf("[%s on %s] first loss cpu %.6f cuda %.6f, last cpu %.6f cuda %.6f, worst "
               "relative difference %.2e (tolerance %.0e)\n",
-              what.c_str(), cuda.device.c_str(), cpu.losses.front(), cuda.losses.front(),
+              what.c_str(), cuda.device_description.c_str(), cpu.losses.front(), cuda.losses.front(),
               cpu.losses.back(), cuda.losses.back(), worst, tolerance);
 }
 
@@ -177,7 +148,7 @@ TEST(GpuTrainingSetup, MoreRanksThanGpusIsRefused) {
   SKIP_WITHOUT_GPU(1);
   std::string reason;
   const int gpus = UsableGpus(&reason);
-  const TrainRun run = Train(Make("cuda", "fp32", gpus + 1, {"zero.stage=1"}));
+  const PlacementRun run = TrainAllRanks(Make("cuda", "fp32", gpus + 1, {"zero.stage=1"}));
   ASSERT_FALSE(run.status.ok());
   EXPECT_THAT(std::string(run.status.message()), ::testing::HasSubstr("one GPU per rank"));
 }
@@ -195,7 +166,7 @@ TEST(GpuTrainingSetup, WithoutGpuFailsFastAndClearly) {
   EXPECT_THAT(std::string(backend.status().message()),
               ::testing::HasSubstr("device.backend=cuda"));
   // The session says the same before reading data or building the model.
-  const TrainRun run = Train(options);
+  const PlacementRun run = TrainAllRanks(options);
   ASSERT_FALSE(run.status.ok());
   EXPECT_THAT(std::string(run.status.message()), ::testing::HasSubstr("device.backend=cuda"));
 }

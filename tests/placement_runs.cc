@@ -42,6 +42,8 @@ PlacementRun TrainAllRanks(const Options& options) {
       for (const StepResult& s : steps) run.losses.push_back(s.loss);
       run.device = session->device().pool(Tier::kDevice).Stats();
       run.host = session->device().pool(Tier::kHost).Stats();
+      run.device_description = session->device().Describe();
+      run.communicator_description = session->engine_communicator().Describe();
     }
     return absl::OkStatus();
   });

@@ -23,6 +23,8 @@ struct PlacementRun {
   std::vector<double> losses;     // rank 0's view of the global mean loss, per step
   std::vector<StepResult> steps;  // rank 0
   PoolStats device, host;         // rank 0's pools after the run
+  std::string device_description;        // rank 0's device
+  std::string communicator_description;  // rank 0's engine communicator (NCCL on cuda)
 };
 
 PlacementRun TrainAllRanks(const Options& options);

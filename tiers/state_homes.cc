@@ -135,33 +135,9 @@ class HostGradHome : public GradHome {
   Tier tier() const override { return Tier::kHost; }
 
   StatusOr<Stream*> Add(int unit, const void* src, Stream& producer) override {
-    UnitState& state = (*ctx_.units)[unit];
-    const size_t n = state.grad_accum.bytes() / sizeof(float);
-    Stream& copy = *ctx_.copy;
-    // The landing buffer is free once the previous micro-batch's sum has read it (and the
-    // sum itself once the previous step's optimizer has: Zero orders that).
-    RETURN_IF_ERROR(ctx_.device->Wait(copy, *ready_[unit]));
-    RETURN_IF_ERROR(Join(*ctx_.device, copy, producer, *join_));
-    if (first_[unit] && ctx_.dtype == DType::kF32) {
-      // The step's first fp32 gradient lands as the sum itself (0 + x == x): one pass
-      // over host memory fewer where the unit's last gradient is the one backward ends on.
-      first_[unit] = false;
-      RETURN_IF_ERROR(
-          ctx_.device->CopyAsync(state.grad_accum.data(), src, n * sizeof(float), copy));
-      RETURN_IF_ERROR(ctx_.device->Record(*ready_[unit], copy));
-      return ctx_.copy;
-    }
-    if (first_[unit]) {
-      first_[unit] = false;
-      RETURN_IF_ERROR(ZeroOnHost(state));
-    }
-    RETURN_IF_ERROR(ctx_.device->CopyAsync(state.grad_landing.data(), src,
-                                           n * DTypeBytes(ctx_.dtype), copy));
-    RETURN_IF_ERROR(Join(*ctx_.device, *ctx_.host, copy, *join_));
-    RETURN_IF_ERROR(ctx_.host_ops->AccumulateToFloat(*ctx_.host, state.grad_accum.as<float>(),
-                                                     state.grad_landing.data(), n));
-    RETURN_IF_ERROR(ctx_.device->Record(*ready_[unit], *ctx_.host));
-    return ctx_.copy;
+    const size_t n = (*ctx_.units)[unit].grad_accum.bytes() / sizeof(float);
+    RETURN_IF_ERROR(AddRanges(unit, src, {{0, n}}, producer, /*last_part=*/true));
+    return ctx_.copy;  // the last reader of `src`
   }
 
   Status Zero() override {
@@ -174,21 +150,25 @@ class HostGradHome : public GradHome {
   }
 
   Status AddRanges(int unit, const void* src,
-                   const std::vector<std::pair<size_t, size_t>>& ranges, Stream& producer,
+                   const std::vector<ShardRange>& ranges, Stream& producer,
                    bool last_part) override {
     UnitState& state = (*ctx_.units)[unit];
     Stream& copy = *ctx_.copy;
     const size_t element_bytes = DTypeBytes(ctx_.dtype);
+    // The landing buffer is free once the previous micro-batch's sum has read it (and the
+    // sum itself once the previous step's optimizer has: Zero orders that).
     RETURN_IF_ERROR(ctx_.device->Wait(copy, *ready_[unit]));
     RETURN_IF_ERROR(Join(*ctx_.device, copy, producer, *join_));
     const bool first = first_[unit];
     if (last_part) first_[unit] = false;
     float* sum = state.grad_accum.as<float>();
     if (first && ctx_.dtype == DType::kF32) {
-      // As Add: the step's first fp32 gradient lands as the sum itself.
-      for (const auto& [begin, end] : ranges) {
-        RETURN_IF_ERROR(ctx_.device->CopyAsync(sum + begin, static_cast<const float*>(src) + begin,
-                                               (end - begin) * sizeof(float), copy));
+      // The step's first fp32 gradient lands as the sum itself (0 + x == x): one pass over
+      // host memory fewer where the unit's last gradient is the one backward ends on.
+      for (const ShardRange& range : ranges) {
+        RETURN_IF_ERROR(ctx_.device->CopyAsync(
+            sum + range.begin, static_cast<const float*>(src) + range.begin,
+            (range.end - range.begin) * sizeof(float), copy));
       }
       return ctx_.device->Record(*ready_[unit], copy);
     }
@@ -197,21 +177,22 @@ class HostGradHome : public GradHome {
       RETURN_IF_ERROR(ZeroOnHost(state));
     }
     if (last_part) zeroed_early_[unit] = false;
-    for (const auto& [begin, end] : ranges) {
-      RETURN_IF_ERROR(ctx_.device->CopyAsync(At(state.grad_landing.data(), begin, element_bytes),
-                                             At(const_cast<void*>(src), begin, element_bytes),
-                                             (end - begin) * element_bytes, copy));
+    for (const ShardRange& range : ranges) {
+      RETURN_IF_ERROR(
+          ctx_.device->CopyAsync(At(state.grad_landing.data(), range.begin, element_bytes),
+                                 At(const_cast<void*>(src), range.begin, element_bytes),
+                                 (range.end - range.begin) * element_bytes, copy));
     }
     RETURN_IF_ERROR(Join(*ctx_.device, *ctx_.host, copy, *join_));
-    for (const auto& [begin, end] : ranges) {
+    for (const ShardRange& range : ranges) {
       RETURN_IF_ERROR(ctx_.host_ops->AccumulateToFloat(
-          *ctx_.host, sum + begin, At(state.grad_landing.data(), begin, element_bytes),
-          end - begin));
+          *ctx_.host, sum + range.begin, At(state.grad_landing.data(), range.begin, element_bytes),
+          range.end - range.begin));
     }
     return ctx_.device->Record(*ready_[unit], *ctx_.host);
   }
 
-  Status SquaredNormRanges(int unit, const std::vector<std::pair<size_t, size_t>>& ranges,
+  Status SquaredNormRanges(int unit, const std::vector<ShardRange>& ranges,
                            float* out_device) override {
     RETURN_IF_ERROR(ctx_.device->Wait(*ctx_.host, *ready_[unit]));
     // Its own slot (a unit's early and late parts may both be pending on the stream).
@@ -222,8 +203,8 @@ class HostGradHome : public GradHome {
     auto parts = std::make_shared<std::vector<float>>(ranges.size());
     for (size_t i = 0; i < ranges.size(); ++i) {
       RETURN_IF_ERROR(ctx_.host_ops->SumSquares(*ctx_.host, parts->data() + i,
-                                                sum + ranges[i].first,
-                                                ranges[i].second - ranges[i].first));
+                                                sum + ranges[i].begin,
+                                                ranges[i].end - ranges[i].begin));
     }
     ctx_.host->EnqueueHost([partial, parts] {
       double total = 0.0;
@@ -357,60 +338,33 @@ class HostOptimizerHome : public ResidentOptimizerHome {
   Status Step(int unit, const AdamParams& params, ShardRange range, size_t state_offset,
               void* param_dest, Tier param_tier) override {
     if (param_tier == Tier::kHost) {
-      RETURN_IF_ERROR(Update(unit, params, range, state_offset, param_dest));
+      RETURN_IF_ERROR(Update(unit, params, {range}, state_offset, param_dest, range.begin));
       return ctx_.device->Record(*ready_[unit], *ctx_.host);
     }
     RETURN_IF_ERROR(StepStaged(unit, params, range, state_offset));
-    return Publish(unit, range, param_dest, nullptr);
+    return Publish(unit, {range}, param_dest, range.begin, nullptr);
   }
 
   Status StepStaged(int unit, const AdamParams& params, ShardRange range,
                     size_t state_offset) override {
-    // The staging buffer is free once the previous step's copy to the device is done.
-    RETURN_IF_ERROR(ctx_.device->Wait(*ctx_.host, *ready_[unit]));
-    return Update(unit, params, range, state_offset, (*ctx_.units)[unit].param_staging.data());
+    return UpdateStaged(unit, params, {range}, state_offset);
   }
 
   Status PublishStaged(int unit, ShardRange range, void* param_dest, Stream& after) override {
-    return Publish(unit, range, param_dest, &after);
+    return Publish(unit, {range}, param_dest, range.begin, &after);
   }
 
   Status StepRanges(int unit, const AdamParams& params, const std::vector<ShardRange>& ranges,
                     size_t state_offset, void* param_dest) override {
-    UnitState& state = (*ctx_.units)[unit];
-    Device& device = *ctx_.device;
-    Stream& host = *ctx_.host;
-    Stream& copy = *ctx_.copy;
-    if (grads_->tier() != Tier::kHost) {
-      return absl::InternalError("StepRanges needs the gradient sums on the host");
-    }
-    const size_t element_bytes = DTypeBytes(ctx_.dtype);
-    // The staging buffer is free once the unit's previous copy to the device is done.
-    RETURN_IF_ERROR(device.Wait(host, *ready_[unit]));
-    RETURN_IF_ERROR(device.Wait(host, grads_->ready(unit)));
-    timer_.Start(host);
-    for (const ShardRange& range : ranges) {
-      RETURN_IF_ERROR(AdamOverRange(
-          ctx_, *ctx_.host_ops, host, unit, params, range, state_offset,
-          StateOf(state, state.grad_accum.as<float>()),
-          At(state.param_staging.data(), range.begin - state_offset, element_bytes)));
-    }
-    timer_.Stop(host);
-    RETURN_IF_ERROR(device.Record(*stepped_[unit], host));
-    RETURN_IF_ERROR(device.Wait(copy, *stepped_[unit]));
-    for (const ShardRange& range : ranges) {
-      const size_t at = range.begin - state_offset;
-      RETURN_IF_ERROR(device.CopyAsync(At(param_dest, at, element_bytes),
-                                       At(state.param_staging.data(), at, element_bytes),
-                                       (range.end - range.begin) * element_bytes, copy));
-    }
-    return device.Record(*ready_[unit], copy);
+    RETURN_IF_ERROR(UpdateStaged(unit, params, ranges, state_offset));
+    return Publish(unit, ranges, param_dest, state_offset, nullptr);
   }
 
  private:
-  // The AdamW on the host stream, params to `out` (host memory); records stepped_.
-  Status Update(int unit, const AdamParams& params, ShardRange range, size_t state_offset,
-                void* out) {
+  // The AdamW over `ranges` on the host stream, each range's params to `out` + (its begin
+  // - `out_origin`) elements (host memory); records stepped_.
+  Status Update(int unit, const AdamParams& params, const std::vector<ShardRange>& ranges,
+                size_t state_offset, void* out, size_t out_origin) {
     UnitState& state = (*ctx_.units)[unit];
     Device& device = *ctx_.device;
     Stream& host = *ctx_.host;
@@ -428,26 +382,47 @@ class HostOptimizerHome : public ResidentOptimizerHome {
     } else {
       RETURN_IF_ERROR(device.Wait(host, grads_->ready(unit)));
     }
+    const size_t element_bytes = DTypeBytes(ctx_.dtype);
     timer_.Start(host);
-    RETURN_IF_ERROR(AdamOverRange(ctx_, *ctx_.host_ops, host, unit, params, range, state_offset,
-                                  StateOf(state, grads), out));
+    for (const ShardRange& range : ranges) {
+      RETURN_IF_ERROR(AdamOverRange(ctx_, *ctx_.host_ops, host, unit, params, range,
+                                    state_offset, StateOf(state, grads),
+                                    At(out, range.begin - out_origin, element_bytes)));
+    }
     timer_.Stop(host);
     return device.Record(*stepped_[unit], host);
   }
 
-  // The staged params of the unit's last Update to the device on the copy stream, after
-  // `after` (if any) has passed what it has enqueued so far.
-  Status Publish(int unit, ShardRange range, void* param_dest, Stream* after) {
+  // Update into the param staging buffer (from the state offset on), once the unit's
+  // previous copy out of it is done.
+  Status UpdateStaged(int unit, const AdamParams& params, const std::vector<ShardRange>& ranges,
+                      size_t state_offset) {
+    RETURN_IF_ERROR(ctx_.device->Wait(*ctx_.host, *ready_[unit]));
+    return Update(unit, params, ranges, state_offset, (*ctx_.units)[unit].param_staging.data(),
+                  state_offset);
+  }
+
+  // The staged params of `ranges` to `param_dest` + (range begin - `origin`) elements on
+  // the copy stream, after the unit's last Update and after `after` (if any) has passed
+  // what it has enqueued so far; records ready_. `origin` is also where the staging
+  // buffer starts (the callers' ranges start at their state offset).
+  Status Publish(int unit, const std::vector<ShardRange>& ranges, void* param_dest,
+                 size_t origin, Stream* after) {
     Device& device = *ctx_.device;
     Stream& copy = *ctx_.copy;
+    const size_t element_bytes = DTypeBytes(ctx_.dtype);
+    void* staging = (*ctx_.units)[unit].param_staging.data();
     if (after != nullptr) RETURN_IF_ERROR(Join(device, copy, *after, *join_));
     RETURN_IF_ERROR(device.Wait(copy, *stepped_[unit]));
-    RETURN_IF_ERROR(device.CopyAsync(param_dest, (*ctx_.units)[unit].param_staging.data(),
-                                     (range.end - range.begin) * DTypeBytes(ctx_.dtype), copy));
+    for (const ShardRange& range : ranges) {
+      const size_t at = range.begin - origin;
+      RETURN_IF_ERROR(device.CopyAsync(At(param_dest, at, element_bytes),
+                                       At(staging, at, element_bytes),
+                                       (range.end - range.begin) * element_bytes, copy));
+    }
     return device.Record(*ready_[unit], copy);
   }
 
- private:
   std::vector<std::unique_ptr<Event>> stepped_;  // AdamW of the unit done (host stream)
   std::unique_ptr<Event> join_;
 };
@@ -684,11 +659,11 @@ Status OptimizerHome::StepRanges(int, const AdamParams&, const std::vector<Shard
   return absl::UnimplementedError("stepping sub-ranges needs the optimizer in the host tier");
 }
 
-Status GradHome::SquaredNormRanges(int, const std::vector<std::pair<size_t, size_t>>&, float*) {
+Status GradHome::SquaredNormRanges(int, const std::vector<ShardRange>&, float*) {
   return absl::UnimplementedError("norms over ranges need the sums in the host tier");
 }
 
-Status GradHome::AddRanges(int, const void*, const std::vector<std::pair<size_t, size_t>>&,
+Status GradHome::AddRanges(int, const void*, const std::vector<ShardRange>&,
                            Stream&, bool) {
   return absl::UnimplementedError("adding gradient ranges needs the sums in the host tier");
 }

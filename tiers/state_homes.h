@@ -86,17 +86,17 @@ class GradHome {
   virtual Status SquaredNorm(int unit, size_t first, size_t n, float* out_device) = 0;
   // The same over several element ranges, summed in their order (host home only: the
   // split of a tied unit).
-  virtual Status SquaredNormRanges(int unit, const std::vector<std::pair<size_t, size_t>>& ranges,
+  virtual Status SquaredNormRanges(int unit, const std::vector<ShardRange>& ranges,
                                    float* out_device);
   // Recorded after the unit's last Add enqueued so far; wait on it to read the sums.
   virtual Event& ready(int unit) = 0;
-  // Add over the element ranges [first, second) only (`src`: the unit's own part, compute
+  // Add over the element ranges [begin, end) only (`src`: the unit's own part, compute
   // dtype, device tier, written by `producer`): a tied unit's gradient added in two parts,
   // the elements final before its last backward stage, then the rest. Each element is
   // added once, as by Add; `last_part` ends the unit's Add for this micro-batch. Host
   // home only.
   virtual Status AddRanges(int unit, const void* src,
-                           const std::vector<std::pair<size_t, size_t>>& ranges,
+                           const std::vector<ShardRange>& ranges,
                            Stream& producer, bool last_part);
 };
 
