@@ -4,6 +4,9 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
+// The baseline (SSE2) XXH3 on purpose: libxxhash's run-time dispatched XXH3
+// (xxh_x86dispatch.h, AVX-512 here) hashes faster (24 vs 19 GB/s from memory) but, A/B on
+// 2 shared cores, raised `bench infinity`'s compute stall from 0.030-0.042 to 0.045-0.078.
 #include <xxhash.h>
 
 #include <algorithm>
