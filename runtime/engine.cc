@@ -550,9 +550,7 @@ StatusOr<std::vector<float>> Engine::ReadMaster(int unit) {
 StatusOr<std::vector<float>> Engine::ReadGradients(int unit) {
   RETURN_IF_ERROR(SyncStreams());
   std::vector<float> own(StateElements(unit));
-  RETURN_IF_ERROR(device_->CopyAsync(own.data(), units_[unit].grad_accum.data(),
-                                     own.size() * sizeof(float), *compute_));
-  RETURN_IF_ERROR(compute_->Synchronize());
+  RETURN_IF_ERROR(components_.grad_home->ReadSums(unit, own.data()));
   return ReadFull(unit, own);
 }
 

@@ -692,12 +692,13 @@ struct Placement {
   Tier params = Tier::kDevice;  // stage 3's param shards
   bool optimizer_on_nvme = false;  // optimizer state in the NVMe tier (optimizer = kHost)
   bool params_on_nvme = false;     // stage 3 param shards in the NVMe tier (no buffer)
+  bool grads_on_nvme = false;      // fp32 gradient sums in the NVMe tier (no grad_accum)
 };
 
-// The rank's NVMe tier: per unit, the optimizer state extents (own shard, fp32) and, with
-// params on nvme, the param shard (compute dtype).
+// The rank's NVMe tiers: per chunk of each unit's shard, the optimizer state extents (fp32;
+// with `grads`, the gradient sums too), or (`params`) the param shard (compute dtype).
 StatusOr<std::unique_ptr<NvmeTier>> CreateNvmeTier(
-    const Options& options, const ZeroContext& ctx, bool params,
+    const Options& options, const ZeroContext& ctx, bool params, bool grads,
     const std::vector<std::vector<NvmeChunk>>& chunks) {
   NvmeStoreOptions store;
   store.dir = options.zero.nvme_dir;
@@ -718,6 +719,7 @@ StatusOr<std::unique_ptr<NvmeTier>> CreateNvmeTier(
              {ExtentKind::kMaster, ExtentKind::kExpAvg, ExtentKind::kExpAvgSq}) {
           extents.push_back({chunk.id, name, kind, n * 4});
         }
+        if (grads) extents.push_back({chunk.id, name, ExtentKind::kGrads, n * 4});
       }
     }
   }
@@ -748,9 +750,11 @@ Status AllocateState(const ZeroContext& ctx, const StageLayout& layout,
                        AllocateZeroed(ctx, StateKind::kGrads,
                                       state.padded_elements * element_bytes, name + " grads"));
     }
-    ASSIGN_OR_RETURN(state.grad_accum,
-                     AllocateZeroedIn(home, placement.grads, StateKind::kGrads, n_state * 4,
-                                      name + " fp32 grad accumulator"));
+    if (!placement.grads_on_nvme) {
+      ASSIGN_OR_RETURN(state.grad_accum,
+                       AllocateZeroedIn(home, placement.grads, StateKind::kGrads, n_state * 4,
+                                        name + " fp32 grad accumulator"));
+    }
     if (!placement.optimizer_on_nvme) {
       ASSIGN_OR_RETURN(state.master, AllocateZeroedIn(home, placement.optimizer,
                                                       StateKind::kOptimizer, n_state * 4,
@@ -763,7 +767,7 @@ Status AllocateState(const ZeroContext& ctx, const StageLayout& layout,
                                                           name + " exp_avg_sq"));
     }
     // Host staging of the offloaded optimizer.
-    if (placement.grads == Tier::kHost) {
+    if (placement.grads == Tier::kHost && !placement.grads_on_nvme) {
       ASSIGN_OR_RETURN(state.grad_landing,
                        AllocateZeroedIn(home, Tier::kHost, StateKind::kGrads,
                                         n_state * element_bytes, name + " grad landing"));
@@ -793,6 +797,10 @@ StatusOr<Tier> TierFromName(const std::string& key, const std::string& name) {
       absl::StrCat(key, ": got '", name, "', expected device or host"));
 }
 
+// Host buffer pairs of an NVMe gradient home: enough that an Add rarely waits for the
+// write-back of a slot's previous chunk.
+constexpr int kNvmeGradSlots = 8;
+
 StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroContext& context) {
   const int stage = options.zero.stage;
   if (stage < 0 || stage > 3) {
@@ -815,6 +823,13 @@ StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroCo
     return absl::InvalidArgumentError(
         "zero.param_tier=nvme needs zero.optimizer_tier=nvme");
   }
+  placement.grads_on_nvme = options.zero.grad_tier == "nvme";
+  if (placement.grads_on_nvme && (!placement.optimizer_on_nvme || stage < 2)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "zero.grad_tier=nvme needs zero.optimizer_tier=nvme and zero.stage 2 or 3 (got "
+        "zero.optimizer_tier=", options.zero.optimizer_tier, ", zero.stage=", stage,
+        "): the optimizer reads the gradient sums from the disk with its state"));
+  }
   const StageLayout layouts[4] = {
       {true, true, false},   // 0: everything replicated
       {true, true, true},    // 1: optimizer state sharded
@@ -835,13 +850,21 @@ StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroCo
     for (const UnitState& state : *context.units) shards.push_back(state.shard_elements);
     components.nvme_chunks = NvmeChunks(shards, options.nvme.chunk_bytes / 4);
     ASSIGN_OR_RETURN(components.nvme,
-                     CreateNvmeTier(options, context, /*params=*/false, components.nvme_chunks));
+                     CreateNvmeTier(options, context, /*params=*/false,
+                                    placement.grads_on_nvme, components.nvme_chunks));
     if (placement.params_on_nvme) {
       ASSIGN_OR_RETURN(components.param_nvme,
-                       CreateNvmeTier(options, context, /*params=*/true, components.nvme_chunks));
+                       CreateNvmeTier(options, context, /*params=*/true, /*grads=*/false,
+                                    components.nvme_chunks));
     }
   }
-  ASSIGN_OR_RETURN(components.grad_home, GradHome::Create(home, placement.grads));
+  if (placement.grads_on_nvme) {
+    ASSIGN_OR_RETURN(components.grad_home,
+                     GradHome::CreateNvme(home, components.nvme.get(), components.nvme_chunks,
+                                          kNvmeGradSlots));
+  } else {
+    ASSIGN_OR_RETURN(components.grad_home, GradHome::Create(home, placement.grads));
+  }
   if (placement.optimizer_on_nvme) {
     ASSIGN_OR_RETURN(components.optimizer_home,
                      OptimizerHome::CreateNvme(home, components.grad_home.get(),

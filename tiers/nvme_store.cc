@@ -53,6 +53,8 @@ const char* ExtentKindName(ExtentKind kind) {
       return "exp_avg";
     case ExtentKind::kExpAvgSq:
       return "exp_avg_sq";
+    case ExtentKind::kGrads:
+      return "grads";
   }
   return "?";
 }
@@ -111,7 +113,8 @@ StatusOr<std::unique_ptr<NvmeStore>> NvmeStore::Create(const NvmeStoreOptions& o
 
   // The layout: extents in declaration order, each at the end of its file.
   auto store = std::unique_ptr<NvmeStore>(new NvmeStore(options, nullptr));
-  static const char* const kFileNames[kNumFileRoles] = {"params", "master", "moments"};
+  static const char* const kFileNames[kNumFileRoles] = {"params", "master", "moments",
+                                                                "grads"};
   for (int role = 0; role < kNumFileRoles; ++role) {
     store->files_[role].path =
         absl::StrFormat("%s/strata-rank%d-%s.swap", options.dir, options.rank, kFileNames[role]);
@@ -124,6 +127,7 @@ StatusOr<std::unique_ptr<NvmeStore>> NvmeStore::Create(const NvmeStoreOptions& o
     extent.kind = spec.kind;
     extent.file = spec.kind == ExtentKind::kParams   ? FileRole::kParams
                   : spec.kind == ExtentKind::kMaster ? FileRole::kMaster
+                  : spec.kind == ExtentKind::kGrads  ? FileRole::kGrads
                                                      : FileRole::kMoments;
     extent.logical_bytes = spec.bytes;
     RoundUp(spec.bytes, &extent.padded_bytes);

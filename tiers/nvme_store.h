@@ -1,9 +1,11 @@
 // NvmeStore: the ZeRO-Infinity swap files of one rank. Per model unit it holds extents of
-// training state (param shard, fp32 master, exp_avg, exp_avg_sq) in three preallocated
-// files under zero.nvme_dir, written and read through nvme/'s IoEngine with O_DIRECT:
+// training state (param shard, fp32 master, exp_avg, exp_avg_sq, fp32 gradient sums) in
+// preallocated files under zero.nvme_dir, written and read through nvme/'s IoEngine with
+// O_DIRECT:
 //   <dir>/strata-rank<r>-params.swap   param shards
 //   <dir>/strata-rank<r>-master.swap   fp32 master weights (exporting them reads only this)
 //   <dir>/strata-rank<r>-moments.swap  exp_avg and exp_avg_sq
+//   <dir>/strata-rank<r>-grads.swap    fp32 gradient sums (zero.grad_tier=nvme)
 // A file holding no declared extent is not created.
 //
 // Contract:
@@ -47,9 +49,9 @@
 namespace strata {
 
 // The kinds of per-unit training state the store holds.
-enum class ExtentKind { kParams = 0, kMaster, kExpAvg, kExpAvgSq };
-inline constexpr int kNumExtentKinds = 4;
-// "params", "master", "exp_avg", "exp_avg_sq".
+enum class ExtentKind { kParams = 0, kMaster, kExpAvg, kExpAvgSq, kGrads };
+inline constexpr int kNumExtentKinds = 5;
+// "params", "master", "exp_avg", "exp_avg_sq", "grads" (fp32 gradient sums).
 const char* ExtentKindName(ExtentKind kind);
 
 // One extent to reserve: `bytes` (> 0) of state `kind` of unit `unit` (>= 0), whose name
@@ -141,7 +143,8 @@ class NvmeStore {
   Status Write(int unit, ExtentKind kind, const void* buffer);
   Status Read(int unit, ExtentKind kind, void* buffer);
 
-  // Paths of the swap files, in the order params, master, moments (those that exist).
+  // Paths of the swap files, in the order params, master, moments, grads (those that
+  // exist).
   std::vector<std::string> files() const;
   // Bytes the swap files take on disk (their preallocated sizes).
   uint64_t disk_bytes() const;
@@ -149,8 +152,8 @@ class NvmeStore {
   std::string engine_name() const;
 
  private:
-  enum class FileRole { kParams = 0, kMaster, kMoments };
-  static constexpr int kNumFileRoles = 3;
+  enum class FileRole { kParams = 0, kMaster, kMoments, kGrads };
+  static constexpr int kNumFileRoles = 4;
 
   struct SwapFile {
     std::string path;

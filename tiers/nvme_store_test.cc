@@ -58,16 +58,23 @@ std::vector<std::string> ListDir(const std::string& dir) {
   return names;
 }
 
-// Three units, every kind, sizes that are not multiples of 4 KiB (and one that is).
+// Three units, every kind, sizes that are not multiples of 4 KiB (and one that is). Spec
+// unit * 4 + kind for the params and optimizer kinds, then each unit's gradient sums.
 std::vector<ExtentSpec> OddExtents() {
   const char* names[] = {"embedding", "block.0", "head"};
-  const uint64_t sizes[3][4] = {
-      {5000, 10001, 10001, 10001}, {70001, 4096, 36000, 36000}, {1, 12345, 40961, 40961}};
+  const uint64_t sizes[3][kNumExtentKinds] = {{5000, 10001, 10001, 10001, 10001},
+                                              {70001, 4096, 36000, 36000, 36000},
+                                              {1, 12345, 40961, 40961, 40961}};
   std::vector<ExtentSpec> specs;
   for (int unit = 0; unit < 3; ++unit) {
     for (int kind = 0; kind < kNumExtentKinds; ++kind) {
+      if (static_cast<ExtentKind>(kind) == ExtentKind::kGrads) continue;
       specs.push_back({unit, names[unit], static_cast<ExtentKind>(kind), sizes[unit][kind]});
     }
+  }
+  for (int unit = 0; unit < 3; ++unit) {
+    specs.push_back({unit, names[unit], ExtentKind::kGrads,
+                     sizes[unit][static_cast<int>(ExtentKind::kGrads)]});
   }
   return specs;
 }
@@ -242,13 +249,14 @@ TEST_P(NvmeStoreTest, MasterWeightsHaveAFileOfTheirOwn) {
   const std::string prefix = dir_ + "/strata-rank3-";
   EXPECT_EQ(store->files(),
             (std::vector<std::string>{prefix + "params.swap", prefix + "master.swap",
-                                      prefix + "moments.swap"}));
+                                      prefix + "moments.swap", prefix + "grads.swap"}));
   std::map<std::string, uint64_t> file_bytes;
   for (const ExtentSpec& spec : specs_) {
     StatusOr<ExtentLocation> location = store->Locate(spec.unit, spec.kind);
     ASSERT_TRUE(location.ok()) << location.status();
     const char* file = spec.kind == ExtentKind::kParams   ? "params.swap"
                        : spec.kind == ExtentKind::kMaster ? "master.swap"
+                       : spec.kind == ExtentKind::kGrads  ? "grads.swap"
                                                           : "moments.swap";
     EXPECT_EQ(location->path, prefix + file);
     EXPECT_EQ(location->offset % kAlignment, 0u);
@@ -579,7 +587,7 @@ TEST_P(NvmeStoreTest, FilesAreRemovedAtDestructionUnlessKept) {
     auto store = MakeStore(Options());
     ASSERT_NE(store, nullptr);
     files = store->files();
-    ASSERT_EQ(files.size(), 3u);
+    ASSERT_EQ(files.size(), 4u);
     for (const std::string& file : files) EXPECT_TRUE(Exists(file)) << file;
   }
   for (const std::string& file : files) EXPECT_FALSE(Exists(file)) << file;

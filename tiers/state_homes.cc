@@ -82,6 +82,13 @@ class StreamTimer {
 
 // ---------------------------------------------------------------- gradient homes
 
+// A unit's resident fp32 sums (grad_accum, any tier) out to host memory, blocking.
+Status CopySumsOut(const HomeContext& ctx, int unit, float* out) {
+  const Buffer& sums = (*ctx.units)[unit].grad_accum;
+  RETURN_IF_ERROR(ctx.device->CopyAsync(out, sums.data(), sums.bytes(), *ctx.compute));
+  return ctx.compute->Synchronize();
+}
+
 // Sums on the stream that produced the reduced gradient (comm), in device memory.
 class DeviceGradHome : public GradHome {
  public:
@@ -116,6 +123,7 @@ class DeviceGradHome : public GradHome {
   }
 
   Event& ready(int unit) override { return *ready_[unit]; }
+  Status ReadSums(int unit, float* out) override { return CopySumsOut(ctx_, unit, out); }
 
  private:
   HomeContext ctx_;
@@ -224,6 +232,10 @@ class HostGradHome : public GradHome {
   }
 
   Event& ready(int unit) override { return *ready_[unit]; }
+  Status ReadSums(int unit, float* out) override {
+    RETURN_IF_ERROR(ctx_.host->Synchronize());
+    return CopySumsOut(ctx_, unit, out);
+  }
 
  private:
   // A unit's sum zeroed in host-stream order (before the host stream sums into it).
@@ -246,6 +258,150 @@ class HostGradHome : public GradHome {
   size_t range_norm_uses_ = 0;
   std::vector<bool> first_;  // per unit: no Add since Zero
   std::vector<bool> zeroed_early_;  // per unit: zeroed by the first part of AddRanges
+};
+
+// Gradient sums in the NVMe tier, chunk by chunk through a few host slots (see
+// GradHome::CreateNvme). Per chunk of an Add: landing <- reduced gradient (copy stream);
+// sum <- the sum so far, read back (not on the step's first Add); sum += landing and its
+// squares summed (host stream); sum written back once that has run. The extents' order in
+// the tier puts the optimizer's later read of a chunk after this write.
+constexpr int kSummedEventsPerSlot = 4;
+
+class NvmeGradHome : public GradHome {
+ public:
+  struct Slot {
+    Buffer sum;      // fp32, the largest chunk's padded extent
+    Buffer landing;  // compute dtype, the largest chunk's elements
+    // Summed (host stream), one per use of the slot in rotation, and the write-back held
+    // on each: it must be out before its event is recorded again (nvme_tier.h).
+    std::vector<std::unique_ptr<Event>> summed;
+    std::vector<NvmeTier::Ticket> held;
+    size_t uses = 0;
+    NvmeTier::Ticket write = 0;  // the last write-back of `sum`
+  };
+
+  NvmeGradHome(const HomeContext& ctx, NvmeTier* nvme, std::vector<std::vector<NvmeChunk>> chunks,
+               std::vector<Slot> slots, std::vector<std::unique_ptr<Event>> ready,
+               std::unique_ptr<Event> join, Buffer norms)
+      : ctx_(ctx), nvme_(nvme), chunks_(std::move(chunks)), slots_(std::move(slots)),
+        ready_(std::move(ready)), join_(std::move(join)), norms_(std::move(norms)),
+        first_(ctx.units->size(), true) {
+    for (const auto& unit_chunks : chunks_) partials_.emplace_back(unit_chunks.size(), 0.0f);
+  }
+
+  ~NvmeGradHome() override {
+    // Write-backs read the slots: they must be out before the slots go.
+    nvme_->Drain().IgnoreError();
+  }
+
+  Tier tier() const override { return Tier::kHost; }
+  bool on_nvme() const override { return true; }
+
+  StatusOr<Stream*> Add(int unit, const void* src, Stream& producer) override {
+    Device& device = *ctx_.device;
+    Stream& copy = *ctx_.copy;
+    Stream& host = *ctx_.host;
+    const size_t element_bytes = DTypeBytes(ctx_.dtype);
+    const bool fp32 = ctx_.dtype == DType::kF32;
+    const bool first = first_[unit];
+    first_[unit] = false;
+    RETURN_IF_ERROR(Join(device, copy, producer, *join_));
+    for (size_t k = 0; k < chunks_[unit].size(); ++k) {
+      const NvmeChunk& chunk = chunks_[unit][k];
+      const size_t n = chunk.end - chunk.begin;
+      Slot& slot = slots_[next_slot_++ % slots_.size()];
+      const size_t use = slot.uses++ % slot.summed.size();
+      if (slot.held[use] != 0) {
+        RETURN_IF_ERROR(nvme_->Wait(slot.held[use]));
+        slot.held[use] = 0;
+      }
+      // The landing buffer is free once the slot's previous sum has read it.
+      if (slot.uses > 1) {
+        RETURN_IF_ERROR(
+            device.Wait(copy, *slot.summed[(use + slot.summed.size() - 1) % slot.summed.size()]));
+      }
+      RETURN_IF_ERROR(device.CopyAsync(slot.landing.data(),
+                                       At(const_cast<void*>(src), chunk.begin, element_bytes),
+                                       n * element_bytes, copy));
+      RETURN_IF_ERROR(Join(device, host, copy, *join_));
+      // The sum buffer is free once its last write-back is out; the sum so far is read
+      // into it after that (the I/O thread orders it).
+      const NvmeTier::Ticket read =
+          first ? 0 : nvme_->ReadAfter(chunk.id, {{ExtentKind::kGrads, slot.sum.data()}},
+                                       slot.write);
+      NvmeTier* nvme = nvme_;
+      const NvmeTier::Ticket wait_for = first ? slot.write : read;
+      float* sum = slot.sum.as<float>();
+      const void* landing = slot.landing.data();
+      const bool copy_in = first && fp32;  // 0 + x == x: the landing is the sum
+      const bool zero = first && !fp32;
+      host.EnqueueHost([nvme, wait_for, sum, landing, n, copy_in, zero] {
+        if (wait_for != 0) RETURN_IF_ERROR(nvme->Wait(wait_for));
+        if (copy_in) std::memcpy(sum, landing, n * sizeof(float));
+        if (zero) std::memset(sum, 0, n * sizeof(float));
+        return absl::OkStatus();
+      });
+      if (!copy_in) RETURN_IF_ERROR(ctx_.host_ops->AccumulateToFloat(host, sum, landing, n));
+      RETURN_IF_ERROR(ctx_.host_ops->SumSquares(host, partials_[unit].data() + k, sum, n));
+      Event& summed = *slot.summed[use];
+      RETURN_IF_ERROR(device.Record(summed, host));
+      slot.write = nvme_->WriteAfter(chunk.id, {{ExtentKind::kGrads, slot.sum.data()}}, &summed);
+      slot.held[use] = slot.write;
+    }
+    RETURN_IF_ERROR(device.Record(*ready_[unit], host));
+    return ctx_.copy;  // the last reader of `src`
+  }
+
+  Status Zero() override {
+    // The next Add of each unit starts its sum over (the tier orders its write-back after
+    // every read of the extent posted before it, the optimizer's included).
+    first_.assign(ctx_.units->size(), true);
+    return absl::OkStatus();
+  }
+
+  Status SquaredNorm(int unit, size_t first, size_t n, float* out_device) override {
+    if (first != 0 || n != (*ctx_.units)[unit].shard_elements) {
+      return absl::InternalError("nvme gradient home: a norm covers the unit's whole shard");
+    }
+    RETURN_IF_ERROR(ctx_.device->Wait(*ctx_.host, *ready_[unit]));
+    // The chunks' parts of the last Add, summed in chunk order.
+    const float* parts = partials_[unit].data();
+    const size_t count = partials_[unit].size();
+    float* out = norms_.as<float>() + unit;
+    ctx_.host->EnqueueHost([parts, count, out] {
+      double total = 0.0;
+      for (size_t k = 0; k < count; ++k) total += parts[k];
+      *out = static_cast<float>(total);
+      return absl::OkStatus();
+    });
+    return ctx_.device->CopyAsync(out_device, out, sizeof(float), *ctx_.host);
+  }
+
+  Event& ready(int unit) override { return *ready_[unit]; }
+
+  Status ReadSums(int unit, float* out) override {
+    RETURN_IF_ERROR(ctx_.host->Synchronize());
+    RETURN_IF_ERROR(nvme_->Drain());
+    Slot& slot = slots_[0];
+    for (const NvmeChunk& chunk : chunks_[unit]) {
+      RETURN_IF_ERROR(
+          nvme_->Wait(nvme_->Read(chunk.id, {{ExtentKind::kGrads, slot.sum.data()}})));
+      std::memcpy(out + chunk.begin, slot.sum.data(), (chunk.end - chunk.begin) * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  HomeContext ctx_;
+  NvmeTier* nvme_;
+  std::vector<std::vector<NvmeChunk>> chunks_;
+  std::vector<Slot> slots_;
+  size_t next_slot_ = 0;
+  std::vector<std::unique_ptr<Event>> ready_;
+  std::unique_ptr<Event> join_;
+  Buffer norms_;  // [units] fp32, host tier
+  std::vector<bool> first_;  // per unit: no Add since Zero
+  std::vector<std::vector<float>> partials_;  // per unit, per chunk: sum of squares
 };
 
 // ---------------------------------------------------------------- optimizer homes
@@ -581,7 +737,15 @@ class NvmeOptimizerHome : public OptimizerHome {
     }
     slot.prefetched = -1;
     const float* grads = state.grad_accum.as<float>() + chunk.begin;
-    if (grads_->tier() != Tier::kHost) {
+    NvmeTier::Ticket grad_load = 0;
+    if (grads_->on_nvme()) {
+      // The chunk's gradient sum, after the slot's previous AdamW (which read the slot's
+      // grads; its write-back follows it); the tier orders it after the sum's write-back.
+      grad_load = nvme_->ReadAfter(chunk.id, {{ExtentKind::kGrads, slot.grads.data()}},
+                                   slot.write_back);
+      RETURN_IF_ERROR(device.Wait(host, grads_->ready(unit)));
+      grads = slot.grads.as<float>();
+    } else if (grads_->tier() != Tier::kHost) {
       if (slot.uses > 1) {  // the slot's previous AdamW has read its grads
         RETURN_IF_ERROR(device.Wait(copy, *slot.stepped[(use + slot.stepped.size() - 1) %
                                                         slot.stepped.size()]));
@@ -599,8 +763,9 @@ class NvmeOptimizerHome : public OptimizerHome {
     NvmeTier* nvme = nvme_;
     NvmeTier* param_nvme = param_nvme_;
     const NvmeTier::Ticket param_write_back = slot.param_write_back;
-    host.EnqueueHost([nvme, load, param_nvme, param_write_back] {
+    host.EnqueueHost([nvme, load, grad_load, param_nvme, param_write_back] {
       Status status = nvme->Wait(load);
+      if (grad_load != 0) status.Update(nvme->Wait(grad_load));
       if (param_write_back != 0) status.Update(param_nvme->Wait(param_write_back));
       return status;
     });
@@ -733,6 +898,44 @@ StatusOr<std::unique_ptr<GradHome>> GradHome::Create(const HomeContext& ctx, Tie
                                                     std::move(range_norms)));
 }
 
+StatusOr<std::unique_ptr<GradHome>> GradHome::CreateNvme(
+    const HomeContext& ctx, NvmeTier* nvme, std::vector<std::vector<NvmeChunk>> chunks,
+    int slots) {
+  RETURN_IF_ERROR(CheckContext(ctx));
+  if (nvme == nullptr || slots < 1 || chunks.size() != ctx.units->size()) {
+    return absl::InvalidArgumentError(
+        "an nvme gradient home needs a tier, slots and every unit's chunks");
+  }
+  uint64_t sum_bytes = 0, landing_bytes = 0;
+  for (const auto& unit_chunks : chunks) {
+    for (const NvmeChunk& chunk : unit_chunks) {
+      sum_bytes = std::max(sum_bytes, nvme->PaddedBytes(chunk.id, ExtentKind::kGrads));
+      landing_bytes = std::max<uint64_t>(landing_bytes,
+                                         (chunk.end - chunk.begin) * DTypeBytes(ctx.dtype));
+    }
+  }
+  if (sum_bytes == 0) return absl::InvalidArgumentError("nvme tier without gradient extents");
+  std::vector<NvmeGradHome::Slot> all(slots);
+  for (int i = 0; i < slots; ++i) {
+    NvmeGradHome::Slot& slot = all[i];
+    const std::string name = absl::StrCat("nvme gradient slot ", i);
+    ASSIGN_OR_RETURN(slot.sum, AllocateZeroedIn(ctx, Tier::kHost, StateKind::kGrads, sum_bytes,
+                                                name + " sum"));
+    ASSIGN_OR_RETURN(slot.landing, AllocateZeroedIn(ctx, Tier::kHost, StateKind::kGrads,
+                                                    landing_bytes, name + " landing"));
+    ASSIGN_OR_RETURN(slot.summed, MakeEvents(*ctx.device, kSummedEventsPerSlot));
+    slot.held.assign(kSummedEventsPerSlot, 0);
+  }
+  const size_t units = ctx.units->size();
+  ASSIGN_OR_RETURN(auto ready, MakeEvents(*ctx.device, units));
+  ASSIGN_OR_RETURN(std::unique_ptr<Event> join, ctx.device->CreateEvent());
+  ASSIGN_OR_RETURN(Buffer norms, ctx.device->Allocate(Tier::kHost, StateKind::kWorkspace,
+                                                      units * sizeof(float), "grad norm parts"));
+  return std::unique_ptr<GradHome>(new NvmeGradHome(ctx, nvme, std::move(chunks), std::move(all),
+                                                    std::move(ready), std::move(join),
+                                                    std::move(norms)));
+}
+
 StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::Create(const HomeContext& ctx,
                                                                Tier tier, GradHome* grads) {
   RETURN_IF_ERROR(CheckContext(ctx));
@@ -793,7 +996,7 @@ StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::CreateNvme(
       ASSIGN_OR_RETURN(*buffer, AllocateZeroedIn(ctx, Tier::kHost, StateKind::kOptimizer,
                                                  state_bytes, name));
     }
-    if (grads->tier() != Tier::kHost) {
+    if (grads->tier() != Tier::kHost || grads->on_nvme()) {
       ASSIGN_OR_RETURN(slot.grads, AllocateZeroedIn(ctx, Tier::kHost, StateKind::kGrads,
                                                     state_bytes, name + " grads"));
     }

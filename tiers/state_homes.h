@@ -11,7 +11,8 @@
 //           as host functions), so every join is an ordinary event.
 // A GradHome and an OptimizerHome are chosen independently (zero.grad_tier,
 // zero.optimizer_tier); an optimizer on the host reads device-tier gradient sums through
-// a copy. The components in runtime/zero_components.cc decide ranges and collectives;
+// a copy. ZeRO-Infinity adds NVMe homes of both (the state in the NvmeTier's swap files,
+// worked on through a few host buffers). The components in runtime/zero_components.cc decide ranges and collectives;
 // the homes only place, add, step and copy.
 // Thread-safety: driven by the engine's host thread only; work goes onto the streams.
 #pragma once
@@ -69,8 +70,26 @@ class GradHome {
  public:
   // The unit's grad_accum must already be allocated in `tier`.
   static StatusOr<std::unique_ptr<GradHome>> Create(const HomeContext& ctx, Tier tier);
+  // zero.grad_tier=nvme (stages 2-3, optimizer on nvme): each unit's fp32 sum lives in
+  // `nvme` as one kGrads extent per chunk (the optimizer's chunks), and no grad_accum is
+  // allocated. An Add runs chunk by chunk through `slots` host buffer pairs: the reduced
+  // gradient is copied to a landing buffer (copy stream), the sum so far is read back
+  // unless it is the step's first Add, the two are summed and the chunk's sum of squares
+  // taken on the host stream, and the sum is written back. Host memory: `slots` chunks of
+  // fp32 sum plus landing, whatever the model. The nvme optimizer reads the sums with
+  // its state. `nvme` must outlive the home.
+  static StatusOr<std::unique_ptr<GradHome>> CreateNvme(
+      const HomeContext& ctx, NvmeTier* nvme, std::vector<std::vector<NvmeChunk>> chunks,
+      int slots);
   virtual ~GradHome() = default;
+  // Where the sums are reachable: kDevice, or kHost (the host tier, or nvme through host
+  // buffers: see on_nvme).
   virtual Tier tier() const = 0;
+  // The sums live in the NVMe tier (kGrads extents), not in grad_accum.
+  virtual bool on_nvme() const { return false; }
+  // Copies the unit's sums (its state length) to host memory at `out`. Blocking; the
+  // streams must be idle.
+  virtual Status ReadSums(int unit, float* out) = 0;
 
   // Adds the reduced gradient of this rank's part of `unit` (grad_accum's length, compute
   // dtype, device tier at `src`, written by work enqueued on `producer` so far) into the
@@ -114,7 +133,9 @@ class OptimizerHome {
   // sub-step reads a chunk's state into one of `slots` host buffer sets, steps it with the
   // CPU Adam on the host stream and writes it back (and the updated params: to the device,
   // or to `param_nvme`), so host memory holds `slots` chunks' state, whatever the model's
-  // size. The tiers and `grads` must outlive the home.
+  // size. With `grads` on nvme, each chunk's gradient sum is read with the chunk's state
+  // (it is not part of the read ahead made at the end of a step: the sums are not there
+  // yet). The tiers and `grads` must outlive the home.
   static StatusOr<std::unique_ptr<OptimizerHome>> CreateNvme(
       const HomeContext& ctx, GradHome* grads, NvmeTier* nvme,
       std::vector<std::vector<NvmeChunk>> chunks, NvmeTier* param_nvme, int slots);

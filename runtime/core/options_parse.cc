@@ -111,8 +111,8 @@ const std::vector<KeySpec>& Keys() {
        "need zero.stage >= 1).",
        false},
       {"zero.grad_tier", +[](Options& o) { return &o.zero.grad_tier; },
-       "where the fp32 gradient shards are summed: device | host (host needs the optimizer "
-       "on host or nvme).",
+       "where the fp32 gradient shards are summed: device | host | nvme (host needs the "
+       "optimizer on host or nvme; nvme needs it on nvme and zero.stage 2 or 3).",
        false},
       {"zero.param_tier", +[](Options& o) { return &o.zero.param_tier; },
        "stage 3: where param shards live between uses: device | host | nvme (host needs the "
@@ -618,7 +618,7 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
     return ok;
   };
   const bool tiers_known = tier_ok("zero.optimizer_tier", zero.optimizer_tier, true) &
-                           tier_ok("zero.grad_tier", zero.grad_tier, false) &
+                           tier_ok("zero.grad_tier", zero.grad_tier, true) &
                            tier_ok("zero.param_tier", zero.param_tier, true);
   if (tiers_known) {
     const std::string& optimizer = zero.optimizer_tier;
@@ -634,6 +634,13 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
           "zero.grad_tier=host needs zero.optimizer_tier=host or nvme (an optimizer on the "
           "device reads its gradients on the device): set zero.optimizer_tier=host or "
           "zero.grad_tier=device");
+    }
+    if (zero.grad_tier == "nvme" && (optimizer != "nvme" || zero.stage < 2)) {
+      problems->push_back(absl::StrCat(
+          "zero.grad_tier=nvme needs zero.optimizer_tier=nvme and zero.stage 2 or 3 (got "
+          "zero.optimizer_tier=", optimizer, ", zero.stage=", zero.stage,
+          "; the optimizer reads each chunk's gradient sum from the disk with its state): set "
+          "them, or zero.grad_tier=host"));
     }
     if (zero.param_tier != "device" && zero.stage != 3) {
       problems->push_back(absl::StrCat(

@@ -550,6 +550,8 @@ TEST(ValidatePlacement, RunnableCombinationsPass) {
        "zero.param_tier=host"},
       {"zero.stage=3", "zero.optimizer_tier=nvme", "zero.param_tier=nvme", "zero.nvme_dir=/d"},
       {"zero.stage=2", "zero.optimizer_tier=nvme", "zero.grad_tier=host", "zero.nvme_dir=/d"},
+      {"zero.stage=3", "zero.optimizer_tier=nvme", "zero.grad_tier=nvme", "zero.param_tier=nvme",
+       "zero.nvme_dir=/d"},
       {"zero.stage=3", "zero.optimizer_tier=host", "zero.grad_tier=host",
        "zero.param_update=delayed"},
   };
@@ -571,7 +573,12 @@ TEST(ValidatePlacement, EachImpossibleCombinationSaysWhatWouldWork) {
       {{"zero.stage=3", "zero.param_tier=host"}, "zero.param_tier=host needs zero.optimizer_tier=host"},
       {{"zero.optimizer_tier=cpu"}, "zero.optimizer_tier: got 'cpu', expected device, host or nvme"},
       {{"zero.param_tier=ssd"}, "zero.param_tier: got 'ssd', expected device, host or nvme"},
-      {{"zero.grad_tier=nvme"}, "zero.grad_tier: got 'nvme', expected device or host"},
+      {{"zero.grad_tier=disk"}, "zero.grad_tier: got 'disk', expected device, host or nvme"},
+      {{"zero.grad_tier=nvme"},
+       "zero.grad_tier=nvme needs zero.optimizer_tier=nvme and zero.stage 2 or 3 (got "
+       "zero.optimizer_tier=device, zero.stage=0"},
+      {{"zero.stage=1", "zero.optimizer_tier=nvme", "zero.grad_tier=nvme", "zero.nvme_dir=/d"},
+       "got zero.optimizer_tier=nvme, zero.stage=1"},
       {{"zero.stage=3", "zero.optimizer_tier=host", "zero.param_tier=nvme",
         "zero.nvme_dir=/x"}, "zero.param_tier=nvme needs zero.optimizer_tier=nvme"},
       {{"zero.stage=1", "zero.optimizer_tier=nvme"}, "zero.nvme_dir is empty"},
