@@ -6,8 +6,10 @@
 //      state traffic should dominate): step time / (bytes read / read MB/s + bytes written
 //      / write MB/s). Goal <= 1.2: the pipeline keeps the disk busy and hides the CPU Adam
 //      and the compute behind the transfers.
-//   3. The same with everything on the device, for scale.
-//   4. Stage 3 with params and optimizer state on NVMe, at a compute-bound step (micro_batch
+//   3. The same with the gradient sums on NVMe too (zero.grad_tier=nvme): its ratio, no goal
+//      of its own (the sums add 4 B/param written and read).
+//   4. The same with everything on the device, for scale.
+//   5. Stage 3 with params and optimizer state on NVMe, at a compute-bound step (micro_batch
 //      8, T 128): the time the compute stream waited (for gathers, which wait for the NVMe
 //      reads) or sat idle / step time. Goal <= 0.05.
 #include <algorithm>
@@ -87,6 +89,9 @@ Status RunBenchInfinity(const CommandArgs& args, const std::string& dir) {
   };
   ASSIGN_OR_RETURN(Measured on_nvme, Measure(args, with({"zero.stage=2",
                                                          "zero.optimizer_tier=nvme"})));
+  ASSIGN_OR_RETURN(Measured grads_nvme,
+                   Measure(args, with({"zero.stage=2", "zero.optimizer_tier=nvme",
+                                       "zero.grad_tier=nvme"})));
   ASSIGN_OR_RETURN(nvme::DiskBenchResult after, nvme::RunDiskBench(disk));
   const double read_mb_s = (reference.depths.at(0).engine_read_mb_per_s +
                             after.depths.at(0).engine_read_mb_per_s) / 2;
@@ -100,8 +105,11 @@ Status RunBenchInfinity(const CommandArgs& args, const std::string& dir) {
                                        "zero.param_tier=nvme", "train.micro_batch=8",
                                        "train.seq_len=128"})));
 
-  const double io_ms = (on_nvme.read_bytes / (read_mb_s * 1e6) +
-                        on_nvme.written_bytes / (write_mb_s * 1e6)) * 1e3;
+  auto transfer_ms = [&](const Measured& m) {
+    return (m.read_bytes / (read_mb_s * 1e6) + m.written_bytes / (write_mb_s * 1e6)) * 1e3;
+  };
+  const double io_ms = transfer_ms(on_nvme);
+  const double grads_io_ms = transfer_ms(grads_nvme);
   const double io_ratio = on_nvme.step_ms / io_ms;
   const double stall_ratio = params_nvme.stall_ms / params_nvme.step_ms;
   std::printf("bench infinity: %s, one rank, micro_batch %d, T=%d, %s, train.grad_clip=%g, %d "
@@ -122,6 +130,10 @@ Status RunBenchInfinity(const CommandArgs& args, const std::string& dir) {
               "= %.1f ms at the disk's rates; disk busy %.1f ms\n",
               on_nvme.step_ms, on_nvme.read_bytes / 1e6, on_nvme.written_bytes / 1e6, io_ms,
               on_nvme.busy_ms);
+  std::printf("optimizer + grads on nvme: %7.1f ms/step (stage 2), %.0f MB read + %.0f MB written "
+              "per step = %.1f ms at the disk's rates (ratio %.2f; no goal); disk busy %.1f ms\n",
+              grads_nvme.step_ms, grads_nvme.read_bytes / 1e6, grads_nvme.written_bytes / 1e6,
+              grads_io_ms, grads_nvme.step_ms / grads_io_ms, grads_nvme.busy_ms);
   std::printf("params + optimizer nvme:  %8.1f ms/step (stage 3, micro_batch 8, T=128), compute "
               "stream waited or idle %.1f ms\n",
               params_nvme.step_ms, params_nvme.stall_ms);
