@@ -341,8 +341,13 @@ StatusOr<double> Engine::RunGradients(const std::vector<MicroBatch>& micro_batch
     } else {
       for (auto& ranges : late_ranges_) ranges.clear();
     }
+    // Each unit is stepped right after its last Add: an NVMe grad home hands the sums
+    // over in memory instead of writing them out for the optimizer to read back.
+    RETURN_IF_ERROR(components_.grad_home->KeepFinalSums(
+        early_ != nullptr && components_.reducer->ReducesPerUnit()));
     Status status = RunMicroBatch(micro_batches[k], static_cast<int>(k), dloss,
                                   &last_forward_ms_, &last_backward_ms_);
+    status.Update(components_.grad_home->KeepFinalSums(false));
     last_micro_batch_ = false;
     early_ = nullptr;
     RETURN_IF_ERROR(status);

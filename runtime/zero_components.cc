@@ -166,6 +166,12 @@ class ShardedGatherer : public ParamGatherer {
                   std::unique_ptr<Event> copied)
       : ctx_(ctx), fresh_(std::move(fresh)), plan_(std::move(plan)), copied_(std::move(copied)) {}
 
+  ~ShardedGatherer() override {
+    // Reads ahead may still be landing in the read buffers (a failed step leaves them
+    // posted; the streams are idle by now): they must be done before the buffers go.
+    if (nvme_ != nullptr) nvme_->Drain().IgnoreError();
+  }
+
   StatusOr<const void*> Acquire(int access, int unit) override {
     const bool planned = access >= 0 && access < static_cast<int>(ctx_.trace.size()) &&
                          ctx_.trace[access] == unit;

@@ -18,12 +18,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "collectives/local_communicator.h"
 #include "kernels/cpu/cpu_adam.h"
-#include "models/gpt/gpt.h"
-#include "runtime/backend.h"
 #include "runtime/core/options_parse.h"
-#include "runtime/engine.h"
+#include "tests/engine_rig.h"
 #include "tests/placement_runs.h"
 
 namespace strata {
@@ -42,28 +39,10 @@ Options EngineOptions(const std::vector<std::string>& sets) {
   return *options;
 }
 
-struct Rig {
-  std::vector<std::unique_ptr<Communicator>> group;
-  Backend backend;
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Engine> engine;
-};
-
-std::unique_ptr<Rig> MakeRig(const Options& options) {
-  auto rig = std::make_unique<Rig>();
-  rig->group = *CreateLocalGroup(1, LocalGroupOptions{});
-  StatusOr<Backend> backend = CreateBackend(options);
-  EXPECT_TRUE(backend.ok()) << backend.status();
-  rig->backend = std::move(*backend);
-  GptConfig config{options.model.layers, options.model.heads, options.model.channels,
-                   options.model.vocab, options.model.max_seq_len};
-  rig->model = *CreateGpt(config, options.train.dtype);
-  StatusOr<std::unique_ptr<Engine>> engine =
-      Engine::Create(options, rig->backend.device.get(), rig->backend.ops.get(),
-                     rig->backend.host_ops.get(), rig->model.get(), rig->group[0].get());
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  rig->engine = std::move(*engine);
-  return rig;
+std::unique_ptr<EngineRig> MakeRig(const Options& options) {
+  StatusOr<std::unique_ptr<EngineRig>> rig = MakeEngineRig(options);
+  EXPECT_TRUE(rig.ok()) << rig.status();
+  return rig.ok() ? std::move(*rig) : nullptr;
 }
 
 // kSteps steps of grad_accum random micro-batches (the same for every run).

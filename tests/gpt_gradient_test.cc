@@ -9,10 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "collectives/local_communicator.h"
-#include "models/gpt/gpt.h"
-#include "runtime/backend.h"
-#include "runtime/engine.h"
+#include "tests/engine_rig.h"
 
 namespace strata {
 namespace {
@@ -29,25 +26,16 @@ Options TinyOptions(DType dtype) {
   return options;
 }
 
-struct Fixture {
-  std::vector<std::unique_ptr<Communicator>> group;
-  Backend backend;
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Engine> engine;
+struct Fixture : EngineRig {
   std::vector<int32_t> inputs, targets;
 };
 
 std::unique_ptr<Fixture> Make(const Options& options) {
   auto f = std::make_unique<Fixture>();
-  f->group = *CreateLocalGroup(1, LocalGroupOptions{});
-  f->backend = *CreateBackend(options);
-  GptConfig config{options.model.layers, options.model.heads, options.model.channels,
-                   options.model.vocab, options.model.max_seq_len};
-  f->model = *CreateGpt(config, options.train.dtype);
-  auto engine = Engine::Create(options, f->backend.device.get(), f->backend.ops.get(), f->backend.host_ops.get(),
-                               f->model.get(), f->group[0].get());
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  f->engine = std::move(*engine);
+  StatusOr<std::unique_ptr<EngineRig>> rig = MakeEngineRig(options);
+  EXPECT_TRUE(rig.ok()) << rig.status();
+  if (!rig.ok()) return nullptr;
+  static_cast<EngineRig&>(*f) = std::move(**rig);
   std::mt19937 rng(3);
   const int n = options.train.micro_batch * options.train.seq_len;
   for (int i = 0; i < n; ++i) {

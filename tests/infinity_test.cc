@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -21,6 +22,7 @@
 
 #include "absl/strings/str_join.h"
 #include "launch/session.h"
+#include "tests/engine_rig.h"
 #include "tests/placement_runs.h"
 
 namespace strata {
@@ -132,6 +134,85 @@ TEST(Infinity, HostMemoryDoesNotGrowWithTheModel) {
   // ...while the host peak stays within 5% (+64 KiB of small buffers).
   EXPECT_LE(large.host.peak_bytes, small.host.peak_bytes * 1.05 + (64 << 10))
       << "host peak " << small.host.peak_bytes << " -> " << large.host.peak_bytes;
+}
+
+// Without clipping each unit is stepped right after its last Add: the sums are handed to
+// the optimizer in memory, so at grad_accum 1 the disk moves exactly the bytes of the
+// optimizer-only placement (with clipping each sum is written and read back: 4 B/param
+// more each way). Units of more chunks than the grad home's 8 buffers write the early
+// chunks out and still match. Reading the handed-over sums afterwards is a clear error.
+TEST(Infinity, FinalSumsGoToTheOptimizerInMemoryWithoutClipping) {
+  struct Case {
+    const char* chunk;
+    const char* channels;
+    bool all_kept;  // every unit has at most 8 chunks
+  };
+  for (const Case& c : {Case{"nvme.chunk_bytes=16KiB", "model.channels=32", true},
+                        Case{"nvme.chunk_bytes=8KiB", "model.channels=64", false}}) {
+    const char* chunk = c.chunk;
+    auto run = [&](const char* grad_tier, const char* clip) {
+      return Train(Make(1, 2,
+                        {"zero.optimizer_tier=nvme", std::string("zero.grad_tier=") + grad_tier,
+                         chunk, c.channels, "train.grad_accum=1", clip}));
+    };
+    const Outcome optimizer_only = run("device", "train.grad_clip=0");
+    const Outcome no_clip = run("nvme", "train.grad_clip=0");
+    const Outcome clip = run("nvme", "train.grad_clip=1");
+    for (const Outcome* out : {&optimizer_only, &no_clip, &clip}) {
+      ASSERT_TRUE(out->status.ok()) << chunk << ": " << out->status;
+    }
+    EXPECT_EQ(no_clip.losses, optimizer_only.losses) << chunk;
+    // Totals over the steps' counters: write-backs still out at the end of the last step
+    // are not counted, so the comparisons allow 10% (the sums are a third on top).
+    const double written = static_cast<double>(optimizer_only.nvme_written);
+    const double read = static_cast<double>(optimizer_only.nvme_read);
+    if (c.all_kept) {
+      EXPECT_LT(no_clip.nvme_written, written * 1.1) << chunk;
+      EXPECT_LT(no_clip.nvme_read, read * 1.1) << chunk;
+    } else {
+      EXPECT_GT(no_clip.nvme_written, written * 1.1) << chunk;
+      EXPECT_LT(no_clip.nvme_written, clip.nvme_written) << chunk;
+    }
+    // With clipping the fp32 sums of every parameter are written and read once per step.
+    EXPECT_GT(clip.nvme_written, written * 1.2) << chunk;
+    EXPECT_GT(clip.nvme_read, read * 1.2) << chunk;
+  }
+}
+
+// The sums read back from the swap file (Engine::ReadGradients) equal the device's; after a
+// step without clipping they went to the optimizer without being stored, and reading them
+// is a clear error, not stale data.
+TEST(Infinity, GradientSumsReadBackFromNvmeEqualTheDevice) {
+  std::vector<std::vector<float>> sums[2];
+  const char* tiers[2] = {"zero.grad_tier=device", "zero.grad_tier=nvme"};
+  for (int t = 0; t < 2; ++t) {
+    const Options options = Make(1, 2,
+                                 {"zero.optimizer_tier=nvme", tiers[t], "nvme.chunk_bytes=16KiB",
+                                  "train.grad_clip=0", "train.grad_accum=1"});
+    StatusOr<std::unique_ptr<EngineRig>> rig = MakeEngineRig(options);
+    ASSERT_TRUE(rig.ok()) << rig.status();
+    Engine& engine = *(*rig)->engine;
+    std::mt19937 rng(5);
+    std::vector<int32_t> inputs, targets;
+    for (int i = 0; i < options.train.micro_batch * options.train.seq_len; ++i) {
+      inputs.push_back(rng() % options.model.vocab);
+      targets.push_back(rng() % options.model.vocab);
+    }
+    const MicroBatch batch{inputs.data(), targets.data()};
+    ASSERT_TRUE(engine.ComputeGradients({batch}).ok());
+    for (size_t u = 0; u < (*rig)->model->units().size(); ++u) {
+      StatusOr<std::vector<float>> grads = engine.ReadGradients(static_cast<int>(u));
+      ASSERT_TRUE(grads.ok()) << tiers[t] << ": " << grads.status();
+      sums[t].push_back(*grads);
+    }
+    ASSERT_TRUE(engine.TrainStep({batch}, 1e-3f, 0).ok());
+    StatusOr<std::vector<float>> after = engine.ReadGradients(0);
+    if (t == 1) {
+      ASSERT_FALSE(after.ok());
+      EXPECT_THAT(std::string(after.status().message()), ::testing::HasSubstr("never stored"));
+    }
+  }
+  EXPECT_EQ(sums[1], sums[0]);
 }
 
 // bf16 gradients land in the compute dtype and are summed into fp32 chunk sums on the host

@@ -277,7 +277,12 @@ class NvmeGradHome : public GradHome {
     std::vector<std::unique_ptr<Event>> summed;
     std::vector<NvmeTier::Ticket> held;
     size_t uses = 0;
-    NvmeTier::Ticket write = 0;  // the last write-back of `sum`
+    // Once done, the sum buffer may be refilled: its last write-back, or the write-back
+    // of the optimizer's sub-step that took its kept sum.
+    NvmeTier::Ticket write = 0;
+    int kept_unit = -1;      // a final sum kept here for the optimizer (KeepFinalSums)
+    size_t kept_chunk = 0;   // its chunk index in the unit
+    size_t kept_use = 0;     // its `summed` event
   };
 
   NvmeGradHome(const HomeContext& ctx, NvmeTier* nvme, std::vector<std::vector<NvmeChunk>> chunks,
@@ -286,7 +291,11 @@ class NvmeGradHome : public GradHome {
       : ctx_(ctx), nvme_(nvme), chunks_(std::move(chunks)), slots_(std::move(slots)),
         ready_(std::move(ready)), join_(std::move(join)), norms_(std::move(norms)),
         first_(ctx.units->size(), true) {
-    for (const auto& unit_chunks : chunks_) partials_.emplace_back(unit_chunks.size(), 0.0f);
+    for (const auto& unit_chunks : chunks_) {
+      partials_.emplace_back(unit_chunks.size(), 0.0f);
+      kept_.emplace_back(unit_chunks.size(), -1);
+      handed_over_.emplace_back(unit_chunks.size(), false);
+    }
   }
 
   ~NvmeGradHome() override {
@@ -309,7 +318,9 @@ class NvmeGradHome : public GradHome {
     for (size_t k = 0; k < chunks_[unit].size(); ++k) {
       const NvmeChunk& chunk = chunks_[unit][k];
       const size_t n = chunk.end - chunk.begin;
-      Slot& slot = slots_[next_slot_++ % slots_.size()];
+      const size_t slot_index = next_slot_++ % slots_.size();
+      Slot& slot = slots_[slot_index];
+      WriteKept(slot);  // a sum kept here and not taken goes out before the buffer is reused
       const size_t use = slot.uses++ % slot.summed.size();
       if (slot.held[use] != 0) {
         RETURN_IF_ERROR(nvme_->Wait(slot.held[use]));
@@ -345,8 +356,17 @@ class NvmeGradHome : public GradHome {
       RETURN_IF_ERROR(ctx_.host_ops->SumSquares(host, partials_[unit].data() + k, sum, n));
       Event& summed = *slot.summed[use];
       RETURN_IF_ERROR(device.Record(summed, host));
-      slot.write = nvme_->WriteAfter(chunk.id, {{ExtentKind::kGrads, slot.sum.data()}}, &summed);
-      slot.held[use] = slot.write;
+      handed_over_[unit][k] = false;
+      if (keep_) {
+        slot.kept_unit = unit;
+        slot.kept_chunk = k;
+        slot.kept_use = use;
+        kept_[unit][k] = static_cast<int>(slot_index);
+      } else {
+        slot.write =
+            nvme_->WriteAfter(chunk.id, {{ExtentKind::kGrads, slot.sum.data()}}, &summed);
+        slot.held[use] = slot.write;
+      }
     }
     RETURN_IF_ERROR(device.Record(*ready_[unit], host));
     return ctx_.copy;  // the last reader of `src`
@@ -356,7 +376,28 @@ class NvmeGradHome : public GradHome {
     // The next Add of each unit starts its sum over (the tier orders its write-back after
     // every read of the extent posted before it, the optimizer's included).
     first_.assign(ctx_.units->size(), true);
+    return KeepFinalSums(false);
+  }
+
+  Status KeepFinalSums(bool keep) override {
+    keep_ = keep;
+    if (!keep) {
+      for (Slot& slot : slots_) WriteKept(slot);
+    }
     return absl::OkStatus();
+  }
+
+  const float* KeptSum(int unit, size_t k) override {
+    const int slot = kept_[unit][k];
+    return slot < 0 ? nullptr : slots_[slot].sum.as<float>();
+  }
+
+  void ReleaseKeptSum(int unit, size_t k, NvmeTier::Ticket after) override {
+    Slot& slot = slots_[kept_[unit][k]];
+    kept_[unit][k] = -1;
+    handed_over_[unit][k] = true;
+    slot.kept_unit = -1;
+    slot.write = after;
   }
 
   Status SquaredNorm(int unit, size_t first, size_t n, float* out_device) override {
@@ -380,6 +421,14 @@ class NvmeGradHome : public GradHome {
   Event& ready(int unit) override { return *ready_[unit]; }
 
   Status ReadSums(int unit, float* out) override {
+    for (bool handed_over : handed_over_[unit]) {
+      if (handed_over) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "unit ", (*ctx_.layouts)[unit].name(), ": its gradient sums went to the optimizer's "
+            "sub-step in memory and were never stored; read gradients before a step"));
+      }
+    }
+    RETURN_IF_ERROR(KeepFinalSums(false));
     RETURN_IF_ERROR(ctx_.host->Synchronize());
     RETURN_IF_ERROR(nvme_->Drain());
     Slot& slot = slots_[0];
@@ -402,6 +451,22 @@ class NvmeGradHome : public GradHome {
   Buffer norms_;  // [units] fp32, host tier
   std::vector<bool> first_;  // per unit: no Add since Zero
   std::vector<std::vector<float>> partials_;  // per unit, per chunk: sum of squares
+  bool keep_ = false;  // KeepFinalSums
+  std::vector<std::vector<int>> kept_;  // per unit, per chunk: slot keeping its sum, or -1
+  // Per unit, per chunk: its sum of the last Add went to the optimizer without a write.
+  std::vector<std::vector<bool>> handed_over_;
+
+  // The slot's kept sum, if any, is written out (its chunk's sum is then read from the
+  // tier like any other).
+  void WriteKept(Slot& slot) {
+    if (slot.kept_unit < 0) return;
+    const NvmeChunk& chunk = chunks_[slot.kept_unit][slot.kept_chunk];
+    slot.write = nvme_->WriteAfter(chunk.id, {{ExtentKind::kGrads, slot.sum.data()}},
+                                   slot.summed[slot.kept_use].get());
+    slot.held[slot.kept_use] = slot.write;
+    kept_[slot.kept_unit][slot.kept_chunk] = -1;
+    slot.kept_unit = -1;
+  }
 };
 
 // ---------------------------------------------------------------- optimizer homes
@@ -632,8 +697,8 @@ class NvmeOptimizerHome : public OptimizerHome {
       return absl::InternalError("nvme optimizer: a sub-step must cover one owned shard");
     }
     const bool to_device = !params_on_nvme_ && param_tier != Tier::kHost;
-    for (const NvmeChunk& chunk : chunks_[unit]) {
-      RETURN_IF_ERROR(StepChunk(unit, chunk, params, range.begin, param_dest, to_device));
+    for (size_t k = 0; k < chunks_[unit].size(); ++k) {
+      RETURN_IF_ERROR(StepChunk(unit, k, params, range.begin, param_dest, to_device));
     }
     return ctx_.device->Record(*ready_[unit], to_device ? *ctx_.copy : *ctx_.host);
   }
@@ -696,9 +761,10 @@ class NvmeOptimizerHome : public OptimizerHome {
   }
 
  private:
-  // One chunk of `unit`'s shard (which starts at unit element `shard_begin`).
-  Status StepChunk(int unit, const NvmeChunk& chunk, const AdamParams& params,
-                   size_t shard_begin, void* param_dest, bool to_device) {
+  // Chunk `k` of `unit`'s shard (which starts at unit element `shard_begin`).
+  Status StepChunk(int unit, size_t k, const AdamParams& params, size_t shard_begin,
+                   void* param_dest, bool to_device) {
+    const NvmeChunk& chunk = chunks_[unit][k];
     UnitState& state = (*ctx_.units)[unit];
     Device& device = *ctx_.device;
     Stream& host = *ctx_.host;
@@ -738,7 +804,10 @@ class NvmeOptimizerHome : public OptimizerHome {
     slot.prefetched = -1;
     const float* grads = state.grad_accum.as<float>() + chunk.begin;
     NvmeTier::Ticket grad_load = 0;
-    if (grads_->on_nvme()) {
+    const float* kept = grads_->on_nvme() ? grads_->KeptSum(unit, k) : nullptr;
+    if (kept != nullptr) {
+      grads = kept;  // summed on the host stream, before this AdamW
+    } else if (grads_->on_nvme()) {
       // The chunk's gradient sum, after the slot's previous AdamW (which read the slot's
       // grads; its write-back follows it); the tier orders it after the sum's write-back.
       grad_load = nvme_->ReadAfter(chunk.id, {{ExtentKind::kGrads, slot.grads.data()}},
@@ -786,6 +855,8 @@ class NvmeOptimizerHome : public OptimizerHome {
                                          {ExtentKind::kExpAvgSq, slot.exp_avg_sq.data()}};
     slot.write_back = nvme_->WriteAfter(chunk.id, std::move(parts), &stepped);
     slot.held_write_backs[use] = slot.write_back;
+    // The kept sum's buffer is free once that write-back (after this AdamW) is out.
+    if (kept != nullptr) grads_->ReleaseKeptSum(unit, k, slot.write_back);
     if (params_on_nvme_) {
       slot.param_write_back = param_nvme_->WriteAfter(
           chunk.id, {{ExtentKind::kParams, slot.params.data()}}, &stepped);

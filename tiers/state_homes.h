@@ -88,8 +88,22 @@ class GradHome {
   // The sums live in the NVMe tier (kGrads extents), not in grad_accum.
   virtual bool on_nvme() const { return false; }
   // Copies the unit's sums (its state length) to host memory at `out`. Blocking; the
-  // streams must be idle.
+  // streams must be idle. The NVMe home fails for a unit whose sums it handed over.
   virtual Status ReadSums(int unit, float* out) = 0;
+
+  // Hand-over (NVMe home; a no-op elsewhere). While kept (the last micro-batch of a step
+  // whose optimizer steps each unit right after its Add: no clipping), an Add leaves each
+  // chunk's final sum in its host buffer instead of writing it out; the optimizer's
+  // sub-step that follows takes it from there (KeptSum) and gives the buffer back
+  // (ReleaseKeptSum), so the sum never goes through the disk. A buffer an Add needs again
+  // first writes its kept sum out, as does ending the keeping (KeepFinalSums(false)).
+  virtual Status KeepFinalSums(bool keep) { return absl::OkStatus(); }
+  // Chunk `k` of `unit`'s kept sum (fp32, valid for host-stream work enqueued before the
+  // release), or null: read it from the tier.
+  virtual const float* KeptSum(int unit, size_t k) { return nullptr; }
+  // The buffer of a taken sum is free again once `after` (a ticket of the same NvmeTier,
+  // posted after the work that reads the sum) is done.
+  virtual void ReleaseKeptSum(int unit, size_t k, NvmeTier::Ticket after) {}
 
   // Adds the reduced gradient of this rank's part of `unit` (grad_accum's length, compute
   // dtype, device tier at `src`, written by work enqueued on `producer` so far) into the

@@ -1,0 +1,22 @@
+// See engine_rig.h.
+#include "tests/engine_rig.h"
+
+#include "collectives/local_communicator.h"
+
+namespace strata {
+
+StatusOr<std::unique_ptr<EngineRig>> MakeEngineRig(const Options& options) {
+  auto rig = std::make_unique<EngineRig>();
+  ASSIGN_OR_RETURN(rig->group, CreateLocalGroup(1, LocalGroupOptions{}));
+  ASSIGN_OR_RETURN(rig->backend, CreateBackend(options));
+  const GptConfig config{options.model.layers, options.model.heads, options.model.channels,
+                         options.model.vocab, options.model.max_seq_len};
+  ASSIGN_OR_RETURN(rig->model, CreateGpt(config, options.train.dtype));
+  ASSIGN_OR_RETURN(rig->engine, Engine::Create(options, rig->backend.device.get(),
+                                               rig->backend.ops.get(),
+                                               rig->backend.host_ops.get(), rig->model.get(),
+                                               rig->group[0].get()));
+  return rig;
+}
+
+}  // namespace strata
