@@ -40,6 +40,7 @@ done
 mkdir -p "$tmp/swap"
 for placement in "2 zero.optimizer_tier=host zero.grad_tier=host" \
                  "3 zero.optimizer_tier=nvme zero.param_tier=nvme" \
+                 "3 zero.optimizer_tier=nvme zero.param_tier=nvme zero.grad_tier=nvme" \
                  "3 zero.optimizer_tier=host zero.grad_tier=host zero.param_tier=host"; do
   read -r stage keys <<< "$placement"
   sets=(--set zero.stage=$stage --set zero.nvme_dir="$tmp/swap")

@@ -61,12 +61,13 @@ grep -q "zero.optimizer_tier=host" "$tmp/dpu_bad.txt" || { cat "$tmp/dpu_bad.txt
 [ $? -eq 1 ] || fail "param_tier=host at stage 1 should exit 1"
 grep -q "set zero.stage=3" "$tmp/place.txt" || { cat "$tmp/place.txt"; fail "placement error lacks the fix"; }
 
-# ZeRO-Infinity: a short run with the optimizer and params in swap files under $tmp reports
-# its NVMe traffic and leaves no swap file behind; a missing swap directory is refused
-# naming it, before any step.
+# ZeRO-Infinity: a short run with the optimizer, params and gradient sums in swap files
+# under $tmp reports its NVMe traffic and leaves no swap file behind; a missing swap
+# directory is refused naming it, before any step.
 mkdir -p "$tmp/swap"
 "$strata" train --set model.preset=tiny --set train.steps=2 --set train.seq_len=16 \
   --set zero.stage=3 --set zero.optimizer_tier=nvme --set zero.param_tier=nvme \
+  --set zero.grad_tier=nvme \
   --set zero.nvme_dir="$tmp/swap" --metrics "$tmp/inf.jsonl" > "$tmp/inf.txt" 2>&1 \
   || { cat "$tmp/inf.txt"; fail "nvme run failed"; }
 grep -q '"nvme_bytes":{"read":[1-9]' "$tmp/inf.jsonl" || { cat "$tmp/inf.jsonl"; fail "no nvme reads in the metrics"; }
