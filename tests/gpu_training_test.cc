@@ -18,7 +18,10 @@
 // only the fail-fast check runs: the backend factory and a session refuse
 // device.backend=cuda at once with a message naming it.
 // Tagged "gpu" (tools/gpu_check.sh runs it).
+#include <sys/stat.h>
+
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -128,6 +131,22 @@ TEST_P(GpuTraining, OffloadMatchesCpu) {
         extra.push_back("zero.param_tier=host");
         ExpectSameTrajectory(GetParam(), 1, extra);
       }
+    }
+  }
+}
+
+// ZeRO-Infinity on CUDA: NVMe reads into pinned buffers, then to the device; the gradient
+// sums on the device or in a swap file (world 1; swap files under the test's temp dir).
+TEST_P(GpuTraining, InfinityMatchesCpu) {
+  SKIP_WITHOUT_GPU(1);
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/gpu-swap";
+  ::mkdir(dir.c_str(), 0755);
+  for (const char* grads : {"zero.grad_tier=device", "zero.grad_tier=nvme"}) {
+    for (const char* clip : {"train.grad_clip=1", "train.grad_clip=0"}) {
+      ExpectSameTrajectory(GetParam(), 1,
+                           {"zero.stage=3", "zero.optimizer_tier=nvme", "zero.param_tier=nvme",
+                            grads, clip, "zero.nvme_dir=" + dir, "nvme.chunk_bytes=16KiB"});
     }
   }
 }
