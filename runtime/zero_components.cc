@@ -803,10 +803,6 @@ StatusOr<Tier> TierFromName(const std::string& key, const std::string& name) {
       absl::StrCat(key, ": got '", name, "', expected device or host"));
 }
 
-// Host buffer pairs of an NVMe gradient home: enough that an Add rarely waits for the
-// write-back of a slot's previous chunk.
-constexpr int kNvmeGradSlots = 8;
-
 StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroContext& context) {
   const int stage = options.zero.stage;
   if (stage < 0 || stage > 3) {
@@ -867,7 +863,7 @@ StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroCo
   if (placement.grads_on_nvme) {
     ASSIGN_OR_RETURN(components.grad_home,
                      GradHome::CreateNvme(home, components.nvme.get(), components.nvme_chunks,
-                                          kNvmeGradSlots));
+                                          options.nvme.grad_buffers));
   } else {
     ASSIGN_OR_RETURN(components.grad_home, GradHome::Create(home, placement.grads));
   }

@@ -96,6 +96,10 @@ struct NvmeOptions {
   // nvme.optimizer_buffers: optimizer_tier=nvme: host chunk buffers of the optimizer
   // pipeline; more read further ahead (host memory: 5 x chunk_bytes each).
   int optimizer_buffers = 16;
+  // nvme.grad_buffers: grad_tier=nvme: host buffer pairs (fp32 sum + landing, one chunk
+  // each) the gradient Adds run through; a unit of more chunks than this writes its early
+  // sums out even where they could be handed to the optimizer in memory.
+  int grad_buffers = 8;
   int queue_depth = 32;  // nvme.queue_depth: requests in flight per rank (1..4096).
   // nvme.chunk_bytes: the optimizer state of a unit shard is read, stepped and written in
   // chunks of this many fp32 bytes (the pipeline's grain and its host buffers' size); a

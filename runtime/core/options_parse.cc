@@ -140,6 +140,10 @@ const std::vector<KeySpec>& Keys() {
        "optimizer_tier=nvme: host buffers (each one chunk's master, m, v, grads, params) "
        "the read -> AdamW -> write-back pipeline runs through; >= 2.",
        false},
+      {"nvme.grad_buffers", +[](Options& o) { return &o.nvme.grad_buffers; },
+       "grad_tier=nvme: host buffer pairs (one chunk's fp32 sum + landing) the gradient sums "
+       "run through; a unit of more chunks writes its early sums out; >= 2.",
+       false},
       {"nvme.queue_depth", +[](Options& o) { return &o.nvme.queue_depth; },
        "I/O requests in flight per rank; in [1, 4096].", false},
       {"nvme.chunk_bytes", +[](Options& o) { return &o.nvme.chunk_bytes; },
@@ -678,6 +682,7 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
          "nvme.engine", absl::StrCat("'", nvme.engine, "'"), "auto, io_uring or pread");
   at_least("nvme.read_ahead_units", nvme.read_ahead_units, 1);
   at_least("nvme.optimizer_buffers", nvme.optimizer_buffers, 2);
+  at_least("nvme.grad_buffers", nvme.grad_buffers, 2);
   expect(nvme.queue_depth >= 1 && nvme.queue_depth <= 4096, "nvme.queue_depth",
          NumberText(nvme.queue_depth), "a depth in [1, 4096]");
   expect(nvme.chunk_bytes >= 8192 && nvme.chunk_bytes % 8192 == 0, "nvme.chunk_bytes",

@@ -33,7 +33,7 @@ const std::vector<std::string> kAllKeys = {
     "zero.comm_timeout_s", "zero.prefetch_bytes", "zero.optimizer_tier",
     "zero.grad_tier",     "zero.param_tier",    "zero.param_update", "zero.nvme_dir",
     "tiers.host_memory_limit", "nvme.engine",   "nvme.read_ahead_units",
-    "nvme.optimizer_buffers", "nvme.queue_depth",   "nvme.chunk_bytes",
+    "nvme.optimizer_buffers", "nvme.grad_buffers", "nvme.queue_depth", "nvme.chunk_bytes",
 };
 
 void ExpectOptionsEqual(const Options& got, const Options& want) {
@@ -585,6 +585,7 @@ TEST(ValidatePlacement, EachImpossibleCombinationSaysWhatWouldWork) {
       {{"nvme.engine=spdk"}, "nvme.engine: got 'spdk', expected auto, io_uring or pread"},
       {{"nvme.read_ahead_units=0"}, "nvme.read_ahead_units: got 0, expected >= 1"},
       {{"nvme.optimizer_buffers=1"}, "nvme.optimizer_buffers: got 1, expected >= 2"},
+      {{"nvme.grad_buffers=0"}, "nvme.grad_buffers: got 0, expected >= 2"},
       {{"zero.param_update=stale"}, "zero.param_update: got 'stale', expected exact or delayed"},
       {{"zero.stage=2", "zero.param_update=delayed"},
        "zero.param_update=delayed needs zero.optimizer_tier=host, zero.grad_tier=host and "
