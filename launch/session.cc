@@ -7,6 +7,7 @@
 
 #include "collectives/local_communicator.h"
 #include "collectives/nccl_communicator.h"
+#include "launch/checkpoint.h"
 #include "models/gpt/gpt.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/lr_schedule.h"
@@ -82,6 +83,12 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
                                   session->backend_.ops.get(), session->backend_.host_ops.get(),
                                   session->model_.get(),
                                   &session->engine_communicator()));
+  if (!options.train.resume.empty()) {
+    StatusOr<int> next = LoadCheckpoint(*session->engine_, *session->model_, options,
+                                        options.train.resume);
+    if (!next.ok()) return session->AbortOnError(next.status());
+    session->first_step_ = *next;
+  }
   return session;
 }
 
@@ -138,6 +145,14 @@ StatusOr<StepReport> TrainingSession::Step(int step) {
   const int every = options_.train.eval_every;
   if (every > 0 && val_sampler_ && ((step + 1) % every == 0 || step + 1 == options_.train.steps)) {
     ASSIGN_OR_RETURN(report.val_loss, Validate());
+  }
+  const int checkpoint_every = options_.train.checkpoint_every;
+  if (checkpoint_every > 0 &&
+      ((step + 1) % checkpoint_every == 0 || step + 1 == options_.train.steps)) {
+    StatusOr<std::string> path = SaveCheckpoint(*engine_, *model_, options_, step + 1,
+                                                communicator_->rank() == 0);
+    if (!path.ok()) return AbortOnError(path.status());
+    report.checkpoint = *path;
   }
   report.device = backend_.device->pool(Tier::kDevice).Stats();
   report.host = backend_.device->pool(Tier::kHost).Stats();

@@ -37,6 +37,7 @@ struct StepReport {
   PoolStats device;  // peaks so far
   PoolStats host;
   std::optional<double> val_loss;
+  std::optional<std::string> checkpoint;  // written after this step (train.checkpoint_every)
 };
 
 class TrainingSession {
@@ -49,7 +50,11 @@ class TrainingSession {
   // One rank on its own (a local group of one, owned by the session).
   static StatusOr<std::unique_ptr<TrainingSession>> CreateSingleRank(const Options& options);
 
-  // Runs optimizer step `step` (0-based); evaluates when train.eval_every says so.
+  // The first step to run: 0, or the step a train.resume checkpoint goes on from (loaded
+  // by Create).
+  int first_step() const { return first_step_; }
+  // Runs optimizer step `step` (0-based); evaluates when train.eval_every says so, writes
+  // a checkpoint when train.checkpoint_every says so (collective).
   StatusOr<StepReport> Step(int step);
   // Mean validation loss over train.eval_batches micro-batches.
   StatusOr<double> Validate();
@@ -91,6 +96,7 @@ class TrainingSession {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Engine> engine_;
   std::vector<Batch> batches_;  // grad_accum micro-batches of the current step
+  int first_step_ = 0;
 };
 
 }  // namespace strata

@@ -84,9 +84,14 @@ Status RunTrain(const CommandArgs& args) {
             "gradients are computed on params one update old (not the exact trajectory)");
       }
     }
-    for (int step = 0; step < options.train.steps; ++step) {
+    if (lead && session->first_step() > 0) {
+      spdlog::info("resumed from {}: steps {} to {}", options.train.resume,
+                   session->first_step() + 1, options.train.steps);
+    }
+    for (int step = session->first_step(); step < options.train.steps; ++step) {
       ASSIGN_OR_RETURN(StepReport report, session->Step(step));
       if (!lead) continue;
+      if (report.checkpoint) spdlog::info("checkpoint: {}", *report.checkpoint);
       RETURN_IF_ERROR(metrics->Write(StepRecord(report)));
       const bool last = step + 1 == options.train.steps;
       if (step == 0 || (step + 1) % options.train.log_every == 0 || last || report.val_loss) {

@@ -548,7 +548,7 @@ size_t Engine::StateElements(int unit) const {
 StatusOr<std::vector<float>> Engine::ReadMaster(int unit) {
   RETURN_IF_ERROR(SyncStreams());
   std::vector<float> own(StateElements(unit));
-  RETURN_IF_ERROR(components_.optimizer_home->LoadMaster(unit, own.data()));
+  RETURN_IF_ERROR(components_.optimizer_home->LoadState(unit, own.data(), nullptr, nullptr));
   return ReadFull(unit, own);
 }
 
@@ -559,18 +559,44 @@ StatusOr<std::vector<float>> Engine::ReadGradients(int unit) {
   return ReadFull(unit, own);
 }
 
+StatusOr<Engine::UnitOptimizerState> Engine::ReadOptimizerState(int unit) {
+  RETURN_IF_ERROR(SyncStreams());
+  const size_t n = StateElements(unit);
+  std::vector<float> master(n), exp_avg(n), exp_avg_sq(n);
+  RETURN_IF_ERROR(components_.optimizer_home->LoadState(unit, master.data(), exp_avg.data(),
+                                                        exp_avg_sq.data()));
+  UnitOptimizerState out;
+  ASSIGN_OR_RETURN(out.master, ReadFull(unit, master));
+  ASSIGN_OR_RETURN(out.exp_avg, ReadFull(unit, exp_avg));
+  ASSIGN_OR_RETURN(out.exp_avg_sq, ReadFull(unit, exp_avg_sq));
+  return out;
+}
+
 Status Engine::WriteMaster(int unit, const std::vector<float>& values) {
+  return WriteOptimizerState(unit, {values, {}, {}});
+}
+
+Status Engine::WriteOptimizerState(int unit, const UnitOptimizerState& full_state) {
   UnitState& state = units_[unit];
-  if (values.size() != state.padded_elements) {
-    return absl::InvalidArgumentError(absl::StrCat("unit ", unit, " has ", state.padded_elements,
-                                                   " elements, got ", values.size()));
+  const std::vector<float>& values = full_state.master;
+  for (const std::vector<float>* array :
+       {&full_state.master, &full_state.exp_avg, &full_state.exp_avg_sq}) {
+    const bool moments_left_out = array != &full_state.master && array->empty();
+    if (array->size() != state.padded_elements && !moments_left_out) {
+      return absl::InvalidArgumentError(absl::StrCat("unit ", unit, " has ", state.padded_elements,
+                                                     " elements, got ", array->size()));
+    }
   }
   RETURN_IF_ERROR(SyncStreams());
   const int rank = communicator_->rank();
   const ShardRange own = OwnedRange(state, rank);
-  // The master (full or own shard), with fresh moments.
-  const float* master_src = values.data() + (components_.sharded_optimizer ? own.begin : 0);
-  RETURN_IF_ERROR(components_.optimizer_home->StoreMaster(unit, master_src));
+  // The optimizer state (full or own shard); moments not given start at zero.
+  const size_t offset = components_.sharded_optimizer ? own.begin : 0;
+  auto part = [offset](const std::vector<float>& array) {
+    return array.empty() ? nullptr : array.data() + offset;
+  };
+  RETURN_IF_ERROR(components_.optimizer_home->StoreState(
+      unit, part(values), part(full_state.exp_avg), part(full_state.exp_avg_sq)));
   // The params (full, or the own shard for stage 3), cast from fp32 on the device.
   const size_t element_bytes = DTypeBytes(options_.train.dtype);
   const bool full = !components_.params_on_nvme && state.params.bytes() / element_bytes ==

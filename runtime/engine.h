@@ -96,9 +96,18 @@ class Engine {
   // sharded optimizer these gather the shards: every rank must call them together.
   StatusOr<std::vector<float>> ReadMaster(int unit);
   StatusOr<std::vector<float>> ReadGradients(int unit);
+  // The unit's master weights and Adam moments (for checkpoints).
+  struct UnitOptimizerState {
+    std::vector<float> master, exp_avg, exp_avg_sq;
+  };
+  StatusOr<UnitOptimizerState> ReadOptimizerState(int unit);
+  // The length of those full-unit views (the unit padded to the world size).
+  size_t PaddedElements(int unit) const { return units_[unit].padded_elements; }
   // Sets master weights (and the compute-dtype params) of one unit from its full values,
   // with zeroed Adam moments; each rank keeps the part it owns.
   Status WriteMaster(int unit, const std::vector<float>& values);
+  // The same with the Adam moments given (full unit each).
+  Status WriteOptimizerState(int unit, const UnitOptimizerState& state);
 
   // The unit access trace of one micro-batch (forward then backward).
   const std::vector<UnitAccess>& trace() const { return trace_; }

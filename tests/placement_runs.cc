@@ -32,7 +32,7 @@ PlacementRun TrainAllRanks(const Options& options) {
   run.status = RunRanks(options, [&](Communicator& communicator) -> Status {
     ASSIGN_OR_RETURN(auto session, TrainingSession::Create(options, &communicator));
     std::vector<StepResult> steps;
-    for (int step = 0; step < options.train.steps; ++step) {
+    for (int step = session->first_step(); step < options.train.steps; ++step) {
       ASSIGN_OR_RETURN(StepReport report, session->Step(step));
       steps.push_back(report.result);
     }

@@ -78,6 +78,22 @@ grep -q '"nvme_bytes":{"read":[1-9]' "$tmp/inf.jsonl" || { cat "$tmp/inf.jsonl";
 grep -q "/nonexistent/swapdir" "$tmp/nodir.txt" || { cat "$tmp/nodir.txt"; fail "error lacks the swap dir"; }
 grep -q "step " "$tmp/nodir.txt" && fail "training started without a swap dir"
 
+# Checkpoints: a run writes step-2 and step-4; a run resumed from step-2 in another
+# placement says so, runs steps 3-4 only, and logs the same losses for them.
+ck=(--set model.preset=tiny --set train.steps=4 --set train.seq_len=16 --set train.eval_every=0)
+"$strata" train "${ck[@]}" --set train.checkpoint_dir="$tmp/ck" --set train.checkpoint_every=2 \
+  > "$tmp/ck.txt" 2>&1 || { cat "$tmp/ck.txt"; fail "checkpointing run failed"; }
+grep -q "checkpoint: $tmp/ck/step-2" "$tmp/ck.txt" || { cat "$tmp/ck.txt"; fail "no step-2 checkpoint logged"; }
+[ -f "$tmp/ck/step-4/checkpoint.json" ] || fail "no step-4 checkpoint"
+"$strata" train "${ck[@]}" --set train.resume="$tmp/ck/step-2" --set zero.stage=2 \
+  --set zero.optimizer_tier=host --set zero.grad_tier=host > "$tmp/resumed.txt" 2>&1 \
+  || { cat "$tmp/resumed.txt"; fail "resumed run failed"; }
+grep -q "resumed from $tmp/ck/step-2: steps 3 to 4" "$tmp/resumed.txt" || { cat "$tmp/resumed.txt"; fail "resume not said"; }
+grep -q "step     1/4" "$tmp/resumed.txt" && fail "the resumed run ran step 1"
+losses_of() { grep -o "step     [34]/4 | loss [0-9.]*" "$1"; }
+[ "$(losses_of "$tmp/ck.txt")" = "$(losses_of "$tmp/resumed.txt")" ] \
+  || { losses_of "$tmp/ck.txt"; losses_of "$tmp/resumed.txt"; fail "resumed losses differ"; }
+
 # bench offload runs end to end on a tiny model and prints its ratios.
 "$strata" bench offload --steps 1 --set model.preset=tiny --set train.seq_len=16 \
   > "$tmp/bo.txt" 2>&1 || { cat "$tmp/bo.txt"; fail "bench offload failed"; }

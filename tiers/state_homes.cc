@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <tuple>
 
 namespace strata {
 namespace {
@@ -472,10 +473,15 @@ class NvmeGradHome : public GradHome {
 // ---------------------------------------------------------------- optimizer homes
 
 // Master out of / into a unit's state buffers (any tier), through the compute stream.
-Status CopyMasterOut(const HomeContext& ctx, int unit, float* out) {
+Status CopyStateOut(const HomeContext& ctx, int unit, float* master, float* exp_avg,
+                    float* exp_avg_sq) {
   const UnitState& state = (*ctx.units)[unit];
-  RETURN_IF_ERROR(ctx.device->CopyAsync(out, state.master.data(), state.master.bytes(),
-                                        *ctx.compute));
+  const std::pair<float*, const Buffer*> arrays[] = {
+      {master, &state.master}, {exp_avg, &state.exp_avg}, {exp_avg_sq, &state.exp_avg_sq}};
+  for (const auto& [out, buffer] : arrays) {
+    if (out == nullptr) continue;
+    RETURN_IF_ERROR(ctx.device->CopyAsync(out, buffer->data(), buffer->bytes(), *ctx.compute));
+  }
   return ctx.compute->Synchronize();
 }
 
@@ -487,12 +493,19 @@ Status Zero(const HomeContext& ctx, Buffer& buffer) {
   return ctx.device->MemsetAsync(buffer.data(), 0, buffer.bytes(), *ctx.compute);
 }
 
-Status CopyMasterIn(const HomeContext& ctx, int unit, const float* values) {
+Status CopyStateIn(const HomeContext& ctx, int unit, const float* master,
+                   const float* exp_avg, const float* exp_avg_sq) {
   UnitState& state = (*ctx.units)[unit];
-  RETURN_IF_ERROR(ctx.device->CopyAsync(state.master.data(), values, state.master.bytes(),
-                                        *ctx.compute));
-  RETURN_IF_ERROR(Zero(ctx, state.exp_avg));
-  RETURN_IF_ERROR(Zero(ctx, state.exp_avg_sq));
+  const std::pair<const float*, Buffer*> arrays[] = {
+      {master, &state.master}, {exp_avg, &state.exp_avg}, {exp_avg_sq, &state.exp_avg_sq}};
+  for (const auto& [values, buffer] : arrays) {
+    if (values == nullptr) {
+      RETURN_IF_ERROR(Zero(ctx, *buffer));
+    } else {
+      RETURN_IF_ERROR(
+          ctx.device->CopyAsync(buffer->data(), values, buffer->bytes(), *ctx.compute));
+    }
+  }
   return ctx.compute->Synchronize();
 }
 
@@ -507,9 +520,12 @@ class ResidentOptimizerHome : public OptimizerHome {
   Event& params_ready(int unit) override { return *ready_[unit]; }
   Status WaitSteps() override { return stream_->Synchronize(); }
   double busy_ms() const override { return timer_.ms(); }
-  Status LoadMaster(int unit, float* out) override { return CopyMasterOut(ctx_, unit, out); }
-  Status StoreMaster(int unit, const float* values) override {
-    return CopyMasterIn(ctx_, unit, values);
+  Status LoadState(int unit, float* master, float* exp_avg, float* exp_avg_sq) override {
+    return CopyStateOut(ctx_, unit, master, exp_avg, exp_avg_sq);
+  }
+  Status StoreState(int unit, const float* master, const float* exp_avg,
+                    const float* exp_avg_sq) override {
+    return CopyStateIn(ctx_, unit, master, exp_avg, exp_avg_sq);
   }
 
  protected:
@@ -724,28 +740,47 @@ class NvmeOptimizerHome : public OptimizerHome {
 
   double busy_ms() const override { return timer_.ms(); }
 
-  Status LoadMaster(int unit, float* out) override {
+  // Chunk by chunk through slot 0's buffers (only the kinds asked for are read).
+  Status LoadState(int unit, float* master, float* exp_avg, float* exp_avg_sq) override {
     Slot& slot = slots_[0];
     RETURN_IF_ERROR(Flush());
+    const std::tuple<ExtentKind, float*, Buffer*> arrays[] = {
+        {ExtentKind::kMaster, master, &slot.master},
+        {ExtentKind::kExpAvg, exp_avg, &slot.exp_avg},
+        {ExtentKind::kExpAvgSq, exp_avg_sq, &slot.exp_avg_sq}};
     for (const NvmeChunk& chunk : chunks_[unit]) {
-      RETURN_IF_ERROR(
-          nvme_->Wait(nvme_->Read(chunk.id, {{ExtentKind::kMaster, slot.master.data()}})));
-      std::memcpy(out + chunk.begin, slot.master.data(), (chunk.end - chunk.begin) * 4);
+      std::vector<NvmeTier::Part> parts;
+      for (const auto& [kind, out, buffer] : arrays) {
+        if (out != nullptr) parts.push_back({kind, buffer->data()});
+      }
+      if (parts.empty()) break;
+      RETURN_IF_ERROR(nvme_->Wait(nvme_->Read(chunk.id, std::move(parts))));
+      for (const auto& [kind, out, buffer] : arrays) {
+        if (out == nullptr) continue;
+        std::memcpy(out + chunk.begin, buffer->data(), (chunk.end - chunk.begin) * 4);
+      }
     }
     return absl::OkStatus();
   }
 
-  Status StoreMaster(int unit, const float* values) override {
+  Status StoreState(int unit, const float* master, const float* exp_avg,
+                    const float* exp_avg_sq) override {
+    if (master == nullptr) return absl::InvalidArgumentError("StoreState needs a master");
     Slot& slot = slots_[0];
     RETURN_IF_ERROR(Flush());
-    std::memset(slot.exp_avg.data(), 0, slot.exp_avg.bytes());
+    const std::pair<const float*, Buffer*> arrays[] = {
+        {master, &slot.master}, {exp_avg, &slot.exp_avg}, {exp_avg_sq, &slot.exp_avg_sq}};
     for (const NvmeChunk& chunk : chunks_[unit]) {
-      std::memset(slot.master.data(), 0, slot.master.bytes());
-      std::memcpy(slot.master.data(), values + chunk.begin, (chunk.end - chunk.begin) * 4);
+      for (const auto& [values, buffer] : arrays) {
+        std::memset(buffer->data(), 0, buffer->bytes());
+        if (values != nullptr) {
+          std::memcpy(buffer->data(), values + chunk.begin, (chunk.end - chunk.begin) * 4);
+        }
+      }
       RETURN_IF_ERROR(nvme_->Wait(nvme_->Write(chunk.id,
                                                {{ExtentKind::kMaster, slot.master.data()},
                                                 {ExtentKind::kExpAvg, slot.exp_avg.data()},
-                                                {ExtentKind::kExpAvgSq, slot.exp_avg.data()}})));
+                                                {ExtentKind::kExpAvgSq, slot.exp_avg_sq.data()}})));
     }
     return absl::OkStatus();
   }
@@ -755,7 +790,7 @@ class NvmeOptimizerHome : public OptimizerHome {
     RETURN_IF_ERROR(ctx_.copy->Synchronize());
     Status status = nvme_->Drain();
     if (param_nvme_) status.Update(param_nvme_->Drain());
-    // Reads ahead are done now; their data may go stale (StoreMaster): forget them.
+    // Reads ahead are done now; their data may go stale (StoreState): forget them.
     for (Slot& slot : slots_) slot.prefetched = -1;
     return status;
   }

@@ -183,10 +183,12 @@ class OptimizerHome {
   virtual Status WaitSteps() = 0;
   // Milliseconds the AdamW sub-steps have run so far, in total (the standalone time).
   virtual double busy_ms() const = 0;
-  // The owned fp32 master of a unit (its state length), to or from host memory. Blocking;
-  // the streams must be idle. StoreMaster also zeroes the Adam moments (initial state).
-  virtual Status LoadMaster(int unit, float* out) = 0;
-  virtual Status StoreMaster(int unit, const float* values) = 0;
+  // The owned fp32 optimizer state of a unit (its state length each), to or from host
+  // memory; a null array is skipped on load, and on store means zeros (a null master is
+  // not allowed). Blocking; the streams must be idle.
+  virtual Status LoadState(int unit, float* master, float* exp_avg, float* exp_avg_sq) = 0;
+  virtual Status StoreState(int unit, const float* master, const float* exp_avg,
+                            const float* exp_avg_sq) = 0;
   // Blocks until every write-back of state is on its tier; the first error, if any.
   virtual Status Flush() { return absl::OkStatus(); }
 };

@@ -48,6 +48,12 @@ struct TrainOptions {
   int eval_every = 25;        // train.eval_every: validation loss every N steps; 0 = never.
   int eval_batches = 4;       // train.eval_batches: micro-batches per validation.
   int log_every = 1;          // train.log_every: progress line every N steps.
+  // train.checkpoint_dir, train.checkpoint_every: every N steps (0 = never) the optimizer
+  // state goes to <dir>/step-<k> (launch/checkpoint.h). train.resume: a step-<k>
+  // directory to go on from (its step k first); "" = start fresh.
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;
+  std::string resume;
 };
 
 struct DeviceOptions {

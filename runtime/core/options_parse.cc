@@ -92,6 +92,15 @@ const std::vector<KeySpec>& Keys() {
        "micro-batches per validation; >= 1.", false},
       {"train.log_every", +[](Options& o) { return &o.train.log_every; },
        "progress line every N steps; >= 1.", false},
+      {"train.checkpoint_dir", +[](Options& o) { return &o.train.checkpoint_dir; },
+       "directory of checkpoints (<dir>/step-<k>: fp32 master and Adam moments of every "
+       "unit, independent of stage, placement and world size).", false},
+      {"train.checkpoint_every", +[](Options& o) { return &o.train.checkpoint_every; },
+       "write a checkpoint after every N steps (and after the last); 0 = never; >= 0.",
+       false},
+      {"train.resume", +[](Options& o) { return &o.train.resume; },
+       "a checkpoint directory (<dir>/step-<k>) to resume from, at step k; \"\" = start "
+       "fresh.", false},
       {"device.backend", +[](Options& o) { return &o.device.backend; },
        "compute backend: cpu | cuda (one GPU per local rank; needs a CUDA build).", false},
       {"device.memory_limit", +[](Options& o) { return &o.device.memory_limit; },
@@ -598,6 +607,18 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
   at_least("train.eval_every", train.eval_every, 0);
   at_least("train.eval_batches", train.eval_batches, 1);
   at_least("train.log_every", train.log_every, 1);
+  at_least("train.checkpoint_every", train.checkpoint_every, 0);
+  if (train.checkpoint_every > 0 && train.checkpoint_dir.empty()) {
+    problems->push_back("train.checkpoint_every is set but train.checkpoint_dir is empty: set "
+                        "train.checkpoint_dir to a directory");
+  }
+  if ((train.checkpoint_every > 0 || !train.resume.empty()) &&
+      options.zero.param_update == "delayed") {
+    problems->push_back(
+        "checkpoints (train.checkpoint_every, train.resume) are not supported with "
+        "zero.param_update=delayed yet (a step's update is still pending when it ends): "
+        "set zero.param_update=exact");
+  }
 
   const DeviceOptions& device = options.device;
   expect(device.backend == "cpu" || device.backend == "cuda", "device.backend",

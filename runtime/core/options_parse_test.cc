@@ -28,7 +28,8 @@ const std::vector<std::string> kAllKeys = {
     "train.warmup_steps", "train.weight_decay", "train.beta1",
     "train.beta2",        "train.eps",          "train.grad_clip",
     "train.seed",         "train.eval_every",   "train.eval_batches",
-    "train.log_every",    "device.backend",     "device.memory_limit",
+    "train.log_every",    "train.checkpoint_dir", "train.checkpoint_every", "train.resume",
+    "device.backend",     "device.memory_limit",
     "device.threads",     "zero.stage",         "zero.world",
     "zero.comm_timeout_s", "zero.prefetch_bytes", "zero.optimizer_tier",
     "zero.grad_tier",     "zero.param_tier",    "zero.param_update", "zero.nvme_dir",
@@ -62,6 +63,9 @@ void ExpectOptionsEqual(const Options& got, const Options& want) {
   EXPECT_EQ(got.train.eval_every, want.train.eval_every);
   EXPECT_EQ(got.train.eval_batches, want.train.eval_batches);
   EXPECT_EQ(got.train.log_every, want.train.log_every);
+  EXPECT_EQ(got.train.checkpoint_dir, want.train.checkpoint_dir);
+  EXPECT_EQ(got.train.checkpoint_every, want.train.checkpoint_every);
+  EXPECT_EQ(got.train.resume, want.train.resume);
   EXPECT_EQ(got.device.backend, want.device.backend);
   EXPECT_EQ(got.device.memory_limit, want.device.memory_limit);
   EXPECT_EQ(got.device.threads, want.device.threads);
@@ -528,7 +532,7 @@ TEST(FormatResolved, OneLinePerKeyThatParsesBackExactly) {
   }
   EXPECT_EQ(lines[0], "model.preset=tiny");
   EXPECT_EQ(lines[13], "train.lr=0.00031");
-  EXPECT_EQ(lines[26], "device.memory_limit=1000001");
+  EXPECT_EQ(lines[29], "device.memory_limit=1000001");
   StatusOr<Options> again = ParseOptions("", lines);
   ASSERT_TRUE(again.ok()) << again.status();
   ExpectOptionsEqual(*again, *parsed);
@@ -536,7 +540,7 @@ TEST(FormatResolved, OneLinePerKeyThatParsesBackExactly) {
   std::vector<std::string> defaults =
       absl::StrSplit(FormatResolved(Options{}), '\n', absl::SkipEmpty());
   ASSERT_EQ(defaults.size(), kAllKeys.size());
-  EXPECT_EQ(defaults[26], "device.memory_limit=8GiB");
+  EXPECT_EQ(defaults[29], "device.memory_limit=8GiB");
   EXPECT_EQ(defaults[6], "data.path=");
 }
 
@@ -586,6 +590,11 @@ TEST(ValidatePlacement, EachImpossibleCombinationSaysWhatWouldWork) {
       {{"nvme.read_ahead_units=0"}, "nvme.read_ahead_units: got 0, expected >= 1"},
       {{"nvme.optimizer_buffers=1"}, "nvme.optimizer_buffers: got 1, expected >= 2"},
       {{"nvme.grad_buffers=0"}, "nvme.grad_buffers: got 0, expected >= 2"},
+      {{"train.checkpoint_every=5"}, "train.checkpoint_dir is empty"},
+      {{"train.checkpoint_every=-1"}, "train.checkpoint_every: got -1, expected >= 0"},
+      {{"zero.stage=2", "zero.optimizer_tier=host", "zero.grad_tier=host",
+        "zero.param_update=delayed", "train.resume=/x/step-4"},
+       "not supported with zero.param_update=delayed"},
       {{"zero.param_update=stale"}, "zero.param_update: got 'stale', expected exact or delayed"},
       {{"zero.stage=2", "zero.param_update=delayed"},
        "zero.param_update=delayed needs zero.optimizer_tier=host, zero.grad_tier=host and "

@@ -1,0 +1,227 @@
+// See checkpoint.h.
+#include "launch/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace strata {
+namespace {
+
+constexpr const char* kFormat = "strata-checkpoint";
+constexpr int kVersion = 1;
+
+Status Errno(int error, const std::string& what) {
+  return absl::InternalError(absl::StrCat("checkpoint: ", what, ": ", std::strerror(error)));
+}
+
+nlohmann::json ModelJson(const ModelOptions& model) {
+  return {{"layers", model.layers},
+          {"heads", model.heads},
+          {"channels", model.channels},
+          {"vocab", model.vocab},
+          {"max_seq_len", model.max_seq_len}};
+}
+
+// Writes `bytes` to a new file at `path` and syncs it.
+Status WriteFile(const std::string& path, const std::vector<char>& bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return Errno(errno, "cannot create " + path);
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int error = n < 0 ? errno : EIO;
+      ::close(fd);
+      return Errno(error, "writing " + path);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    const int error = errno;
+    ::close(fd);
+    return Errno(error, "syncing " + path);
+  }
+  if (::close(fd) != 0) return Errno(errno, "closing " + path);
+  return absl::OkStatus();
+}
+
+StatusOr<std::vector<char>> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Errno(errno, "cannot open " + path);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return Errno(errno, "reading " + path);
+  return bytes;
+}
+
+std::string Hex(uint64_t value) { return absl::StrFormat("%016x", value); }
+
+}  // namespace
+
+StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,
+                                     int next_step, bool write) {
+  namespace fs = std::filesystem;
+  const fs::path dir = options.train.checkpoint_dir;
+  const fs::path final_dir = dir / absl::StrCat("step-", next_step);
+  const fs::path partial = dir / absl::StrCat("step-", next_step, ".partial");
+  std::error_code error;
+  if (write) {
+    fs::create_directories(dir, error);
+    if (error) return absl::InternalError(absl::StrCat("checkpoint: cannot create ",
+                                                       dir.string(), ": ", error.message()));
+    fs::remove_all(partial, error);
+    fs::create_directory(partial, error);
+    if (error) return absl::InternalError(absl::StrCat("checkpoint: cannot create ",
+                                                       partial.string(), ": ", error.message()));
+  }
+  nlohmann::json meta = {{"format", kFormat},
+                         {"version", kVersion},
+                         {"next_step", next_step},
+                         {"model", ModelJson(options.model)},
+                         {"units", nlohmann::json::array()}};
+  const std::vector<UnitLayout>& units = model.units();
+  for (size_t u = 0; u < units.size(); ++u) {
+    // Collective: every rank reads (gathers) the unit; rank 0 writes it.
+    ASSIGN_OR_RETURN(Engine::UnitOptimizerState state,
+                     engine.ReadOptimizerState(static_cast<int>(u)));
+    if (!write) continue;
+    const size_t n = units[u].used_elements();
+    std::vector<char> bytes(3 * n * sizeof(float));
+    size_t offset = 0;
+    for (const std::vector<float>* array : {&state.master, &state.exp_avg, &state.exp_avg_sq}) {
+      std::memcpy(bytes.data() + offset, array->data(), n * sizeof(float));
+      offset += n * sizeof(float);
+    }
+    const std::string file = absl::StrCat("unit-", u, ".bin");
+    RETURN_IF_ERROR(WriteFile((partial / file).string(), bytes));
+    meta["units"].push_back({{"name", units[u].name()},
+                             {"elements", n},
+                             {"file", file},
+                             {"xxh3", Hex(XXH3_64bits(bytes.data(), bytes.size()))}});
+  }
+  if (!write) return final_dir.string();
+  const std::string text = meta.dump(2) + "\n";
+  RETURN_IF_ERROR(WriteFile((partial / "checkpoint.json").string(),
+                            std::vector<char>(text.begin(), text.end())));
+  fs::remove_all(final_dir, error);
+  if (error) return absl::InternalError(absl::StrCat("checkpoint: cannot replace ",
+                                                     final_dir.string(), ": ", error.message()));
+  fs::rename(partial, final_dir, error);
+  if (error) return absl::InternalError(absl::StrCat("checkpoint: cannot rename ",
+                                                     partial.string(), ": ", error.message()));
+  // The rename itself is durable once the directory is synced.
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+  return final_dir.string();
+}
+
+StatusOr<int> LoadCheckpoint(Engine& engine, const Model& model, const Options& options,
+                             const std::string& path) {
+  const std::string meta_path = path + "/checkpoint.json";
+  ASSIGN_OR_RETURN(std::vector<char> text, ReadFile(meta_path));
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(text.begin(), text.end());
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: ", meta_path, " is not valid JSON: ", e.what()));
+  }
+  const std::vector<UnitLayout>& units = model.units();
+  struct UnitFile {
+    std::string path;
+    size_t elements = 0;
+    std::string hash;
+  };
+  std::vector<UnitFile> files;
+  int next_step = 0;
+  try {
+    if (meta.value("format", "") != kFormat || meta.value("version", 0) != kVersion) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint: ", meta_path, " is not a strata checkpoint of version ", kVersion));
+    }
+    const nlohmann::json expected = ModelJson(options.model);
+    for (const auto& [key, value] : expected.items()) {
+      if (meta["model"].value(key, -1) != value.get<int>()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint: ", path, " is of a model with ", key, "=", meta["model"].value(key, -1),
+            " but model.", key, "=", value.get<int>(), ": set model.", key, " to match"));
+      }
+    }
+    next_step = meta.at("next_step").get<int>();
+    const nlohmann::json& listed = meta.at("units");
+    if (listed.size() != units.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", path, " has ", listed.size(),
+                                                     " units, the model ", units.size()));
+    }
+    for (size_t u = 0; u < units.size(); ++u) {
+      const nlohmann::json& entry = listed[u];
+      UnitFile file{path + "/" + entry.at("file").get<std::string>(),
+                    entry.at("elements").get<size_t>(), entry.at("xxh3").get<std::string>()};
+      if (entry.at("name").get<std::string>() != units[u].name() ||
+          file.elements != units[u].used_elements()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint: ", path, ": unit ", u, " is ", entry.at("name").get<std::string>(),
+            " of ", file.elements, " elements, the model's ", units[u].name(), " of ",
+            units[u].used_elements()));
+      }
+      files.push_back(file);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: ", meta_path, " lacks a field or has one of the wrong type: ",
+                     e.what()));
+  }
+  if (next_step < 0 || next_step >= options.train.steps) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint: ", path, " resumes at step ", next_step, " but train.steps is ",
+        options.train.steps, ": raise train.steps"));
+  }
+  // Every file checked before any state changes.
+  std::vector<std::vector<char>> contents;
+  for (const UnitFile& file : files) {
+    ASSIGN_OR_RETURN(std::vector<char> bytes, ReadFile(file.path));
+    if (bytes.size() != 3 * file.elements * sizeof(float)) {
+      return absl::DataLossError(absl::StrCat("checkpoint: ", file.path, " has ", bytes.size(),
+                                              " bytes, expected ",
+                                              3 * file.elements * sizeof(float)));
+    }
+    const std::string hash = Hex(XXH3_64bits(bytes.data(), bytes.size()));
+    if (hash != file.hash) {
+      return absl::DataLossError(absl::StrCat("checkpoint: ", file.path,
+                                              ": checksum mismatch (XXH3 ", hash, ", ",
+                                              "checkpoint.json says ", file.hash, ")"));
+    }
+    contents.push_back(std::move(bytes));
+  }
+  for (size_t u = 0; u < units.size(); ++u) {
+    const size_t n = files[u].elements;
+    Engine::UnitOptimizerState state;
+    size_t offset = 0;
+    for (std::vector<float>* array : {&state.master, &state.exp_avg, &state.exp_avg_sq}) {
+      array->assign(engine.PaddedElements(static_cast<int>(u)), 0.0f);
+      std::memcpy(array->data(), contents[u].data() + offset, n * sizeof(float));
+      offset += n * sizeof(float);
+    }
+    RETURN_IF_ERROR(engine.WriteOptimizerState(static_cast<int>(u), state));
+  }
+  return next_step;
+}
+
+}  // namespace strata

@@ -1,0 +1,40 @@
+// Training checkpoints: what a run needs to go on from a step, in a form that does not
+// depend on the ZeRO stage, the placement or the world size (a checkpoint written by any
+// configuration resumes in any other).
+//
+// Layout: <train.checkpoint_dir>/step-<k>/ holds checkpoint.json and unit-<u>.bin per
+// model unit: the unit's fp32 master weights, exp_avg and exp_avg_sq over its used
+// elements (UnitLayout::used_elements, no world padding), one array after the other,
+// little-endian. checkpoint.json: {"format": "strata-checkpoint", "version": 1,
+// "next_step": k, "model": {layers, heads, channels, vocab, max_seq_len}, "units":
+// [{"name", "elements", "file", "xxh3"}]}. The params are not stored: they are the master
+// cast to train.dtype. The data order and learning rate follow from the step.
+//
+// Rank 0 writes into step-<k>.partial and renames it to step-<k> once every file is
+// synced, so a crash never leaves a half-written step-<k> (an older one is replaced).
+// Loading checks the model shape against options.model, every unit's name and size, and
+// every file's size and XXH3: a mismatch is an error naming the key or the file, before
+// any state is changed.
+// Both calls are collective: every rank of the engine calls them together.
+#pragma once
+
+#include <string>
+
+#include "runtime/core/options.h"
+#include "runtime/core/status.h"
+#include "runtime/engine.h"
+#include "runtime/model.h"
+
+namespace strata {
+
+// Writes the state before step `next_step` to <options.train.checkpoint_dir>/step-<k>
+// (rank 0 writes when `write`); returns that path.
+StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,
+                                     int next_step, bool write);
+
+// Loads the checkpoint at `path` (a step-<k> directory) into the engine; returns k, the
+// next step to run.
+StatusOr<int> LoadCheckpoint(Engine& engine, const Model& model, const Options& options,
+                             const std::string& path);
+
+}  // namespace strata

@@ -1,0 +1,134 @@
+// Checkpoints (launch/checkpoint.h) against uninterrupted runs: a checkpoint written by any
+// configuration resumes in any other. At one world size every placement and stage gives
+// bit-identical losses, so a resumed run must match the uninterrupted one exactly; across
+// world sizes the gradient sums are added in another order, so within 1e-5 (relative).
+// A damaged or mismatched checkpoint is an error naming the file or key, before any state
+// changes.
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_join.h"
+#include "tests/placement_runs.h"
+
+namespace strata {
+namespace {
+
+constexpr int kSteps = 6;
+
+std::string TempDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/" + name;
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// The same global batch (4 rows) at every world size: the same data, step by step.
+Options Make(int world, int stage, std::vector<std::string> extra) {
+  extra.insert(extra.begin(), {"zero.nvme_dir=" + TempDir("swap"),
+                               "train.micro_batch=" + std::to_string(4 / world)});
+  return PlacementRunOptions(world, stage, extra, kSteps);
+}
+
+// The losses of steps [from, kSteps) of `full`.
+std::vector<double> Tail(const std::vector<double>& full, int from) {
+  return std::vector<double>(full.begin() + from, full.end());
+}
+
+TEST(Checkpoint, ResumesInAnyConfigurationWithTheSameLosses) {
+  const std::string dir = TempDir("checkpoints");
+  // Written by stage 0 on the device at world 1, after steps 3 and 6.
+  const PlacementRun written =
+      TrainAllRanks(Make(1, 0, {"train.checkpoint_dir=" + dir, "train.checkpoint_every=3"}));
+  ASSERT_TRUE(written.status.ok()) << written.status;
+  ASSERT_EQ(written.losses.size(), static_cast<size_t>(kSteps));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/step-3/checkpoint.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/step-6/checkpoint.json"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/step-3.partial"));
+  const std::string resume = "train.resume=" + dir + "/step-3";
+  struct Config {
+    int stage;
+    std::vector<std::string> sets;
+  };
+  const std::vector<Config> same_world = {
+      {0, {}},
+      {1, {"zero.optimizer_tier=host", "zero.grad_tier=host"}},
+      {3, {"zero.optimizer_tier=nvme", "zero.param_tier=nvme", "zero.grad_tier=nvme",
+           "nvme.chunk_bytes=16KiB"}},
+  };
+  for (Config config : same_world) {
+    config.sets.push_back(resume);
+    const std::string what = absl::StrCat("stage ", config.stage, " ",
+                                          absl::StrJoin(config.sets, " "));
+    const PlacementRun resumed = TrainAllRanks(Make(1, config.stage, config.sets));
+    ASSERT_TRUE(resumed.status.ok()) << what << ": " << resumed.status;
+    EXPECT_EQ(resumed.losses, Tail(written.losses, 3)) << what;
+  }
+  // World 2 (2 rows per rank) from the world-1 checkpoint: the world-1 run's losses within
+  // rounding.
+  const PlacementRun resumed2 = TrainAllRanks(Make(2, 2, {resume}));
+  ASSERT_TRUE(resumed2.status.ok()) << resumed2.status;
+  ASSERT_EQ(resumed2.losses.size(), static_cast<size_t>(kSteps - 3));
+  for (int i = 0; i < kSteps - 3; ++i) {
+    EXPECT_NEAR(resumed2.losses[i], written.losses[3 + i], 1e-5 * std::abs(written.losses[3 + i]))
+        << "world 2 from world 1, step " << 3 + i;
+  }
+  // And back: written at world 2 (stage 3), resumed at world 1.
+  const std::string dir2 = TempDir("checkpoints-world2");
+  const PlacementRun written2 =
+      TrainAllRanks(Make(2, 3, {"train.checkpoint_dir=" + dir2, "train.checkpoint_every=3"}));
+  ASSERT_TRUE(written2.status.ok()) << written2.status;
+  const PlacementRun resumed1 = TrainAllRanks(Make(1, 0, {"train.resume=" + dir2 + "/step-3"}));
+  ASSERT_TRUE(resumed1.status.ok()) << resumed1.status;
+  for (int i = 0; i < kSteps - 3; ++i) {
+    EXPECT_NEAR(resumed1.losses[i], written2.losses[3 + i],
+                1e-5 * std::abs(written2.losses[3 + i]))
+        << "world 1 from world 2, step " << 3 + i;
+  }
+}
+
+TEST(Checkpoint, DamagedOrMismatchedCheckpointsAreClearErrors) {
+  const std::string dir = TempDir("damaged");
+  const PlacementRun written =
+      TrainAllRanks(Make(1, 2, {"train.checkpoint_dir=" + dir, "train.checkpoint_every=2"}));
+  ASSERT_TRUE(written.status.ok()) << written.status;
+  const std::string step = dir + "/step-2";
+  auto resume_error = [&](std::vector<std::string> sets) {
+    sets.push_back("train.resume=" + step);
+    const PlacementRun run = TrainAllRanks(Make(1, 2, sets));
+    EXPECT_FALSE(run.status.ok()) << absl::StrJoin(sets, " ");
+    EXPECT_TRUE(run.losses.empty()) << "trained from a bad checkpoint";
+    return std::string(run.status.message());
+  };
+  // The model's shape differs: named.
+  EXPECT_THAT(resume_error({"model.channels=64"}), ::testing::HasSubstr("model.channels"));
+  // Resuming past train.steps.
+  EXPECT_THAT(resume_error({"train.steps=2"}), ::testing::HasSubstr("raise train.steps"));
+  // A flipped byte in a unit's file: the checksum names the file.
+  const std::string unit = step + "/unit-1.bin";
+  {
+    std::fstream file(unit, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(100);
+    file.put('\x5a');
+  }
+  std::string message = resume_error({});
+  EXPECT_THAT(message, ::testing::HasSubstr("checksum mismatch"));
+  EXPECT_THAT(message, ::testing::HasSubstr(unit));
+  // A truncated file.
+  std::filesystem::resize_file(unit, 12);
+  EXPECT_THAT(resume_error({}), ::testing::HasSubstr("has 12 bytes"));
+  // No checkpoint there at all.
+  std::filesystem::remove_all(step);
+  EXPECT_THAT(resume_error({}), ::testing::HasSubstr(step + "/checkpoint.json"));
+}
+
+}  // namespace
+}  // namespace strata
