@@ -73,6 +73,22 @@ cmp -s <(losses "$tmp/s2-2.jsonl") <(losses "$tmp/dpu-mpi.jsonl") \
   && fail "the delayed update trained exactly like the exact one"
 echo "np 2: the delayed update matches its threads run"
 
+# Checkpoints across processes: written at stage 1 after step 10 (rank 0 writes what
+# every rank gathers), resumed at stage 3 with everything on NVMe: steps 11-20 give the
+# uninterrupted np 2 losses exactly.
+timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
+  "$strata" train "${common[@]}" --set train.micro_batch=2 --set zero.stage=1 \
+  --set train.checkpoint_dir="$tmp/mck" --set train.checkpoint_every=10 \
+  > "$tmp/mck.log" 2>&1 || { tail -20 "$tmp/mck.log"; fail "mpirun -np 2 checkpointing"; }
+timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
+  "$strata" train "${common[@]}" --set train.micro_batch=2 --set zero.stage=3 \
+  --set zero.optimizer_tier=nvme --set zero.param_tier=nvme --set zero.nvme_dir="$tmp/swap" \
+  --set train.resume="$tmp/mck/step-10" --metrics "$tmp/mres.jsonl" > "$tmp/mres.log" 2>&1 \
+  || { tail -20 "$tmp/mres.log"; fail "mpirun -np 2 resume"; }
+cmp -s <(losses "$tmp/s0-2.jsonl" | tail -10) <(losses "$tmp/mres.jsonl") \
+  || fail "np 2: the resumed run's losses differ from the uninterrupted run's"
+echo "np 2: a checkpoint resumes across stages and placements"
+
 # zero.world that disagrees with mpirun is rejected before any work.
 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$strata" train "${common[@]}" \
   --set zero.world=3 > "$tmp/bad.log" 2>&1 && fail "zero.world=3 under -np 2 should fail"
