@@ -5,10 +5,11 @@
 
 namespace strata {
 
-StatusOr<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(const std::string& path) {
+StatusOr<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(const std::string& path,
+                                                             bool append) {
   std::FILE* file = nullptr;
   if (!path.empty()) {
-    file = std::fopen(path.c_str(), "w");
+    file = std::fopen(path.c_str(), append ? "a" : "w");
     if (file == nullptr) return ErrnoError(errno, "cannot open metrics file '" + path + "'");
   }
   return std::unique_ptr<MetricsWriter>(new MetricsWriter(path, file));

@@ -16,8 +16,10 @@ namespace strata {
 
 class MetricsWriter {
  public:
-  // Opens (truncates) `path`; an empty path gives a writer that writes nothing.
-  static StatusOr<std::unique_ptr<MetricsWriter>> Open(const std::string& path);
+  // Opens `path`, truncated or (`append`: a resumed run goes on from its checkpoint's
+  // step) appended to; an empty path gives a writer that writes nothing.
+  static StatusOr<std::unique_ptr<MetricsWriter>> Open(const std::string& path,
+                                                       bool append = false);
   ~MetricsWriter();
   Status Write(const nlohmann::json& record);
 

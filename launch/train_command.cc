@@ -57,7 +57,8 @@ Status RunTrain(const CommandArgs& args) {
     }
     std::unique_ptr<MetricsWriter> metrics;
     if (lead) {
-      ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(args.metrics_path));
+      ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(args.metrics_path,
+                                                         !options.train.resume.empty()));
     }
     ASSIGN_OR_RETURN(auto session, TrainingSession::Create(options, &communicator));
     if (lead) {

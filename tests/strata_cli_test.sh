@@ -82,12 +82,13 @@ grep -q "step " "$tmp/nodir.txt" && fail "training started without a swap dir"
 # placement says so, runs steps 3-4 only, and logs the same losses for them.
 ck=(--set model.preset=tiny --set train.steps=4 --set train.seq_len=16 --set train.eval_every=0)
 "$strata" train "${ck[@]}" --set train.checkpoint_dir="$tmp/ck" --set train.checkpoint_every=2 \
-  > "$tmp/ck.txt" 2>&1 || { cat "$tmp/ck.txt"; fail "checkpointing run failed"; }
+  --metrics "$tmp/ck.jsonl" > "$tmp/ck.txt" 2>&1 || { cat "$tmp/ck.txt"; fail "checkpointing run failed"; }
 grep -q "checkpoint: $tmp/ck/step-2" "$tmp/ck.txt" || { cat "$tmp/ck.txt"; fail "no step-2 checkpoint logged"; }
 [ -f "$tmp/ck/step-4/checkpoint.json" ] || fail "no step-4 checkpoint"
 "$strata" train "${ck[@]}" --set train.resume="$tmp/ck/step-2" --set zero.stage=2 \
-  --set zero.optimizer_tier=host --set zero.grad_tier=host > "$tmp/resumed.txt" 2>&1 \
-  || { cat "$tmp/resumed.txt"; fail "resumed run failed"; }
+  --set zero.optimizer_tier=host --set zero.grad_tier=host --metrics "$tmp/ck.jsonl" \
+  > "$tmp/resumed.txt" 2>&1 || { cat "$tmp/resumed.txt"; fail "resumed run failed"; }
+[ "$(wc -l < "$tmp/ck.jsonl")" -eq 6 ] || { cat "$tmp/ck.jsonl"; fail "the resumed run did not append its 2 records to the 4"; }
 grep -q "resumed from $tmp/ck/step-2: steps 3 to 4" "$tmp/resumed.txt" || { cat "$tmp/resumed.txt"; fail "resume not said"; }
 grep -q "step     1/4" "$tmp/resumed.txt" && fail "the resumed run ran step 1"
 losses_of() { grep -o "step     [34]/4 | loss [0-9.]*" "$1"; }
