@@ -6,8 +6,11 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <exception>
+#include <utility>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -70,6 +73,41 @@ StatusOr<std::vector<char>> ReadFile(const std::string& path) {
 
 std::string Hex(uint64_t value) { return absl::StrFormat("%016x", value); }
 
+// The complete step-<k> directories under `dir` (with a checkpoint.json; no .partial),
+// oldest first.
+std::vector<std::pair<int, std::filesystem::path>> ListCheckpoints(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<int, fs::path>> found;
+  std::error_code error;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    int step = 0;
+    size_t used = 0;
+    if (name.rfind("step-", 0) != 0) continue;
+    try {
+      step = std::stoi(name.substr(5), &used);
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (used != name.size() - 5 || !fs::exists(entry.path() / "checkpoint.json")) continue;
+    found.emplace_back(step, entry.path());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+// `path` itself when it holds a checkpoint.json, else its newest complete step-<k>.
+StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
+  if (std::filesystem::exists(path + "/checkpoint.json")) return path;
+  const auto found = ListCheckpoints(path);
+  if (found.empty()) {
+    return absl::NotFoundError(absl::StrCat("checkpoint: no checkpoint at ", path, " (neither ",
+                                            path, "/checkpoint.json nor a step-<k> directory "
+                                            "holding one)"));
+  }
+  return found.back().second.string();
+}
+
 }  // namespace
 
 StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,
@@ -129,11 +167,23 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
     ::fsync(fd);
     ::close(fd);
   }
+  const int keep = options.train.checkpoint_keep;
+  if (keep > 0) {
+    const auto found = ListCheckpoints(dir.string());
+    for (size_t i = 0; i + keep < found.size(); ++i) {
+      if (found[i].second == final_dir) continue;
+      fs::remove_all(found[i].second, error);
+      if (error) return absl::InternalError(absl::StrCat("checkpoint: cannot remove ",
+                                                         found[i].second.string(), ": ",
+                                                         error.message()));
+    }
+  }
   return final_dir.string();
 }
 
-StatusOr<int> LoadCheckpoint(Engine& engine, const Model& model, const Options& options,
-                             const std::string& path) {
+StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
+                                          const Options& options, const std::string& where) {
+  ASSIGN_OR_RETURN(const std::string path, ResolveCheckpoint(where));
   const std::string meta_path = path + "/checkpoint.json";
   ASSIGN_OR_RETURN(std::vector<char> text, ReadFile(meta_path));
   nlohmann::json meta;
@@ -221,7 +271,7 @@ StatusOr<int> LoadCheckpoint(Engine& engine, const Model& model, const Options& 
     }
     RETURN_IF_ERROR(engine.WriteOptimizerState(static_cast<int>(u), state));
   }
-  return next_step;
+  return LoadedCheckpoint{next_step, path};
 }
 
 }  // namespace strata

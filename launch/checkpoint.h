@@ -11,7 +11,8 @@
 // cast to train.dtype. The data order and learning rate follow from the step.
 //
 // Rank 0 writes into step-<k>.partial and renames it to step-<k> once every file is
-// synced, so a crash never leaves a half-written step-<k> (an older one is replaced).
+// synced, so a crash never leaves a half-written step-<k> (an older one is replaced);
+// with train.checkpoint_keep=N it then removes all but the newest N step-<k>.
 // Loading checks the model shape against options.model, every unit's name and size, and
 // every file's size and XXH3: a mismatch is an error naming the key or the file, before
 // any state is changed.
@@ -32,9 +33,13 @@ namespace strata {
 StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,
                                      int next_step, bool write);
 
-// Loads the checkpoint at `path` (a step-<k> directory) into the engine; returns k, the
-// next step to run.
-StatusOr<int> LoadCheckpoint(Engine& engine, const Model& model, const Options& options,
-                             const std::string& path);
+// Loads the checkpoint at `path` (a step-<k> directory, or a checkpoint directory: its
+// newest complete step-<k>) into the engine.
+struct LoadedCheckpoint {
+  int next_step = 0;  // k: the next step to run
+  std::string path;   // the step-<k> directory loaded
+};
+StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
+                                          const Options& options, const std::string& path);
 
 }  // namespace strata

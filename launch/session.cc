@@ -84,10 +84,11 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
                                   session->model_.get(),
                                   &session->engine_communicator()));
   if (!options.train.resume.empty()) {
-    StatusOr<int> next = LoadCheckpoint(*session->engine_, *session->model_, options,
-                                        options.train.resume);
-    if (!next.ok()) return session->AbortOnError(next.status());
-    session->first_step_ = *next;
+    StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(*session->engine_, *session->model_,
+                                                       options, options.train.resume);
+    if (!loaded.ok()) return session->AbortOnError(loaded.status());
+    session->first_step_ = loaded->next_step;
+    session->resumed_from_ = loaded->path;
   }
   return session;
 }

@@ -17,6 +17,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "collectives/communicator.h"
 #include "data/batch_sampler.h"
@@ -53,6 +54,8 @@ class TrainingSession {
   // The first step to run: 0, or the step a train.resume checkpoint goes on from (loaded
   // by Create).
   int first_step() const { return first_step_; }
+  // The checkpoint loaded (a step-<k> directory), or "".
+  const std::string& resumed_from() const { return resumed_from_; }
   // Runs optimizer step `step` (0-based); evaluates when train.eval_every says so, writes
   // a checkpoint when train.checkpoint_every says so (collective).
   StatusOr<StepReport> Step(int step);
@@ -97,6 +100,7 @@ class TrainingSession {
   std::unique_ptr<Engine> engine_;
   std::vector<Batch> batches_;  // grad_accum micro-batches of the current step
   int first_step_ = 0;
+  std::string resumed_from_;
 };
 
 }  // namespace strata

@@ -85,8 +85,8 @@ Status RunTrain(const CommandArgs& args) {
             "gradients are computed on params one update old (not the exact trajectory)");
       }
     }
-    if (lead && session->first_step() > 0) {
-      spdlog::info("resumed from {}: steps {} to {}", options.train.resume,
+    if (lead && !session->resumed_from().empty()) {
+      spdlog::info("resumed from {}: steps {} to {}", session->resumed_from(),
                    session->first_step() + 1, options.train.steps);
     }
     for (int step = session->first_step(); step < options.train.steps; ++step) {

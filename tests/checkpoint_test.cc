@@ -95,6 +95,31 @@ TEST(Checkpoint, ResumesInAnyConfigurationWithTheSameLosses) {
   }
 }
 
+// train.checkpoint_keep leaves the newest N; train.resume naming the directory takes its
+// newest complete checkpoint (a half-written step-<k>.partial is ignored).
+TEST(Checkpoint, KeepsTheNewestAndResumesFromTheNewest) {
+  namespace fs = std::filesystem;
+  const std::string dir = TempDir("rotated");
+  const PlacementRun written = TrainAllRanks(Make(
+      1, 1, {"train.checkpoint_dir=" + dir, "train.checkpoint_every=2", "train.checkpoint_keep=2"}));
+  ASSERT_TRUE(written.status.ok()) << written.status;
+  EXPECT_FALSE(fs::exists(dir + "/step-2"));
+  EXPECT_TRUE(fs::exists(dir + "/step-4/checkpoint.json"));
+  EXPECT_TRUE(fs::exists(dir + "/step-6/checkpoint.json"));
+  // A crash while writing step 8 left its partial directory: not a checkpoint.
+  fs::create_directories(dir + "/step-8.partial");
+  std::ofstream(dir + "/step-8.partial/unit-0.bin") << "half";
+  fs::remove_all(dir + "/step-6");  // and suppose step 6 had never been written
+  Options resumed_options = Make(1, 1, {"train.resume=" + dir});
+  const PlacementRun resumed = TrainAllRanks(resumed_options);
+  ASSERT_TRUE(resumed.status.ok()) << resumed.status;
+  EXPECT_EQ(resumed.losses, Tail(written.losses, 4));
+  // An empty directory is an error saying what it looked for.
+  const PlacementRun none = TrainAllRanks(Make(1, 1, {"train.resume=" + TempDir("empty")}));
+  ASSERT_FALSE(none.status.ok());
+  EXPECT_THAT(std::string(none.status.message()), ::testing::HasSubstr("no checkpoint at"));
+}
+
 TEST(Checkpoint, DamagedOrMismatchedCheckpointsAreClearErrors) {
   const std::string dir = TempDir("damaged");
   const PlacementRun written =

@@ -49,10 +49,12 @@ struct TrainOptions {
   int eval_batches = 4;       // train.eval_batches: micro-batches per validation.
   int log_every = 1;          // train.log_every: progress line every N steps.
   // train.checkpoint_dir, train.checkpoint_every: every N steps (0 = never) the optimizer
-  // state goes to <dir>/step-<k> (launch/checkpoint.h). train.resume: a step-<k>
-  // directory to go on from (its step k first); "" = start fresh.
+  // state goes to <dir>/step-<k> (launch/checkpoint.h); train.checkpoint_keep: only the
+  // newest N stay (0 = all). train.resume: a step-<k> directory to go on from (its step k
+  // first), or a checkpoint_dir (its newest step-<k>); "" = start fresh.
   std::string checkpoint_dir;
   int checkpoint_every = 0;
+  int checkpoint_keep = 0;
   std::string resume;
 };
 

@@ -98,9 +98,11 @@ const std::vector<KeySpec>& Keys() {
       {"train.checkpoint_every", +[](Options& o) { return &o.train.checkpoint_every; },
        "write a checkpoint after every N steps (and after the last); 0 = never; >= 0.",
        false},
+      {"train.checkpoint_keep", +[](Options& o) { return &o.train.checkpoint_keep; },
+       "keep only the newest N checkpoints in train.checkpoint_dir; 0 = all; >= 0.", false},
       {"train.resume", +[](Options& o) { return &o.train.resume; },
-       "a checkpoint directory (<dir>/step-<k>) to resume from, at step k; \"\" = start "
-       "fresh.", false},
+       "a checkpoint (<dir>/step-<k>) to resume from, at step k, or a checkpoint_dir (its "
+       "newest); \"\" = start fresh.", false},
       {"device.backend", +[](Options& o) { return &o.device.backend; },
        "compute backend: cpu | cuda (one GPU per local rank; needs a CUDA build).", false},
       {"device.memory_limit", +[](Options& o) { return &o.device.memory_limit; },
@@ -608,6 +610,7 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
   at_least("train.eval_batches", train.eval_batches, 1);
   at_least("train.log_every", train.log_every, 1);
   at_least("train.checkpoint_every", train.checkpoint_every, 0);
+  at_least("train.checkpoint_keep", train.checkpoint_keep, 0);
   if (train.checkpoint_every > 0 && train.checkpoint_dir.empty()) {
     problems->push_back("train.checkpoint_every is set but train.checkpoint_dir is empty: set "
                         "train.checkpoint_dir to a directory");

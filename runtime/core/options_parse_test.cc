@@ -28,7 +28,8 @@ const std::vector<std::string> kAllKeys = {
     "train.warmup_steps", "train.weight_decay", "train.beta1",
     "train.beta2",        "train.eps",          "train.grad_clip",
     "train.seed",         "train.eval_every",   "train.eval_batches",
-    "train.log_every",    "train.checkpoint_dir", "train.checkpoint_every", "train.resume",
+    "train.log_every",    "train.checkpoint_dir", "train.checkpoint_every",
+    "train.checkpoint_keep", "train.resume",
     "device.backend",     "device.memory_limit",
     "device.threads",     "zero.stage",         "zero.world",
     "zero.comm_timeout_s", "zero.prefetch_bytes", "zero.optimizer_tier",
@@ -65,6 +66,7 @@ void ExpectOptionsEqual(const Options& got, const Options& want) {
   EXPECT_EQ(got.train.log_every, want.train.log_every);
   EXPECT_EQ(got.train.checkpoint_dir, want.train.checkpoint_dir);
   EXPECT_EQ(got.train.checkpoint_every, want.train.checkpoint_every);
+  EXPECT_EQ(got.train.checkpoint_keep, want.train.checkpoint_keep);
   EXPECT_EQ(got.train.resume, want.train.resume);
   EXPECT_EQ(got.device.backend, want.device.backend);
   EXPECT_EQ(got.device.memory_limit, want.device.memory_limit);
@@ -532,7 +534,7 @@ TEST(FormatResolved, OneLinePerKeyThatParsesBackExactly) {
   }
   EXPECT_EQ(lines[0], "model.preset=tiny");
   EXPECT_EQ(lines[13], "train.lr=0.00031");
-  EXPECT_EQ(lines[29], "device.memory_limit=1000001");
+  EXPECT_EQ(lines[30], "device.memory_limit=1000001");
   StatusOr<Options> again = ParseOptions("", lines);
   ASSERT_TRUE(again.ok()) << again.status();
   ExpectOptionsEqual(*again, *parsed);
@@ -540,7 +542,7 @@ TEST(FormatResolved, OneLinePerKeyThatParsesBackExactly) {
   std::vector<std::string> defaults =
       absl::StrSplit(FormatResolved(Options{}), '\n', absl::SkipEmpty());
   ASSERT_EQ(defaults.size(), kAllKeys.size());
-  EXPECT_EQ(defaults[29], "device.memory_limit=8GiB");
+  EXPECT_EQ(defaults[30], "device.memory_limit=8GiB");
   EXPECT_EQ(defaults[6], "data.path=");
 }
 
@@ -592,6 +594,7 @@ TEST(ValidatePlacement, EachImpossibleCombinationSaysWhatWouldWork) {
       {{"nvme.grad_buffers=0"}, "nvme.grad_buffers: got 0, expected >= 2"},
       {{"train.checkpoint_every=5"}, "train.checkpoint_dir is empty"},
       {{"train.checkpoint_every=-1"}, "train.checkpoint_every: got -1, expected >= 0"},
+      {{"train.checkpoint_keep=-2"}, "train.checkpoint_keep: got -2, expected >= 0"},
       {{"zero.stage=2", "zero.optimizer_tier=host", "zero.grad_tier=host",
         "zero.param_update=delayed", "train.resume=/x/step-4"},
        "not supported with zero.param_update=delayed"},
