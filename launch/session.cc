@@ -76,7 +76,8 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
                      CreateDeviceCommunicator(options, *session->backend_.device, *communicator));
   }
   GptConfig config{options.model.layers, options.model.heads, options.model.channels,
-                   options.model.vocab, options.model.max_seq_len};
+                   options.model.vocab, options.model.max_seq_len,
+                   options.train.recompute == "blocks"};
   ASSIGN_OR_RETURN(session->model_, CreateGpt(config, options.train.dtype));
   ASSIGN_OR_RETURN(session->engine_,
                    Engine::Create(options, session->backend_.device.get(),

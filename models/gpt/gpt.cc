@@ -106,8 +106,13 @@ class Gpt : public Model {
     blocks_.clear();
     blocks_.resize(config_.layers);
     ASSIGN_OR_RETURN(encoded_, act(N * C, dtype_, "encoded"));
+    // Recompute: each block keeps its output only; one scratch set holds the inside of the
+    // block being run.
     for (int l = 0; l < config_.layers; ++l) {
-      BlockActivations& a = blocks_[l];
+      ASSIGN_OR_RETURN(blocks_[l].residual3, act(N * C, dtype_, "residual3"));
+    }
+    for (int l = 0; l < (config_.recompute ? 1 : config_.layers); ++l) {
+      BlockActivations& a = config_.recompute ? scratch_ : blocks_[l];
       ASSIGN_OR_RETURN(a.ln1, act(N * C, dtype_, "ln1"));
       ASSIGN_OR_RETURN(a.ln1_mean, act(N, DType::kF32, "ln1 mean"));
       ASSIGN_OR_RETURN(a.ln1_rstd, act(N, DType::kF32, "ln1 rstd"));
@@ -120,7 +125,6 @@ class Gpt : public Model {
       ASSIGN_OR_RETURN(a.ln2_rstd, act(N, DType::kF32, "ln2 rstd"));
       ASSIGN_OR_RETURN(a.fch, act(N * 4 * C, dtype_, "fc"));
       ASSIGN_OR_RETURN(a.fch_gelu, act(N * 4 * C, dtype_, "gelu"));
-      ASSIGN_OR_RETURN(a.residual3, act(N * C, dtype_, "residual3"));
     }
     ASSIGN_OR_RETURN(lnf_, act(N * C, dtype_, "lnf"));
     ASSIGN_OR_RETURN(lnf_mean_, act(N, DType::kF32, "lnf mean"));
@@ -147,37 +151,7 @@ class Gpt : public Model {
       return ops.EncoderForward(s, encoded_.data(), ctx.inputs, At(p, 0, kWte), At(p, 0, kWpe),
                                 B, T, C);
     }
-    if (stage <= L) {
-      const int l = stage - 1;
-      const void* p = ctx.params[stage];
-      BlockActivations& a = blocks_[l];
-      const void* residual = ResidualInput(l);
-      RETURN_IF_ERROR(ops.LayerNormForward(s, a.ln1.data(), a.ln1_mean.as<float>(),
-                                           a.ln1_rstd.as<float>(), residual,
-                                           At(p, stage, kLn1W), At(p, stage, kLn1B), N, C));
-      RETURN_IF_ERROR(ops.MatmulForward(s, a.qkv.data(), a.ln1.data(), At(p, stage, kQkvW),
-                                        At(p, stage, kQkvB), N, C, 3 * C));
-      RETURN_IF_ERROR(ops.AttentionForward(s, a.atty.data(), a.att_stats.as<float>(),
-                                           a.qkv.data(), B, T, C, NH));
-      // residual2 temporarily holds the attention projection, then the residual sum.
-      RETURN_IF_ERROR(ops.MatmulForward(s, a.residual2.data(), a.atty.data(),
-                                        At(p, stage, kAttProjW), At(p, stage, kAttProjB), N, C,
-                                        C));
-      RETURN_IF_ERROR(ops.Add(s, a.residual2.data(), a.residual2.data(), residual,
-                              static_cast<size_t>(N) * C));
-      RETURN_IF_ERROR(ops.LayerNormForward(s, a.ln2.data(), a.ln2_mean.as<float>(),
-                                           a.ln2_rstd.as<float>(), a.residual2.data(),
-                                           At(p, stage, kLn2W), At(p, stage, kLn2B), N, C));
-      RETURN_IF_ERROR(ops.MatmulForward(s, a.fch.data(), a.ln2.data(), At(p, stage, kFcW),
-                                        At(p, stage, kFcB), N, C, 4 * C));
-      RETURN_IF_ERROR(ops.GeluForward(s, a.fch_gelu.data(), a.fch.data(),
-                                      static_cast<size_t>(N) * 4 * C));
-      RETURN_IF_ERROR(ops.MatmulForward(s, a.residual3.data(), a.fch_gelu.data(),
-                                        At(p, stage, kFcProjW), At(p, stage, kFcProjB), N,
-                                        4 * C, C));
-      return ops.Add(s, a.residual3.data(), a.residual3.data(), a.residual2.data(),
-                     static_cast<size_t>(N) * C);
-    }
+    if (stage <= L) return BlockForward(stage, ctx);
     if (stage == L + 1) {
       const void* p = ctx.params[stage];
       return ops.LayerNormForward(s, lnf_.data(), lnf_mean_.as<float>(), lnf_rstd_.as<float>(),
@@ -218,7 +192,10 @@ class Gpt : public Model {
       const int l = stage - 1;
       const void* p = ctx.params[stage];
       void* g = ctx.grads[stage];
-      BlockActivations& a = blocks_[l];
+      // Recompute: the block's inside again from its input (kept), with the same params
+      // and kernels, so the same values as the first forward's.
+      if (config_.recompute) RETURN_IF_ERROR(BlockForward(stage, ctx));
+      BlockActivations& a = Acts(l);
       const size_t n4 = static_cast<size_t>(N) * 4 * C;
       // residual3 = residual2 + proj(gelu(fc(ln2(residual2)))): dres flows to both.
       RETURN_IF_ERROR(device.MemsetAsync(dfch_gelu_.data(), 0, n4 * DTypeBytes(dtype_), s));
@@ -308,6 +285,47 @@ class Gpt : public Model {
     return reinterpret_cast<Byte*>(base) + units_[unit].tensor(tensor).offset * DTypeBytes(dtype_);
   }
 
+  // Block stage-1's forward: its activations into Acts(l), its output into
+  // blocks_[l].residual3.
+  Status BlockForward(int stage, const StepContext& ctx) {
+    Ops& ops = *ctx.ops;
+    Stream& s = *ctx.stream;
+    const int B = ctx.batch, T = ctx.seq_len, C = config_.channels, NH = config_.heads;
+    const int N = B * T;
+    const int l = stage - 1;
+    const void* p = ctx.params[stage];
+    BlockActivations& a = Acts(l);
+    const void* residual = ResidualInput(l);
+    RETURN_IF_ERROR(ops.LayerNormForward(s, a.ln1.data(), a.ln1_mean.as<float>(),
+                                         a.ln1_rstd.as<float>(), residual,
+                                         At(p, stage, kLn1W), At(p, stage, kLn1B), N, C));
+    RETURN_IF_ERROR(ops.MatmulForward(s, a.qkv.data(), a.ln1.data(), At(p, stage, kQkvW),
+                                      At(p, stage, kQkvB), N, C, 3 * C));
+    RETURN_IF_ERROR(ops.AttentionForward(s, a.atty.data(), a.att_stats.as<float>(),
+                                         a.qkv.data(), B, T, C, NH));
+    // residual2 temporarily holds the attention projection, then the residual sum.
+    RETURN_IF_ERROR(ops.MatmulForward(s, a.residual2.data(), a.atty.data(),
+                                      At(p, stage, kAttProjW), At(p, stage, kAttProjB), N, C,
+                                      C));
+    RETURN_IF_ERROR(ops.Add(s, a.residual2.data(), a.residual2.data(), residual,
+                            static_cast<size_t>(N) * C));
+    RETURN_IF_ERROR(ops.LayerNormForward(s, a.ln2.data(), a.ln2_mean.as<float>(),
+                                         a.ln2_rstd.as<float>(), a.residual2.data(),
+                                         At(p, stage, kLn2W), At(p, stage, kLn2B), N, C));
+    RETURN_IF_ERROR(ops.MatmulForward(s, a.fch.data(), a.ln2.data(), At(p, stage, kFcW),
+                                      At(p, stage, kFcB), N, C, 4 * C));
+    RETURN_IF_ERROR(ops.GeluForward(s, a.fch_gelu.data(), a.fch.data(),
+                                    static_cast<size_t>(N) * 4 * C));
+    void* out = blocks_[l].residual3.data();
+    RETURN_IF_ERROR(ops.MatmulForward(s, out, a.fch_gelu.data(), At(p, stage, kFcProjW),
+                                      At(p, stage, kFcProjB), N, 4 * C, C));
+    return ops.Add(s, out, out, a.residual2.data(), static_cast<size_t>(N) * C);
+  }
+
+  // Block l's activations: its own, or (recompute) the one scratch set every block's
+  // backward refills by running the block's forward again.
+  BlockActivations& Acts(int l) { return config_.recompute ? scratch_ : blocks_[l]; }
+
   // The residual stream entering block l (l == L: leaving the last block).
   void* ResidualInput(int l) { return l == 0 ? encoded_.data() : blocks_[l - 1].residual3.data(); }
 
@@ -328,6 +346,7 @@ class Gpt : public Model {
   Buffer encoded_, lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
   Buffer dres_, dbtc_, dqkv_, dfch_gelu_, dfch_;
   std::vector<BlockActivations> blocks_;
+  BlockActivations scratch_;  // recompute only
 };
 
 }  // namespace

@@ -21,6 +21,10 @@ struct GptConfig {
   int channels = 256;
   int vocab = 50304;
   int max_seq_len = 256;
+  // Activation recompute (train.recompute=blocks): each block keeps only its output; its
+  // backward runs its forward again into one shared set of buffers first. Same values,
+  // one more block forward per backward, block activations of one block instead of L.
+  bool recompute = false;
 };
 
 Status ValidateGptConfig(const GptConfig& config);

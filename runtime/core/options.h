@@ -52,6 +52,9 @@ struct TrainOptions {
   // state goes to <dir>/step-<k> (launch/checkpoint.h); train.checkpoint_keep: only the
   // newest N stay (0 = all). train.resume: a step-<k> directory to go on from (its step k
   // first), or a checkpoint_dir (its newest step-<k>); "" = start fresh.
+  // train.recompute: "none" | "blocks" (activation checkpointing: each transformer block
+  // keeps its output only and runs its forward again in the backward).
+  std::string recompute = "none";
   std::string checkpoint_dir;
   int checkpoint_every = 0;
   int checkpoint_keep = 0;

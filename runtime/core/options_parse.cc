@@ -92,6 +92,10 @@ const std::vector<KeySpec>& Keys() {
        "micro-batches per validation; >= 1.", false},
       {"train.log_every", +[](Options& o) { return &o.train.log_every; },
        "progress line every N steps; >= 1.", false},
+      {"train.recompute", +[](Options& o) { return &o.train.recompute; },
+       "activation recompute: none | blocks (each block keeps only its output and runs its "
+       "forward again during the backward: less activation memory, ~1/3 more compute).",
+       false},
       {"train.checkpoint_dir", +[](Options& o) { return &o.train.checkpoint_dir; },
        "directory of checkpoints (<dir>/step-<k>: fp32 master and Adam moments of every "
        "unit, independent of stage, placement and world size).", false},
@@ -609,6 +613,8 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
   at_least("train.eval_every", train.eval_every, 0);
   at_least("train.eval_batches", train.eval_batches, 1);
   at_least("train.log_every", train.log_every, 1);
+  expect(train.recompute == "none" || train.recompute == "blocks", "train.recompute",
+         absl::StrCat("'", train.recompute, "'"), "none or blocks");
   at_least("train.checkpoint_every", train.checkpoint_every, 0);
   at_least("train.checkpoint_keep", train.checkpoint_keep, 0);
   if (train.checkpoint_every > 0 && train.checkpoint_dir.empty()) {

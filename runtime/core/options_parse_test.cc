@@ -28,7 +28,7 @@ const std::vector<std::string> kAllKeys = {
     "train.warmup_steps", "train.weight_decay", "train.beta1",
     "train.beta2",        "train.eps",          "train.grad_clip",
     "train.seed",         "train.eval_every",   "train.eval_batches",
-    "train.log_every",    "train.checkpoint_dir", "train.checkpoint_every",
+    "train.log_every",    "train.recompute",    "train.checkpoint_dir", "train.checkpoint_every",
     "train.checkpoint_keep", "train.resume",
     "device.backend",     "device.memory_limit",
     "device.threads",     "zero.stage",         "zero.world",
@@ -64,6 +64,7 @@ void ExpectOptionsEqual(const Options& got, const Options& want) {
   EXPECT_EQ(got.train.eval_every, want.train.eval_every);
   EXPECT_EQ(got.train.eval_batches, want.train.eval_batches);
   EXPECT_EQ(got.train.log_every, want.train.log_every);
+  EXPECT_EQ(got.train.recompute, want.train.recompute);
   EXPECT_EQ(got.train.checkpoint_dir, want.train.checkpoint_dir);
   EXPECT_EQ(got.train.checkpoint_every, want.train.checkpoint_every);
   EXPECT_EQ(got.train.checkpoint_keep, want.train.checkpoint_keep);
@@ -534,7 +535,7 @@ TEST(FormatResolved, OneLinePerKeyThatParsesBackExactly) {
   }
   EXPECT_EQ(lines[0], "model.preset=tiny");
   EXPECT_EQ(lines[13], "train.lr=0.00031");
-  EXPECT_EQ(lines[30], "device.memory_limit=1000001");
+  EXPECT_EQ(lines[31], "device.memory_limit=1000001");
   StatusOr<Options> again = ParseOptions("", lines);
   ASSERT_TRUE(again.ok()) << again.status();
   ExpectOptionsEqual(*again, *parsed);
@@ -542,7 +543,7 @@ TEST(FormatResolved, OneLinePerKeyThatParsesBackExactly) {
   std::vector<std::string> defaults =
       absl::StrSplit(FormatResolved(Options{}), '\n', absl::SkipEmpty());
   ASSERT_EQ(defaults.size(), kAllKeys.size());
-  EXPECT_EQ(defaults[30], "device.memory_limit=8GiB");
+  EXPECT_EQ(defaults[31], "device.memory_limit=8GiB");
   EXPECT_EQ(defaults[6], "data.path=");
 }
 
@@ -595,6 +596,7 @@ TEST(ValidatePlacement, EachImpossibleCombinationSaysWhatWouldWork) {
       {{"train.checkpoint_every=5"}, "train.checkpoint_dir is empty"},
       {{"train.checkpoint_every=-1"}, "train.checkpoint_every: got -1, expected >= 0"},
       {{"train.checkpoint_keep=-2"}, "train.checkpoint_keep: got -2, expected >= 0"},
+      {{"train.recompute=all"}, "train.recompute: got 'all', expected none or blocks"},
       {{"zero.stage=2", "zero.optimizer_tier=host", "zero.grad_tier=host",
         "zero.param_update=delayed", "train.resume=/x/step-4"},
        "not supported with zero.param_update=delayed"},
