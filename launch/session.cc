@@ -151,10 +151,14 @@ StatusOr<StepReport> TrainingSession::Step(int step) {
   const int checkpoint_every = options_.train.checkpoint_every;
   if (checkpoint_every > 0 &&
       ((step + 1) % checkpoint_every == 0 || step + 1 == options_.train.steps)) {
+    const auto checkpoint_start = std::chrono::steady_clock::now();
     StatusOr<std::string> path = SaveCheckpoint(*engine_, *model_, options_, step + 1,
                                                 communicator_->rank() == 0);
     if (!path.ok()) return AbortOnError(path.status());
     report.checkpoint = *path;
+    report.checkpoint_ms = std::chrono::duration<double, std::milli>(
+                               std::chrono::steady_clock::now() - checkpoint_start)
+                               .count();
   }
   report.device = backend_.device->pool(Tier::kDevice).Stats();
   report.host = backend_.device->pool(Tier::kHost).Stats();

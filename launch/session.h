@@ -39,6 +39,7 @@ struct StepReport {
   PoolStats host;
   std::optional<double> val_loss;
   std::optional<std::string> checkpoint;  // written after this step (train.checkpoint_every)
+  double checkpoint_ms = 0.0;             // its writing (not in ms_per_step)
 };
 
 class TrainingSession {

@@ -42,6 +42,9 @@ nlohmann::json StepRecord(const StepReport& r) {
                           {"written", r.result.nvme_written_bytes}};
   record["nvme_busy_ms"] = {{"optimizer", r.result.nvme_busy_ms},
                             {"params", r.result.param_nvme_busy_ms}};
+  if (r.checkpoint) {
+    record["checkpoint"] = {{"path", *r.checkpoint}, {"ms", r.checkpoint_ms}};
+  }
   return record;
 }
 
@@ -92,7 +95,9 @@ Status RunTrain(const CommandArgs& args) {
     for (int step = session->first_step(); step < options.train.steps; ++step) {
       ASSIGN_OR_RETURN(StepReport report, session->Step(step));
       if (!lead) continue;
-      if (report.checkpoint) spdlog::info("checkpoint: {}", *report.checkpoint);
+      if (report.checkpoint) {
+        spdlog::info("checkpoint: {} ({:.1f} s)", *report.checkpoint, report.checkpoint_ms / 1e3);
+      }
       RETURN_IF_ERROR(metrics->Write(StepRecord(report)));
       const bool last = step + 1 == options.train.steps;
       if (step == 0 || (step + 1) % options.train.log_every == 0 || last || report.val_loss) {

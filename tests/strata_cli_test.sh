@@ -85,6 +85,8 @@ ck=(--set model.preset=tiny --set train.steps=4 --set train.seq_len=16 --set tra
   --metrics "$tmp/ck.jsonl" > "$tmp/ck.txt" 2>&1 || { cat "$tmp/ck.txt"; fail "checkpointing run failed"; }
 grep -q "checkpoint: $tmp/ck/step-2" "$tmp/ck.txt" || { cat "$tmp/ck.txt"; fail "no step-2 checkpoint logged"; }
 [ -f "$tmp/ck/step-4/checkpoint.json" ] || fail "no step-4 checkpoint"
+grep -q '"checkpoint":{"ms":[0-9.]*,"path":"'"$tmp/ck/step-4"'"}' "$tmp/ck.jsonl" \
+  || { cat "$tmp/ck.jsonl"; fail "the step-4 record lacks its checkpoint"; }
 "$strata" train "${ck[@]}" --set train.resume="$tmp/ck/step-2" --set zero.stage=2 \
   --set zero.optimizer_tier=host --set zero.grad_tier=host --metrics "$tmp/ck.jsonl" \
   > "$tmp/resumed.txt" 2>&1 || { cat "$tmp/resumed.txt"; fail "resumed run failed"; }
