@@ -73,6 +73,35 @@ StatusOr<std::vector<char>> ReadFile(const std::string& path) {
 
 std::string Hex(uint64_t value) { return absl::StrFormat("%016x", value); }
 
+// The file at `path` has `bytes` bytes whose XXH3 is `hash` (hex), read in 16 MiB pieces.
+Status CheckFile(const std::string& path, uint64_t bytes, const std::string& hash) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Errno(errno, "cannot open " + path);
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  std::vector<char> piece(16 << 20);
+  uint64_t total = 0;
+  while (in) {
+    in.read(piece.data(), static_cast<std::streamsize>(piece.size()));
+    const std::streamsize got = in.gcount();
+    if (got <= 0) break;
+    XXH3_64bits_update(state, piece.data(), static_cast<size_t>(got));
+    total += static_cast<uint64_t>(got);
+  }
+  const std::string found = Hex(XXH3_64bits_digest(state));
+  XXH3_freeState(state);
+  if (in.bad()) return Errno(errno, "reading " + path);
+  if (total != bytes) {
+    return absl::DataLossError(absl::StrCat("checkpoint: ", path, " has ", total,
+                                            " bytes, expected ", bytes));
+  }
+  if (found != hash) {
+    return absl::DataLossError(absl::StrCat("checkpoint: ", path, ": checksum mismatch (XXH3 ",
+                                            found, ", checkpoint.json says ", hash, ")"));
+  }
+  return absl::OkStatus();
+}
+
 // The complete step-<k> directories under `dir` (with a checkpoint.json; no .partial),
 // oldest first.
 std::vector<std::pair<int, std::filesystem::path>> ListCheckpoints(const std::string& dir) {
@@ -243,30 +272,23 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
         "checkpoint: ", path, " resumes at step ", next_step, " but train.steps is ",
         options.train.steps, ": raise train.steps"));
   }
-  // Every file checked before any state changes.
-  std::vector<std::vector<char>> contents;
-  for (const UnitFile& file : files) {
-    ASSIGN_OR_RETURN(std::vector<char> bytes, ReadFile(file.path));
-    if (bytes.size() != 3 * file.elements * sizeof(float)) {
-      return absl::DataLossError(absl::StrCat("checkpoint: ", file.path, " has ", bytes.size(),
-                                              " bytes, expected ",
-                                              3 * file.elements * sizeof(float)));
-    }
-    const std::string hash = Hex(XXH3_64bits(bytes.data(), bytes.size()));
-    if (hash != file.hash) {
-      return absl::DataLossError(absl::StrCat("checkpoint: ", file.path,
-                                              ": checksum mismatch (XXH3 ", hash, ", ",
-                                              "checkpoint.json says ", file.hash, ")"));
-    }
-    contents.push_back(std::move(bytes));
-  }
+  // Every file checked before any state changes (streamed: host memory holds one unit,
+  // whatever the model), then loaded unit by unit.
+  for (const UnitFile& file : files) RETURN_IF_ERROR(CheckFile(file.path, 3 * file.elements * 4,
+                                                               file.hash));
   for (size_t u = 0; u < units.size(); ++u) {
     const size_t n = files[u].elements;
+    ASSIGN_OR_RETURN(std::vector<char> bytes, ReadFile(files[u].path));
+    if (bytes.size() != 3 * n * sizeof(float) ||
+        Hex(XXH3_64bits(bytes.data(), bytes.size())) != files[u].hash) {
+      return absl::DataLossError(absl::StrCat("checkpoint: ", files[u].path, " changed while "
+                                              "it was being loaded"));
+    }
     Engine::UnitOptimizerState state;
     size_t offset = 0;
     for (std::vector<float>* array : {&state.master, &state.exp_avg, &state.exp_avg_sq}) {
       array->assign(engine.PaddedElements(static_cast<int>(u)), 0.0f);
-      std::memcpy(array->data(), contents[u].data() + offset, n * sizeof(float));
+      std::memcpy(array->data(), bytes.data() + offset, n * sizeof(float));
       offset += n * sizeof(float);
     }
     RETURN_IF_ERROR(engine.WriteOptimizerState(static_cast<int>(u), state));
