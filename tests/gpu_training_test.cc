@@ -116,6 +116,7 @@ TEST_P(GpuTraining, StagesOnDeviceMatchCpu) {
   for (int stage = 0; stage <= 3; ++stage) {
     ExpectSameTrajectory(GetParam(), 1, {"zero.stage=" + std::to_string(stage)});
   }
+  ExpectSameTrajectory(GetParam(), 1, {"zero.stage=3", "train.recompute=blocks"});
 }
 
 TEST_P(GpuTraining, OffloadMatchesCpu) {
