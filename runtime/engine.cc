@@ -59,6 +59,18 @@ Status Engine::PublishStaged() {
   return absl::OkStatus();
 }
 
+Engine::NvmeCounts Engine::NvmeCountsNow() const {
+  NvmeCounts counts;
+  for (NvmeTier* tier : {components_.nvme.get(), components_.param_nvme.get()}) {
+    if (tier == nullptr) continue;
+    counts.read += tier->bytes_read();
+    counts.written += tier->bytes_written();
+  }
+  if (components_.nvme) counts.busy_ms = components_.nvme->busy_ms();
+  if (components_.param_nvme) counts.param_busy_ms = components_.param_nvme->busy_ms();
+  return counts;
+}
+
 Status Engine::SyncStreams() {
   // Staged params released, every stream, each to its end, then the state's write-backs;
   // the first error wins.
@@ -163,7 +175,9 @@ Status Engine::Init() {
   ctx_.seq_len = T;
   ctx_.inputs = tokens_device_.as<int32_t>();
   ctx_.targets = tokens_device_.as<int32_t>() + B * T;
-  return SyncStreams();
+  RETURN_IF_ERROR(SyncStreams());
+  nvme_counted_ = NvmeCountsNow();  // the set-up's writes are not a step's traffic
+  return absl::OkStatus();
 }
 
 void Engine::PlanSplit(const MicroBatch& batch) {
@@ -445,18 +459,6 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   const double stall_before = compute_->stalled_ms();
   const double busy_before = components_.stepper->busy_ms();
   const double compute_busy_before = compute_->busy_ms();
-  auto nvme_bytes = [this](bool written) {
-    uint64_t total = 0;
-    for (NvmeTier* tier : {components_.nvme.get(), components_.param_nvme.get()}) {
-      if (tier) total += written ? tier->bytes_written() : tier->bytes_read();
-    }
-    return total;
-  };
-  auto busy = [](const std::unique_ptr<NvmeTier>& tier) { return tier ? tier->busy_ms() : 0.0; };
-  const double nvme_busy_before = busy(components_.nvme);
-  const double param_busy_before = busy(components_.param_nvme);
-  const uint64_t read_before = nvme_bytes(false);
-  const uint64_t written_before = nvme_bytes(true);
   AdamParams params;
   params.lr = lr;
   params.beta1 = options_.train.beta1;
@@ -504,11 +506,13 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   RETURN_IF_ERROR(compute_->Synchronize());
   result.optimizer_exposed_ms = MillisecondsSince(backward_end_);
   result.optimizer_ms = components_.stepper->busy_ms() - busy_before;
-  result.nvme_read_bytes = nvme_bytes(false) - read_before;
-  result.nvme_written_bytes = nvme_bytes(true) - written_before;
-  result.nvme_busy_ms = busy(components_.nvme) - nvme_busy_before;
+  const NvmeCounts now = NvmeCountsNow();
+  result.nvme_read_bytes = now.read - nvme_counted_.read;
+  result.nvme_written_bytes = now.written - nvme_counted_.written;
+  result.nvme_busy_ms = now.busy_ms - nvme_counted_.busy_ms;
+  result.param_nvme_busy_ms = now.param_busy_ms - nvme_counted_.param_busy_ms;
+  nvme_counted_ = now;
   result.split_units = split_units_;
-  result.param_nvme_busy_ms = busy(components_.param_nvme) - param_busy_before;
   const GatherStats gather_after = components_.gatherer->stats();
   result.gather.gathers = gather_after.gathers - gather_before.gathers;
   result.gather.deviations = gather_after.deviations - gather_before.deviations;
@@ -569,6 +573,7 @@ StatusOr<Engine::UnitOptimizerState> Engine::ReadOptimizerState(int unit) {
   ASSIGN_OR_RETURN(out.master, ReadFull(unit, master));
   ASSIGN_OR_RETURN(out.exp_avg, ReadFull(unit, exp_avg));
   ASSIGN_OR_RETURN(out.exp_avg_sq, ReadFull(unit, exp_avg_sq));
+  nvme_counted_ = NvmeCountsNow();  // not a step's traffic
   return out;
 }
 
@@ -577,6 +582,12 @@ Status Engine::WriteMaster(int unit, const std::vector<float>& values) {
 }
 
 Status Engine::WriteOptimizerState(int unit, const UnitOptimizerState& full_state) {
+  Status status = StoreUnitState(unit, full_state);
+  nvme_counted_ = NvmeCountsNow();  // not a step's traffic
+  return status;
+}
+
+Status Engine::StoreUnitState(int unit, const UnitOptimizerState& full_state) {
   UnitState& state = units_[unit];
   const std::vector<float>& values = full_state.master;
   for (const std::vector<float>* array :

@@ -47,7 +47,9 @@ struct StepResult {
   // streams, or starved because its work could not be enqueued yet); 0 where the backend
   // cannot observe it (CUDA).
   double compute_idle_ms = 0.0;
-  uint64_t nvme_read_bytes = 0;     // NVMe tier traffic posted during the step
+  // NVMe tier traffic since the previous step ended (so reads ahead submitted between
+  // steps count too; state read-outs and loads do not).
+  uint64_t nvme_read_bytes = 0;
   uint64_t nvme_written_bytes = 0;
   // Units whose optimizer sub-step was split this step: the elements final before the
   // unit's last backward stage stepped during the rest of backward, the rest after it
@@ -171,6 +173,16 @@ class Engine {
   std::unique_ptr<Event> norms_ready_;  // norms_host_ filled (comm stream)
   std::unique_ptr<Event> norms_join_;
   std::vector<UnitState> units_;
+  // The NVMe tiers' totals when the last step ended (or the set-up, or a state read-out
+  // or load): a step reports what moved since.
+  struct NvmeCounts {
+    uint64_t read = 0, written = 0;
+    double busy_ms = 0.0, param_busy_ms = 0.0;
+  };
+  NvmeCounts NvmeCountsNow() const;
+  NvmeCounts nvme_counted_;
+  // WriteOptimizerState's work.
+  Status StoreUnitState(int unit, const UnitOptimizerState& full_state);
   ZeroComponents components_;
   std::vector<UnitAccess> trace_;
   std::vector<int> last_backward_stage_;  // per unit: the stage whose backward finishes it

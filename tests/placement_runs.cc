@@ -31,6 +31,8 @@ PlacementRun TrainAllRanks(const Options& options) {
   std::mutex mutex;
   run.status = RunRanks(options, [&](Communicator& communicator) -> Status {
     ASSIGN_OR_RETURN(auto session, TrainingSession::Create(options, &communicator));
+    const PoolStats device_setup = session->device().pool(Tier::kDevice).Stats();
+    const PoolStats host_setup = session->device().pool(Tier::kHost).Stats();
     std::vector<StepResult> steps;
     for (int step = session->first_step(); step < options.train.steps; ++step) {
       ASSIGN_OR_RETURN(StepReport report, session->Step(step));
@@ -41,6 +43,8 @@ PlacementRun TrainAllRanks(const Options& options) {
       run.steps = steps;
       for (const StepResult& s : steps) run.losses.push_back(s.loss);
       run.device = session->device().pool(Tier::kDevice).Stats();
+      run.device_setup = device_setup;
+      run.host_setup = host_setup;
       run.host = session->device().pool(Tier::kHost).Stats();
       run.device_description = session->device().Describe();
       run.communicator_description = session->engine_communicator().Describe();

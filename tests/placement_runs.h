@@ -23,6 +23,7 @@ struct PlacementRun {
   std::vector<double> losses;     // rank 0's view of the global mean loss, per step
   std::vector<StepResult> steps;  // rank 0
   PoolStats device, host;         // rank 0's pools after the run
+  PoolStats device_setup, host_setup;  // rank 0's pools after the set-up, before any step
   std::string device_description;        // rank 0's device
   std::string communicator_description;  // rank 0's engine communicator (NCCL on cuda)
 };
