@@ -95,6 +95,30 @@ TEST(Checkpoint, ResumesInAnyConfigurationWithTheSameLosses) {
   }
 }
 
+// zero.param_update=delayed: a checkpoint puts the pending update in place first (as an
+// evaluation or the end of training does), so the run that wrote it and a run resumed
+// from it go on from the same state, without a pending update: the same losses. And the
+// pending update is not lost: the writer's losses differ from a delayed run without
+// checkpoints (which keeps its update pending across step 3).
+TEST(Checkpoint, DelayedUpdateCheckpointsResumeExactly) {
+  const std::string dir = TempDir("delayed");
+  const std::vector<std::string> delayed = {"zero.optimizer_tier=host", "zero.grad_tier=host",
+                                            "zero.param_update=delayed"};
+  auto sets = delayed;
+  sets.insert(sets.end(), {"train.checkpoint_dir=" + dir, "train.checkpoint_every=3"});
+  const PlacementRun written = TrainAllRanks(Make(1, 2, sets));
+  ASSERT_TRUE(written.status.ok()) << written.status;
+  sets = delayed;
+  sets.push_back("train.resume=" + dir + "/step-3");
+  const PlacementRun resumed = TrainAllRanks(Make(1, 2, sets));
+  ASSERT_TRUE(resumed.status.ok()) << resumed.status;
+  EXPECT_EQ(resumed.losses, Tail(written.losses, 3));
+  const PlacementRun uninterrupted = TrainAllRanks(Make(1, 2, delayed));
+  ASSERT_TRUE(uninterrupted.status.ok()) << uninterrupted.status;
+  EXPECT_EQ(Tail(uninterrupted.losses, 0).front(), written.losses.front());
+  EXPECT_NE(Tail(uninterrupted.losses, 3), Tail(written.losses, 3));
+}
+
 // train.checkpoint_keep leaves the newest N; train.resume naming the directory takes its
 // newest complete checkpoint (a half-written step-<k>.partial is ignored).
 TEST(Checkpoint, KeepsTheNewestAndResumesFromTheNewest) {

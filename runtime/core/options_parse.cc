@@ -621,13 +621,6 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
     problems->push_back("train.checkpoint_every is set but train.checkpoint_dir is empty: set "
                         "train.checkpoint_dir to a directory");
   }
-  if ((train.checkpoint_every > 0 || !train.resume.empty()) &&
-      options.zero.param_update == "delayed") {
-    problems->push_back(
-        "checkpoints (train.checkpoint_every, train.resume) are not supported with "
-        "zero.param_update=delayed yet (a step's update is still pending when it ends): "
-        "set zero.param_update=exact");
-  }
 
   const DeviceOptions& device = options.device;
   expect(device.backend == "cpu" || device.backend == "cuda", "device.backend",

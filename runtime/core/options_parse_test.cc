@@ -597,9 +597,6 @@ TEST(ValidatePlacement, EachImpossibleCombinationSaysWhatWouldWork) {
       {{"train.checkpoint_every=-1"}, "train.checkpoint_every: got -1, expected >= 0"},
       {{"train.checkpoint_keep=-2"}, "train.checkpoint_keep: got -2, expected >= 0"},
       {{"train.recompute=all"}, "train.recompute: got 'all', expected none or blocks"},
-      {{"zero.stage=2", "zero.optimizer_tier=host", "zero.grad_tier=host",
-        "zero.param_update=delayed", "train.resume=/x/step-4"},
-       "not supported with zero.param_update=delayed"},
       {{"zero.param_update=stale"}, "zero.param_update: got 'stale', expected exact or delayed"},
       {{"zero.stage=2", "zero.param_update=delayed"},
        "zero.param_update=delayed needs zero.optimizer_tier=host, zero.grad_tier=host and "
