@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -139,6 +140,18 @@ StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
 
 }  // namespace
 
+Status CheckRoomForCheckpoint(const std::string& dir, uint64_t bytes) {
+  struct statvfs fs {};
+  if (::statvfs(dir.c_str(), &fs) != 0) return Errno(errno, "statvfs of " + dir);
+  const uint64_t free_bytes = uint64_t{fs.f_bavail} * fs.f_frsize;
+  if (bytes > free_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "checkpoint: ", dir, " has ", free_bytes, " bytes free, a checkpoint needs ", bytes,
+        ": free space there or set train.checkpoint_dir elsewhere"));
+  }
+  return absl::OkStatus();
+}
+
 StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,
                                      int next_step, bool write) {
   namespace fs = std::filesystem;
@@ -150,7 +163,12 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
     fs::create_directories(dir, error);
     if (error) return absl::InternalError(absl::StrCat("checkpoint: cannot create ",
                                                        dir.string(), ": ", error.message()));
+    // Room for every unit's three fp32 arrays before anything is written (a leftover
+    // partial directory of the same step goes first).
     fs::remove_all(partial, error);
+    uint64_t needed = 1 << 20;  // checkpoint.json and slack
+    for (const UnitLayout& unit : model.units()) needed += 3 * unit.used_elements() * 4;
+    RETURN_IF_ERROR(CheckRoomForCheckpoint(dir.string(), needed));
     fs::create_directory(partial, error);
     if (error) return absl::InternalError(absl::StrCat("checkpoint: cannot create ",
                                                        partial.string(), ": ", error.message()));

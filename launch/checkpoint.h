@@ -33,6 +33,10 @@ namespace strata {
 StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,
                                      int next_step, bool write);
 
+// OK when the filesystem of `dir` has `bytes` free; else kResourceExhausted naming the
+// directory, the bytes needed and free (checked before a checkpoint writes anything).
+Status CheckRoomForCheckpoint(const std::string& dir, uint64_t bytes);
+
 // Loads the checkpoint at `path` (a step-<k> directory, or a checkpoint directory: its
 // newest complete step-<k>) into the engine.
 struct LoadedCheckpoint {

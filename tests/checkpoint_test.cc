@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_join.h"
+#include "launch/checkpoint.h"
 #include "tests/placement_runs.h"
 
 namespace strata {
@@ -142,6 +143,16 @@ TEST(Checkpoint, KeepsTheNewestAndResumesFromTheNewest) {
   const PlacementRun none = TrainAllRanks(Make(1, 1, {"train.resume=" + TempDir("empty")}));
   ASSERT_FALSE(none.status.ok());
   EXPECT_THAT(std::string(none.status.message()), ::testing::HasSubstr("no checkpoint at"));
+}
+
+TEST(Checkpoint, NotEnoughRoomIsAClearErrorBeforeWriting) {
+  const std::string dir = TempDir("room");
+  EXPECT_TRUE(CheckRoomForCheckpoint(dir, 1 << 20).ok());
+  const Status status = CheckRoomForCheckpoint(dir, 1ull << 50);  // 1 PiB
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr(dir));
+  EXPECT_THAT(std::string(status.message()),
+              ::testing::HasSubstr("a checkpoint needs 1125899906842624"));
 }
 
 TEST(Checkpoint, DamagedOrMismatchedCheckpointsAreClearErrors) {
