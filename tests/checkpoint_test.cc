@@ -4,10 +4,7 @@
 // world sizes the gradient sums are added in another order, so within 1e-5 (relative).
 // A damaged or mismatched checkpoint is an error naming the file or key, before any state
 // changes.
-#include <sys/stat.h>
-
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -25,16 +22,9 @@ namespace {
 
 constexpr int kSteps = 6;
 
-std::string TempDir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/" + name;
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
 // The same global batch (4 rows) at every world size: the same data, step by step.
 Options Make(int world, int stage, std::vector<std::string> extra) {
-  extra.insert(extra.begin(), {"zero.nvme_dir=" + TempDir("swap"),
+  extra.insert(extra.begin(), {"zero.nvme_dir=" + TestDir("swap"),
                                "train.micro_batch=" + std::to_string(4 / world)});
   return PlacementRunOptions(world, stage, extra, kSteps);
 }
@@ -45,7 +35,7 @@ std::vector<double> Tail(const std::vector<double>& full, int from) {
 }
 
 TEST(Checkpoint, ResumesInAnyConfigurationWithTheSameLosses) {
-  const std::string dir = TempDir("checkpoints");
+  const std::string dir = TestDir("checkpoints");
   // Written by stage 0 on the device at world 1, after steps 3 and 6.
   const PlacementRun written =
       TrainAllRanks(Make(1, 0, {"train.checkpoint_dir=" + dir, "train.checkpoint_every=3"}));
@@ -83,7 +73,7 @@ TEST(Checkpoint, ResumesInAnyConfigurationWithTheSameLosses) {
         << "world 2 from world 1, step " << 3 + i;
   }
   // And back: written at world 2 (stage 3), resumed at world 1.
-  const std::string dir2 = TempDir("checkpoints-world2");
+  const std::string dir2 = TestDir("checkpoints-world2");
   const PlacementRun written2 =
       TrainAllRanks(Make(2, 3, {"train.checkpoint_dir=" + dir2, "train.checkpoint_every=3"}));
   ASSERT_TRUE(written2.status.ok()) << written2.status;
@@ -102,7 +92,7 @@ TEST(Checkpoint, ResumesInAnyConfigurationWithTheSameLosses) {
 // pending update is not lost: the writer's losses differ from a delayed run without
 // checkpoints (which keeps its update pending across step 3).
 TEST(Checkpoint, DelayedUpdateCheckpointsResumeExactly) {
-  const std::string dir = TempDir("delayed");
+  const std::string dir = TestDir("delayed");
   const std::vector<std::string> delayed = {"zero.optimizer_tier=host", "zero.grad_tier=host",
                                             "zero.param_update=delayed"};
   auto sets = delayed;
@@ -124,7 +114,7 @@ TEST(Checkpoint, DelayedUpdateCheckpointsResumeExactly) {
 // newest complete checkpoint (a half-written step-<k>.partial is ignored).
 TEST(Checkpoint, KeepsTheNewestAndResumesFromTheNewest) {
   namespace fs = std::filesystem;
-  const std::string dir = TempDir("rotated");
+  const std::string dir = TestDir("rotated");
   const PlacementRun written = TrainAllRanks(Make(
       1, 1, {"train.checkpoint_dir=" + dir, "train.checkpoint_every=2", "train.checkpoint_keep=2"}));
   ASSERT_TRUE(written.status.ok()) << written.status;
@@ -140,13 +130,13 @@ TEST(Checkpoint, KeepsTheNewestAndResumesFromTheNewest) {
   ASSERT_TRUE(resumed.status.ok()) << resumed.status;
   EXPECT_EQ(resumed.losses, Tail(written.losses, 4));
   // An empty directory is an error saying what it looked for.
-  const PlacementRun none = TrainAllRanks(Make(1, 1, {"train.resume=" + TempDir("empty")}));
+  const PlacementRun none = TrainAllRanks(Make(1, 1, {"train.resume=" + TestDir("empty")}));
   ASSERT_FALSE(none.status.ok());
   EXPECT_THAT(std::string(none.status.message()), ::testing::HasSubstr("no checkpoint at"));
 }
 
 TEST(Checkpoint, NotEnoughRoomIsAClearErrorBeforeWriting) {
-  const std::string dir = TempDir("room");
+  const std::string dir = TestDir("room");
   EXPECT_TRUE(CheckRoomForCheckpoint(dir, 1 << 20).ok());
   const Status status = CheckRoomForCheckpoint(dir, 1ull << 50);  // 1 PiB
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
@@ -156,7 +146,7 @@ TEST(Checkpoint, NotEnoughRoomIsAClearErrorBeforeWriting) {
 }
 
 TEST(Checkpoint, DamagedOrMismatchedCheckpointsAreClearErrors) {
-  const std::string dir = TempDir("damaged");
+  const std::string dir = TestDir("damaged");
   const PlacementRun written =
       TrainAllRanks(Make(1, 2, {"train.checkpoint_dir=" + dir, "train.checkpoint_every=2"}));
   ASSERT_TRUE(written.status.ok()) << written.status;

@@ -18,10 +18,7 @@
 // only the fail-fast check runs: the backend factory and a session refuse
 // device.backend=cuda at once with a message naming it.
 // Tagged "gpu" (tools/gpu_check.sh runs it).
-#include <sys/stat.h>
-
 #include <cmath>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -140,9 +137,7 @@ TEST_P(GpuTraining, OffloadMatchesCpu) {
 // sums on the device or in a swap file (world 1; swap files under the test's temp dir).
 TEST_P(GpuTraining, InfinityMatchesCpu) {
   SKIP_WITHOUT_GPU(1);
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/gpu-swap";
-  ::mkdir(dir.c_str(), 0755);
+  const std::string dir = TestDir("gpu-swap");
   for (const char* grads : {"zero.grad_tier=device", "zero.grad_tier=nvme"}) {
     for (const char* clip : {"train.grad_clip=1", "train.grad_clip=0"}) {
       ExpectSameTrajectory(GetParam(), 1,

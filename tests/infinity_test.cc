@@ -28,12 +28,7 @@
 namespace strata {
 namespace {
 
-std::string SwapDir() {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  std::string dir = std::string(tmp ? tmp : "/tmp") + "/swap";
-  mkdir(dir.c_str(), 0755);
-  return dir;
-}
+std::string SwapDir() { return TestDir("swap"); }
 
 Options Make(int world, int stage, std::vector<std::string> extra, int steps = 20) {
   extra.push_back("zero.nvme_dir=" + SwapDir());

@@ -1,6 +1,8 @@
 // See placement_runs.h.
 #include "tests/placement_runs.h"
 
+#include <cstdlib>
+#include <filesystem>
 #include <mutex>
 
 #include <gtest/gtest.h>
@@ -24,6 +26,13 @@ Options PlacementRunOptions(int world, int stage, const std::vector<std::string>
   auto options = ParseOptions("", sets);
   EXPECT_TRUE(options.ok()) << options.status();
   return options.ok() ? *options : Options{};
+}
+
+std::string TestDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/" + name;
+  std::filesystem::create_directories(dir);
+  return dir;
 }
 
 PlacementRun TrainAllRanks(const Options& options) {

@@ -30,6 +30,10 @@ struct PlacementRun {
 
 PlacementRun TrainAllRanks(const Options& options);
 
+// A directory `name` under the test's temporary directory (TEST_TMPDIR, else /tmp),
+// created if missing.
+std::string TestDir(const std::string& name);
+
 inline uint64_t Peak(const PoolStats& pool, StateKind kind) {
   return pool.peak_by_kind[static_cast<int>(kind)];
 }
