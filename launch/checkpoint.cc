@@ -40,21 +40,32 @@ nlohmann::json ModelJson(const ModelOptions& model) {
           {"max_seq_len", model.max_seq_len}};
 }
 
-// Writes `bytes` to a new file at `path` and syncs it.
-Status WriteFile(const std::string& path, const std::vector<char>& bytes) {
+// Writes the pieces, one after the other, to a new file at `path`, not synced (the kernel
+// starts writing it back while the next unit is gathered; SyncFile at the end).
+Status WriteFile(const std::string& path, const std::vector<std::pair<const char*, size_t>>& pieces) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return Errno(errno, "cannot create " + path);
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int error = n < 0 ? errno : EIO;
-      ::close(fd);
-      return Errno(error, "writing " + path);
+  for (const auto& [data, size] : pieces) {
+    size_t done = 0;
+    while (done < size) {
+      const ssize_t n = ::write(fd, data + done, size - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int error = n < 0 ? errno : EIO;
+        ::close(fd);
+        return Errno(error, "writing " + path);
+      }
+      done += static_cast<size_t>(n);
     }
-    done += static_cast<size_t>(n);
   }
+  if (::close(fd) != 0) return Errno(errno, "closing " + path);
+  return absl::OkStatus();
+}
+
+// Flushes the file (or directory) at `path` to the disk.
+Status SyncFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return Errno(errno, "cannot open " + path);
   if (::fsync(fd) != 0) {
     const int error = errno;
     ::close(fd);
@@ -185,23 +196,31 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
                      engine.ReadOptimizerState(static_cast<int>(u)));
     if (!write) continue;
     const size_t n = units[u].used_elements();
-    std::vector<char> bytes(3 * n * sizeof(float));
-    size_t offset = 0;
+    std::vector<std::pair<const char*, size_t>> pieces;
+    XXH3_state_t* hash = XXH3_createState();
+    XXH3_64bits_reset(hash);
     for (const std::vector<float>* array : {&state.master, &state.exp_avg, &state.exp_avg_sq}) {
-      std::memcpy(bytes.data() + offset, array->data(), n * sizeof(float));
-      offset += n * sizeof(float);
+      pieces.push_back({reinterpret_cast<const char*>(array->data()), n * sizeof(float)});
+      XXH3_64bits_update(hash, array->data(), n * sizeof(float));
     }
+    const std::string digest = Hex(XXH3_64bits_digest(hash));
+    XXH3_freeState(hash);
     const std::string file = absl::StrCat("unit-", u, ".bin");
-    RETURN_IF_ERROR(WriteFile((partial / file).string(), bytes));
-    meta["units"].push_back({{"name", units[u].name()},
-                             {"elements", n},
-                             {"file", file},
-                             {"xxh3", Hex(XXH3_64bits(bytes.data(), bytes.size()))}});
+    RETURN_IF_ERROR(WriteFile((partial / file).string(), pieces));
+    meta["units"].push_back(
+        {{"name", units[u].name()}, {"elements", n}, {"file", file}, {"xxh3", digest}});
   }
   if (!write) return final_dir.string();
   const std::string text = meta.dump(2) + "\n";
-  RETURN_IF_ERROR(WriteFile((partial / "checkpoint.json").string(),
-                            std::vector<char>(text.begin(), text.end())));
+  RETURN_IF_ERROR(
+      WriteFile((partial / "checkpoint.json").string(), {{text.data(), text.size()}}));
+  // Every file on the disk before the rename makes the checkpoint visible.
+  for (const fs::directory_entry& entry : fs::directory_iterator(partial, error)) {
+    RETURN_IF_ERROR(SyncFile(entry.path().string()));
+  }
+  if (error) return absl::InternalError(absl::StrCat("checkpoint: cannot list ",
+                                                     partial.string(), ": ", error.message()));
+  RETURN_IF_ERROR(SyncFile(partial.string()));  // its entries
   fs::remove_all(final_dir, error);
   if (error) return absl::InternalError(absl::StrCat("checkpoint: cannot replace ",
                                                      final_dir.string(), ": ", error.message()));

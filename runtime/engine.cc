@@ -526,7 +526,7 @@ StatusOr<double> Engine::EvalLoss(const MicroBatch& batch) {
   return GlobalMeanLoss(1);
 }
 
-StatusOr<std::vector<float>> Engine::ReadFull(int unit, const std::vector<float>& own_part) {
+StatusOr<std::vector<float>> Engine::ReadFull(int unit, std::vector<float> own_part) {
   const UnitState& state = units_[unit];
   if (!components_.sharded_optimizer) return own_part;  // already the full unit
   std::vector<float> values(state.padded_elements);
@@ -553,14 +553,14 @@ StatusOr<std::vector<float>> Engine::ReadMaster(int unit) {
   RETURN_IF_ERROR(SyncStreams());
   std::vector<float> own(StateElements(unit));
   RETURN_IF_ERROR(components_.optimizer_home->LoadState(unit, own.data(), nullptr, nullptr));
-  return ReadFull(unit, own);
+  return ReadFull(unit, std::move(own));
 }
 
 StatusOr<std::vector<float>> Engine::ReadGradients(int unit) {
   RETURN_IF_ERROR(SyncStreams());
   std::vector<float> own(StateElements(unit));
   RETURN_IF_ERROR(components_.grad_home->ReadSums(unit, own.data()));
-  return ReadFull(unit, own);
+  return ReadFull(unit, std::move(own));
 }
 
 StatusOr<Engine::UnitOptimizerState> Engine::ReadOptimizerState(int unit) {
@@ -570,9 +570,9 @@ StatusOr<Engine::UnitOptimizerState> Engine::ReadOptimizerState(int unit) {
   RETURN_IF_ERROR(components_.optimizer_home->LoadState(unit, master.data(), exp_avg.data(),
                                                         exp_avg_sq.data()));
   UnitOptimizerState out;
-  ASSIGN_OR_RETURN(out.master, ReadFull(unit, master));
-  ASSIGN_OR_RETURN(out.exp_avg, ReadFull(unit, exp_avg));
-  ASSIGN_OR_RETURN(out.exp_avg_sq, ReadFull(unit, exp_avg_sq));
+  ASSIGN_OR_RETURN(out.master, ReadFull(unit, std::move(master)));
+  ASSIGN_OR_RETURN(out.exp_avg, ReadFull(unit, std::move(exp_avg)));
+  ASSIGN_OR_RETURN(out.exp_avg_sq, ReadFull(unit, std::move(exp_avg_sq)));
   nvme_counted_ = NvmeCountsNow();  // not a step's traffic
   return out;
 }

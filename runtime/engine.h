@@ -141,7 +141,7 @@ class Engine {
   // Mean of the per-rank means of this rank's losses_host_ over `micro_batches`.
   StatusOr<double> GlobalMeanLoss(int micro_batches);
   // The full unit from this rank's part of it (all ranks call together when sharded).
-  StatusOr<std::vector<float>> ReadFull(int unit, const std::vector<float>& own_part);
+  StatusOr<std::vector<float>> ReadFull(int unit, std::vector<float> own_part);
   // Elements of the unit's optimizer-side state on this rank (shard or full unit).
   size_t StateElements(int unit) const;
   Status SyncStreams();
