@@ -22,6 +22,40 @@ StatusOr<std::vector<std::unique_ptr<Event>>> MakeEvents(Device& device, size_t 
   return events;
 }
 
+// Events a host buffer set records in rotation, one per use, and the NVMe writes held on
+// each (NvmeTier::WriteAfter): a write held on an event must be out before the event is
+// recorded again (nvme_tier.h), which with several events per buffer set almost never
+// waits.
+class RotatingEvents {
+ public:
+  Status Create(Device& device, size_t count) {
+    ASSIGN_OR_RETURN(events_, MakeEvents(device, count));
+    held_.assign(count, {});
+    return absl::OkStatus();
+  }
+  // Starts the next use: waits for the writes held on its event; returns the use's index.
+  StatusOr<size_t> Next() {
+    const size_t use = uses_++ % events_.size();
+    for (const auto& [tier, ticket] : held_[use]) RETURN_IF_ERROR(tier->Wait(ticket));
+    held_[use].clear();
+    return use;
+  }
+  Event& operator[](size_t use) { return *events_[use]; }
+  // The event of the use before `use` (the current one), or null for the first use.
+  Event* previous(size_t use) {
+    return uses_ > 1 ? events_[(use + events_.size() - 1) % events_.size()].get() : nullptr;
+  }
+  // `ticket` of `tier` is a write held on event `use`.
+  void Hold(size_t use, NvmeTier* tier, NvmeTier::Ticket ticket) {
+    held_[use].push_back({tier, ticket});
+  }
+
+ private:
+  std::vector<std::unique_ptr<Event>> events_;
+  std::vector<std::vector<std::pair<NvmeTier*, NvmeTier::Ticket>>> held_;
+  size_t uses_ = 0;
+};
+
 // The fp32 state one AdamW sub-step works on; each pointer is the unit element at
 // `state_offset` (see AdamOverRange).
 struct AdamState {
@@ -273,11 +307,7 @@ class NvmeGradHome : public GradHome {
   struct Slot {
     Buffer sum;      // fp32, the largest chunk's padded extent
     Buffer landing;  // compute dtype, the largest chunk's elements
-    // Summed (host stream), one per use of the slot in rotation, and the write-back held
-    // on each: it must be out before its event is recorded again (nvme_tier.h).
-    std::vector<std::unique_ptr<Event>> summed;
-    std::vector<NvmeTier::Ticket> held;
-    size_t uses = 0;
+    RotatingEvents summed;  // the sum done (host stream), one per use
     // Once done, the sum buffer may be refilled: its last write-back, or the write-back
     // of the optimizer's sub-step that took its kept sum.
     NvmeTier::Ticket write = 0;
@@ -322,15 +352,10 @@ class NvmeGradHome : public GradHome {
       const size_t slot_index = next_slot_++ % slots_.size();
       Slot& slot = slots_[slot_index];
       WriteKept(slot);  // a sum kept here and not taken goes out before the buffer is reused
-      const size_t use = slot.uses++ % slot.summed.size();
-      if (slot.held[use] != 0) {
-        RETURN_IF_ERROR(nvme_->Wait(slot.held[use]));
-        slot.held[use] = 0;
-      }
+      ASSIGN_OR_RETURN(const size_t use, slot.summed.Next());
       // The landing buffer is free once the slot's previous sum has read it.
-      if (slot.uses > 1) {
-        RETURN_IF_ERROR(
-            device.Wait(copy, *slot.summed[(use + slot.summed.size() - 1) % slot.summed.size()]));
+      if (Event* previous = slot.summed.previous(use)) {
+        RETURN_IF_ERROR(device.Wait(copy, *previous));
       }
       RETURN_IF_ERROR(device.CopyAsync(slot.landing.data(),
                                        At(const_cast<void*>(src), chunk.begin, element_bytes),
@@ -355,7 +380,7 @@ class NvmeGradHome : public GradHome {
       });
       if (!copy_in) RETURN_IF_ERROR(ctx_.host_ops->AccumulateToFloat(host, sum, landing, n));
       RETURN_IF_ERROR(ctx_.host_ops->SumSquares(host, partials_[unit].data() + k, sum, n));
-      Event& summed = *slot.summed[use];
+      Event& summed = slot.summed[use];
       RETURN_IF_ERROR(device.Record(summed, host));
       handed_over_[unit][k] = false;
       if (keep_) {
@@ -366,7 +391,7 @@ class NvmeGradHome : public GradHome {
       } else {
         slot.write =
             nvme_->WriteAfter(chunk.id, {{ExtentKind::kGrads, slot.sum.data()}}, &summed);
-        slot.held[use] = slot.write;
+        slot.summed.Hold(use, nvme_, slot.write);
       }
     }
     RETURN_IF_ERROR(device.Record(*ready_[unit], host));
@@ -463,8 +488,8 @@ class NvmeGradHome : public GradHome {
     if (slot.kept_unit < 0) return;
     const NvmeChunk& chunk = chunks_[slot.kept_unit][slot.kept_chunk];
     slot.write = nvme_->WriteAfter(chunk.id, {{ExtentKind::kGrads, slot.sum.data()}},
-                                   slot.summed[slot.kept_use].get());
-    slot.held[slot.kept_use] = slot.write;
+                                   &slot.summed[slot.kept_use]);
+    slot.summed.Hold(slot.kept_use, nvme_, slot.write);
     kept_[slot.kept_unit][slot.kept_chunk] = -1;
     slot.kept_unit = -1;
   }
@@ -677,11 +702,7 @@ class NvmeOptimizerHome : public OptimizerHome {
  public:
   struct Slot {
     Buffer master, exp_avg, exp_avg_sq, grads, params;
-    // AdamW done (host stream), one per use of the slot in rotation; the write-backs held
-    // on each, until they are out.
-    std::vector<std::unique_ptr<Event>> stepped;
-    std::vector<NvmeTier::Ticket> held_write_backs, held_param_write_backs;
-    size_t uses = 0;
+    RotatingEvents stepped;  // AdamW done (host stream), one per use
     std::unique_ptr<Event> copied;   // params copied out to the device (copy stream)
     NvmeTier::Ticket write_back = 0;        // the last one
     NvmeTier::Ticket param_write_back = 0;  // the last one, in the params' tier
@@ -811,18 +832,8 @@ class NvmeOptimizerHome : public OptimizerHome {
     // the slot's last write-back or read ahead) and by the streams (events).
     Slot& slot = slots_[next_slot_++ % slots_.size()];
     order_.push_back(chunk.id);
-    // `stepped` events rotate: a write-back held on one must be out before it is
-    // recorded again (nvme_tier.h), which with several per slot almost never waits.
-    const size_t use = slot.uses++ % slot.stepped.size();
-    Event& stepped = *slot.stepped[use];
-    if (slot.held_write_backs[use] != 0) {
-      RETURN_IF_ERROR(nvme_->Wait(slot.held_write_backs[use]));
-      slot.held_write_backs[use] = 0;
-    }
-    if (slot.held_param_write_backs[use] != 0) {
-      RETURN_IF_ERROR(param_nvme_->Wait(slot.held_param_write_backs[use]));
-      slot.held_param_write_backs[use] = 0;
-    }
+    ASSIGN_OR_RETURN(const size_t use, slot.stepped.Next());
+    Event& stepped = slot.stepped[use];
     NvmeTier::Ticket load = 0;
     if (slot.prefetched == chunk.id) {
       load = slot.prefetch;  // read ahead, after the slot's last write-back
@@ -850,9 +861,8 @@ class NvmeOptimizerHome : public OptimizerHome {
       RETURN_IF_ERROR(device.Wait(host, grads_->ready(unit)));
       grads = slot.grads.as<float>();
     } else if (grads_->tier() != Tier::kHost) {
-      if (slot.uses > 1) {  // the slot's previous AdamW has read its grads
-        RETURN_IF_ERROR(device.Wait(copy, *slot.stepped[(use + slot.stepped.size() - 1) %
-                                                        slot.stepped.size()]));
+      if (Event* previous = slot.stepped.previous(use)) {  // its AdamW read the grads
+        RETURN_IF_ERROR(device.Wait(copy, *previous));
       }
       RETURN_IF_ERROR(device.Wait(copy, grads_->ready(unit)));
       RETURN_IF_ERROR(device.CopyAsync(slot.grads.data(), grads, n * sizeof(float), copy));
@@ -889,13 +899,13 @@ class NvmeOptimizerHome : public OptimizerHome {
                                          {ExtentKind::kExpAvg, slot.exp_avg.data()},
                                          {ExtentKind::kExpAvgSq, slot.exp_avg_sq.data()}};
     slot.write_back = nvme_->WriteAfter(chunk.id, std::move(parts), &stepped);
-    slot.held_write_backs[use] = slot.write_back;
+    slot.stepped.Hold(use, nvme_, slot.write_back);
     // The kept sum's buffer is free once that write-back (after this AdamW) is out.
     if (kept != nullptr) grads_->ReleaseKeptSum(unit, k, slot.write_back);
     if (params_on_nvme_) {
       slot.param_write_back = param_nvme_->WriteAfter(
           chunk.id, {{ExtentKind::kParams, slot.params.data()}}, &stepped);
-      slot.held_param_write_backs[use] = slot.param_write_back;
+      slot.stepped.Hold(use, param_nvme_, slot.param_write_back);
     }
     if (!to_device) return absl::OkStatus();
     RETURN_IF_ERROR(device.Wait(copy, stepped));
@@ -1029,8 +1039,7 @@ StatusOr<std::unique_ptr<GradHome>> GradHome::CreateNvme(
                                                 name + " sum"));
     ASSIGN_OR_RETURN(slot.landing, AllocateZeroedIn(ctx, Tier::kHost, StateKind::kGrads,
                                                     landing_bytes, name + " landing"));
-    ASSIGN_OR_RETURN(slot.summed, MakeEvents(*ctx.device, kSummedEventsPerSlot));
-    slot.held.assign(kSummedEventsPerSlot, 0);
+    RETURN_IF_ERROR(slot.summed.Create(*ctx.device, kSummedEventsPerSlot));
   }
   const size_t units = ctx.units->size();
   ASSIGN_OR_RETURN(auto ready, MakeEvents(*ctx.device, units));
@@ -1108,12 +1117,7 @@ StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::CreateNvme(
     }
     ASSIGN_OR_RETURN(slot.params, AllocateZeroedIn(ctx, Tier::kHost, StateKind::kParams,
                                                    param_bytes, name + " params"));
-    slot.stepped.resize(kSteppedEventsPerSlot);
-    for (auto& event : slot.stepped) {
-      ASSIGN_OR_RETURN(event, ctx.device->CreateEvent());
-    }
-    slot.held_write_backs.assign(kSteppedEventsPerSlot, 0);
-    slot.held_param_write_backs.assign(kSteppedEventsPerSlot, 0);
+    RETURN_IF_ERROR(slot.stepped.Create(*ctx.device, kSteppedEventsPerSlot));
     ASSIGN_OR_RETURN(slot.copied, ctx.device->CreateEvent());
   }
   ASSIGN_OR_RETURN(auto ready, MakeEvents(*ctx.device, ctx.units->size()));
