@@ -151,7 +151,7 @@ class Gpt : public Model {
       return ops.EncoderForward(s, encoded_.data(), ctx.inputs, At(p, 0, kWte), At(p, 0, kWpe),
                                 B, T, C);
     }
-    if (stage <= L) return BlockForward(stage, ctx);
+    if (stage <= L) return BlockForward(stage, ctx, /*output=*/true);
     if (stage == L + 1) {
       const void* p = ctx.params[stage];
       return ops.LayerNormForward(s, lnf_.data(), lnf_mean_.as<float>(), lnf_rstd_.as<float>(),
@@ -194,7 +194,7 @@ class Gpt : public Model {
       void* g = ctx.grads[stage];
       // Recompute: the block's inside again from its input (kept), with the same params
       // and kernels, so the same values as the first forward's.
-      if (config_.recompute) RETURN_IF_ERROR(BlockForward(stage, ctx));
+      if (config_.recompute) RETURN_IF_ERROR(BlockForward(stage, ctx, /*output=*/false));
       BlockActivations& a = Acts(l);
       const size_t n4 = static_cast<size_t>(N) * 4 * C;
       // residual3 = residual2 + proj(gelu(fc(ln2(residual2)))): dres flows to both.
@@ -285,9 +285,10 @@ class Gpt : public Model {
     return reinterpret_cast<Byte*>(base) + units_[unit].tensor(tensor).offset * DTypeBytes(dtype_);
   }
 
-  // Block stage-1's forward: its activations into Acts(l), its output into
-  // blocks_[l].residual3.
-  Status BlockForward(int stage, const StepContext& ctx) {
+  // Block stage-1's forward: its activations into Acts(l) and, with `output`, its output
+  // into blocks_[l].residual3 (the recompute for the backward leaves out the last
+  // projection: the backward does not read its result, and the output is kept).
+  Status BlockForward(int stage, const StepContext& ctx, bool output) {
     Ops& ops = *ctx.ops;
     Stream& s = *ctx.stream;
     const int B = ctx.batch, T = ctx.seq_len, C = config_.channels, NH = config_.heads;
@@ -316,6 +317,7 @@ class Gpt : public Model {
                                       At(p, stage, kFcB), N, C, 4 * C));
     RETURN_IF_ERROR(ops.GeluForward(s, a.fch_gelu.data(), a.fch.data(),
                                     static_cast<size_t>(N) * 4 * C));
+    if (!output) return absl::OkStatus();
     void* out = blocks_[l].residual3.data();
     RETURN_IF_ERROR(ops.MatmulForward(s, out, a.fch_gelu.data(), At(p, stage, kFcProjW),
                                       At(p, stage, kFcProjB), N, 4 * C, C));

@@ -23,7 +23,8 @@ struct GptConfig {
   int max_seq_len = 256;
   // Activation recompute (train.recompute=blocks): each block keeps only its output; its
   // backward runs its forward again into one shared set of buffers first. Same values,
-  // one more block forward per backward, block activations of one block instead of L.
+  // one more block forward (less its last projection) per backward, block activations of
+  // one block instead of L.
   bool recompute = false;
 };
 
