@@ -2,7 +2,6 @@
 #include "launch/checkpoint.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -11,10 +10,9 @@
 #include <cerrno>
 #include <cstring>
 #include <exception>
-#include <utility>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -29,7 +27,7 @@ constexpr const char* kFormat = "strata-checkpoint";
 constexpr int kVersion = 1;
 
 Status Errno(int error, const std::string& what) {
-  return absl::InternalError(absl::StrCat("checkpoint: ", what, ": ", std::strerror(error)));
+  return ErrnoError(error, "checkpoint: " + what);
 }
 
 nlohmann::json ModelJson(const ModelOptions& model) {
@@ -227,12 +225,9 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
   fs::rename(partial, final_dir, error);
   if (error) return absl::InternalError(absl::StrCat("checkpoint: cannot rename ",
                                                      partial.string(), ": ", error.message()));
-  // The rename itself is durable once the directory is synced.
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
+  // The rename itself is durable once the directory is synced (best effort: the
+  // checkpoint is complete either way).
+  SyncFile(dir.string()).IgnoreError();
   const int keep = options.train.checkpoint_keep;
   if (keep > 0) {
     const auto found = ListCheckpoints(dir.string());
