@@ -34,9 +34,9 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/core/device.h"
-#include "runtime/core/dtype.h"
-#include "runtime/core/status.h"
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/status.h"
 
 namespace strata {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-#include "runtime/core/device.h"
+#include "core/device.h"
 
 namespace strata {
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "collectives/test_pattern.h"
-#include "runtime/core/cpu_device.h"
+#include "core/cpu_device.h"
 
 namespace strata {
 namespace {

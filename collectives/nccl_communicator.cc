@@ -28,9 +28,9 @@
 
 #include "collectives/inline_stream.h"
 #include "collectives/nccl_reduce.h"
-#include "runtime/core/logging.h"
-#include "runtime/cuda/cuda_native.h"
-#include "runtime/cuda/cuda_status.h"
+#include "core/logging.h"
+#include "core/cuda/cuda_native.h"
+#include "core/cuda/cuda_status.h"
 
 namespace strata {
 namespace {

@@ -1,5 +1,5 @@
 // The NCCL Communicator: one rank per GPU, device buffers, collectives enqueued on the CUDA
-// stream behind a strata Stream of the CUDA Device (runtime/cuda/cuda_native.h).
+// stream behind a strata Stream of the CUDA Device (core/cuda/cuda_native.h).
 //
 // Set-up: the rank and world come from a host `bootstrap` Communicator (MPI across
 // processes under mpirun; a local group across threads), through which rank 0's
@@ -37,7 +37,7 @@
 #include <memory>
 
 #include "collectives/communicator.h"
-#include "runtime/core/device.h"
+#include "core/device.h"
 
 namespace strata {
 

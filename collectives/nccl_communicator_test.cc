@@ -21,8 +21,8 @@
 
 #include "collectives/local_communicator.h"
 #include "collectives/test_pattern.h"
-#include "runtime/core/cpu_device.h"
-#include "runtime/cuda/cuda_device.h"
+#include "core/cpu_device.h"
+#include "core/cuda/cuda_device.h"
 
 namespace strata {
 namespace {

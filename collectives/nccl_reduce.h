@@ -11,8 +11,8 @@
 
 #include <cstddef>
 
-#include "runtime/core/dtype.h"
-#include "runtime/core/status.h"
+#include "core/dtype.h"
+#include "core/status.h"
 
 namespace strata {
 

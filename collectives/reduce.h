@@ -10,7 +10,7 @@
 
 #include <cstddef>
 
-#include "runtime/core/dtype.h"
+#include "core/dtype.h"
 
 namespace strata {
 

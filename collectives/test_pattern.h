@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
-#include "runtime/core/dtype.h"
+#include "core/dtype.h"
 
 namespace strata {
 namespace testing_pattern {

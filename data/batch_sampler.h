@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "data/tokens.h"
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace strata {
 

@@ -24,8 +24,8 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/core/options.h"
-#include "runtime/core/status.h"
+#include "core/options.h"
+#include "core/status.h"
 
 namespace strata {
 

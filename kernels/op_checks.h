@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace strata {
 

@@ -17,9 +17,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "runtime/core/device.h"
-#include "runtime/core/dtype.h"
-#include "runtime/core/status.h"
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/status.h"
 
 namespace strata {
 

@@ -7,7 +7,7 @@
 // Thread-safety: call from one thread; it runs OpenMP regions of `threads` threads.
 #pragma once
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace strata {
 

@@ -42,9 +42,9 @@
 #include "absl/strings/str_split.h"
 #include "launch/commands.h"
 #include "launch/session.h"
-#include "runtime/core/logging.h"
-#include "runtime/core/options_parse.h"
-#include "runtime/cuda/cuda_device.h"
+#include "core/logging.h"
+#include "launch/options_parse.h"
+#include "core/cuda/cuda_device.h"
 
 namespace strata {
 namespace {

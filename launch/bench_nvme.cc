@@ -5,8 +5,8 @@
 
 #include "launch/commands.h"
 #include "nvme/disk_bench.h"
-#include "runtime/core/logging.h"
-#include "runtime/core/memory.h"
+#include "core/logging.h"
+#include "core/memory.h"
 
 namespace strata {
 

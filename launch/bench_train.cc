@@ -9,8 +9,8 @@
 #include "kernels/cpu/peak.h"
 #include "launch/commands.h"
 #include "launch/session.h"
-#include "runtime/core/logging.h"
-#include "runtime/core/options_parse.h"
+#include "core/logging.h"
+#include "launch/options_parse.h"
 
 namespace strata {
 namespace {

@@ -21,8 +21,8 @@
 
 #include <string>
 
-#include "runtime/core/options.h"
-#include "runtime/core/status.h"
+#include "core/options.h"
+#include "core/status.h"
 #include "runtime/engine.h"
 #include "runtime/model.h"
 

@@ -6,7 +6,7 @@
 
 #include "launch/bench_adam.h"
 #include "launch/commands.h"
-#include "runtime/core/options_parse.h"
+#include "launch/options_parse.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"strata: ZeRO training runtime (stages, CPU offload, NVMe offload)"};

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace strata {
 

@@ -8,7 +8,7 @@
 
 #include "collectives/local_communicator.h"
 #include "collectives/mpi_communicator.h"
-#include "runtime/core/logging.h"
+#include "core/logging.h"
 
 namespace strata {
 

@@ -8,8 +8,8 @@
 #include <functional>
 
 #include "collectives/communicator.h"
-#include "runtime/core/options.h"
-#include "runtime/core/status.h"
+#include "core/options.h"
+#include "core/status.h"
 
 namespace strata {
 

@@ -9,7 +9,7 @@
 #include "collectives/nccl_communicator.h"
 #include "launch/checkpoint.h"
 #include "models/gpt/gpt.h"
-#include "runtime/cuda/cuda_device.h"
+#include "core/cuda/cuda_device.h"
 #include "runtime/lr_schedule.h"
 
 namespace strata {

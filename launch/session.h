@@ -23,7 +23,7 @@
 #include "data/batch_sampler.h"
 #include "data/tokens.h"
 #include "runtime/backend.h"
-#include "runtime/core/options.h"
+#include "core/options.h"
 #include "runtime/engine.h"
 #include "runtime/model.h"
 

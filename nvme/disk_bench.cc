@@ -16,7 +16,7 @@
 
 #include "absl/strings/str_join.h"
 #include "nvme/io_buffer.h"
-#include "runtime/core/logging.h"
+#include "core/logging.h"
 
 extern char** environ;
 

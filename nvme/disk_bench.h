@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "nvme/io_engine.h"
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace strata::nvme {
 

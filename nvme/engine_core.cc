@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <utility>
 
-#include "runtime/core/logging.h"
+#include "core/logging.h"
 
 namespace strata::nvme {
 

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "nvme/io_engine.h"
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace strata::nvme {
 

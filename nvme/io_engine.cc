@@ -11,7 +11,7 @@
 #include "nvme/engine_core.h"
 #include "nvme/pread_backend.h"
 #include "nvme/uring_backend.h"
-#include "runtime/core/logging.h"
+#include "core/logging.h"
 
 namespace strata::nvme {
 namespace {

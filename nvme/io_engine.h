@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace strata::nvme {
 

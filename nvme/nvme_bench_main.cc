@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "nvme/disk_bench.h"
-#include "runtime/core/logging.h"
-#include "runtime/core/memory.h"
+#include "core/logging.h"
+#include "core/memory.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"nvme bench: engine vs fio vs a plain pread loop, sequential 1 MiB O_DIRECT"};

@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <thread>
 
-#include "runtime/core/logging.h"
+#include "core/logging.h"
 
 namespace strata::nvme {
 namespace {

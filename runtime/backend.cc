@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_ops.h"
-#include "runtime/core/cpu_device.h"
-#include "runtime/cuda/cuda_device.h"
+#include "core/cpu_device.h"
+#include "core/cuda/cuda_device.h"
 
 namespace strata {
 namespace {

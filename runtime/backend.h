@@ -15,8 +15,8 @@
 #include <memory>
 
 #include "kernels/ops.h"
-#include "runtime/core/device.h"
-#include "runtime/core/options.h"
+#include "core/device.h"
+#include "core/options.h"
 
 namespace strata {
 

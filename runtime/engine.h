@@ -14,8 +14,8 @@
 
 #include "collectives/communicator.h"
 #include "kernels/ops.h"
-#include "runtime/core/device.h"
-#include "runtime/core/options.h"
+#include "core/device.h"
+#include "core/options.h"
 #include "runtime/model.h"
 #include "runtime/zero_components.h"
 

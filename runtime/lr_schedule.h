@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "runtime/core/options.h"
+#include "core/options.h"
 
 namespace strata {
 

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "kernels/ops.h"
-#include "runtime/core/device.h"
-#include "runtime/core/status.h"
-#include "runtime/unit_layout.h"
+#include "core/device.h"
+#include "core/status.h"
+#include "core/unit_layout.h"
 
 namespace strata {
 

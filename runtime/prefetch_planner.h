@@ -21,7 +21,7 @@
 #include <limits>
 #include <vector>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace strata {
 

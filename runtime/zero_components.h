@@ -22,9 +22,9 @@
 
 #include "collectives/communicator.h"
 #include "kernels/ops.h"
-#include "runtime/core/device.h"
-#include "runtime/core/options.h"
-#include "runtime/unit_layout.h"
+#include "core/device.h"
+#include "core/options.h"
+#include "core/unit_layout.h"
 #include "tiers/nvme_tier.h"
 #include "tiers/state_homes.h"
 #include "tiers/unit_state.h"

@@ -19,7 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/cpu/cpu_adam.h"
-#include "runtime/core/options_parse.h"
+#include "launch/options_parse.h"
 #include "tests/engine_rig.h"
 #include "tests/placement_runs.h"
 

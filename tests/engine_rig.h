@@ -8,7 +8,7 @@
 #include "collectives/communicator.h"
 #include "models/gpt/gpt.h"
 #include "runtime/backend.h"
-#include "runtime/core/options.h"
+#include "core/options.h"
 #include "runtime/engine.h"
 
 namespace strata {

@@ -29,8 +29,8 @@
 #include <gtest/gtest.h>
 
 #include "runtime/backend.h"
-#include "runtime/core/options_parse.h"
-#include "runtime/cuda/cuda_device.h"
+#include "launch/options_parse.h"
+#include "core/cuda/cuda_device.h"
 #include "tests/placement_runs.h"
 
 namespace strata {

@@ -9,7 +9,7 @@
 
 #include "launch/ranks.h"
 #include "launch/session.h"
-#include "runtime/core/options_parse.h"
+#include "launch/options_parse.h"
 
 namespace strata {
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/memory.h"
-#include "runtime/core/options.h"
+#include "core/memory.h"
+#include "core/options.h"
 #include "runtime/engine.h"
 
 namespace strata {

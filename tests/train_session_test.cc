@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "launch/session.h"
-#include "runtime/core/options_parse.h"
+#include "launch/options_parse.h"
 
 namespace strata {
 namespace {

@@ -15,7 +15,7 @@
 #include <utility>
 
 #include "absl/strings/str_join.h"
-#include "runtime/core/logging.h"
+#include "core/logging.h"
 
 namespace strata {
 namespace {

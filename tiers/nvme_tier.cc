@@ -9,7 +9,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "runtime/core/logging.h"
+#include "core/logging.h"
 
 namespace strata {
 namespace {

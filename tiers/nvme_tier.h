@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/core/device.h"
+#include "core/device.h"
 #include "tiers/nvme_store.h"
 
 namespace strata {

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "kernels/ops.h"
-#include "runtime/core/device.h"
-#include "runtime/unit_layout.h"
+#include "core/device.h"
+#include "core/unit_layout.h"
 #include "tiers/nvme_tier.h"
 #include "tiers/unit_state.h"
 

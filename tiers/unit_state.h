@@ -8,7 +8,7 @@
 
 #include <cstddef>
 
-#include "runtime/core/memory.h"
+#include "core/memory.h"
 
 namespace strata {
 

@@ -3,7 +3,7 @@
 # and NCCL, perhaps without the Debian packages): installs what is missing, shows the GPU,
 # runs every test tagged "gpu" built with CUDA (the CUDA kernels against their CPU
 # references, the CUDA device, the NCCL communicator, and training on CUDA against the CPU
-# backend: //kernels/cuda, //runtime/cuda, //collectives:nccl_communicator_test,
+# backend: //kernels/cuda, //core/cuda, //collectives:nccl_communicator_test,
 # //tests:gpu_training_test), then the GPU benchmark (`strata bench gpu`: tokens/s and MFU
 # of gpt2-124m and gpt2-1.5b on the device, offloaded, NVMe params where available), then
 # builds everything else with CUDA in the time left. Everything it prints also goes to
@@ -26,8 +26,8 @@ readonly BENCH_STEPS="${GPU_CHECK_BENCH_STEPS:-5}"
 # The gpu tests that must have run (a missing one means a BUILD or tag regression).
 readonly REQUIRED_TESTS=(
   //kernels/cuda:cuda_ops_test
-  //runtime/cuda:cuda_device_test
-  //runtime/cuda:fill_kernel_test
+  //core/cuda:cuda_device_test
+  //core/cuda:fill_kernel_test
   //collectives:nccl_communicator_test
   //tests:gpu_training_test
 )

@@ -15,7 +15,7 @@
 #include <cstddef>
 
 #include "kernels/ops.h"  // AdamParams
-#include "runtime/core/dtype.h"
+#include "core/dtype.h"
 
 namespace strata::cpu {
 

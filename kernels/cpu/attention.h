@@ -20,7 +20,7 @@
 // Thread-safety: reentrant; fast versions run an OpenMP region on the calling thread's pool.
 #pragma once
 
-#include "runtime/core/dtype.h"
+#include "core/dtype.h"
 
 namespace strata::cpu {
 

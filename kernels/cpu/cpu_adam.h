@@ -30,8 +30,8 @@
 #include <string>
 
 #include "kernels/ops.h"  // AdamParams
-#include "runtime/core/dtype.h"
-#include "runtime/core/status.h"
+#include "core/dtype.h"
+#include "core/status.h"
 
 namespace strata::cpu {
 

@@ -14,7 +14,7 @@
 
 #include <cstddef>
 
-#include "runtime/core/dtype.h"
+#include "core/dtype.h"
 
 namespace strata::cpu {
 

@@ -2,7 +2,7 @@
 
 A kernel `name` is name.h and name.cc, compiled with CPU_KERNEL_COPTS, and name_test.cc,
 which checks the fast version against the reference with the shared scaffolding of
-:kernel_test_util. Every kernel depends on //runtime/core:dtype and OpenMP; `deps` adds
+:kernel_test_util. Every kernel depends on //core:dtype and OpenMP; `deps` adds
 the kernel's own dependencies.
 """
 
@@ -19,20 +19,22 @@ CPU_KERNEL_COPTS = [
     "-mprefer-vector-width=512",
 ]
 
-def cpu_kernel(name, deps = []):
+def cpu_kernel(name, deps = [], visibility = None):
     """Declares cc_library `name` and its cc_test `name_test` (size small).
 
     Args:
       name: the kernel; its files are name.h, name.cc and name_test.cc.
-      deps: the library's dependencies besides //runtime/core:dtype and OpenMP.
+      deps: the library's dependencies besides //core:dtype and OpenMP.
+      visibility: the library's dependents outside this package (default: private).
     """
     native.cc_library(
         name = name,
+        visibility = visibility,
         srcs = [name + ".cc"],
         hdrs = [name + ".h"],
         copts = CPU_KERNEL_COPTS,
         deps = deps + [
-            "//runtime/core:dtype",
+            "//core:dtype",
             "@system//:openmp",
         ],
     )

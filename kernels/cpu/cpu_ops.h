@@ -13,7 +13,7 @@
 #include <memory>
 
 #include "kernels/ops.h"
-#include "runtime/core/dtype.h"
+#include "core/dtype.h"
 
 namespace strata {
 

@@ -26,7 +26,7 @@
 #include "kernels/cpu/kernel_test_util.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
-#include "runtime/core/cpu_device.h"
+#include "core/cpu_device.h"
 
 namespace strata {
 namespace {

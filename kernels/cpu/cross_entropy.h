@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "runtime/core/dtype.h"
+#include "core/dtype.h"
 
 namespace strata::cpu {
 

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "runtime/core/dtype.h"
+#include "core/dtype.h"
 
 // Compiles a function three times (AVX-512, AVX2+FMA, baseline x86-64) and picks one when
 // the program loads, from what the CPU supports; never from the build machine. Put it on

@@ -7,7 +7,7 @@
 // thread-safe cache and runs on the calling thread's OpenMP pool.
 #pragma once
 
-#include "runtime/core/dtype.h"
+#include "core/dtype.h"
 
 namespace strata::cpu {
 

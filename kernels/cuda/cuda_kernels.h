@@ -17,8 +17,8 @@
 #include <cstdint>
 
 #include "kernels/ops.h"
-#include "runtime/core/dtype.h"
-#include "runtime/core/status.h"
+#include "core/dtype.h"
+#include "core/status.h"
 
 namespace strata::cuda_kernels {
 

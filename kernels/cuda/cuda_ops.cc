@@ -23,8 +23,8 @@
 #include <utility>
 
 #include "kernels/cuda/cuda_kernels.h"
-#include "runtime/cuda/cuda_native.h"
-#include "runtime/cuda/cuda_status.h"
+#include "core/cuda/cuda_native.h"
+#include "core/cuda/cuda_status.h"
 
 namespace strata {
 namespace {

@@ -28,9 +28,9 @@
 #include "kernels/cpu/kernel_test_util.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
-#include "runtime/core/cpu_device.h"
-#include "runtime/core/device.h"
-#include "runtime/cuda/cuda_device.h"
+#include "core/cpu_device.h"
+#include "core/device.h"
+#include "core/cuda/cuda_device.h"
 
 namespace strata {
 namespace {

@@ -1,5 +1,5 @@
 // Device-side helpers shared by the CUDA kernels of kernels/cuda: fp32/bf16 loads and stores
-// (bf16 rounded to nearest even exactly as runtime/core/dtype.h's ToBf16, NaN kept NaN),
+// (bf16 rounded to nearest even exactly as core/dtype.h's ToBf16, NaN kept NaN),
 // warp and block reductions in a fixed order (so every reduction is deterministic: the same
 // inputs and launch shape give the same bits), and launch-size helpers.
 // Only included by .cu files. Thread-safety: pure device functions.
@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "runtime/core/dtype.h"
+#include "core/dtype.h"
 
 namespace strata::cuda_kernels {
 

@@ -7,7 +7,7 @@
 
 #include <cstddef>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace strata {
 

@@ -2,8 +2,8 @@
 // a fixed grid.
 #include <algorithm>
 
-#include "runtime/cuda/cuda_status.h"
-#include "runtime/cuda/fill_kernel.h"
+#include "core/cuda/cuda_status.h"
+#include "core/cuda/fill_kernel.h"
 
 namespace strata {
 namespace {

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/core/dtype.h"
+#include "core/dtype.h"
 
 namespace strata {
 

@@ -1,5 +1,5 @@
 // Rank-prefixed spdlog pattern; see logging.h.
-#include "runtime/core/logging.h"
+#include "core/logging.h"
 
 #include <string>
 

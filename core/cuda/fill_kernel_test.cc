@@ -1,14 +1,14 @@
 // The fill kernel through the cuda_library rule, on a CUDA Device's streams: kernels
 // ordered by an event across two streams, copied back and checked element by element.
 // Built only where CUDA is; skips without a usable GPU.
-#include "runtime/cuda/fill_kernel.h"
+#include "core/cuda/fill_kernel.h"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "runtime/cuda/cuda_device.h"
-#include "runtime/cuda/cuda_native.h"
+#include "core/cuda/cuda_device.h"
+#include "core/cuda/cuda_native.h"
 
 namespace strata {
 namespace {

@@ -1,5 +1,5 @@
 // CPU Device: worker-thread streams, counter events, capped pools. See cpu_device.h.
-#include "runtime/core/cpu_device.h"
+#include "core/cpu_device.h"
 
 #include <sys/mman.h>
 

@@ -1,5 +1,5 @@
 // bf16 conversion: round-to-nearest-even, exact for representable values, NaN kept.
-#include "runtime/core/dtype.h"
+#include "core/dtype.h"
 
 #include <cmath>
 #include <gtest/gtest.h>

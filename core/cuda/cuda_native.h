@@ -6,8 +6,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "runtime/core/device.h"
-#include "runtime/core/status.h"
+#include "core/device.h"
+#include "core/status.h"
 
 namespace strata {
 

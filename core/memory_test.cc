@@ -1,5 +1,5 @@
 // Tests byte parsing and pool accounting: capacity errors name tier, kind and bytes.
-#include "runtime/core/memory.h"
+#include "core/memory.h"
 
 #include <gtest/gtest.h>
 

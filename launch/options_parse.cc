@@ -3,7 +3,7 @@
 // field's type picks the parser. Problems are collected into a list instead of returning
 // early, so one status names all of them. nlohmann exceptions are caught here and never
 // leave this file. Thread-safety: the tables are immutable function-local statics.
-#include "runtime/core/options_parse.h"
+#include "launch/options_parse.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -19,7 +19,7 @@
 #include <variant>
 
 #include "absl/strings/str_join.h"
-#include "runtime/core/memory.h"
+#include "core/memory.h"
 
 namespace strata {
 namespace {

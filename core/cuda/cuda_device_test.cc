@@ -4,7 +4,7 @@
 // accounting, the pool clipped to free memory and the GPU chosen by local rank.
 // Without a usable GPU (no driver, none visible, or built without CUDA) every GPU test
 // skips with CUDA's reason; the tests of the no-GPU error path run everywhere.
-#include "runtime/cuda/cuda_device.h"
+#include "core/cuda/cuda_device.h"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/core/cpu_device.h"
+#include "core/cpu_device.h"
 
 namespace strata {
 namespace {

@@ -1,5 +1,5 @@
 // Byte accounting for tiers; see memory.h.
-#include "runtime/core/memory.h"
+#include "core/memory.h"
 
 #include <cctype>
 #include <cmath>

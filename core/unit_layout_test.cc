@@ -1,5 +1,5 @@
 // Unit layouts: aligned tensor offsets, padding into equal 4 KiB-aligned shards.
-#include "runtime/unit_layout.h"
+#include "core/unit_layout.h"
 
 #include <gtest/gtest.h>
 

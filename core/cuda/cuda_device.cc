@@ -1,6 +1,6 @@
 // CUDA Device: cudaMalloc'd and pinned buffers counted in capped pools, non-blocking
 // streams with sticky errors, timing-free events. See cuda_device.h.
-#include "runtime/cuda/cuda_device.h"
+#include "core/cuda/cuda_device.h"
 
 #include <cuda_runtime_api.h>
 
@@ -11,9 +11,9 @@
 #include <string>
 #include <utility>
 
-#include "runtime/core/logging.h"
-#include "runtime/cuda/cuda_native.h"
-#include "runtime/cuda/cuda_status.h"
+#include "core/logging.h"
+#include "core/cuda/cuda_native.h"
+#include "core/cuda/cuda_status.h"
 
 namespace strata {
 namespace {

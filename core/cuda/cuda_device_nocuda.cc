@@ -1,7 +1,7 @@
 // CreateCudaDevice where strata is built without CUDA (no toolkit, or --config=nocuda):
 // every entry point says so, so a configuration that asks for the CUDA backend fails with
 // a clear message instead of a link error. See cuda_device.h.
-#include "runtime/cuda/cuda_device.h"
+#include "core/cuda/cuda_device.h"
 
 namespace strata {
 namespace {

@@ -2,7 +2,7 @@
 // CUDA_RETURN_IF_ERROR (or CudaStatus for calls whose error is kept rather than returned),
 // so an error names the call, where it was made and what it was doing:
 //   "allocating 1.00 GiB for unit 3 params on GPU 0: cudaMalloc(&base, allocated_bytes)
-//    failed: out of memory (cudaErrorMemoryAllocation = 2) at runtime/cuda/cuda_device.cc:120"
+//    failed: out of memory (cudaErrorMemoryAllocation = 2) at core/cuda/cuda_device.cc:120"
 // Only built where CUDA is (it includes cudart's header).
 // Thread-safety: stateless; cudaGetErrorString/Name are thread-safe.
 #pragma once
@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace strata {
 

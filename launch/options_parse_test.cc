@@ -2,7 +2,7 @@
 // syntaxes, every class of error with its message, all problems reported in one status,
 // DescribeKeys covering every key and FormatResolved round-tripping through --set.
 // Options are compared field by field. Config files are written under TEST_TMPDIR.
-#include "runtime/core/options_parse.h"
+#include "launch/options_parse.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

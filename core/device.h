@@ -1,5 +1,5 @@
 // The Device interface: memory per tier, streams, events and asynchronous copies, the
-// same for the CPU backend (cpu_device.h) and CUDA (runtime/cuda/). Everything above it
+// same for the CPU backend (cpu_device.h) and CUDA (core/cuda/). Everything above it
 // (kernels' Ops, the engine, tiers) runs unchanged on either.
 //
 // Semantics follow CUDA's: work enqueued on one Stream runs in order; Record(event,
@@ -16,8 +16,8 @@
 #include <memory>
 #include <string>
 
-#include "runtime/core/memory.h"
-#include "runtime/core/status.h"
+#include "core/memory.h"
+#include "core/status.h"
 
 namespace strata {
 

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace strata {
 

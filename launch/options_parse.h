@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/options.h"
-#include "runtime/core/status.h"
+#include "core/options.h"
+#include "core/status.h"
 
 namespace strata {
 

@@ -1,6 +1,6 @@
 // CPU device: streams run in order, events order two streams, errors are sticky, copies
 // land, and the device pool rejects allocations over device.memory_limit.
-#include "runtime/core/cpu_device.h"
+#include "core/cpu_device.h"
 
 #include <atomic>
 #include <chrono>

@@ -1,5 +1,5 @@
 // CUDA errors to Status; see cuda_status.h.
-#include "runtime/cuda/cuda_status.h"
+#include "core/cuda/cuda_status.h"
 
 namespace strata {
 namespace {

@@ -12,7 +12,7 @@
 #include <mutex>
 #include <string>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace strata {
 

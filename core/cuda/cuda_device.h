@@ -1,4 +1,4 @@
-// The CUDA backend's Device (runtime/core/device.h) on one GPU of this node.
+// The CUDA backend's Device (core/device.h) on one GPU of this node.
 // - Device tier: cudaMalloc'd buffers, accounted in a MemoryPool whose capacity is
 //   device.memory_limit clipped to the GPU's free memory when the device is created.
 //   Buffers are 4 KiB-aligned. No managed memory.
@@ -27,8 +27,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "runtime/core/device.h"
-#include "runtime/core/status.h"
+#include "core/device.h"
+#include "core/status.h"
 
 namespace strata {
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "runtime/core/device.h"
+#include "core/device.h"
 
 namespace strata {
 

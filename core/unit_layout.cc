@@ -1,5 +1,5 @@
 // Flat-buffer layout of a unit; see unit_layout.h.
-#include "runtime/unit_layout.h"
+#include "core/unit_layout.h"
 
 namespace strata {
 
