@@ -1,15 +1,77 @@
 // The one options struct of strata. Every field states its config key, default and
 // consequence. Parsed from a JSON file plus `--set section.key=value` overrides by
-// ParseOptions (options_parse.h), which rejects unknown keys and bad values, listing every
-// problem at once. Thread-safety: a plain value, copied freely.
+// ParseOptions (launch/options_parse.h), which rejects unknown keys and bad values, listing
+// every problem at once. A key with a few possible values is an enum here, parsed once by
+// the parser (OptionNames gives each value's config text): nothing else compares option
+// strings. Which placements can run together is decided by ResolvePlacement
+// (runtime/placement.h). Thread-safety: a plain value, copied freely.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "core/dtype.h"
 
 namespace strata {
+
+// device.backend.
+enum class BackendKind { kCpu, kCuda };
+// Where one kind of training state lives (zero.optimizer_tier, grad_tier, param_tier).
+enum class StateTier { kDevice, kHost, kNvme };
+// zero.param_update.
+enum class ParamUpdate { kExact, kDelayed };
+// train.recompute.
+enum class Recompute { kNone, kBlocks };
+// nvme.engine.
+enum class IoEngineKind { kAuto, kIoUring, kPread };
+
+// OptionNames<E>::kNames[i] is the config text of E(i).
+template <typename E>
+struct OptionNames;
+template <>
+struct OptionNames<DType> {
+  static constexpr std::array<const char*, 2> kNames = {"fp32", "bf16"};
+};
+template <>
+struct OptionNames<BackendKind> {
+  static constexpr std::array<const char*, 2> kNames = {"cpu", "cuda"};
+};
+template <>
+struct OptionNames<StateTier> {
+  static constexpr std::array<const char*, 3> kNames = {"device", "host", "nvme"};
+};
+template <>
+struct OptionNames<ParamUpdate> {
+  static constexpr std::array<const char*, 2> kNames = {"exact", "delayed"};
+};
+template <>
+struct OptionNames<Recompute> {
+  static constexpr std::array<const char*, 2> kNames = {"none", "blocks"};
+};
+template <>
+struct OptionNames<IoEngineKind> {
+  static constexpr std::array<const char*, 3> kNames = {"auto", "io_uring", "pread"};
+};
+
+// The config text of `value`, e.g. OptionName(StateTier::kNvme) == "nvme".
+template <typename E>
+const char* OptionName(E value) {
+  return OptionNames<E>::kNames[static_cast<size_t>(value)];
+}
+
+// Every config text of E with its value (for command-line parsers, e.g. CLI11's
+// CheckedTransformer).
+template <typename E>
+std::map<std::string, E> OptionValues() {
+  std::map<std::string, E> values;
+  for (size_t i = 0; i < OptionNames<E>::kNames.size(); ++i) {
+    values.emplace(OptionNames<E>::kNames[i], static_cast<E>(i));
+  }
+  return values;
+}
 
 struct ModelOptions {
   // model.preset: "tiny" (L2 H2 C64 V256 T64, for tests), "small" (L4 H4 C256 V50304 T256),
@@ -52,9 +114,9 @@ struct TrainOptions {
   // state goes to <dir>/step-<k> (launch/checkpoint.h); train.checkpoint_keep: only the
   // newest N stay (0 = all). train.resume: a step-<k> directory to go on from (its step k
   // first), or a checkpoint_dir (its newest step-<k>); "" = start fresh.
-  // train.recompute: "none" | "blocks" (activation checkpointing: each transformer block
-  // keeps its output only and runs its forward again in the backward).
-  std::string recompute = "none";
+  // train.recompute: none | blocks (activation checkpointing: each transformer block keeps
+  // its output only and runs its forward again in the backward).
+  Recompute recompute = Recompute::kNone;
   std::string checkpoint_dir;
   int checkpoint_every = 0;
   int checkpoint_keep = 0;
@@ -62,7 +124,7 @@ struct TrainOptions {
 };
 
 struct DeviceOptions {
-  std::string backend = "cpu";     // device.backend: "cpu" | "cuda" (GPU = local rank).
+  BackendKind backend = BackendKind::kCpu;  // device.backend: cpu | cuda (GPU = local rank).
   uint64_t memory_limit = 8ull << 30;  // device.memory_limit: device-tier capacity ("2GiB").
   int threads = 0;                 // device.threads: CPU kernel threads; 0 = all cores.
 };
@@ -77,30 +139,31 @@ struct ZeroOptions {
   float comm_timeout_s = 300.0f;  // zero.comm_timeout_s: a collective waiting longer fails.
   // zero.prefetch_bytes: stage 3: bytes of gathered parameters fetched ahead of need.
   uint64_t prefetch_bytes = 256ull << 20;
-  // Placement (ZeRO-Offload, ZeRO-Infinity). zero.optimizer_tier: "device" | "host" |
-  // "nvme": where the fp32 master and Adam moments live (host and nvme: stepped by the SIMD
-  // CPU Adam, overlapped with backward; nvme: read, stepped and written back unit by unit
-  // through a few host buffers). zero.grad_tier: "device" | "host": where the fp32 gradient
-  // shards are summed (host needs the optimizer off the device). zero.param_tier: "device"
-  // | "host" | "nvme": stage 3's param shards between uses (host needs the optimizer on the
-  // host or nvme; nvme needs it on nvme).
-  std::string optimizer_tier = "device";
-  std::string grad_tier = "device";
-  std::string param_tier = "device";
-  // zero.param_update: "exact" (each step's update is in place before the next step) |
-  // "delayed": the CPU Adam of step t runs during step t+1's forward and backward and its
+  // Placement (ZeRO-Offload, ZeRO-Infinity); the legal combinations are ResolvePlacement's.
+  // zero.optimizer_tier: device | host | nvme: where the fp32 master and Adam moments live
+  // (host and nvme: stepped by the SIMD CPU Adam, overlapped with backward; nvme: read,
+  // stepped and written back unit by unit through a few host buffers). zero.grad_tier:
+  // device | host | nvme: where the fp32 gradient sums live (host needs the optimizer off
+  // the device; nvme needs it on nvme and stage 2-3). zero.param_tier: device | host | nvme:
+  // stage 3's param shards between uses (host needs the optimizer on the host or nvme; nvme
+  // needs it on nvme).
+  StateTier optimizer_tier = StateTier::kDevice;
+  StateTier grad_tier = StateTier::kDevice;
+  StateTier param_tier = StateTier::kDevice;
+  // zero.param_update: exact (each step's update is in place before the next step) |
+  // delayed: the CPU Adam of step t runs during step t+1's forward and backward and its
   // params replace the old ones after their last use there, so step t+1's gradients are
   // computed on params one update old (ZeRO-Offload's delayed parameter update). Hides
   // the optimizer where backward is shorter than the CPU Adam; not bit-identical to exact.
-  std::string param_update = "exact";
+  ParamUpdate param_update = ParamUpdate::kExact;
   // zero.nvme_dir: directory of this rank's swap files (O_DIRECT-capable filesystem, not
   // tmpfs); required when a tier is nvme.
   std::string nvme_dir;
 };
 
 struct NvmeOptions {
-  // nvme.engine: "auto" (io_uring, else the pread pool, saying why) | "io_uring" | "pread".
-  std::string engine = "auto";
+  // nvme.engine: auto (io_uring, else the pread pool, saying why) | io_uring | pread.
+  IoEngineKind engine = IoEngineKind::kAuto;
   // nvme.read_ahead_units: stage 3 with param_tier=nvme: host buffers for param shards
   // read ahead of their gather (bounds host memory; >= 1).
   int read_ahead_units = 3;

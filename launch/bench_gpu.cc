@@ -77,7 +77,7 @@ std::optional<double> TablePeakTflops(const std::string& gpu_name) {
   return std::nullopt;
 }
 
-struct Placement {
+struct BenchPlacement {
   const char* name;
   const char* what;
   std::vector<std::string> sets;
@@ -142,7 +142,7 @@ Measured RunPlacement(const Options& options, int steps, double* peak_tflops,
   return m;
 }
 
-void PrintLine(const std::string& preset, const Placement& placement, const Options& options,
+void PrintLine(const std::string& preset, const BenchPlacement& placement, const Options& options,
                const Measured& m, const Measured* device) {
   if (!m.status.ok()) {
     std::printf("%-10s %-8s FAILED: %s\n", preset.c_str(), placement.name,
@@ -198,7 +198,7 @@ Status RunBenchGpu(const CommandArgs& args, const GpuBenchArgs& gpu) {
   std::error_code made_dir;
   std::filesystem::create_directories(nvme_dir, made_dir);  // a failure shows at the nvme run
 
-  const std::vector<Placement> placements = {
+  const std::vector<BenchPlacement> placements = {
       {"device", "stage 1, everything on the GPU",
        {"zero.stage=1", "zero.optimizer_tier=device", "zero.grad_tier=device",
         "zero.param_tier=device"}},
@@ -221,7 +221,7 @@ Status RunBenchGpu(const CommandArgs& args, const GpuBenchArgs& gpu) {
               "per placement, train.grad_clip=0 unless --set; MFU = tokens x (6N + 12LCT) / "
               "dense bf16 peak\n",
               args.bench_steps);
-  for (const Placement& placement : placements) {
+  for (const BenchPlacement& placement : placements) {
     std::printf("  %-8s %s\n", placement.name, placement.what);
   }
   std::fflush(stdout);
@@ -250,7 +250,7 @@ Status RunBenchGpu(const CommandArgs& args, const GpuBenchArgs& gpu) {
   for (const auto& [m, p] : order) {
     ModelResult& result = results[m];
     const std::string& preset = result.preset;
-    const Placement& placement = placements[p];
+    const BenchPlacement& placement = placements[p];
     if (p == 2 && !nvme_presets.count(preset)) {
       result.nvme_reason = "not in --nvme-presets";
       continue;

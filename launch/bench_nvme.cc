@@ -10,7 +10,7 @@
 
 namespace strata {
 
-Status RunBenchNvme(const std::string& dir, const std::string& size, const std::string& engine) {
+Status RunBenchNvme(const std::string& dir, const std::string& size, IoEngineKind engine) {
   InitLogging(0, 1);
   nvme::DiskBenchOptions options;
   options.dir = dir;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/options.h"
 #include "core/status.h"
 
 namespace strata {
@@ -33,6 +34,6 @@ Status RunBenchInfinity(const CommandArgs& args, const std::string& dir);
 // One GPU, bf16: tokens/s and MFU on device, offloaded and (where it exists) NVMe params.
 Status RunBenchGpu(const CommandArgs& args, const GpuBenchArgs& gpu);
 // `strata bench nvme --dir DIR [--size 1GiB] [--engine auto]`: nvme/disk_bench.h.
-Status RunBenchNvme(const std::string& dir, const std::string& size, const std::string& engine);
+Status RunBenchNvme(const std::string& dir, const std::string& size, IoEngineKind engine);
 
 }  // namespace strata

@@ -73,13 +73,14 @@ int main(int argc, char** argv) {
 
   std::string nvme_dir;
   std::string nvme_size = "1GiB";
-  std::string nvme_engine = "auto";
+  strata::IoEngineKind nvme_engine = strata::IoEngineKind::kAuto;
   CLI::App* bench_nvme = bench->add_subcommand(
       "nvme", "sequential O_DIRECT read/write MB/s of the I/O engine vs fio and a plain loop");
   bench_nvme->add_option("--dir", nvme_dir, "directory for the test file (removed afterwards)")
       ->required();
   bench_nvme->add_option("--size", nvme_size, "test file size, e.g. 1GiB");
-  bench_nvme->add_option("--engine", nvme_engine, "auto | io_uring | pread");
+  bench_nvme->add_option("--engine", nvme_engine, "auto | io_uring | pread")
+      ->transform(CLI::CheckedTransformer(strata::OptionValues<strata::IoEngineKind>()));
 
   int adam_threads = 0;
   bool adam_quick = false;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -20,16 +21,42 @@
 
 #include "absl/strings/str_join.h"
 #include "core/memory.h"
+#include "runtime/placement.h"
 
 namespace strata {
 namespace {
 
 using Json = nlohmann::json;
 
+// A key with a few named values: a field of one of options.h's enums (or DType), read and
+// written as the index of its name in OptionNames.
+struct EnumField {
+  std::vector<std::string> names;
+  std::function<int(const Options&)> get;
+  std::function<void(Options&, int)> set;
+};
+
+template <typename E>
+EnumField Enum(E* (*field)(Options&)) {
+  EnumField out;
+  for (const char* name : OptionNames<E>::kNames) out.names.push_back(name);
+  out.get = [field](const Options& options) {
+    return static_cast<int>(*field(const_cast<Options&>(options)));
+  };
+  out.set = [field](Options& options, int value) { *field(options) = static_cast<E>(value); };
+  return out;
+}
+
+// "a, b or c".
+std::string OneOf(const std::vector<std::string>& names) {
+  if (names.size() == 1) return names[0];
+  std::vector<std::string> head(names.begin(), names.end() - 1);
+  return absl::StrCat(absl::StrJoin(head, ", "), " or ", names.back());
+}
+
 // An accessor to one field of Options; the alternative's type picks the parser.
-using Field =
-    std::variant<int* (*)(Options&), float* (*)(Options&), double* (*)(Options&),
-                 uint64_t* (*)(Options&), std::string* (*)(Options&), DType* (*)(Options&)>;
+using Field = std::variant<int* (*)(Options&), float* (*)(Options&), double* (*)(Options&),
+                           uint64_t* (*)(Options&), std::string* (*)(Options&), EnumField>;
 
 struct KeySpec {
   const char* name;  // "section.key"
@@ -67,7 +94,7 @@ const std::vector<KeySpec>& Keys() {
        "tokens per sequence (T); in [1, model.max_seq_len].", false},
       {"train.grad_accum", +[](Options& o) { return &o.train.grad_accum; },
        "micro-batches per optimizer step; >= 1.", false},
-      {"train.dtype", +[](Options& o) { return &o.train.dtype; },
+      {"train.dtype", Enum(+[](Options& o) { return &o.train.dtype; }),
        "compute/storage dtype of params and activations: fp32 | bf16.", false},
       {"train.lr", +[](Options& o) { return &o.train.lr; }, "peak learning rate after warmup; > 0.",
        false},
@@ -92,7 +119,7 @@ const std::vector<KeySpec>& Keys() {
        "micro-batches per validation; >= 1.", false},
       {"train.log_every", +[](Options& o) { return &o.train.log_every; },
        "progress line every N steps; >= 1.", false},
-      {"train.recompute", +[](Options& o) { return &o.train.recompute; },
+      {"train.recompute", Enum(+[](Options& o) { return &o.train.recompute; }),
        "activation recompute: none | blocks (each block keeps only its output and runs its "
        "forward again during the backward: less activation memory, ~1/3 more compute).",
        false},
@@ -107,7 +134,7 @@ const std::vector<KeySpec>& Keys() {
       {"train.resume", +[](Options& o) { return &o.train.resume; },
        "a checkpoint (<dir>/step-<k>) to resume from, at step k, or a checkpoint_dir (its "
        "newest); \"\" = start fresh.", false},
-      {"device.backend", +[](Options& o) { return &o.device.backend; },
+      {"device.backend", Enum(+[](Options& o) { return &o.device.backend; }),
        "compute backend: cpu | cuda (one GPU per local rank; needs a CUDA build).", false},
       {"device.memory_limit", +[](Options& o) { return &o.device.memory_limit; },
        "device-tier capacity: bytes or a size like 512MiB, 2GiB; > 0.", true},
@@ -121,19 +148,19 @@ const std::vector<KeySpec>& Keys() {
        "a collective waiting longer than this fails naming the missing ranks; > 0.", false},
       {"zero.prefetch_bytes", +[](Options& o) { return &o.zero.prefetch_bytes; },
        "stage 3: bytes of gathered parameters fetched ahead of need; >= 0.", true},
-      {"zero.optimizer_tier", +[](Options& o) { return &o.zero.optimizer_tier; },
+      {"zero.optimizer_tier", Enum(+[](Options& o) { return &o.zero.optimizer_tier; }),
        "where fp32 master + Adam moments live: device | host | nvme (host, nvme: CPU Adam, "
        "need zero.stage >= 1).",
        false},
-      {"zero.grad_tier", +[](Options& o) { return &o.zero.grad_tier; },
+      {"zero.grad_tier", Enum(+[](Options& o) { return &o.zero.grad_tier; }),
        "where the fp32 gradient shards are summed: device | host | nvme (host needs the "
        "optimizer on host or nvme; nvme needs it on nvme and zero.stage 2 or 3).",
        false},
-      {"zero.param_tier", +[](Options& o) { return &o.zero.param_tier; },
+      {"zero.param_tier", Enum(+[](Options& o) { return &o.zero.param_tier; }),
        "stage 3: where param shards live between uses: device | host | nvme (host needs the "
        "optimizer on host or nvme, nvme needs it on nvme).",
        false},
-      {"zero.param_update", +[](Options& o) { return &o.zero.param_update; },
+      {"zero.param_update", Enum(+[](Options& o) { return &o.zero.param_update; }),
        "exact | delayed: delayed runs each step's CPU Adam during the next step's forward "
        "and backward (one-step delayed parameter update of ZeRO-Offload: gradients are "
        "computed on params one update old); needs optimizer_tier=host, grad_tier=host, "
@@ -146,7 +173,7 @@ const std::vector<KeySpec>& Keys() {
        "host-tier capacity per rank (pinned with CUDA): a size like 16GiB; 0 = physical "
        "memory / ranks of this process.",
        true},
-      {"nvme.engine", +[](Options& o) { return &o.nvme.engine; },
+      {"nvme.engine", Enum(+[](Options& o) { return &o.nvme.engine; }),
        "I/O engine of the nvme tier: auto (io_uring, else pread) | io_uring | pread.", false},
       {"nvme.read_ahead_units", +[](Options& o) { return &o.nvme.read_ahead_units; },
        "param_tier=nvme: param shards read ahead of their gather (host buffers); >= 1.",
@@ -338,7 +365,6 @@ constexpr const char* kDoubleExpected = "a finite number";
 constexpr const char* kSeedExpected = "an unsigned 64-bit integer";
 constexpr const char* kSizeExpected =
     "a size: a byte count or a string like \"4096\", \"512MiB\", \"2GiB\"";
-constexpr const char* kDTypeExpected = "fp32 or bf16";
 
 // Stores the --set text `text` into the key's field. Returns "" or the problem (no key).
 std::string SetFromText(const KeySpec& spec, const std::string& text, Options& options) {
@@ -367,10 +393,10 @@ std::string SetFromText(const KeySpec& spec, const std::string& text, Options& o
     *(*field)(options) = value;
   } else if (auto* field = std::get_if<std::string* (*)(Options&)>(&spec.field)) {
     *(*field)(options) = text;
-  } else if (auto* field = std::get_if<DType* (*)(Options&)>(&spec.field)) {
-    StatusOr<DType> dtype = ParseDType(text);
-    if (!dtype.ok()) return got + kDTypeExpected;
-    *(*field)(options) = *dtype;
+  } else if (auto* field = std::get_if<EnumField>(&spec.field)) {
+    const auto it = std::find(field->names.begin(), field->names.end(), text);
+    if (it == field->names.end()) return got + OneOf(field->names);
+    field->set(options, static_cast<int>(it - field->names.begin()));
   }
   return "";
 }
@@ -414,11 +440,11 @@ std::string SetFromJson(const KeySpec& spec, const Json& value, Options& options
   } else if (auto* field = std::get_if<std::string* (*)(Options&)>(&spec.field)) {
     if (!value.is_string()) return got + "a string";
     *(*field)(options) = value.get<std::string>();
-  } else if (auto* field = std::get_if<DType* (*)(Options&)>(&spec.field)) {
-    if (!value.is_string()) return got + "a string: " + kDTypeExpected;
-    StatusOr<DType> dtype = ParseDType(value.get<std::string>());
-    if (!dtype.ok()) return got + kDTypeExpected;
-    *(*field)(options) = *dtype;
+  } else if (auto* field = std::get_if<EnumField>(&spec.field)) {
+    if (!value.is_string()) return got + "a string: " + OneOf(field->names);
+    return SetFromText(spec, value.get<std::string>(), options).empty()
+               ? ""
+               : got + OneOf(field->names);
   }
   return "";
 }
@@ -437,8 +463,8 @@ std::string ValueText(const KeySpec& spec, const Options& options) {
     return spec.is_size ? SizeText(value) : NumberText(value);
   } else if (auto* field = std::get_if<std::string* (*)(Options&)>(&spec.field)) {
     return *(*field)(mutable_options);
-  } else if (auto* field = std::get_if<DType* (*)(Options&)>(&spec.field)) {
-    return DTypeName(*(*field)(mutable_options));
+  } else if (auto* field = std::get_if<EnumField>(&spec.field)) {
+    return field->names[field->get(options)];
   }
   return "?";
 }
@@ -450,7 +476,7 @@ std::string TypeName(const KeySpec& spec) {
   if (std::holds_alternative<uint64_t* (*)(Options&)>(spec.field)) {
     return spec.is_size ? "size" : "uint64";
   }
-  if (std::holds_alternative<DType* (*)(Options&)>(spec.field)) return "dtype";
+  if (auto* field = std::get_if<EnumField>(&spec.field)) return absl::StrJoin(field->names, "|");
   return "string";
 }
 
@@ -613,8 +639,6 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
   at_least("train.eval_every", train.eval_every, 0);
   at_least("train.eval_batches", train.eval_batches, 1);
   at_least("train.log_every", train.log_every, 1);
-  expect(train.recompute == "none" || train.recompute == "blocks", "train.recompute",
-         absl::StrCat("'", train.recompute, "'"), "none or blocks");
   at_least("train.checkpoint_every", train.checkpoint_every, 0);
   at_least("train.checkpoint_keep", train.checkpoint_keep, 0);
   if (train.checkpoint_every > 0 && train.checkpoint_dir.empty()) {
@@ -623,8 +647,6 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
   }
 
   const DeviceOptions& device = options.device;
-  expect(device.backend == "cpu" || device.backend == "cuda", "device.backend",
-         absl::StrCat("'", device.backend, "'"), "cpu or cuda");
   expect(device.memory_limit > 0, "device.memory_limit", SizeText(device.memory_limit),
          "a size > 0");
   at_least("device.threads", device.threads, 0);
@@ -637,72 +659,9 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
   expect(zero.comm_timeout_s > 0, "zero.comm_timeout_s", NumberText(zero.comm_timeout_s),
          "> 0 seconds");
 
-  // Placement: each tier key names a known tier, then the combinations that can run.
-  auto tier_ok = [&expect](const char* key, const std::string& value, bool nvme_allowed) {
-    const bool ok = value == "device" || value == "host" || (nvme_allowed && value == "nvme");
-    expect(ok, key, absl::StrCat("'", value, "'"),
-           nvme_allowed ? "device, host or nvme" : "device or host");
-    return ok;
-  };
-  const bool tiers_known = tier_ok("zero.optimizer_tier", zero.optimizer_tier, true) &
-                           tier_ok("zero.grad_tier", zero.grad_tier, true) &
-                           tier_ok("zero.param_tier", zero.param_tier, true);
-  if (tiers_known) {
-    const std::string& optimizer = zero.optimizer_tier;
-    const bool cpu_optimizer = optimizer != "device";
-    if (cpu_optimizer && zero.stage == 0) {
-      problems->push_back(absl::StrCat(
-          "zero.optimizer_tier=", optimizer,
-          " needs zero.stage >= 1 (the CPU optimizer steps owned shards; at one rank stage 1 "
-          "trains exactly like stage 0): set zero.stage=1"));
-    }
-    if (zero.grad_tier == "host" && !cpu_optimizer) {
-      problems->push_back(
-          "zero.grad_tier=host needs zero.optimizer_tier=host or nvme (an optimizer on the "
-          "device reads its gradients on the device): set zero.optimizer_tier=host or "
-          "zero.grad_tier=device");
-    }
-    if (zero.grad_tier == "nvme" && (optimizer != "nvme" || zero.stage < 2)) {
-      problems->push_back(absl::StrCat(
-          "zero.grad_tier=nvme needs zero.optimizer_tier=nvme and zero.stage 2 or 3 (got "
-          "zero.optimizer_tier=", optimizer, ", zero.stage=", zero.stage,
-          "; the optimizer reads each chunk's gradient sum from the disk with its state): set "
-          "them, or zero.grad_tier=host"));
-    }
-    if (zero.param_tier != "device" && zero.stage != 3) {
-      problems->push_back(absl::StrCat(
-          "zero.param_tier=", zero.param_tier, " needs zero.stage=3 (stage ", zero.stage,
-          " keeps every unit's full parameters on the device): set zero.stage=3 or "
-          "zero.param_tier=device"));
-    }
-    if (zero.param_tier == "host" && !cpu_optimizer) {
-      problems->push_back(
-          "zero.param_tier=host needs zero.optimizer_tier=host or nvme (the optimizer writes "
-          "the updated param shards where it runs): set zero.optimizer_tier=host");
-    }
-    if (zero.param_tier == "nvme" && optimizer != "nvme") {
-      problems->push_back(
-          "zero.param_tier=nvme needs zero.optimizer_tier=nvme (the optimizer's write-back "
-          "stores the updated param shards): set zero.optimizer_tier=nvme");
-    }
-    if (zero.param_update == "delayed" &&
-        (optimizer != "host" || zero.grad_tier != "host" || zero.param_tier != "device")) {
-      problems->push_back(absl::StrCat(
-          "zero.param_update=delayed needs zero.optimizer_tier=host, zero.grad_tier=host and "
-          "zero.param_tier=device (got ", optimizer, ", ", zero.grad_tier, ", ",
-          zero.param_tier, "): set those, or zero.param_update=exact"));
-    }
-    if ((optimizer == "nvme" || zero.param_tier == "nvme") && zero.nvme_dir.empty()) {
-      problems->push_back(
-          "a tier is nvme but zero.nvme_dir is empty: set zero.nvme_dir to a directory on an "
-          "SSD (O_DIRECT-capable, not tmpfs)");
-    }
-  }
-  expect(zero.param_update == "exact" || zero.param_update == "delayed", "zero.param_update",
-         absl::StrCat("'", zero.param_update, "'"), "exact or delayed");
+  // Which placements can run together: the rules live with the placement's resolution.
+  for (std::string& problem : PlacementProblems(options)) problems->push_back(std::move(problem));
   const NvmeOptions& nvme = options.nvme;
-  expect(nvme.engine == "auto" || nvme.engine == "io_uring" || nvme.engine == "pread",
-         "nvme.engine", absl::StrCat("'", nvme.engine, "'"), "auto, io_uring or pread");
   at_least("nvme.read_ahead_units", nvme.read_ahead_units, 1);
   at_least("nvme.optimizer_buffers", nvme.optimizer_buffers, 2);
   at_least("nvme.grad_buffers", nvme.grad_buffers, 2);

@@ -71,13 +71,13 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
                      BatchSampler::ForValidation(splits, global_rows, options.train.seq_len));
     session->val_sampler_.emplace(std::move(val));
   }
-  if (options.device.backend == "cuda") {
+  if (options.device.backend == BackendKind::kCuda) {
     ASSIGN_OR_RETURN(session->device_communicator_,
                      CreateDeviceCommunicator(options, *session->backend_.device, *communicator));
   }
   GptConfig config{options.model.layers, options.model.heads, options.model.channels,
                    options.model.vocab, options.model.max_seq_len,
-                   options.train.recompute == "blocks"};
+                   options.train.recompute == Recompute::kBlocks};
   ASSIGN_OR_RETURN(session->model_, CreateGpt(config, options.train.dtype));
   ASSIGN_OR_RETURN(session->engine_,
                    Engine::Create(options, session->backend_.device.get(),

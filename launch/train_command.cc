@@ -82,7 +82,7 @@ Status RunTrain(const CommandArgs& args) {
           FormatBytes(host.current_bytes), FormatBytes(host.capacity_bytes),
           FormatBytes(host.current_by_kind[0]), FormatBytes(host.current_by_kind[1]),
           FormatBytes(host.current_by_kind[2]));
-      if (options.zero.param_update == "delayed") {
+      if (options.zero.param_update == ParamUpdate::kDelayed) {
         spdlog::info(
             "zero.param_update=delayed: each step's CPU Adam runs during the next step, whose "
             "gradients are computed on params one update old (not the exact trajectory)");

@@ -32,8 +32,8 @@ struct DiskBenchOptions {
   uint64_t request_bytes = 1ull << 20;
   // Queue depths measured for the engine and fio. Default 1, 4, 16, 32.
   std::vector<uint32_t> queue_depths = {1, 4, 16, 32};
-  // nvme.engine for the engine under test: "auto", "io_uring" or "pread". Default "auto".
-  std::string engine = "auto";
+  // nvme.engine for the engine under test. Default kAuto.
+  IoEngineKind engine = IoEngineKind::kAuto;
   // Engine buffers on 2 MiB huge pages (the default, as the NVMe tier uses).
   bool huge_page_buffers = true;
   // Also measure engine reads into 4 KiB-page buffers at the deepest depth. Default true.

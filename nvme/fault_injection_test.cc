@@ -36,7 +36,7 @@ bool Contains(absl::string_view text, absl::string_view part) {
   return text.find(part) != absl::string_view::npos;
 }
 
-class FaultTest : public ::testing::TestWithParam<std::string> {
+class FaultTest : public ::testing::TestWithParam<IoEngineKind> {
  protected:
   void SetUp() override {
     dir_ = testing::MakeTestDir();
@@ -354,8 +354,8 @@ TEST_P(FaultTest, DrainAndDestructionDoNotWaitOutLongDelays) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, FaultTest, ::testing::Values("io_uring", "pread"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Engines, FaultTest, ::testing::ValuesIn(testing::kTestedEngines),
+                         testing::EngineParamName);
 
 }  // namespace
 }  // namespace strata::nvme

@@ -21,10 +21,6 @@ constexpr uint32_t kMaxPreadThreads = 256;
 
 Status ValidateOptions(const IoEngineOptions& options) {
   std::vector<std::string> problems;
-  if (options.engine != "auto" && options.engine != "io_uring" && options.engine != "pread") {
-    problems.push_back(
-        absl::StrCat("nvme.engine: '", options.engine, "' is not one of auto, io_uring, pread"));
-  }
   if (options.queue_depth == 0 || options.queue_depth > kMaxQueueDepth) {
     problems.push_back(
         absl::StrFormat("queue_depth: %d is not in [1, %d]", options.queue_depth, kMaxQueueDepth));
@@ -72,7 +68,7 @@ Status ProbeIoUring() {
 
 StatusOr<std::unique_ptr<IoEngine>> CreateIoEngine(const IoEngineOptions& options) {
   RETURN_IF_ERROR(ValidateOptions(options));
-  if (options.engine == "pread") return MakePreadEngine(options, "");
+  if (options.engine == IoEngineKind::kPread) return MakePreadEngine(options, "");
 
   StatusOr<std::unique_ptr<UringBackend>> uring = UringBackend::Create(options);
   if (uring.ok()) {
@@ -80,7 +76,7 @@ StatusOr<std::unique_ptr<IoEngine>> CreateIoEngine(const IoEngineOptions& option
         std::make_unique<ChunkedEngine>("io_uring", options, std::move(uring).value()));
   }
   const std::string reason(uring.status().message());
-  if (options.engine == "io_uring") {
+  if (options.engine == IoEngineKind::kIoUring) {
     return absl::UnavailableError(absl::StrCat(
         "nvme.engine=io_uring, but io_uring is unavailable here (", reason,
         "; e.g. a container's seccomp profile, kernel.io_uring_disabled or an old kernel); "

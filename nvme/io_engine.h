@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "core/options.h"
 #include "core/status.h"
 
 namespace strata::nvme {
@@ -110,10 +111,10 @@ struct RawTransfer {
 using TransferHook = std::function<int64_t(const RawTransfer& transfer, int64_t result)>;
 
 struct IoEngineOptions {
-  // Which engine (config key nvme.engine): "auto" probes io_uring and falls back to
-  // "pread" where it is unavailable (logging why); "io_uring" fails where it is
-  // unavailable; "pread" is the thread-pool engine. Default "auto".
-  std::string engine = "auto";
+  // Which engine (config key nvme.engine): kAuto probes io_uring and falls back to pread
+  // where it is unavailable (logging why); kIoUring fails where it is unavailable; kPread
+  // is the thread-pool engine. Default kAuto.
+  IoEngineKind engine = IoEngineKind::kAuto;
 
   // --- performance knobs ---
   // Requests in the kernel (io_uring) or in the worker pool (pread) at once. Default 32.

@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
   app.add_option("--passes", options.passes,
                  "alternating passes per figure, median counts (default 3)")
       ->check(CLI::Range(1, 100));
-  app.add_option("--engine", options.engine, "auto | io_uring | pread (default auto)");
+  app.add_option("--engine", options.engine, "auto | io_uring | pread (default auto)")
+      ->transform(CLI::CheckedTransformer(strata::OptionValues<strata::IoEngineKind>()));
   app.add_flag("--no-fio", no_fio, "skip fio's reference figures");
   app.add_flag("--no-small-pages", no_small_pages,
                "skip the engine-into-4-KiB-page-buffers figure");

@@ -26,8 +26,8 @@ std::string MakeTestDir() {
   return name.data();
 }
 
-std::string SkipReason(const std::string& engine, const std::string& dir) {
-  if (engine == "io_uring") {
+std::string SkipReason(IoEngineKind engine, const std::string& dir) {
+  if (engine == IoEngineKind::kIoUring) {
     Status uring = ProbeIoUring();
     if (!uring.ok()) return "io_uring unavailable here: " + std::string(uring.message());
   }

@@ -17,9 +17,14 @@ namespace strata::nvme::testing {
 // A fresh directory for this test under TEST_TMPDIR (or /tmp).
 std::string MakeTestDir();
 
-// Empty when `engine` ("io_uring" or "pread") and O_DIRECT in `dir` are usable, otherwise
-// the reason to skip.
-std::string SkipReason(const std::string& engine, const std::string& dir);
+// Empty when `engine` and O_DIRECT in `dir` are usable, otherwise the reason to skip.
+std::string SkipReason(IoEngineKind engine, const std::string& dir);
+
+// The engines every engine test runs on, and a gtest parameter name for each.
+inline const IoEngineKind kTestedEngines[] = {IoEngineKind::kIoUring, IoEngineKind::kPread};
+inline std::string EngineParamName(const ::testing::TestParamInfo<IoEngineKind>& info) {
+  return OptionName(info.param);
+}
 
 // The byte at `file_offset` of pattern `seed`.
 inline uint8_t PatternByte(uint64_t seed, uint64_t file_offset) {

@@ -78,7 +78,7 @@ int LocalRankFromEnvironment() {
 }
 
 StatusOr<Backend> CreateBackend(const Options& options, int local_rank) {
-  if (options.device.backend == "cpu") {
+  if (options.device.backend == BackendKind::kCpu) {
     CpuDeviceOptions device_options;
     device_options.device_memory_bytes = options.device.memory_limit;
     device_options.host_memory_bytes = HostTierCapacity(options);
@@ -88,9 +88,7 @@ StatusOr<Backend> CreateBackend(const Options& options, int local_rank) {
     ASSIGN_OR_RETURN(backend.host_ops, CreateCpuOps(options.train.dtype, options.device.threads));
     return backend;
   }
-  if (options.device.backend == "cuda") return CreateCudaBackend(options, local_rank);
-  return absl::InvalidArgumentError(absl::StrCat("device.backend '", options.device.backend,
-                                                 "' is not a backend (cpu | cuda)"));
+  return CreateCudaBackend(options, local_rank);
 }
 
 StatusOr<Backend> CreateBackend(const Options& options) {

@@ -90,7 +90,8 @@ Status Engine::Init() {
   const auto& layouts = model_->units();
   const auto& stages = model_->stages();
   const int num_units = static_cast<int>(layouts.size());
-  delayed_ = options_.zero.param_update == "delayed";
+  ASSIGN_OR_RETURN(placement_, ResolvePlacement(options_, communicator_->world_size()));
+  delayed_ = placement_.delayed();
   staged_.assign(num_units, false);
   ASSIGN_OR_RETURN(norms_ready_, device_->CreateEvent());
   ASSIGN_OR_RETURN(norms_join_, device_->CreateEvent());
@@ -128,13 +129,10 @@ Status Engine::Init() {
   zero.dtype = options_.train.dtype;
   zero.prefetch_bytes = options_.zero.prefetch_bytes;
   for (const UnitAccess& access : trace_) zero.trace.push_back(access.unit);
-  ASSIGN_OR_RETURN(components_, MakeZeroComponents(options_, zero));
-  // A tied unit's sub-step may be split where the pieces are exactly the whole step's: one
-  // rank (no reduction to split), per-unit reductions, sums on the host (each element
-  // still added once), the CPU Adam on host-tier state and params on the device.
-  split_allowed_ = communicator_->world_size() == 1 && components_.reducer->ReducesPerUnit() &&
-                   options_.zero.optimizer_tier == "host" && options_.zero.grad_tier == "host" &&
-                   options_.zero.param_tier == "device" && !delayed_;
+  ASSIGN_OR_RETURN(components_, MakeZeroComponents(options_, placement_, zero));
+  // A tied unit's sub-step may be split where the pieces are exactly the whole step's
+  // (Placement::split_tied).
+  split_allowed_ = placement_.split_tied;
   late_ranges_.assign(num_units, {});
   early_ranges_.assign(num_units, {});
 
@@ -357,8 +355,8 @@ StatusOr<double> Engine::RunGradients(const std::vector<MicroBatch>& micro_batch
     }
     // Each unit is stepped right after its last Add: an NVMe grad home hands the sums
     // over in memory instead of writing them out for the optimizer to read back.
-    RETURN_IF_ERROR(components_.grad_home->KeepFinalSums(
-        early_ != nullptr && components_.reducer->ReducesPerUnit()));
+    RETURN_IF_ERROR(
+        components_.grad_home->KeepFinalSums(early_ != nullptr && placement_.nvme_handover));
     Status status = RunMicroBatch(micro_batches[k], static_cast<int>(k), dloss,
                                   &last_forward_ms_, &last_backward_ms_);
     status.Update(components_.grad_home->KeepFinalSums(false));
@@ -468,8 +466,7 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   params.step = step + 1;
   // Without clipping the scale is known before backward: an optimizer off the compute
   // stream (host) may then step each unit as soon as its gradient sum is final.
-  const bool early = !delayed_ && options_.train.grad_clip <= 0.0f &&
-                     components_.optimizer_home->tier() != Tier::kDevice;
+  const bool early = placement_.early_step;
   applied_norm_ = 0.0;  // delayed: set if this step enqueues the previous one's update
   split_units_ = 0;
   ASSIGN_OR_RETURN(result.loss, RunGradients(micro_batches, early ? &params : nullptr));

@@ -17,6 +17,7 @@
 #include "core/device.h"
 #include "core/options.h"
 #include "runtime/model.h"
+#include "runtime/placement.h"
 #include "runtime/zero_components.h"
 
 namespace strata {
@@ -150,6 +151,7 @@ class Engine {
   Status PublishStaged();
 
   Options options_;
+  Placement placement_;  // resolved once in Init
   Device* device_;
   Ops* ops_;
   Ops* host_ops_;

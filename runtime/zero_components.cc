@@ -692,13 +692,23 @@ struct StageLayout {
   bool sharded_state;    // grad_accum, master, m, v hold the own shard only
 };
 
-struct Placement {
-  Tier optimizer = Tier::kDevice;
-  Tier grads = Tier::kDevice;
-  Tier params = Tier::kDevice;  // stage 3's param shards
-  bool optimizer_on_nvme = false;  // optimizer state in the NVMe tier (optimizer = kHost)
-  bool params_on_nvme = false;     // stage 3 param shards in the NVMe tier (no buffer)
-  bool grads_on_nvme = false;      // fp32 gradient sums in the NVMe tier (no grad_accum)
+// The memory tiers of a Placement: nvme state is worked on through host buffers.
+struct MemoryPlacement {
+  explicit MemoryPlacement(const Placement& placement)
+      : optimizer(MemoryTier(placement.optimizer)), grads(MemoryTier(placement.grads)),
+        params(MemoryTier(placement.params)),
+        optimizer_on_nvme(placement.optimizer == StateTier::kNvme),
+        params_on_nvme(placement.params == StateTier::kNvme),
+        grads_on_nvme(placement.grads == StateTier::kNvme) {}
+  static Tier MemoryTier(StateTier tier) {
+    return tier == StateTier::kDevice ? Tier::kDevice : Tier::kHost;
+  }
+  Tier optimizer;
+  Tier grads;
+  Tier params;  // stage 3's param shards
+  bool optimizer_on_nvme;  // optimizer state in the NVMe tier (optimizer = kHost)
+  bool params_on_nvme;     // stage 3 param shards in the NVMe tier (no buffer)
+  bool grads_on_nvme;      // fp32 gradient sums in the NVMe tier (no grad_accum)
 };
 
 // The rank's NVMe tiers: per chunk of each unit's shard, the optimizer state extents (fp32;
@@ -733,7 +743,7 @@ StatusOr<std::unique_ptr<NvmeTier>> CreateNvmeTier(
 }
 
 Status AllocateState(const ZeroContext& ctx, const StageLayout& layout,
-                     const Placement& placement) {
+                     const MemoryPlacement& placement) {
   const HomeContext& home = ctx;
   const size_t element_bytes = DTypeBytes(ctx.dtype);
   const int world = ctx.communicator->world_size();
@@ -796,42 +806,15 @@ Status AllocateState(const ZeroContext& ctx, const StageLayout& layout,
 
 }  // namespace
 
-StatusOr<Tier> TierFromName(const std::string& key, const std::string& name) {
-  if (name == "device") return Tier::kDevice;
-  if (name == "host" || name == "nvme") return Tier::kHost;  // nvme: staged through host
-  return absl::InvalidArgumentError(
-      absl::StrCat(key, ": got '", name, "', expected device or host"));
-}
-
-StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroContext& context) {
-  const int stage = options.zero.stage;
-  if (stage < 0 || stage > 3) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("zero.stage=", stage, " does not exist (expected 0, 1, 2 or 3)"));
-  }
+StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const Placement& resolved,
+                                            const ZeroContext& context) {
+  const int stage = resolved.stage;
   if (context.communicator == nullptr || context.comm == nullptr || context.copy == nullptr ||
       context.host == nullptr || context.host_ops == nullptr) {
     return absl::InvalidArgumentError(
         "the ZeRO components need a communicator, comm/copy/host streams and host kernels");
   }
-  Placement placement;
-  ASSIGN_OR_RETURN(placement.optimizer,
-                   TierFromName("zero.optimizer_tier", options.zero.optimizer_tier));
-  ASSIGN_OR_RETURN(placement.grads, TierFromName("zero.grad_tier", options.zero.grad_tier));
-  ASSIGN_OR_RETURN(placement.params, TierFromName("zero.param_tier", options.zero.param_tier));
-  placement.optimizer_on_nvme = options.zero.optimizer_tier == "nvme";
-  placement.params_on_nvme = stage == 3 && options.zero.param_tier == "nvme";
-  if (placement.params_on_nvme && !placement.optimizer_on_nvme) {
-    return absl::InvalidArgumentError(
-        "zero.param_tier=nvme needs zero.optimizer_tier=nvme");
-  }
-  placement.grads_on_nvme = options.zero.grad_tier == "nvme";
-  if (placement.grads_on_nvme && (!placement.optimizer_on_nvme || stage < 2)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "zero.grad_tier=nvme needs zero.optimizer_tier=nvme and zero.stage 2 or 3 (got "
-        "zero.optimizer_tier=", options.zero.optimizer_tier, ", zero.stage=", stage,
-        "): the optimizer reads the gradient sums from the disk with its state"));
-  }
+  const MemoryPlacement placement(resolved);
   const StageLayout layouts[4] = {
       {true, true, false},   // 0: everything replicated
       {true, true, true},    // 1: optimizer state sharded

@@ -25,6 +25,7 @@
 #include "core/device.h"
 #include "core/options.h"
 #include "core/unit_layout.h"
+#include "runtime/placement.h"
 #include "tiers/nvme_tier.h"
 #include "tiers/state_homes.h"
 #include "tiers/unit_state.h"
@@ -124,12 +125,9 @@ struct ZeroComponents {
   std::vector<std::vector<NvmeChunk>> nvme_chunks;  // per unit, its shard's extents in `nvme`
 };
 
-// Allocates every unit's state for options.zero.stage in the tiers of the placement keys
-// (zero.optimizer_tier, grad_tier, param_tier) and returns the matching components.
-// Fails with a clear message for a stage or placement this build cannot run.
-StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const ZeroContext& context);
-
-// The tier a placement key's value names ("device" | "host").
-StatusOr<Tier> TierFromName(const std::string& key, const std::string& name);
+// Allocates every unit's state for the placement's stage in its tiers and returns the
+// matching components; `options` gives the NVMe tier's settings (zero.nvme_dir, nvme.*).
+StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const Placement& placement,
+                                            const ZeroContext& context);
 
 }  // namespace strata

@@ -93,8 +93,8 @@ Trajectory Train(Engine& engine, Data& data, const Options& options) {
 // The reference trajectory's losses and gradient norms (see the top of the file).
 Trajectory Reference(const Options& options, Data& data) {
   Options exact = options;
-  exact.zero.optimizer_tier = exact.zero.grad_tier = "device";
-  exact.zero.param_update = "exact";
+  exact.zero.optimizer_tier = exact.zero.grad_tier = StateTier::kDevice;
+  exact.zero.param_update = ParamUpdate::kExact;
   auto rig = MakeRig(exact);
   Engine& engine = *rig->engine;
   const auto& units = rig->model->units();
@@ -158,7 +158,7 @@ TEST_P(DelayedUpdate, MatchesTheReferenceTrajectory) {
   auto delayed_rig = MakeRig(options);
   const Trajectory delayed = Train(*delayed_rig->engine, data, options);
   Options exact_options = options;
-  exact_options.zero.param_update = "exact";
+  exact_options.zero.param_update = ParamUpdate::kExact;
   auto exact_rig = MakeRig(exact_options);
   const Trajectory exact = Train(*exact_rig->engine, data, exact_options);
   ASSERT_EQ(delayed.losses.size(), static_cast<size_t>(kSteps));

@@ -11,7 +11,7 @@ StatusOr<std::unique_ptr<EngineRig>> MakeEngineRig(const Options& options) {
   ASSIGN_OR_RETURN(rig->backend, CreateBackend(options));
   const GptConfig config{options.model.layers, options.model.heads, options.model.channels,
                          options.model.vocab, options.model.max_seq_len,
-                         options.train.recompute == "blocks"};
+                         options.train.recompute == Recompute::kBlocks};
   ASSIGN_OR_RETURN(rig->model, CreateGpt(config, options.train.dtype));
   ASSIGN_OR_RETURN(rig->engine, Engine::Create(options, rig->backend.device.get(),
                                                rig->backend.ops.get(),

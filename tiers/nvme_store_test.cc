@@ -115,7 +115,7 @@ class ExtentBuffers {
   nvme::IoBuffer buffer_;
 };
 
-class NvmeStoreTest : public ::testing::TestWithParam<std::string> {
+class NvmeStoreTest : public ::testing::TestWithParam<IoEngineKind> {
  protected:
   void SetUp() override {
     dir_ = nvme::testing::MakeTestDir();
@@ -206,7 +206,7 @@ class NvmeStoreTest : public ::testing::TestWithParam<std::string> {
 TEST_P(NvmeStoreTest, RoundTripsOddSizesBitExactWithManyInFlight) {
   auto store = MakeStore(Options());
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(store->engine_name(), GetParam());
+  EXPECT_EQ(store->engine_name(), OptionName(GetParam()));
   uint64_t padded_total = 0;
   for (const ExtentSpec& spec : specs_) {
     const uint64_t padded = store->PaddedBytes(spec.unit, spec.kind);
@@ -664,8 +664,8 @@ TEST_P(NvmeStoreTest, RejectsUndeclaredExtentsMisalignedBuffersAndConflicts) {
   EXPECT_EQ(buffers.Mismatch(1, 1), -1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, NvmeStoreTest, ::testing::Values("io_uring", "pread"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Engines, NvmeStoreTest, ::testing::ValuesIn(nvme::testing::kTestedEngines),
+                         nvme::testing::EngineParamName);
 
 }  // namespace
 }  // namespace strata

@@ -23,7 +23,7 @@ struct Aligned {
   size_t size;
 };
 
-std::unique_ptr<NvmeTier> MakeTier(const std::string& engine, int units, uint64_t bytes) {
+std::unique_ptr<NvmeTier> MakeTier(IoEngineKind engine, int units, uint64_t bytes) {
   NvmeStoreOptions options;
   options.dir = nvme::testing::MakeTestDir();
   options.engine.engine = engine;
@@ -38,7 +38,7 @@ std::unique_ptr<NvmeTier> MakeTier(const std::string& engine, int units, uint64_
   return tier.ok() ? std::move(*tier) : nullptr;
 }
 
-class NvmeTierTest : public ::testing::TestWithParam<std::string> {};
+class NvmeTierTest : public ::testing::TestWithParam<IoEngineKind> {};
 
 TEST_P(NvmeTierTest, RoundTripsManyUnitsInFlight) {
   STRATA_SKIP_IF_UNAVAILABLE(GetParam(), nvme::testing::MakeTestDir());
@@ -114,7 +114,8 @@ TEST_P(NvmeTierTest, DestructionDropsHeldWritesNeverReleased) {
   tier.reset();  // must not hang
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, NvmeTierTest, ::testing::Values("io_uring", "pread"));
+INSTANTIATE_TEST_SUITE_P(Engines, NvmeTierTest, ::testing::ValuesIn(nvme::testing::kTestedEngines),
+                         nvme::testing::EngineParamName);
 
 }  // namespace
 }  // namespace strata
