@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "tiers/stream_helpers.h"
+
 namespace strata {
 namespace {
 

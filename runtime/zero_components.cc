@@ -12,6 +12,7 @@
 #include <map>
 
 #include "runtime/prefetch_planner.h"
+#include "tiers/stream_helpers.h"
 
 namespace strata {
 namespace {
@@ -49,41 +50,6 @@ class Streams {
   std::unique_ptr<Event> join_;
 };
 
-// Buffers to free once a stream has run everything enqueued before their release. The
-// free happens on the host thread (CUDA forbids cudaFree inside a stream's host function):
-// Collect(), called before each allocation, frees those whose stream got there.
-class DeferredFrees {
- public:
-  explicit DeferredFrees(Device* device) : device_(device) {}
-  ~DeferredFrees() {
-    for (Pending& pending : pending_) pending.done->Synchronize().IgnoreError();
-  }
-  Status Add(Stream& stream, std::shared_ptr<Buffer> buffer) {
-    Pending pending{std::move(buffer), nullptr};
-    ASSIGN_OR_RETURN(pending.done, device_->CreateEvent());
-    RETURN_IF_ERROR(device_->Record(*pending.done, stream));
-    pending_.push_back(std::move(pending));
-    return absl::OkStatus();
-  }
-  void Collect() {
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      if (it->done->Query()) {
-        it = pending_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-
- private:
-  struct Pending {
-    std::shared_ptr<Buffer> buffer;
-    std::unique_ptr<Event> done;
-  };
-  Device* device_;
-  std::deque<Pending> pending_;
-};
-
 char* Offset(void* base, size_t elements, DType dtype) {
   return static_cast<char*>(base) + elements * DTypeBytes(dtype);
 }
@@ -105,33 +71,6 @@ struct FreshParams {
     pending[unit] = nullptr;
     return device.Wait(stream, *event);
   }
-};
-
-// Bounds how far the host runs ahead of a stream: Mark() records a point on the stream,
-// Limit() blocks the host until at most `max_pending` marked points are still pending.
-// Memory that a stream frees when it passes a point is then really free before the host
-// allocates more.
-class LagLimiter {
- public:
-  LagLimiter(Device* device, size_t max_pending) : device_(device), max_pending_(max_pending) {}
-  Status Mark(Stream& stream) {
-    ASSIGN_OR_RETURN(std::unique_ptr<Event> event, device_->CreateEvent());
-    RETURN_IF_ERROR(device_->Record(*event, stream));
-    pending_.push_back(std::move(event));
-    return absl::OkStatus();
-  }
-  Status Limit() {
-    while (pending_.size() > max_pending_) {
-      RETURN_IF_ERROR(pending_.front()->Synchronize());
-      pending_.pop_front();
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  Device* device_;
-  size_t max_pending_;
-  std::deque<std::unique_ptr<Event>> pending_;
 };
 
 // ---------------------------------------------------------------- gatherers

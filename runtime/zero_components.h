@@ -8,8 +8,9 @@
 //                    per unit as soon as the unit is done, full buffer freed);
 //   OptimizerStepper steps the owned optimizer state and refreshes the params (stages
 //                    1-2: all-gather of the updated shards).
-// Where the gradient sums and the optimizer state live (device or host tier) is the
-// business of the homes in tiers/state_homes.h, which the components call.
+// Where the gradient sums and the optimizer state live (device, host or nvme) is the
+// business of the homes in tiers/ (grad_home.h, optimizer_home.h), which the components
+// call.
 // Every unit's flat buffer is padded to `world` equal shards; rank r owns shard r. Every
 // collective goes on the one comm stream, ordered against compute by events, so every
 // rank issues the same collectives in the same order. Reductions sum in rank order, so
@@ -26,8 +27,10 @@
 #include "core/options.h"
 #include "core/unit_layout.h"
 #include "runtime/placement.h"
+#include "tiers/grad_home.h"
+#include "tiers/home_context.h"
 #include "tiers/nvme_tier.h"
-#include "tiers/state_homes.h"
+#include "tiers/optimizer_home.h"
 #include "tiers/unit_state.h"
 
 namespace strata {

@@ -1,7 +1,7 @@
 // The training state of one model unit on one rank, wherever it lives. Which buffers are
 // full-size or shards, and in which tier, is decided once by the ZeRO component factory
 // (runtime/zero_components.h) from the stage and the placement keys; the homes
-// (tiers/state_homes.h) and components that own the state know. Sizes: `padded_elements`
+// (tiers/grad_home.h, tiers/optimizer_home.h) and components that own the state know. Sizes: `padded_elements`
 // (the full unit, padded to `world` equal shards) and `shard_elements` (= padded / world).
 // Thread-safety: plain data; the engine's host thread owns it, streams use it in order.
 #pragma once

@@ -1,0 +1,30 @@
+// See home_context.h.
+#include "tiers/home_context.h"
+
+#include <algorithm>
+
+namespace strata {
+
+Status CheckHomeContext(const HomeContext& ctx) {
+  if (ctx.device == nullptr || ctx.ops == nullptr || ctx.host_ops == nullptr ||
+      ctx.compute == nullptr || ctx.comm == nullptr || ctx.copy == nullptr ||
+      ctx.host == nullptr || ctx.layouts == nullptr || ctx.units == nullptr) {
+    return absl::InvalidArgumentError("a state home needs a device, both kernel sets, four "
+                                      "streams, the layouts and the unit state");
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::vector<NvmeChunk>> NvmeChunks(const std::vector<size_t>& shard_elements,
+                                              size_t chunk_elements) {
+  std::vector<std::vector<NvmeChunk>> chunks(shard_elements.size());
+  int id = 0;
+  for (size_t u = 0; u < shard_elements.size(); ++u) {
+    for (size_t begin = 0; begin < shard_elements[u]; begin += chunk_elements) {
+      chunks[u].push_back({id++, begin, std::min(shard_elements[u], begin + chunk_elements)});
+    }
+  }
+  return chunks;
+}
+
+}  // namespace strata

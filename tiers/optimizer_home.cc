@@ -1,0 +1,243 @@
+// The device and host optimizer homes; see optimizer_home.h.
+#include "tiers/optimizer_home.h"
+
+#include <cstring>
+#include <utility>
+
+#include "tiers/adam_over_range.h"
+#include "tiers/stream_helpers.h"
+
+namespace strata {
+namespace {
+
+// Master out of / into a unit's state buffers (any tier), through the compute stream.
+Status CopyStateOut(const HomeContext& ctx, int unit, float* master, float* exp_avg,
+                    float* exp_avg_sq) {
+  const UnitState& state = (*ctx.units)[unit];
+  const std::pair<float*, const Buffer*> arrays[] = {
+      {master, &state.master}, {exp_avg, &state.exp_avg}, {exp_avg_sq, &state.exp_avg_sq}};
+  for (const auto& [out, buffer] : arrays) {
+    if (out == nullptr) continue;
+    RETURN_IF_ERROR(ctx.device->CopyAsync(out, buffer->data(), buffer->bytes(), *ctx.compute));
+  }
+  return ctx.compute->Synchronize();
+}
+
+Status Zero(const HomeContext& ctx, Buffer& buffer) {
+  if (buffer.tier() == Tier::kHost) {
+    std::memset(buffer.data(), 0, buffer.bytes());
+    return absl::OkStatus();
+  }
+  return ctx.device->MemsetAsync(buffer.data(), 0, buffer.bytes(), *ctx.compute);
+}
+
+Status CopyStateIn(const HomeContext& ctx, int unit, const float* master,
+                   const float* exp_avg, const float* exp_avg_sq) {
+  UnitState& state = (*ctx.units)[unit];
+  const std::pair<const float*, Buffer*> arrays[] = {
+      {master, &state.master}, {exp_avg, &state.exp_avg}, {exp_avg_sq, &state.exp_avg_sq}};
+  for (const auto& [values, buffer] : arrays) {
+    if (values == nullptr) {
+      RETURN_IF_ERROR(Zero(ctx, *buffer));
+    } else {
+      RETURN_IF_ERROR(
+          ctx.device->CopyAsync(buffer->data(), values, buffer->bytes(), *ctx.compute));
+    }
+  }
+  return ctx.compute->Synchronize();
+}
+
+// The homes whose state sits in a memory tier (device or host): the master is read and
+// written through the compute stream; the AdamW sub-steps run (and are waited for) on
+// `stream`.
+class ResidentOptimizerHome : public OptimizerHome {
+ public:
+  ResidentOptimizerHome(const HomeContext& ctx, GradHome* grads,
+                        std::vector<std::unique_ptr<Event>> ready, Stream* stream)
+      : ctx_(ctx), grads_(grads), ready_(std::move(ready)), stream_(stream) {}
+  Event& params_ready(int unit) override { return *ready_[unit]; }
+  Status WaitSteps() override { return stream_->Synchronize(); }
+  double busy_ms() const override { return timer_.ms(); }
+  Status LoadState(int unit, float* master, float* exp_avg, float* exp_avg_sq) override {
+    return CopyStateOut(ctx_, unit, master, exp_avg, exp_avg_sq);
+  }
+  Status StoreState(int unit, const float* master, const float* exp_avg,
+                    const float* exp_avg_sq) override {
+    return CopyStateIn(ctx_, unit, master, exp_avg, exp_avg_sq);
+  }
+
+ protected:
+  HomeContext ctx_;
+  GradHome* grads_;
+  std::vector<std::unique_ptr<Event>> ready_;  // params in place
+  Stream* stream_;
+  StreamTimer timer_;
+};
+
+// AdamW with the backend's kernels on the compute stream.
+class DeviceOptimizerHome : public ResidentOptimizerHome {
+ public:
+  DeviceOptimizerHome(const HomeContext& ctx, GradHome* grads,
+                      std::vector<std::unique_ptr<Event>> ready)
+      : ResidentOptimizerHome(ctx, grads, std::move(ready), ctx.compute) {}
+  Tier tier() const override { return Tier::kDevice; }
+
+  Status Step(int unit, const AdamParams& params, ShardRange range, size_t state_offset,
+              void* param_dest, Tier param_tier) override {
+    if (param_tier != Tier::kDevice) {
+      return absl::FailedPreconditionError(
+          "an optimizer on the device writes params in the device tier only "
+          "(zero.param_tier=host needs zero.optimizer_tier=host)");
+    }
+    Stream& compute = *ctx_.compute;
+    RETURN_IF_ERROR(ctx_.device->Wait(compute, grads_->ready(unit)));
+    timer_.Start(compute);
+    UnitState& state = (*ctx_.units)[unit];
+    RETURN_IF_ERROR(AdamOverRange(ctx_, *ctx_.ops, compute, unit, params, range, state_offset,
+                                  StateOf(state, state.grad_accum.as<float>()), param_dest));
+    timer_.Stop(compute);
+    return ctx_.device->Record(*ready_[unit], compute);
+  }
+};
+
+// The SIMD CPU Adam on the host stream; params copied to the device on the copy stream.
+class HostOptimizerHome : public ResidentOptimizerHome {
+ public:
+  HostOptimizerHome(const HomeContext& ctx, GradHome* grads,
+                    std::vector<std::unique_ptr<Event>> stepped,
+                    std::vector<std::unique_ptr<Event>> ready, std::unique_ptr<Event> join)
+      : ResidentOptimizerHome(ctx, grads, std::move(ready), ctx.host),
+        stepped_(std::move(stepped)), join_(std::move(join)) {}
+  Tier tier() const override { return Tier::kHost; }
+
+  Status Step(int unit, const AdamParams& params, ShardRange range, size_t state_offset,
+              void* param_dest, Tier param_tier) override {
+    if (param_tier == Tier::kHost) {
+      RETURN_IF_ERROR(Update(unit, params, {range}, state_offset, param_dest, range.begin));
+      return ctx_.device->Record(*ready_[unit], *ctx_.host);
+    }
+    RETURN_IF_ERROR(StepStaged(unit, params, range, state_offset));
+    return Publish(unit, {range}, param_dest, range.begin, nullptr);
+  }
+
+  Status StepStaged(int unit, const AdamParams& params, ShardRange range,
+                    size_t state_offset) override {
+    return UpdateStaged(unit, params, {range}, state_offset);
+  }
+
+  Status PublishStaged(int unit, ShardRange range, void* param_dest, Stream& after) override {
+    return Publish(unit, {range}, param_dest, range.begin, &after);
+  }
+
+  Status StepRanges(int unit, const AdamParams& params, const std::vector<ShardRange>& ranges,
+                    size_t state_offset, void* param_dest) override {
+    RETURN_IF_ERROR(UpdateStaged(unit, params, ranges, state_offset));
+    return Publish(unit, ranges, param_dest, state_offset, nullptr);
+  }
+
+ private:
+  // The AdamW over `ranges` on the host stream, each range's params to `out` + (its begin
+  // - `out_origin`) elements (host memory); records stepped_.
+  Status Update(int unit, const AdamParams& params, const std::vector<ShardRange>& ranges,
+                size_t state_offset, void* out, size_t out_origin) {
+    UnitState& state = (*ctx_.units)[unit];
+    Device& device = *ctx_.device;
+    Stream& host = *ctx_.host;
+    Stream& copy = *ctx_.copy;
+    const float* grads = state.grad_accum.as<float>();
+    if (grads_->tier() != Tier::kHost) {
+      // Sums made on the device: copy this step's to the host first (after the previous
+      // step's AdamW is done with the staging buffer).
+      RETURN_IF_ERROR(device.Wait(copy, *stepped_[unit]));
+      RETURN_IF_ERROR(device.Wait(copy, grads_->ready(unit)));
+      RETURN_IF_ERROR(device.CopyAsync(state.grad_staging.data(), state.grad_accum.data(),
+                                       state.grad_staging.bytes(), copy));
+      RETURN_IF_ERROR(Join(device, host, copy, *join_));
+      grads = state.grad_staging.as<float>();
+    } else {
+      RETURN_IF_ERROR(device.Wait(host, grads_->ready(unit)));
+    }
+    const size_t element_bytes = DTypeBytes(ctx_.dtype);
+    timer_.Start(host);
+    for (const ShardRange& range : ranges) {
+      RETURN_IF_ERROR(AdamOverRange(ctx_, *ctx_.host_ops, host, unit, params, range,
+                                    state_offset, StateOf(state, grads),
+                                    ElementAt(out, range.begin - out_origin, element_bytes)));
+    }
+    timer_.Stop(host);
+    return device.Record(*stepped_[unit], host);
+  }
+
+  // Update into the param staging buffer (from the state offset on), once the unit's
+  // previous copy out of it is done.
+  Status UpdateStaged(int unit, const AdamParams& params, const std::vector<ShardRange>& ranges,
+                      size_t state_offset) {
+    RETURN_IF_ERROR(ctx_.device->Wait(*ctx_.host, *ready_[unit]));
+    return Update(unit, params, ranges, state_offset, (*ctx_.units)[unit].param_staging.data(),
+                  state_offset);
+  }
+
+  // The staged params of `ranges` to `param_dest` + (range begin - `origin`) elements on
+  // the copy stream, after the unit's last Update and after `after` (if any) has passed
+  // what it has enqueued so far; records ready_. `origin` is also where the staging
+  // buffer starts (the callers' ranges start at their state offset).
+  Status Publish(int unit, const std::vector<ShardRange>& ranges, void* param_dest,
+                 size_t origin, Stream* after) {
+    Device& device = *ctx_.device;
+    Stream& copy = *ctx_.copy;
+    const size_t element_bytes = DTypeBytes(ctx_.dtype);
+    void* staging = (*ctx_.units)[unit].param_staging.data();
+    if (after != nullptr) RETURN_IF_ERROR(Join(device, copy, *after, *join_));
+    RETURN_IF_ERROR(device.Wait(copy, *stepped_[unit]));
+    for (const ShardRange& range : ranges) {
+      const size_t at = range.begin - origin;
+      RETURN_IF_ERROR(device.CopyAsync(ElementAt(param_dest, at, element_bytes),
+                                       ElementAt(staging, at, element_bytes),
+                                       (range.end - range.begin) * element_bytes, copy));
+    }
+    return device.Record(*ready_[unit], copy);
+  }
+
+  std::vector<std::unique_ptr<Event>> stepped_;  // AdamW of the unit done (host stream)
+  std::unique_ptr<Event> join_;
+};
+
+}  // namespace
+
+Status OptimizerHome::StepStaged(int, const AdamParams&, ShardRange, size_t) {
+  return absl::UnimplementedError("zero.delayed_update needs the optimizer in the host tier "
+                                  "(zero.optimizer_tier=host)");
+}
+
+Status OptimizerHome::StepRanges(int, const AdamParams&, const std::vector<ShardRange>&, size_t,
+                                 void*) {
+  return absl::UnimplementedError("stepping sub-ranges needs the optimizer in the host tier");
+}
+
+Status OptimizerHome::PublishStaged(int, ShardRange, void*, Stream&) {
+  return absl::UnimplementedError("zero.delayed_update needs the optimizer in the host tier "
+                                  "(zero.optimizer_tier=host)");
+}
+
+
+StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::Create(const HomeContext& ctx,
+                                                               Tier tier, GradHome* grads) {
+  RETURN_IF_ERROR(CheckHomeContext(ctx));
+  if (grads == nullptr) return absl::InvalidArgumentError("an optimizer home needs a grad home");
+  const size_t units = ctx.units->size();
+  ASSIGN_OR_RETURN(auto ready, MakeEvents(*ctx.device, units));
+  if (tier == Tier::kDevice) {
+    if (grads->tier() != Tier::kDevice) {
+      return absl::InvalidArgumentError(
+          "an optimizer on the device reads gradients on the device: set zero.grad_tier=device "
+          "or zero.optimizer_tier=host");
+    }
+    return std::unique_ptr<OptimizerHome>(new DeviceOptimizerHome(ctx, grads, std::move(ready)));
+  }
+  ASSIGN_OR_RETURN(auto stepped, MakeEvents(*ctx.device, units));
+  ASSIGN_OR_RETURN(std::unique_ptr<Event> join, ctx.device->CreateEvent());
+  return std::unique_ptr<OptimizerHome>(new HostOptimizerHome(
+      ctx, grads, std::move(stepped), std::move(ready), std::move(join)));
+}
+
+}  // namespace strata

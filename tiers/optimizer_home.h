@@ -1,0 +1,84 @@
+// Homes of the optimizer state: where a unit's fp32 master weights and Adam moments live,
+// and where and how its AdamW sub-steps run.
+//   device  the state in the device pool, stepped with the backend's kernels on the compute
+//           stream (the ZeRO stages alone);
+//   host    ZeRO-Offload: the state in the host pool, stepped by the SIMD CPU Adam on the
+//           host stream; the updated params (compute dtype) go host -> device on the copy
+//           stream;
+//   nvme    ZeRO-Infinity: the state in the NvmeTier's swap file, chunk by chunk through a
+//           few host buffer sets (read -> CPU Adam -> write back).
+// An optimizer home reads the sums of the GradHome it is given (an optimizer on the host
+// reads device sums through a copy). Thread-safety: driven by the engine's host thread;
+// work goes onto the streams.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "tiers/grad_home.h"
+#include "tiers/home_context.h"
+#include "tiers/nvme_tier.h"
+
+namespace strata {
+
+class OptimizerHome {
+ public:
+  // master/exp_avg/exp_avg_sq must already be allocated in `tier`, and, for the host
+  // tier, the host staging buffers the placement needs (see tiers/unit_state.h).
+  // `grads` must outlive the home.
+  static StatusOr<std::unique_ptr<OptimizerHome>> Create(const HomeContext& ctx, Tier tier,
+                                                         GradHome* grads);
+  // ZeRO-Infinity: master/exp_avg/exp_avg_sq of every unit live in `nvme`, one extent
+  // per chunk (NvmeChunks of the units' shards, fp32); with `param_nvme` (else null) the
+  // param shards' chunks (compute dtype) live there, a tier (I/O thread and queue) of their
+  // own so that the reads compute waits for do not queue behind the optimizer's. A
+  // sub-step reads a chunk's state into one of `slots` host buffer sets, steps it with the
+  // CPU Adam on the host stream and writes it back (and the updated params: to the device,
+  // or to `param_nvme`), so host memory holds `slots` chunks' state, whatever the model's
+  // size. With `grads` on nvme, each chunk's gradient sum is read with the chunk's state
+  // (it is not part of the read ahead made at the end of a step: the sums are not there
+  // yet). The tiers and `grads` must outlive the home.
+  static StatusOr<std::unique_ptr<OptimizerHome>> CreateNvme(
+      const HomeContext& ctx, GradHome* grads, NvmeTier* nvme,
+      std::vector<std::vector<NvmeChunk>> chunks, NvmeTier* param_nvme, int slots);
+  virtual ~OptimizerHome() = default;
+  // Where the optimizer runs: kDevice (backend kernels) or kHost (the CPU Adam; its state
+  // in the host tier or on nvme).
+  virtual Tier tier() const = 0;
+
+  // One AdamW sub-step of `unit` over the unit elements `range`, tensor by tensor (weight
+  // decay only where the tensor asks). The state buffers hold unit elements from
+  // `state_offset` on; the updated params (compute dtype) for element range.begin go to
+  // `param_dest` in tier `param_tier`. Ordered after the unit's gradient sums.
+  virtual Status Step(int unit, const AdamParams& params, ShardRange range,
+                      size_t state_offset, void* param_dest, Tier param_tier) = 0;
+  // Delayed update (zero.delayed_update, host tier only): Step's AdamW, with the updated
+  // params left staged on the host; PublishStaged copies them to `param_dest` (for
+  // element range.begin) once `after` has passed everything enqueued on it so far (the
+  // last use of the old params), and records params_ready.
+  virtual Status StepStaged(int unit, const AdamParams& params, ShardRange range,
+                            size_t state_offset);
+  virtual Status PublishStaged(int unit, ShardRange range, void* param_dest, Stream& after);
+  // Step over several disjoint sub-ranges of the unit's elements (each within the state
+  // from `state_offset` on) as one sub-step; `param_dest` is the params' element
+  // state_offset in the device tier. Host tier only (the split of a tied unit).
+  virtual Status StepRanges(int unit, const AdamParams& params,
+                            const std::vector<ShardRange>& ranges, size_t state_offset,
+                            void* param_dest);
+  // Recorded once the params of the unit's last Step are in `param_dest`.
+  virtual Event& params_ready(int unit) = 0;
+  // Blocks until every AdamW enqueued so far has run (copies may still be in flight).
+  virtual Status WaitSteps() = 0;
+  // Milliseconds the AdamW sub-steps have run so far, in total (the standalone time).
+  virtual double busy_ms() const = 0;
+  // The owned fp32 optimizer state of a unit (its state length each), to or from host
+  // memory; a null array is skipped on load, and on store means zeros (a null master is
+  // not allowed). Blocking; the streams must be idle.
+  virtual Status LoadState(int unit, float* master, float* exp_avg, float* exp_avg_sq) = 0;
+  virtual Status StoreState(int unit, const float* master, const float* exp_avg,
+                            const float* exp_avg_sq) = 0;
+  // Blocks until every write-back of state is on its tier; the first error, if any.
+  virtual Status Flush() { return absl::OkStatus(); }
+};
+
+}  // namespace strata
