@@ -1,8 +1,10 @@
-// Engine: trains a Model on a Device with the ZeRO components chosen by the options.
+// Engine: trains a Model on a Device with the ZeRO components its placement resolves to.
 // One training step = for each micro-batch: forward over the model's stages in order,
-// backward in reverse, each stage's units acquired before and released after, and each
-// unit's gradients handed to the reducer as soon as its last backward use is done; then
-// the global gradient norm, clipping, and one optimizer sub-step per unit.
+// backward in reverse, each stage's units acquired before and released after (the
+// gatherer), each unit's gradients handed to the reducer once its last backward use is
+// enqueued; the step schedule (step_schedule.h) decides when each unit's optimizer
+// sub-step runs (after the global norm and clipping, during backward, or during the next
+// step). The engine reaches state only through the components (zero_components.h).
 // Thread-safety: not thread-safe; one host thread drives an engine. Device, Ops and Model
 // must outlive it.
 #pragma once
@@ -16,17 +18,13 @@
 #include "kernels/ops.h"
 #include "core/device.h"
 #include "core/options.h"
+#include "runtime/grad_norm.h"
 #include "runtime/model.h"
 #include "runtime/placement.h"
+#include "runtime/step_schedule.h"
 #include "runtime/zero_components.h"
 
 namespace strata {
-
-// One micro-batch of token ids, host memory, [B,T] each.
-struct MicroBatch {
-  const int32_t* inputs = nullptr;
-  const int32_t* targets = nullptr;
-};
 
 struct StepResult {
   double loss = 0.0;       // mean over every token of every micro-batch
@@ -119,36 +117,26 @@ class Engine {
  private:
   Engine(const Options& options, Device* device, Ops* ops, Ops* host_ops, Model* model,
          Communicator* communicator);
-  // ComputeGradients; with `early` set, each unit's optimizer sub-step is enqueued on the
-  // last micro-batch as soon as its gradient sum is final (units stepped: stepped_).
-  StatusOr<double> RunGradients(const std::vector<MicroBatch>& micro_batches,
-                                const AdamParams* early);
   Status Init();
+  // The gradients of `micro_batches` summed into the gradient state; `params`: the step's
+  // hyper-parameters (the schedule may step units during backward), or null. Returns the
+  // mean loss.
+  StatusOr<double> RunGradients(const std::vector<MicroBatch>& micro_batches,
+                                const AdamParams* params);
   Status RunMicroBatch(const MicroBatch& batch, int index, float dloss, double* forward_ms,
                        double* backward_ms);
   Status RunStage(int stage, bool backward, int* access);
-  StatusOr<double> ClipScale(double* grad_norm);
-  // ClipScale in two halves: the norm parts reduced over ranks into norms_host_ (recorded
-  // by norms_ready_), and the global norm and clip scale from them (blocking).
-  Status EnqueueNorms();
-  StatusOr<double> ScaleFromNorms(double* grad_norm);
-  // zero.param_update=delayed: the pending step's AdamW (its norm read, its scale set),
-  // staged for release after each unit's next last use.
-  Status StepPending();
-  // Enqueues the sum of squares of the unit's owned gradient into norms_device_ (of a
-  // split unit: its late ranges; EarlyNormPart: the rest, once landed early).
-  Status NormPart(int unit);
-  Status EarlyNormPart(int unit);
   // Mean of the per-rank means of this rank's losses_host_ over `micro_batches`.
   StatusOr<double> GlobalMeanLoss(int micro_batches);
   // The full unit from this rank's part of it (all ranks call together when sharded).
   StatusOr<std::vector<float>> ReadFull(int unit, std::vector<float> own_part);
   // Elements of the unit's optimizer-side state on this rank (shard or full unit).
   size_t StateElements(int unit) const;
+  // Pending updates in place, every stream to its end, then the state's write-backs; the
+  // first error of any.
   Status SyncStreams();
-  // zero.param_update=delayed: enqueues a pending AdamW and releases the staged params of
-  // every unit not yet released (before an evaluation, a read-out, the end).
-  Status PublishStaged();
+  // WriteOptimizerState's work.
+  Status StoreUnitState(int unit, const UnitOptimizerState& full_state);
 
   Options options_;
   Placement placement_;  // resolved once in Init
@@ -161,50 +149,17 @@ class Engine {
   std::unique_ptr<Stream> comm_;
   std::unique_ptr<Stream> copy_;
   std::unique_ptr<Stream> host_;
-  bool last_micro_batch_ = false;      // the running micro-batch completes the sums
-  const AdamParams* early_ = nullptr;  // set while a step's last micro-batch runs
-  std::vector<bool> stepped_;          // units whose sub-step was enqueued early
-  std::vector<bool> normed_;           // units whose norm part was enqueued early
-  // zero.param_update=delayed: units whose last update is staged on the host, released
-  // after the unit's last backward use in the next step.
-  bool delayed_ = false;
-  std::vector<bool> staged_;
-  bool pending_ = false;        // a step whose norm is being reduced; AdamW not enqueued
-  AdamParams pending_params_;   // its hyper-parameters
-  double applied_norm_ = 0.0;   // norm of the update StepPending enqueued last
-  std::unique_ptr<Event> norms_ready_;  // norms_host_ filled (comm stream)
-  std::unique_ptr<Event> norms_join_;
   std::vector<UnitState> units_;
-  // The NVMe tiers' totals when the last step ended (or the set-up, or a state read-out
-  // or load): a step reports what moved since.
-  struct NvmeCounts {
-    uint64_t read = 0, written = 0;
-    double busy_ms = 0.0, param_busy_ms = 0.0;
-  };
-  NvmeCounts NvmeCountsNow() const;
-  NvmeCounts nvme_counted_;
-  // WriteOptimizerState's work.
-  Status StoreUnitState(int unit, const UnitOptimizerState& full_state);
   ZeroComponents components_;
+  std::unique_ptr<GradNorm> norm_;
+  std::unique_ptr<StepSchedule> schedule_;
+  // The NVMe traffic when the last step ended (or the set-up, or a state read-out or
+  // load): a step reports what moved since.
+  NvmeTraffic traffic_counted_;
   std::vector<UnitAccess> trace_;
-  std::vector<int> last_backward_stage_;  // per unit: the stage whose backward finishes it
-  std::vector<int> first_backward_stage_;  // per unit: its first stage in backward order
-  // The split of tied units (see StepResult::split_units): allowed by the placement, and
-  // for the running step the ranges the last stage adds to and the rest.
-  bool split_allowed_ = false;
-  std::vector<std::vector<ShardRange>> late_ranges_;
-  std::vector<std::vector<ShardRange>> early_ranges_;
-  int split_units_ = 0;
-  // Plans the split of each unit for the micro-batch `batch` (the step's only one).
-  void PlanSplit(const MicroBatch& batch);
-  bool Split(int unit) const {
-    return early_ != nullptr && last_micro_batch_ && !late_ranges_[unit].empty();
-  }
   StepContext ctx_;
   Buffer tokens_device_;    // [2][B*T] int32: inputs then targets
   Buffer losses_host_;      // [grad_accum][B*T] fp32
-  Buffer norms_device_;     // [world][units] fp32: sum of squares of each owned shard
-  Buffer norms_host_;       // [world][units] fp32
   Buffer loss_device_;      // [world] fp32: every rank's mean loss
   Buffer loss_host_;        // [world] fp32
   int tokens_per_micro_batch_ = 0;

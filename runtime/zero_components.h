@@ -1,135 +1,84 @@
-// The ZeRO components the engine is assembled from. A ZeRO stage is a choice of
-// components made once by MakeZeroComponents, never an `if (stage == ...)` elsewhere:
-//   ParamGatherer    makes a unit's full parameters available for a stage and releases
-//                    them (stage 3: all-gather of the param shards, ahead by a plan);
-//   GradientReducer  owns the full gradient buffers during backward and turns each unit's
-//                    finished micro-batch gradients into the fp32 gradient state (stage 0:
-//                    all-reduce; 1: reduce-scatter after the backward; 2-3: reduce-scatter
-//                    per unit as soon as the unit is done, full buffer freed);
-//   OptimizerStepper steps the owned optimizer state and refreshes the params (stages
-//                    1-2: all-gather of the updated shards).
-// Where the gradient sums and the optimizer state live (device, host or nvme) is the
-// business of the homes in tiers/ (grad_home.h, optimizer_home.h), which the components
-// call.
-// Every unit's flat buffer is padded to `world` equal shards; rank r owns shard r. Every
-// collective goes on the one comm stream, ordered against compute by events, so every
-// rank issues the same collectives in the same order. Reductions sum in rank order, so
-// the fp32 gradient shard of a unit is bit-identical across stages at one world size.
+// The assembled ZeRO components of one engine and the homes they work on, made once by
+// MakeZeroComponents from the resolved placement (placement.h): the stage picks the
+// components (components.h), the placement the homes (tiers/). The engine talks to these
+// only: the gatherer, the reducer and the stepper during a step, and the state read-outs
+// and loads here between steps; the homes stay inside.
 // Thread-safety: driven by the engine's host thread; work goes onto its streams.
 #pragma once
 
 #include <memory>
 #include <vector>
 
-#include "collectives/communicator.h"
-#include "kernels/ops.h"
-#include "core/device.h"
 #include "core/options.h"
-#include "core/unit_layout.h"
+#include "runtime/components.h"
 #include "runtime/placement.h"
 #include "tiers/grad_home.h"
-#include "tiers/home_context.h"
 #include "tiers/nvme_tier.h"
 #include "tiers/optimizer_home.h"
-#include "tiers/unit_state.h"
+#include "tiers/param_home.h"
 
 namespace strata {
 
-// What the components share: the homes' context (device, kernels, streams, layouts, unit
-// state) plus the communicator and the stage-3 plan's inputs.
-struct ZeroContext : HomeContext {
-  Communicator* communicator = nullptr;
-  uint64_t prefetch_bytes = 0;
-  std::vector<int> trace;  // unit of every access of one micro-batch (forward, backward)
+// NVMe traffic of a rank so far: the optimizer's tier (state and gradient sums) and the
+// params' tier, bytes moved and time with requests at the disk.
+struct NvmeTraffic {
+  uint64_t read_bytes = 0;
+  uint64_t written_bytes = 0;
+  double busy_ms = 0.0;        // the optimizer's tier
+  double param_busy_ms = 0.0;  // the params' tier
 };
 
-// Counters of the gatherer's executor, reported per step.
-struct GatherStats {
-  uint64_t gathers = 0;      // all-gathers issued
-  uint64_t deviations = 0;   // accesses that did not follow the plan (fetched on demand)
-};
-
-class ParamGatherer {
+class ZeroComponents {
  public:
-  virtual ~ParamGatherer() = default;
-  // Access number `access` of the micro-batch's trace needs `unit`: returns its full
-  // parameters (compute dtype, device tier), valid until Release.
-  virtual StatusOr<const void*> Acquire(int access, int unit) = 0;
-  // Access `access` of `unit` has been enqueued on the compute stream.
-  virtual Status Release(int access, int unit) = 0;
-  // The micro-batch is over: nothing stays gathered.
-  virtual Status EndMicroBatch() = 0;
-  virtual GatherStats stats() const = 0;
-};
+  ZeroComponents() = default;
+  ZeroComponents(ZeroComponents&&) = default;
+  ZeroComponents& operator=(ZeroComponents&&) = default;
 
-class GradientReducer {
- public:
-  virtual ~GradientReducer() = default;
-  // The full gradient buffer of `unit` (compute dtype, zeroed at first use in the
-  // micro-batch) that backward kernels accumulate into.
-  virtual StatusOr<void*> Grads(int unit) = 0;
-  // The unit's gradients of this micro-batch are complete (its last backward use is
-  // enqueued on the compute stream).
-  virtual Status UnitDone(int unit) = 0;
-  // The micro-batch's backward is fully enqueued.
-  virtual Status BackwardDone() = 0;
-  // Zeroes the fp32 gradient state (start of a step).
-  virtual Status Zero() = 0;
-  // True when each unit's gradient sum is final once UnitDone(unit) returned on the last
-  // micro-batch (stages 2-3); false when only BackwardDone makes them final.
-  virtual bool ReducesPerUnit() const = 0;
-  // The split of a tied unit on the last micro-batch (one rank, per-unit reductions):
-  // LandEarly adds the unit's gradient so far over `ranges` (the elements final already)
-  // to the grad home while the backward goes on adding to the rest; FinishRanges adds the
-  // rest and lets the buffer go, as UnitDone would.
-  virtual Status LandEarly(int unit, const std::vector<ShardRange>& ranges) = 0;
-  virtual Status FinishRanges(int unit,
-                              const std::vector<ShardRange>& ranges) = 0;
-};
+  ParamGatherer& gatherer() { return *gatherer_; }
+  GradientReducer& reducer() { return *reducer_; }
+  OptimizerStepper& stepper() { return *stepper_; }
+  // The link between the NVMe gradient and optimizer homes; null unless both are on nvme.
+  SumHandOver* hand_over() { return hand_over_; }
 
-class OptimizerStepper {
- public:
-  virtual ~OptimizerStepper() = default;
-  // One AdamW step of the owned part of `unit`, ordered after its gradient sums; refreshes
-  // the params every rank uses (the next Acquire of the unit waits for them).
-  virtual Status Step(int unit, const AdamParams& params) = 0;
-  // zero.delayed_update: Step's AdamW with the new params held back, and their release
-  // once `after` (the compute stream) has passed its last use of the old ones; the next
-  // Acquire of the unit waits for them.
-  virtual Status StepStaged(int unit, const AdamParams& params) = 0;
-  virtual Status Publish(int unit, Stream& after) = 0;
-  // While held (during backward), the all-gathers of updated params (stages 1-2 with
-  // several ranks) are kept back, so that the comm stream's gradient reductions do not
-  // queue behind the CPU Adam; releasing enqueues them in unit order (the same on every
-  // rank).
-  virtual Status HoldGathers(bool hold) = 0;
-  // One sub-step over several disjoint sub-ranges of the unit's owned elements (the split
-  // of a tied unit; one rank, optimizer in the host tier).
-  virtual Status StepRanges(int unit, const AdamParams& params,
-                            const std::vector<ShardRange>& ranges) = 0;
-  // Blocks until the AdamW of every Step so far has run (param copies may be in flight).
-  virtual Status WaitSteps() = 0;
-  // Total milliseconds the AdamW sub-steps ran (the standalone optimizer time).
-  virtual double busy_ms() const = 0;
-};
+  // The optimizer state and gradient sums hold this rank's shard of each unit (stages
+  // 1-3), else the full unit.
+  bool sharded_state() const { return sharded_state_; }
+  // This rank's fp32 optimizer state of `unit` (full or shard, as sharded_state says) to
+  // or from host memory; null arrays are skipped on load and zeros on store (the master is
+  // required). Blocking; the streams must be idle.
+  Status LoadOptimizerState(int unit, float* master, float* exp_avg, float* exp_avg_sq);
+  Status StoreOptimizerState(int unit, const float* master, const float* exp_avg,
+                             const float* exp_avg_sq);
+  // The elements of `unit`'s params this rank stores (the full unit, or its shard at stage
+  // 3), and their store from host memory (compute dtype). Blocking; the streams must be
+  // idle.
+  size_t param_part_elements(int unit) const { return param_home_->part_elements(unit); }
+  Status StoreParams(int unit, const void* values) { return param_home_->Store(unit, values); }
+  // Blocks until every write-back of state is on its tier; the first error, if any.
+  Status Flush() { return optimizer_home_->Flush(); }
+  NvmeTraffic traffic() const;
 
-struct ZeroComponents {
-  // The NVMe tier (optimizer or params on nvme), then the homes: the components below
-  // point into them and are destroyed before them.
-  std::unique_ptr<NvmeTier> nvme;        // optimizer state
-  std::unique_ptr<NvmeTier> param_nvme;  // stage-3 param shards (a queue of their own)
-  std::unique_ptr<GradHome> grad_home;
-  std::unique_ptr<OptimizerHome> optimizer_home;
-  std::unique_ptr<ParamGatherer> gatherer;
-  std::unique_ptr<GradientReducer> reducer;
-  std::unique_ptr<OptimizerStepper> stepper;
-  bool sharded_optimizer = false;  // master/m/v/grad_accum hold only the own shard
-  bool params_on_nvme = false;     // stage 3 param shards in `param_nvme` (params empty)
-  std::vector<std::vector<NvmeChunk>> nvme_chunks;  // per unit, its shard's extents in `nvme`
+ private:
+  friend StatusOr<ZeroComponents> MakeZeroComponents(const Options&, const Placement&,
+                                                     const ZeroContext&);
+  static Status Assemble(const Options& options, const Placement& placement,
+                         const ZeroContext& context, ZeroComponents& components);
+  // Destroyed in reverse: the components first, then the homes they point into, then the
+  // optimizer's NVMe tier the gradient and optimizer homes share.
+  std::unique_ptr<NvmeTier> nvme_;
+  std::unique_ptr<ParamHome> param_home_;
+  std::unique_ptr<GradHome> grad_home_;
+  std::unique_ptr<OptimizerHome> optimizer_home_;
+  std::unique_ptr<ParamGatherer> gatherer_;
+  std::unique_ptr<GradientReducer> reducer_;
+  std::unique_ptr<OptimizerStepper> stepper_;
+  SumHandOver* hand_over_ = nullptr;
+  bool sharded_state_ = false;
 };
 
 // Allocates every unit's state for the placement's stage in its tiers and returns the
-// matching components; `options` gives the NVMe tier's settings (zero.nvme_dir, nvme.*).
+// matching components; `options` gives the NVMe tiers' settings (zero.nvme_dir, nvme.*).
+// Fills context.units (sizes and buffers).
 StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const Placement& placement,
                                             const ZeroContext& context);
 

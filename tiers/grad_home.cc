@@ -22,7 +22,7 @@ class DeviceGradHome : public GradHome {
   DeviceGradHome(const HomeContext& ctx, std::vector<std::unique_ptr<Event>> ready,
                  std::unique_ptr<Event> join)
       : ctx_(ctx), ready_(std::move(ready)), join_(std::move(join)) {}
-  Tier tier() const override { return Tier::kDevice; }
+  StateTier tier() const override { return StateTier::kDevice; }
 
   StatusOr<Stream*> Add(int unit, const void* src, Stream& producer) override {
     UnitState& state = (*ctx_.units)[unit];
@@ -59,7 +59,7 @@ class DeviceGradHome : public GradHome {
 };
 
 // Reduced gradients copied to the host as they come, summed there by the CPU kernels.
-class HostGradHome : public GradHome {
+class HostGradHome : public GradHome, public RangedGradHome {
  public:
   HostGradHome(const HomeContext& ctx, std::vector<std::unique_ptr<Event>> ready,
                std::unique_ptr<Event> join, std::unique_ptr<Event> zeroed, Buffer norms,
@@ -67,7 +67,8 @@ class HostGradHome : public GradHome {
       : ctx_(ctx), ready_(std::move(ready)), join_(std::move(join)), zeroed_(std::move(zeroed)),
         norms_(std::move(norms)), range_norms_(std::move(range_norms)),
         first_(ctx.units->size(), true), zeroed_early_(ctx.units->size(), false) {}
-  Tier tier() const override { return Tier::kHost; }
+  StateTier tier() const override { return StateTier::kHost; }
+  RangedGradHome* ranged() override { return this; }
 
   StatusOr<Stream*> Add(int unit, const void* src, Stream& producer) override {
     const size_t n = (*ctx_.units)[unit].grad_accum.bytes() / sizeof(float);
@@ -188,16 +189,6 @@ class HostGradHome : public GradHome {
 };
 
 }  // namespace
-
-Status GradHome::SquaredNormRanges(int, const std::vector<ShardRange>&, float*) {
-  return absl::UnimplementedError("norms over ranges need the sums in the host tier");
-}
-
-Status GradHome::AddRanges(int, const void*, const std::vector<ShardRange>&,
-                           Stream&, bool) {
-  return absl::UnimplementedError("adding gradient ranges needs the sums in the host tier");
-}
-
 
 StatusOr<std::unique_ptr<GradHome>> GradHome::Create(const HomeContext& ctx, Tier tier) {
   RETURN_IF_ERROR(CheckHomeContext(ctx));

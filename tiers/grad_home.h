@@ -19,6 +19,9 @@
 
 namespace strata {
 
+class RangedGradHome;
+class SumHandOver;
+
 class GradHome {
  public:
   // The unit's grad_accum must already be allocated in `tier`.
@@ -35,28 +38,12 @@ class GradHome {
       const HomeContext& ctx, NvmeTier* nvme, std::vector<std::vector<NvmeChunk>> chunks,
       int slots);
   virtual ~GradHome() = default;
-  // Where the sums are reachable: kDevice, or kHost (the host tier, or nvme through host
-  // buffers: see on_nvme).
-  virtual Tier tier() const = 0;
-  // The sums live in the NVMe tier (kGrads extents), not in grad_accum.
-  virtual bool on_nvme() const { return false; }
+  // Where the sums live: kDevice (grad_accum in the device pool), kHost (grad_accum in the
+  // host pool) or kNvme (kGrads extents of the NvmeTier, worked on through host buffers).
+  virtual StateTier tier() const = 0;
   // Copies the unit's sums (its state length) to host memory at `out`. Blocking; the
   // streams must be idle. The NVMe home fails for a unit whose sums it handed over.
   virtual Status ReadSums(int unit, float* out) = 0;
-
-  // Hand-over (NVMe home; a no-op elsewhere). While kept (the last micro-batch of a step
-  // whose optimizer steps each unit right after its Add: no clipping), an Add leaves each
-  // chunk's final sum in its host buffer instead of writing it out; the optimizer's
-  // sub-step that follows takes it from there (KeptSum) and gives the buffer back
-  // (ReleaseKeptSum), so the sum never goes through the disk. A buffer an Add needs again
-  // first writes its kept sum out, as does ending the keeping (KeepFinalSums(false)).
-  virtual Status KeepFinalSums(bool keep) { return absl::OkStatus(); }
-  // Chunk `k` of `unit`'s kept sum (fp32, valid for host-stream work enqueued before the
-  // release), or null: read it from the tier.
-  virtual const float* KeptSum(int unit, size_t k) { return nullptr; }
-  // The buffer of a taken sum is free again once `after` (a ticket of the same NvmeTier,
-  // posted after the work that reads the sum) is done.
-  virtual void ReleaseKeptSum(int unit, size_t k, NvmeTier::Ticket after) {}
 
   // Adds the reduced gradient of this rank's part of `unit` (grad_accum's length, compute
   // dtype, device tier at `src`, written by work enqueued on `producer` so far) into the
@@ -70,20 +57,48 @@ class GradHome {
   // *out_device (one fp32 in device memory) = sum of squares of grad_accum[first, first+n)
   // once the unit's adds are done, on the compute stream (device) or the host stream.
   virtual Status SquaredNorm(int unit, size_t first, size_t n, float* out_device) = 0;
-  // The same over several element ranges, summed in their order (host home only: the
-  // split of a tied unit).
-  virtual Status SquaredNormRanges(int unit, const std::vector<ShardRange>& ranges,
-                                   float* out_device);
   // Recorded after the unit's last Add enqueued so far; wait on it to read the sums.
   virtual Event& ready(int unit) = 0;
+
+  // Capabilities, null where the home has none (callers ask, instead of knowing which
+  // home they hold):
+  // adds and norms over element ranges (host: the split of a tied unit);
+  virtual RangedGradHome* ranged() { return nullptr; }
+  // final sums handed to the optimizer in memory (nvme; wired by the component factory).
+  virtual SumHandOver* hand_over() { return nullptr; }
+};
+
+// Capability: a unit's gradient added in two parts, the elements final before its last
+// backward stage, then the rest (the split of a tied unit).
+class RangedGradHome {
+ public:
+  virtual ~RangedGradHome() = default;
   // Add over the element ranges [begin, end) only (`src`: the unit's own part, compute
-  // dtype, device tier, written by `producer`): a tied unit's gradient added in two parts,
-  // the elements final before its last backward stage, then the rest. Each element is
-  // added once, as by Add; `last_part` ends the unit's Add for this micro-batch. Host
-  // home only.
-  virtual Status AddRanges(int unit, const void* src,
-                           const std::vector<ShardRange>& ranges,
-                           Stream& producer, bool last_part);
+  // dtype, device tier, written by `producer`). Each element is added once, as by Add;
+  // `last_part` ends the unit's Add for this micro-batch.
+  virtual Status AddRanges(int unit, const void* src, const std::vector<ShardRange>& ranges,
+                           Stream& producer, bool last_part) = 0;
+  // SquaredNorm over several element ranges, summed in their order.
+  virtual Status SquaredNormRanges(int unit, const std::vector<ShardRange>& ranges,
+                                   float* out_device) = 0;
+};
+
+// Capability: the NVMe gradient home's link to the NVMe optimizer home. While kept (the
+// last micro-batch of a step whose optimizer steps each unit right after its Add: no
+// clipping), an Add leaves each chunk's final sum in its host buffer instead of writing it
+// out; the optimizer's sub-step that follows takes it from there (KeptSum) and gives the
+// buffer back (ReleaseKeptSum), so the sum never goes through the disk. A buffer an Add
+// needs again first writes its kept sum out, as does ending the keeping.
+class SumHandOver {
+ public:
+  virtual ~SumHandOver() = default;
+  virtual Status KeepFinalSums(bool keep) = 0;
+  // Chunk `k` of `unit`'s kept sum (fp32, valid for host-stream work enqueued before the
+  // release), or null: read it from the tier.
+  virtual const float* KeptSum(int unit, size_t k) = 0;
+  // The buffer of a taken sum is free again once `after` (a ticket of the same NvmeTier,
+  // posted after the work that reads the sum) is done.
+  virtual void ReleaseKeptSum(int unit, size_t k, NvmeTier::Ticket after) = 0;
 };
 
 }  // namespace strata

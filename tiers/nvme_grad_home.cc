@@ -14,7 +14,7 @@ namespace {
 // the tier puts the optimizer's later read of a chunk after this write.
 constexpr int kSummedEventsPerSlot = 4;
 
-class NvmeGradHome : public GradHome {
+class NvmeGradHome : public GradHome, public SumHandOver {
  public:
   struct Slot {
     Buffer sum;      // fp32, the largest chunk's padded extent
@@ -46,8 +46,8 @@ class NvmeGradHome : public GradHome {
     nvme_->Drain().IgnoreError();
   }
 
-  Tier tier() const override { return Tier::kHost; }
-  bool on_nvme() const override { return true; }
+  StateTier tier() const override { return StateTier::kNvme; }
+  SumHandOver* hand_over() override { return this; }
 
   StatusOr<Stream*> Add(int unit, const void* src, Stream& producer) override {
     Device& device = *ctx_.device;

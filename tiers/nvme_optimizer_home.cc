@@ -32,11 +32,13 @@ class NvmeOptimizerHome : public OptimizerHome {
   };
 
   NvmeOptimizerHome(const HomeContext& ctx, GradHome* grads, NvmeTier* nvme,
-                    NvmeTier* param_nvme, std::vector<std::vector<NvmeChunk>> chunks,
-                    std::vector<Slot> slots, std::vector<std::unique_ptr<Event>> ready,
-                    std::unique_ptr<Event> join)
-      : ctx_(ctx), grads_(grads), nvme_(nvme), param_nvme_(param_nvme),
-        params_on_nvme_(param_nvme != nullptr),
+                    ParamHome* params, SumHandOver* hand_over,
+                    std::vector<std::vector<NvmeChunk>> chunks, std::vector<Slot> slots,
+                    std::vector<std::unique_ptr<Event>> ready, std::unique_ptr<Event> join)
+      : ctx_(ctx), grads_(grads), nvme_(nvme), param_write_(params->write_back()),
+        param_nvme_(param_write_ != nullptr ? &param_write_->tier() : nullptr),
+        params_on_nvme_(param_write_ != nullptr),
+        params_to_device_(params->tier() == StateTier::kDevice), hand_over_(hand_over),
         chunks_(std::move(chunks)), slots_(std::move(slots)), ready_(std::move(ready)),
         join_(std::move(join)) {}
 
@@ -49,12 +51,12 @@ class NvmeOptimizerHome : public OptimizerHome {
   Tier tier() const override { return Tier::kHost; }
 
   Status Step(int unit, const AdamParams& params, ShardRange range, size_t state_offset,
-              void* param_dest, Tier param_tier) override {
+              void* param_dest) override {
     if (range.begin != state_offset ||
         range.end - range.begin != (*ctx_.units)[unit].shard_elements) {
       return absl::InternalError("nvme optimizer: a sub-step must cover one owned shard");
     }
-    const bool to_device = !params_on_nvme_ && param_tier != Tier::kHost;
+    const bool to_device = params_to_device_;
     for (size_t k = 0; k < chunks_[unit].size(); ++k) {
       RETURN_IF_ERROR(StepChunk(unit, k, params, range.begin, param_dest, to_device));
     }
@@ -171,17 +173,17 @@ class NvmeOptimizerHome : public OptimizerHome {
     slot.prefetched = -1;
     const float* grads = state.grad_accum.as<float>() + chunk.begin;
     NvmeTier::Ticket grad_load = 0;
-    const float* kept = grads_->on_nvme() ? grads_->KeptSum(unit, k) : nullptr;
+    const float* kept = hand_over_ != nullptr ? hand_over_->KeptSum(unit, k) : nullptr;
     if (kept != nullptr) {
       grads = kept;  // summed on the host stream, before this AdamW
-    } else if (grads_->on_nvme()) {
+    } else if (grads_->tier() == StateTier::kNvme) {
       // The chunk's gradient sum, after the slot's previous AdamW (which read the slot's
       // grads; its write-back follows it); the tier orders it after the sum's write-back.
       grad_load = nvme_->ReadAfter(chunk.id, {{ExtentKind::kGrads, slot.grads.data()}},
                                    slot.write_back);
       RETURN_IF_ERROR(device.Wait(host, grads_->ready(unit)));
       grads = slot.grads.as<float>();
-    } else if (grads_->tier() != Tier::kHost) {
+    } else if (grads_->tier() == StateTier::kDevice) {
       if (Event* previous = slot.stepped.previous(use)) {  // its AdamW read the grads
         RETURN_IF_ERROR(device.Wait(copy, *previous));
       }
@@ -222,10 +224,9 @@ class NvmeOptimizerHome : public OptimizerHome {
     slot.write_back = nvme_->WriteAfter(chunk.id, std::move(parts), &stepped);
     slot.stepped.Hold(use, nvme_, slot.write_back);
     // The kept sum's buffer is free once that write-back (after this AdamW) is out.
-    if (kept != nullptr) grads_->ReleaseKeptSum(unit, k, slot.write_back);
+    if (kept != nullptr) hand_over_->ReleaseKeptSum(unit, k, slot.write_back);
     if (params_on_nvme_) {
-      slot.param_write_back = param_nvme_->WriteAfter(
-          chunk.id, {{ExtentKind::kParams, slot.params.data()}}, &stepped);
+      slot.param_write_back = param_write_->WriteAfter(chunk.id, slot.params.data(), &stepped);
       slot.stepped.Hold(use, param_nvme_, slot.param_write_back);
     }
     if (!to_device) return absl::OkStatus();
@@ -238,8 +239,11 @@ class NvmeOptimizerHome : public OptimizerHome {
   HomeContext ctx_;
   GradHome* grads_;
   NvmeTier* nvme_;
-  NvmeTier* param_nvme_;  // null: params not on nvme
+  ParamWriteBack* param_write_;  // null: params not on nvme
+  NvmeTier* param_nvme_;         // its tier
   bool params_on_nvme_;
+  bool params_to_device_;  // else the params' part is in the host tier (or on nvme)
+  SumHandOver* hand_over_;  // null: the sums are read from the tier
   std::vector<std::vector<NvmeChunk>> chunks_;
   std::vector<Slot> slots_;
   size_t next_slot_ = 0;
@@ -253,21 +257,24 @@ class NvmeOptimizerHome : public OptimizerHome {
 
 StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::CreateNvme(
     const HomeContext& ctx, GradHome* grads, NvmeTier* nvme,
-    std::vector<std::vector<NvmeChunk>> chunks, NvmeTier* param_nvme, int slots) {
-  const bool params_on_nvme = param_nvme != nullptr;
+    std::vector<std::vector<NvmeChunk>> chunks, ParamHome* params, int slots,
+    SumHandOver* hand_over) {
   RETURN_IF_ERROR(CheckHomeContext(ctx));
-  if (grads == nullptr || nvme == nullptr || slots < 1 || chunks.size() != ctx.units->size()) {
+  if (grads == nullptr || nvme == nullptr || params == nullptr || slots < 1 ||
+      chunks.size() != ctx.units->size()) {
     return absl::InvalidArgumentError(
-        "an nvme optimizer home needs grads, a tier, slots and every unit's chunks");
+        "an nvme optimizer home needs grads, a tier, params, slots and every unit's chunks");
   }
+  ParamWriteBack* param_write = params->write_back();
   // Slots sized for the largest chunk's extents (4 KiB-padded for O_DIRECT).
   uint64_t state_bytes = 0, param_bytes = 4096;
   for (const auto& unit_chunks : chunks) {
     for (const NvmeChunk& chunk : unit_chunks) {
       state_bytes = std::max(state_bytes, nvme->PaddedBytes(chunk.id, ExtentKind::kMaster));
       param_bytes = std::max<uint64_t>(
-          param_bytes, params_on_nvme ? param_nvme->PaddedBytes(chunk.id, ExtentKind::kParams)
-                                      : (chunk.end - chunk.begin) * DTypeBytes(ctx.dtype));
+          param_bytes, param_write != nullptr
+                           ? param_write->ChunkBytes(chunk.id)
+                           : (chunk.end - chunk.begin) * DTypeBytes(ctx.dtype));
     }
   }
   if (state_bytes == 0) return absl::InvalidArgumentError("nvme tier without optimizer extents");
@@ -279,7 +286,7 @@ StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::CreateNvme(
       ASSIGN_OR_RETURN(*buffer, AllocateZeroedIn(ctx, Tier::kHost, StateKind::kOptimizer,
                                                  state_bytes, name));
     }
-    if (grads->tier() != Tier::kHost || grads->on_nvme()) {
+    if (grads->tier() != StateTier::kHost) {
       ASSIGN_OR_RETURN(slot.grads, AllocateZeroedIn(ctx, Tier::kHost, StateKind::kGrads,
                                                     state_bytes, name + " grads"));
     }
@@ -291,8 +298,8 @@ StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::CreateNvme(
   ASSIGN_OR_RETURN(auto ready, MakeEvents(*ctx.device, ctx.units->size()));
   ASSIGN_OR_RETURN(std::unique_ptr<Event> join, ctx.device->CreateEvent());
   return std::unique_ptr<OptimizerHome>(
-      new NvmeOptimizerHome(ctx, grads, nvme, param_nvme, std::move(chunks), std::move(all),
-                            std::move(ready), std::move(join)));
+      new NvmeOptimizerHome(ctx, grads, nvme, params, hand_over, std::move(chunks),
+                            std::move(all), std::move(ready), std::move(join)));
 }
 
 }  // namespace strata

@@ -52,9 +52,9 @@ Status CopyStateIn(const HomeContext& ctx, int unit, const float* master,
 // `stream`.
 class ResidentOptimizerHome : public OptimizerHome {
  public:
-  ResidentOptimizerHome(const HomeContext& ctx, GradHome* grads,
+  ResidentOptimizerHome(const HomeContext& ctx, GradHome* grads, ParamHome* params,
                         std::vector<std::unique_ptr<Event>> ready, Stream* stream)
-      : ctx_(ctx), grads_(grads), ready_(std::move(ready)), stream_(stream) {}
+      : ctx_(ctx), grads_(grads), params_(params), ready_(std::move(ready)), stream_(stream) {}
   Event& params_ready(int unit) override { return *ready_[unit]; }
   Status WaitSteps() override { return stream_->Synchronize(); }
   double busy_ms() const override { return timer_.ms(); }
@@ -65,10 +65,12 @@ class ResidentOptimizerHome : public OptimizerHome {
                     const float* exp_avg_sq) override {
     return CopyStateIn(ctx_, unit, master, exp_avg, exp_avg_sq);
   }
+  Status Flush() override { return absl::OkStatus(); }  // nothing is written back
 
  protected:
   HomeContext ctx_;
   GradHome* grads_;
+  ParamHome* params_;
   std::vector<std::unique_ptr<Event>> ready_;  // params in place
   Stream* stream_;
   StreamTimer timer_;
@@ -77,18 +79,13 @@ class ResidentOptimizerHome : public OptimizerHome {
 // AdamW with the backend's kernels on the compute stream.
 class DeviceOptimizerHome : public ResidentOptimizerHome {
  public:
-  DeviceOptimizerHome(const HomeContext& ctx, GradHome* grads,
+  DeviceOptimizerHome(const HomeContext& ctx, GradHome* grads, ParamHome* params,
                       std::vector<std::unique_ptr<Event>> ready)
-      : ResidentOptimizerHome(ctx, grads, std::move(ready), ctx.compute) {}
+      : ResidentOptimizerHome(ctx, grads, params, std::move(ready), ctx.compute) {}
   Tier tier() const override { return Tier::kDevice; }
 
   Status Step(int unit, const AdamParams& params, ShardRange range, size_t state_offset,
-              void* param_dest, Tier param_tier) override {
-    if (param_tier != Tier::kDevice) {
-      return absl::FailedPreconditionError(
-          "an optimizer on the device writes params in the device tier only "
-          "(zero.param_tier=host needs zero.optimizer_tier=host)");
-    }
+              void* param_dest) override {
     Stream& compute = *ctx_.compute;
     RETURN_IF_ERROR(ctx_.device->Wait(compute, grads_->ready(unit)));
     timer_.Start(compute);
@@ -101,18 +98,19 @@ class DeviceOptimizerHome : public ResidentOptimizerHome {
 };
 
 // The SIMD CPU Adam on the host stream; params copied to the device on the copy stream.
-class HostOptimizerHome : public ResidentOptimizerHome {
+class HostOptimizerHome : public ResidentOptimizerHome, public StagedOptimizerHome {
  public:
-  HostOptimizerHome(const HomeContext& ctx, GradHome* grads,
+  HostOptimizerHome(const HomeContext& ctx, GradHome* grads, ParamHome* params,
                     std::vector<std::unique_ptr<Event>> stepped,
                     std::vector<std::unique_ptr<Event>> ready, std::unique_ptr<Event> join)
-      : ResidentOptimizerHome(ctx, grads, std::move(ready), ctx.host),
+      : ResidentOptimizerHome(ctx, grads, params, std::move(ready), ctx.host),
         stepped_(std::move(stepped)), join_(std::move(join)) {}
   Tier tier() const override { return Tier::kHost; }
+  StagedOptimizerHome* staged() override { return this; }
 
   Status Step(int unit, const AdamParams& params, ShardRange range, size_t state_offset,
-              void* param_dest, Tier param_tier) override {
-    if (param_tier == Tier::kHost) {
+              void* param_dest) override {
+    if (params_->tier() == StateTier::kHost) {
       RETURN_IF_ERROR(Update(unit, params, {range}, state_offset, param_dest, range.begin));
       return ctx_.device->Record(*ready_[unit], *ctx_.host);
     }
@@ -145,7 +143,7 @@ class HostOptimizerHome : public ResidentOptimizerHome {
     Stream& host = *ctx_.host;
     Stream& copy = *ctx_.copy;
     const float* grads = state.grad_accum.as<float>();
-    if (grads_->tier() != Tier::kHost) {
+    if (grads_->tier() != StateTier::kHost) {
       // Sums made on the device: copy this step's to the host first (after the previous
       // step's AdamW is done with the staging buffer).
       RETURN_IF_ERROR(device.Wait(copy, *stepped_[unit]));
@@ -204,40 +202,28 @@ class HostOptimizerHome : public ResidentOptimizerHome {
 
 }  // namespace
 
-Status OptimizerHome::StepStaged(int, const AdamParams&, ShardRange, size_t) {
-  return absl::UnimplementedError("zero.delayed_update needs the optimizer in the host tier "
-                                  "(zero.optimizer_tier=host)");
-}
-
-Status OptimizerHome::StepRanges(int, const AdamParams&, const std::vector<ShardRange>&, size_t,
-                                 void*) {
-  return absl::UnimplementedError("stepping sub-ranges needs the optimizer in the host tier");
-}
-
-Status OptimizerHome::PublishStaged(int, ShardRange, void*, Stream&) {
-  return absl::UnimplementedError("zero.delayed_update needs the optimizer in the host tier "
-                                  "(zero.optimizer_tier=host)");
-}
-
-
 StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::Create(const HomeContext& ctx,
-                                                               Tier tier, GradHome* grads) {
+                                                               Tier tier, GradHome* grads,
+                                                               ParamHome* params) {
   RETURN_IF_ERROR(CheckHomeContext(ctx));
-  if (grads == nullptr) return absl::InvalidArgumentError("an optimizer home needs a grad home");
+  if (grads == nullptr || params == nullptr) {
+    return absl::InvalidArgumentError("an optimizer home needs a grad home and a param home");
+  }
   const size_t units = ctx.units->size();
   ASSIGN_OR_RETURN(auto ready, MakeEvents(*ctx.device, units));
   if (tier == Tier::kDevice) {
-    if (grads->tier() != Tier::kDevice) {
+    if (grads->tier() != StateTier::kDevice || params->tier() != StateTier::kDevice) {
       return absl::InvalidArgumentError(
-          "an optimizer on the device reads gradients on the device: set zero.grad_tier=device "
-          "or zero.optimizer_tier=host");
+          "an optimizer on the device reads gradients and writes params on the device: set "
+          "zero.grad_tier=device and zero.param_tier=device, or zero.optimizer_tier=host");
     }
-    return std::unique_ptr<OptimizerHome>(new DeviceOptimizerHome(ctx, grads, std::move(ready)));
+    return std::unique_ptr<OptimizerHome>(
+        new DeviceOptimizerHome(ctx, grads, params, std::move(ready)));
   }
   ASSIGN_OR_RETURN(auto stepped, MakeEvents(*ctx.device, units));
   ASSIGN_OR_RETURN(std::unique_ptr<Event> join, ctx.device->CreateEvent());
   return std::unique_ptr<OptimizerHome>(new HostOptimizerHome(
-      ctx, grads, std::move(stepped), std::move(ready), std::move(join)));
+      ctx, grads, params, std::move(stepped), std::move(ready), std::move(join)));
 }
 
 }  // namespace strata

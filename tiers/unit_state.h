@@ -1,8 +1,9 @@
 // The training state of one model unit on one rank, wherever it lives. Which buffers are
 // full-size or shards, and in which tier, is decided once by the ZeRO component factory
-// (runtime/zero_components.h) from the stage and the placement keys; the homes
-// (tiers/grad_home.h, tiers/optimizer_home.h) and components that own the state know. Sizes: `padded_elements`
-// (the full unit, padded to `world` equal shards) and `shard_elements` (= padded / world).
+// (runtime/zero_components.h) from the placement; the homes (tiers/grad_home.h,
+// tiers/optimizer_home.h) and components that own the state know. Sizes:
+// `padded_elements` (the full unit, padded to `world` equal shards) and `shard_elements`
+// (= padded / world).
 // Thread-safety: plain data; the engine's host thread owns it, streams use it in order.
 #pragma once
 
@@ -13,7 +14,7 @@
 namespace strata {
 
 struct UnitState {
-  Buffer params;      // compute dtype: full (stages 0-2) or own shard (stage 3; device|host)
+  // (The params between uses are the ParamHome's: tiers/param_home.h.)
   Buffer grads;       // compute dtype: full, while gradients of the unit are being summed
   Buffer grad_accum;  // fp32 gradient summed over micro-batches: full (0) or own shard
   Buffer master;      // fp32 master weights: full (0) or own shard

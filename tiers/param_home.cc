@@ -1,0 +1,208 @@
+// The device, host and NVMe param homes; see param_home.h.
+#include "tiers/param_home.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "tiers/stream_helpers.h"
+
+namespace strata {
+namespace {
+
+// Parts in the device or host pool.
+class ResidentParamHome : public ParamHome {
+ public:
+  ResidentParamHome(const HomeContext& ctx, Tier tier, std::vector<size_t> part_elements,
+                    std::vector<Buffer> parts)
+      : ParamHome(std::move(part_elements)), ctx_(ctx), tier_(tier), parts_(std::move(parts)) {}
+
+  StateTier tier() const override {
+    return tier_ == Tier::kDevice ? StateTier::kDevice : StateTier::kHost;
+  }
+  void* part(int unit) override { return parts_[unit].data(); }
+
+  Status Store(int unit, const void* values) override {
+    Buffer& part = parts_[unit];
+    RETURN_IF_ERROR(ctx_.device->CopyAsync(part.data(), values, part.bytes(), *ctx_.compute));
+    return ctx_.compute->Synchronize();
+  }
+
+  Status Load(int unit, void* out) override {
+    const Buffer& part = parts_[unit];
+    RETURN_IF_ERROR(ctx_.device->CopyAsync(out, part.data(), part.bytes(), *ctx_.compute));
+    return ctx_.compute->Synchronize();
+  }
+
+  Status CopyUp(int unit, void* dest, Stream& copy) override {
+    const Buffer& part = parts_[unit];
+    return ctx_.device->CopyAsync(dest, part.data(), part.bytes(), copy);
+  }
+
+ private:
+  HomeContext ctx_;
+  Tier tier_;
+  std::vector<Buffer> parts_;
+};
+
+// Shards in a swap file, read ahead through a few host buffers.
+class NvmeParamHome : public ParamHome, public ParamWriteBack {
+ public:
+  struct ReadBuffer {
+    Buffer buffer;
+    std::unique_ptr<Event> copied;  // its shard copied to the device
+  };
+
+  NvmeParamHome(const HomeContext& ctx, std::vector<size_t> part_elements,
+                std::unique_ptr<NvmeTier> tier, std::vector<std::vector<NvmeChunk>> chunks,
+                std::vector<ReadBuffer> reads)
+      : ParamHome(std::move(part_elements)), ctx_(ctx), tier_(std::move(tier)),
+        chunks_(std::move(chunks)), reads_(std::move(reads)) {}
+
+  ~NvmeParamHome() override {
+    // Reads ahead may still be landing in the read buffers (a failed step leaves them
+    // posted; the streams are idle by now): they must be done before the buffers go.
+    tier_->Drain().IgnoreError();
+  }
+
+  StateTier tier() const override { return StateTier::kNvme; }
+  void* part(int) override { return nullptr; }
+  int read_buffers() const override { return static_cast<int>(reads_.size()); }
+  ParamWriteBack* write_back() override { return this; }
+  uint64_t bytes_read() const override { return tier_->bytes_read(); }
+  uint64_t bytes_written() const override { return tier_->bytes_written(); }
+  double busy_ms() const override { return tier_->busy_ms(); }
+  Status Drain() override { return tier_->Drain(); }
+
+  // Chunk by chunk through an aligned host buffer of the shard's padded size.
+  Status Store(int unit, const void* values) override {
+    const size_t element_bytes = DTypeBytes(ctx_.dtype);
+    ASSIGN_OR_RETURN(Buffer host, ctx_.device->Allocate(Tier::kHost, StateKind::kWorkspace,
+                                                        PaddedShardBytes(unit),
+                                                        "param shard write"));
+    std::memset(host.data(), 0, host.bytes());
+    std::memcpy(host.data(), values, part_elements(unit) * element_bytes);
+    for (const NvmeChunk& chunk : chunks_[unit]) {
+      RETURN_IF_ERROR(tier_->Wait(tier_->Write(
+          chunk.id, {{ExtentKind::kParams, ElementAt(host.data(), chunk.begin, element_bytes)}})));
+    }
+    return absl::OkStatus();
+  }
+
+  Status Load(int unit, void* out) override {
+    const size_t element_bytes = DTypeBytes(ctx_.dtype);
+    ASSIGN_OR_RETURN(Buffer host, ctx_.device->Allocate(Tier::kHost, StateKind::kWorkspace,
+                                                        PaddedShardBytes(unit),
+                                                        "param shard read"));
+    for (const NvmeChunk& chunk : chunks_[unit]) {
+      RETURN_IF_ERROR(tier_->Wait(tier_->Read(
+          chunk.id, {{ExtentKind::kParams, ElementAt(host.data(), chunk.begin, element_bytes)}})));
+    }
+    std::memcpy(out, host.data(), part_elements(unit) * element_bytes);
+    return absl::OkStatus();
+  }
+
+  // nvme -> the next read buffer (I/O thread) -> `dest` (copy stream, once the reads are
+  // done).
+  Status CopyUp(int unit, void* dest, Stream& copy) override {
+    const size_t element_bytes = DTypeBytes(ctx_.dtype);
+    ReadBuffer& read = reads_[next_read_++ % reads_.size()];
+    RETURN_IF_ERROR(read.copied->Synchronize());  // its previous shard has gone up
+    std::vector<NvmeTier::Ticket> tickets;
+    for (const NvmeChunk& chunk : chunks_[unit]) {
+      tickets.push_back(tier_->Read(
+          chunk.id,
+          {{ExtentKind::kParams, ElementAt(read.buffer.data(), chunk.begin, element_bytes)}}));
+    }
+    NvmeTier* tier = tier_.get();
+    copy.EnqueueHost([tier, tickets] {
+      Status status;
+      for (NvmeTier::Ticket ticket : tickets) status.Update(tier->Wait(ticket));
+      return status;
+    });
+    RETURN_IF_ERROR(ctx_.device->CopyAsync(dest, read.buffer.data(),
+                                           part_elements(unit) * element_bytes, copy));
+    return ctx_.device->Record(*read.copied, copy);
+  }
+
+  // ParamWriteBack.
+  NvmeTier& tier() override { return *tier_; }
+  uint64_t ChunkBytes(int chunk_id) const override {
+    return tier_->PaddedBytes(chunk_id, ExtentKind::kParams);
+  }
+  NvmeTier::Ticket WriteAfter(int chunk_id, const void* src, Event* after) override {
+    return tier_->WriteAfter(chunk_id, {{ExtentKind::kParams, const_cast<void*>(src)}}, after);
+  }
+
+  // Chunk k of a shard lands at its element offset; every chunk but the last is a whole
+  // number of 4 KiB pages, so the last one's padding ends the buffer.
+  static uint64_t PaddedShardBytes(const NvmeTier& tier, const std::vector<NvmeChunk>& chunks,
+                                   DType dtype) {
+    const NvmeChunk& last = chunks.back();
+    return std::max<uint64_t>(
+        4096, last.begin * DTypeBytes(dtype) + tier.PaddedBytes(last.id, ExtentKind::kParams));
+  }
+
+ private:
+  uint64_t PaddedShardBytes(int unit) const {
+    return PaddedShardBytes(*tier_, chunks_[unit], ctx_.dtype);
+  }
+
+  HomeContext ctx_;
+  std::unique_ptr<NvmeTier> tier_;
+  std::vector<std::vector<NvmeChunk>> chunks_;
+  std::vector<ReadBuffer> reads_;
+  size_t next_read_ = 0;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ParamHome>> ParamHome::CreateResident(
+    const HomeContext& ctx, Tier tier, const std::vector<size_t>& part_elements) {
+  RETURN_IF_ERROR(CheckHomeContext(ctx));
+  if (part_elements.size() != ctx.layouts->size()) {
+    return absl::InvalidArgumentError("a param home needs every unit's part size");
+  }
+  std::vector<Buffer> parts;
+  Status status;
+  for (size_t u = 0; u < part_elements.size() && status.ok(); ++u) {
+    StatusOr<Buffer> part = AllocateZeroedIn(ctx, tier, StateKind::kParams,
+                                             part_elements[u] * DTypeBytes(ctx.dtype),
+                                             (*ctx.layouts)[u].name() + " params");
+    status = part.status();
+    if (part.ok()) parts.push_back(std::move(*part));
+  }
+  // Device parts are zeroed on the compute stream: that must be done before any of them
+  // can go (a failed allocation frees the others on return).
+  status.Update(ctx.compute->Synchronize());
+  RETURN_IF_ERROR(status);
+  return std::unique_ptr<ParamHome>(new ResidentParamHome(ctx, tier, part_elements,
+                                                          std::move(parts)));
+}
+
+StatusOr<std::unique_ptr<ParamHome>> ParamHome::CreateNvme(
+    const HomeContext& ctx, std::unique_ptr<NvmeTier> tier,
+    std::vector<std::vector<NvmeChunk>> chunks, int read_buffers) {
+  RETURN_IF_ERROR(CheckHomeContext(ctx));
+  if (tier == nullptr || read_buffers < 1 || chunks.size() != ctx.layouts->size()) {
+    return absl::InvalidArgumentError(
+        "an nvme param home needs a tier, read buffers and every unit's chunks");
+  }
+  std::vector<size_t> part_elements;
+  uint64_t bytes = 4096;
+  for (const auto& unit_chunks : chunks) {
+    if (unit_chunks.empty()) return absl::InvalidArgumentError("a unit without chunks");
+    part_elements.push_back(unit_chunks.back().end);
+    bytes = std::max(bytes, NvmeParamHome::PaddedShardBytes(*tier, unit_chunks, ctx.dtype));
+  }
+  std::vector<NvmeParamHome::ReadBuffer> reads(read_buffers);
+  for (NvmeParamHome::ReadBuffer& read : reads) {
+    ASSIGN_OR_RETURN(read.buffer, ctx.device->Allocate(Tier::kHost, StateKind::kParams, bytes,
+                                                       "param shard read-ahead"));
+    ASSIGN_OR_RETURN(read.copied, ctx.device->CreateEvent());
+  }
+  return std::unique_ptr<ParamHome>(new NvmeParamHome(
+      ctx, std::move(part_elements), std::move(tier), std::move(chunks), std::move(reads)));
+}
+
+}  // namespace strata
