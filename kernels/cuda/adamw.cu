@@ -1,11 +1,10 @@
 // AdamW on CUDA (cuda_kernels.h; specification: cpu::AdamWReference in kernels/cpu/adamw.h).
 // A grid-stride loop, one thread per element. Every fp32 operation of the reference is done
 // in its order with an explicitly rounded intrinsic (__fmul_rn, __fadd_rn, __fdiv_rn,
-// __fsqrt_rn), which nvcc never contracts into an FMA, and the per-step constants are
-// computed on the host as the reference computes them: the results are bit-identical.
+// __fsqrt_rn), which nvcc never contracts into an FMA, and the per-step constants are the
+// reference's, computed on the host by kernels/adam_math.h: the results are bit-identical.
 // Thread-safety: launchers are reentrant.
-#include <cmath>
-
+#include "kernels/adam_math.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_util.cuh"
 
@@ -13,11 +12,6 @@ namespace strata::cuda_kernels {
 namespace {
 
 constexpr int kThreads = 256;
-
-struct AdamConstants {
-  float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay, grad_scale;
-  float bias_correction1, bias_correction2;
-};
 
 template <typename S>
 __global__ void AdamWKernel(S* param, float* master, const float* grad, float* m, float* v,
@@ -45,18 +39,8 @@ __global__ void AdamWKernel(S* param, float* master, const float* grad, float* m
 Status AdamW(DType dtype, void* param, float* master, const float* grad, float* m, float* v,
              size_t n, const AdamParams& hp, cudaStream_t stream) {
   if (n == 0) return absl::OkStatus();
-  // As cpu::AdamWReference's MakeConstants: bias corrections in double, rounded once.
-  AdamConstants k;
-  k.lr = hp.lr;
-  k.beta1 = hp.beta1;
-  k.beta2 = hp.beta2;
-  k.one_minus_beta1 = 1.0f - hp.beta1;
-  k.one_minus_beta2 = 1.0f - hp.beta2;
-  k.eps = hp.eps;
-  k.weight_decay = hp.weight_decay;
-  k.grad_scale = hp.grad_scale;
-  k.bias_correction1 = static_cast<float>(1.0 - std::pow(double{hp.beta1}, hp.step));
-  k.bias_correction2 = static_cast<float>(1.0 - std::pow(double{hp.beta2}, hp.step));
+  // On the host, as every AdamW computes them (kernels/adam_math.h).
+  const AdamConstants k = MakeAdamConstants(hp);
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
     AdamWKernel<S><<<GridStrideBlocks(n, kThreads), kThreads, 0, stream>>>(
