@@ -1,34 +1,15 @@
-// CPU AdamW reference: one scalar update per element (AdamUpdate) in a plain loop.
+// CPU AdamW reference: one scalar update per element (AdamUpdate) in a plain loop, with the
+// per-step constants of kernels/adam_math.h.
 // Thread-safety: see adamw.h.
 #include "kernels/cpu/adamw.h"
 
 #include <cmath>
 
+#include "kernels/adam_math.h"
 #include "kernels/cpu/elementwise.h"  // Store
 
 namespace strata::cpu {
 namespace {
-
-// The per-call constants of the update.
-struct AdamConstants {
-  float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay, grad_scale;
-  float bias_correction1, bias_correction2;
-};
-
-AdamConstants MakeConstants(const AdamParams& hp) {
-  AdamConstants k;
-  k.lr = hp.lr;
-  k.beta1 = hp.beta1;
-  k.beta2 = hp.beta2;
-  k.one_minus_beta1 = 1.0f - hp.beta1;
-  k.one_minus_beta2 = 1.0f - hp.beta2;
-  k.eps = hp.eps;
-  k.weight_decay = hp.weight_decay;
-  k.grad_scale = hp.grad_scale;
-  k.bias_correction1 = static_cast<float>(1.0 - std::pow(double{hp.beta1}, hp.step));
-  k.bias_correction2 = static_cast<float>(1.0 - std::pow(double{hp.beta2}, hp.step));
-  return k;
-}
 
 template <typename T>
 inline __attribute__((always_inline)) void AdamUpdate(T* param, float* master, const float* grad,
@@ -52,7 +33,7 @@ inline __attribute__((always_inline)) void AdamUpdate(T* param, float* master, c
 template <typename T>
 void AdamWReference(T* param, float* master, const float* grad, float* m, float* v, size_t n,
                     const AdamParams& hp) {
-  const AdamConstants k = MakeConstants(hp);
+  const AdamConstants k = MakeAdamConstants(hp);
   for (size_t i = 0; i < n; ++i) AdamUpdate(param, master, grad, m, v, i, k);
 }
 

@@ -4,8 +4,9 @@
 // T is the storage type of the optional compute-dtype copy of the parameters (float or bf16).
 //
 // Per element, with g = grad * grad_scale and bias corrections c1 = 1 - beta1^step,
-// c2 = 1 - beta2^step (computed once per call, in double, rounded to fp32):
-//   m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g^2
+// c2 = 1 - beta2^step (computed once per call, in double, rounded to fp32, by
+// kernels/adam_math.h as every AdamW does):
+//   m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + ((1 - beta2) * g) * g
 //   master -= lr * ((m / c1) / (sqrt(v / c2) + eps) + weight_decay * master)
 //   param = master rounded to T (skipped if param is null).
 // Arrays must not overlap.

@@ -24,6 +24,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/adam_math.h"
+
 namespace strata::cpu {
 namespace {
 
@@ -41,10 +43,9 @@ void CountSpan(CpuAdamPath path) {
   g_spans_run[static_cast<int>(path)].fetch_add(1, std::memory_order_relaxed);
 }
 
-// The per-call constants, computed exactly as adamw.cc's MakeConstants.
-struct Constants {
-  float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay, grad_scale;
-  float bias_correction1, bias_correction2;
+// The per-call constants: the shared ones (kernels/adam_math.h, as the reference computes
+// them) and what the AVX-512 path's FMA division adds.
+struct Constants : AdamConstants {
   // RN(1 / bias_correction): exact division by multiplication (see DivideByConstant).
   float inverse_bias_correction1, inverse_bias_correction2;
   // Whether both bias corrections lie in [2^-20, 1], where DivideByConstant is proven exact.
@@ -53,16 +54,7 @@ struct Constants {
 
 Constants MakeConstants(const AdamParams& hp) {
   Constants k;
-  k.lr = hp.lr;
-  k.beta1 = hp.beta1;
-  k.beta2 = hp.beta2;
-  k.one_minus_beta1 = 1.0f - hp.beta1;
-  k.one_minus_beta2 = 1.0f - hp.beta2;
-  k.eps = hp.eps;
-  k.weight_decay = hp.weight_decay;
-  k.grad_scale = hp.grad_scale;
-  k.bias_correction1 = static_cast<float>(1.0 - std::pow(double{hp.beta1}, hp.step));
-  k.bias_correction2 = static_cast<float>(1.0 - std::pow(double{hp.beta2}, hp.step));
+  static_cast<AdamConstants&>(k) = MakeAdamConstants(hp);
   k.inverse_bias_correction1 = 1.0f / k.bias_correction1;
   k.inverse_bias_correction2 = 1.0f / k.bias_correction2;
   constexpr float kMinBiasCorrection = 0x1p-20f;

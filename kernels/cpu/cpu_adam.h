@@ -15,7 +15,8 @@
 // count, size or alignment (tested; only NaN payloads may differ).
 //   g = grad * grad_scale; m = beta1 * m + (1 - beta1) * g; v = beta2 * v + ((1 - beta2) * g) * g
 //   master -= lr * ((m / c1) / (sqrt(v / c2) + eps) + weight_decay * master)
-//   with c1 = 1 - beta1^step, c2 = 1 - beta2^step computed in double, rounded to fp32.
+//   with c1 = 1 - beta1^step, c2 = 1 - beta2^step computed in double, rounded to fp32
+//   (the shared per-step constants of kernels/adam_math.h).
 // Throughput: memory-bound on the target machine (28 bytes/param with fp32 params, 30 with
 // the bf16 copy); `strata bench adam` (launch/bench_adam.h) measures it against a
 // bandwidth reference kernel.

@@ -1,5 +1,7 @@
 // Host-side launchers of the CUDA kernels behind CudaOps (cuda_ops.h); everything except
-// the GEMMs, which CudaOps runs through cuBLAS. Each launcher enqueues its kernel(s) on
+// the GEMMs, which CudaOps runs through cuBLAS. The kernels live one op per .cu file, named
+// as the sections below (encoder.cu, layernorm.cu, linear.cu, attention.cu, elementwise.cu,
+// cross_entropy.cu, adamw.cu). Each launcher enqueues its kernel(s) on
 // `stream` for the storage type `dtype` (every `void*` points to elements of it) and returns
 // the launch error, if any, as a Status; faults inside a kernel surface at the stream's next
 // synchronisation. Launchers do not check sizes or pointers (CudaOps does) and launch

@@ -1,8 +1,9 @@
-// Device-side helpers shared by the CUDA kernels of kernels/cuda: fp32/bf16 loads and stores
-// (bf16 rounded to nearest even exactly as core/dtype.h's ToBf16, NaN kept NaN),
+// Helpers shared by the CUDA kernels of kernels/cuda (one .cu per op): fp32/bf16 loads and
+// stores (bf16 rounded to nearest even exactly as core/dtype.h's ToBf16, NaN kept NaN),
 // warp and block reductions in a fixed order (so every reduction is deterministic: the same
-// inputs and launch shape give the same bits), and launch-size helpers.
-// Only included by .cu files. Thread-safety: pure device functions.
+// inputs and launch shape give the same bits), the grid-stride loop, launch-size helpers and
+// the launch-error Status every launcher returns. Block sizes are each file's own choice.
+// Only included by .cu files. Thread-safety: pure functions.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,7 +12,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/cuda/cuda_status.h"
 #include "core/dtype.h"
+#include "core/status.h"
 
 namespace strata::cuda_kernels {
 
@@ -83,12 +86,23 @@ __device__ __forceinline__ float BlockMax(float value, float* scratch) {
   return total;
 }
 
+// for (size_t i = ...; i < n; ...) over the whole grid: each element is handled by one thread.
+#define STRATA_GRID_STRIDE_LOOP(i, n)                                                  \
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+
 // Blocks for a grid-stride loop over n elements: enough to fill any current GPU, capped so
 // that a launch never exceeds the grid limit.
 inline unsigned GridStrideBlocks(size_t n, int threads) {
   constexpr size_t kMaxBlocks = 1 << 16;
   const size_t blocks = (n + threads - 1) / threads;
   return static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks);
+}
+
+// The launch error of the kernel(s) just enqueued, naming them.
+inline Status LaunchStatus(const char* what, size_t size) {
+  CUDA_RETURN_IF_ERROR(cudaGetLastError(), absl::StrCat("launching ", what, " (size ", size, ")"));
+  return absl::OkStatus();
 }
 
 // Runs fn(float{}) or fn(bf16{}) for the compute dtype: the tag's type is the storage type.
