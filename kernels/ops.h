@@ -1,5 +1,5 @@
 // Ops: the kernel set of the GPT model, dispatched on a Stream. One implementation per
-// backend (kernels/cpu/cpu_ops.h; CUDA later), created for one compute dtype: every
+// backend (kernels/cpu/cpu_ops.h, kernels/cuda/cuda_ops.h), created for one compute dtype: every
 // `void*` below points to elements of that dtype (fp32 or bf16) in device-tier memory.
 // Layernorm statistics, attention statistics, losses and optimizer state are always fp32.
 // Token ids are int32.

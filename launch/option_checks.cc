@@ -1,0 +1,96 @@
+// Range and cross-field checks of merged options; see option_keys.h (CheckOptions) and
+// options_parse.h (ValidateOptions). The placement's combinations are ResolvePlacement's
+// rules (runtime/placement.h), listed here with every other problem.
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "launch/option_keys.h"
+#include "runtime/placement.h"
+
+namespace strata::option_keys {
+
+void CheckOptions(const Options& options, std::vector<std::string>* problems) {
+  auto expect = [problems](bool ok, const char* key, const std::string& got,
+                           const std::string& expected) {
+    if (!ok) problems->push_back(absl::StrCat(key, ": got ", got, ", expected ", expected));
+  };
+  auto at_least = [&expect](const char* key, int value, int min) {
+    expect(value >= min, key, NumberText(value), absl::StrCat(">= ", min));
+  };
+  const ModelOptions& model = options.model;
+  if (FindPreset(model.preset) == nullptr) {
+    expect(false, "model.preset", absl::StrCat("'", model.preset, "'"),
+           absl::StrCat("one of ", PresetList()));
+  }
+  at_least("model.layers", model.layers, 1);
+  at_least("model.heads", model.heads, 1);
+  at_least("model.channels", model.channels, 1);
+  at_least("model.vocab", model.vocab, 1);
+  at_least("model.max_seq_len", model.max_seq_len, 1);
+  if (model.heads >= 1 && model.channels >= 1) {
+    expect(model.channels % model.heads == 0, "model.channels", NumberText(model.channels),
+           absl::StrCat("a multiple of model.heads (", model.heads, ")"));
+  }
+
+  const DataOptions& data = options.data;
+  expect(data.val_fraction > 0 && data.val_fraction < 1, "data.val_fraction",
+         NumberText(data.val_fraction), "a fraction in (0, 1)");
+
+  const TrainOptions& train = options.train;
+  at_least("train.steps", train.steps, 1);
+  at_least("train.micro_batch", train.micro_batch, 1);
+  at_least("train.seq_len", train.seq_len, 1);
+  if (train.seq_len >= 1) {
+    expect(train.seq_len <= model.max_seq_len, "train.seq_len", NumberText(train.seq_len),
+           absl::StrCat("<= model.max_seq_len (", model.max_seq_len, ")"));
+  }
+  at_least("train.grad_accum", train.grad_accum, 1);
+  expect(train.lr > 0, "train.lr", NumberText(train.lr), "> 0");
+  expect(train.min_lr_fraction >= 0 && train.min_lr_fraction <= 1, "train.min_lr_fraction",
+         NumberText(train.min_lr_fraction), "a fraction in [0, 1]");
+  at_least("train.warmup_steps", train.warmup_steps, 0);
+  expect(train.weight_decay >= 0, "train.weight_decay", NumberText(train.weight_decay), ">= 0");
+  expect(train.beta1 >= 0 && train.beta1 < 1, "train.beta1", NumberText(train.beta1),
+         "a value in [0, 1)");
+  expect(train.beta2 >= 0 && train.beta2 < 1, "train.beta2", NumberText(train.beta2),
+         "a value in [0, 1)");
+  expect(train.eps > 0, "train.eps", NumberText(train.eps), "> 0");
+  expect(train.grad_clip >= 0, "train.grad_clip", NumberText(train.grad_clip),
+         ">= 0 (0 disables clipping)");
+  at_least("train.eval_every", train.eval_every, 0);
+  at_least("train.eval_batches", train.eval_batches, 1);
+  at_least("train.log_every", train.log_every, 1);
+  at_least("train.checkpoint_every", train.checkpoint_every, 0);
+  at_least("train.checkpoint_keep", train.checkpoint_keep, 0);
+  if (train.checkpoint_every > 0 && train.checkpoint_dir.empty()) {
+    problems->push_back("train.checkpoint_every is set but train.checkpoint_dir is empty: set "
+                        "train.checkpoint_dir to a directory");
+  }
+
+  const DeviceOptions& device = options.device;
+  expect(device.memory_limit > 0, "device.memory_limit", SizeText(device.memory_limit),
+         "a size > 0");
+  at_least("device.threads", device.threads, 0);
+
+  const ZeroOptions& zero = options.zero;
+  expect(zero.stage >= 0 && zero.stage <= 3, "zero.stage", NumberText(zero.stage),
+         "0, 1, 2 or 3");
+  expect(zero.world >= 1 && zero.world <= 64, "zero.world", NumberText(zero.world),
+         "a rank count in [1, 64]");
+  expect(zero.comm_timeout_s > 0, "zero.comm_timeout_s", NumberText(zero.comm_timeout_s),
+         "> 0 seconds");
+
+  // Which placements can run together: the rules live with the placement's resolution.
+  for (std::string& problem : PlacementProblems(options)) problems->push_back(std::move(problem));
+  const NvmeOptions& nvme = options.nvme;
+  at_least("nvme.read_ahead_units", nvme.read_ahead_units, 1);
+  at_least("nvme.optimizer_buffers", nvme.optimizer_buffers, 2);
+  at_least("nvme.grad_buffers", nvme.grad_buffers, 2);
+  expect(nvme.queue_depth >= 1 && nvme.queue_depth <= 4096, "nvme.queue_depth",
+         NumberText(nvme.queue_depth), "a depth in [1, 4096]");
+  expect(nvme.chunk_bytes >= 8192 && nvme.chunk_bytes % 8192 == 0, "nvme.chunk_bytes",
+         SizeText(nvme.chunk_bytes), "a multiple of 8 KiB (8192 bytes)");
+}
+
+}  // namespace strata::option_keys

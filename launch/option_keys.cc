@@ -1,0 +1,343 @@
+// The key table and value conversions; see option_keys.h.
+#include "launch/option_keys.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/memory.h"
+
+namespace strata::option_keys {
+namespace {
+
+template <typename E>
+EnumField Enum(E* (*field)(Options&)) {
+  EnumField out;
+  for (const char* name : OptionNames<E>::kNames) out.names.push_back(name);
+  out.get = [field](const Options& options) {
+    return static_cast<int>(*field(const_cast<Options&>(options)));
+  };
+  out.set = [field](Options& options, int value) { *field(options) = static_cast<E>(value); };
+  return out;
+}
+
+}  // namespace
+
+std::string OneOf(const std::vector<std::string>& names) {
+  if (names.size() == 1) return names[0];
+  std::vector<std::string> head(names.begin(), names.end() - 1);
+  return absl::StrCat(absl::StrJoin(head, ", "), " or ", names.back());
+}
+
+// The one list of keys. Defaults are not written here: they come from Options{}.
+const std::vector<KeySpec>& Keys() {
+  static const auto* keys = new std::vector<KeySpec>{
+      {"model.preset", +[](Options& o) { return &o.model.preset; },
+       "named model size, applied before every other key; the model.* keys below override "
+       "it.",
+       false},
+      {"model.layers", +[](Options& o) { return &o.model.layers; },
+       "transformer blocks (units 1..L); >= 1.", false},
+      {"model.heads", +[](Options& o) { return &o.model.heads; },
+       "attention heads; >= 1 and must divide model.channels.", false},
+      {"model.channels", +[](Options& o) { return &o.model.channels; }, "embedding width C; >= 1.",
+       false},
+      {"model.vocab", +[](Options& o) { return &o.model.vocab; },
+       "vocabulary size; token ids must be < vocab; >= 1.", false},
+      {"model.max_seq_len", +[](Options& o) { return &o.model.max_seq_len; },
+       "rows of the position embedding; >= train.seq_len.", false},
+      {"data.path", +[](Options& o) { return &o.data.path; },
+       "text file (byte-level tokens) or llm.c token file; empty = the embedded corpus.", false},
+      {"data.val_fraction", +[](Options& o) { return &o.data.val_fraction; },
+       "tail of the tokens held out for validation; in (0, 1).", false},
+      {"train.steps", +[](Options& o) { return &o.train.steps; }, "optimizer steps to run; >= 1.",
+       false},
+      {"train.micro_batch", +[](Options& o) { return &o.train.micro_batch; },
+       "sequences per micro-batch per rank (B); >= 1.", false},
+      {"train.seq_len", +[](Options& o) { return &o.train.seq_len; },
+       "tokens per sequence (T); in [1, model.max_seq_len].", false},
+      {"train.grad_accum", +[](Options& o) { return &o.train.grad_accum; },
+       "micro-batches per optimizer step; >= 1.", false},
+      {"train.dtype", Enum(+[](Options& o) { return &o.train.dtype; }),
+       "compute/storage dtype of params and activations: fp32 | bf16.", false},
+      {"train.lr", +[](Options& o) { return &o.train.lr; }, "peak learning rate after warmup; > 0.",
+       false},
+      {"train.min_lr_fraction", +[](Options& o) { return &o.train.min_lr_fraction; },
+       "cosine schedule decays to lr * this; in [0, 1].", false},
+      {"train.warmup_steps", +[](Options& o) { return &o.train.warmup_steps; },
+       "linear warmup steps; >= 0.", false},
+      {"train.weight_decay", +[](Options& o) { return &o.train.weight_decay; },
+       "AdamW decay on matrices (not biases/norms); >= 0.", false},
+      {"train.beta1", +[](Options& o) { return &o.train.beta1; },
+       "Adam first-moment decay; in [0, 1).", false},
+      {"train.beta2", +[](Options& o) { return &o.train.beta2; },
+       "Adam second-moment decay; in [0, 1).", false},
+      {"train.eps", +[](Options& o) { return &o.train.eps; }, "Adam epsilon; > 0.", false},
+      {"train.grad_clip", +[](Options& o) { return &o.train.grad_clip; },
+       "global-norm gradient clip; 0 disables; >= 0.", false},
+      {"train.seed", +[](Options& o) { return &o.train.seed; },
+       "seed of parameter init and batch order; unsigned 64-bit.", false},
+      {"train.eval_every", +[](Options& o) { return &o.train.eval_every; },
+       "validation loss every N steps; 0 = never; >= 0.", false},
+      {"train.eval_batches", +[](Options& o) { return &o.train.eval_batches; },
+       "micro-batches per validation; >= 1.", false},
+      {"train.log_every", +[](Options& o) { return &o.train.log_every; },
+       "progress line every N steps; >= 1.", false},
+      {"train.recompute", Enum(+[](Options& o) { return &o.train.recompute; }),
+       "activation recompute: none | blocks (each block keeps only its output and runs its "
+       "forward again during the backward: less activation memory, ~1/3 more compute).",
+       false},
+      {"train.checkpoint_dir", +[](Options& o) { return &o.train.checkpoint_dir; },
+       "directory of checkpoints (<dir>/step-<k>: fp32 master and Adam moments of every "
+       "unit, independent of stage, placement and world size).", false},
+      {"train.checkpoint_every", +[](Options& o) { return &o.train.checkpoint_every; },
+       "write a checkpoint after every N steps (and after the last); 0 = never; >= 0.",
+       false},
+      {"train.checkpoint_keep", +[](Options& o) { return &o.train.checkpoint_keep; },
+       "keep only the newest N checkpoints in train.checkpoint_dir; 0 = all; >= 0.", false},
+      {"train.resume", +[](Options& o) { return &o.train.resume; },
+       "a checkpoint (<dir>/step-<k>) to resume from, at step k, or a checkpoint_dir (its "
+       "newest); \"\" = start fresh.", false},
+      {"device.backend", Enum(+[](Options& o) { return &o.device.backend; }),
+       "compute backend: cpu | cuda (one GPU per local rank; needs a CUDA build).", false},
+      {"device.memory_limit", +[](Options& o) { return &o.device.memory_limit; },
+       "device-tier capacity: bytes or a size like 512MiB, 2GiB; > 0.", true},
+      {"device.threads", +[](Options& o) { return &o.device.threads; },
+       "CPU kernel threads; 0 = all cores; >= 0.", false},
+      {"zero.stage", +[](Options& o) { return &o.zero.stage; },
+       "ZeRO stage: 0 replicated, 1 optimizer sharded, 2 + gradients, 3 + parameters.", false},
+      {"zero.world", +[](Options& o) { return &o.zero.world; },
+       "ranks as threads of this process; under mpirun 1 or mpirun's -np; in [1, 64].", false},
+      {"zero.comm_timeout_s", +[](Options& o) { return &o.zero.comm_timeout_s; },
+       "a collective waiting longer than this fails naming the missing ranks; > 0.", false},
+      {"zero.prefetch_bytes", +[](Options& o) { return &o.zero.prefetch_bytes; },
+       "stage 3: bytes of gathered parameters fetched ahead of need; >= 0.", true},
+      {"zero.optimizer_tier", Enum(+[](Options& o) { return &o.zero.optimizer_tier; }),
+       "where fp32 master + Adam moments live: device | host | nvme (host, nvme: CPU Adam, "
+       "need zero.stage >= 1).",
+       false},
+      {"zero.grad_tier", Enum(+[](Options& o) { return &o.zero.grad_tier; }),
+       "where the fp32 gradient shards are summed: device | host | nvme (host needs the "
+       "optimizer on host or nvme; nvme needs it on nvme and zero.stage 2 or 3).",
+       false},
+      {"zero.param_tier", Enum(+[](Options& o) { return &o.zero.param_tier; }),
+       "stage 3: where param shards live between uses: device | host | nvme (host needs the "
+       "optimizer on host or nvme, nvme needs it on nvme).",
+       false},
+      {"zero.param_update", Enum(+[](Options& o) { return &o.zero.param_update; }),
+       "exact | delayed: delayed runs each step's CPU Adam during the next step's forward "
+       "and backward (one-step delayed parameter update of ZeRO-Offload: gradients are "
+       "computed on params one update old); needs optimizer_tier=host, grad_tier=host, "
+       "param_tier=device.",
+       false},
+      {"zero.nvme_dir", +[](Options& o) { return &o.zero.nvme_dir; },
+       "directory of the swap files when a tier is nvme (O_DIRECT-capable, not tmpfs).",
+       false},
+      {"tiers.host_memory_limit", +[](Options& o) { return &o.tiers.host_memory_limit; },
+       "host-tier capacity per rank (pinned with CUDA): a size like 16GiB; 0 = physical "
+       "memory / ranks of this process.",
+       true},
+      {"nvme.engine", Enum(+[](Options& o) { return &o.nvme.engine; }),
+       "I/O engine of the nvme tier: auto (io_uring, else pread) | io_uring | pread.", false},
+      {"nvme.read_ahead_units", +[](Options& o) { return &o.nvme.read_ahead_units; },
+       "param_tier=nvme: param shards read ahead of their gather (host buffers); >= 1.",
+       false},
+      {"nvme.optimizer_buffers", +[](Options& o) { return &o.nvme.optimizer_buffers; },
+       "optimizer_tier=nvme: host buffers (each one chunk's master, m, v, grads, params) "
+       "the read -> AdamW -> write-back pipeline runs through; >= 2.",
+       false},
+      {"nvme.grad_buffers", +[](Options& o) { return &o.nvme.grad_buffers; },
+       "grad_tier=nvme: host buffer pairs (one chunk's fp32 sum + landing) the gradient sums "
+       "run through; a unit of more chunks writes its early sums out; >= 2.",
+       false},
+      {"nvme.queue_depth", +[](Options& o) { return &o.nvme.queue_depth; },
+       "I/O requests in flight per rank; in [1, 4096].", false},
+      {"nvme.chunk_bytes", +[](Options& o) { return &o.nvme.chunk_bytes; },
+       "grain of the nvme optimizer pipeline (fp32 bytes per state array and chunk); a "
+       "multiple of 8KiB.",
+       true},
+  };
+  return *keys;
+}
+
+const std::vector<Preset>& Presets() {
+  static const auto* presets = new std::vector<Preset>{
+      {"tiny", 2, 2, 64, 256, 64},
+      {"small", 4, 4, 256, 50304, 256},
+      {"gpt2-124m", 12, 12, 768, 50304, 1024},
+      {"gpt2-1.5b", 48, 25, 1600, 50304, 1024},  // GPT-2 XL; the GPU benchmark's big model
+  };
+  return *presets;
+}
+
+const Preset* FindPreset(const std::string& name) {
+  for (const Preset& preset : Presets()) {
+    if (name == preset.name) return &preset;
+  }
+  return nullptr;
+}
+
+std::string PresetList() {
+  std::vector<std::string> names;
+  for (const Preset& preset : Presets()) names.push_back(preset.name);
+  return absl::StrJoin(names, ", ");
+}
+
+const KeySpec* FindKey(const std::string& name) {
+  for (const KeySpec& spec : Keys()) {
+    if (name == spec.name) return &spec;
+  }
+  return nullptr;
+}
+
+namespace {
+
+template <typename T>
+bool ParseWhole(const std::string& text, T* out) {
+  const char* begin = text.data();
+  const char* end = begin + text.size();
+  T value{};
+  auto [ptr, error] = std::from_chars(begin, end, value);
+  if (text.empty() || error != std::errc() || ptr != end) return false;
+  *out = value;
+  return true;
+}
+
+constexpr const char* kIntExpected = "an integer in [-2147483648, 2147483647]";
+constexpr const char* kFloatExpected = "a finite number (fp32 range)";
+constexpr const char* kDoubleExpected = "a finite number";
+constexpr const char* kSeedExpected = "an unsigned 64-bit integer";
+constexpr const char* kSizeExpected =
+    "a size: a byte count or a string like \"4096\", \"512MiB\", \"2GiB\"";
+
+}  // namespace
+
+std::string SizeText(uint64_t bytes) {
+  static const char* kUnits[] = {"TiB", "GiB", "MiB", "KiB"};
+  for (int i = 0; i < 4; ++i) {
+    uint64_t unit = 1ull << (10 * (4 - i));
+    if (bytes != 0 && bytes % unit == 0) return absl::StrCat(bytes / unit, kUnits[i]);
+  }
+  return absl::StrCat(bytes);
+}
+
+std::string JsonText(const Json& value) {
+  std::string text = value.dump(-1, ' ', false, Json::error_handler_t::replace);
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return absl::StrCat(text, " (", value.type_name(), ")");
+}
+
+std::string SetFromText(const KeySpec& spec, const std::string& text, Options& options) {
+  std::string got = absl::StrCat("got '", text, "', expected ");
+  if (auto* field = std::get_if<int* (*)(Options&)>(&spec.field)) {
+    int value;
+    if (!ParseWhole(text, &value)) return got + kIntExpected;
+    *(*field)(options) = value;
+  } else if (auto* field = std::get_if<float* (*)(Options&)>(&spec.field)) {
+    float value;
+    if (!ParseWhole(text, &value) || !std::isfinite(value)) return got + kFloatExpected;
+    *(*field)(options) = value;
+  } else if (auto* field = std::get_if<double* (*)(Options&)>(&spec.field)) {
+    double value;
+    if (!ParseWhole(text, &value) || !std::isfinite(value)) return got + kDoubleExpected;
+    *(*field)(options) = value;
+  } else if (auto* field = std::get_if<uint64_t* (*)(Options&)>(&spec.field)) {
+    uint64_t value;
+    if (spec.is_size) {
+      StatusOr<uint64_t> bytes = ParseBytes(text);
+      if (!bytes.ok()) return got + kSizeExpected;
+      value = *bytes;
+    } else if (!ParseWhole(text, &value)) {
+      return got + kSeedExpected;
+    }
+    *(*field)(options) = value;
+  } else if (auto* field = std::get_if<std::string* (*)(Options&)>(&spec.field)) {
+    *(*field)(options) = text;
+  } else if (auto* field = std::get_if<EnumField>(&spec.field)) {
+    const auto it = std::find(field->names.begin(), field->names.end(), text);
+    if (it == field->names.end()) return got + OneOf(field->names);
+    field->set(options, static_cast<int>(it - field->names.begin()));
+  }
+  return "";
+}
+
+std::string SetFromJson(const KeySpec& spec, const Json& value, Options& options) {
+  std::string got = absl::StrCat("got ", JsonText(value), ", expected ");
+  if (auto* field = std::get_if<int* (*)(Options&)>(&spec.field)) {
+    if (!value.is_number_integer()) return got + kIntExpected;
+    bool fits = value.is_number_unsigned()
+                    ? value.get<uint64_t>() <= uint64_t{std::numeric_limits<int>::max()}
+                    : value.get<int64_t>() >= std::numeric_limits<int>::min() &&
+                          value.get<int64_t>() <= std::numeric_limits<int>::max();
+    if (!fits) return got + kIntExpected;
+    *(*field)(options) = static_cast<int>(value.get<int64_t>());
+  } else if (auto* field = std::get_if<float* (*)(Options&)>(&spec.field)) {
+    if (!value.is_number()) return got + kFloatExpected;
+    double number = value.get<double>();
+    if (!std::isfinite(number) || std::fabs(number) > std::numeric_limits<float>::max()) {
+      return got + kFloatExpected;
+    }
+    *(*field)(options) = static_cast<float>(number);
+  } else if (auto* field = std::get_if<double* (*)(Options&)>(&spec.field)) {
+    if (!value.is_number() || !std::isfinite(value.get<double>())) return got + kDoubleExpected;
+    *(*field)(options) = value.get<double>();
+  } else if (auto* field = std::get_if<uint64_t* (*)(Options&)>(&spec.field)) {
+    if (spec.is_size) {
+      if (value.is_number_unsigned()) {
+        *(*field)(options) = value.get<uint64_t>();
+      } else if (value.is_string()) {
+        StatusOr<uint64_t> bytes = ParseBytes(value.get<std::string>());
+        if (!bytes.ok()) return got + kSizeExpected;
+        *(*field)(options) = *bytes;
+      } else {
+        return got + kSizeExpected;
+      }
+    } else {
+      if (!value.is_number_unsigned()) return got + kSeedExpected;
+      *(*field)(options) = value.get<uint64_t>();
+    }
+  } else if (auto* field = std::get_if<std::string* (*)(Options&)>(&spec.field)) {
+    if (!value.is_string()) return got + "a string";
+    *(*field)(options) = value.get<std::string>();
+  } else if (auto* field = std::get_if<EnumField>(&spec.field)) {
+    if (!value.is_string()) return got + "a string: " + OneOf(field->names);
+    return SetFromText(spec, value.get<std::string>(), options).empty()
+               ? ""
+               : got + OneOf(field->names);
+  }
+  return "";
+}
+
+std::string ValueText(const KeySpec& spec, const Options& options) {
+  Options& mutable_options = const_cast<Options&>(options);  // accessors only read here
+  if (auto* field = std::get_if<int* (*)(Options&)>(&spec.field)) {
+    return NumberText(*(*field)(mutable_options));
+  } else if (auto* field = std::get_if<float* (*)(Options&)>(&spec.field)) {
+    return NumberText(*(*field)(mutable_options));
+  } else if (auto* field = std::get_if<double* (*)(Options&)>(&spec.field)) {
+    return NumberText(*(*field)(mutable_options));
+  } else if (auto* field = std::get_if<uint64_t* (*)(Options&)>(&spec.field)) {
+    uint64_t value = *(*field)(mutable_options);
+    return spec.is_size ? SizeText(value) : NumberText(value);
+  } else if (auto* field = std::get_if<std::string* (*)(Options&)>(&spec.field)) {
+    return *(*field)(mutable_options);
+  } else if (auto* field = std::get_if<EnumField>(&spec.field)) {
+    return field->names[field->get(options)];
+  }
+  return "?";
+}
+
+std::string TypeName(const KeySpec& spec) {
+  if (std::holds_alternative<int* (*)(Options&)>(spec.field)) return "int";
+  if (std::holds_alternative<float* (*)(Options&)>(spec.field)) return "float";
+  if (std::holds_alternative<double* (*)(Options&)>(spec.field)) return "float";
+  if (std::holds_alternative<uint64_t* (*)(Options&)>(spec.field)) {
+    return spec.is_size ? "size" : "uint64";
+  }
+  if (auto* field = std::get_if<EnumField>(&spec.field)) return absl::StrJoin(field->names, "|");
+  return "string";
+}
+
+}  // namespace strata::option_keys
