@@ -7,8 +7,8 @@
 //            (ZeRO-Offload: SIMD CPU Adam, copies on their own streams); stage 2 so each
 //            unit's gradient goes to the host as soon as its backward is done
 //   nvme     stage 3 with params and optimizer state on NVMe (zero.param_tier=nvme,
-//            zero.optimizer_tier=nvme, issue 5) under --nvme-dir: run only where those
-//            options parse, else one line says it is not available yet (and why)
+//            zero.optimizer_tier=nvme) under --nvme-dir, for the models of --nvme-presets;
+//            where the options are refused one line says why
 //   delayed  offload with zero.param_update=delayed (each step's CPU Adam during the next
 //            step; not the exact trajectory)
 // Order: device, offload and delayed of every model, then the nvme placements (of the models in
@@ -230,6 +230,7 @@ Status RunBenchGpu(const CommandArgs& args, const GpuBenchArgs& gpu) {
     std::string preset;
     Measured device, offload, nvme, delayed;
     bool nvme_available = false;
+    bool nvme_skipped = false;  // not in --nvme-presets
     std::string nvme_reason;
   };
   bool any_failed = false;
@@ -252,10 +253,13 @@ Status RunBenchGpu(const CommandArgs& args, const GpuBenchArgs& gpu) {
     const std::string& preset = result.preset;
     const BenchPlacement& placement = placements[p];
     if (p == 2 && !nvme_presets.count(preset)) {
-      result.nvme_reason = "not in --nvme-presets";
+      result.nvme_skipped = true;
       continue;
     }
-    const bool big = preset != "gpt2-124m" && preset != "small" && preset != "tiny";
+    // Models wider than gpt2-124m (the 1.5B) get half the micro-batch.
+    StatusOr<Options> shape = ParseOptions("", {"model.preset=" + preset});
+    if (!shape.ok()) return Annotate(shape.status(), "bench gpu --presets");
+    const bool big = shape->model.channels > 768;
     std::vector<std::string> sets = {
         "model.preset=" + preset, big ? "train.micro_batch=8" : "train.micro_batch=16",
         "train.seq_len=1024", "train.dtype=bf16", "train.grad_clip=0",
@@ -273,9 +277,8 @@ Status RunBenchGpu(const CommandArgs& args, const GpuBenchArgs& gpu) {
     if (p == 2) {
       if (!options.ok()) {
         result.nvme_reason = std::string(options.status().message());
-        std::printf("%-10s %-8s stage 3 with params on NVMe: not available yet "
-                    "(zero.param_tier=nvme is issue 5)\n           (the options parser "
-                    "says: %s)\n",
+        std::printf("%-10s %-8s stage 3 with params on NVMe: refused by the options "
+                    "parser:\n           %s\n",
                     preset.c_str(), placement.name, result.nvme_reason.c_str());
         std::fflush(stdout);
         continue;
@@ -316,13 +319,12 @@ Status RunBenchGpu(const CommandArgs& args, const GpuBenchArgs& gpu) {
                   "one update old)\n",
                   r.preset.c_str(), r.delayed.tokens_per_s / r.device.tokens_per_s);
     }
-    if (!r.nvme_available && r.nvme_reason == "not in --nvme-presets") {
+    if (r.nvme_skipped) {
       std::printf("  %-10s NVMe params >= 0.5x of device: not run (not in --nvme-presets)\n",
                   r.preset.c_str());
     } else if (!r.nvme_available) {
-      std::printf("  %-10s NVMe params >= 0.5x of device: not available yet "
-                  "(zero.param_tier=nvme is issue 5)\n",
-                  r.preset.c_str());
+      std::printf("  %-10s NVMe params >= 0.5x of device: not run (%s)\n", r.preset.c_str(),
+                  r.nvme_reason.c_str());
     } else if (r.device.status.ok() && r.nvme.status.ok()) {
       const double ratio = r.nvme.tokens_per_s / r.device.tokens_per_s;
       std::printf("  %-10s NVMe params >= 0.5x of device: %.2fx %s\n", r.preset.c_str(), ratio,
