@@ -1,0 +1,246 @@
+// The param homes (param_home.h) with parts of odd sizes, fp32 and bf16: what is stored
+// is loaded back and copied up to the device byte for byte, for the resident homes
+// (device, host) and for the NVMe home (several chunks per shard, more CopyUps in a row
+// than read buffers, each checked). On NVMe, the optimizer's write-back of a chunk,
+// posted after an event, lands once the event has passed and is seen by the next Load;
+// the traffic counters grow by the extents moved. Bad set-ups are refused clearly.
+#include "tiers/param_home.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "tiers/home_test_rig.h"
+
+namespace strata {
+namespace {
+
+using tiers_testing::ElementsEqual;
+using tiers_testing::HomeRig;
+
+// Part sizes that are not a whole number of chunks, pages or vector widths.
+const std::vector<size_t> kPartElements = {5001, 1237};
+
+class ParamHomeTest : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    auto rig = HomeRig::Create(GetParam());
+    ASSERT_TRUE(rig.ok()) << rig.status();
+    rig_ = std::move(*rig);
+    for (size_t u = 0; u < kPartElements.size(); ++u) {
+      values_.push_back(tiers_testing::Encode(
+          tiers_testing::Values(kPartElements[u], 10 + u, -1.0f, 1.0f, GetParam()), GetParam()));
+    }
+  }
+  size_t Bytes(int unit) const { return kPartElements[unit] * rig_->element_bytes(); }
+
+  // Store every unit's values, then Load each back and CopyUp each to the device.
+  void CheckRoundTrips(ParamHome& home) {
+    for (int u = 0; u < rig_->num_units(); ++u) {
+      ASSERT_EQ(home.part_elements(u), kPartElements[u]);
+      STRATA_ASSERT_OK(home.Store(u, values_[u].data()));
+    }
+    for (int u = 0; u < rig_->num_units(); ++u) {
+      std::vector<uint8_t> loaded(Bytes(u), 0xAB);
+      STRATA_ASSERT_OK(home.Load(u, loaded.data()));
+      EXPECT_TRUE(ElementsEqual(values_[u].data(), loaded.data(), kPartElements[u], GetParam()))
+          << "Load of unit " << u;
+    }
+  }
+
+  // CopyUps of `units` in a row into buffers of their own, then each checked.
+  void CheckCopyUps(ParamHome& home, const std::vector<int>& units) {
+    std::vector<Buffer> dests;
+    for (int u : units) {
+      STRATA_ASSERT_OK_AND_ASSIGN(Buffer dest, rig_->DeviceBuffer(Bytes(u)));
+      STRATA_ASSERT_OK(home.CopyUp(u, dest.data(), rig_->copy()));
+      dests.push_back(std::move(dest));
+    }
+    STRATA_ASSERT_OK(rig_->SyncAll());
+    for (size_t i = 0; i < units.size(); ++i) {
+      const int u = units[i];
+      std::vector<uint8_t> up(Bytes(u), 0xCD);
+      STRATA_ASSERT_OK(rig_->CopyAndWait(up.data(), dests[i].data(), Bytes(u)));
+      EXPECT_TRUE(ElementsEqual(values_[u].data(), up.data(), kPartElements[u], GetParam()))
+          << "CopyUp " << i << " (unit " << u << ")";
+    }
+  }
+
+  std::unique_ptr<HomeRig> rig_;
+  std::vector<std::vector<uint8_t>> values_;  // per unit, in the compute dtype
+};
+
+TEST_P(ParamHomeTest, ResidentHomesRoundTripAndCopyUp) {
+  for (Tier tier : {Tier::kDevice, Tier::kHost}) {
+    SCOPED_TRACE(TierName(tier));
+    STRATA_ASSERT_OK_AND_ASSIGN(auto home,
+                                ParamHome::CreateResident(rig_->ctx(), tier, kPartElements));
+    EXPECT_EQ(home->tier(), tier == Tier::kDevice ? StateTier::kDevice : StateTier::kHost);
+    // Created zeroed.
+    std::vector<uint8_t> zeros(Bytes(0), 0), loaded(Bytes(0), 0xAB);
+    STRATA_ASSERT_OK(home->Load(0, loaded.data()));
+    EXPECT_TRUE(ElementsEqual(zeros.data(), loaded.data(), kPartElements[0], GetParam()));
+
+    ASSERT_NO_FATAL_FAILURE(CheckRoundTrips(*home));
+    for (int u = 0; u < rig_->num_units(); ++u) {
+      ASSERT_NE(home->part(u), nullptr);
+      std::vector<uint8_t> in_place(Bytes(u));
+      STRATA_ASSERT_OK(rig_->CopyAndWait(in_place.data(), home->part(u), Bytes(u)));
+      EXPECT_TRUE(ElementsEqual(values_[u].data(), in_place.data(), kPartElements[u], GetParam()))
+          << "part(" << u << ")";
+    }
+    ASSERT_NO_FATAL_FAILURE(CheckCopyUps(*home, {0, 1, 1, 0}));
+    EXPECT_EQ(home->write_back(), nullptr);
+    EXPECT_EQ(home->read_buffers(), 0);
+    EXPECT_EQ(home->bytes_read(), 0u);
+    EXPECT_EQ(home->bytes_written(), 0u);
+  }
+}
+
+TEST_P(ParamHomeTest, ResidentHomeNeedsEveryPartSize) {
+  auto home = ParamHome::CreateResident(rig_->ctx(), Tier::kDevice, {kPartElements[0]});
+  ASSERT_FALSE(home.ok());
+  EXPECT_EQ(home.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(home.status().message().find("every unit's part size"), std::string::npos)
+      << home.status();
+}
+
+class NvmeParamHomeTest : public ParamHomeTest {
+ protected:
+  void SetUp() override {
+    ParamHomeTest::SetUp();
+    std::string skip;
+    dir_ = tiers_testing::NvmeTestDir(&skip);
+    if (!skip.empty()) GTEST_SKIP() << skip;
+    chunks_ = NvmeChunks(kPartElements, tiers_testing::kChunkElements);
+    ASSERT_EQ(chunks_[0].size(), 3u) << "the first part should have several chunks";
+  }
+  StatusOr<std::unique_ptr<NvmeTier>> MakeTier() {
+    return tiers_testing::MakeNvmeTier(dir_, *rig_, chunks_, {ExtentKind::kParams});
+  }
+  // The padded bytes of every extent of `unit`.
+  uint64_t ExtentBytes(int unit) const {
+    uint64_t bytes = 0;
+    for (const NvmeChunk& chunk : chunks_[unit]) bytes += padded_.at(chunk.id);
+    return bytes;
+  }
+  void CreateHome(int read_buffers) {
+    STRATA_ASSERT_OK_AND_ASSIGN(auto tier, MakeTier());
+    for (const auto& unit_chunks : chunks_) {
+      for (const NvmeChunk& chunk : unit_chunks) {
+        padded_[chunk.id] = tier->PaddedBytes(chunk.id, ExtentKind::kParams);
+      }
+    }
+    STRATA_ASSERT_OK_AND_ASSIGN(
+        home_, ParamHome::CreateNvme(rig_->ctx(), std::move(tier), chunks_, read_buffers));
+  }
+  void TearDown() override {
+    if (rig_) rig_->SyncAll().IgnoreError();  // CopyUps still reading the home's buffers
+    home_.reset();
+  }
+
+  std::string dir_;
+  std::vector<std::vector<NvmeChunk>> chunks_;
+  std::map<int, uint64_t> padded_;  // chunk id -> padded extent bytes
+  std::unique_ptr<ParamHome> home_;
+};
+
+TEST_P(NvmeParamHomeTest, RoundTripsAndCopiesUpThroughFewerBuffers) {
+  ASSERT_NO_FATAL_FAILURE(CreateHome(/*read_buffers=*/2));
+  EXPECT_EQ(home_->tier(), StateTier::kNvme);
+  EXPECT_EQ(home_->part(0), nullptr);
+  EXPECT_EQ(home_->read_buffers(), 2);
+  ASSERT_NO_FATAL_FAILURE(CheckRoundTrips(*home_));
+  STRATA_ASSERT_OK(home_->Drain());
+  const uint64_t all_extents = ExtentBytes(0) + ExtentBytes(1);
+  EXPECT_EQ(home_->bytes_written(), all_extents) << "Store wrote each extent once";
+  EXPECT_EQ(home_->bytes_read(), all_extents) << "Load read each extent once";
+
+  // Five CopyUps through two buffers; each buffer's shard changes between its uses
+  // (buffer 0: units 0, 1, 0; buffer 1: units 1, 0).
+  const std::vector<int> units = {0, 1, 1, 0, 0};
+  ASSERT_NO_FATAL_FAILURE(CheckCopyUps(*home_, units));
+  STRATA_ASSERT_OK(home_->Drain());
+  uint64_t copied = 0;
+  for (int u : units) copied += ExtentBytes(u);
+  EXPECT_EQ(home_->bytes_read(), all_extents + copied);
+  EXPECT_EQ(home_->bytes_written(), all_extents);
+}
+
+TEST_P(NvmeParamHomeTest, WriteBackAfterAnEventIsSeenByTheNextLoad) {
+  ASSERT_NO_FATAL_FAILURE(CreateHome(/*read_buffers=*/1));
+  ASSERT_NO_FATAL_FAILURE(CheckRoundTrips(*home_));
+  ParamWriteBack* write_back = home_->write_back();
+  ASSERT_NE(write_back, nullptr);
+  STRATA_ASSERT_OK(home_->Drain());
+  const uint64_t written_before = home_->bytes_written();
+
+  // The middle chunk of unit 0 gets new values, filled by work on the host stream that
+  // only runs after a delay: the write must wait for the event recorded after it.
+  const NvmeChunk chunk = chunks_[0][1];
+  const size_t n = chunk.end - chunk.begin;
+  ASSERT_EQ(write_back->ChunkBytes(chunk.id), padded_.at(chunk.id));
+  STRATA_ASSERT_OK_AND_ASSIGN(Buffer source,
+                              rig_->device().Allocate(Tier::kHost, StateKind::kParams,
+                                                      write_back->ChunkBytes(chunk.id), "update"));
+  std::memset(source.data(), 0, source.bytes());
+  const std::vector<uint8_t> update =
+      tiers_testing::Encode(tiers_testing::Values(n, 99, 3.0f, 4.0f, GetParam()), GetParam());
+  void* data = source.data();
+  rig_->host().EnqueueHost([data, update] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    std::memcpy(data, update.data(), update.size());
+    return absl::OkStatus();
+  });
+  STRATA_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> filled, rig_->device().CreateEvent());
+  STRATA_ASSERT_OK(rig_->device().Record(*filled, rig_->host()));
+  write_back->WriteAfter(chunk.id, source.data(), filled.get());
+
+  // Posted after the write: the Load sees it (the streams' own work is not Load's).
+  std::vector<uint8_t> loaded(Bytes(0), 0xAB);
+  STRATA_ASSERT_OK(home_->Load(0, loaded.data()));
+  std::vector<uint8_t> expected = values_[0];
+  std::memcpy(expected.data() + chunk.begin * rig_->element_bytes(), update.data(), update.size());
+  EXPECT_TRUE(ElementsEqual(expected.data(), loaded.data(), kPartElements[0], GetParam()));
+  STRATA_ASSERT_OK(rig_->SyncAll());
+  STRATA_ASSERT_OK(home_->Drain());
+  EXPECT_EQ(home_->bytes_written() - written_before, write_back->ChunkBytes(chunk.id));
+}
+
+TEST_P(NvmeParamHomeTest, BadSetUpsAreRefused) {
+  const struct {
+    const char* what;
+    std::vector<std::vector<NvmeChunk>> chunks;
+    int read_buffers;
+    const char* message;
+  } cases[] = {
+      {"no read buffers", chunks_, 0, "needs a tier, read buffers and every unit's chunks"},
+      {"a unit's chunks missing",
+       {chunks_[0]},
+       2,
+       "needs a tier, read buffers and every unit's chunks"},
+      {"a unit without chunks", {chunks_[0], {}}, 2, "a unit without chunks"},
+  };
+  for (const auto& c : cases) {
+    STRATA_ASSERT_OK_AND_ASSIGN(auto tier, MakeTier());
+    auto home = ParamHome::CreateNvme(rig_->ctx(), std::move(tier), c.chunks, c.read_buffers);
+    ASSERT_FALSE(home.ok()) << c.what;
+    EXPECT_EQ(home.status().code(), absl::StatusCode::kInvalidArgument) << c.what;
+    EXPECT_NE(home.status().message().find(c.message), std::string::npos)
+        << c.what << ": " << home.status();
+  }
+  auto home = ParamHome::CreateNvme(rig_->ctx(), nullptr, chunks_, 2);
+  ASSERT_FALSE(home.ok());
+  EXPECT_EQ(home.status().code(), absl::StatusCode::kInvalidArgument) << home.status();
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, ParamHomeTest, ::testing::Values(DType::kF32, DType::kBF16),
+                         tiers_testing::DTypeParamName);
+INSTANTIATE_TEST_SUITE_P(DTypes, NvmeParamHomeTest, ::testing::Values(DType::kF32, DType::kBF16),
+                         tiers_testing::DTypeParamName);
+
+}  // namespace
+}  // namespace strata
