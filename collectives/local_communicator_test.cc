@@ -288,15 +288,56 @@ TEST(LocalCommunicator, QueuedCollectivesPairUpInOrder) {
   }
 }
 
+// Each zero-count collective is still a rendezvous: no rank's stream passes it before the
+// last rank (rank 2, late on purpose) has reached it.
 TEST(LocalCommunicator, ZeroCountCollectivesStillSynchronize) {
-  Group group(3);
-  for (int r = 0; r < 3; ++r) {
-    ASSERT_OK(group.comm(r).AllReduce(nullptr, 0, DType::kF32, group.stream(r)));
-    ASSERT_OK(group.comm(r).ReduceScatter(nullptr, nullptr, 0, DType::kBF16, group.stream(r)));
-    ASSERT_OK(group.comm(r).AllGather(nullptr, nullptr, 0, DType::kF32, group.stream(r)));
-    ASSERT_OK(group.comm(r).Broadcast(nullptr, 0, DType::kF32, 2, group.stream(r)));
+  constexpr int kWorld = 3;
+  constexpr int kOps = 4;
+  Group group(kWorld);
+  std::atomic<bool> late_rank_arrived[kOps];
+  std::atomic<bool> saw_late_rank[kOps][kWorld];
+  for (int op = 0; op < kOps; ++op) {
+    late_rank_arrived[op] = false;
+    for (int r = 0; r < kWorld; ++r) saw_late_rank[op][r] = false;
+  }
+  for (int r = 0; r < kWorld; ++r) {
+    Communicator& comm = group.comm(r);
+    Stream& stream = group.stream(r);
+    for (int op = 0; op < kOps; ++op) {
+      if (r == kWorld - 1) {
+        stream.EnqueueHost([&, op] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(30));
+          late_rank_arrived[op] = true;
+          return absl::OkStatus();
+        });
+      }
+      switch (op) {
+        case 0:
+          ASSERT_OK(comm.AllReduce(nullptr, 0, DType::kF32, stream));
+          break;
+        case 1:
+          ASSERT_OK(comm.ReduceScatter(nullptr, nullptr, 0, DType::kBF16, stream));
+          break;
+        case 2:
+          ASSERT_OK(comm.AllGather(nullptr, nullptr, 0, DType::kF32, stream));
+          break;
+        default:
+          ASSERT_OK(comm.Broadcast(nullptr, 0, DType::kF32, 2, stream));
+          break;
+      }
+      stream.EnqueueHost([&, op, r] {
+        saw_late_rank[op][r] = late_rank_arrived[op].load();
+        return absl::OkStatus();
+      });
+    }
   }
   ExpectAllOk(group.SyncAll());
+  for (int op = 0; op < kOps; ++op) {
+    for (int r = 0; r < kWorld; ++r) {
+      EXPECT_TRUE(saw_late_rank[op][r])
+          << "collective " << op << " let rank " << r << " through before rank 2 arrived";
+    }
+  }
 }
 
 TEST(LocalCommunicator, BarrierWaitsForEveryRank) {

@@ -237,8 +237,7 @@ TEST_F(CudaDeviceTest, DeviceTierIsClippedToFreeMemory) {
   const uint64_t capacity = device->pool(Tier::kDevice).Stats().capacity_bytes;
   EXPECT_LT(capacity, kHuge);
   EXPECT_GT(capacity, 0u);
-  EXPECT_NE(device->Describe().find("clipped to the GPU's free memory"), std::string::npos)
-      << device->Describe();
+  EXPECT_THAT(device->Describe(), HasSubstr("clipped to the GPU's free memory"));
   auto too_much =
       device->Allocate(Tier::kDevice, StateKind::kParams, capacity + 1, "more than free");
   EXPECT_THAT(too_much, StatusIs(absl::StatusCode::kResourceExhausted));
