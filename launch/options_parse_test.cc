@@ -20,6 +20,7 @@ namespace strata {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::IsOkAndHolds;
 using testing::StatusIs;
 
 // The keys the spec names, in the table's order.
@@ -282,16 +283,23 @@ TEST(ParseOptions, EveryKeyThroughFile) {
   ExpectOptionsEqual(*parsed, want);
 }
 
+// device.memory_limit as parsed from `path` and `sets`.
+StatusOr<uint64_t> ParsedMemoryLimit(const std::string& path,
+                                     const std::vector<std::string>& sets) {
+  ASSIGN_OR_RETURN(const Options options, ParseOptions(path, sets));
+  return options.device.memory_limit;
+}
+
 TEST(ParseOptions, SizesThroughSetAndFile) {
-  EXPECT_EQ(ParseOptions("", {"device.memory_limit=2GiB"})->device.memory_limit, 2ull << 30);
-  EXPECT_EQ(ParseOptions("", {"device.memory_limit=4096"})->device.memory_limit, 4096u);
-  EXPECT_EQ(ParseOptions("", {"device.memory_limit=1.5GB"})->device.memory_limit, 1500000000ull);
+  EXPECT_THAT(ParsedMemoryLimit("", {"device.memory_limit=2GiB"}), IsOkAndHolds(2ull << 30));
+  EXPECT_THAT(ParsedMemoryLimit("", {"device.memory_limit=4096"}), IsOkAndHolds(4096u));
+  EXPECT_THAT(ParsedMemoryLimit("", {"device.memory_limit=1.5GB"}), IsOkAndHolds(1500000000ull));
   std::string bytes = WriteConfig("bytes.json", R"({"device": {"memory_limit": 1048576}})");
-  EXPECT_EQ(ParseOptions(bytes, {})->device.memory_limit, 1048576u);
+  EXPECT_THAT(ParsedMemoryLimit(bytes, {}), IsOkAndHolds(1048576u));
   std::string text = WriteConfig("text.json", R"({"device": {"memory_limit": "512MiB"}})");
-  EXPECT_EQ(ParseOptions(text, {})->device.memory_limit, 512ull << 20);
+  EXPECT_THAT(ParsedMemoryLimit(text, {}), IsOkAndHolds(512ull << 20));
   // A --set beats the file.
-  EXPECT_EQ(ParseOptions(text, {"device.memory_limit=1GiB"})->device.memory_limit, 1ull << 30);
+  EXPECT_THAT(ParsedMemoryLimit(text, {"device.memory_limit=1GiB"}), IsOkAndHolds(1ull << 30));
   ExpectOneProblem("", {"device.memory_limit=lots"},
                    {"device.memory_limit: got 'lots', expected a size", "[in --set"});
   ExpectOneProblem("", {"device.memory_limit=2XB"}, {"device.memory_limit: got '2XB'"});
