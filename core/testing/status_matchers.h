@@ -9,21 +9,24 @@
 //                                       message matches, e.g.
 //       EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("zero.stage")));
 //   StatusIs(code)                      the code alone, any message;
-//   IsOk()                              gmock matcher: OK, for Not(IsOk()) or inside other matchers;
+//   IsOk()                              gmock matcher: OK (for Not(IsOk()), or inside others);
 //   IsOkAndHolds(matcher)               gmock matcher: an OK StatusOr whose value matches, e.g.
 //       EXPECT_THAT(ParseBytes("2GiB"), IsOkAndHolds(2ull << 30));
 // Like ASSERT_TRUE, ASSERT_OK and ASSERT_OK_AND_ASSIGN return from the enclosing function, so
 // they only compile in functions returning void. The expression is evaluated exactly once.
+// The matchers live in strata::testing: inside namespace strata an unqualified `testing::`
+// means this namespace, so name gtest's as `::testing::` there. ASSERT_OK_AND_ASSIGN uses
+// GTEST_ASSERT_/GTEST_FATAL_FAILURE_, the macros gtest's own ASSERT_PRED_FORMAT* expand to.
 // Thread-safety: as gtest's own assertions (failures may be reported from any thread).
 #pragma once
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include <ostream>
 #include <string>
 #include <type_traits>
 #include <utility>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "core/status.h"
 
@@ -68,8 +71,7 @@ class StatusIsMatcherCommon {
     message_matcher_.DescribeNegationTo(os);
   }
 
-  bool MatchAndExplain(const absl::Status& status,
-                       ::testing::MatchResultListener* listener) const {
+  bool MatchAndExplain(const absl::Status& status, ::testing::MatchResultListener* listener) const {
     // gtest prints a StatusOr as bytes, so the explanation always carries the status itself.
     *listener << "whose status is " << status;
     ::testing::StringMatchResultListener inner;
@@ -160,7 +162,8 @@ class MonoIsOkAndHoldsMatcher : public ::testing::MatcherInterface<StatusOrType>
     *os << "is not OK, or has a value that ";
     inner_.DescribeNegationTo(os);
   }
-  bool MatchAndExplain(StatusOrType value, ::testing::MatchResultListener* listener) const override {
+  bool MatchAndExplain(StatusOrType value,
+                       ::testing::MatchResultListener* listener) const override {
     if (!value.ok()) {
       *listener << "whose status is " << value.status();
       return false;
@@ -228,11 +231,10 @@ internal::IsOkAndHoldsMatcher<std::decay_t<InnerMatcher>> IsOkAndHolds(InnerMatc
 #define EXPECT_OK(expr) EXPECT_PRED_FORMAT1(::strata::testing::internal::AssertOk, expr)
 #define ASSERT_OK(expr) ASSERT_PRED_FORMAT1(::strata::testing::internal::AssertOk, expr)
 
-#define ASSERT_OK_AND_ASSIGN(lhs, expr)                                                     \
-  STRATA_ASSERT_OK_AND_ASSIGN_IMPL_(STRATA_CONCAT_(strata_assert_statusor_, __LINE__), lhs, \
-                                    expr)
+#define ASSERT_OK_AND_ASSIGN(lhs, expr) \
+  STRATA_ASSERT_OK_AND_ASSIGN_IMPL_(STRATA_CONCAT_(strata_assert_statusor_, __LINE__), lhs, expr)
 // The status is checked under the text of `expr`, not of the temporary that holds it.
-#define STRATA_ASSERT_OK_AND_ASSIGN_IMPL_(statusor, lhs, expr)                            \
-  auto statusor = (expr);                                                                \
+#define STRATA_ASSERT_OK_AND_ASSIGN_IMPL_(statusor, lhs, expr)                                 \
+  auto statusor = (expr);                                                                      \
   GTEST_ASSERT_(::strata::testing::internal::AssertOk(#expr, statusor), GTEST_FATAL_FAILURE_); \
   lhs = std::move(statusor).value()

@@ -12,9 +12,9 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using ::testing::Not;
 using testing::IsOk;
 using testing::IsOkAndHolds;
+using ::testing::Not;
 using testing::StatusIs;
 
 absl::StatusOr<int> Seven() { return 7; }
@@ -107,8 +107,8 @@ TEST(StatusIs, FailsOnAnotherCodeOrMessage) {
   EXPECT_NONFATAL_FAILURE(
       EXPECT_THAT(BadStage(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("vocab"))),
       "INVALID_ARGUMENT: zero.stage must be 0-3");
-  EXPECT_NONFATAL_FAILURE(
-      EXPECT_THAT(Seven(), StatusIs(absl::StatusCode::kInvalidArgument)), "whose status is OK");
+  EXPECT_NONFATAL_FAILURE(EXPECT_THAT(Seven(), StatusIs(absl::StatusCode::kInvalidArgument)),
+                          "whose status is OK");
   EXPECT_FATAL_FAILURE(ASSERT_THAT(absl::InvalidArgumentError("zero.stage must be 0-3"),
                                    StatusIs(absl::StatusCode::kInvalidArgument, "zero.stage")),
                        "the message does not match");
