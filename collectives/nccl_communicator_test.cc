@@ -9,6 +9,7 @@
 // with the reason; the argument checks that need no GPU run everywhere.
 #include "collectives/nccl_communicator.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -23,11 +24,15 @@
 #include "collectives/test_pattern.h"
 #include "core/cpu_device.h"
 #include "core/cuda/cuda_device.h"
+#include "core/testing/status_matchers.h"
 
 namespace strata {
 namespace {
 
 namespace tp = testing_pattern;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using testing::StatusIs;
 using Bytes = std::vector<uint8_t>;
 using Clock = std::chrono::steady_clock;
 
@@ -58,7 +63,7 @@ class World {
  public:
   World(int world, const NcclOptions& options) : devices_(world), streams_(world), comms_(world) {
     auto bootstrap = CreateLocalGroup(world, LocalGroupOptions{});
-    EXPECT_TRUE(bootstrap.ok()) << bootstrap.status();
+    EXPECT_OK(bootstrap);
     if (!bootstrap.ok()) return;
     std::vector<Status> statuses(world);
     OnEveryRank(world, [&](int r) {
@@ -84,7 +89,7 @@ class World {
       }
       comms_[r] = std::move(*comm);
     });
-    for (int r = 0; r < world; ++r) EXPECT_TRUE(statuses[r].ok()) << r << ": " << statuses[r];
+    for (int r = 0; r < world; ++r) EXPECT_OK(statuses[r]) << r;
   }
 
   ~World() {
@@ -108,18 +113,18 @@ class World {
   Buffer Upload(int r, const Bytes& bytes) {
     auto buffer = devices_[r]->Allocate(Tier::kDevice, StateKind::kWorkspace,
                                         std::max<size_t>(bytes.size(), 1), "test data");
-    EXPECT_TRUE(buffer.ok()) << buffer.status();
+    EXPECT_OK(buffer);
     if (!buffer.ok()) return Buffer();
-    EXPECT_TRUE(devices_[r]->CopyAsync(buffer->data(), bytes.data(), bytes.size(), stream(r)).ok());
-    EXPECT_TRUE(stream(r).Synchronize().ok());
+    EXPECT_OK(devices_[r]->CopyAsync(buffer->data(), bytes.data(), bytes.size(), stream(r)));
+    EXPECT_OK(stream(r).Synchronize());
     return std::move(*buffer);
   }
 
   Bytes Download(int r, const void* device_data, size_t bytes) {
     Bytes host(bytes);
-    EXPECT_TRUE(devices_[r]->CopyAsync(host.data(), device_data, bytes, stream(r)).ok());
+    EXPECT_OK(devices_[r]->CopyAsync(host.data(), device_data, bytes, stream(r)));
     Status status = stream(r).Synchronize();
-    EXPECT_TRUE(status.ok()) << status;
+    EXPECT_OK(status);
     return host;
   }
 
@@ -196,7 +201,7 @@ TEST_P(NcclCollectiveTest, EveryCollectiveOnEveryWorldSize) {
         OnEveryRank(world, [&](int r) {
           // all-reduce, in place
           Buffer data = ranks.Upload(r, Filled(count, dtype, r, step));
-          ASSERT_TRUE(ranks.comm(r).AllReduce(data.data(), count, dtype, ranks.stream(r)).ok());
+          ASSERT_OK(ranks.comm(r).AllReduce(data.data(), count, dtype, ranks.stream(r)));
           EXPECT_EQ(CompareSum(ranks.Download(r, data.data(), count * e),
                                tp::Expected(CollectiveOp::kAllReduce, r, world, count, dtype, step),
                                dtype, exact, world, step, 0),
@@ -209,8 +214,8 @@ TEST_P(NcclCollectiveTest, EveryCollectiveOnEveryWorldSize) {
             Buffer input = ranks.Upload(r, Filled(count * world, dtype, r, step));
             Buffer output = ranks.Upload(r, Bytes(count * e, 0xab));
             void* out = in_place ? input.as<char>() + r * count * e : output.data();
-            ASSERT_TRUE(
-                ranks.comm(r).ReduceScatter(input.data(), out, count, dtype, ranks.stream(r)).ok());
+            ASSERT_OK(
+                ranks.comm(r).ReduceScatter(input.data(), out, count, dtype, ranks.stream(r)));
             EXPECT_EQ(
                 CompareSum(ranks.Download(r, out, count * e),
                            tp::Expected(CollectiveOp::kReduceScatter, r, world, count, dtype, step),
@@ -226,8 +231,7 @@ TEST_P(NcclCollectiveTest, EveryCollectiveOnEveryWorldSize) {
             Buffer gathered = ranks.Upload(r, gathered_init);
             Buffer mine_device = ranks.Upload(r, mine);
             const void* in = in_place ? gathered.as<char>() + r * count * e : mine_device.data();
-            ASSERT_TRUE(
-                ranks.comm(r).AllGather(in, gathered.data(), count, dtype, ranks.stream(r)).ok());
+            ASSERT_OK(ranks.comm(r).AllGather(in, gathered.data(), count, dtype, ranks.stream(r)));
             EXPECT_EQ(
                 tp::Compare(ranks.Download(r, gathered.data(), count * world * e).data(),
                             tp::Expected(CollectiveOp::kAllGather, r, world, count, dtype, step),
@@ -240,16 +244,15 @@ TEST_P(NcclCollectiveTest, EveryCollectiveOnEveryWorldSize) {
           const int root = world - 1;
           Buffer broadcast =
               ranks.Upload(r, Filled(count, dtype, r, r == root ? step : step + 1000));
-          ASSERT_TRUE(
-              ranks.comm(r).Broadcast(broadcast.data(), count, dtype, root, ranks.stream(r)).ok());
+          ASSERT_OK(ranks.comm(r).Broadcast(broadcast.data(), count, dtype, root, ranks.stream(r)));
           EXPECT_EQ(tp::Compare(
                         ranks.Download(r, broadcast.data(), count * e).data(),
                         tp::Expected(CollectiveOp::kBroadcast, r, world, count, dtype, step, root),
                         dtype),
                     "")
               << "broadcast " << what << " rank " << r;
-          ASSERT_TRUE(ranks.comm(r).Barrier(ranks.stream(r)).ok());
-          EXPECT_TRUE(ranks.stream(r).Synchronize().ok());
+          ASSERT_OK(ranks.comm(r).Barrier(ranks.stream(r)));
+          EXPECT_OK(ranks.stream(r).Synchronize());
         });
       }
     }
@@ -273,17 +276,17 @@ TEST(NcclCommunicator, MissingRankTimesOutAndAborts) {
   Buffer data = ranks.Upload(0, Filled(1000, DType::kF32, 0, 0));
   const auto start = Clock::now();
   // Rank 1 never issues its all-reduce.
-  ASSERT_TRUE(ranks.comm(0).AllReduce(data.data(), 1000, DType::kF32, ranks.stream(0)).ok());
+  ASSERT_OK(ranks.comm(0).AllReduce(data.data(), 1000, DType::kF32, ranks.stream(0)));
   Status status = ranks.stream(0).Synchronize();
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   // Caught by the watchdog ("did not complete within 2 s of starting on the GPU") or, when
   // NCCL's lazy peer connection is what waits, by the enqueue ("did not finish within 2 s").
-  EXPECT_NE(status.message().find("all_reduce #0 (1000 x fp32)"), std::string::npos) << status;
-  EXPECT_NE(status.message().find("within 2 s"), std::string::npos) << status;
+  EXPECT_THAT(status,
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       AllOf(HasSubstr("all_reduce #0 (1000 x fp32)"), HasSubstr("within 2 s"))));
   EXPECT_LT(elapsed, 15.0);
   // The communicator stays failed.
-  ASSERT_TRUE(ranks.comm(0).Barrier(ranks.stream(0)).ok());
+  ASSERT_OK(ranks.comm(0).Barrier(ranks.stream(0)));
   EXPECT_EQ(ranks.stream(0).Synchronize().code(), absl::StatusCode::kDeadlineExceeded);
 }
 
@@ -293,30 +296,28 @@ TEST(NcclCommunicator, AbortFailsLaterCollectivesAndStreamsMustBeCuda) {
   World ranks(1, NcclOptions{});
   ASSERT_TRUE(ranks.ok());
   auto cpu_device = CreateCpuDevice(CpuDeviceOptions{});
-  auto cpu_stream = std::move(*cpu_device->CreateStream("cpu"));
+  ASSERT_OK_AND_ASSIGN(auto cpu_stream, cpu_device->CreateStream("cpu"));
   Status status = ranks.comm(0).Barrier(*cpu_stream);
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  EXPECT_NE(status.message().find("is not a CUDA stream"), std::string::npos) << status;
+  EXPECT_THAT(status,
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is not a CUDA stream")));
 
   ranks.comm(0).Abort("out of memory in step 3");
-  ASSERT_TRUE(ranks.comm(0).Barrier(ranks.stream(0)).ok());
+  ASSERT_OK(ranks.comm(0).Barrier(ranks.stream(0)));
   status = ranks.stream(0).Synchronize();
-  EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
-  EXPECT_NE(status.message().find("aborted the group: out of memory in step 3"), std::string::npos)
-      << status;
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kAborted,
+                               HasSubstr("aborted the group: out of memory in step 3")));
 }
 
 // Runs everywhere: no GPU call is made before the device is checked.
 TEST(NcclCommunicator, RefusesANonCudaDevice) {
   auto cpu_device = CreateCpuDevice(CpuDeviceOptions{});
   auto bootstrap = CreateLocalGroup(1, LocalGroupOptions{});
-  ASSERT_TRUE(bootstrap.ok());
+  ASSERT_OK(bootstrap);
   auto comm = CreateNcclCommunicator(*cpu_device, *(*bootstrap)[0], NcclOptions{});
   ASSERT_FALSE(comm.ok());
   if (BuiltWithNccl()) {
-    EXPECT_EQ(comm.status().code(), absl::StatusCode::kInvalidArgument) << comm.status();
-    EXPECT_NE(comm.status().message().find("is not a CUDA device"), std::string::npos)
-        << comm.status();
+    EXPECT_THAT(comm,
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is not a CUDA device")));
   } else {
     EXPECT_EQ(comm.status().code(), absl::StatusCode::kUnavailable) << comm.status();
   }

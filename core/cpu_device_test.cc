@@ -2,16 +2,21 @@
 // land, and the device pool rejects allocations over device.memory_limit.
 #include "core/cpu_device.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <chrono>
 #include <thread>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include "core/testing/status_matchers.h"
 
 namespace strata {
 namespace {
+
+using ::testing::HasSubstr;
+using testing::StatusIs;
 
 std::unique_ptr<Device> MakeDevice(uint64_t device_bytes = 1 << 20) {
   CpuDeviceOptions options;
@@ -21,7 +26,7 @@ std::unique_ptr<Device> MakeDevice(uint64_t device_bytes = 1 << 20) {
 
 TEST(CpuDevice, StreamRunsWorkInOrder) {
   auto device = MakeDevice();
-  auto stream = *device->CreateStream("compute");
+  ASSERT_OK_AND_ASSIGN(auto stream, device->CreateStream("compute"));
   std::vector<int> order;
   for (int i = 0; i < 100; ++i) {
     stream->EnqueueHost([&order, i] {
@@ -29,30 +34,30 @@ TEST(CpuDevice, StreamRunsWorkInOrder) {
       return absl::OkStatus();
     });
   }
-  ASSERT_TRUE(stream->Synchronize().ok());
+  ASSERT_OK(stream->Synchronize());
   ASSERT_EQ(order.size(), 100u);
   for (int i = 0; i < 100; ++i) EXPECT_EQ(order[i], i);
 }
 
 TEST(CpuDevice, EventOrdersTwoStreams) {
   auto device = MakeDevice();
-  auto producer = *device->CreateStream("copy");
-  auto consumer = *device->CreateStream("compute");
-  auto event = *device->CreateEvent();
+  ASSERT_OK_AND_ASSIGN(auto producer, device->CreateStream("copy"));
+  ASSERT_OK_AND_ASSIGN(auto consumer, device->CreateStream("compute"));
+  ASSERT_OK_AND_ASSIGN(auto event, device->CreateEvent());
   std::atomic<int> value{0};
   producer->EnqueueHost([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     value = 42;
     return absl::OkStatus();
   });
-  ASSERT_TRUE(device->Record(*event, *producer).ok());
-  ASSERT_TRUE(device->Wait(*consumer, *event).ok());
+  ASSERT_OK(device->Record(*event, *producer));
+  ASSERT_OK(device->Wait(*consumer, *event));
   int seen = -1;
   consumer->EnqueueHost([&] {
     seen = value.load();
     return absl::OkStatus();
   });
-  ASSERT_TRUE(consumer->Synchronize().ok());
+  ASSERT_OK(consumer->Synchronize());
   EXPECT_EQ(seen, 42);
   EXPECT_TRUE(event->Query());
 }
@@ -61,81 +66,79 @@ TEST(CpuDevice, EventOrdersTwoStreams) {
 // wait must still be for the slow stream's record (CUDA captures the record at wait time).
 TEST(CpuDevice, WaitIsForTheRecordItSawEvenWhenALaterRecordCompletesFirst) {
   auto device = MakeDevice();
-  auto slow = *device->CreateStream("slow");
-  auto fast = *device->CreateStream("fast");
-  auto waiter = *device->CreateStream("waiter");
-  auto event = *device->CreateEvent();
+  ASSERT_OK_AND_ASSIGN(auto slow, device->CreateStream("slow"));
+  ASSERT_OK_AND_ASSIGN(auto fast, device->CreateStream("fast"));
+  ASSERT_OK_AND_ASSIGN(auto waiter, device->CreateStream("waiter"));
+  ASSERT_OK_AND_ASSIGN(auto event, device->CreateEvent());
   std::atomic<bool> slow_done{false};
   slow->EnqueueHost([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     slow_done = true;
     return absl::OkStatus();
   });
-  ASSERT_TRUE(device->Record(*event, *slow).ok());
-  ASSERT_TRUE(device->Wait(*waiter, *event).ok());
-  ASSERT_TRUE(device->Record(*event, *fast).ok());  // completes at once
+  ASSERT_OK(device->Record(*event, *slow));
+  ASSERT_OK(device->Wait(*waiter, *event));
+  ASSERT_OK(device->Record(*event, *fast));  // completes at once
   bool seen = false;
   waiter->EnqueueHost([&] {
     seen = slow_done.load();
     return absl::OkStatus();
   });
-  ASSERT_TRUE(waiter->Synchronize().ok());
+  ASSERT_OK(waiter->Synchronize());
   EXPECT_TRUE(seen) << "the wait ended on the later record of the fast stream";
-  ASSERT_TRUE(event->Synchronize().ok());
+  ASSERT_OK(event->Synchronize());
   EXPECT_TRUE(event->Query());
 }
 
 TEST(CpuDevice, WaitOnUnrecordedEventDoesNotBlock) {
   auto device = MakeDevice();
-  auto stream = *device->CreateStream("s");
-  auto event = *device->CreateEvent();
-  ASSERT_TRUE(device->Wait(*stream, *event).ok());
-  EXPECT_TRUE(stream->Synchronize().ok());
+  ASSERT_OK_AND_ASSIGN(auto stream, device->CreateStream("s"));
+  ASSERT_OK_AND_ASSIGN(auto event, device->CreateEvent());
+  ASSERT_OK(device->Wait(*stream, *event));
+  EXPECT_OK(stream->Synchronize());
 }
 
 TEST(CpuDevice, ErrorsAreStickyAndSkipLaterWork) {
   auto device = MakeDevice();
-  auto stream = *device->CreateStream("io");
+  ASSERT_OK_AND_ASSIGN(auto stream, device->CreateStream("io"));
   bool ran_after = false;
   stream->EnqueueHost([] { return absl::DataLossError("checksum mismatch"); });
   stream->EnqueueHost([&] {
     ran_after = true;
     return absl::OkStatus();
   });
-  Status status = stream->Synchronize();
-  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(status.message().find("stream 'io'"), std::string::npos);
+  EXPECT_THAT(stream->Synchronize(),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("stream 'io'")));
   EXPECT_FALSE(ran_after);
 }
 
 TEST(CpuDevice, CopyAndMemset) {
   auto device = MakeDevice();
-  auto stream = *device->CreateStream("copy");
-  auto src = *device->Allocate(Tier::kHost, StateKind::kParams, 4096, "src");
-  auto dst = *device->Allocate(Tier::kDevice, StateKind::kParams, 4096, "dst");
+  ASSERT_OK_AND_ASSIGN(auto stream, device->CreateStream("copy"));
+  ASSERT_OK_AND_ASSIGN(auto src, device->Allocate(Tier::kHost, StateKind::kParams, 4096, "src"));
+  ASSERT_OK_AND_ASSIGN(auto dst, device->Allocate(Tier::kDevice, StateKind::kParams, 4096, "dst"));
   for (int i = 0; i < 1024; ++i) src.as<float>()[i] = i * 0.5f;
-  ASSERT_TRUE(device->CopyAsync(dst.data(), src.data(), 4096, *stream).ok());
-  ASSERT_TRUE(stream->Synchronize().ok());
+  ASSERT_OK(device->CopyAsync(dst.data(), src.data(), 4096, *stream));
+  ASSERT_OK(stream->Synchronize());
   for (int i = 0; i < 1024; ++i) ASSERT_EQ(dst.as<float>()[i], i * 0.5f);
-  ASSERT_TRUE(device->MemsetAsync(dst.data(), 0, 4096, *stream).ok());
-  ASSERT_TRUE(stream->Synchronize().ok());
+  ASSERT_OK(device->MemsetAsync(dst.data(), 0, 4096, *stream));
+  ASSERT_OK(stream->Synchronize());
   for (int i = 0; i < 1024; ++i) ASSERT_EQ(dst.as<float>()[i], 0.0f);
 }
 
 TEST(CpuDevice, DevicePoolEnforcesLimitAndAccounts) {
   auto device = MakeDevice(1 << 20);
   auto a = device->Allocate(Tier::kDevice, StateKind::kParams, 768 << 10, "unit 0 params");
-  ASSERT_TRUE(a.ok());
+  ASSERT_OK(a);
   auto b = device->Allocate(Tier::kDevice, StateKind::kOptimizer, 512 << 10, "unit 0 master");
-  ASSERT_FALSE(b.ok());
-  EXPECT_NE(b.status().message().find("device.memory_limit"), std::string::npos);
+  EXPECT_THAT(b, StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("device.memory_limit")));
   EXPECT_EQ(device->pool(Tier::kDevice).Stats().current_bytes, 768u << 10);
   a->Reset();
   EXPECT_EQ(device->pool(Tier::kDevice).Stats().current_bytes, 0u);
   EXPECT_EQ(device->pool(Tier::kDevice).Stats().peak_bytes, 768u << 10);
   // Host tier is accounted separately.
   auto h = device->Allocate(Tier::kHost, StateKind::kGrads, 4 << 20, "host grads");
-  ASSERT_TRUE(h.ok());
+  ASSERT_OK(h);
   EXPECT_EQ(device->pool(Tier::kHost).Stats().current_bytes, 4u << 20);
 }
 
@@ -148,21 +151,21 @@ namespace {
 // Destroying an event while a stream still has to record or wait on it is safe.
 TEST(CpuDevice, EventMayBeDestroyedWithWorkQueued) {
   auto device = MakeDevice();
-  auto producer = *device->CreateStream("copy");
-  auto consumer = *device->CreateStream("compute");
+  ASSERT_OK_AND_ASSIGN(auto producer, device->CreateStream("copy"));
+  ASSERT_OK_AND_ASSIGN(auto consumer, device->CreateStream("compute"));
   std::atomic<bool> go{false};
   producer->EnqueueHost([&] {
     while (!go) std::this_thread::yield();
     return absl::OkStatus();
   });
   {
-    auto event = *device->CreateEvent();
-    ASSERT_TRUE(device->Record(*event, *producer).ok());
-    ASSERT_TRUE(device->Wait(*consumer, *event).ok());
+    ASSERT_OK_AND_ASSIGN(auto event, device->CreateEvent());
+    ASSERT_OK(device->Record(*event, *producer));
+    ASSERT_OK(device->Wait(*consumer, *event));
   }  // destroyed while both streams still hold work on it
   go = true;
-  EXPECT_TRUE(producer->Synchronize().ok());
-  EXPECT_TRUE(consumer->Synchronize().ok());
+  EXPECT_OK(producer->Synchronize());
+  EXPECT_OK(consumer->Synchronize());
 }
 
 }  // namespace
@@ -174,11 +177,11 @@ namespace {
 // A failed stream still completes its event records: nobody waits forever on it.
 TEST(CpuDevice, FailedStreamStillCompletesRecords) {
   auto device = MakeDevice();
-  auto stream = *device->CreateStream("comm");
-  auto event = *device->CreateEvent();
+  ASSERT_OK_AND_ASSIGN(auto stream, device->CreateStream("comm"));
+  ASSERT_OK_AND_ASSIGN(auto event, device->CreateEvent());
   stream->EnqueueHost([] { return absl::DeadlineExceededError("all_gather timed out"); });
-  ASSERT_TRUE(device->Record(*event, *stream).ok());
-  EXPECT_TRUE(event->Synchronize().ok());  // returns instead of hanging
+  ASSERT_OK(device->Record(*event, *stream));
+  EXPECT_OK(event->Synchronize());  // returns instead of hanging
   EXPECT_EQ(stream->Synchronize().code(), absl::StatusCode::kDeadlineExceeded);
 }
 
@@ -187,28 +190,27 @@ TEST(CpuDevice, FailedStreamStillCompletesRecords) {
 // record made before the failure passes no error on.
 TEST(CpuDevice, WaitingOnAFailedStreamsRecordFailsTheWaiter) {
   auto device = MakeDevice();
-  auto copy = *device->CreateStream("copy");
-  auto compute = *device->CreateStream("compute");
-  auto before = *device->CreateEvent();
-  auto after = *device->CreateEvent();
-  ASSERT_TRUE(device->Record(*before, *copy).ok());
+  ASSERT_OK_AND_ASSIGN(auto copy, device->CreateStream("copy"));
+  ASSERT_OK_AND_ASSIGN(auto compute, device->CreateStream("compute"));
+  ASSERT_OK_AND_ASSIGN(auto before, device->CreateEvent());
+  ASSERT_OK_AND_ASSIGN(auto after, device->CreateEvent());
+  ASSERT_OK(device->Record(*before, *copy));
   copy->EnqueueHost([] { return absl::DataLossError("checksum mismatch in extent 3"); });
-  ASSERT_TRUE(device->Record(*after, *copy).ok());
+  ASSERT_OK(device->Record(*after, *copy));
 
-  auto bystander = *device->CreateStream("bystander");
-  ASSERT_TRUE(device->Wait(*bystander, *before).ok());
-  EXPECT_TRUE(bystander->Synchronize().ok());
+  ASSERT_OK_AND_ASSIGN(auto bystander, device->CreateStream("bystander"));
+  ASSERT_OK(device->Wait(*bystander, *before));
+  EXPECT_OK(bystander->Synchronize());
 
   bool ran = false;
-  ASSERT_TRUE(device->Wait(*compute, *after).ok());
+  ASSERT_OK(device->Wait(*compute, *after));
   compute->EnqueueHost([&ran] {
     ran = true;
     return absl::OkStatus();
   });
-  const Status status = compute->Synchronize();
-  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr("checksum mismatch"));
-  EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr("stream 'compute'"));
+  EXPECT_THAT(compute->Synchronize(), StatusIs(absl::StatusCode::kDataLoss,
+                                               ::testing::AllOf(HasSubstr("checksum mismatch"),
+                                                                HasSubstr("stream 'compute'"))));
   EXPECT_FALSE(ran);
 }
 

@@ -1,8 +1,12 @@
 // bf16 conversion: round-to-nearest-even, exact for representable values, NaN kept.
 #include "core/dtype.h"
 
-#include <cmath>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/testing/status_matchers.h"
 
 namespace strata {
 namespace {
@@ -25,7 +29,7 @@ TEST(Bf16, RoundsToNearestEven) {
 TEST(Bf16, NanStaysNan) { EXPECT_TRUE(std::isnan(ToFloat(ToBf16(std::nanf(""))))); }
 
 TEST(DType, ParseRejectsUnknown) {
-  EXPECT_EQ(*ParseDType("bf16"), DType::kBF16);
+  EXPECT_THAT(ParseDType("bf16"), testing::IsOkAndHolds(DType::kBF16));
   EXPECT_FALSE(ParseDType("fp16").ok());
 }
 

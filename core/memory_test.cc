@@ -1,34 +1,40 @@
 // Tests byte parsing and pool accounting: capacity errors name tier, kind and bytes.
 #include "core/memory.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "core/testing/status_matchers.h"
 
 namespace strata {
 namespace {
 
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using testing::IsOkAndHolds;
+using testing::StatusIs;
+
 TEST(ParseBytes, AcceptsUnits) {
-  EXPECT_EQ(*ParseBytes("4096"), 4096u);
-  EXPECT_EQ(*ParseBytes("2GiB"), 2ull << 30);
-  EXPECT_EQ(*ParseBytes("512MiB"), 512ull << 20);
-  EXPECT_EQ(*ParseBytes("1.5GB"), 1500000000ull);
-  EXPECT_EQ(*ParseBytes("3 KiB"), 3072u);
+  EXPECT_THAT(ParseBytes("4096"), IsOkAndHolds(4096u));
+  EXPECT_THAT(ParseBytes("2GiB"), IsOkAndHolds(2ull << 30));
+  EXPECT_THAT(ParseBytes("512MiB"), IsOkAndHolds(512ull << 20));
+  EXPECT_THAT(ParseBytes("1.5GB"), IsOkAndHolds(1500000000ull));
+  EXPECT_THAT(ParseBytes("3 KiB"), IsOkAndHolds(3072u));
 }
 
 TEST(ParseBytes, RejectsGarbageNamingIt) {
-  auto bad = ParseBytes("lots");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("'lots'"), std::string::npos);
-  auto unit = ParseBytes("2XB");
-  ASSERT_FALSE(unit.ok());
-  EXPECT_NE(unit.status().message().find("unknown unit 'XB'"), std::string::npos);
+  EXPECT_THAT(ParseBytes("lots"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'lots'")));
+  EXPECT_THAT(ParseBytes("2XB"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown unit 'XB'")));
 }
 
 TEST(MemoryPool, TracksCurrentAndPeakByKind) {
   MemoryPool pool(Tier::kDevice, 1000, "device.memory_limit");
-  ASSERT_TRUE(pool.Reserve(StateKind::kParams, 300, "w").ok());
-  ASSERT_TRUE(pool.Reserve(StateKind::kGrads, 500, "g").ok());
+  ASSERT_OK(pool.Reserve(StateKind::kParams, 300, "w"));
+  ASSERT_OK(pool.Reserve(StateKind::kGrads, 500, "g"));
   pool.Release(StateKind::kGrads, 500);
-  ASSERT_TRUE(pool.Reserve(StateKind::kActivations, 100, "a").ok());
+  ASSERT_OK(pool.Reserve(StateKind::kActivations, 100, "a"));
   PoolStats stats = pool.Stats();
   EXPECT_EQ(stats.current_bytes, 400u);
   EXPECT_EQ(stats.peak_bytes, 800u);
@@ -38,14 +44,12 @@ TEST(MemoryPool, TracksCurrentAndPeakByKind) {
 
 TEST(MemoryPool, OverCapacityErrorNamesTierBytesAndKey) {
   MemoryPool pool(Tier::kDevice, 1024, "device.memory_limit");
-  ASSERT_TRUE(pool.Reserve(StateKind::kParams, 1000, "unit 0").ok());
-  Status status = pool.Reserve(StateKind::kOptimizer, 100, "unit 1 master");
-  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
-  std::string message(status.message());
-  EXPECT_NE(message.find("device tier is full"), std::string::npos) << message;
-  EXPECT_NE(message.find("unit 1 master asked 100 B"), std::string::npos) << message;
-  EXPECT_NE(message.find("only 24 B"), std::string::npos) << message;
-  EXPECT_NE(message.find("device.memory_limit"), std::string::npos) << message;
+  ASSERT_OK(pool.Reserve(StateKind::kParams, 1000, "unit 0"));
+  EXPECT_THAT(
+      pool.Reserve(StateKind::kOptimizer, 100, "unit 1 master"),
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               AllOf(HasSubstr("device tier is full"), HasSubstr("unit 1 master asked 100 B"),
+                     HasSubstr("only 24 B"), HasSubstr("device.memory_limit"))));
   EXPECT_EQ(pool.Stats().current_bytes, 1000u);  // the failed request took nothing
 }
 

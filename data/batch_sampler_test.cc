@@ -4,14 +4,23 @@
 // split, and validation walks its split in fixed, non-overlapping windows.
 #include "data/batch_sampler.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <set>
 #include <string>
 #include <vector>
 
+#include "core/testing/status_matchers.h"
+
 namespace strata {
 namespace {
+
+using ::testing::HasSubstr;
+using testing::StatusIs;
+
+// Helpers returning a value cannot ASSERT: a failure is printed, then value() throws, which
+// gtest reports as a failure of the test (unlike dereferencing, which would be undefined).
 
 // Token i of the dataset is i % 60000: a window's content reveals its offset.
 TokenDataset CountingDataset(int num_tokens) {
@@ -25,20 +34,20 @@ TokenDataset CountingDataset(int num_tokens) {
 
 TokenSplits Splits(int num_tokens, double val_fraction, int seq_len) {
   auto splits = SplitTokens(CountingDataset(num_tokens), val_fraction, seq_len);
-  EXPECT_TRUE(splits.ok()) << splits.status();
-  return *splits;
+  EXPECT_OK(splits);
+  return std::move(splits).value();
 }
 
 BatchSampler Training(const TokenSplits& splits, int batch_rows, int seq_len, uint64_t seed) {
   auto sampler = BatchSampler::ForTraining(splits, batch_rows, seq_len, seed);
-  EXPECT_TRUE(sampler.ok()) << sampler.status();
-  return *sampler;
+  EXPECT_OK(sampler);
+  return std::move(sampler).value();
 }
 
 Batch Draw(const BatchSampler& sampler, int64_t step, int64_t micro) {
   auto batch = sampler.Sample(step, micro);
-  EXPECT_TRUE(batch.ok()) << batch.status();
-  return *batch;
+  EXPECT_OK(batch);
+  return std::move(batch).value();
 }
 
 TEST(SplitMix64, KnownValues) {
@@ -83,7 +92,7 @@ TEST(BatchSampler, RankSliceEqualsRowsOfGlobalBatch) {
   for (int rank = 0; rank < world; ++rank) {
     const int begin = rank * rows_per_rank;
     auto slice = global.SampleRows(3, 1, begin, begin + rows_per_rank);
-    ASSERT_TRUE(slice.ok()) << slice.status();
+    ASSERT_OK(slice);
     EXPECT_EQ(slice->row_begin, begin);
     EXPECT_EQ(slice->rows, rows_per_rank);
     const auto first = whole.inputs.begin() + begin * seq_len;
@@ -140,7 +149,7 @@ TEST(BatchSampler, ValidationWalksFixedWindowsOfTheValidationSplit) {
   const int seq_len = 10;
   const TokenSplits splits = Splits(1000, 0.1, seq_len);  // validation = [900, 1000)
   auto sampler = BatchSampler::ForValidation(splits, 4, seq_len);
-  ASSERT_TRUE(sampler.ok()) << sampler.status();
+  ASSERT_OK(sampler);
   EXPECT_EQ(sampler->order(), WindowOrder::kSequential);
   EXPECT_EQ(sampler->num_windows(), 9);  // floor(99 / 10)
   EXPECT_EQ(sampler->batches_to_cover(), 3);
@@ -166,11 +175,9 @@ TEST(BatchSampler, ValidationWalksFixedWindowsOfTheValidationSplit) {
 
 TEST(BatchSampler, RejectsBadArgumentsWithReasons) {
   const TokenSplits splits = Splits(1000, 0.0, 16);
-  auto no_validation = BatchSampler::ForValidation(splits, 4, 16);
-  ASSERT_FALSE(no_validation.ok());
-  const std::string message(no_validation.status().message());
-  EXPECT_NE(message.find("validation split of counting dataset holds 0 tokens"), std::string::npos)
-      << message;
+  EXPECT_THAT(BatchSampler::ForValidation(splits, 4, 16),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("validation split of counting dataset holds 0 tokens")));
   EXPECT_FALSE(BatchSampler::ForTraining(splits, 0, 16, 1).ok());
   EXPECT_FALSE(BatchSampler::ForTraining(splits, 4, 0, 1).ok());
   EXPECT_FALSE(BatchSampler::ForTraining(splits, 4, 1000, 1).ok());  // needs 1001 tokens
@@ -182,7 +189,7 @@ TEST(BatchSampler, RejectsBadArgumentsWithReasons) {
   EXPECT_FALSE(sampler.FillRows(0, 0, 0, 5, inputs.data(), targets.data()).ok());
   EXPECT_FALSE(sampler.FillRows(0, 0, 3, 2, inputs.data(), targets.data()).ok());
   EXPECT_FALSE(sampler.FillRows(0, 0, 0, 4, nullptr, targets.data()).ok());
-  EXPECT_TRUE(sampler.FillRows(0, 0, 2, 2, nullptr, nullptr).ok());  // nothing to write
+  EXPECT_OK(sampler.FillRows(0, 0, 2, 2, nullptr, nullptr));  // nothing to write
   EXPECT_FALSE(sampler.SampleRows(0, 0, 3, 1).ok());
 }
 

@@ -2,12 +2,14 @@
 // loadable as byte-level tokens that split and sample at the default settings.
 #include "data/default_corpus.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <iterator>
 #include <string>
 
+#include "core/testing/status_matchers.h"
 #include "data/batch_sampler.h"
 #include "data/tokens.h"
 
@@ -29,7 +31,7 @@ TEST(DefaultCorpus, IsAFewHundredKilobytesOfAsciiEnglish) {
   }
   EXPECT_GE(ascii, corpus.size() * 99 / 100);
   EXPECT_GE(letters_and_spaces, corpus.size() * 3 / 4);
-  EXPECT_NE(corpus.find(" the "), std::string_view::npos);
+  EXPECT_THAT(corpus, ::testing::HasSubstr(" the "));
   EXPECT_EQ(corpus.substr(0, 10), "Persuasion");
 }
 
@@ -42,20 +44,20 @@ TEST(DefaultCorpus, IsExactlyTheCheckedInText) {
 
 TEST(DefaultCorpus, LoadsSplitsAndSamplesAtDefaults) {
   auto dataset = LoadDefaultCorpus(256);
-  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  ASSERT_OK(dataset);
   EXPECT_EQ(dataset->num_tokens(), static_cast<int64_t>(DefaultCorpus().size()));
   DataOptions data;
   auto splits = SplitTokens(*dataset, data.val_fraction, 64);
-  ASSERT_TRUE(splits.ok()) << splits.status();
+  ASSERT_OK(splits);
   auto sampler = BatchSampler::ForTraining(*splits, 4, 64, 1337);
-  ASSERT_TRUE(sampler.ok()) << sampler.status();
+  ASSERT_OK(sampler);
   auto batch = sampler->Sample(0, 0);
-  ASSERT_TRUE(batch.ok()) << batch.status();
+  ASSERT_OK(batch);
   for (int32_t id : batch->inputs) ASSERT_LT(id, 256);
   // A byte-level vocab smaller than the corpus's bytes is refused, naming the corpus.
-  auto small = LoadDefaultCorpus(100);
-  ASSERT_FALSE(small.ok());
-  EXPECT_NE(small.status().message().find("the embedded default corpus"), std::string::npos);
+  EXPECT_THAT(LoadDefaultCorpus(100),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                ::testing::HasSubstr("the embedded default corpus")));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // checks naming position and id, and the split boundaries. Files go to TEST_TMPDIR.
 #include "data/tokens.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -13,8 +14,14 @@
 #include <string>
 #include <vector>
 
+#include "core/testing/status_matchers.h"
+
 namespace strata {
 namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using testing::StatusIs;
 
 std::string TempPath(const std::string& name) {
   const char* dir = std::getenv("TEST_TMPDIR");
@@ -47,16 +54,14 @@ std::string LlmcBytes(const std::vector<uint16_t>& tokens) {
   return LlmcBytes(tokens, static_cast<int32_t>(tokens.size()));
 }
 
-// Expects a failed load whose message contains every fragment.
+// Expects a failed load (any code) whose message contains every fragment.
 void ExpectLoadError(const std::string& path, int vocab,
                      const std::vector<std::string>& fragments) {
-  auto loaded = LoadTokenFile(path, vocab);
-  ASSERT_FALSE(loaded.ok()) << path;
-  const std::string message(loaded.status().message());
-  for (const std::string& fragment : fragments) {
-    EXPECT_NE(message.find(fragment), std::string::npos)
-        << "message: " << message << "\nmissing: " << fragment;
-  }
+  std::vector<::testing::Matcher<const std::string&>> substrings;
+  for (const std::string& fragment : fragments) substrings.push_back(HasSubstr(fragment));
+  EXPECT_THAT(LoadTokenFile(path, vocab),
+              StatusIs(::testing::Ne(absl::StatusCode::kOk), ::testing::AllOfArray(substrings)))
+      << path;
 }
 
 std::vector<uint16_t> Ramp(int count, int modulus) {
@@ -69,7 +74,7 @@ TEST(LoadTokens, LlmcFileRoundTrips) {
   const std::vector<uint16_t> tokens = Ramp(5000, 50257);
   const std::string path = WriteFile("round_trip.bin", LlmcBytes(tokens));
   auto loaded = LoadTokenFile(path, 50304);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_OK(loaded);
   EXPECT_EQ(loaded->format, TokenFormat::kLlmc);
   EXPECT_EQ(*loaded->tokens, tokens);
   EXPECT_EQ(loaded->description, "file " + path + " (llm.c format, 5000 tokens)");
@@ -79,7 +84,7 @@ TEST(LoadTokens, DetectsLlmcByContentNotExtension) {
   const std::vector<uint16_t> tokens = Ramp(100, 300);
   const std::string path = WriteFile("looks_like_text.txt", LlmcBytes(tokens));
   auto loaded = LoadTokenFile(path, 300);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_OK(loaded);
   EXPECT_EQ(loaded->format, TokenFormat::kLlmc);
   EXPECT_EQ(*loaded->tokens, tokens);
 }
@@ -91,7 +96,7 @@ TEST(LoadTokens, TextFileIsItsBytes) {
   text.push_back(static_cast<char>(0x80));
   const std::string path = WriteFile("hello.bin", text);  // extension is irrelevant
   auto loaded = LoadTokenFile(path, 256);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_OK(loaded);
   EXPECT_EQ(loaded->format, TokenFormat::kText);
   ASSERT_EQ(loaded->num_tokens(), static_cast<int64_t>(text.size()));
   for (size_t i = 0; i < text.size(); ++i) {
@@ -106,7 +111,7 @@ TEST(LoadTokens, TextLargerThanOneReadChunk) {
   for (size_t i = 0; i < text.size(); i += 4099) text[i] = static_cast<char>('a' + i % 26);
   const std::string path = WriteFile("big.txt", text);
   auto loaded = LoadTokenFile(path, 256);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_OK(loaded);
   ASSERT_EQ(loaded->num_tokens(), static_cast<int64_t>(text.size()));
   for (size_t i = 0; i < text.size(); i += 4099) {
     ASSERT_EQ((*loaded->tokens)[i], static_cast<unsigned char>(text[i])) << i;
@@ -116,7 +121,7 @@ TEST(LoadTokens, TextLargerThanOneReadChunk) {
 TEST(LoadTokens, ShortFileWithoutMagicIsText) {
   const std::string path = WriteFile("ab.txt", "ab");
   auto loaded = LoadTokenFile(path, 256);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_OK(loaded);
   EXPECT_EQ(loaded->format, TokenFormat::kText);
   EXPECT_EQ(*loaded->tokens, (std::vector<uint16_t>{'a', 'b'}));
 }
@@ -124,7 +129,7 @@ TEST(LoadTokens, ShortFileWithoutMagicIsText) {
 TEST(LoadTokens, EmptyPathMeansEmbeddedCorpus) {
   DataOptions options;
   auto loaded = LoadTokens(options, 256);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_OK(loaded);
   EXPECT_EQ(loaded->format, TokenFormat::kEmbeddedCorpus);
   EXPECT_GT(loaded->num_tokens(), 100000);
   EXPECT_EQ(loaded->description,
@@ -135,15 +140,13 @@ TEST(LoadTokens, OptionsPathLoadsThatFile) {
   DataOptions options;
   options.path = WriteFile("options.txt", "some text");
   auto loaded = LoadTokens(options, 256);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_OK(loaded);
   EXPECT_EQ(loaded->num_tokens(), 9);
 }
 
 TEST(LoadTokensErrors, MissingFileIsNotFound) {
   const std::string path = TempPath("no_such_file.bin");
-  auto loaded = LoadTokenFile(path, 256);
-  ASSERT_FALSE(loaded.ok());
-  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(LoadTokenFile(path, 256), StatusIs(absl::StatusCode::kNotFound));
   ExpectLoadError(path, 256, {path, "not found"});
 }
 
@@ -171,8 +174,7 @@ TEST(LoadTokensErrors, TruncatedLlmcTokens) {
   const std::string path = WriteFile("short_tokens.bin", LlmcBytes(Ramp(10, 256), 20));
   ExpectLoadError(path, 256,
                   {path, "truncated llm.c file", "header says 20 tokens", "only 10 tokens"});
-  auto loaded = LoadTokenFile(path, 256);
-  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(LoadTokenFile(path, 256), StatusIs(absl::StatusCode::kDataLoss));
   // An odd trailing byte is not a token either.
   std::string odd = LlmcBytes(Ramp(10, 256), 11);
   odd.push_back('\x01');
@@ -201,7 +203,7 @@ TEST(LoadTokensErrors, OtherMagicIsText) {
   // A different first int32 is just text bytes, whatever follows.
   const std::string bytes = LlmcBytes(Ramp(10, 256), 10, 1, kLlmcMagic + 1);
   auto loaded = LoadTokenFile(WriteFile("other_magic.bin", bytes), 256);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_OK(loaded);
   EXPECT_EQ(loaded->format, TokenFormat::kText);
   EXPECT_EQ(loaded->num_tokens(), static_cast<int64_t>(bytes.size()));
 }
@@ -213,8 +215,8 @@ TEST(LoadTokensErrors, LlmcIdOutOfVocabNamesPositionAndId) {
   ExpectLoadError(
       path, 1000,
       {path, "token id 1000", "token position 37", "byte offset 1098", "model.vocab = 1000"});
-  EXPECT_EQ(LoadTokenFile(path, 1000).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(LoadTokenFile(path, 1001).ok());
+  EXPECT_THAT(LoadTokenFile(path, 1000), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_OK(LoadTokenFile(path, 1001));
 }
 
 TEST(LoadTokensErrors, TextByteOutOfSmallVocab) {
@@ -223,9 +225,8 @@ TEST(LoadTokensErrors, TextByteOutOfSmallVocab) {
 }
 
 TEST(LoadTokensErrors, BadVocabArgument) {
-  auto loaded = LoadTokenFile(WriteFile("vocab0.txt", "abc"), 0);
-  ASSERT_FALSE(loaded.ok());
-  EXPECT_NE(loaded.status().message().find("model.vocab must be >= 1"), std::string::npos);
+  EXPECT_THAT(LoadTokenFile(WriteFile("vocab0.txt", "abc"), 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.vocab must be >= 1")));
 }
 
 StatusOr<TokenDataset> TextDataset(int num_tokens) {
@@ -235,9 +236,9 @@ StatusOr<TokenDataset> TextDataset(int num_tokens) {
 
 TEST(SplitTokens, LastFractionIsValidation) {
   auto dataset = TextDataset(1000);
-  ASSERT_TRUE(dataset.ok());
+  ASSERT_OK(dataset);
   auto splits = SplitTokens(*dataset, 0.1, 16);
-  ASSERT_TRUE(splits.ok()) << splits.status();
+  ASSERT_OK(splits);
   EXPECT_EQ(splits->train.begin, 0);
   EXPECT_EQ(splits->train.end, 900);
   EXPECT_EQ(splits->validation.begin, 900);
@@ -249,54 +250,46 @@ TEST(SplitTokens, LastFractionIsValidation) {
 
 TEST(SplitTokens, ValidationIsFlooredAndMayBeZero) {
   auto dataset = TextDataset(1009);
-  ASSERT_TRUE(dataset.ok());
+  ASSERT_OK(dataset);
   auto splits = SplitTokens(*dataset, 0.25, 8);  // 252.25 -> 252
-  ASSERT_TRUE(splits.ok()) << splits.status();
+  ASSERT_OK(splits);
   EXPECT_EQ(splits->validation.num_tokens(), 252);
   EXPECT_EQ(splits->train.num_tokens(), 757);
   auto no_validation = SplitTokens(*dataset, 0.0, 8);
-  ASSERT_TRUE(no_validation.ok()) << no_validation.status();
+  ASSERT_OK(no_validation);
   EXPECT_EQ(no_validation->train.num_tokens(), 1009);
   EXPECT_EQ(no_validation->validation.num_tokens(), 0);
 }
 
 TEST(SplitTokens, EachSplitNeedsOneSequencePlusOne) {
   auto dataset = TextDataset(100);
-  ASSERT_TRUE(dataset.ok());
+  ASSERT_OK(dataset);
   // 10 validation tokens: exactly seq_len 9 + 1 fits, seq_len 10 does not.
-  EXPECT_TRUE(SplitTokens(*dataset, 0.1, 9).ok());
-  auto small_val = SplitTokens(*dataset, 0.1, 10);
-  ASSERT_FALSE(small_val.ok());
-  const std::string val_message(small_val.status().message());
-  EXPECT_NE(val_message.find("data file 't.txt'"), std::string::npos) << val_message;
-  EXPECT_NE(val_message.find("validation split"), std::string::npos) << val_message;
-  EXPECT_NE(val_message.find("holds 10 tokens"), std::string::npos) << val_message;
-  EXPECT_NE(val_message.find("data.val_fraction"), std::string::npos) << val_message;
+  EXPECT_OK(SplitTokens(*dataset, 0.1, 9));
+  EXPECT_THAT(SplitTokens(*dataset, 0.1, 10),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("data file 't.txt'"), HasSubstr("validation split"),
+                             HasSubstr("holds 10 tokens"), HasSubstr("data.val_fraction"))));
   // 10 train tokens.
-  EXPECT_TRUE(SplitTokens(*dataset, 0.9, 9).ok());
-  auto small_train = SplitTokens(*dataset, 0.9, 10);
-  ASSERT_FALSE(small_train.ok());
-  EXPECT_NE(small_train.status().message().find("train split"), std::string::npos)
-      << small_train.status();
+  EXPECT_OK(SplitTokens(*dataset, 0.9, 9));
+  EXPECT_THAT(SplitTokens(*dataset, 0.9, 10),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("train split")));
 }
 
 TEST(SplitTokens, TooFewTokensForOneSequence) {
   const std::string path = WriteFile("tiny.txt", "0123456789");
   auto dataset = LoadTokenFile(path, 256);
-  ASSERT_TRUE(dataset.ok()) << dataset.status();
-  EXPECT_TRUE(SplitTokens(*dataset, 0.0, 9).ok());
-  auto splits = SplitTokens(*dataset, 0.0, 10);
-  ASSERT_FALSE(splits.ok());
-  const std::string message(splits.status().message());
-  EXPECT_NE(message.find(path), std::string::npos) << message;
-  EXPECT_NE(message.find("too few tokens for one sequence"), std::string::npos) << message;
-  EXPECT_NE(message.find("holds 10 tokens"), std::string::npos) << message;
-  EXPECT_NE(message.find("needs 11"), std::string::npos) << message;
+  ASSERT_OK(dataset);
+  EXPECT_OK(SplitTokens(*dataset, 0.0, 9));
+  EXPECT_THAT(SplitTokens(*dataset, 0.0, 10),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(path), HasSubstr("too few tokens for one sequence"),
+                             HasSubstr("holds 10 tokens"), HasSubstr("needs 11"))));
 }
 
 TEST(SplitTokens, RejectsBadArguments) {
   auto dataset = TextDataset(100);
-  ASSERT_TRUE(dataset.ok());
+  ASSERT_OK(dataset);
   EXPECT_FALSE(SplitTokens(*dataset, 1.0, 4).ok());
   EXPECT_FALSE(SplitTokens(*dataset, -0.1, 4).ok());
   EXPECT_FALSE(SplitTokens(*dataset, std::nan(""), 4).ok());

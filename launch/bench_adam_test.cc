@@ -4,12 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include "core/testing/status_matchers.h"
+
 namespace strata {
 namespace {
 
 TEST(BenchAdam, QuickRunReturnsOk) {
   const Status status = RunBenchAdam(2, /*quick=*/true);
-  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_OK(status);
 }
 
 }  // namespace

@@ -14,9 +14,14 @@
 
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/testing/status_matchers.h"
 
 namespace strata {
 namespace {
+
+using ::testing::HasSubstr;
+using testing::IsOkAndHolds;
+using testing::StatusIs;
 
 // The keys the spec names, in the table's order.
 const std::vector<std::string> kAllKeys = {
@@ -103,21 +108,20 @@ std::vector<std::string> ProblemLines(const Status& status) {
 void ExpectOneProblem(const std::string& path, const std::vector<std::string>& sets,
                       const std::vector<std::string>& fragments) {
   StatusOr<Options> parsed = ParseOptions(path, sets);
-  ASSERT_FALSE(parsed.ok()) << "sets[0]=" << (sets.empty() ? "" : sets[0]);
-  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_THAT(parsed, StatusIs(absl::StatusCode::kInvalidArgument))
+      << "sets[0]=" << (sets.empty() ? "" : sets[0]);
   std::vector<std::string> lines = ProblemLines(parsed.status());
   ASSERT_EQ(lines.size(), 1u) << parsed.status().message();
   for (const std::string& fragment : fragments) {
-    EXPECT_NE(lines[0].find(fragment), std::string::npos)
-        << "missing '" << fragment << "' in: " << lines[0];
+    EXPECT_THAT(lines[0], HasSubstr(fragment));
   }
 }
 
 TEST(ParseOptions, NoFileNoSetsGivesDefaults) {
   StatusOr<Options> parsed = ParseOptions("", {});
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_OK(parsed);
   ExpectOptionsEqual(*parsed, Options{});
-  EXPECT_TRUE(ValidateOptions(Options{}).ok());
+  EXPECT_OK(ValidateOptions(Options{}));
 }
 
 TEST(ParseOptions, ConfigKeysAreExactlyTheSpecKeys) {
@@ -134,7 +138,7 @@ TEST(ParseOptions, PresetsSetModelDimensions) {
                                          {"small", 4, 4, 256, 50304, 256},
                                          {"gpt2-124m", 12, 12, 768, 50304, 1024}}) {
     StatusOr<Options> parsed = ParseOptions("", {"model.preset=" + c.name});
-    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    ASSERT_OK(parsed);
     EXPECT_EQ(parsed->model.preset, c.name);
     EXPECT_EQ(parsed->model.layers, c.layers) << c.name;
     EXPECT_EQ(parsed->model.heads, c.heads) << c.name;
@@ -149,7 +153,7 @@ TEST(ParseOptions, FilePresetThenFileKeysThenSets) {
       "order.json",
       R"({"train": {"steps": 10, "micro_batch": 2}, "model": {"layers": 3, "preset": "tiny"}})");
   StatusOr<Options> parsed = ParseOptions(path, {"train.steps=20", "train.steps=30"});
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_OK(parsed);
   Options want;
   want.model = {"tiny", 3, 2, 64, 256, 64};  // the file's layers beat the preset
   want.train.steps = 30;                     // the last --set beats the file and earlier sets
@@ -161,7 +165,7 @@ TEST(ParseOptions, SetPresetAppliesBeforeFileKeysAndBeatsFilePreset) {
   std::string path =
       WriteConfig("preset.json", R"({"model": {"preset": "gpt2-124m", "channels": 128}})");
   StatusOr<Options> parsed = ParseOptions(path, {"model.preset=tiny", "model.heads=4"});
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_OK(parsed);
   Options want;
   want.model = {"tiny", 2, 4, 128, 256, 64};
   ExpectOptionsEqual(*parsed, want);
@@ -169,7 +173,7 @@ TEST(ParseOptions, SetPresetAppliesBeforeFileKeysAndBeatsFilePreset) {
 
 TEST(ParseOptions, SetPresetAfterAnotherKeyStillAppliesFirst) {
   StatusOr<Options> parsed = ParseOptions("", {"model.layers=7", "model.preset=gpt2-124m"});
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_OK(parsed);
   EXPECT_EQ(parsed->model.layers, 7);
   EXPECT_EQ(parsed->model.heads, 12);
   EXPECT_EQ(parsed->model.max_seq_len, 1024);
@@ -213,7 +217,7 @@ TEST(ParseOptions, EveryKeyThroughSet) {
                                                "zero.grad_tier=host",
                                                "zero.param_tier=host",
                                                "tiers.host_memory_limit=3GiB"});
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_OK(parsed);
   Options want;
   want.model = {"tiny", 3, 4, 96, 300, 128};
   want.data = {"/data/a=b.txt", 0.25};
@@ -253,7 +257,7 @@ TEST(ParseOptions, EveryKeyThroughFile) {
     "zero": {"stage": 0, "world": 1}
   })");
   StatusOr<Options> parsed = ParseOptions(path, {});
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_OK(parsed);
   Options want;
   want.model = {"tiny", 3, 4, 96, 300, 128};
   want.data = {"corpus.txt", 0.25};
@@ -279,16 +283,23 @@ TEST(ParseOptions, EveryKeyThroughFile) {
   ExpectOptionsEqual(*parsed, want);
 }
 
+// device.memory_limit as parsed from `path` and `sets`.
+StatusOr<uint64_t> ParsedMemoryLimit(const std::string& path,
+                                     const std::vector<std::string>& sets) {
+  ASSIGN_OR_RETURN(const Options options, ParseOptions(path, sets));
+  return options.device.memory_limit;
+}
+
 TEST(ParseOptions, SizesThroughSetAndFile) {
-  EXPECT_EQ(ParseOptions("", {"device.memory_limit=2GiB"})->device.memory_limit, 2ull << 30);
-  EXPECT_EQ(ParseOptions("", {"device.memory_limit=4096"})->device.memory_limit, 4096u);
-  EXPECT_EQ(ParseOptions("", {"device.memory_limit=1.5GB"})->device.memory_limit, 1500000000ull);
+  EXPECT_THAT(ParsedMemoryLimit("", {"device.memory_limit=2GiB"}), IsOkAndHolds(2ull << 30));
+  EXPECT_THAT(ParsedMemoryLimit("", {"device.memory_limit=4096"}), IsOkAndHolds(4096u));
+  EXPECT_THAT(ParsedMemoryLimit("", {"device.memory_limit=1.5GB"}), IsOkAndHolds(1500000000ull));
   std::string bytes = WriteConfig("bytes.json", R"({"device": {"memory_limit": 1048576}})");
-  EXPECT_EQ(ParseOptions(bytes, {})->device.memory_limit, 1048576u);
+  EXPECT_THAT(ParsedMemoryLimit(bytes, {}), IsOkAndHolds(1048576u));
   std::string text = WriteConfig("text.json", R"({"device": {"memory_limit": "512MiB"}})");
-  EXPECT_EQ(ParseOptions(text, {})->device.memory_limit, 512ull << 20);
+  EXPECT_THAT(ParsedMemoryLimit(text, {}), IsOkAndHolds(512ull << 20));
   // A --set beats the file.
-  EXPECT_EQ(ParseOptions(text, {"device.memory_limit=1GiB"})->device.memory_limit, 1ull << 30);
+  EXPECT_THAT(ParsedMemoryLimit(text, {"device.memory_limit=1GiB"}), IsOkAndHolds(1ull << 30));
   ExpectOneProblem("", {"device.memory_limit=lots"},
                    {"device.memory_limit: got 'lots', expected a size", "[in --set"});
   ExpectOneProblem("", {"device.memory_limit=2XB"}, {"device.memory_limit: got '2XB'"});
@@ -305,8 +316,9 @@ TEST(ParseOptions, UnknownKeysAreErrorsWithSuggestions) {
   ExpectOneProblem("", {"train.memory_limit=1GiB"},
                    {"train.memory_limit: unknown key (did you mean device.memory_limit?)"});
   ExpectOneProblem("", {"train.learning_rate=1"}, {"train.learning_rate: unknown key"});
-  StatusOr<Options> far = ParseOptions("", {"train.learning_rate=1"});
-  EXPECT_EQ(std::string(far.status().message()).find("did you mean"), std::string::npos);
+  EXPECT_THAT(
+      ParseOptions("", {"train.learning_rate=1"}),
+      StatusIs(absl::StatusCode::kInvalidArgument, ::testing::Not(HasSubstr("did you mean"))));
 
   std::string path =
       WriteConfig("unknown.json", R"({"trian": {"steps": 1}, "model": {"layres": 2}, "steps": 3})");
@@ -315,13 +327,12 @@ TEST(ParseOptions, UnknownKeysAreErrorsWithSuggestions) {
   std::vector<std::string> lines = ProblemLines(parsed.status());
   ASSERT_EQ(lines.size(), 3u) << parsed.status().message();
   // nlohmann objects iterate in key order: model, steps, trian.
-  EXPECT_NE(lines[0].find("model.layres: unknown key (did you mean model.layers?) [in " + path),
-            std::string::npos)
-      << lines[0];
-  EXPECT_NE(lines[1].find("steps: unknown section"), std::string::npos) << lines[1];
-  EXPECT_NE(lines[1].find("did you mean train.steps?"), std::string::npos) << lines[1];
-  EXPECT_NE(lines[2].find("trian: unknown section"), std::string::npos) << lines[2];
-  EXPECT_NE(lines[2].find("(did you mean train?)"), std::string::npos) << lines[2];
+  EXPECT_THAT(lines[0],
+              HasSubstr("model.layres: unknown key (did you mean model.layers?) [in " + path));
+  EXPECT_THAT(lines[1], HasSubstr("steps: unknown section"));
+  EXPECT_THAT(lines[1], HasSubstr("did you mean train.steps?"));
+  EXPECT_THAT(lines[2], HasSubstr("trian: unknown section"));
+  EXPECT_THAT(lines[2], HasSubstr("(did you mean train?)"));
 }
 
 TEST(ParseOptions, MalformedSetsAreErrors) {
@@ -401,7 +412,7 @@ TEST(ParseOptions, CrossFieldChecksRunOnTheMergedResult) {
   // Invalid alone (seq_len 128 > tiny's 64) but valid once max_seq_len is raised later.
   StatusOr<Options> ok =
       ParseOptions("", {"model.preset=tiny", "train.seq_len=128", "model.max_seq_len=128"});
-  ASSERT_TRUE(ok.ok()) << ok.status();
+  ASSERT_OK(ok);
   EXPECT_EQ(ok->train.seq_len, 128);
   // Heads must divide channels, checked after the preset and overrides are merged.
   ExpectOneProblem("", {"model.preset=tiny", "model.heads=3"},
@@ -480,7 +491,7 @@ TEST(ParseOptions, EveryProblemIsReportedInOneStatus) {
   };
   ASSERT_EQ(lines.size(), want.size()) << message;
   for (const std::string& fragment : want) {
-    EXPECT_NE(message.find(fragment), std::string::npos) << "missing: " << fragment;
+    EXPECT_THAT(message, HasSubstr(fragment));
   }
 }
 
@@ -507,20 +518,18 @@ TEST(ValidateOptions, ReportsProblemsOfOptionsBuiltInCode) {
 TEST(DescribeKeys, MentionsEveryKeyWithItsDefault) {
   std::string text = DescribeKeys();
   for (const std::string& key : kAllKeys) {
-    EXPECT_NE(text.find("  " + key + " ("), std::string::npos) << key;
+    EXPECT_THAT(text, HasSubstr("  " + key + " (")) << key;
   }
-  EXPECT_NE(text.find("train.steps (int, default 50)"), std::string::npos) << text;
-  EXPECT_NE(text.find("model.preset (string, default \"small\")"), std::string::npos);
-  EXPECT_NE(text.find("train.lr (float, default 0.001)"), std::string::npos);
+  EXPECT_THAT(text, HasSubstr("train.steps (int, default 50)"));
+  EXPECT_THAT(text, HasSubstr("model.preset (string, default \"small\")"));
+  EXPECT_THAT(text, HasSubstr("train.lr (float, default 0.001)"));
   // A key of a few values lists them as its type.
-  EXPECT_NE(text.find("train.dtype (fp32|bf16, default fp32)"), std::string::npos);
-  EXPECT_NE(text.find("zero.optimizer_tier (device|host|nvme, default device)"),
-            std::string::npos);
-  EXPECT_NE(text.find("train.seed (uint64, default 1337)"), std::string::npos);
-  EXPECT_NE(text.find("device.memory_limit (size, default 8GiB)"), std::string::npos);
-  EXPECT_NE(text.find("gpt2-124m: layers 12, heads 12, channels 768, vocab 50304, "
-                      "max_seq_len 1024"),
-            std::string::npos);
+  EXPECT_THAT(text, HasSubstr("train.dtype (fp32|bf16, default fp32)"));
+  EXPECT_THAT(text, HasSubstr("zero.optimizer_tier (device|host|nvme, default device)"));
+  EXPECT_THAT(text, HasSubstr("train.seed (uint64, default 1337)"));
+  EXPECT_THAT(text, HasSubstr("device.memory_limit (size, default 8GiB)"));
+  EXPECT_THAT(text, HasSubstr("gpt2-124m: layers 12, heads 12, channels 768, vocab 50304, "
+                              "max_seq_len 1024"));
 }
 
 TEST(FormatResolved, OneLinePerKeyThatParsesBackExactly) {
@@ -529,7 +538,7 @@ TEST(FormatResolved, OneLinePerKeyThatParsesBackExactly) {
                         "data.val_fraction=0.123456789", "device.memory_limit=1536MiB",
                         "device.memory_limit=1000001", "train.seed=12345678901234567",
                         "train.dtype=bf16", "data.path=/tmp/corpus.txt"});
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_OK(parsed);
   std::string text = FormatResolved(*parsed);
   std::vector<std::string> lines = absl::StrSplit(text, '\n', absl::SkipEmpty());
   ASSERT_EQ(lines.size(), kAllKeys.size());
@@ -540,7 +549,7 @@ TEST(FormatResolved, OneLinePerKeyThatParsesBackExactly) {
   EXPECT_EQ(lines[13], "train.lr=0.00031");
   EXPECT_EQ(lines[31], "device.memory_limit=1000001");
   StatusOr<Options> again = ParseOptions("", lines);
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again);
   ExpectOptionsEqual(*again, *parsed);
 
   std::vector<std::string> defaults =
@@ -566,7 +575,13 @@ TEST(ValidatePlacement, RunnableCombinationsPass) {
        "zero.param_update=delayed"},
   };
   for (const auto& sets : ok) {
-    EXPECT_TRUE(ParseOptions("", sets).ok()) << absl::StrJoin(sets, " ");
+    ASSERT_OK_AND_ASSIGN(const Options options, ParseOptions("", sets));
+    // Accepted as asked: every setting is in the resolved options, none was dropped.
+    const std::vector<std::string> resolved =
+        absl::StrSplit(FormatResolved(options), '\n', absl::SkipEmpty());
+    for (const std::string& set : sets) {
+      EXPECT_THAT(resolved, ::testing::Contains(set)) << absl::StrJoin(sets, " ");
+    }
   }
 }
 
@@ -606,10 +621,8 @@ TEST(ValidatePlacement, EachImpossibleCombinationSaysWhatWouldWork) {
        "zero.param_tier=device (got device, device, device)"},
   };
   for (const Case& c : cases) {
-    StatusOr<Options> parsed = ParseOptions("", c.sets);
-    ASSERT_FALSE(parsed.ok()) << absl::StrJoin(c.sets, " ");
-    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(std::string(parsed.status().message()), ::testing::HasSubstr(c.needle))
+    EXPECT_THAT(ParseOptions("", c.sets),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.needle)))
         << absl::StrJoin(c.sets, " ");
   }
 }

@@ -4,21 +4,25 @@
 // (1 GiB and more) is nvme_bench_main's job.
 #include "nvme/disk_bench.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdlib>
 
+#include "absl/strings/match.h"
+#include "core/testing/status_matchers.h"
+
 namespace strata::nvme {
 namespace {
+
+using ::strata::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 std::string TestDir() {
   const char* dir = std::getenv("TEST_TMPDIR");
   return dir != nullptr ? dir : "/tmp";
-}
-
-bool Contains(absl::string_view text, absl::string_view part) {
-  return text.find(part) != absl::string_view::npos;
 }
 
 DiskBenchOptions SmallOptions() {
@@ -33,10 +37,10 @@ DiskBenchOptions SmallOptions() {
 TEST(DiskBench, MeasuresEngineFioAndPlainLoopOnASmallFile) {
   StatusOr<DiskBenchResult> result = RunDiskBench(SmallOptions());
   if (!result.ok() && result.status().code() == absl::StatusCode::kInvalidArgument &&
-      Contains(result.status().message(), "O_DIRECT")) {
+      absl::StrContains(result.status().message(), "O_DIRECT")) {
     GTEST_SKIP() << result.status();
   }
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_OK(result);
   ASSERT_EQ(result->depths.size(), 2u);
   for (const DepthFigures& figures : result->depths) {
     EXPECT_GT(figures.engine_read_mb_per_s, 0);
@@ -56,13 +60,12 @@ TEST(DiskBench, MeasuresEngineFioAndPlainLoopOnASmallFile) {
                      result->median_engine_read_mb_per_s / result->median_fio_read_mb_per_s);
     EXPECT_GE(result->best_fio_read_mb_per_s, result->median_fio_read_mb_per_s);
     EXPECT_EQ(result->goal_vs_fio_met, result->read_vs_fio >= kGoalReadVsFio);
-    EXPECT_TRUE(Contains(result->fio_version, "fio")) << result->fio_version;
+    EXPECT_THAT(result->fio_version, HasSubstr("fio"));
   } else {
     EXPECT_FALSE(result->fio_note.empty());
   }
   const std::string text = FormatDiskBench(*result);
-  EXPECT_TRUE(Contains(text, "plain pread loop")) << text;
-  EXPECT_TRUE(Contains(text, "goal:")) << text;
+  EXPECT_THAT(text, AllOf(HasSubstr("plain pread loop"), HasSubstr("goal:")));
   EXPECT_NE(::access(result->file.c_str(), F_OK), 0) << "the test file is removed";
 }
 
@@ -72,15 +75,16 @@ TEST(DiskBench, MissingFioIsReportedNotFatal) {
   options.fio_path = "strata-no-such-fio";
   options.measure_small_page_buffers = false;
   StatusOr<DiskBenchResult> result = RunDiskBench(options);
-  if (!result.ok() && Contains(result.status().message(), "O_DIRECT")) {
+  if (!result.ok() && absl::StrContains(result.status().message(), "O_DIRECT")) {
     GTEST_SKIP() << result.status();
   }
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_OK(result);
   EXPECT_FALSE(result->fio_available);
-  EXPECT_TRUE(Contains(result->fio_note, "fio not found")) << result->fio_note;
+  EXPECT_THAT(result->fio_note, HasSubstr("fio not found"));
   EXPECT_FALSE(result->goal_vs_fio_met);
+  ASSERT_EQ(result->depths.size(), 1u);
   EXPECT_EQ(result->depths[0].fio_read_mb_per_s, 0);
-  EXPECT_TRUE(Contains(FormatDiskBench(*result), "not measured")) << FormatDiskBench(*result);
+  EXPECT_THAT(FormatDiskBench(*result), HasSubstr("not measured"));
 }
 
 TEST(DiskBench, RejectsBadOptionsListingEveryProblem) {
@@ -88,12 +92,10 @@ TEST(DiskBench, RejectsBadOptionsListingEveryProblem) {
   options.file_bytes = 3 << 20;
   options.request_bytes = 2 << 20;
   options.queue_depths = {0};
-  StatusOr<DiskBenchResult> result = RunDiskBench(options);
-  ASSERT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
-  const std::string message(result.status().message());
-  EXPECT_TRUE(Contains(message, "dir: required")) << message;
-  EXPECT_TRUE(Contains(message, "file size")) << message;
-  EXPECT_TRUE(Contains(message, "queue depth 0")) << message;
+  EXPECT_THAT(RunDiskBench(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("dir: required"), HasSubstr("file size"),
+                             HasSubstr("queue depth 0"))));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "nvme/fault_injection.h"
 
 #include <fcntl.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <map>
 #include <vector>
 
+#include "core/testing/status_matchers.h"
 #include "nvme/io_buffer.h"
 #include "nvme/test_util.h"
 
@@ -24,6 +26,9 @@ namespace {
 
 using ::strata::nvme::testing::FillPattern;
 using ::strata::nvme::testing::FirstMismatch;
+using ::strata::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
 
 constexpr std::chrono::milliseconds kWait = std::chrono::seconds(20);
@@ -32,10 +37,6 @@ constexpr uint8_t kSentinel = 0xAB;
 constexpr uint64_t kOldSeed = 1;  // what the file holds before a test writes
 constexpr uint64_t kNewSeed = 2;  // what a test writes
 
-bool Contains(absl::string_view text, absl::string_view part) {
-  return text.find(part) != absl::string_view::npos;
-}
-
 class FaultTest : public ::testing::TestWithParam<IoEngineKind> {
  protected:
   void SetUp() override {
@@ -43,9 +44,7 @@ class FaultTest : public ::testing::TestWithParam<IoEngineKind> {
     STRATA_SKIP_IF_UNAVAILABLE(GetParam(), dir_);
     path_ = dir_ + "/faults.dat";
     testing::WritePatternFile(path_, 1024 * kKiB, kOldSeed);
-    StatusOr<IoBuffer> buffer = IoBuffer::Allocate(1024 * kKiB);
-    ASSERT_TRUE(buffer.ok());
-    buffer_ = std::move(buffer).value();
+    ASSERT_OK_AND_ASSIGN(buffer_, IoBuffer::Allocate(1024 * kKiB));
   }
 
   std::unique_ptr<FaultInjectingEngine> MakeEngine(FaultPlan plan, uint32_t queue_depth = 8) {
@@ -54,11 +53,11 @@ class FaultTest : public ::testing::TestWithParam<IoEngineKind> {
     options.queue_depth = queue_depth;
     options.max_request_bytes = 16 * kKiB;
     StatusOr<std::unique_ptr<IoEngine>> inner = CreateIoEngine(options);
-    EXPECT_TRUE(inner.ok()) << inner.status();
+    EXPECT_OK(inner);
     if (!inner.ok()) return nullptr;
     auto engine = std::make_unique<FaultInjectingEngine>(std::move(inner).value(), plan);
     StatusOr<FileHandle> file = engine->OpenFile(path_, FileOptions());
-    EXPECT_TRUE(file.ok()) << file.status();
+    EXPECT_OK(file);
     file_ = file.ok() ? *file : FileHandle{};
     return engine;
   }
@@ -70,10 +69,10 @@ class FaultTest : public ::testing::TestWithParam<IoEngineKind> {
 
   // Submits, waits for all (bounded), returns completions by tag.
   std::map<uint64_t, IoCompletion> Run(IoEngine* engine, const std::vector<IoRequest>& batch) {
-    EXPECT_TRUE(engine->Submit(batch).ok());
+    EXPECT_OK(engine->Submit(batch));
     std::vector<IoCompletion> completions;
     Status waited = engine->Wait(batch.size(), kWait, &completions);
-    EXPECT_TRUE(waited.ok()) << waited;
+    EXPECT_OK(waited);
     std::map<uint64_t, IoCompletion> by_tag;
     for (IoCompletion& completion : completions) {
       EXPECT_EQ(by_tag.count(completion.tag), 0u) << "tag " << completion.tag << " twice";
@@ -117,15 +116,12 @@ TEST_P(FaultTest, EioFailsTheChosenExtentsAndTouchesNothing) {
   auto writes =
       Run(engine.get(), {Request(IoOp::kWrite, 0, length), Request(IoOp::kWrite, 1, length),
                          Request(IoOp::kWrite, 2, length)});
-  EXPECT_TRUE(writes[0].status.ok());
-  EXPECT_TRUE(writes[1].status.ok());
-  const Status& failed_write = writes[2].status;
-  EXPECT_EQ(failed_write.code(), absl::StatusCode::kInternal) << failed_write;
-  EXPECT_TRUE(Contains(failed_write.message(), "write of " + path_ +
-                                                   " at offset 65536, length "
-                                                   "32768"))
-      << failed_write;
-  EXPECT_TRUE(Contains(failed_write.message(), std::strerror(EIO))) << failed_write;
+  EXPECT_OK(writes[0].status);
+  EXPECT_OK(writes[1].status);
+  EXPECT_THAT(writes[2].status,
+              StatusIs(absl::StatusCode::kInternal,
+                       AllOf(HasSubstr("write of " + path_ + " at offset 65536, length 32768"),
+                             HasSubstr(std::strerror(EIO)))));
   std::vector<uint8_t> on_disk = ReadFileRange(2 * length, length);
   EXPECT_EQ(FirstMismatch(on_disk.data(), length, kOldSeed, 2 * length), -1)
       << "a failed write wrote nothing";
@@ -133,10 +129,10 @@ TEST_P(FaultTest, EioFailsTheChosenExtentsAndTouchesNothing) {
   std::memset(buffer_.data(), kSentinel, 3 * length);
   auto reads = Run(engine.get(), {Request(IoOp::kRead, 0, length), Request(IoOp::kRead, 1, length),
                                   Request(IoOp::kRead, 2, length)});
-  EXPECT_TRUE(reads[0].status.ok());
-  EXPECT_EQ(reads[1].status.code(), absl::StatusCode::kInternal);
-  EXPECT_TRUE(Contains(reads[1].status.message(), "read of " + path_ + " at offset 32768"));
-  EXPECT_TRUE(reads[2].status.ok());
+  EXPECT_OK(reads[0].status);
+  EXPECT_THAT(reads[1].status, StatusIs(absl::StatusCode::kInternal,
+                                        HasSubstr("read of " + path_ + " at offset 32768")));
+  EXPECT_OK(reads[2].status);
   EXPECT_EQ(FirstMismatch(buffer_.data(), length, kNewSeed, 0), -1);
   EXPECT_TRUE(std::all_of(buffer_.data() + length, buffer_.data() + 2 * length,
                           [](char c) { return static_cast<uint8_t>(c) == kSentinel; }));
@@ -154,10 +150,9 @@ TEST_P(FaultTest, EnospcFailsWritesOnly) {
   FillPattern(buffer_.data(), 2 * length, kNewSeed, 0);
   auto done =
       Run(engine.get(), {Request(IoOp::kWrite, 0, length), Request(IoOp::kRead, 1, length)});
-  EXPECT_EQ(done[0].status.code(), absl::StatusCode::kResourceExhausted) << done[0].status;
-  EXPECT_TRUE(Contains(done[0].status.message(), std::strerror(ENOSPC)));
-  EXPECT_TRUE(Contains(done[0].status.message(), path_));
-  EXPECT_TRUE(done[1].status.ok());
+  EXPECT_THAT(done[0].status, StatusIs(absl::StatusCode::kResourceExhausted,
+                                       AllOf(HasSubstr(std::strerror(ENOSPC)), HasSubstr(path_))));
+  EXPECT_OK(done[1].status);
   std::vector<uint8_t> on_disk = ReadFileRange(0, length);
   EXPECT_EQ(FirstMismatch(on_disk.data(), length, kOldSeed, 0), -1);
   EXPECT_EQ(engine->fault_stats().enospc, 1u);
@@ -175,8 +170,8 @@ TEST_P(FaultTest, ShortReadsAndWritesAreDataLossWithThePrefixTransferred) {
 
   FillPattern(buffer_.data(), length, kNewSeed, 0);
   auto writes = Run(engine.get(), {Request(IoOp::kWrite, 0, length)});
-  EXPECT_EQ(writes[0].status.code(), absl::StatusCode::kDataLoss) << writes[0].status;
-  EXPECT_TRUE(Contains(writes[0].status.message(), "short write: 16384 of 32768 bytes"));
+  EXPECT_THAT(writes[0].status, StatusIs(absl::StatusCode::kDataLoss,
+                                         HasSubstr("short write: 16384 of 32768 bytes")));
   EXPECT_EQ(writes[0].bytes_transferred, 16 * kKiB);
   std::vector<uint8_t> on_disk = ReadFileRange(0, length);
   EXPECT_EQ(FirstMismatch(on_disk.data(), 16 * kKiB, kNewSeed, 0), -1);
@@ -184,9 +179,9 @@ TEST_P(FaultTest, ShortReadsAndWritesAreDataLossWithThePrefixTransferred) {
 
   std::memset(buffer_.data(), kSentinel, 2 * length);
   auto reads = Run(engine.get(), {Request(IoOp::kRead, 1, length)});
-  EXPECT_EQ(reads[1].status.code(), absl::StatusCode::kDataLoss) << reads[1].status;
-  EXPECT_TRUE(Contains(reads[1].status.message(), "read of " + path_ + " at offset 32768"));
-  EXPECT_TRUE(Contains(reads[1].status.message(), "short read: 8192 of 32768 bytes"));
+  EXPECT_THAT(reads[1].status, StatusIs(absl::StatusCode::kDataLoss,
+                                        AllOf(HasSubstr("read of " + path_ + " at offset 32768"),
+                                              HasSubstr("short read: 8192 of 32768 bytes"))));
   EXPECT_EQ(reads[1].bytes_transferred, 8 * kKiB);
   EXPECT_EQ(FirstMismatch(buffer_.data() + length, 8 * kKiB, kOldSeed, length), -1);
   EXPECT_EQ(static_cast<uint8_t>(buffer_.data()[length + 8 * kKiB]), kSentinel);
@@ -206,8 +201,8 @@ TEST_P(FaultTest, TornWriteReportsSuccessButLeavesStaleBytesForChecksumsToCatch)
   FillPattern(buffer_.data(), 2 * length, kNewSeed, 0);
   auto writes =
       Run(engine.get(), {Request(IoOp::kWrite, 0, length), Request(IoOp::kWrite, 1, length)});
-  EXPECT_TRUE(writes[0].status.ok());
-  EXPECT_TRUE(writes[1].status.ok()) << "a torn write is invisible to the I/O layer";
+  EXPECT_OK(writes[0].status);
+  EXPECT_OK(writes[1].status) << "a torn write is invisible to the I/O layer";
   EXPECT_EQ(writes[1].bytes_transferred, length);
   const FaultStats stats = engine->fault_stats();
   ASSERT_EQ(stats.torn.size(), 1u);
@@ -221,7 +216,8 @@ TEST_P(FaultTest, TornWriteReportsSuccessButLeavesStaleBytesForChecksumsToCatch)
   std::memset(buffer_.data(), 0, 2 * length);
   auto reads =
       Run(engine.get(), {Request(IoOp::kRead, 0, length), Request(IoOp::kRead, 1, length)});
-  EXPECT_TRUE(reads[0].status.ok() && reads[1].status.ok());
+  EXPECT_OK(reads[0].status);
+  EXPECT_OK(reads[1].status);
   EXPECT_EQ(FirstMismatch(buffer_.data(), length, kNewSeed, 0), -1);
   char* torn_data = buffer_.data() + length;
   EXPECT_EQ(FirstMismatch(torn_data, length, kNewSeed, length), int64_t{4 * kKiB});
@@ -238,10 +234,8 @@ TEST_P(FaultTest, DelayedCompletionsArriveLateAndWaitsStayBounded) {
   ASSERT_NE(engine, nullptr);
   const uint64_t length = 16 * kKiB;
   const auto start = Clock::now();
-  ASSERT_TRUE(engine
-                  ->Submit({Request(IoOp::kRead, 0, length), Request(IoOp::kRead, 1, length),
-                            Request(IoOp::kRead, 2, length)})
-                  .ok());
+  ASSERT_OK(engine->Submit({Request(IoOp::kRead, 0, length), Request(IoOp::kRead, 1, length),
+                            Request(IoOp::kRead, 2, length)}));
   std::vector<IoCompletion> completions;
   Status waited = engine->Wait(3, std::chrono::milliseconds(40), &completions);
   EXPECT_EQ(waited.code(), absl::StatusCode::kDeadlineExceeded) << waited;
@@ -249,10 +243,10 @@ TEST_P(FaultTest, DelayedCompletionsArriveLateAndWaitsStayBounded) {
   for (const IoCompletion& completion : completions) EXPECT_NE(completion.tag, 1u);
   EXPECT_EQ(engine->Outstanding(), 1u);
   completions.clear();
-  ASSERT_TRUE(engine->Wait(1, kWait, &completions).ok());
+  ASSERT_OK(engine->Wait(1, kWait, &completions));
   ASSERT_EQ(completions.size(), 1u);
   EXPECT_EQ(completions[0].tag, 1u);
-  EXPECT_TRUE(completions[0].status.ok());
+  EXPECT_OK(completions[0].status);
   EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(150));
   EXPECT_EQ(engine->fault_stats().delayed, 1u);
 }
@@ -265,17 +259,17 @@ TEST_P(FaultTest, ReorderedCompletionsComeBackReversedInGroups) {
   const uint64_t length = 16 * kKiB;
   std::vector<IoRequest> batch;
   for (uint64_t i = 0; i < 8; ++i) batch.push_back(Request(IoOp::kRead, i, length));
-  ASSERT_TRUE(engine->Submit(batch).ok());
+  ASSERT_OK(engine->Submit(batch));
   std::vector<IoCompletion> completions;
-  ASSERT_TRUE(engine->Wait(8, kWait, &completions).ok());
+  ASSERT_OK(engine->Wait(8, kWait, &completions));
   std::vector<uint64_t> tags;
   for (const IoCompletion& completion : completions) tags.push_back(completion.tag);
   EXPECT_EQ(tags, (std::vector<uint64_t>{3, 2, 1, 0, 7, 6, 5, 4}));
 
   // An incomplete group is released once nothing else is outstanding: no hang.
-  ASSERT_TRUE(engine->Submit({batch[0], batch[1], batch[2]}).ok());
+  ASSERT_OK(engine->Submit({batch[0], batch[1], batch[2]}));
   completions.clear();
-  ASSERT_TRUE(engine->Wait(3, kWait, &completions).ok());
+  ASSERT_OK(engine->Wait(3, kWait, &completions));
   tags.clear();
   for (const IoCompletion& completion : completions) tags.push_back(completion.tag);
   EXPECT_EQ(tags, (std::vector<uint64_t>{2, 1, 0}));
@@ -344,11 +338,11 @@ TEST_P(FaultTest, DrainAndDestructionDoNotWaitOutLongDelays) {
     ASSERT_NE(engine, nullptr);
     std::vector<IoRequest> batch;
     for (uint64_t i = 0; i < 20; ++i) batch.push_back(Request(IoOp::kRead, i, 16 * kKiB));
-    ASSERT_TRUE(engine->Submit(batch).ok());
-    ASSERT_TRUE(engine->Drain().ok());
+    ASSERT_OK(engine->Submit(batch));
+    ASSERT_OK(engine->Drain());
     std::vector<IoCompletion> completions;
     EXPECT_EQ(engine->Poll(&completions), 20u);
-    ASSERT_TRUE(engine->Submit(batch).ok());
+    ASSERT_OK(engine->Submit(batch));
     // Destroyed with 20 reads in flight or held.
   }
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));

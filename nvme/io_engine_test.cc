@@ -7,6 +7,7 @@
 #include "nvme/io_engine.h"
 
 #include <fcntl.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include <set>
 #include <vector>
 
+#include "core/testing/status_matchers.h"
 #include "nvme/io_buffer.h"
 #include "nvme/test_util.h"
 
@@ -25,14 +27,13 @@ namespace {
 
 using ::strata::nvme::testing::FillPattern;
 using ::strata::nvme::testing::FirstMismatch;
+using ::strata::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 constexpr std::chrono::milliseconds kWait = std::chrono::seconds(20);
 constexpr uint64_t kKiB = 1024;
 constexpr uint64_t kMiB = 1024 * 1024;
-
-bool Contains(absl::string_view text, absl::string_view part) {
-  return text.find(part) != absl::string_view::npos;
-}
 
 struct Extent {
   uint64_t offset;
@@ -66,7 +67,7 @@ class EngineTest : public ::testing::TestWithParam<IoEngineKind> {
   std::unique_ptr<IoEngine> MakeEngine(IoEngineOptions options = {}) {
     options.engine = GetParam();
     StatusOr<std::unique_ptr<IoEngine>> engine = CreateIoEngine(options);
-    EXPECT_TRUE(engine.ok()) << engine.status();
+    EXPECT_OK(engine);
     if (!engine.ok()) return nullptr;
     EXPECT_EQ((*engine)->info().engine, OptionName(GetParam()));
     return std::move(engine).value();
@@ -75,16 +76,16 @@ class EngineTest : public ::testing::TestWithParam<IoEngineKind> {
   FileHandle Open(IoEngine* engine, const std::string& name, FileOptions options = {}) {
     options.create = true;
     StatusOr<FileHandle> file = engine->OpenFile(dir_ + "/" + name, options);
-    EXPECT_TRUE(file.ok()) << file.status();
+    EXPECT_OK(file);
     return file.ok() ? *file : FileHandle{};
   }
 
   // Submits everything in one batch and waits for all completions (bounded).
   std::vector<IoCompletion> RunBatch(IoEngine* engine, const std::vector<IoRequest>& requests) {
-    EXPECT_TRUE(engine->Submit(requests).ok());
+    EXPECT_OK(engine->Submit(requests));
     std::vector<IoCompletion> completions;
     Status waited = engine->Wait(requests.size(), kWait, &completions);
-    EXPECT_TRUE(waited.ok()) << waited;
+    EXPECT_OK(waited);
     EXPECT_EQ(completions.size(), requests.size());
     return completions;
   }
@@ -112,7 +113,8 @@ TEST_P(EngineTest, RoundTripsBitExactWithManyExtentsInFlight) {
       const uint64_t seed = depth * 1000 + max_request;
       StatusOr<IoBuffer> source = IoBuffer::Allocate(2 * total);
       StatusOr<IoBuffer> sink = IoBuffer::Allocate(2 * total);
-      ASSERT_TRUE(source.ok() && sink.ok());
+      ASSERT_OK(source);
+      ASSERT_OK(sink);
       std::vector<IoRequest> writes, reads;
       for (size_t i = 0; i < extents.size(); ++i) {
         for (int f = 0; f < 2; ++f) {
@@ -133,13 +135,13 @@ TEST_P(EngineTest, RoundTripsBitExactWithManyExtentsInFlight) {
       }
       std::reverse(reads.begin(), reads.end());  // a different order than written
       for (const IoCompletion& completion : RunBatch(engine.get(), writes)) {
-        EXPECT_TRUE(completion.status.ok()) << completion.status;
+        EXPECT_OK(completion.status);
         EXPECT_EQ(completion.bytes_transferred, completion.length);
       }
       std::vector<IoCompletion> completions = RunBatch(engine.get(), reads);
       std::set<uint64_t> tags;
       for (const IoCompletion& completion : completions) {
-        EXPECT_TRUE(completion.status.ok()) << completion.status;
+        EXPECT_OK(completion.status);
         const Extent& extent = extents[completion.tag / 2];
         EXPECT_EQ(completion.offset, extent.offset);
         EXPECT_EQ(completion.length, extent.length);
@@ -180,10 +182,10 @@ TEST_P(EngineTest, BufferedFilesTakeAnySize) {
     offset += size;
   }
   for (const IoCompletion& completion : RunBatch(engine.get(), writes)) {
-    EXPECT_TRUE(completion.status.ok()) << completion.status;
+    EXPECT_OK(completion.status);
   }
   for (const IoCompletion& completion : RunBatch(engine.get(), reads)) {
-    EXPECT_TRUE(completion.status.ok()) << completion.status;
+    EXPECT_OK(completion.status);
   }
   EXPECT_EQ(FirstMismatch(sink.data() + 4, offset - 3, 9, 3), -1);
 }
@@ -194,26 +196,24 @@ TEST_P(EngineTest, ReadPastEndOfFileIsAnErrorNamingFileAndOffset) {
   const std::string path = dir_ + "/short.dat";
   testing::WritePatternFile(path, 64 * kKiB, 1);
   StatusOr<FileHandle> file = engine->OpenFile(path, FileOptions());
-  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_OK(file);
   StatusOr<IoBuffer> buffer = IoBuffer::Allocate(kMiB);
-  ASSERT_TRUE(buffer.ok());
+  ASSERT_OK(buffer);
 
   // Crossing the end: the first 4 KiB arrive, then end of file.
   std::vector<IoCompletion> completions = RunBatch(
       engine.get(), {{IoOp::kRead, *file, 60 * kKiB, 16 * kKiB, buffer->data(), 1},
                      {IoOp::kRead, *file, kMiB, 4 * kKiB, buffer->data() + 512 * kKiB, 2}});
   for (const IoCompletion& completion : completions) {
-    SCOPED_TRACE(completion.status.ToString());
-    EXPECT_EQ(completion.status.code(), absl::StatusCode::kOutOfRange);
-    EXPECT_TRUE(Contains(completion.status.message(), path));
-    EXPECT_TRUE(Contains(completion.status.message(), "end of file"));
+    EXPECT_THAT(completion.status, StatusIs(absl::StatusCode::kOutOfRange,
+                                            AllOf(HasSubstr(path), HasSubstr("end of file"))));
     if (completion.tag == 1) {
-      EXPECT_TRUE(Contains(completion.status.message(), "at offset 61440, length 16384"));
-      EXPECT_TRUE(Contains(completion.status.message(), "ends at offset 65536"));
+      EXPECT_THAT(completion.status.message(), AllOf(HasSubstr("at offset 61440, length 16384"),
+                                                     HasSubstr("ends at offset 65536")));
       EXPECT_EQ(completion.bytes_transferred, 4 * kKiB);
       EXPECT_EQ(FirstMismatch(buffer->data(), 4 * kKiB, 1, 60 * kKiB), -1);
     } else {
-      EXPECT_TRUE(Contains(completion.status.message(), "at offset 1048576, length 4096"));
+      EXPECT_THAT(completion.status.message(), HasSubstr("at offset 1048576, length 4096"));
     }
   }
 
@@ -221,11 +221,10 @@ TEST_P(EngineTest, ReadPastEndOfFileIsAnErrorNamingFileAndOffset) {
   const std::string odd_path = dir_ + "/odd.dat";
   testing::WritePatternFile(odd_path, 5000, 2);
   StatusOr<FileHandle> odd = engine->OpenFile(odd_path, FileOptions());
-  ASSERT_TRUE(odd.ok()) << odd.status();
+  ASSERT_OK(odd);
   completions = RunBatch(engine.get(), {{IoOp::kRead, *odd, 0, 8 * kKiB, buffer->data(), 3}});
-  EXPECT_EQ(completions[0].status.code(), absl::StatusCode::kOutOfRange);
-  EXPECT_TRUE(Contains(completions[0].status.message(), "ends at offset 5000"))
-      << completions[0].status;
+  EXPECT_THAT(completions[0].status,
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("ends at offset 5000")));
   EXPECT_EQ(FirstMismatch(buffer->data(), 5000, 2, 0), -1);
 }
 
@@ -234,13 +233,13 @@ TEST_P(EngineTest, RejectsAnInvalidBatchAsAWhole) {
   ASSERT_NE(engine, nullptr);
   const FileHandle file = Open(engine.get(), "v.dat");
   StatusOr<IoBuffer> buffer = IoBuffer::Allocate(64 * kKiB);
-  ASSERT_TRUE(buffer.ok());
+  ASSERT_OK(buffer);
   Status submitted =
       engine->Submit({{IoOp::kWrite, file, 0, 4 * kKiB, buffer->data(), 1},
                       {IoOp::kWrite, file, 4 * kKiB, 4 * kKiB, buffer->data() + 512, 2}});
-  EXPECT_EQ(submitted.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(submitted.message(), "O_DIRECT")) << submitted;
-  EXPECT_TRUE(Contains(submitted.message(), "request 1 of a batch of 2")) << submitted;
+  EXPECT_THAT(submitted,
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("O_DIRECT"), HasSubstr("request 1 of a batch of 2"))));
   submitted = engine->Submit({{IoOp::kRead, FileHandle{42}, 0, 4 * kKiB, buffer->data(), 3}});
   EXPECT_EQ(submitted.code(), absl::StatusCode::kInvalidArgument);
   submitted = engine->Submit({{IoOp::kRead, file, 0, 0, buffer->data(), 4}});
@@ -292,7 +291,8 @@ TEST_P(EngineTest, ResubmitsEagainAndShortTransfers) {
     const std::vector<Extent> extents = MixedExtents(&total);
     StatusOr<IoBuffer> source = IoBuffer::Allocate(total);
     StatusOr<IoBuffer> sink = IoBuffer::Allocate(total);
-    ASSERT_TRUE(source.ok() && sink.ok());
+    ASSERT_OK(source);
+    ASSERT_OK(sink);
     FillPattern(source->data(), total, 5, 0);
     std::vector<IoRequest> writes, reads;
     for (size_t i = 0; i < extents.size(); ++i) {
@@ -302,10 +302,10 @@ TEST_P(EngineTest, ResubmitsEagainAndShortTransfers) {
                        sink->data() + extents[i].offset, i});
     }
     for (const IoCompletion& completion : RunBatch(engine.get(), writes)) {
-      EXPECT_TRUE(completion.status.ok()) << completion.status;
+      EXPECT_OK(completion.status);
     }
     for (const IoCompletion& completion : RunBatch(engine.get(), reads)) {
-      EXPECT_TRUE(completion.status.ok()) << completion.status;
+      EXPECT_OK(completion.status);
     }
     EXPECT_EQ(FirstMismatch(sink->data(), total, 5, 0), -1);
     const EngineStats stats = engine->stats();
@@ -331,18 +331,16 @@ TEST_P(EngineTest, EndlessEagainOrZeroByteWritesFailInsteadOfSpinning) {
     ASSERT_NE(engine, nullptr);
     const FileHandle file = Open(engine.get(), "spin.dat");
     StatusOr<IoBuffer> buffer = IoBuffer::Allocate(64 * kKiB);
-    ASSERT_TRUE(buffer.ok());
+    ASSERT_OK(buffer);
     const auto start = std::chrono::steady_clock::now();
     std::vector<IoCompletion> completions =
         RunBatch(engine.get(), {{IoOp::kWrite, file, 8 * kKiB, 64 * kKiB, buffer->data(), 7}});
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
-    const Status& status = completions[0].status;
-    EXPECT_EQ(status.code(),
-              zero_writes ? absl::StatusCode::kDataLoss : absl::StatusCode::kUnavailable)
-        << status;
-    EXPECT_TRUE(Contains(status.message(), dir_ + "/spin.dat")) << status;
-    EXPECT_TRUE(Contains(status.message(), "offset 8192, length 65536")) << status;
-    EXPECT_TRUE(Contains(status.message(), "no progress after 8 attempts")) << status;
+    EXPECT_THAT(
+        completions[0].status,
+        StatusIs(zero_writes ? absl::StatusCode::kDataLoss : absl::StatusCode::kUnavailable,
+                 AllOf(HasSubstr(dir_ + "/spin.dat"), HasSubstr("offset 8192, length 65536"),
+                       HasSubstr("no progress after 8 attempts"))));
   }
 }
 
@@ -354,16 +352,15 @@ TEST_P(EngineTest, KernelErrorsNameFileOffsetAndLength) {
   FileOptions read_only;
   read_only.writable = false;
   StatusOr<FileHandle> file = engine->OpenFile(path, read_only);
-  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_OK(file);
   StatusOr<IoBuffer> buffer = IoBuffer::Allocate(64 * kKiB);
-  ASSERT_TRUE(buffer.ok());
+  ASSERT_OK(buffer);
   std::vector<IoCompletion> completions =
       RunBatch(engine.get(), {{IoOp::kWrite, *file, 8 * kKiB, 4 * kKiB, buffer->data(), 1}});
-  const Status& status = completions[0].status;
-  EXPECT_FALSE(status.ok());
-  EXPECT_TRUE(Contains(status.message(), "write of " + path + " at offset 8192, length 4096"))
-      << status;
-  EXPECT_TRUE(Contains(status.message(), std::strerror(EBADF))) << status;
+  EXPECT_THAT(completions[0].status,
+              StatusIs(absl::StatusCode::kInternal,
+                       AllOf(HasSubstr("write of " + path + " at offset 8192, length 4096"),
+                             HasSubstr(std::strerror(EBADF)))));
 
   // An error in one piece of a split extent fails that extent only, naming the piece.
   IoEngineOptions options;
@@ -374,22 +371,21 @@ TEST_P(EngineTest, KernelErrorsNameFileOffsetAndLength) {
   engine = MakeEngine(options);
   ASSERT_NE(engine, nullptr);
   file = engine->OpenFile(path, FileOptions());
-  ASSERT_TRUE(file.ok());
+  ASSERT_OK(file);
   completions = RunBatch(engine.get(), {{IoOp::kRead, *file, 0, 64 * kKiB, buffer->data(), 1}});
-  EXPECT_EQ(completions[0].status.code(), absl::StatusCode::kInternal);
-  EXPECT_TRUE(Contains(completions[0].status.message(),
-                       "read of " + path +
-                           " at offset 0, length 65536 (transfer at offset "
-                           "32768, 16384 bytes)"))
-      << completions[0].status;
-  EXPECT_TRUE(Contains(completions[0].status.message(), std::strerror(EIO)));
+  EXPECT_THAT(completions[0].status,
+              StatusIs(absl::StatusCode::kInternal,
+                       AllOf(HasSubstr("read of " + path +
+                                       " at offset 0, length 65536 (transfer at offset 32768, "
+                                       "16384 bytes)"),
+                             HasSubstr(std::strerror(EIO)))));
   EXPECT_EQ(engine->stats().extents_failed, 1u);
 }
 
 TEST_P(EngineTest, DestructionDrainsRequestsInFlight) {
   const uint64_t total = 4 * kMiB;
   StatusOr<IoBuffer> source = IoBuffer::Allocate(total);
-  ASSERT_TRUE(source.ok());
+  ASSERT_OK(source);
   FillPattern(source->data(), total, 11, 0);
   {
     IoEngineOptions options;
@@ -402,7 +398,7 @@ TEST_P(EngineTest, DestructionDrainsRequestsInFlight) {
     for (uint64_t offset = 0; offset < total; offset += 64 * kKiB) {
       writes.push_back({IoOp::kWrite, file, offset, 64 * kKiB, source->data() + offset, offset});
     }
-    ASSERT_TRUE(engine->Submit(writes).ok());
+    ASSERT_OK(engine->Submit(writes));
     EXPECT_GT(engine->Outstanding(), 0u);
     // Destroyed with nearly everything queued or in flight.
   }
@@ -417,7 +413,7 @@ TEST_P(EngineTest, DestructionDrainsRequestsInFlight) {
   // Reads in flight at destruction have filled their buffer when it returns; the buffer
   // is unmapped right after, so a straggling transfer would fault or corrupt.
   StatusOr<IoBuffer> sink = IoBuffer::Allocate(total);
-  ASSERT_TRUE(sink.ok());
+  ASSERT_OK(sink);
   {
     IoEngineOptions options;
     options.queue_depth = 2;
@@ -425,7 +421,7 @@ TEST_P(EngineTest, DestructionDrainsRequestsInFlight) {
     std::unique_ptr<IoEngine> engine = MakeEngine(options);
     ASSERT_NE(engine, nullptr);
     const FileHandle file = Open(engine.get(), "drain.dat");
-    ASSERT_TRUE(engine->Submit({{IoOp::kRead, file, 0, total, sink->data(), 1}}).ok());
+    ASSERT_OK(engine->Submit({{IoOp::kRead, file, 0, total, sink->data(), 1}}));
   }
   EXPECT_EQ(FirstMismatch(sink->data(), total, 11, 0), -1);
   *sink = IoBuffer();
@@ -434,9 +430,8 @@ TEST_P(EngineTest, DestructionDrainsRequestsInFlight) {
 TEST_P(EngineTest, FilesOpenPreallocateAndClose) {
   std::unique_ptr<IoEngine> engine = MakeEngine();
   ASSERT_NE(engine, nullptr);
-  StatusOr<FileHandle> missing = engine->OpenFile(dir_ + "/missing.dat", FileOptions());
-  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_TRUE(Contains(missing.status().message(), dir_ + "/missing.dat"));
+  EXPECT_THAT(engine->OpenFile(dir_ + "/missing.dat", FileOptions()),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr(dir_ + "/missing.dat")));
 
   FileOptions options;
   options.preallocate_bytes = 3 * kMiB;
@@ -447,16 +442,16 @@ TEST_P(EngineTest, FilesOpenPreallocateAndClose) {
   EXPECT_EQ(engine->FileName(file), dir_ + "/pre.dat");
 
   StatusOr<IoBuffer> buffer = IoBuffer::Allocate(kMiB);
-  ASSERT_TRUE(buffer.ok());
-  ASSERT_TRUE(engine->Submit({{IoOp::kRead, file, 0, kMiB, buffer->data(), 1}}).ok());
+  ASSERT_OK(buffer);
+  ASSERT_OK(engine->Submit({{IoOp::kRead, file, 0, kMiB, buffer->data(), 1}}));
   EXPECT_EQ(engine->CloseFile(file).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(engine->RegisterBuffers({buffer->region()}).code(),
             absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(engine->Drain().ok());
+  ASSERT_OK(engine->Drain());
   std::vector<IoCompletion> completions;
   EXPECT_EQ(engine->Poll(&completions), 1u);
-  EXPECT_TRUE(completions[0].status.ok()) << completions[0].status;
-  EXPECT_TRUE(engine->CloseFile(file).ok());
+  EXPECT_OK(completions[0].status);
+  EXPECT_OK(engine->CloseFile(file));
   EXPECT_EQ(engine->Submit({{IoOp::kRead, file, 0, kMiB, buffer->data(), 1}}).code(),
             absl::StatusCode::kInvalidArgument);
 }
@@ -471,16 +466,16 @@ TEST_P(EngineTest, RegisteredBuffersAndTheirFallback) {
     ASSERT_NE(engine, nullptr);
     const FileHandle file = Open(engine.get(), "fixed.dat");
     StatusOr<IoBuffer> buffers = IoBuffer::Allocate(4 * kMiB);
-    ASSERT_TRUE(buffers.ok());
-    ASSERT_TRUE(engine->RegisterBuffers({buffers->region()}).ok());
+    ASSERT_OK(buffers);
+    ASSERT_OK(engine->RegisterBuffers({buffers->region()}));
     const EngineInfo info = engine->info();
     const uint64_t half = 2 * kMiB;
     FillPattern(buffers->data(), half, 21, 0);
     std::vector<IoCompletion> completions =
         RunBatch(engine.get(), {{IoOp::kWrite, file, 0, half, buffers->data(), 1}});
-    EXPECT_TRUE(completions[0].status.ok()) << completions[0].status;
+    EXPECT_OK(completions[0].status);
     completions = RunBatch(engine.get(), {{IoOp::kRead, file, 0, half, buffers->data() + half, 2}});
-    EXPECT_TRUE(completions[0].status.ok()) << completions[0].status;
+    EXPECT_OK(completions[0].status);
     EXPECT_EQ(FirstMismatch(buffers->data() + half, half, 21, 0), -1);
     if (GetParam() != IoEngineKind::kIoUring) {
       EXPECT_FALSE(info.buffers_registered);
@@ -488,15 +483,14 @@ TEST_P(EngineTest, RegisteredBuffersAndTheirFallback) {
     }
     if (refuse) {
       EXPECT_FALSE(info.buffers_registered);
-      EXPECT_TRUE(Contains(info.buffer_registration_note, "RLIMIT_MEMLOCK"))
-          << info.buffer_registration_note;
+      EXPECT_THAT(info.buffer_registration_note, HasSubstr("RLIMIT_MEMLOCK"));
       EXPECT_EQ(engine->stats().fixed_buffer_transfers, 0u);
     } else if (info.buffers_registered) {
       EXPECT_EQ(engine->stats().fixed_buffer_transfers, 16u);
     } else {  // an unprivileged run with a small memlock limit
       EXPECT_FALSE(info.buffer_registration_note.empty());
     }
-    EXPECT_TRUE(engine->UnregisterBuffers().ok());
+    EXPECT_OK(engine->UnregisterBuffers());
   }
   if (GetParam() == IoEngineKind::kIoUring) {
     IoEngineOptions options;
@@ -504,10 +498,9 @@ TEST_P(EngineTest, RegisteredBuffersAndTheirFallback) {
     std::unique_ptr<IoEngine> engine = MakeEngine(options);
     ASSERT_NE(engine, nullptr);
     StatusOr<IoBuffer> buffer = IoBuffer::Allocate(kMiB);
-    ASSERT_TRUE(buffer.ok());
-    Status registered = engine->RegisterBuffers({buffer->region()});
-    EXPECT_FALSE(registered.ok());
-    EXPECT_TRUE(Contains(registered.message(), "io_uring_register_buffers")) << registered;
+    ASSERT_OK(buffer);
+    EXPECT_THAT(engine->RegisterBuffers({buffer->region()}),
+                StatusIs(absl::StatusCode::kInternal, HasSubstr("io_uring_register_buffers")));
   }
 }
 
@@ -518,11 +511,9 @@ TEST(CreateIoEngine, RejectsBadOptionsListingEveryProblem) {
   IoEngineOptions options;
   options.queue_depth = 0;
   options.max_request_bytes = 1000;
-  StatusOr<std::unique_ptr<IoEngine>> engine = CreateIoEngine(options);
-  ASSERT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
-  const std::string message(engine.status().message());
-  EXPECT_TRUE(Contains(message, "queue_depth")) << message;
-  EXPECT_TRUE(Contains(message, "max_request_bytes")) << message;
+  EXPECT_THAT(CreateIoEngine(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("queue_depth"), HasSubstr("max_request_bytes"))));
 }
 
 TEST(CreateIoEngine, FallsBackOrFailsWhereIoUringIsUnavailable) {
@@ -531,19 +522,19 @@ TEST(CreateIoEngine, FallsBackOrFailsWhereIoUringIsUnavailable) {
     options.test_uring_init_errno = error_number;
     options.engine = IoEngineKind::kIoUring;
     StatusOr<std::unique_ptr<IoEngine>> engine = CreateIoEngine(options);
-    ASSERT_EQ(engine.status().code(), absl::StatusCode::kUnavailable);
-    EXPECT_TRUE(Contains(engine.status().message(), "nvme.engine=io_uring")) << engine.status();
-    EXPECT_TRUE(Contains(engine.status().message(), std::strerror(error_number)));
+    EXPECT_THAT(engine, StatusIs(absl::StatusCode::kUnavailable,
+                                 AllOf(HasSubstr("nvme.engine=io_uring"),
+                                       HasSubstr(std::strerror(error_number)))));
 
     options.engine = IoEngineKind::kAuto;
     engine = CreateIoEngine(options);
-    ASSERT_TRUE(engine.ok()) << engine.status();
+    ASSERT_OK(engine);
     EXPECT_EQ((*engine)->info().engine, "pread");
-    EXPECT_TRUE(Contains((*engine)->info().fallback_reason, std::strerror(error_number)));
+    EXPECT_THAT((*engine)->info().fallback_reason, HasSubstr(std::strerror(error_number)));
   }
   IoEngineOptions options;
   StatusOr<std::unique_ptr<IoEngine>> engine = CreateIoEngine(options);
-  ASSERT_TRUE(engine.ok()) << engine.status();
+  ASSERT_OK(engine);
   EXPECT_EQ((*engine)->info().engine, ProbeIoUring().ok() ? "io_uring" : "pread");
 }
 

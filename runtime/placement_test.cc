@@ -2,16 +2,19 @@
 // fix, all at once) and the capabilities the engine reads.
 #include "runtime/placement.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <string>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include "core/testing/status_matchers.h"
 
 namespace strata {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::StatusIs;
 
 Options Zero(int stage, StateTier optimizer, StateTier grads, StateTier params,
              float grad_clip = 1.0f, ParamUpdate update = ParamUpdate::kExact) {
@@ -26,6 +29,14 @@ Options Zero(int stage, StateTier optimizer, StateTier grads, StateTier params,
   return options;
 }
 
+// The placement of `options` on `world` ranks. A failure to resolve fails the test with its
+// status (and reads as a default Placement), where dereferencing the error would be undefined.
+Placement Resolve(const Options& options, int world) {
+  StatusOr<Placement> placement = ResolvePlacement(options, world);
+  EXPECT_OK(placement);
+  return placement.ok() ? *placement : Placement{};
+}
+
 constexpr StateTier kDevice = StateTier::kDevice;
 constexpr StateTier kHost = StateTier::kHost;
 constexpr StateTier kNvme = StateTier::kNvme;
@@ -34,7 +45,7 @@ TEST(Placement, DeviceOnlyHasNoCpuOptimizerCapabilities) {
   for (int stage = 0; stage <= 3; ++stage) {
     StatusOr<Placement> placement =
         ResolvePlacement(Zero(stage, kDevice, kDevice, kDevice, 0.0f), 1);
-    ASSERT_TRUE(placement.ok()) << placement.status();
+    ASSERT_OK(placement);
     EXPECT_FALSE(placement->cpu_optimizer());
     EXPECT_FALSE(placement->early_step) << "the device optimizer runs after backward";
     EXPECT_FALSE(placement->split_tied);
@@ -45,30 +56,28 @@ TEST(Placement, DeviceOnlyHasNoCpuOptimizerCapabilities) {
 }
 
 TEST(Placement, EarlyStepNeedsACpuOptimizerWithoutClippingOrDelay) {
-  EXPECT_TRUE(ResolvePlacement(Zero(2, kHost, kHost, kDevice, 0.0f), 1)->early_step);
-  EXPECT_FALSE(ResolvePlacement(Zero(2, kHost, kHost, kDevice, 1.0f), 1)->early_step);
-  EXPECT_TRUE(ResolvePlacement(Zero(1, kNvme, kDevice, kDevice, 0.0f), 2)->early_step);
-  EXPECT_FALSE(
-      ResolvePlacement(Zero(2, kHost, kHost, kDevice, 0.0f, ParamUpdate::kDelayed), 1)
-          ->early_step);
+  EXPECT_TRUE(Resolve(Zero(2, kHost, kHost, kDevice, 0.0f), 1).early_step);
+  EXPECT_FALSE(Resolve(Zero(2, kHost, kHost, kDevice, 1.0f), 1).early_step);
+  EXPECT_TRUE(Resolve(Zero(1, kNvme, kDevice, kDevice, 0.0f), 2).early_step);
+  EXPECT_FALSE(Resolve(Zero(2, kHost, kHost, kDevice, 0.0f, ParamUpdate::kDelayed), 1).early_step);
 }
 
 TEST(Placement, SplitOnlyOnOneRankWithHostStateAndDeviceParams) {
-  EXPECT_TRUE(ResolvePlacement(Zero(2, kHost, kHost, kDevice, 0.0f), 1)->split_tied);
-  EXPECT_TRUE(ResolvePlacement(Zero(3, kHost, kHost, kDevice, 0.0f), 1)->split_tied);
-  EXPECT_FALSE(ResolvePlacement(Zero(2, kHost, kHost, kDevice, 0.0f), 2)->split_tied);
-  EXPECT_FALSE(ResolvePlacement(Zero(1, kHost, kHost, kDevice, 0.0f), 1)->split_tied)
+  EXPECT_TRUE(Resolve(Zero(2, kHost, kHost, kDevice, 0.0f), 1).split_tied);
+  EXPECT_TRUE(Resolve(Zero(3, kHost, kHost, kDevice, 0.0f), 1).split_tied);
+  EXPECT_FALSE(Resolve(Zero(2, kHost, kHost, kDevice, 0.0f), 2).split_tied);
+  EXPECT_FALSE(Resolve(Zero(1, kHost, kHost, kDevice, 0.0f), 1).split_tied)
       << "stage 1 reduces after the backward";
-  EXPECT_FALSE(ResolvePlacement(Zero(2, kHost, kDevice, kDevice, 0.0f), 1)->split_tied);
-  EXPECT_FALSE(ResolvePlacement(Zero(3, kHost, kHost, kHost, 0.0f), 1)->split_tied);
-  EXPECT_FALSE(ResolvePlacement(Zero(2, kNvme, kHost, kDevice, 0.0f), 1)->split_tied);
-  EXPECT_FALSE(ResolvePlacement(Zero(2, kHost, kHost, kDevice, 1.0f), 1)->split_tied);
+  EXPECT_FALSE(Resolve(Zero(2, kHost, kDevice, kDevice, 0.0f), 1).split_tied);
+  EXPECT_FALSE(Resolve(Zero(3, kHost, kHost, kHost, 0.0f), 1).split_tied);
+  EXPECT_FALSE(Resolve(Zero(2, kNvme, kHost, kDevice, 0.0f), 1).split_tied);
+  EXPECT_FALSE(Resolve(Zero(2, kHost, kHost, kDevice, 1.0f), 1).split_tied);
 }
 
 TEST(Placement, NvmeHandOverWithEarlyStepsAndSumsOnNvme) {
-  EXPECT_TRUE(ResolvePlacement(Zero(2, kNvme, kNvme, kDevice, 0.0f), 2)->nvme_handover);
-  EXPECT_FALSE(ResolvePlacement(Zero(2, kNvme, kNvme, kDevice, 1.0f), 2)->nvme_handover);
-  EXPECT_FALSE(ResolvePlacement(Zero(2, kNvme, kHost, kDevice, 0.0f), 2)->nvme_handover);
+  EXPECT_TRUE(Resolve(Zero(2, kNvme, kNvme, kDevice, 0.0f), 2).nvme_handover);
+  EXPECT_FALSE(Resolve(Zero(2, kNvme, kNvme, kDevice, 1.0f), 2).nvme_handover);
+  EXPECT_FALSE(Resolve(Zero(2, kNvme, kHost, kDevice, 0.0f), 2).nvme_handover);
 }
 
 TEST(Placement, ParamTierBelowStageThreeIsRefusedAndListedWithTheRest) {
@@ -78,11 +87,9 @@ TEST(Placement, ParamTierBelowStageThreeIsRefusedAndListedWithTheRest) {
   EXPECT_THAT(problems[0], HasSubstr("zero.grad_tier=host needs zero.optimizer_tier=host"));
   EXPECT_THAT(problems[1], HasSubstr("zero.param_tier=nvme needs zero.stage=3"));
   EXPECT_THAT(problems[2], HasSubstr("zero.param_tier=nvme needs zero.optimizer_tier=nvme"));
-  StatusOr<Placement> placement = ResolvePlacement(Zero(1, kDevice, kHost, kNvme), 1);
-  ASSERT_FALSE(placement.ok());
-  EXPECT_EQ(placement.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(placement.status().message()),
-              HasSubstr("zero.param_tier=nvme needs zero.stage=3"));
+  EXPECT_THAT(ResolvePlacement(Zero(1, kDevice, kHost, kNvme), 1),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("zero.param_tier=nvme needs zero.stage=3")));
 }
 
 TEST(Placement, EveryRuleNamesItsFix) {
@@ -112,10 +119,10 @@ TEST(Placement, EveryRuleNamesItsFix) {
 
 TEST(Placement, ParamsAreOnTheDeviceBelowStageThree) {
   StatusOr<Placement> placement = ResolvePlacement(Zero(2, kHost, kHost, kDevice), 1);
-  ASSERT_TRUE(placement.ok());
+  ASSERT_OK(placement);
   EXPECT_EQ(placement->params, kDevice);
   placement = ResolvePlacement(Zero(3, kNvme, kHost, kNvme), 1);
-  ASSERT_TRUE(placement.ok()) << placement.status();
+  ASSERT_OK(placement);
   EXPECT_EQ(placement->params, kNvme);
   EXPECT_EQ(ResolvePlacement(Zero(4, kDevice, kDevice, kDevice), 1).status().code(),
             absl::StatusCode::kInvalidArgument);

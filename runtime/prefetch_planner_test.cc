@@ -7,6 +7,7 @@
 // Thread-safety: single-threaded tests.
 #include "runtime/prefetch_planner.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -16,8 +17,13 @@
 #include <string>
 #include <vector>
 
+#include "core/testing/status_matchers.h"
+
 namespace strata {
 namespace {
+
+using ::testing::HasSubstr;
+using testing::StatusIs;
 
 using Actions = std::vector<PrefetchAction>;
 
@@ -167,7 +173,7 @@ std::vector<int> NaiveFrontiers(const PrefetchPlanInput& input) {
 
 PrefetchPlan PlanOrDie(const PrefetchPlanInput& input) {
   StatusOr<PrefetchPlan> plan = PlanPrefetch(input);
-  EXPECT_TRUE(plan.ok()) << plan.status();
+  EXPECT_OK(plan);
   return plan.ok() ? *std::move(plan) : PrefetchPlan{};
 }
 
@@ -456,14 +462,11 @@ TEST(PrefetchPlanner, RejectsBadInput) {
   PrefetchPlanInput good;
   good.trace = {0, 1, 0};
   good.unit_bytes = {4, 4};
-  ASSERT_TRUE(PlanPrefetch(good).ok());
+  ASSERT_OK(PlanPrefetch(good));
 
   auto expect_invalid = [](const PrefetchPlanInput& input, const std::string& needle) {
-    StatusOr<PrefetchPlan> plan = PlanPrefetch(input);
-    ASSERT_FALSE(plan.ok()) << needle;
-    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(std::string(plan.status().message()).find(needle), std::string::npos)
-        << plan.status();
+    EXPECT_THAT(PlanPrefetch(input),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(needle)));
   };
   PrefetchPlanInput input = good;
   input.trace.clear();
@@ -489,12 +492,10 @@ TEST(PrefetchPlanner, RejectsBadInput) {
   input = good;
   input.trace = {0, 5, 7};
   input.max_units_ahead = -3;
-  StatusOr<PrefetchPlan> plan = PlanPrefetch(input);
-  ASSERT_FALSE(plan.ok());
-  const std::string message(plan.status().message());
-  EXPECT_NE(message.find("unit 5"), std::string::npos) << message;
-  EXPECT_NE(message.find("unit 7"), std::string::npos) << message;
-  EXPECT_NE(message.find("max_units_ahead"), std::string::npos) << message;
+  EXPECT_THAT(PlanPrefetch(input),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::AllOf(HasSubstr("unit 5"), HasSubstr("unit 7"),
+                                        HasSubstr("max_units_ahead"))));
 }
 
 }  // namespace

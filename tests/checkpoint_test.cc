@@ -4,21 +4,26 @@
 // world sizes the gradient sums are added in another order, so within 1e-5 (relative).
 // A damaged or mismatched checkpoint is an error naming the file or key, before any state
 // changes.
+#include "launch/checkpoint.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include "absl/strings/str_join.h"
-#include "launch/checkpoint.h"
+#include "core/testing/status_matchers.h"
 #include "tests/placement_runs.h"
 
 namespace strata {
 namespace {
+
+using ::testing::HasSubstr;
+using testing::StatusIs;
 
 constexpr int kSteps = 6;
 
@@ -39,7 +44,7 @@ TEST(Checkpoint, ResumesInAnyConfigurationWithTheSameLosses) {
   // Written by stage 0 on the device at world 1, after steps 3 and 6.
   const PlacementRun written =
       TrainAllRanks(Make(1, 0, {"train.checkpoint_dir=" + dir, "train.checkpoint_every=3"}));
-  ASSERT_TRUE(written.status.ok()) << written.status;
+  ASSERT_OK(written.status);
   ASSERT_EQ(written.losses.size(), static_cast<size_t>(kSteps));
   EXPECT_TRUE(std::filesystem::exists(dir + "/step-3/checkpoint.json"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/step-6/checkpoint.json"));
@@ -60,13 +65,13 @@ TEST(Checkpoint, ResumesInAnyConfigurationWithTheSameLosses) {
     const std::string what = absl::StrCat("stage ", config.stage, " ",
                                           absl::StrJoin(config.sets, " "));
     const PlacementRun resumed = TrainAllRanks(Make(1, config.stage, config.sets));
-    ASSERT_TRUE(resumed.status.ok()) << what << ": " << resumed.status;
+    ASSERT_OK(resumed.status) << what;
     EXPECT_EQ(resumed.losses, Tail(written.losses, 3)) << what;
   }
   // World 2 (2 rows per rank) from the world-1 checkpoint: the world-1 run's losses within
   // rounding.
   const PlacementRun resumed2 = TrainAllRanks(Make(2, 2, {resume}));
-  ASSERT_TRUE(resumed2.status.ok()) << resumed2.status;
+  ASSERT_OK(resumed2.status);
   ASSERT_EQ(resumed2.losses.size(), static_cast<size_t>(kSteps - 3));
   for (int i = 0; i < kSteps - 3; ++i) {
     EXPECT_NEAR(resumed2.losses[i], written.losses[3 + i], 1e-5 * std::abs(written.losses[3 + i]))
@@ -76,9 +81,11 @@ TEST(Checkpoint, ResumesInAnyConfigurationWithTheSameLosses) {
   const std::string dir2 = TestDir("checkpoints-world2");
   const PlacementRun written2 =
       TrainAllRanks(Make(2, 3, {"train.checkpoint_dir=" + dir2, "train.checkpoint_every=3"}));
-  ASSERT_TRUE(written2.status.ok()) << written2.status;
+  ASSERT_OK(written2.status);
   const PlacementRun resumed1 = TrainAllRanks(Make(1, 0, {"train.resume=" + dir2 + "/step-3"}));
-  ASSERT_TRUE(resumed1.status.ok()) << resumed1.status;
+  ASSERT_OK(resumed1.status);
+  ASSERT_EQ(resumed1.losses.size(), static_cast<size_t>(kSteps - 3));
+  ASSERT_EQ(written2.losses.size(), static_cast<size_t>(kSteps));
   for (int i = 0; i < kSteps - 3; ++i) {
     EXPECT_NEAR(resumed1.losses[i], written2.losses[3 + i],
                 1e-5 * std::abs(written2.losses[3 + i]))
@@ -98,14 +105,14 @@ TEST(Checkpoint, DelayedUpdateCheckpointsResumeExactly) {
   auto sets = delayed;
   sets.insert(sets.end(), {"train.checkpoint_dir=" + dir, "train.checkpoint_every=3"});
   const PlacementRun written = TrainAllRanks(Make(1, 2, sets));
-  ASSERT_TRUE(written.status.ok()) << written.status;
+  ASSERT_OK(written.status);
   sets = delayed;
   sets.push_back("train.resume=" + dir + "/step-3");
   const PlacementRun resumed = TrainAllRanks(Make(1, 2, sets));
-  ASSERT_TRUE(resumed.status.ok()) << resumed.status;
+  ASSERT_OK(resumed.status);
   EXPECT_EQ(resumed.losses, Tail(written.losses, 3));
   const PlacementRun uninterrupted = TrainAllRanks(Make(1, 2, delayed));
-  ASSERT_TRUE(uninterrupted.status.ok()) << uninterrupted.status;
+  ASSERT_OK(uninterrupted.status);
   EXPECT_EQ(Tail(uninterrupted.losses, 0).front(), written.losses.front());
   EXPECT_NE(Tail(uninterrupted.losses, 3), Tail(written.losses, 3));
 }
@@ -117,7 +124,7 @@ TEST(Checkpoint, KeepsTheNewestAndResumesFromTheNewest) {
   const std::string dir = TestDir("rotated");
   const PlacementRun written = TrainAllRanks(Make(
       1, 1, {"train.checkpoint_dir=" + dir, "train.checkpoint_every=2", "train.checkpoint_keep=2"}));
-  ASSERT_TRUE(written.status.ok()) << written.status;
+  ASSERT_OK(written.status);
   EXPECT_FALSE(fs::exists(dir + "/step-2"));
   EXPECT_TRUE(fs::exists(dir + "/step-4/checkpoint.json"));
   EXPECT_TRUE(fs::exists(dir + "/step-6/checkpoint.json"));
@@ -127,34 +134,33 @@ TEST(Checkpoint, KeepsTheNewestAndResumesFromTheNewest) {
   fs::remove_all(dir + "/step-6");  // and suppose step 6 had never been written
   Options resumed_options = Make(1, 1, {"train.resume=" + dir});
   const PlacementRun resumed = TrainAllRanks(resumed_options);
-  ASSERT_TRUE(resumed.status.ok()) << resumed.status;
+  ASSERT_OK(resumed.status);
   EXPECT_EQ(resumed.losses, Tail(written.losses, 4));
   // An empty directory is an error saying what it looked for.
   const PlacementRun none = TrainAllRanks(Make(1, 1, {"train.resume=" + TestDir("empty")}));
-  ASSERT_FALSE(none.status.ok());
-  EXPECT_THAT(std::string(none.status.message()), ::testing::HasSubstr("no checkpoint at"));
+  EXPECT_THAT(none.status,
+              StatusIs(::testing::Ne(absl::StatusCode::kOk), HasSubstr("no checkpoint at")));
 }
 
 TEST(Checkpoint, NotEnoughRoomIsAClearErrorBeforeWriting) {
   const std::string dir = TestDir("room");
-  EXPECT_TRUE(CheckRoomForCheckpoint(dir, 1 << 20).ok());
-  const Status status = CheckRoomForCheckpoint(dir, 1ull << 50);  // 1 PiB
-  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr(dir));
-  EXPECT_THAT(std::string(status.message()),
-              ::testing::HasSubstr("a checkpoint needs 1125899906842624"));
+  EXPECT_OK(CheckRoomForCheckpoint(dir, 1 << 20));
+  EXPECT_THAT(
+      CheckRoomForCheckpoint(dir, 1ull << 50),  // 1 PiB
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               ::testing::AllOf(HasSubstr(dir), HasSubstr("a checkpoint needs 1125899906842624"))));
 }
 
 TEST(Checkpoint, DamagedOrMismatchedCheckpointsAreClearErrors) {
   const std::string dir = TestDir("damaged");
   const PlacementRun written =
       TrainAllRanks(Make(1, 2, {"train.checkpoint_dir=" + dir, "train.checkpoint_every=2"}));
-  ASSERT_TRUE(written.status.ok()) << written.status;
+  ASSERT_OK(written.status);
   const std::string step = dir + "/step-2";
   auto resume_error = [&](std::vector<std::string> sets) {
     sets.push_back("train.resume=" + step);
     const PlacementRun run = TrainAllRanks(Make(1, 2, sets));
-    EXPECT_FALSE(run.status.ok()) << absl::StrJoin(sets, " ");
+    EXPECT_THAT(run.status, ::testing::Not(testing::IsOk())) << absl::StrJoin(sets, " ");
     EXPECT_TRUE(run.losses.empty()) << "trained from a bad checkpoint";
     return std::string(run.status.message());
   };

@@ -11,13 +11,14 @@
 // apart; the norm a delayed step reports is that of the update it enqueued (the previous
 // step's gradient; 0 at the first step). World 2 (stages 1-3) must give the same losses at
 // every stage.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <random>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
+#include "core/testing/status_matchers.h"
 #include "kernels/cpu/cpu_adam.h"
 #include "launch/options_parse.h"
 #include "tests/engine_rig.h"
@@ -35,13 +36,13 @@ Options EngineOptions(const std::vector<std::string>& sets) {
                                   "train.weight_decay=0.1", "device.threads=1", "train.seed=5"};
   all.insert(all.end(), sets.begin(), sets.end());
   StatusOr<Options> options = ParseOptions("", all);
-  EXPECT_TRUE(options.ok()) << options.status();
-  return *options;
+  EXPECT_OK(options);
+  return std::move(options).value();  // throws on an error: gtest reports it
 }
 
 std::unique_ptr<EngineRig> MakeRig(const Options& options) {
   StatusOr<std::unique_ptr<EngineRig>> rig = MakeEngineRig(options);
-  EXPECT_TRUE(rig.ok()) << rig.status();
+  EXPECT_OK(rig);
   return rig.ok() ? std::move(*rig) : nullptr;
 }
 
@@ -82,7 +83,7 @@ Trajectory Train(Engine& engine, Data& data, const Options& options) {
   for (int t = 0; t < kSteps; ++t) {
     StatusOr<StepResult> result =
         engine.TrainStep(data.Step(t, options.train.grad_accum, n), LearningRate(t), t);
-    EXPECT_TRUE(result.ok()) << "step " << t << ": " << result.status();
+    EXPECT_OK(result) << "step " << t;
     if (!result.ok()) break;
     out.losses.push_back(result->loss);
     out.norms.push_back(result->grad_norm);
@@ -91,17 +92,17 @@ Trajectory Train(Engine& engine, Data& data, const Options& options) {
 }
 
 // The reference trajectory's losses and gradient norms (see the top of the file).
-Trajectory Reference(const Options& options, Data& data) {
+StatusOr<Trajectory> Reference(const Options& options, Data& data) {
   Options exact = options;
   exact.zero.optimizer_tier = exact.zero.grad_tier = StateTier::kDevice;
   exact.zero.param_update = ParamUpdate::kExact;
-  auto rig = MakeRig(exact);
+  ASSIGN_OR_RETURN(std::unique_ptr<EngineRig> rig, MakeEngineRig(exact));
   Engine& engine = *rig->engine;
   const auto& units = rig->model->units();
   const size_t num_units = units.size();
   std::vector<std::vector<float>> theta(num_units), m(num_units), v(num_units);
   for (size_t u = 0; u < num_units; ++u) {
-    theta[u] = *engine.ReadMaster(static_cast<int>(u));
+    ASSIGN_OR_RETURN(theta[u], engine.ReadMaster(static_cast<int>(u)));
     m[u].assign(theta[u].size(), 0.0f);
     v[u].assign(theta[u].size(), 0.0f);
   }
@@ -111,15 +112,15 @@ Trajectory Reference(const Options& options, Data& data) {
   const int n = options.train.micro_batch * options.train.seq_len;
   for (int t = 0; t < kSteps; ++t) {
     for (size_t u = 0; u < num_units; ++u) {
-      EXPECT_TRUE(engine.WriteMaster(static_cast<int>(u), published[t][u]).ok());
+      RETURN_IF_ERROR(engine.WriteMaster(static_cast<int>(u), published[t][u]));
     }
-    StatusOr<double> loss = engine.ComputeGradients(data.Step(t, options.train.grad_accum, n));
-    EXPECT_TRUE(loss.ok()) << loss.status();
-    out.losses.push_back(*loss);
+    ASSIGN_OR_RETURN(const double loss,
+                     engine.ComputeGradients(data.Step(t, options.train.grad_accum, n)));
+    out.losses.push_back(loss);
     std::vector<std::vector<float>> grads(num_units);
     double squares = 0.0;
     for (size_t u = 0; u < num_units; ++u) {
-      grads[u] = *engine.ReadGradients(static_cast<int>(u));
+      ASSIGN_OR_RETURN(grads[u], engine.ReadGradients(static_cast<int>(u)));
       for (float g : grads[u]) squares += static_cast<double>(g) * g;
     }
     AdamParams hp;
@@ -154,12 +155,14 @@ TEST_P(DelayedUpdate, MatchesTheReferenceTrajectory) {
                                          "zero.grad_tier=host", "zero.param_update=delayed",
                                          GetParam()});
   Data data = MakeData(options);
-  const Trajectory reference = Reference(options, data);
+  ASSERT_OK_AND_ASSIGN(const Trajectory reference, Reference(options, data));
   auto delayed_rig = MakeRig(options);
+  ASSERT_NE(delayed_rig, nullptr);
   const Trajectory delayed = Train(*delayed_rig->engine, data, options);
   Options exact_options = options;
   exact_options.zero.param_update = ParamUpdate::kExact;
   auto exact_rig = MakeRig(exact_options);
+  ASSERT_NE(exact_rig, nullptr);
   const Trajectory exact = Train(*exact_rig->engine, data, exact_options);
   ASSERT_EQ(delayed.losses.size(), static_cast<size_t>(kSteps));
   ASSERT_EQ(exact.losses.size(), static_cast<size_t>(kSteps));
@@ -188,17 +191,17 @@ TEST(DelayedUpdate, FinishAppliesThePendingUpdateAndReportsItsErrors) {
                                          "zero.grad_tier=host", "zero.param_update=delayed"});
   Data data = MakeData(options);
   auto rig = MakeRig(options);
+  ASSERT_NE(rig, nullptr);
   const int n = options.train.micro_batch * options.train.seq_len;
   // An absurd learning rate: the update of step 0 (applied after step 1) blows the params
   // up, so step 2's gradient is not finite; only its own (pending) update would see it.
   for (int t = 0; t < 3; ++t) {
     StatusOr<StepResult> result =
         rig->engine->TrainStep(data.Step(t, options.train.grad_accum, n), 1e30f, t);
-    ASSERT_TRUE(result.ok()) << "step " << t << ": " << result.status();
+    ASSERT_OK(result) << "step " << t;
   }
-  const Status finished = rig->engine->Finish();
-  EXPECT_EQ(finished.code(), absl::StatusCode::kDataLoss) << finished;
-  EXPECT_THAT(std::string(finished.message()), ::testing::HasSubstr("not finite"));
+  EXPECT_THAT(rig->engine->Finish(),
+              testing::StatusIs(absl::StatusCode::kDataLoss, ::testing::HasSubstr("not finite")));
 }
 
 TEST(DelayedUpdate, EveryStageGivesTheSameLossesAtWorldTwo) {
@@ -208,7 +211,7 @@ TEST(DelayedUpdate, EveryStageGivesTheSameLossesAtWorldTwo) {
         2, stage,
         {"zero.optimizer_tier=host", "zero.grad_tier=host", "zero.param_update=delayed"}, 4);
     const PlacementRun run = TrainAllRanks(options);
-    ASSERT_TRUE(run.status.ok()) << "stage " << stage << ": " << run.status;
+    ASSERT_OK(run.status) << "stage " << stage;
     ASSERT_EQ(run.losses.size(), 4u);
     if (first.empty()) {
       first = run.losses;

@@ -15,19 +15,20 @@
 //   bazel build //tests:golden_losses_test && \
 //     STRATA_GOLDEN_RECORD=$PWD/tests/testdata/golden_losses.json \
 //     bazel-bin/tests/golden_losses_test
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/testing/status_matchers.h"
 #include "tests/placement_runs.h"
 
 namespace strata {
@@ -139,7 +140,7 @@ TEST(GoldenLosses, MatchTheRecordedTrajectories) {
     fixture["steps"] = kSteps;
     for (const GoldenRun& run : Runs()) {
       const PlacementRun result = TrainAllRanks(OptionsOf(run));
-      ASSERT_TRUE(result.status.ok()) << run.name << ": " << result.status;
+      ASSERT_OK(result.status) << run.name;
       ASSERT_EQ(result.losses.size(), static_cast<size_t>(kSteps)) << run.name;
       nlohmann::json losses = nlohmann::json::array();
       for (double loss : result.losses) losses.push_back(Exact(loss));
@@ -176,9 +177,10 @@ TEST(GoldenLosses, MatchTheRecordedTrajectories) {
     ASSERT_EQ(golden.at("sets").get<std::vector<std::string>>(), run.sets)
         << run.name << ": its settings changed since the recording; record anew";
     const PlacementRun result = TrainAllRanks(OptionsOf(run));
-    ASSERT_TRUE(result.status.ok()) << run.name << ": " << result.status;
+    ASSERT_OK(result.status) << run.name;
     ASSERT_EQ(result.losses.size(), static_cast<size_t>(kSteps)) << run.name;
     const auto expected = golden.at("losses").get<std::vector<std::string>>();
+    ASSERT_EQ(expected.size(), static_cast<size_t>(kSteps)) << run.name;
     for (int step = 0; step < kSteps; ++step) {
       const double want = std::strtod(expected[step].c_str(), nullptr);
       const double got = result.losses[step];

@@ -3,12 +3,13 @@
 // the largest-gradient element and a few others: central differences of the mean loss
 // with step 3e-3 must match the analytic gradient within 1e-3 + 3% (fp32 loss rounding
 // contributes about 1e-4 absolute at this step; truncation error is far below that).
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <random>
 #include <vector>
 
-#include <gtest/gtest.h>
-
+#include "core/testing/status_matchers.h"
 #include "tests/engine_rig.h"
 
 namespace strata {
@@ -33,7 +34,7 @@ struct Fixture : EngineRig {
 std::unique_ptr<Fixture> Make(const Options& options) {
   auto f = std::make_unique<Fixture>();
   StatusOr<std::unique_ptr<EngineRig>> rig = MakeEngineRig(options);
-  EXPECT_TRUE(rig.ok()) << rig.status();
+  EXPECT_OK(rig);
   if (!rig.ok()) return nullptr;
   static_cast<EngineRig&>(*f) = std::move(**rig);
   std::mt19937 rng(3);
@@ -48,13 +49,14 @@ std::unique_ptr<Fixture> Make(const Options& options) {
 TEST(GptGradients, MatchFiniteDifferences) {
   Options options = TinyOptions(DType::kF32);
   auto f = Make(options);
+  ASSERT_NE(f, nullptr);
   MicroBatch batch{f->inputs.data(), f->targets.data()};
-  ASSERT_TRUE(f->engine->ComputeGradients({batch}).ok());
+  ASSERT_OK(f->engine->ComputeGradients({batch}));
   const auto& units = f->model->units();
   int checked = 0;
   for (int u = 0; u < static_cast<int>(units.size()); ++u) {
-    std::vector<float> grads = *f->engine->ReadGradients(u);
-    std::vector<float> master = *f->engine->ReadMaster(u);
+    ASSERT_OK_AND_ASSIGN(std::vector<float> grads, f->engine->ReadGradients(u));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> master, f->engine->ReadMaster(u));
     for (const TensorSpec& tensor : units[u].tensors()) {
       std::vector<size_t> picks;
       size_t largest = 0;
@@ -72,12 +74,12 @@ TEST(GptGradients, MatchFiniteDifferences) {
         const float step = 3e-3f;
         std::vector<float> perturbed = master;
         perturbed[index] = master[index] + step;
-        ASSERT_TRUE(f->engine->WriteMaster(u, perturbed).ok());
-        double plus = *f->engine->EvalLoss(batch);
+        ASSERT_OK(f->engine->WriteMaster(u, perturbed));
+        ASSERT_OK_AND_ASSIGN(double plus, f->engine->EvalLoss(batch));
         perturbed[index] = master[index] - step;
-        ASSERT_TRUE(f->engine->WriteMaster(u, perturbed).ok());
-        double minus = *f->engine->EvalLoss(batch);
-        ASSERT_TRUE(f->engine->WriteMaster(u, master).ok());
+        ASSERT_OK(f->engine->WriteMaster(u, perturbed));
+        ASSERT_OK_AND_ASSIGN(double minus, f->engine->EvalLoss(batch));
+        ASSERT_OK(f->engine->WriteMaster(u, master));
         const double numeric = (plus - minus) / (2.0 * step);
         const double analytic = grads[index];
         EXPECT_NEAR(analytic, numeric, 1e-3 + 0.03 * std::fabs(numeric))
@@ -91,11 +93,12 @@ TEST(GptGradients, MatchFiniteDifferences) {
 
 TEST(GptGradients, PaddingAndGapsStayZero) {
   auto f = Make(TinyOptions(DType::kF32));
+  ASSERT_NE(f, nullptr);
   MicroBatch batch{f->inputs.data(), f->targets.data()};
-  ASSERT_TRUE(f->engine->ComputeGradients({batch}).ok());
+  ASSERT_OK(f->engine->ComputeGradients({batch}));
   const auto& units = f->model->units();
   for (int u = 0; u < static_cast<int>(units.size()); ++u) {
-    std::vector<float> grads = *f->engine->ReadGradients(u);
+    ASSERT_OK_AND_ASSIGN(std::vector<float> grads, f->engine->ReadGradients(u));
     std::vector<bool> used(grads.size(), false);
     for (const TensorSpec& t : units[u].tensors()) {
       for (size_t i = 0; i < t.numel; ++i) used[t.offset + i] = true;
@@ -108,6 +111,7 @@ TEST(GptGradients, PaddingAndGapsStayZero) {
 
 TEST(GptTrace, EmbeddingAtBothEndsOfForward) {
   auto f = Make(TinyOptions(DType::kF32));
+  ASSERT_NE(f, nullptr);
   const auto& trace = f->engine->trace();
   // forward: embed, block 0, block 1, final norm, lm_head(embedding); backward mirrored.
   std::vector<int> forward_units, backward_units;
@@ -125,10 +129,11 @@ TEST(GptTraining, Bf16TracksFp32) {
     Options options = TinyOptions(d == 0 ? DType::kF32 : DType::kBF16);
     options.train.lr = 3e-3f;
     auto f = Make(options);
+    ASSERT_NE(f, nullptr);
     MicroBatch batch{f->inputs.data(), f->targets.data()};
     for (int step = 0; step < 8; ++step) {
       auto result = f->engine->TrainStep({batch}, options.train.lr, step);
-      ASSERT_TRUE(result.ok()) << result.status();
+      ASSERT_OK(result);
       losses[d].push_back(result->loss);
     }
   }

@@ -18,23 +18,26 @@
 // only the fail-fast check runs: the backend factory and a session refuse
 // device.backend=cuda at once with a message naming it.
 // Tagged "gpu" (tools/gpu_check.sh runs it).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
-#include "runtime/backend.h"
-#include "launch/options_parse.h"
 #include "core/cuda/cuda_device.h"
+#include "core/testing/status_matchers.h"
+#include "launch/options_parse.h"
+#include "runtime/backend.h"
 #include "tests/placement_runs.h"
 
 namespace strata {
 namespace {
+
+using ::testing::HasSubstr;
+using testing::StatusIs;
 
 constexpr int kSteps = 10;
 
@@ -68,7 +71,7 @@ Options Make(const std::string& backend, const std::string& dtype, int world,
       "zero.world=" + std::to_string(world), "device.backend=" + backend};
   sets.insert(sets.end(), extra.begin(), extra.end());
   StatusOr<Options> options = ParseOptions("", sets);
-  EXPECT_TRUE(options.ok()) << options.status();
+  EXPECT_OK(options);
   return options.ok() ? *options : Options{};
 }
 
@@ -81,9 +84,9 @@ void ExpectSameTrajectory(const std::string& dtype, int world,
   const std::string what = absl::StrCat(dtype, ", world ", world, ", ", absl::StrJoin(extra, " "));
   SCOPED_TRACE(what);
   const PlacementRun cpu = TrainAllRanks(Make("cpu", dtype, world, extra));
-  ASSERT_TRUE(cpu.status.ok()) << cpu.status;
+  ASSERT_OK(cpu.status);
   const PlacementRun cuda = TrainAllRanks(Make("cuda", dtype, world, extra));
-  ASSERT_TRUE(cuda.status.ok()) << cuda.status;
+  ASSERT_OK(cuda.status);
   // On cuda the engine's collectives go through NCCL (the local group is only its bootstrap).
   EXPECT_THAT(cuda.communicator_description, ::testing::HasSubstr("NCCL"));
   ASSERT_EQ(cpu.losses.size(), static_cast<size_t>(kSteps));
@@ -164,8 +167,8 @@ TEST(GpuTrainingSetup, MoreRanksThanGpusIsRefused) {
   std::string reason;
   const int gpus = UsableGpus(&reason);
   const PlacementRun run = TrainAllRanks(Make("cuda", "fp32", gpus + 1, {"zero.stage=1"}));
-  ASSERT_FALSE(run.status.ok());
-  EXPECT_THAT(std::string(run.status.message()), ::testing::HasSubstr("one GPU per rank"));
+  EXPECT_THAT(run.status,
+              StatusIs(::testing::Ne(absl::StatusCode::kOk), HasSubstr("one GPU per rank")));
 }
 
 // Runs everywhere: without CUDA or a GPU the cuda backend is refused at once, naming it.
@@ -173,17 +176,14 @@ TEST(GpuTrainingSetup, WithoutGpuFailsFastAndClearly) {
   std::string reason;
   if (UsableGpus(&reason) > 0) GTEST_SKIP() << "a GPU is usable here";
   const Options options = Make("cuda", "fp32", 1, {});
-  StatusOr<Backend> backend = CreateBackend(options);
-  ASSERT_FALSE(backend.ok());
-  EXPECT_TRUE(backend.status().code() == absl::StatusCode::kUnavailable ||
-              backend.status().code() == absl::StatusCode::kFailedPrecondition)
-      << backend.status();
-  EXPECT_THAT(std::string(backend.status().message()),
-              ::testing::HasSubstr("device.backend=cuda"));
+  EXPECT_THAT(CreateBackend(options),
+              StatusIs(::testing::AnyOf(absl::StatusCode::kUnavailable,
+                                        absl::StatusCode::kFailedPrecondition),
+                       HasSubstr("device.backend=cuda")));
   // The session says the same before reading data or building the model.
   const PlacementRun run = TrainAllRanks(options);
-  ASSERT_FALSE(run.status.ok());
-  EXPECT_THAT(std::string(run.status.message()), ::testing::HasSubstr("device.backend=cuda"));
+  EXPECT_THAT(run.status,
+              StatusIs(::testing::Ne(absl::StatusCode::kOk), HasSubstr("device.backend=cuda")));
 }
 
 }  // namespace

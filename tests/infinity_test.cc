@@ -6,6 +6,8 @@
 // buffers are sized by the largest unit, the embedding, which does not change). Bad
 // swap-file set-ups are clear errors before any step.
 #include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,16 +19,17 @@
 #include <random>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include "absl/strings/str_join.h"
+#include "core/testing/status_matchers.h"
 #include "launch/session.h"
 #include "tests/engine_rig.h"
 #include "tests/placement_runs.h"
 
 namespace strata {
 namespace {
+
+using ::testing::HasSubstr;
+using testing::StatusIs;
 
 std::string SwapDir() { return TestDir("swap"); }
 
@@ -55,7 +58,8 @@ TEST(Infinity, NvmePlacementsMatchTheDevice) {
     for (int stage = 1; stage <= 3; ++stage) {
       for (const char* clip : {"train.grad_clip=1", "train.grad_clip=0"}) {
         const Outcome device = Train(Make(world, stage, {clip}));
-        ASSERT_TRUE(device.status.ok()) << device.status;
+        ASSERT_OK(device.status);
+        ASSERT_EQ(device.losses.size(), 20u);
         // 16 KiB chunks: every unit's shard is stepped and stored in several chunks; with
         // 2-3 buffers each is reused many times a step (more often than its rotating events).
         std::vector<std::vector<std::string>> placements = {
@@ -91,7 +95,7 @@ TEST(Infinity, NvmePlacementsMatchTheDevice) {
               std::find(placement.begin(), placement.end(), "zero.grad_tier=nvme") !=
               placement.end();
           const Outcome nvme = Train(Make(world, stage, placement));
-          ASSERT_TRUE(nvme.status.ok()) << what << ": " << nvme.status;
+          ASSERT_OK(nvme.status) << what;
           if (sums_on_nvme && std::string(clip) == "train.grad_clip=1") {
             // The same gradient sums; the norm is summed chunk by chunk (fp32 parts), so
             // the clip scale and with it the losses agree within fp32 rounding.
@@ -123,7 +127,8 @@ TEST(Infinity, HostMemoryDoesNotGrowWithTheModel) {
   };
   const Outcome small = layers(4);
   const Outcome large = layers(8);
-  ASSERT_TRUE(small.status.ok() && large.status.ok()) << small.status << large.status;
+  ASSERT_OK(small.status);
+  ASSERT_OK(large.status);
   // The on-device placement's optimizer state doubles (nearly) with the layers...
   EXPECT_GT(large.nvme_read, small.nvme_read * 3 / 2);
   // ...while the host peak stays within 5% (+64 KiB of small buffers).
@@ -154,8 +159,9 @@ TEST(Infinity, FinalSumsGoToTheOptimizerInMemoryWithoutClipping) {
     const Outcome no_clip = run("nvme", "train.grad_clip=0");
     const Outcome clip = run("nvme", "train.grad_clip=1");
     for (const Outcome* out : {&optimizer_only, &no_clip, &clip}) {
-      ASSERT_TRUE(out->status.ok()) << chunk << ": " << out->status;
+      ASSERT_OK(out->status) << chunk;
     }
+    ASSERT_FALSE(optimizer_only.losses.empty()) << chunk;
     EXPECT_EQ(no_clip.losses, optimizer_only.losses) << chunk;
     // Totals over the steps' counters: write-backs still out at the end of the last step
     // are not counted, so the comparisons allow 10% (the sums are a third on top).
@@ -185,7 +191,7 @@ TEST(Infinity, GradientSumsReadBackFromNvmeEqualTheDevice) {
                                  {"zero.optimizer_tier=nvme", tiers[t], "nvme.chunk_bytes=16KiB",
                                   "train.grad_clip=0", "train.grad_accum=1"});
     StatusOr<std::unique_ptr<EngineRig>> rig = MakeEngineRig(options);
-    ASSERT_TRUE(rig.ok()) << rig.status();
+    ASSERT_OK(rig);
     Engine& engine = *(*rig)->engine;
     std::mt19937 rng(5);
     std::vector<int32_t> inputs, targets;
@@ -194,17 +200,16 @@ TEST(Infinity, GradientSumsReadBackFromNvmeEqualTheDevice) {
       targets.push_back(rng() % options.model.vocab);
     }
     const MicroBatch batch{inputs.data(), targets.data()};
-    ASSERT_TRUE(engine.ComputeGradients({batch}).ok());
+    ASSERT_OK(engine.ComputeGradients({batch}));
     for (size_t u = 0; u < (*rig)->model->units().size(); ++u) {
       StatusOr<std::vector<float>> grads = engine.ReadGradients(static_cast<int>(u));
-      ASSERT_TRUE(grads.ok()) << tiers[t] << ": " << grads.status();
+      ASSERT_OK(grads) << tiers[t];
       sums[t].push_back(*grads);
     }
-    ASSERT_TRUE(engine.TrainStep({batch}, 1e-3f, 0).ok());
+    ASSERT_OK(engine.TrainStep({batch}, 1e-3f, 0));
     StatusOr<std::vector<float>> after = engine.ReadGradients(0);
     if (t == 1) {
-      ASSERT_FALSE(after.ok());
-      EXPECT_THAT(std::string(after.status().message()), ::testing::HasSubstr("never stored"));
+      EXPECT_THAT(after, StatusIs(::testing::Ne(absl::StatusCode::kOk), HasSubstr("never stored")));
     }
   }
   EXPECT_EQ(sums[1], sums[0]);
@@ -221,7 +226,9 @@ TEST(Infinity, Bf16GradientSumsOnNvmeMatchTheDevice) {
     const Outcome device = Train(Make(1, stage, sets));
     sets.back() = "zero.grad_tier=nvme";
     const Outcome nvme = Train(Make(1, stage, sets));
-    ASSERT_TRUE(device.status.ok() && nvme.status.ok()) << device.status << nvme.status;
+    ASSERT_OK(device.status);
+    ASSERT_OK(nvme.status);
+    ASSERT_EQ(device.losses.size(), 20u);
     EXPECT_EQ(nvme.losses, device.losses) << "stage " << stage;
   }
 }
@@ -244,8 +251,9 @@ TEST(Infinity, GradientSumsOnNvmeLeaveNoMemoryThatGrowsWithTheModel) {
   const Outcome small_device = run("device", 4);
   const Outcome large_device = run("device", 8);
   for (const Outcome* out : {&small, &large, &small_device, &large_device}) {
-    ASSERT_TRUE(out->status.ok()) << out->status;
+    ASSERT_OK(out->status);
   }
+  ASSERT_EQ(small_device.losses.size(), 2u);
   EXPECT_EQ(small.losses, small_device.losses);
   const int grads = static_cast<int>(StateKind::kGrads);
   // The gradient state each tier holds after the set-up (before any transient buffer).
@@ -263,8 +271,8 @@ TEST(Infinity, MissingSwapDirectoryIsAClearErrorBeforeAnyStep) {
   Options options = Make(1, 2, {"zero.optimizer_tier=nvme"}, 1);
   options.zero.nvme_dir = "/nonexistent/strata-swap";
   const Outcome out = Train(options);
-  ASSERT_FALSE(out.status.ok());
-  EXPECT_THAT(std::string(out.status.message()), ::testing::HasSubstr("/nonexistent/strata-swap"));
+  EXPECT_THAT(out.status, StatusIs(::testing::Ne(absl::StatusCode::kOk),
+                                   HasSubstr("/nonexistent/strata-swap")));
 }
 
 // State corrupted on disk between steps (every byte of the master file, or of the param
@@ -319,7 +327,7 @@ TEST(Infinity, CorruptedSwapFileIsNeverTrainedOn) {
       return report.result.loss;
     };
     const StatusOr<double> clean = run(SwapDir() + "/clean-" + c.file, false);
-    ASSERT_TRUE(clean.ok()) << clean.status();
+    ASSERT_OK(clean);
     const std::string dir = SwapDir() + "/corrupt-" + c.file;
     const StatusOr<double> corrupted = run(dir, true);
     EXPECT_TRUE(corrupted.ok() || !c.must_pass) << c.file << ": " << corrupted.status();
@@ -328,9 +336,11 @@ TEST(Infinity, CorruptedSwapFileIsNeverTrainedOn) {
       EXPECT_EQ(*corrupted, *clean) << c.file << ": trained on something else";
       continue;
     }
-    const std::string message(corrupted.status().message());
-    EXPECT_THAT(message, ::testing::HasSubstr("checksum mismatch")) << c.file;
-    EXPECT_THAT(message, ::testing::HasSubstr(dir + "/strata-rank0-" + c.file + ".swap"));
+    EXPECT_THAT(corrupted,
+                StatusIs(absl::StatusCode::kDataLoss,
+                         ::testing::AllOf(HasSubstr("checksum mismatch"),
+                                          HasSubstr(dir + "/strata-rank0-" + c.file + ".swap"))))
+        << c.file;
   }
 }
 

@@ -5,15 +5,18 @@
 // Also: where the bytes go (optimizer and grad shards to the host pool, stage-3 params too),
 // a model that does not fit device.memory_limit on the device trains with offload, and the
 // host tier's own limit is a clear error.
-#include "absl/strings/str_join.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_join.h"
+#include "core/testing/status_matchers.h"
 #include "tests/placement_runs.h"
 
 namespace strata {
 namespace {
+
+using ::testing::HasSubstr;
+using testing::StatusIs;
 
 Options Make(int world, int stage, std::vector<std::string> extra, int steps = 20) {
   return PlacementRunOptions(world, stage, extra, steps);
@@ -29,7 +32,7 @@ TEST(Offload, HostOptimizerMatchesDeviceOptimizer) {
     for (int stage = 1; stage <= 3; ++stage) {
       for (const char* clip : {"train.grad_clip=1", "train.grad_clip=0"}) {
         const PlacementRun device = TrainAllRanks(Make(world, stage, {clip}));
-        ASSERT_TRUE(device.status.ok()) << device.status;
+        ASSERT_OK(device.status);
         ASSERT_EQ(device.losses.size(), 20u);
         EXPECT_LT(device.losses.back(), device.losses.front() - 0.3) << "it should learn";
         auto placements = kHostPlacements;
@@ -42,7 +45,7 @@ TEST(Offload, HostOptimizerMatchesDeviceOptimizer) {
                                                 " ", absl::StrJoin(placement, " "));
           placement.push_back(clip);
           const PlacementRun host = TrainAllRanks(Make(world, stage, placement));
-          ASSERT_TRUE(host.status.ok()) << what << ": " << host.status;
+          ASSERT_OK(host.status) << what;
           EXPECT_EQ(host.losses, device.losses) << what;
           for (const StepResult& step : host.steps) {
             EXPECT_GT(step.optimizer_ms, 0.0) << what;
@@ -69,11 +72,11 @@ TEST(Offload, SplitTiedEmbeddingMatchesTheDevice) {
         std::vector<std::string> base = variant;
         base.push_back(clip);
         const PlacementRun device = TrainAllRanks(Make(1, stage, base, 8));
-        ASSERT_TRUE(device.status.ok()) << device.status;
+        ASSERT_OK(device.status);
         std::vector<std::string> host = base;
         host.insert(host.end(), {"zero.optimizer_tier=host", "zero.grad_tier=host"});
         const PlacementRun offload = TrainAllRanks(Make(1, stage, host, 8));
-        ASSERT_TRUE(offload.status.ok()) << offload.status;
+        ASSERT_OK(offload.status);
         const std::string what = absl::StrCat(absl::StrJoin(variant, " "), " stage ", stage, " ",
                                               clip);
         EXPECT_EQ(offload.losses, device.losses) << what;
@@ -97,11 +100,11 @@ TEST(Offload, HostOptimizerMatchesDeviceOptimizerInBf16) {
     for (int stage = 1; stage <= 3; ++stage) {
       const std::vector<std::string> base = {"train.dtype=bf16", "train.grad_clip=1"};
       const PlacementRun device = TrainAllRanks(Make(world, stage, base, 6));
-      ASSERT_TRUE(device.status.ok()) << device.status;
+      ASSERT_OK(device.status);
       std::vector<std::string> host = base;
       host.insert(host.end(), {"zero.optimizer_tier=host", "zero.grad_tier=host"});
       const PlacementRun offload = TrainAllRanks(Make(world, stage, host, 6));
-      ASSERT_TRUE(offload.status.ok()) << offload.status;
+      ASSERT_OK(offload.status);
       EXPECT_EQ(offload.losses, device.losses) << "world " << world << " stage " << stage;
     }
   }
@@ -113,7 +116,8 @@ TEST(Offload, StateGoesToTheHostTier) {
   const PlacementRun device = TrainAllRanks(Make(world, 3, {}, 2));
   const PlacementRun host = TrainAllRanks(Make(world, 3, {"zero.optimizer_tier=host", "zero.grad_tier=host",
                                          "zero.param_tier=host"}, 2));
-  ASSERT_TRUE(device.status.ok() && host.status.ok()) << device.status << host.status;
+  ASSERT_OK(device.status);
+  ASSERT_OK(host.status);
   const uint64_t optimizer = Peak(device.device, StateKind::kOptimizer);
   ASSERT_GT(optimizer, 0u);
   EXPECT_EQ(Peak(host.device, StateKind::kOptimizer), 0u);
@@ -142,21 +146,21 @@ TEST(Offload, ModelTooBigForTheDeviceTrainsWithOffload) {
                                             "zero.param_tier=host"};
   const PlacementRun on_device = TrainAllRanks(with({}));
   const PlacementRun offloaded = TrainAllRanks(with(offload));
-  ASSERT_TRUE(on_device.status.ok() && offloaded.status.ok());
+  ASSERT_OK(on_device.status);
+  ASSERT_OK(offloaded.status);
   const uint64_t need = on_device.device.peak_bytes;
   ASSERT_LT(offloaded.device.peak_bytes * 2, need) << "offload should at least halve the peak";
   const uint64_t limit = (offloaded.device.peak_bytes + need) / 2;
   const std::string limit_set = absl::StrCat("device.memory_limit=", limit);
 
   const PlacementRun refused = TrainAllRanks(with({limit_set}));
-  ASSERT_FALSE(refused.status.ok());
-  EXPECT_EQ(refused.status.code(), absl::StatusCode::kResourceExhausted) << refused.status;
-  EXPECT_THAT(std::string(refused.status.message()), ::testing::HasSubstr("device.memory_limit"));
+  EXPECT_THAT(refused.status,
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("device.memory_limit")));
 
   auto sets = offload;
   sets.push_back(limit_set);
   const PlacementRun fits = TrainAllRanks(with(sets));
-  ASSERT_TRUE(fits.status.ok()) << fits.status;
+  ASSERT_OK(fits.status);
   EXPECT_LT(fits.device.peak_bytes, limit);
   EXPECT_LT(fits.losses.back(), fits.losses.front()) << "loss should fall";
 }
@@ -164,9 +168,8 @@ TEST(Offload, ModelTooBigForTheDeviceTrainsWithOffload) {
 TEST(Offload, HostTierLimitIsAClearError) {
   const PlacementRun run = TrainAllRanks(Make(1, 1, {"zero.optimizer_tier=host", "zero.grad_tier=host",
                                     "tiers.host_memory_limit=64KiB"}, 1));
-  ASSERT_FALSE(run.status.ok());
-  EXPECT_EQ(run.status.code(), absl::StatusCode::kResourceExhausted) << run.status;
-  EXPECT_THAT(std::string(run.status.message()), ::testing::HasSubstr("tiers.host_memory_limit"));
+  EXPECT_THAT(run.status,
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("tiers.host_memory_limit")));
 }
 
 }  // namespace

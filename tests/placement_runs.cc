@@ -1,15 +1,16 @@
 // See placement_runs.h.
 #include "tests/placement_runs.h"
 
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
 
-#include <gtest/gtest.h>
-
+#include "core/testing/status_matchers.h"
+#include "launch/options_parse.h"
 #include "launch/ranks.h"
 #include "launch/session.h"
-#include "launch/options_parse.h"
 
 namespace strata {
 
@@ -24,7 +25,7 @@ Options PlacementRunOptions(int world, int stage, const std::vector<std::string>
       "zero.stage=" + std::to_string(stage)};
   sets.insert(sets.end(), extra.begin(), extra.end());
   auto options = ParseOptions("", sets);
-  EXPECT_TRUE(options.ok()) << options.status();
+  EXPECT_OK(options);
   return options.ok() ? *options : Options{};
 }
 

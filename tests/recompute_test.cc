@@ -3,12 +3,13 @@
 // losses are bit-identical (fp32 and bf16, stage 0 and stage 3 with the params gathered
 // again for the backward, one and two ranks), while the device's activation peak falls to
 // the block outputs plus one block's inside.
+#include <gtest/gtest.h>
+
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "absl/strings/str_join.h"
+#include "core/testing/status_matchers.h"
 #include "tests/placement_runs.h"
 
 namespace strata {
@@ -25,8 +26,9 @@ TEST(Recompute, SameLossesLessActivationMemory) {
         const PlacementRun kept = TrainAllRanks(PlacementRunOptions(world, stage, sets, 3));
         sets.push_back("train.recompute=blocks");
         const PlacementRun recomputed = TrainAllRanks(PlacementRunOptions(world, stage, sets, 3));
-        ASSERT_TRUE(kept.status.ok()) << what << ": " << kept.status;
-        ASSERT_TRUE(recomputed.status.ok()) << what << ": " << recomputed.status;
+        ASSERT_OK(kept.status) << what;
+        ASSERT_OK(recomputed.status) << what;
+        ASSERT_EQ(kept.losses.size(), 3u) << what;
         EXPECT_EQ(recomputed.losses, kept.losses) << what;
         const uint64_t before = kept.device.peak_by_kind[activations];
         const uint64_t after = recomputed.device.peak_by_kind[activations];

@@ -2,13 +2,21 @@
 // corpus a small model's loss clearly falls (the README's promise, at a smaller size), the
 // validation loss is reported, peaks are accounted, and two runs with the same seed give
 // bit-identical losses (fixed reduction order on one rank).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "launch/session.h"
+#include "core/testing/status_matchers.h"
 #include "launch/options_parse.h"
+#include "launch/session.h"
 
 namespace strata {
 namespace {
+
+using ::testing::HasSubstr;
+using testing::StatusIs;
+
+// A helper returning a value cannot ASSERT: a parse failure is printed, then value() throws,
+// which gtest reports as a failure of the test.
 
 Options SmallRun(int steps) {
   auto options = ParseOptions(
@@ -16,19 +24,19 @@ Options SmallRun(int steps) {
            "train.seq_len=32", "train.lr=3e-3", "train.warmup_steps=2",
            "train.steps=" + std::to_string(steps), "train.eval_every=" + std::to_string(steps),
            "device.memory_limit=256MiB"});
-  EXPECT_TRUE(options.ok()) << options.status();
-  return *options;
+  EXPECT_OK(options);
+  return std::move(options).value();
 }
 
 TEST(TrainSession, LossFallsOnDefaultCorpus) {
   Options options = SmallRun(40);
   auto session = TrainingSession::CreateSingleRank(options);
-  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_OK(session);
   std::vector<double> losses;
   std::optional<double> val;
   for (int step = 0; step < options.train.steps; ++step) {
     auto report = (*session)->Step(step);
-    ASSERT_TRUE(report.ok()) << report.status();
+    ASSERT_OK(report);
     losses.push_back(report->result.loss);
     if (report->val_loss) val = report->val_loss;
     EXPECT_GT(report->device.peak_bytes, 0u);
@@ -47,9 +55,10 @@ TEST(TrainSession, SameSeedSameLosses) {
   Options options = SmallRun(5);
   std::vector<double> runs[2];
   for (auto& run : runs) {
-    auto session = *TrainingSession::CreateSingleRank(options);
+    ASSERT_OK_AND_ASSIGN(auto session, TrainingSession::CreateSingleRank(options));
     for (int step = 0; step < options.train.steps; ++step) {
-      run.push_back((*session->Step(step)).result.loss);
+      ASSERT_OK_AND_ASSIGN(auto report, session->Step(step));
+      run.push_back(report.result.loss);
     }
   }
   EXPECT_EQ(runs[0], runs[1]);
@@ -58,20 +67,15 @@ TEST(TrainSession, SameSeedSameLosses) {
 TEST(TrainSession, DeviceLimitTooSmallIsAClearError) {
   Options options = SmallRun(1);
   options.device.memory_limit = 64 << 10;
-  auto session = TrainingSession::CreateSingleRank(options);
-  ASSERT_FALSE(session.ok());
-  EXPECT_EQ(session.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(session.status().message().find("device.memory_limit"), std::string::npos)
-      << session.status();
+  EXPECT_THAT(TrainingSession::CreateSingleRank(options),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("device.memory_limit")));
 }
 
 TEST(TrainSession, MissingDataFileIsAClearError) {
   Options options = SmallRun(1);
   options.data.path = "/nonexistent/corpus.txt";
-  auto session = TrainingSession::CreateSingleRank(options);
-  ASSERT_FALSE(session.ok());
-  EXPECT_NE(session.status().message().find("/nonexistent/corpus.txt"), std::string::npos)
-      << session.status();
+  EXPECT_THAT(TrainingSession::CreateSingleRank(options),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nonexistent/corpus.txt")));
 }
 
 }  // namespace

@@ -6,17 +6,22 @@
 // - Across world sizes the GEMMs split their sums differently, so losses agree within a
 //   relative 2e-5 (fp32) over 20 steps.
 // - Per-rank peak bytes by state kind follow the ZeRO formulas (see MemoryFollowsZero).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <mutex>
 
-#include <gtest/gtest.h>
-
+#include "core/testing/status_matchers.h"
+#include "launch/options_parse.h"
 #include "launch/ranks.h"
 #include "launch/session.h"
-#include "launch/options_parse.h"
 
 namespace strata {
 namespace {
+
+using ::testing::HasSubstr;
+using testing::StatusIs;
 
 Options Base(int world, int stage, int micro_batch, int steps) {
   auto options = ParseOptions(
@@ -26,8 +31,8 @@ Options Base(int world, int stage, int micro_batch, int steps) {
            "train.steps=" + std::to_string(steps), "train.micro_batch=" + std::to_string(micro_batch),
            "zero.world=" + std::to_string(world), "zero.stage=" + std::to_string(stage),
            "zero.prefetch_bytes=64KiB"});
-  EXPECT_TRUE(options.ok()) << options.status();
-  return *options;
+  EXPECT_OK(options);
+  return std::move(options).value();  // throws on an error: gtest reports it
 }
 
 struct RunResult {
@@ -55,7 +60,7 @@ RunResult RunTraining(const Options& options) {
     result.deviations += deviations;
     return absl::OkStatus();
   });
-  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_OK(status);
   return result;
 }
 
@@ -104,7 +109,7 @@ TEST(ZeroEquivalence, MemoryFollowsZeroFormulas) {
   {
     Options single = options_for(0);
     single.zero.world = 1;
-    auto session = *TrainingSession::CreateSingleRank(single);
+    ASSERT_OK_AND_ASSIGN(auto session, TrainingSession::CreateSingleRank(single));
     const auto& units = session->model().units();
     for (const UnitLayout& unit : units) total_bytes += unit.PaddedElements(world) * 4.0;
     embedding_bytes = units[0].PaddedElements(world) * 4.0;
@@ -145,9 +150,7 @@ TEST(ZeroEquivalence, DeadRankIsAClearErrorNotAHang) {
     }
     return absl::OkStatus();
   });
-  ASSERT_FALSE(status.ok());
-  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
-  EXPECT_NE(status.message().find("rank"), std::string::npos) << status;
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("rank")));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,6 +24,7 @@
 #include <set>
 #include <vector>
 
+#include "core/testing/status_matchers.h"
 #include "nvme/fault_injection.h"
 #include "nvme/io_buffer.h"
 #include "nvme/test_util.h"
@@ -32,14 +34,13 @@ namespace {
 
 using ::strata::nvme::testing::FillPattern;
 using ::strata::nvme::testing::FirstMismatch;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using testing::StatusIs;
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kKiB = 1024;
 constexpr uint64_t kAlignment = nvme::kDirectIoAlignment;
-
-bool Contains(absl::string_view text, absl::string_view part) {
-  return text.find(part) != absl::string_view::npos;
-}
 
 bool Exists(const std::string& path) {
   struct stat info {};
@@ -91,7 +92,7 @@ class ExtentBuffers {
     nvme::IoBufferOptions options;
     options.huge_pages = false;
     StatusOr<nvme::IoBuffer> buffer = nvme::IoBuffer::Allocate(total, options);
-    EXPECT_TRUE(buffer.ok()) << buffer.status();
+    EXPECT_OK(buffer);
     if (buffer.ok()) buffer_ = std::move(buffer).value();
     std::memset(buffer_.data(), 0, buffer_.bytes());
   }
@@ -136,7 +137,7 @@ class NvmeStoreTest : public ::testing::TestWithParam<IoEngineKind> {
 
   std::unique_ptr<NvmeStore> MakeStore(const NvmeStoreOptions& options) {
     StatusOr<std::unique_ptr<NvmeStore>> store = NvmeStore::Create(options, specs_);
-    EXPECT_TRUE(store.ok()) << store.status();
+    EXPECT_OK(store);
     return store.ok() ? std::move(store).value() : nullptr;
   }
 
@@ -163,13 +164,13 @@ class NvmeStoreTest : public ::testing::TestWithParam<IoEngineKind> {
       const ExtentSpec& spec = specs_[i];
       Status submitted = write ? store->SubmitWrite(spec.unit, spec.kind, buffers->at(i), i)
                                : store->SubmitRead(spec.unit, spec.kind, buffers->at(i), i);
-      EXPECT_TRUE(submitted.ok()) << submitted;
+      EXPECT_OK(submitted);
     }
     EXPECT_EQ(store->in_flight(), specs_.size());
     std::map<uint64_t, Status> by_tag;
     while (by_tag.size() < specs_.size()) {
       StatusOr<std::vector<NvmeStore::Completion>> done = store->Wait(3);
-      EXPECT_TRUE(done.ok()) << done.status();
+      EXPECT_OK(done);
       if (!done.ok()) break;
       for (const NvmeStore::Completion& completion : *done) {
         EXPECT_EQ(by_tag.count(completion.tag), 0u) << "tag " << completion.tag << " twice";
@@ -220,23 +221,23 @@ TEST_P(NvmeStoreTest, RoundTripsOddSizesBitExactWithManyInFlight) {
   ExtentBuffers buffers(*store, specs_);
   buffers.FillAll(1);
   for (const auto& [tag, status] : RunAll(store.get(), &buffers, /*write=*/true)) {
-    EXPECT_TRUE(status.ok()) << "tag " << tag << ": " << status;
+    EXPECT_OK(status) << "tag " << tag;
   }
   buffers.Clear();
   for (const auto& [tag, status] : RunAll(store.get(), &buffers, /*write=*/false)) {
-    EXPECT_TRUE(status.ok()) << "tag " << tag << ": " << status;
+    EXPECT_OK(status) << "tag " << tag;
   }
   for (size_t i = 0; i < specs_.size(); ++i) EXPECT_EQ(buffers.Mismatch(i, 1), -1) << i;
 
   // Overwrite half the extents with a new version (blocking calls), read all back.
   for (size_t i = 0; i < specs_.size(); i += 2) {
     buffers.Fill(i, 2);
-    ASSERT_TRUE(store->Write(specs_[i].unit, specs_[i].kind, buffers.at(i)).ok());
+    ASSERT_OK(store->Write(specs_[i].unit, specs_[i].kind, buffers.at(i)));
   }
   buffers.Clear();
   for (size_t i = 0; i < specs_.size(); ++i) {
     Status read = store->Read(specs_[i].unit, specs_[i].kind, buffers.at(i));
-    ASSERT_TRUE(read.ok()) << read;
+    ASSERT_OK(read);
     EXPECT_EQ(buffers.Mismatch(i, i % 2 == 0 ? 2 : 1), -1) << i;
   }
   EXPECT_TRUE(store->Poll().empty());
@@ -253,7 +254,7 @@ TEST_P(NvmeStoreTest, MasterWeightsHaveAFileOfTheirOwn) {
   std::map<std::string, uint64_t> file_bytes;
   for (const ExtentSpec& spec : specs_) {
     StatusOr<ExtentLocation> location = store->Locate(spec.unit, spec.kind);
-    ASSERT_TRUE(location.ok()) << location.status();
+    ASSERT_OK(location);
     const char* file = spec.kind == ExtentKind::kParams   ? "params.swap"
                        : spec.kind == ExtentKind::kMaster ? "master.swap"
                        : spec.kind == ExtentKind::kGrads  ? "grads.swap"
@@ -290,25 +291,23 @@ TEST_P(NvmeStoreTest, CorruptedByteIsDetectedWithTheUnitName) {
   buffers.FillAll(1);
   const size_t victim = 6;  // block.0 exp_avg
   ASSERT_EQ(specs_[victim].kind, ExtentKind::kExpAvg);
-  ASSERT_TRUE(store->Write(specs_[victim].unit, specs_[victim].kind, buffers.at(victim)).ok());
+  ASSERT_OK(store->Write(specs_[victim].unit, specs_[victim].kind, buffers.at(victim)));
   StatusOr<ExtentLocation> location = store->Locate(specs_[victim].unit, specs_[victim].kind);
-  ASSERT_TRUE(location.ok());
+  ASSERT_OK(location);
   CorruptByte(location->path, location->offset + 20000);
 
   buffers.Clear();
   Status read = store->Read(specs_[victim].unit, specs_[victim].kind, buffers.at(victim));
-  EXPECT_EQ(read.code(), absl::StatusCode::kDataLoss) << read;
-  EXPECT_TRUE(Contains(read.message(), "'block.0'")) << read;
-  EXPECT_TRUE(Contains(read.message(), "exp_avg")) << read;
-  EXPECT_TRUE(Contains(read.message(), location->path)) << read;
-  EXPECT_TRUE(Contains(read.message(), absl::StrCat("offset ", location->offset))) << read;
-  EXPECT_TRUE(Contains(read.message(), "checksum mismatch")) << read;
+  EXPECT_THAT(
+      read, StatusIs(absl::StatusCode::kDataLoss,
+                     AllOf(HasSubstr("'block.0'"), HasSubstr("exp_avg"), HasSubstr(location->path),
+                           HasSubstr(absl::StrCat("offset ", location->offset)),
+                           HasSubstr("checksum mismatch"))));
 
   // The same through the asynchronous path.
-  ASSERT_TRUE(
-      store->SubmitRead(specs_[victim].unit, specs_[victim].kind, buffers.at(victim), 77).ok());
+  ASSERT_OK(store->SubmitRead(specs_[victim].unit, specs_[victim].kind, buffers.at(victim), 77));
   StatusOr<std::vector<NvmeStore::Completion>> done = store->Wait(1);
-  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_OK(done);
   ASSERT_EQ(done->size(), 1u);
   EXPECT_EQ((*done)[0].tag, 77u);
   EXPECT_EQ((*done)[0].status.code(), absl::StatusCode::kDataLoss);
@@ -318,9 +317,9 @@ TEST_P(NvmeStoreTest, CorruptedByteIsDetectedWithTheUnitName) {
     CorruptByte(location->path, location->offset + location->padded_bytes - 1);
   }
   buffers.Fill(victim, 2);
-  ASSERT_TRUE(store->Write(specs_[victim].unit, specs_[victim].kind, buffers.at(victim)).ok());
+  ASSERT_OK(store->Write(specs_[victim].unit, specs_[victim].kind, buffers.at(victim)));
   buffers.Clear();
-  ASSERT_TRUE(store->Read(specs_[victim].unit, specs_[victim].kind, buffers.at(victim)).ok());
+  ASSERT_OK(store->Read(specs_[victim].unit, specs_[victim].kind, buffers.at(victim)));
   EXPECT_EQ(buffers.Mismatch(victim, 2), -1);
 }
 
@@ -329,9 +328,8 @@ TEST_P(NvmeStoreTest, ReadingAnExtentNeverWrittenIsDataLoss) {
   ASSERT_NE(store, nullptr);
   ExtentBuffers buffers(*store, specs_);
   Status read = store->Read(2, ExtentKind::kMaster, buffers.at(9));
-  EXPECT_EQ(read.code(), absl::StatusCode::kDataLoss) << read;
-  EXPECT_TRUE(Contains(read.message(), "'head'")) << read;
-  EXPECT_TRUE(Contains(read.message(), "never written")) << read;
+  EXPECT_THAT(read, StatusIs(absl::StatusCode::kDataLoss,
+                             AllOf(HasSubstr("'head'"), HasSubstr("never written"))));
   EXPECT_EQ(store->in_flight(), 0u);
 }
 
@@ -347,32 +345,29 @@ TEST_P(NvmeStoreTest, EioOnWriteAndReadIsReportedWithTheUnitName) {
   ASSERT_NE(store, nullptr);
   ExtentBuffers buffers(*store, specs_);
   buffers.FillAll(1);
-  ASSERT_TRUE(store->Write(0, ExtentKind::kParams, buffers.at(0)).ok());
+  ASSERT_OK(store->Write(0, ExtentKind::kParams, buffers.at(0)));
   Status failed = store->Write(1, ExtentKind::kMaster, buffers.at(5));
-  EXPECT_EQ(failed.code(), absl::StatusCode::kInternal) << failed;
-  EXPECT_TRUE(Contains(failed.message(), "'block.0'")) << failed;
-  EXPECT_TRUE(Contains(failed.message(), "master")) << failed;
-  EXPECT_TRUE(Contains(failed.message(), std::strerror(EIO))) << failed;
-  EXPECT_TRUE(Contains(failed.message(), dir_ + "/strata-rank3-master.swap")) << failed;
+  EXPECT_THAT(failed, StatusIs(absl::StatusCode::kInternal,
+                               AllOf(HasSubstr("'block.0'"), HasSubstr("master"),
+                                     HasSubstr(std::strerror(EIO)),
+                                     HasSubstr(dir_ + "/strata-rank3-master.swap"))));
 
   // The failed write left the extent unreadable, until a write succeeds.
   Status read = store->Read(1, ExtentKind::kMaster, buffers.at(5));
-  EXPECT_EQ(read.code(), absl::StatusCode::kDataLoss) << read;
-  EXPECT_TRUE(Contains(read.message(), "last write failed")) << read;
-  EXPECT_TRUE(Contains(read.message(), std::strerror(EIO))) << read;
+  EXPECT_THAT(read, StatusIs(absl::StatusCode::kDataLoss,
+                             AllOf(HasSubstr("last write failed"), HasSubstr(std::strerror(EIO)))));
 
   buffers.Clear();
   read = store->Read(0, ExtentKind::kParams, buffers.at(0));  // the read EIO
-  EXPECT_EQ(read.code(), absl::StatusCode::kInternal) << read;
-  EXPECT_TRUE(Contains(read.message(), "'embedding'")) << read;
-  EXPECT_TRUE(Contains(read.message(), std::strerror(EIO))) << read;
-  ASSERT_TRUE(store->Read(0, ExtentKind::kParams, buffers.at(0)).ok()) << "the disk still has it";
+  EXPECT_THAT(read, StatusIs(absl::StatusCode::kInternal,
+                             AllOf(HasSubstr("'embedding'"), HasSubstr(std::strerror(EIO)))));
+  ASSERT_OK(store->Read(0, ExtentKind::kParams, buffers.at(0))) << "the disk still has it";
   EXPECT_EQ(buffers.Mismatch(0, 1), -1);
 
   buffers.Fill(5, 2);
-  ASSERT_TRUE(store->Write(1, ExtentKind::kMaster, buffers.at(5)).ok());
+  ASSERT_OK(store->Write(1, ExtentKind::kMaster, buffers.at(5)));
   buffers.Clear();
-  ASSERT_TRUE(store->Read(1, ExtentKind::kMaster, buffers.at(5)).ok());
+  ASSERT_OK(store->Read(1, ExtentKind::kMaster, buffers.at(5)));
   EXPECT_EQ(buffers.Mismatch(5, 2), -1);
   EXPECT_EQ(injector_->fault_stats().eio, 2u);
 }
@@ -385,13 +380,12 @@ TEST_P(NvmeStoreTest, EnospcOnWriteIsReportedAndTheExtentIsNotTrusted) {
   ASSERT_NE(store, nullptr);
   ExtentBuffers buffers(*store, specs_);
   buffers.FillAll(1);
-  ASSERT_TRUE(store->Write(2, ExtentKind::kExpAvgSq, buffers.at(11)).ok());
+  ASSERT_OK(store->Write(2, ExtentKind::kExpAvgSq, buffers.at(11)));
   buffers.Fill(11, 2);
   Status failed = store->Write(2, ExtentKind::kExpAvgSq, buffers.at(11));
-  EXPECT_EQ(failed.code(), absl::StatusCode::kResourceExhausted) << failed;
-  EXPECT_TRUE(Contains(failed.message(), "'head'")) << failed;
-  EXPECT_TRUE(Contains(failed.message(), "exp_avg_sq")) << failed;
-  EXPECT_TRUE(Contains(failed.message(), std::strerror(ENOSPC))) << failed;
+  EXPECT_THAT(failed, StatusIs(absl::StatusCode::kResourceExhausted,
+                               AllOf(HasSubstr("'head'"), HasSubstr("exp_avg_sq"),
+                                     HasSubstr(std::strerror(ENOSPC)))));
   // The old version may or may not be intact: the store does not hand it out as the new.
   Status read = store->Read(2, ExtentKind::kExpAvgSq, buffers.at(11));
   EXPECT_EQ(read.code(), absl::StatusCode::kDataLoss) << read;
@@ -409,21 +403,18 @@ TEST_P(NvmeStoreTest, ShortTransfersTheEngineCannotCompleteAreErrors) {
   ASSERT_NE(store, nullptr);
   ExtentBuffers buffers(*store, specs_);
   buffers.FillAll(1);
-  ASSERT_TRUE(store->Write(1, ExtentKind::kParams, buffers.at(4)).ok());
+  ASSERT_OK(store->Write(1, ExtentKind::kParams, buffers.at(4)));
   Status failed = store->Write(1, ExtentKind::kExpAvg, buffers.at(6));
-  EXPECT_EQ(failed.code(), absl::StatusCode::kDataLoss) << failed;
-  EXPECT_TRUE(Contains(failed.message(), "'block.0'")) << failed;
-  EXPECT_TRUE(Contains(failed.message(), "short write")) << failed;
+  EXPECT_THAT(failed, StatusIs(absl::StatusCode::kDataLoss,
+                               AllOf(HasSubstr("'block.0'"), HasSubstr("short write"))));
   Status read = store->Read(1, ExtentKind::kExpAvg, buffers.at(6));
-  EXPECT_EQ(read.code(), absl::StatusCode::kDataLoss) << read;
-  EXPECT_TRUE(Contains(read.message(), "torn")) << read;
+  EXPECT_THAT(read, StatusIs(absl::StatusCode::kDataLoss, HasSubstr("torn")));
 
   buffers.Clear();
   read = store->Read(1, ExtentKind::kParams, buffers.at(4));
-  EXPECT_EQ(read.code(), absl::StatusCode::kDataLoss) << read;
-  EXPECT_TRUE(Contains(read.message(), "short read")) << read;
-  EXPECT_TRUE(Contains(read.message(), "'block.0'")) << read;
-  ASSERT_TRUE(store->Read(1, ExtentKind::kParams, buffers.at(4)).ok());
+  EXPECT_THAT(read, StatusIs(absl::StatusCode::kDataLoss,
+                             AllOf(HasSubstr("short read"), HasSubstr("'block.0'"))));
+  ASSERT_OK(store->Read(1, ExtentKind::kParams, buffers.at(4)));
   EXPECT_EQ(buffers.Mismatch(4, 1), -1);
 }
 
@@ -445,11 +436,11 @@ TEST_P(NvmeStoreTest, ShortTransfersAndEagainTheEngineCompletesAreTransparent) {
   ExtentBuffers buffers(*store, specs_);
   buffers.FillAll(1);
   for (const auto& [tag, status] : RunAll(store.get(), &buffers, /*write=*/true)) {
-    EXPECT_TRUE(status.ok()) << "tag " << tag << ": " << status;
+    EXPECT_OK(status) << "tag " << tag;
   }
   buffers.Clear();
   for (const auto& [tag, status] : RunAll(store.get(), &buffers, /*write=*/false)) {
-    EXPECT_TRUE(status.ok()) << "tag " << tag << ": " << status;
+    EXPECT_OK(status) << "tag " << tag;
   }
   for (size_t i = 0; i < specs_.size(); ++i) EXPECT_EQ(buffers.Mismatch(i, 1), -1) << i;
   EXPECT_GT(shortened, 0u);
@@ -465,18 +456,17 @@ TEST_P(NvmeStoreTest, TornWriteIsCaughtByTheChecksumOnRead) {
   ExtentBuffers buffers(*store, specs_);
   const size_t victim = 4;  // block.0 params, 70001 bytes: many requests
   buffers.Fill(victim, 1);
-  ASSERT_TRUE(store->Write(1, ExtentKind::kParams, buffers.at(victim)).ok());
+  ASSERT_OK(store->Write(1, ExtentKind::kParams, buffers.at(victim)));
   buffers.Fill(victim, 2);
-  ASSERT_TRUE(store->Write(1, ExtentKind::kParams, buffers.at(victim)).ok())
+  ASSERT_OK(store->Write(1, ExtentKind::kParams, buffers.at(victim)))
       << "a torn write is invisible to the I/O layer";
   ASSERT_EQ(injector_->fault_stats().torn_writes, 1u);
 
   buffers.Clear();
   Status read = store->Read(1, ExtentKind::kParams, buffers.at(victim));
-  EXPECT_EQ(read.code(), absl::StatusCode::kDataLoss) << read;
-  EXPECT_TRUE(Contains(read.message(), "'block.0'")) << read;
-  EXPECT_TRUE(Contains(read.message(), "params")) << read;
-  EXPECT_TRUE(Contains(read.message(), "checksum mismatch")) << read;
+  EXPECT_THAT(
+      read, StatusIs(absl::StatusCode::kDataLoss, AllOf(HasSubstr("'block.0'"), HasSubstr("params"),
+                                                        HasSubstr("checksum mismatch"))));
 }
 
 TEST_P(NvmeStoreTest, DelayedAndReorderedCompletionsGiveCorrectData) {
@@ -493,11 +483,11 @@ TEST_P(NvmeStoreTest, DelayedAndReorderedCompletionsGiveCorrectData) {
   ExtentBuffers buffers(*store, specs_);
   buffers.FillAll(1);
   for (const auto& [tag, status] : RunAll(store.get(), &buffers, /*write=*/true)) {
-    EXPECT_TRUE(status.ok()) << "tag " << tag << ": " << status;
+    EXPECT_OK(status) << "tag " << tag;
   }
   buffers.Clear();
   for (const auto& [tag, status] : RunAll(store.get(), &buffers, /*write=*/false)) {
-    EXPECT_TRUE(status.ok()) << "tag " << tag << ": " << status;
+    EXPECT_OK(status) << "tag " << tag;
   }
   for (size_t i = 0; i < specs_.size(); ++i) EXPECT_EQ(buffers.Mismatch(i, 1), -1) << i;
   const nvme::FaultStats stats = injector_->fault_stats();
@@ -518,13 +508,12 @@ TEST_P(NvmeStoreTest, WaitsAreBoundedAndDestructionDoesNotHang) {
     ASSERT_NE(store, nullptr);
     ExtentBuffers buffers(*store, specs_);
     buffers.FillAll(1);
-    ASSERT_TRUE(store->SubmitWrite(0, ExtentKind::kMaster, buffers.at(1), 5).ok());
+    ASSERT_OK(store->SubmitWrite(0, ExtentKind::kMaster, buffers.at(1), 5));
     StatusOr<std::vector<NvmeStore::Completion>> done = store->Wait(1);
     EXPECT_EQ(done.status().code(), absl::StatusCode::kDeadlineExceeded) << done.status();
     EXPECT_EQ(store->in_flight(), 1u);
     Status write = store->Write(2, ExtentKind::kMaster, buffers.at(9));
-    EXPECT_EQ(write.code(), absl::StatusCode::kDeadlineExceeded) << write;
-    EXPECT_TRUE(Contains(write.message(), "'head'")) << write;
+    EXPECT_THAT(write, StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("'head'")));
     EXPECT_EQ(store->in_flight(), 2u);
     // Destroyed with both in flight, before their buffers.
     store.reset();
@@ -534,16 +523,14 @@ TEST_P(NvmeStoreTest, WaitsAreBoundedAndDestructionDoesNotHang) {
 
 TEST_P(NvmeStoreTest, NotEnoughSpaceFailsBeforeAnyFileExists) {
   specs_.push_back({3, "huge", ExtentKind::kMaster, 1ull << 50});  // 1 PiB
-  StatusOr<std::unique_ptr<NvmeStore>> store = NvmeStore::Create(Options(), specs_);
-  ASSERT_EQ(store.status().code(), absl::StatusCode::kResourceExhausted) << store.status();
-  const std::string message(store.status().message());
-  EXPECT_TRUE(Contains(message, dir_)) << message;
-  EXPECT_TRUE(Contains(message, "bytes free")) << message;
   uint64_t needed = 1ull << 50;
   for (const ExtentSpec& spec : OddExtents()) {
     needed += (spec.bytes + kAlignment - 1) / kAlignment * kAlignment;
   }
-  EXPECT_TRUE(Contains(message, absl::StrCat("need ", needed, " bytes"))) << message;
+  EXPECT_THAT(NvmeStore::Create(Options(), specs_),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr(dir_), HasSubstr("bytes free"),
+                             HasSubstr(absl::StrCat("need ", needed, " bytes")))));
   EXPECT_TRUE(ListDir(dir_).empty()) << "created " << ListDir(dir_)[0];
 }
 
@@ -551,19 +538,17 @@ TEST_P(NvmeStoreTest, MissingOrBadDirectoryIsAClearError) {
   NvmeStoreOptions options = Options();
   options.dir = dir_ + "/does-not-exist";
   StatusOr<std::unique_ptr<NvmeStore>> store = NvmeStore::Create(options, specs_);
-  EXPECT_EQ(store.status().code(), absl::StatusCode::kNotFound) << store.status();
-  EXPECT_TRUE(Contains(store.status().message(), "zero.nvme_dir " + options.dir)) << store.status();
+  EXPECT_THAT(store,
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("zero.nvme_dir " + options.dir)));
 
   options.dir = dir_ + "/a-file";
   nvme::testing::WritePatternFile(options.dir, 10, 1);
   store = NvmeStore::Create(options, specs_);
-  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition) << store.status();
-  EXPECT_TRUE(Contains(store.status().message(), "not a directory")) << store.status();
+  EXPECT_THAT(store, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not a directory")));
 
   options.dir = "";
   store = NvmeStore::Create(options, specs_);
-  EXPECT_EQ(store.status().code(), absl::StatusCode::kInvalidArgument) << store.status();
-  EXPECT_TRUE(Contains(store.status().message(), "zero.nvme_dir")) << store.status();
+  EXPECT_THAT(store, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("zero.nvme_dir")));
 }
 
 TEST_P(NvmeStoreTest, InvalidExtentsAreListedAllAtOnce) {
@@ -572,12 +557,10 @@ TEST_P(NvmeStoreTest, InvalidExtentsAreListedAllAtOnce) {
   specs_.push_back({-1, "y", ExtentKind::kParams, 10});           // negative unit
   specs_.push_back({1, "not-block.0", ExtentKind::kExpAvg, 10});  // renamed, and twice
   StatusOr<std::unique_ptr<NvmeStore>> store = NvmeStore::Create(Options(), specs_);
-  ASSERT_EQ(store.status().code(), absl::StatusCode::kInvalidArgument) << store.status();
-  const std::string message(store.status().message());
-  EXPECT_TRUE(Contains(message, "declared twice")) << message;
-  EXPECT_TRUE(Contains(message, "0 bytes")) << message;
-  EXPECT_TRUE(Contains(message, "negative unit")) << message;
-  EXPECT_TRUE(Contains(message, "also named 'block.0'")) << message;
+  ASSERT_THAT(store,
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("declared twice"), HasSubstr("0 bytes"),
+                             HasSubstr("negative unit"), HasSubstr("also named 'block.0'"))));
   EXPECT_TRUE(ListDir(dir_).empty());
 }
 
@@ -600,7 +583,7 @@ TEST_P(NvmeStoreTest, FilesAreRemovedAtDestructionUnlessKept) {
     ASSERT_NE(store, nullptr);
     ExtentBuffers buffers(*store, specs_);
     buffers.Fill(1, 1);
-    ASSERT_TRUE(store->Write(0, ExtentKind::kMaster, buffers.at(1)).ok());
+    ASSERT_OK(store->Write(0, ExtentKind::kMaster, buffers.at(1)));
   }
   for (const std::string& file : files) EXPECT_TRUE(Exists(file)) << file;
   // A new store over kept files starts from scratch: nothing in them counts as written.
@@ -621,45 +604,43 @@ TEST_P(NvmeStoreTest, RejectsUndeclaredExtentsMisalignedBuffersAndConflicts) {
   buffers.FillAll(1);
 
   Status undeclared = store->SubmitWrite(7, ExtentKind::kMaster, buffers.at(0), 0);
-  EXPECT_EQ(undeclared.code(), absl::StatusCode::kInvalidArgument) << undeclared;
-  EXPECT_TRUE(Contains(undeclared.message(), "unit 7 master")) << undeclared;
+  EXPECT_THAT(undeclared, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unit 7 master")));
   undeclared = store->Read(0, ExtentKind::kExpAvg, buffers.at(0));
-  EXPECT_EQ(undeclared.code(), absl::StatusCode::kInvalidArgument) << undeclared;
-  EXPECT_TRUE(Contains(undeclared.message(), "unit 0 exp_avg")) << undeclared;
+  EXPECT_THAT(undeclared,
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unit 0 exp_avg")));
   EXPECT_EQ(store->PaddedBytes(0, ExtentKind::kExpAvg), 0u);
   EXPECT_EQ(store->PaddedBytes(0, ExtentKind::kMaster), 8 * kKiB);
   EXPECT_FALSE(store->Locate(1, ExtentKind::kParams).ok());
 
   Status misaligned = store->SubmitWrite(0, ExtentKind::kMaster, buffers.at(1) + 512, 0);
-  EXPECT_EQ(misaligned.code(), absl::StatusCode::kInvalidArgument) << misaligned;
-  EXPECT_TRUE(Contains(misaligned.message(), "not aligned")) << misaligned;
-  EXPECT_TRUE(Contains(misaligned.message(), "'embedding'")) << misaligned;
+  EXPECT_THAT(misaligned, StatusIs(absl::StatusCode::kInvalidArgument,
+                                   AllOf(HasSubstr("not aligned"), HasSubstr("'embedding'"))));
   misaligned = store->Read(0, ExtentKind::kMaster, nullptr);
   EXPECT_EQ(misaligned.code(), absl::StatusCode::kInvalidArgument) << misaligned;
   EXPECT_EQ(store->in_flight(), 0u);
 
   // One write per extent in flight; no read of it meanwhile.
-  ASSERT_TRUE(store->SubmitWrite(0, ExtentKind::kMaster, buffers.at(1), 1).ok());
+  ASSERT_OK(store->SubmitWrite(0, ExtentKind::kMaster, buffers.at(1), 1));
   EXPECT_EQ(store->SubmitWrite(0, ExtentKind::kMaster, buffers.at(1), 2).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(store->SubmitRead(0, ExtentKind::kMaster, buffers.at(1), 3).code(),
             absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(store->SubmitWrite(0, ExtentKind::kParams, buffers.at(0), 4).ok());
+  ASSERT_OK(store->SubmitWrite(0, ExtentKind::kParams, buffers.at(0), 4));
   StatusOr<std::vector<NvmeStore::Completion>> done = store->Wait(2);
-  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_OK(done);
   std::set<uint64_t> tags;
   for (const NvmeStore::Completion& completion : *done) {
-    EXPECT_TRUE(completion.status.ok()) << completion.status;
+    EXPECT_OK(completion.status);
     tags.insert(completion.tag);
   }
   EXPECT_EQ(tags, (std::set<uint64_t>{1, 4}));
   // Reads of one extent may overlap each other, but not a write.
-  ASSERT_TRUE(store->SubmitRead(0, ExtentKind::kMaster, buffers.at(1), 5).ok());
-  ASSERT_TRUE(store->SubmitRead(0, ExtentKind::kMaster, buffers.at(1), 6).ok());
+  ASSERT_OK(store->SubmitRead(0, ExtentKind::kMaster, buffers.at(1), 5));
+  ASSERT_OK(store->SubmitRead(0, ExtentKind::kMaster, buffers.at(1), 6));
   EXPECT_EQ(store->SubmitWrite(0, ExtentKind::kMaster, buffers.at(1), 7).code(),
             absl::StatusCode::kFailedPrecondition);
   done = store->Wait(2);
-  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_OK(done);
   EXPECT_EQ(done->size(), 2u);
   EXPECT_EQ(buffers.Mismatch(1, 1), -1);
 }

@@ -6,6 +6,7 @@
 // skips with CUDA's reason; the tests of the no-GPU error path run everywhere.
 #include "core/cuda/cuda_device.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -17,9 +18,14 @@
 #include <vector>
 
 #include "core/cpu_device.h"
+#include "core/testing/status_matchers.h"
 
 namespace strata {
 namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using testing::StatusIs;
 
 constexpr uint64_t kPoolBytes = 1 << 20;
 
@@ -45,19 +51,19 @@ class CudaDeviceTest : public ::testing::Test {
     options.device_memory_bytes = device_bytes;
     options.local_rank = local_rank;
     StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(options);
-    EXPECT_TRUE(device.ok()) << device.status();
+    EXPECT_OK(device);
     return device.ok() ? std::move(*device) : nullptr;
   }
 
   std::unique_ptr<Stream> NewStream(const std::string& name) {
     auto stream = device_->CreateStream(name);
-    EXPECT_TRUE(stream.ok()) << stream.status();
+    EXPECT_OK(stream);
     return stream.ok() ? std::move(*stream) : nullptr;
   }
 
   Buffer NewBuffer(Tier tier, size_t bytes, const std::string& what) {
     auto buffer = device_->Allocate(tier, StateKind::kParams, bytes, what);
-    EXPECT_TRUE(buffer.ok()) << buffer.status();
+    EXPECT_OK(buffer);
     return buffer.ok() ? std::move(*buffer) : Buffer();
   }
 
@@ -73,7 +79,7 @@ TEST_F(CudaDeviceTest, StreamRunsWorkInOrder) {
       return absl::OkStatus();
     });
   }
-  ASSERT_TRUE(stream->Synchronize().ok());
+  ASSERT_OK(stream->Synchronize());
   ASSERT_EQ(order.size(), 100u);
   for (int i = 0; i < 100; ++i) EXPECT_EQ(order[i], i);
 }
@@ -81,24 +87,24 @@ TEST_F(CudaDeviceTest, StreamRunsWorkInOrder) {
 TEST_F(CudaDeviceTest, EventOrdersTwoStreams) {
   auto producer = NewStream("copy");
   auto consumer = NewStream("compute");
-  auto event = *device_->CreateEvent();
+  ASSERT_OK_AND_ASSIGN(auto event, device_->CreateEvent());
   std::atomic<int> value{0};
   producer->EnqueueHost([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     value = 42;
     return absl::OkStatus();
   });
-  ASSERT_TRUE(device_->Record(*event, *producer).ok());
-  ASSERT_TRUE(device_->Wait(*consumer, *event).ok());
+  ASSERT_OK(device_->Record(*event, *producer));
+  ASSERT_OK(device_->Wait(*consumer, *event));
   int seen = -1;
   consumer->EnqueueHost([&] {
     seen = value.load();
     return absl::OkStatus();
   });
-  ASSERT_TRUE(consumer->Synchronize().ok());
+  ASSERT_OK(consumer->Synchronize());
   EXPECT_EQ(seen, 42);
   EXPECT_TRUE(event->Query());
-  EXPECT_TRUE(event->Synchronize().ok());
+  EXPECT_OK(event->Synchronize());
 }
 
 TEST_F(CudaDeviceTest, EventOrdersDeviceCopiesAcrossStreams) {
@@ -107,30 +113,30 @@ TEST_F(CudaDeviceTest, EventOrdersDeviceCopiesAcrossStreams) {
   constexpr size_t kBytes = 64 << 10;
   auto big = Make(64ull << 20);
   ASSERT_NE(big, nullptr);
-  auto producer = *big->CreateStream("h2d");
-  auto consumer = *big->CreateStream("d2h");
-  auto event = *big->CreateEvent();
-  auto src = *big->Allocate(Tier::kHost, StateKind::kParams, kBytes, "src");
-  auto dev = *big->Allocate(Tier::kDevice, StateKind::kParams, kBytes, "dev");
-  auto dst = *big->Allocate(Tier::kHost, StateKind::kParams, kBytes, "dst");
+  ASSERT_OK_AND_ASSIGN(auto producer, big->CreateStream("h2d"));
+  ASSERT_OK_AND_ASSIGN(auto consumer, big->CreateStream("d2h"));
+  ASSERT_OK_AND_ASSIGN(auto event, big->CreateEvent());
+  ASSERT_OK_AND_ASSIGN(auto src, big->Allocate(Tier::kHost, StateKind::kParams, kBytes, "src"));
+  ASSERT_OK_AND_ASSIGN(auto dev, big->Allocate(Tier::kDevice, StateKind::kParams, kBytes, "dev"));
+  ASSERT_OK_AND_ASSIGN(auto dst, big->Allocate(Tier::kHost, StateKind::kParams, kBytes, "dst"));
   for (int round = 1; round <= 20; ++round) {
     for (size_t i = 0; i < kBytes / 4; ++i) src.as<uint32_t>()[i] = round * 1000003u + i;
     std::memset(dst.data(), 0, kBytes);
-    ASSERT_TRUE(big->CopyAsync(dev.data(), src.data(), kBytes, *producer).ok());
-    ASSERT_TRUE(big->Record(*event, *producer).ok());
-    ASSERT_TRUE(big->Wait(*consumer, *event).ok());
-    ASSERT_TRUE(big->CopyAsync(dst.data(), dev.data(), kBytes, *consumer).ok());
-    ASSERT_TRUE(consumer->Synchronize().ok());
+    ASSERT_OK(big->CopyAsync(dev.data(), src.data(), kBytes, *producer));
+    ASSERT_OK(big->Record(*event, *producer));
+    ASSERT_OK(big->Wait(*consumer, *event));
+    ASSERT_OK(big->CopyAsync(dst.data(), dev.data(), kBytes, *consumer));
+    ASSERT_OK(consumer->Synchronize());
     ASSERT_EQ(std::memcmp(dst.data(), src.data(), kBytes), 0) << "round " << round;
   }
 }
 
 TEST_F(CudaDeviceTest, WaitOnUnrecordedEventDoesNotBlock) {
   auto stream = NewStream("s");
-  auto event = *device_->CreateEvent();
+  ASSERT_OK_AND_ASSIGN(auto event, device_->CreateEvent());
   EXPECT_TRUE(event->Query());
-  ASSERT_TRUE(device_->Wait(*stream, *event).ok());
-  EXPECT_TRUE(stream->Synchronize().ok());
+  ASSERT_OK(device_->Wait(*stream, *event));
+  EXPECT_OK(stream->Synchronize());
 }
 
 TEST_F(CudaDeviceTest, ErrorsAreStickyAndSkipLaterWork) {
@@ -141,10 +147,9 @@ TEST_F(CudaDeviceTest, ErrorsAreStickyAndSkipLaterWork) {
     ran_after = true;
     return absl::OkStatus();
   });
-  Status status = stream->Synchronize();
-  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(status.message().find("stream 'io'"), std::string::npos) << status;
-  EXPECT_NE(status.message().find("checksum mismatch"), std::string::npos) << status;
+  EXPECT_THAT(stream->Synchronize(),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       AllOf(HasSubstr("stream 'io'"), HasSubstr("checksum mismatch"))));
   EXPECT_FALSE(ran_after);
   // Still the first error later on, even after more work and a second error.
   stream->EnqueueHost([] { return absl::InternalError("second"); });
@@ -157,19 +162,19 @@ TEST_F(CudaDeviceTest, CopyAndMemset) {
   Buffer dst = NewBuffer(Tier::kDevice, 4096, "dst");
   Buffer back = NewBuffer(Tier::kHost, 4096, "back");
   for (int i = 0; i < 1024; ++i) src.as<float>()[i] = i * 0.5f;
-  ASSERT_TRUE(device_->CopyAsync(dst.data(), src.data(), 4096, *stream).ok());
-  ASSERT_TRUE(device_->CopyAsync(back.data(), dst.data(), 4096, *stream).ok());
-  ASSERT_TRUE(stream->Synchronize().ok());
+  ASSERT_OK(device_->CopyAsync(dst.data(), src.data(), 4096, *stream));
+  ASSERT_OK(device_->CopyAsync(back.data(), dst.data(), 4096, *stream));
+  ASSERT_OK(stream->Synchronize());
   for (int i = 0; i < 1024; ++i) ASSERT_EQ(back.as<float>()[i], i * 0.5f);
 
-  ASSERT_TRUE(device_->MemsetAsync(dst.data(), 0, 4096, *stream).ok());
-  ASSERT_TRUE(device_->CopyAsync(back.data(), dst.data(), 4096, *stream).ok());
-  ASSERT_TRUE(stream->Synchronize().ok());
+  ASSERT_OK(device_->MemsetAsync(dst.data(), 0, 4096, *stream));
+  ASSERT_OK(device_->CopyAsync(back.data(), dst.data(), 4096, *stream));
+  ASSERT_OK(stream->Synchronize());
   for (int i = 0; i < 1024; ++i) ASSERT_EQ(back.as<float>()[i], 0.0f);
 
   // Memset of host-tier (pinned) memory runs in stream order too.
-  ASSERT_TRUE(device_->MemsetAsync(back.data(), 0x7f, 4096, *stream).ok());
-  ASSERT_TRUE(stream->Synchronize().ok());
+  ASSERT_OK(device_->MemsetAsync(back.data(), 0x7f, 4096, *stream));
+  ASSERT_OK(stream->Synchronize());
   for (int i = 0; i < 4096; ++i) ASSERT_EQ(back.as<uint8_t>()[i], 0x7f);
 }
 
@@ -180,29 +185,27 @@ TEST_F(CudaDeviceTest, CopiesBetweenDeviceBuffersAndPageableMemory) {
   for (size_t i = 0; i < kBytes; ++i) pageable[i] = static_cast<uint8_t>(i * 7 + 3);
   Buffer a = NewBuffer(Tier::kDevice, kBytes, "a");
   Buffer b = NewBuffer(Tier::kDevice, kBytes, "b");
-  ASSERT_TRUE(device_->CopyAsync(a.data(), pageable.data(), kBytes, *stream).ok());
-  ASSERT_TRUE(device_->CopyAsync(b.data(), a.data(), kBytes, *stream).ok());
-  ASSERT_TRUE(device_->CopyAsync(result.data(), b.data(), kBytes, *stream).ok());
-  ASSERT_TRUE(stream->Synchronize().ok());
+  ASSERT_OK(device_->CopyAsync(a.data(), pageable.data(), kBytes, *stream));
+  ASSERT_OK(device_->CopyAsync(b.data(), a.data(), kBytes, *stream));
+  ASSERT_OK(device_->CopyAsync(result.data(), b.data(), kBytes, *stream));
+  ASSERT_OK(stream->Synchronize());
   EXPECT_EQ(result, pageable);
-  EXPECT_TRUE(device_->CopyAsync(a.data(), b.data(), 0, *stream).ok());
+  EXPECT_OK(device_->CopyAsync(a.data(), b.data(), 0, *stream));
 }
 
 TEST_F(CudaDeviceTest, DevicePoolEnforcesLimitAndAccounts) {
   auto a = device_->Allocate(Tier::kDevice, StateKind::kParams, 768 << 10, "unit 0 params");
-  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_OK(a);
   auto b = device_->Allocate(Tier::kDevice, StateKind::kOptimizer, 512 << 10, "unit 0 master");
-  ASSERT_FALSE(b.ok());
-  EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(b.status().message().find("device.memory_limit"), std::string::npos);
-  EXPECT_NE(b.status().message().find("unit 0 master"), std::string::npos);
+  EXPECT_THAT(b, StatusIs(absl::StatusCode::kResourceExhausted,
+                          AllOf(HasSubstr("device.memory_limit"), HasSubstr("unit 0 master"))));
   EXPECT_EQ(device_->pool(Tier::kDevice).Stats().current_bytes, 768u << 10);
   a->Reset();
   EXPECT_EQ(device_->pool(Tier::kDevice).Stats().current_bytes, 0u);
   EXPECT_EQ(device_->pool(Tier::kDevice).Stats().peak_bytes, 768u << 10);
   // Host tier is accounted separately.
   auto h = device_->Allocate(Tier::kHost, StateKind::kGrads, 4 << 20, "host grads");
-  ASSERT_TRUE(h.ok()) << h.status();
+  ASSERT_OK(h);
   EXPECT_EQ(device_->pool(Tier::kHost).Stats().current_bytes, 4u << 20);
 }
 
@@ -214,7 +217,7 @@ TEST_F(CudaDeviceTest, BuffersAre4KiBAlignedAndHostBytesExact) {
   for (size_t bytes : {size_t{0}, size_t{1}, size_t{100}, size_t{4097}, size_t{(1 << 20) + 3}}) {
     for (Tier tier : {Tier::kDevice, Tier::kHost}) {
       auto buffer = big->Allocate(tier, StateKind::kWorkspace, bytes, "aligned");
-      ASSERT_TRUE(buffer.ok()) << buffer.status();
+      ASSERT_OK(buffer);
       EXPECT_FALSE(buffer->empty());
       EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer->data()) % 4096, 0u)
           << TierName(tier) << " buffer of " << bytes << " bytes";
@@ -234,16 +237,14 @@ TEST_F(CudaDeviceTest, DeviceTierIsClippedToFreeMemory) {
   const uint64_t capacity = device->pool(Tier::kDevice).Stats().capacity_bytes;
   EXPECT_LT(capacity, kHuge);
   EXPECT_GT(capacity, 0u);
-  EXPECT_NE(device->Describe().find("clipped to the GPU's free memory"), std::string::npos)
-      << device->Describe();
+  EXPECT_THAT(device->Describe(), HasSubstr("clipped to the GPU's free memory"));
   auto too_much =
       device->Allocate(Tier::kDevice, StateKind::kParams, capacity + 1, "more than free");
-  ASSERT_FALSE(too_much.ok());
-  EXPECT_EQ(too_much.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(too_much, StatusIs(absl::StatusCode::kResourceExhausted));
 }
 
 TEST_F(CudaDeviceTest, SelectsGpuByLocalRankModuloCount) {
-  const int count = *CudaDeviceCount();
+  ASSERT_OK_AND_ASSIGN(const int count, CudaDeviceCount());
   for (int local_rank : {0, 1, count, count + 1, 7}) {
     auto device = Make(kPoolBytes, local_rank);
     ASSERT_NE(device, nullptr);
@@ -255,10 +256,10 @@ TEST_F(CudaDeviceTest, SelectsGpuByLocalRankModuloCount) {
 
 TEST_F(CudaDeviceTest, RejectsStreamsAndEventsOfAnotherBackend) {
   auto cpu = CreateCpuDevice(CpuDeviceOptions{});
-  auto cpu_stream = *cpu->CreateStream("cpu");
-  auto cpu_event = *cpu->CreateEvent();
+  ASSERT_OK_AND_ASSIGN(auto cpu_stream, cpu->CreateStream("cpu"));
+  ASSERT_OK_AND_ASSIGN(auto cpu_event, cpu->CreateEvent());
   auto stream = NewStream("s");
-  auto event = *device_->CreateEvent();
+  ASSERT_OK_AND_ASSIGN(auto event, device_->CreateEvent());
   Buffer a = NewBuffer(Tier::kHost, 64, "a");
   Buffer b = NewBuffer(Tier::kHost, 64, "b");
   EXPECT_EQ(device_->CopyAsync(a.data(), b.data(), 64, *cpu_stream).code(),
@@ -268,8 +269,8 @@ TEST_F(CudaDeviceTest, RejectsStreamsAndEventsOfAnotherBackend) {
   // Another CUDA device object on the same GPU may use them.
   auto same_gpu = Make(kPoolBytes);
   ASSERT_NE(same_gpu, nullptr);
-  EXPECT_TRUE(same_gpu->Record(*event, *stream).ok());
-  EXPECT_TRUE(stream->Synchronize().ok());
+  EXPECT_OK(same_gpu->Record(*event, *stream));
+  EXPECT_OK(stream->Synchronize());
 }
 
 // Runs everywhere: without a GPU, creating the device must fail with CUDA's reason.
@@ -278,18 +279,13 @@ TEST(CudaDeviceNoGpu, CreateFailsWithTheReason) {
   if (reason.empty()) GTEST_SKIP() << "a GPU is present; this test covers machines without one";
   StatusOr<int> count = CudaDeviceCount();
   auto device = CreateCudaDevice(CudaDeviceOptions{});
-  ASSERT_FALSE(device.ok());
-  EXPECT_EQ(device.status().code(), absl::StatusCode::kUnavailable) << device.status();
   if (BuiltWithCuda()) {
     ASSERT_FALSE(count.ok());
-    EXPECT_NE(device.status().message().find("cudaGetDeviceCount"), std::string::npos)
-        << device.status();
-    EXPECT_NE(device.status().message().find("local rank 0"), std::string::npos) << device.status();
-    EXPECT_NE(device.status().message().find("cuda_device.cc:"), std::string::npos)
-        << device.status();
+    EXPECT_THAT(device, StatusIs(absl::StatusCode::kUnavailable,
+                                 AllOf(HasSubstr("cudaGetDeviceCount"), HasSubstr("local rank 0"),
+                                       HasSubstr("cuda_device.cc:"))));
   } else {
-    EXPECT_NE(device.status().message().find("built without CUDA"), std::string::npos)
-        << device.status();
+    EXPECT_THAT(device, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("built without CUDA")));
   }
 }
 
@@ -297,9 +293,7 @@ TEST(CudaDeviceNoGpu, NegativeLocalRankIsRejectedBeforeTouchingCuda) {
   if (!BuiltWithCuda()) GTEST_SKIP() << "built without CUDA";
   CudaDeviceOptions options;
   options.local_rank = -1;
-  auto device = CreateCudaDevice(options);
-  ASSERT_FALSE(device.ok());
-  EXPECT_EQ(device.status().code(), absl::StatusCode::kInvalidArgument) << device.status();
+  EXPECT_THAT(CreateCudaDevice(options), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "core/cuda/cuda_device.h"
 #include "core/cuda/cuda_native.h"
+#include "core/testing/status_matchers.h"
 
 namespace strata {
 namespace {
@@ -20,29 +21,31 @@ TEST(FillKernel, FillsInStreamOrderAcrossStreams) {
 
   CudaDeviceOptions options;
   options.device_memory_bytes = 256ull << 20;
-  auto device = *CreateCudaDevice(options);
-  auto compute = *device->CreateStream("compute");
-  auto copy = *device->CreateStream("d2h");
-  auto filled = *device->CreateEvent();
-  cudaStream_t compute_stream = *NativeStream(*compute);
+  ASSERT_OK_AND_ASSIGN(auto device, CreateCudaDevice(options));
+  ASSERT_OK_AND_ASSIGN(auto compute, device->CreateStream("compute"));
+  ASSERT_OK_AND_ASSIGN(auto copy, device->CreateStream("d2h"));
+  ASSERT_OK_AND_ASSIGN(auto filled, device->CreateEvent());
+  ASSERT_OK_AND_ASSIGN(cudaStream_t compute_stream, NativeStream(*compute));
 
   // Odd sizes: a partial last block, and more elements than one grid covers.
   for (size_t floats : {size_t{1}, size_t{1000}, size_t{(1 << 24) + 17}}) {
     const size_t bytes = floats * sizeof(float);
-    auto data = *device->Allocate(Tier::kDevice, StateKind::kActivations, bytes, "fill");
-    auto host = *device->Allocate(Tier::kHost, StateKind::kActivations, bytes, "fill copy");
-    ASSERT_TRUE(FillAsync(data.as<float>(), 1.0f, floats, compute_stream).ok());
-    ASSERT_TRUE(FillAsync(data.as<float>(), 2.5f, floats, compute_stream).ok());
-    ASSERT_TRUE(device->Record(*filled, *compute).ok());
-    ASSERT_TRUE(device->Wait(*copy, *filled).ok());
-    ASSERT_TRUE(device->CopyAsync(host.data(), data.data(), bytes, *copy).ok());
-    ASSERT_TRUE(copy->Synchronize().ok());
+    ASSERT_OK_AND_ASSIGN(auto data,
+                         device->Allocate(Tier::kDevice, StateKind::kActivations, bytes, "fill"));
+    ASSERT_OK_AND_ASSIGN(
+        auto host, device->Allocate(Tier::kHost, StateKind::kActivations, bytes, "fill copy"));
+    ASSERT_OK(FillAsync(data.as<float>(), 1.0f, floats, compute_stream));
+    ASSERT_OK(FillAsync(data.as<float>(), 2.5f, floats, compute_stream));
+    ASSERT_OK(device->Record(*filled, *compute));
+    ASSERT_OK(device->Wait(*copy, *filled));
+    ASSERT_OK(device->CopyAsync(host.data(), data.data(), bytes, *copy));
+    ASSERT_OK(copy->Synchronize());
     for (size_t i = 0; i < floats; ++i) {
       ASSERT_EQ(host.as<float>()[i], 2.5f) << "element " << i << " of " << floats;
     }
   }
-  EXPECT_TRUE(FillAsync(nullptr, 0.0f, 0, compute_stream).ok());
-  EXPECT_TRUE(compute->Synchronize().ok());
+  EXPECT_OK(FillAsync(nullptr, 0.0f, 0, compute_stream));
+  EXPECT_OK(compute->Synchronize());
 }
 
 }  // namespace

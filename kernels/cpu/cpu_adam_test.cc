@@ -8,6 +8,7 @@
 // with a message.
 #include "kernels/cpu/cpu_adam.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,11 +19,22 @@
 #include <string>
 #include <vector>
 
+#include "core/testing/status_matchers.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/cpu_adam_bandwidth.h"
 
 namespace strata::cpu {
 namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using testing::IsOkAndHolds;
+using testing::StatusIs;
+
+// Matches a CpuAdam that runs `path`.
+::testing::Matcher<const CpuAdam&> TakesPath(CpuAdamPath path) {
+  return ::testing::Property(&CpuAdam::path, path);
+}
 
 constexpr CpuAdamPath kAllPaths[] = {CpuAdamPath::kReference, CpuAdamPath::kAvx2,
                                      CpuAdamPath::kAvx512};
@@ -261,7 +273,7 @@ void ExpectMatchesReference(const Case& c, int steps = 4) {
   options.use_bf16_instruction = c.bf16_instruction;
   options.stream_param_min_elements = c.stream_param_min_elements;
   StatusOr<CpuAdam> adam = CpuAdam::Create(options);
-  ASSERT_TRUE(adam.ok()) << where << ": " << adam.status();
+  ASSERT_OK(adam) << where;
   ASSERT_EQ(adam->path(), c.path) << where;
 
   State want(c.n, 0), got(c.n, c.offset);
@@ -282,7 +294,7 @@ void ExpectMatchesReference(const Case& c, int steps = 4) {
     hp.step = step;
     StepReference(want, c.output, hp);
     const Status status = StepFast(*adam, got, c.output, hp);
-    ASSERT_TRUE(status.ok()) << where << ": " << status;
+    ASSERT_OK(status) << where;
     ASSERT_EQ(CountMismatches(want, got, c.output, where + " step " + std::to_string(step)), 0);
   }
 }
@@ -401,7 +413,7 @@ TEST(CpuAdam, Bf16CopyOfEveryKindOfWeightIsExact) {
       CpuAdamOptions options;
       options.path = path;
       options.use_bf16_instruction = bf16_instruction;
-      const CpuAdam adam = *CpuAdam::Create(options);
+      ASSERT_OK_AND_ASSIGN(const CpuAdam adam, CpuAdam::Create(options));
       State s(n, 0);
       FillTypical(s, 2);
       for (size_t i = 0; i < n; ++i) {
@@ -415,7 +427,7 @@ TEST(CpuAdam, Bf16CopyOfEveryKindOfWeightIsExact) {
       }
       AdamParams hp;
       hp.weight_decay = 0.0f;
-      ASSERT_TRUE(StepFast(adam, s, Output::kBf16, hp).ok());
+      ASSERT_OK(StepFast(adam, s, Output::kBf16, hp));
       int64_t mismatches = 0;
       for (size_t i = 0; i < n; ++i) {
         const bf16 want = ToBf16(s.master()[i]);
@@ -445,7 +457,7 @@ TEST(CpuAdam, ExactForManyBetasAndSteps) {
     CpuAdamOptions options;
     options.path = path;
     options.threads = 1;
-    const CpuAdam adam = *CpuAdam::Create(options);
+    ASSERT_OK_AND_ASSIGN(const CpuAdam adam, CpuAdam::Create(options));
     for (float beta : {0.0f, 0.5f, 0.8f, 0.9f, 0.95f, 0.99f, 0.999f, 0.9999f, 0.9999999f}) {
       State want(4099, 0), got(4099, 0);
       FillTypical(want, 7);
@@ -457,7 +469,7 @@ TEST(CpuAdam, ExactForManyBetasAndSteps) {
       for (int step : {1, 2, 3, 5, 10, 20, 50, 100, 1000, 100000}) {
         hp.step = step;
         StepReference(want, Output::kBf16, hp);
-        ASSERT_TRUE(StepFast(adam, got, Output::kBf16, hp).ok());
+        ASSERT_OK(StepFast(adam, got, Output::kBf16, hp));
         const std::string where = std::string(CpuAdamPathName(path)) +
                                   " beta=" + std::to_string(beta) + " step=" + std::to_string(step);
         ASSERT_EQ(CountMismatches(want, got, Output::kBf16, where), 0);
@@ -471,13 +483,13 @@ TEST(CpuAdam, ForcedPathReallyRuns) {
     CpuAdamOptions options;
     options.path = path;
     options.threads = 2;
-    const CpuAdam adam = *CpuAdam::Create(options);
+    ASSERT_OK_AND_ASSIGN(const CpuAdam adam, CpuAdam::Create(options));
     EXPECT_EQ(adam.path(), path);
     uint64_t before[4];
     for (CpuAdamPath p : kAllPaths) before[static_cast<int>(p)] = CpuAdamSpansRunForTesting(p);
     State s(100000, 0);
     FillTypical(s, 1);
-    ASSERT_TRUE(StepFast(adam, s, Output::kBf16, AdamParams{}).ok());
+    ASSERT_OK(StepFast(adam, s, Output::kBf16, AdamParams{}));
     for (CpuAdamPath p : kAllPaths) {
       const uint64_t ran = CpuAdamSpansRunForTesting(p) - before[static_cast<int>(p)];
       // 100000 elements on 2 threads: two ranges, both on the forced path.
@@ -495,9 +507,9 @@ TEST(CpuAdam, Bf16InstructionIsUsedOnlyWhereAllowed) {
     CpuAdamOptions options;
     options.path = CpuAdamPath::kAvx512;
     options.use_bf16_instruction = allowed;
-    const CpuAdam adam = *CpuAdam::Create(options);
+    ASSERT_OK_AND_ASSIGN(const CpuAdam adam, CpuAdam::Create(options));
     const uint64_t before = CpuAdamBf16InstructionSpansForTesting();
-    ASSERT_TRUE(StepFast(adam, s, Output::kBf16, AdamParams{}).ok());
+    ASSERT_OK(StepFast(adam, s, Output::kBf16, AdamParams{}));
     const uint64_t used = CpuAdamBf16InstructionSpansForTesting() - before;
     const bool cpu_has_it = __builtin_cpu_supports("avx512bf16");
     EXPECT_EQ(used, allowed && cpu_has_it ? 1u : 0u) << "allowed=" << allowed;
@@ -509,27 +521,26 @@ TEST(CpuAdam, EnvironmentChoosesThePathWhenOptionsSayAuto) {
   const CpuAdamPath best = BestCpuAdamPath();
   EXPECT_NE(best, CpuAdamPath::kAuto);
   ASSERT_EQ(setenv("STRATA_CPU_ADAM", "reference", 1), 0);
-  EXPECT_EQ(CpuAdam::Create()->path(), CpuAdamPath::kReference);
-  EXPECT_EQ(std::string(CpuAdam::Create()->path_name()), "reference");
+  EXPECT_THAT(CpuAdam::Create(), IsOkAndHolds(TakesPath(CpuAdamPath::kReference)));
+  EXPECT_THAT(CpuAdam::Create(), IsOkAndHolds(::testing::Property(&CpuAdam::path_name,
+                                                                  ::testing::StrEq("reference"))));
   // An explicit option wins over the environment.
   CpuAdamOptions options;
   options.path = best;
-  EXPECT_EQ(CpuAdam::Create(options)->path(), best);
+  EXPECT_THAT(CpuAdam::Create(options), IsOkAndHolds(TakesPath(best)));
   ASSERT_EQ(setenv("STRATA_CPU_ADAM", "auto", 1), 0);
-  EXPECT_EQ(CpuAdam::Create()->path(), best);
+  EXPECT_THAT(CpuAdam::Create(), IsOkAndHolds(TakesPath(best)));
   ASSERT_EQ(setenv("STRATA_CPU_ADAM", "avx2", 1), 0);
   if (CpuAdamPathSupported(CpuAdamPath::kAvx2)) {
-    EXPECT_EQ(CpuAdam::Create()->path(), CpuAdamPath::kAvx2);
+    EXPECT_THAT(CpuAdam::Create(), IsOkAndHolds(TakesPath(CpuAdamPath::kAvx2)));
   } else {
-    EXPECT_EQ(CpuAdam::Create().status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(CpuAdam::Create(), StatusIs(absl::StatusCode::kFailedPrecondition));
   }
   ASSERT_EQ(setenv("STRATA_CPU_ADAM", "sse9", 1), 0);
-  const Status bad = CpuAdam::Create().status();
-  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.message().find("STRATA_CPU_ADAM"), std::string::npos) << bad;
-  EXPECT_NE(bad.message().find("sse9"), std::string::npos) << bad;
+  EXPECT_THAT(CpuAdam::Create(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          AllOf(HasSubstr("STRATA_CPU_ADAM"), HasSubstr("sse9"))));
   ASSERT_EQ(unsetenv("STRATA_CPU_ADAM"), 0);
-  EXPECT_EQ(CpuAdam::Create()->path(), best);
+  EXPECT_THAT(CpuAdam::Create(), IsOkAndHolds(TakesPath(best)));
 }
 
 TEST(CpuAdam, UnsupportedForcedPathIsAnError) {
@@ -537,8 +548,7 @@ TEST(CpuAdam, UnsupportedForcedPathIsAnError) {
     if (CpuAdamPathSupported(path)) continue;
     CpuAdamOptions options;
     options.path = path;
-    const Status status = CpuAdam::Create(options).status();
-    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_THAT(CpuAdam::Create(options), StatusIs(absl::StatusCode::kFailedPrecondition));
     return;
   }
   GTEST_SKIP() << "this CPU supports every path";
@@ -547,13 +557,13 @@ TEST(CpuAdam, UnsupportedForcedPathIsAnError) {
 TEST(CpuAdam, PathNamesRoundTrip) {
   for (CpuAdamPath path :
        {CpuAdamPath::kAuto, CpuAdamPath::kReference, CpuAdamPath::kAvx2, CpuAdamPath::kAvx512}) {
-    EXPECT_EQ(*ParseCpuAdamPath(CpuAdamPathName(path)), path);
+    EXPECT_THAT(ParseCpuAdamPath(CpuAdamPathName(path)), IsOkAndHolds(path));
   }
   EXPECT_FALSE(ParseCpuAdamPath("AVX512").ok());
 }
 
 TEST(CpuAdam, RejectsBadArguments) {
-  const CpuAdam adam = *CpuAdam::Create();
+  ASSERT_OK_AND_ASSIGN(const CpuAdam adam, CpuAdam::Create());
   State s(10, 0);
   AdamParams hp;
   hp.step = 0;
@@ -561,9 +571,8 @@ TEST(CpuAdam, RejectsBadArguments) {
   hp.step = 1;
   EXPECT_EQ(adam.Step(s.param_f32(), nullptr, s.grad(), s.m(), s.v(), 10, hp).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(adam.Step(s.param_f32(), nullptr, nullptr, nullptr, nullptr, 0, hp).ok());
-  EXPECT_TRUE(
-      adam.Step(DType::kBF16, s.param_bf16(), s.master(), s.grad(), s.m(), s.v(), 10, hp).ok());
+  EXPECT_OK(adam.Step(s.param_f32(), nullptr, nullptr, nullptr, nullptr, 0, hp));
+  EXPECT_OK(adam.Step(DType::kBF16, s.param_bf16(), s.master(), s.grad(), s.m(), s.v(), 10, hp));
 }
 
 TEST(AdamTrafficReference, RewritesStateUnchangedAndWritesUpperBits) {

@@ -10,6 +10,7 @@
 // atol 2e-3, rtol 1e-2 (one bf16 ulp is at most 2^-7 relative, plus fp32 differences).
 #include "kernels/cpu/cpu_ops.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -18,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_device.h"
+#include "core/testing/status_matchers.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
@@ -26,7 +29,6 @@
 #include "kernels/cpu/kernel_test_util.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
-#include "core/cpu_device.h"
 
 namespace strata {
 namespace {
@@ -36,6 +38,8 @@ using cpu::RandomFloats;
 using cpu::StorageTypes;
 using cpu::ToFloats;
 using cpu::ToStorage;
+using ::testing::HasSubstr;
+using testing::StatusIs;
 
 template <typename T>
 struct DTypeOf;
@@ -56,9 +60,9 @@ class CpuOpsTest : public ::testing::Test {
   void SetUp() override {
     device_ = CreateCpuDevice(CpuDeviceOptions{});
     auto stream = device_->CreateStream("compute");
-    ASSERT_TRUE(stream.ok()) << stream.status();
+    ASSERT_OK(stream);
     stream_ = std::move(stream).value();
-    ops_ = *CreateCpuOps(DTypeOf<T>::kValue, 3);
+    ASSERT_OK_AND_ASSIGN(ops_, CreateCpuOps(DTypeOf<T>::kValue, 3));
     ASSERT_EQ(ops_->dtype(), DTypeOf<T>::kValue);
   }
 
@@ -67,7 +71,7 @@ class CpuOpsTest : public ::testing::Test {
   E* Upload(const std::vector<E>& values) {
     auto buffer = device_->Allocate(Tier::kDevice, StateKind::kActivations,
                                     values.size() * sizeof(E), "test buffer");
-    EXPECT_TRUE(buffer.ok()) << buffer.status();
+    EXPECT_OK(buffer);
     buffers_.push_back(std::move(buffer).value());
     E* data = buffers_.back().template as<E>();
     if (!values.empty()) std::memcpy(data, values.data(), values.size() * sizeof(E));
@@ -79,7 +83,7 @@ class CpuOpsTest : public ::testing::Test {
                    DTypeOf<T>::kRtol, what);
   }
 
-  void Sync() { ASSERT_TRUE(stream_->Synchronize().ok()); }
+  void Sync() { ASSERT_OK(stream_->Synchronize()); }
 
   std::unique_ptr<Device> device_;
   std::unique_ptr<Stream> stream_;
@@ -110,15 +114,12 @@ TYPED_TEST(CpuOpsTest, EncoderAndLayerNormMatchReferences) {
   T* d_dbias = this->Upload(dparam0);
   Ops& ops = *this->ops_;
   Stream& s = *this->stream_;
-  ASSERT_TRUE(ops.EncoderForward(s, d_embedded, this->Upload(tokens), this->Upload(wte),
-                                 this->Upload(wpe), B, T_len, C)
-                  .ok());
-  ASSERT_TRUE(ops.LayerNormForward(s, d_normed, d_mean, d_rstd, d_embedded, this->Upload(weight),
-                                   this->Upload(bias), N, C)
-                  .ok());
-  ASSERT_TRUE(ops.LayerNormBackward(s, d_dinp, d_dweight, d_dbias, this->Upload(dout), d_embedded,
-                                    this->Upload(weight), d_mean, d_rstd, N, C)
-                  .ok());
+  ASSERT_OK(ops.EncoderForward(s, d_embedded, this->Upload(tokens), this->Upload(wte),
+                               this->Upload(wpe), B, T_len, C));
+  ASSERT_OK(ops.LayerNormForward(s, d_normed, d_mean, d_rstd, d_embedded, this->Upload(weight),
+                                 this->Upload(bias), N, C));
+  ASSERT_OK(ops.LayerNormBackward(s, d_dinp, d_dweight, d_dbias, this->Upload(dout), d_embedded,
+                                  this->Upload(weight), d_mean, d_rstd, N, C));
   this->Sync();
 
   std::vector<T> embedded(size_t(N) * C), normed(size_t(N) * C);
@@ -153,14 +154,12 @@ TYPED_TEST(CpuOpsTest, MatmulAttentionAndGeluMatchReferences) {
   T* d_dqkv = this->Upload(dqkv0);
   Ops& ops = *this->ops_;
   Stream& s = *this->stream_;
-  ASSERT_TRUE(ops.MatmulForward(s, d_qkv, this->Upload(inp), this->Upload(weight),
-                                this->Upload(bias), N, C, OC)
-                  .ok());
-  ASSERT_TRUE(ops.AttentionForward(s, d_att, d_stats, d_qkv, B, T_len, C, NH).ok());
-  ASSERT_TRUE(
-      ops.AttentionBackward(s, d_dqkv, this->Upload(dout), d_qkv, d_att, d_stats, B, T_len, C, NH)
-          .ok());
-  ASSERT_TRUE(ops.GeluForward(s, d_gelu, d_att, size_t(N) * C).ok());
+  ASSERT_OK(ops.MatmulForward(s, d_qkv, this->Upload(inp), this->Upload(weight), this->Upload(bias),
+                              N, C, OC));
+  ASSERT_OK(ops.AttentionForward(s, d_att, d_stats, d_qkv, B, T_len, C, NH));
+  ASSERT_OK(
+      ops.AttentionBackward(s, d_dqkv, this->Upload(dout), d_qkv, d_att, d_stats, B, T_len, C, NH));
+  ASSERT_OK(ops.GeluForward(s, d_gelu, d_att, size_t(N) * C));
   this->Sync();
 
   // References on the device's own intermediate results, so each op is checked alone.
@@ -206,15 +205,14 @@ TYPED_TEST(CpuOpsTest, CrossEntropyAdamWAndCastsMatchReferences) {
   float* d_back = this->Upload(std::vector<float>(n));
   Ops& ops = *this->ops_;
   Stream& s = *this->stream_;
-  ASSERT_TRUE(
-      ops.SoftmaxCrossEntropy(s, d_losses, d_logits, this->Upload(targets), N, V, 0.25f).ok());
-  ASSERT_TRUE(ops.SumSquares(s, d_sum, this->Upload(grad), n).ok());
+  ASSERT_OK(ops.SoftmaxCrossEntropy(s, d_losses, d_logits, this->Upload(targets), N, V, 0.25f));
+  ASSERT_OK(ops.SumSquares(s, d_sum, this->Upload(grad), n));
   {
     AdamParams scoped = hp;  // the op must copy its hyper-parameters
-    ASSERT_TRUE(ops.AdamW(s, d_param, d_master, this->Upload(grad), d_m, d_v, n, scoped).ok());
+    ASSERT_OK(ops.AdamW(s, d_param, d_master, this->Upload(grad), d_m, d_v, n, scoped));
     scoped.lr = 1e9f;
   }
-  ASSERT_TRUE(ops.CastToFloat(s, d_back, d_param, n).ok());
+  ASSERT_OK(ops.CastToFloat(s, d_back, d_param, n));
   this->Sync();
 
   std::vector<T> dlogits = logits;
@@ -247,7 +245,7 @@ TYPED_TEST(CpuOpsTest, CallsOnlyEnqueueAndSetTheThreadCount) {
     std::lock_guard<std::mutex> wait(gate);
     return absl::OkStatus();
   });
-  ASSERT_TRUE(this->ops_->Add(*this->stream_, d_dst, this->Upload(src), this->Upload(src), n).ok());
+  ASSERT_OK(this->ops_->Add(*this->stream_, d_dst, this->Upload(src), this->Upload(src), n));
   int threads_on_stream = 0;
   this->stream_->EnqueueHost([&threads_on_stream] {
     threads_on_stream = omp_get_max_threads();
@@ -264,21 +262,19 @@ TYPED_TEST(CpuOpsTest, CallsOnlyEnqueueAndSetTheThreadCount) {
 
 TEST(CpuOps, RejectsBadSizesBeforeEnqueueing) {
   auto device = CreateCpuDevice(CpuDeviceOptions{});
-  auto stream = std::move(device->CreateStream("compute")).value();
-  auto ops = *CreateCpuOps(DType::kF32, 0);
+  ASSERT_OK_AND_ASSIGN(auto stream, device->CreateStream("compute"));
+  ASSERT_OK_AND_ASSIGN(auto ops, CreateCpuOps(DType::kF32, 0));
   float buffer[64] = {};
   Status bad_heads = ops->AttentionForward(*stream, buffer, buffer, buffer, 1, 2, 13, 3);
-  EXPECT_EQ(bad_heads.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad_heads.message().find("NH=3"), std::string::npos) << bad_heads.message();
+  EXPECT_THAT(bad_heads, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NH=3")));
   Status negative =
       ops->LayerNormForward(*stream, buffer, buffer, buffer, buffer, buffer, buffer, -1, 13);
-  EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(negative.message().find("N=-1"), std::string::npos) << negative.message();
+  EXPECT_THAT(negative, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("N=-1")));
   AdamParams hp;
   hp.step = 0;
   EXPECT_EQ(ops->AdamW(*stream, nullptr, buffer, buffer, buffer, buffer, 4, hp).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(stream->Synchronize().ok());  // nothing was enqueued, so nothing failed
+  EXPECT_OK(stream->Synchronize());  // nothing was enqueued, so nothing failed
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 // must say so.
 #include "kernels/cuda/cuda_ops.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +21,10 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_device.h"
+#include "core/cuda/cuda_device.h"
+#include "core/device.h"
+#include "core/testing/status_matchers.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
@@ -28,9 +33,6 @@
 #include "kernels/cpu/kernel_test_util.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
-#include "core/cpu_device.h"
-#include "core/device.h"
-#include "core/cuda/cuda_device.h"
 
 namespace strata {
 namespace {
@@ -41,12 +43,8 @@ using cpu::RandomTokens;
 using cpu::StorageTypes;
 using cpu::ToFloats;
 using cpu::ToStorage;
-
-#define ASSERT_OK(expr)                                       \
-  do {                                                        \
-    const ::absl::Status assert_ok_status_ = (expr);          \
-    ASSERT_TRUE(assert_ok_status_.ok()) << assert_ok_status_; \
-  } while (0)
+using ::testing::HasSubstr;
+using testing::StatusIs;
 
 struct Tolerance {
   float atol, rtol;
@@ -113,13 +111,13 @@ class CudaOpsTest : public ::testing::Test {
     if (device.status().code() == absl::StatusCode::kUnavailable) {
       GTEST_SKIP() << "no usable GPU: " << device.status();
     }
-    ASSERT_TRUE(device.ok()) << device.status();
+    ASSERT_OK(device);
     device_ = std::move(device).value();
     auto stream = device_->CreateStream("compute");
-    ASSERT_TRUE(stream.ok()) << stream.status();
+    ASSERT_OK(stream);
     stream_ = std::move(stream).value();
     auto ops = CreateCudaOps(Tol::kValue);
-    ASSERT_TRUE(ops.ok()) << ops.status();
+    ASSERT_OK(ops);
     ops_ = std::move(ops).value();
     ASSERT_EQ(ops_->dtype(), Tol::kValue);
   }
@@ -130,20 +128,20 @@ class CudaOpsTest : public ::testing::Test {
   E* Upload(const std::vector<E>& values) {
     const size_t bytes = std::max<size_t>(values.size(), 1) * sizeof(E);
     auto buffer = device_->Allocate(Tier::kDevice, StateKind::kActivations, bytes, "test input");
-    EXPECT_TRUE(buffer.ok()) << buffer.status();
+    EXPECT_OK(buffer);
     if (!buffer.ok()) return nullptr;
     E* data = buffer->template as<E>();
     buffers_.push_back(std::move(buffer).value());
     if (!values.empty()) {
       // Through pinned host memory, synchronised, so `values` may go away afterwards.
       auto host = device_->Allocate(Tier::kHost, StateKind::kActivations, bytes, "test staging");
-      EXPECT_TRUE(host.ok()) << host.status();
+      EXPECT_OK(host);
       if (!host.ok()) return data;
       std::memcpy(host->data(), values.data(), values.size() * sizeof(E));
       const Status copied = device_->CopyAsync(data, host->data(), bytes, *stream_);
-      EXPECT_TRUE(copied.ok()) << copied;
+      EXPECT_OK(copied);
       const Status synced = stream_->Synchronize();
-      EXPECT_TRUE(synced.ok()) << synced;
+      EXPECT_OK(synced);
     }
     return data;
   }
@@ -155,12 +153,12 @@ class CudaOpsTest : public ::testing::Test {
     if (n == 0) return out;
     const size_t bytes = n * sizeof(E);
     auto host = device_->Allocate(Tier::kHost, StateKind::kActivations, bytes, "test download");
-    EXPECT_TRUE(host.ok()) << host.status();
+    EXPECT_OK(host);
     if (!host.ok()) return out;
     const Status copied = device_->CopyAsync(host->data(), data, bytes, *stream_);
-    EXPECT_TRUE(copied.ok()) << copied;
+    EXPECT_OK(copied);
     const Status synced = stream_->Synchronize();
-    EXPECT_TRUE(synced.ok()) << synced;
+    EXPECT_OK(synced);
     std::memcpy(out.data(), host->data(), bytes);
     return out;
   }
@@ -499,7 +497,7 @@ TYPED_TEST(CudaOpsTest, SameBitsOnAnotherStream) {
   const std::vector<T> weight = ToStorage<T>(RandomFloats(size_t(OC) * C, -1, 1, 37));
   const std::vector<T> dout = ToStorage<T>(RandomFloats(size_t(N) * OC, -1, 1, 38));
   auto other = this->device_->CreateStream("other");
-  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_OK(other);
   T* d_dbias[2] = {this->Upload(std::vector<T>(OC)), this->Upload(std::vector<T>(OC))};
   T* d_out[2] = {this->Upload(std::vector<T>(size_t(N) * OC)),
                  this->Upload(std::vector<T>(size_t(N) * OC))};
@@ -528,32 +526,27 @@ TEST(CudaOps, RejectsBadArgumentsBeforeEnqueueing) {
     EXPECT_EQ(created.status().code(), absl::StatusCode::kUnimplemented) << created.status();
     GTEST_SKIP() << "built without CUDA: " << created.status();
   }
-  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_OK(created);
   Ops& ops = **created;
   EXPECT_EQ(ops.dtype(), DType::kF32);
   // A CPU device's stream: only the last check below gets as far as looking at it.
   std::unique_ptr<Device> cpu_device = CreateCpuDevice(CpuDeviceOptions{});
-  std::unique_ptr<Stream> stream = std::move(cpu_device->CreateStream("compute")).value();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Stream> stream, cpu_device->CreateStream("compute"));
   float buffer[64] = {};
 
   const Status bad_heads = ops.AttentionForward(*stream, buffer, buffer, buffer, 1, 2, 13, 3);
-  EXPECT_EQ(bad_heads.code(), absl::StatusCode::kInvalidArgument) << bad_heads;
-  EXPECT_NE(bad_heads.message().find("NH=3"), std::string::npos) << bad_heads;
+  EXPECT_THAT(bad_heads, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NH=3")));
   const Status big_heads =
       ops.AttentionBackward(*stream, buffer, buffer, buffer, buffer, buffer, 1, 2, 258, 2);
-  EXPECT_EQ(big_heads.code(), absl::StatusCode::kUnimplemented) << big_heads;
-  EXPECT_NE(big_heads.message().find("129"), std::string::npos) << big_heads;
+  EXPECT_THAT(big_heads, StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("129")));
   const Status negative =
       ops.LayerNormForward(*stream, buffer, buffer, buffer, buffer, buffer, buffer, -1, 13);
-  EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument) << negative;
-  EXPECT_NE(negative.message().find("N=-1"), std::string::npos) << negative;
+  EXPECT_THAT(negative, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("N=-1")));
   const Status no_dweight =
       ops.MatmulBackward(*stream, buffer, nullptr, buffer, buffer, buffer, buffer, 2, 3, 4);
-  EXPECT_EQ(no_dweight.code(), absl::StatusCode::kInvalidArgument) << no_dweight;
-  EXPECT_NE(no_dweight.message().find("dweight"), std::string::npos) << no_dweight;
+  EXPECT_THAT(no_dweight, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dweight")));
   const Status null_input = ops.GeluForward(*stream, buffer, nullptr, 5);
-  EXPECT_EQ(null_input.code(), absl::StatusCode::kInvalidArgument) << null_input;
-  EXPECT_NE(null_input.message().find("inp"), std::string::npos) << null_input;
+  EXPECT_THAT(null_input, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("inp")));
   const Status no_classes = ops.SoftmaxCrossEntropy(*stream, buffer, buffer, nullptr, 3, 0, 1.0f);
   EXPECT_EQ(no_classes.code(), absl::StatusCode::kInvalidArgument) << no_classes;
   AdamParams hp;
@@ -564,9 +557,9 @@ TEST(CudaOps, RejectsBadArgumentsBeforeEnqueueing) {
   EXPECT_EQ(no_result.code(), absl::StatusCode::kInvalidArgument) << no_result;
   // Well-formed, but on a stream of another backend.
   const Status cpu_stream = ops.Add(*stream, buffer, buffer, buffer, 4);
-  EXPECT_EQ(cpu_stream.code(), absl::StatusCode::kInvalidArgument) << cpu_stream;
-  EXPECT_NE(cpu_stream.message().find("not a CUDA stream"), std::string::npos) << cpu_stream;
-  EXPECT_TRUE(stream->Synchronize().ok());  // nothing was enqueued
+  EXPECT_THAT(cpu_stream,
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a CUDA stream")));
+  EXPECT_OK(stream->Synchronize());  // nothing was enqueued
 }
 
 }  // namespace
