@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "collectives/local_communicator.h"
+#include "core/testing/status_matchers.h"
 #include "core/cpu_device.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "nvme/test_util.h"
@@ -103,14 +104,14 @@ void WalkTrace(Rig& rig, ParamGatherer& gatherer, int version, const std::string
   for (size_t k = 0; k < kTrace.size(); ++k) {
     const int unit = kTrace[k];
     StatusOr<const void*> params = gatherer.Acquire(static_cast<int>(k), unit);
-    ASSERT_TRUE(params.ok()) << what << " access " << k << ": " << params.status();
-    ASSERT_TRUE(rig.compute->Synchronize().ok());
+    ASSERT_OK(params) << what << " access " << k;
+    ASSERT_OK(rig.compute->Synchronize());
     const std::vector<float> want = Values(unit, rig.units[unit].padded_elements, version);
     ASSERT_EQ(std::memcmp(*params, want.data(), want.size() * sizeof(float)), 0)
         << what << " access " << k << " unit " << unit;
-    ASSERT_TRUE(gatherer.Release(static_cast<int>(k), unit).ok()) << what;
+    ASSERT_OK(gatherer.Release(static_cast<int>(k), unit)) << what;
   }
-  ASSERT_TRUE(gatherer.EndMicroBatch().ok()) << what;
+  ASSERT_OK(gatherer.EndMicroBatch()) << what;
 }
 
 StatusOr<PrefetchPlan> PlanOf(const Rig& rig) {
@@ -128,20 +129,20 @@ TEST(PrefetchExecutor, ServesEveryAccessWithThePlansGathersWithinItsBudget) {
       auto rig = MakeRig(budget);
       StatusOr<std::unique_ptr<ParamHome>> home =
           ParamHome::CreateResident(rig->ctx, tier, Parts(*rig));
-      ASSERT_TRUE(home.ok()) << home.status();
-      ASSERT_TRUE(StoreAll(**home, *rig, 0).ok());
+      ASSERT_OK(home);
+      ASSERT_OK(StoreAll(**home, *rig, 0));
       auto fresh = std::make_shared<FreshParams>();
       fresh->pending.assign(rig->units.size(), nullptr);
       StatusOr<std::unique_ptr<ParamGatherer>> gatherer =
           CreatePrefetchExecutor(rig->ctx, home->get(), fresh);
-      ASSERT_TRUE(gatherer.ok()) << gatherer.status();
+      ASSERT_OK(gatherer);
       const uint64_t params_before =
           rig->device->pool(Tier::kDevice).Stats().current_by_kind[static_cast<int>(
               StateKind::kParams)];
       WalkTrace(*rig, **gatherer, 0, what);
       WalkTrace(*rig, **gatherer, 0, what + " (second micro-batch)");
       StatusOr<PrefetchPlan> plan = PlanOf(*rig);
-      ASSERT_TRUE(plan.ok());
+      ASSERT_OK(plan);
       const GatherStats stats = (*gatherer)->stats();
       EXPECT_EQ(stats.gathers, 2u * plan->fetches) << what;
       EXPECT_EQ(stats.deviations, 0u) << what;
@@ -163,18 +164,18 @@ TEST(PrefetchExecutor, ServesEveryAccessWithThePlansGathersWithinItsBudget) {
 TEST(PrefetchExecutor, AnAccessOffTheTraceIsACountedDeviationAndStillServed) {
   auto rig = MakeRig(40000);
   auto home = std::move(ParamHome::CreateResident(rig->ctx, Tier::kDevice, Parts(*rig))).value();
-  ASSERT_TRUE(StoreAll(*home, *rig, 0).ok());
+  ASSERT_OK(StoreAll(*home, *rig, 0));
   auto fresh = std::make_shared<FreshParams>();
   fresh->pending.assign(rig->units.size(), nullptr);
   auto gatherer = std::move(CreatePrefetchExecutor(rig->ctx, home.get(), fresh)).value();
   // Access 0 should be unit 0; ask for unit 3.
   StatusOr<const void*> params = gatherer->Acquire(0, 3);
-  ASSERT_TRUE(params.ok()) << params.status();
-  ASSERT_TRUE(rig->compute->Synchronize().ok());
+  ASSERT_OK(params);
+  ASSERT_OK(rig->compute->Synchronize());
   const std::vector<float> want = Values(3, rig->units[3].padded_elements, 0);
   EXPECT_EQ(std::memcmp(*params, want.data(), want.size() * sizeof(float)), 0);
-  ASSERT_TRUE(gatherer->Release(0, 3).ok());
-  ASSERT_TRUE(gatherer->EndMicroBatch().ok());
+  ASSERT_OK(gatherer->Release(0, 3));
+  ASSERT_OK(gatherer->EndMicroBatch());
   EXPECT_EQ(gatherer->stats().deviations, 1u);
 }
 
@@ -183,7 +184,7 @@ TEST(PrefetchExecutor, AnAccessOffTheTraceIsACountedDeviationAndStillServed) {
 TEST(PrefetchExecutor, WaitsForAPendingUpdateOfTheShard) {
   auto rig = MakeRig(40000);
   auto home = std::move(ParamHome::CreateResident(rig->ctx, Tier::kHost, Parts(*rig))).value();
-  ASSERT_TRUE(StoreAll(*home, *rig, 0).ok());
+  ASSERT_OK(StoreAll(*home, *rig, 0));
   auto fresh = std::make_shared<FreshParams>();
   fresh->pending.assign(rig->units.size(), nullptr);
   auto gatherer = std::move(CreatePrefetchExecutor(rig->ctx, home.get(), fresh)).value();
@@ -200,11 +201,11 @@ TEST(PrefetchExecutor, WaitsForAPendingUpdateOfTheShard) {
       return absl::OkStatus();
     });
     updated.push_back(std::move(rig->device->CreateEvent()).value());
-    ASSERT_TRUE(rig->device->Record(*updated.back(), *rig->host).ok());
+    ASSERT_OK(rig->device->Record(*updated.back(), *rig->host));
     fresh->pending[u] = updated.back().get();
   }
   WalkTrace(*rig, *gatherer, 1, "after the update");
-  ASSERT_TRUE(rig->host->Synchronize().ok());
+  ASSERT_OK(rig->host->Synchronize());
 }
 
 // Shards on nvme through 2 read buffers for 5 units: fetches the plan issues ahead wait for
@@ -227,17 +228,17 @@ TEST(PrefetchExecutor, ShardsOnNvmeThroughFewerReadBuffersThanUnits) {
       }
     }
     StatusOr<std::unique_ptr<NvmeTier>> tier = NvmeTier::Create(store, extents);
-    ASSERT_TRUE(tier.ok()) << tier.status();
+    ASSERT_OK(tier);
     StatusOr<std::unique_ptr<ParamHome>> home =
         ParamHome::CreateNvme(rig->ctx, std::move(*tier), chunks, /*read_buffers=*/2);
-    ASSERT_TRUE(home.ok()) << home.status();
-    ASSERT_TRUE(StoreAll(**home, *rig, 0).ok());
+    ASSERT_OK(home);
+    ASSERT_OK(StoreAll(**home, *rig, 0));
     auto fresh = std::make_shared<FreshParams>();
     fresh->pending.assign(rig->units.size(), nullptr);
     auto gatherer = std::move(CreatePrefetchExecutor(rig->ctx, home->get(), fresh)).value();
     WalkTrace(*rig, *gatherer, 0, "nvme budget " + std::to_string(budget));
     StatusOr<PrefetchPlan> plan = PlanOf(*rig);
-    ASSERT_TRUE(plan.ok());
+    ASSERT_OK(plan);
     EXPECT_EQ(gatherer->stats().gathers, static_cast<uint64_t>(plan->fetches));
     EXPECT_EQ(gatherer->stats().deviations, 0u);
   }

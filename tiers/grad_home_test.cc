@@ -97,20 +97,20 @@ Status AddStep(HomeRig& rig, GradHome& home, const StepGradients& gradients) {
 void CheckSumsOverTwoSteps(HomeRig& rig, GradHome& home, bool sub_ranges) {
   for (int step = 0; step < 2; ++step) {
     SCOPED_TRACE(absl::StrCat("step ", step));
-    STRATA_ASSERT_OK_AND_ASSIGN(StepGradients gradients,
+    ASSERT_OK_AND_ASSIGN(StepGradients gradients,
                                 MakeGradients(rig, step == 0 ? kMicroBatches : 1, step + 1));
-    STRATA_ASSERT_OK(AddStep(rig, home, gradients));
+    ASSERT_OK(AddStep(rig, home, gradients));
     for (int u = 0; u < rig.num_units(); ++u) {
       SCOPED_TRACE(rig.layouts()[u].name());
       const std::vector<float> expected = gradients.Sum(u);
       std::vector<float> sums(rig.shard(u), -1.0f);
-      STRATA_ASSERT_OK(home.ReadSums(u, sums.data()));
+      ASSERT_OK(home.ReadSums(u, sums.data()));
       EXPECT_TRUE(BitsEqual(expected, sums));
-      STRATA_ASSERT_OK_AND_ASSIGN(float norm, NormOf(rig, home, u, 0, rig.shard(u)));
+      ASSERT_OK_AND_ASSIGN(float norm, NormOf(rig, home, u, 0, rig.shard(u)));
       ExpectNear(SquaredNormOf(expected, 0, rig.shard(u)), norm, "whole shard");
       if (sub_ranges) {
         const size_t first = 37, n = rig.shard(u) - 1000;
-        STRATA_ASSERT_OK_AND_ASSIGN(float part, NormOf(rig, home, u, first, n));
+        ASSERT_OK_AND_ASSIGN(float part, NormOf(rig, home, u, first, n));
         ExpectNear(SquaredNormOf(expected, first, n), part, "[37, shard - 963)");
       }
     }
@@ -133,7 +133,7 @@ class GradHomeTest : public ::testing::TestWithParam<DType> {
 TEST_P(GradHomeTest, DeviceHomeSumsAndNorms) {
   auto rig = MakeRig({StateTier::kDevice, StateTier::kDevice, StateTier::kDevice});
   ASSERT_NE(rig, nullptr);
-  STRATA_ASSERT_OK_AND_ASSIGN(auto home, GradHome::Create(rig->ctx(), Tier::kDevice));
+  ASSERT_OK_AND_ASSIGN(auto home, GradHome::Create(rig->ctx(), Tier::kDevice));
   EXPECT_EQ(home->tier(), StateTier::kDevice);
   CheckSumsOverTwoSteps(*rig, *home, /*sub_ranges=*/true);
 }
@@ -141,7 +141,7 @@ TEST_P(GradHomeTest, DeviceHomeSumsAndNorms) {
 TEST_P(GradHomeTest, HostHomeSumsAndNorms) {
   auto rig = MakeRig({StateTier::kHost, StateTier::kHost, StateTier::kDevice});
   ASSERT_NE(rig, nullptr);
-  STRATA_ASSERT_OK_AND_ASSIGN(auto home, GradHome::Create(rig->ctx(), Tier::kHost));
+  ASSERT_OK_AND_ASSIGN(auto home, GradHome::Create(rig->ctx(), Tier::kHost));
   EXPECT_EQ(home->tier(), StateTier::kHost);
   CheckSumsOverTwoSteps(*rig, *home, /*sub_ranges=*/true);
 }
@@ -164,47 +164,47 @@ std::vector<ShardRange> EarlyRanges(size_t n) { return {{0, 333}, {n / 2 + 17, 3
 TEST_P(GradHomeTest, HostHomeAddsInTwoPartsAsOneAdd) {
   auto rig = MakeRig({StateTier::kHost, StateTier::kHost, StateTier::kDevice});
   ASSERT_NE(rig, nullptr);
-  STRATA_ASSERT_OK_AND_ASSIGN(auto home, GradHome::Create(rig->ctx(), Tier::kHost));
+  ASSERT_OK_AND_ASSIGN(auto home, GradHome::Create(rig->ctx(), Tier::kHost));
   RangedGradHome* ranged = home->ranged();
   ASSERT_NE(ranged, nullptr);
-  STRATA_ASSERT_OK_AND_ASSIGN(StepGradients gradients, MakeGradients(*rig, kMicroBatches, 7));
+  ASSERT_OK_AND_ASSIGN(StepGradients gradients, MakeGradients(*rig, kMicroBatches, 7));
 
   // One Add per micro-batch.
-  STRATA_ASSERT_OK(AddStep(*rig, *home, gradients));
+  ASSERT_OK(AddStep(*rig, *home, gradients));
   std::vector<std::vector<float>> whole(rig->num_units());
   for (int u = 0; u < rig->num_units(); ++u) {
     whole[u].assign(rig->shard(u), -1.0f);
-    STRATA_ASSERT_OK(home->ReadSums(u, whole[u].data()));
+    ASSERT_OK(home->ReadSums(u, whole[u].data()));
   }
 
   // The same gradients in two parts per micro-batch (early ranges, then the rest).
-  STRATA_ASSERT_OK(home->Zero());
+  ASSERT_OK(home->Zero());
   for (const auto& micro_batch : gradients.device) {
     for (int u = 0; u < rig->num_units(); ++u) {
       const std::vector<ShardRange> early = EarlyRanges(rig->shard(u));
-      STRATA_ASSERT_OK(ranged->AddRanges(u, micro_batch[u].data(), early, rig->comm(),
+      ASSERT_OK(ranged->AddRanges(u, micro_batch[u].data(), early, rig->comm(),
                                          /*last_part=*/false));
-      STRATA_ASSERT_OK(ranged->AddRanges(u, micro_batch[u].data(), Complement(early, rig->shard(u)),
+      ASSERT_OK(ranged->AddRanges(u, micro_batch[u].data(), Complement(early, rig->shard(u)),
                                          rig->comm(),
                                          /*last_part=*/true));
     }
   }
-  STRATA_ASSERT_OK(rig->SyncAll());
+  ASSERT_OK(rig->SyncAll());
   for (int u = 0; u < rig->num_units(); ++u) {
     SCOPED_TRACE(rig->layouts()[u].name());
     std::vector<float> parts(rig->shard(u), -1.0f);
-    STRATA_ASSERT_OK(home->ReadSums(u, parts.data()));
+    ASSERT_OK(home->ReadSums(u, parts.data()));
     const std::vector<float> expected = gradients.Sum(u);
     EXPECT_TRUE(BitsEqual(expected, whole[u])) << "one Add per micro-batch";
     EXPECT_TRUE(BitsEqual(expected, parts)) << "AddRanges in two parts";
 
     // The norm over the early ranges: their parts summed in range order.
-    STRATA_ASSERT_OK_AND_ASSIGN(Buffer out, rig->DeviceBuffer(sizeof(float)));
+    ASSERT_OK_AND_ASSIGN(Buffer out, rig->DeviceBuffer(sizeof(float)));
     const std::vector<ShardRange> early = EarlyRanges(rig->shard(u));
-    STRATA_ASSERT_OK(ranged->SquaredNormRanges(u, early, out.as<float>()));
-    STRATA_ASSERT_OK(rig->SyncAll());
+    ASSERT_OK(ranged->SquaredNormRanges(u, early, out.as<float>()));
+    ASSERT_OK(rig->SyncAll());
     float norm = 0.0f;
-    STRATA_ASSERT_OK(rig->CopyAndWait(&norm, out.data(), sizeof(float)));
+    ASSERT_OK(rig->CopyAndWait(&norm, out.data(), sizeof(float)));
     double expected_norm = 0.0;
     for (const ShardRange& range : early) {
       expected_norm += SquaredNormOf(expected, range.begin, range.end - range.begin);
@@ -265,13 +265,13 @@ TEST_P(NvmeGradHomeTest, HandOverKeepsFinalSumsInMemory) {
   ASSERT_NO_FATAL_FAILURE(CreateHome(slots));
   SumHandOver* hand_over = home_->hand_over();
   ASSERT_NE(hand_over, nullptr);
-  STRATA_ASSERT_OK_AND_ASSIGN(StepGradients gradients, MakeGradients(*rig_, kMicroBatches, 3));
+  ASSERT_OK_AND_ASSIGN(StepGradients gradients, MakeGradients(*rig_, kMicroBatches, 3));
   std::vector<std::vector<float>> expected;
   for (int u = 0; u < rig_->num_units(); ++u) expected.push_back(gradients.Sum(u));
 
   // Not kept: no sum is left in memory.
-  STRATA_ASSERT_OK(hand_over->KeepFinalSums(true));
-  STRATA_ASSERT_OK(AddStep(*rig_, *home_, gradients));  // Zero ends the keeping
+  ASSERT_OK(hand_over->KeepFinalSums(true));
+  ASSERT_OK(AddStep(*rig_, *home_, gradients));  // Zero ends the keeping
   for (int u = 0; u < rig_->num_units(); ++u) {
     for (size_t k = 0; k < chunks_[u].size(); ++k) {
       EXPECT_EQ(hand_over->KeptSum(u, k), nullptr) << "unit " << u << " chunk " << k;
@@ -280,15 +280,15 @@ TEST_P(NvmeGradHomeTest, HandOverKeepsFinalSumsInMemory) {
 
   // Kept for the last micro-batch: after each unit's Add, its last `slots` chunks (those
   // whose slot no later chunk of the Add took) hold their final sums.
-  STRATA_ASSERT_OK(home_->Zero());
+  ASSERT_OK(home_->Zero());
   for (int u = 0; u < rig_->num_units(); ++u) {
-    STRATA_ASSERT_OK(home_->Add(u, gradients.device[0][u].data(), rig_->comm()).status());
+    ASSERT_OK(home_->Add(u, gradients.device[0][u].data(), rig_->comm()).status());
   }
-  STRATA_ASSERT_OK(hand_over->KeepFinalSums(true));
+  ASSERT_OK(hand_over->KeepFinalSums(true));
   for (int u = 0; u < rig_->num_units(); ++u) {
     SCOPED_TRACE(rig_->layouts()[u].name());
-    STRATA_ASSERT_OK(home_->Add(u, gradients.device[1][u].data(), rig_->comm()).status());
-    STRATA_ASSERT_OK(rig_->SyncAll());
+    ASSERT_OK(home_->Add(u, gradients.device[1][u].data(), rig_->comm()).status());
+    ASSERT_OK(rig_->SyncAll());
     const size_t chunks = chunks_[u].size();
     for (size_t k = 0; k < chunks; ++k) {
       const float* kept = hand_over->KeptSum(u, k);
@@ -309,7 +309,7 @@ TEST_P(NvmeGradHomeTest, HandOverKeepsFinalSumsInMemory) {
   for (size_t k = 0; k < chunks_[1].size(); ++k) hand_over->ReleaseKeptSum(1, k, 0);
   for (size_t k = 0; k < chunks_[1].size(); ++k) EXPECT_EQ(hand_over->KeptSum(1, k), nullptr);
   std::vector<float> sums(rig_->shard(0), -1.0f);
-  STRATA_ASSERT_OK(home_->ReadSums(0, sums.data()));
+  ASSERT_OK(home_->ReadSums(0, sums.data()));
   EXPECT_TRUE(BitsEqual(expected[0], sums)) << "kept sums written out when their slot was reused";
   sums.assign(rig_->shard(1), -1.0f);
   const Status refused = home_->ReadSums(1, sums.data());
@@ -318,21 +318,21 @@ TEST_P(NvmeGradHomeTest, HandOverKeepsFinalSumsInMemory) {
   EXPECT_NE(refused.message().find("head"), std::string::npos) << refused;
 
   // The next step stores them again.
-  STRATA_ASSERT_OK(AddStep(*rig_, *home_, gradients));
-  STRATA_ASSERT_OK(home_->ReadSums(1, sums.data()));
+  ASSERT_OK(AddStep(*rig_, *home_, gradients));
+  ASSERT_OK(home_->ReadSums(1, sums.data()));
   EXPECT_TRUE(BitsEqual(expected[1], sums));
 }
 
 TEST_P(GradHomeTest, CapabilitiesAreNullWhereAHomeHasNone) {
   auto rig = MakeRig({StateTier::kHost, StateTier::kHost, StateTier::kDevice});
   ASSERT_NE(rig, nullptr);
-  STRATA_ASSERT_OK_AND_ASSIGN(auto host, GradHome::Create(rig->ctx(), Tier::kHost));
+  ASSERT_OK_AND_ASSIGN(auto host, GradHome::Create(rig->ctx(), Tier::kHost));
   EXPECT_NE(host->ranged(), nullptr);
   EXPECT_EQ(host->hand_over(), nullptr);
 
   auto device_rig = MakeRig({StateTier::kDevice, StateTier::kDevice, StateTier::kDevice});
   ASSERT_NE(device_rig, nullptr);
-  STRATA_ASSERT_OK_AND_ASSIGN(auto device, GradHome::Create(device_rig->ctx(), Tier::kDevice));
+  ASSERT_OK_AND_ASSIGN(auto device, GradHome::Create(device_rig->ctx(), Tier::kDevice));
   EXPECT_EQ(device->ranged(), nullptr);
   EXPECT_EQ(device->hand_over(), nullptr);
 }

@@ -19,6 +19,7 @@
 
 #include "core/device.h"
 #include "core/options.h"
+#include "core/testing/status_matchers.h"
 #include "tiers/home_context.h"
 #include "tiers/nvme_tier.h"
 
@@ -133,17 +134,4 @@ namespace strata {
 inline void PrintTo(DType dtype, std::ostream* out) { *out << DTypeName(dtype); }
 }  // namespace strata
 
-// Fails the test (returning from it) when `expr` (a Status) is not OK.
-#define STRATA_ASSERT_OK(expr)                                                     \
-  do {                                                                             \
-    const ::absl::Status strata_test_status_ = (expr);                             \
-    ASSERT_TRUE(strata_test_status_.ok()) << #expr << ": " << strata_test_status_; \
-  } while (0)
 
-// `STRATA_ASSERT_OK_AND_ASSIGN(auto x, MakeX());` in a test: x, or a fatal failure.
-#define STRATA_ASSERT_OK_AND_ASSIGN(lhs, expr) \
-  STRATA_ASSERT_OK_AND_ASSIGN_IMPL_(STRATA_CONCAT_(strata_test_statusor_, __LINE__), lhs, expr)
-#define STRATA_ASSERT_OK_AND_ASSIGN_IMPL_(tmp, lhs, expr) \
-  auto tmp = (expr);                                      \
-  ASSERT_TRUE(tmp.ok()) << #expr << ": " << tmp.status(); \
-  lhs = std::move(tmp).value()

@@ -422,12 +422,12 @@ TEST_P(OptimizerHomeTest, NvmeHandOverGivesTheStateOfTheTier) {
       kept_bytes += handed->nvme->PaddedBytes(unit_chunks[k].id, ExtentKind::kGrads);
     }
   }
-  STRATA_ASSERT_OK(from_tier->nvme->Drain());
-  STRATA_ASSERT_OK(handed->nvme->Drain());
+  ASSERT_OK(from_tier->nvme->Drain());
+  ASSERT_OK(handed->nvme->Drain());
   EXPECT_EQ(from_tier->nvme->bytes_written() - handed->nvme->bytes_written(), steps * kept_bytes);
   for (int u = 0; u < handed->rig->num_units(); ++u) {
-    STRATA_ASSERT_OK_AND_ASSIGN(UnitValues a, from_tier->Read(u));
-    STRATA_ASSERT_OK_AND_ASSIGN(UnitValues b, handed->Read(u));
+    ASSERT_OK_AND_ASSIGN(UnitValues a, from_tier->Read(u));
+    ASSERT_OK_AND_ASSIGN(UnitValues b, handed->Read(u));
     const std::vector<bool> tensors =
         TensorElements(handed->rig->layouts()[u], handed->rig->shard(u));
     ExpectState(a, b, GetParam(), &tensors);
@@ -444,32 +444,32 @@ TEST_P(OptimizerHomeTest, StoreAndLoadStateRoundTrip) {
   }
   for (const HomeSetup& setup : setups) {
     SCOPED_TRACE(setup.name);
-    STRATA_ASSERT_OK_AND_ASSIGN(auto homes, MakeHomes(GetParam(), setup));
+    ASSERT_OK_AND_ASSIGN(auto homes, MakeHomes(GetParam(), setup));
     const Inputs inputs(*homes->rig, 0);
-    STRATA_ASSERT_OK(homes->StoreInitial(inputs));
+    ASSERT_OK(homes->StoreInitial(inputs));
     for (int u = 0; u < homes->rig->num_units(); ++u) {
-      STRATA_ASSERT_OK_AND_ASSIGN(UnitValues loaded, homes->Read(u));
+      ASSERT_OK_AND_ASSIGN(UnitValues loaded, homes->Read(u));
       ExpectState(inputs.initial[u], loaded, GetParam());
     }
     // Null moments store zeros; a null output is skipped.
     const int u = 1;
-    STRATA_ASSERT_OK(
+    ASSERT_OK(
         homes->optimizer->StoreState(u, inputs.initial[0].master.data(), nullptr, nullptr));
-    STRATA_ASSERT_OK_AND_ASSIGN(UnitValues loaded, homes->Read(u));
+    ASSERT_OK_AND_ASSIGN(UnitValues loaded, homes->Read(u));
     const size_t n = homes->rig->shard(u);
     EXPECT_TRUE(BitsEqual(inputs.initial[0].master.data(), loaded.master.data(), n));
     const std::vector<float> zeros(n, 0.0f);
     EXPECT_TRUE(BitsEqual(zeros, loaded.exp_avg));
     EXPECT_TRUE(BitsEqual(zeros, loaded.exp_avg_sq));
     std::vector<float> master(n, -1.0f);
-    STRATA_ASSERT_OK(homes->optimizer->LoadState(u, master.data(), nullptr, nullptr));
+    ASSERT_OK(homes->optimizer->LoadState(u, master.data(), nullptr, nullptr));
     EXPECT_TRUE(BitsEqual(inputs.initial[0].master.data(), master.data(), n));
   }
 }
 
 TEST_P(OptimizerHomeTest, NvmeHomeRefusesToStoreWithoutAMaster) {
   if (!nvme_skip_.empty()) GTEST_SKIP() << nvme_skip_;
-  STRATA_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       auto homes,
       MakeHomes(GetParam(), {"nvme", {StateTier::kDevice, StateTier::kNvme, StateTier::kDevice}}));
   const Status status = homes->optimizer->StoreState(0, nullptr, nullptr, nullptr);
@@ -487,10 +487,10 @@ class StagedOptimizerHomeTest : public OptimizerHomeTest {
     ASSERT_TRUE(homes.ok()) << homes.status();
     homes_ = std::move(*homes);
     inputs_ = std::make_unique<Inputs>(*homes_->rig, 1);
-    STRATA_ASSERT_OK(homes_->StoreInitial(*inputs_));
-    STRATA_ASSERT_OK_AND_ASSIGN(auto device, homes_->DeviceGrads(*inputs_, 0));
-    STRATA_ASSERT_OK(homes_->AddGrads(device, 0));
-    STRATA_ASSERT_OK(homes_->rig->SyncAll());
+    ASSERT_OK(homes_->StoreInitial(*inputs_));
+    ASSERT_OK_AND_ASSIGN(auto device, homes_->DeviceGrads(*inputs_, 0));
+    ASSERT_OK(homes_->AddGrads(device, 0));
+    ASSERT_OK(homes_->rig->SyncAll());
     staged_ = homes_->optimizer->staged();
     ASSERT_NE(staged_, nullptr);
   }
@@ -515,25 +515,25 @@ TEST_P(StagedOptimizerHomeTest, StagedParamsAppearOnlyWhenPublished) {
   Homes& h = *homes_;
   std::vector<std::vector<ShardRange>> whole;
   for (int u = 0; u < h.rig->num_units(); ++u) {
-    STRATA_ASSERT_OK(staged_->StepStaged(u, StepParams(0), h.Whole(u), 0));
+    ASSERT_OK(staged_->StepStaged(u, StepParams(0), h.Whole(u), 0));
     whole.push_back({h.Whole(u)});
   }
-  STRATA_ASSERT_OK(h.optimizer->WaitSteps());
+  ASSERT_OK(h.optimizer->WaitSteps());
   const std::vector<UnitValues> expected = Expected(whole);
   for (int u = 0; u < h.rig->num_units(); ++u) {
     SCOPED_TRACE(h.rig->layouts()[u].name());
-    STRATA_ASSERT_OK_AND_ASSIGN(UnitValues stepped, h.Read(u));
+    ASSERT_OK_AND_ASSIGN(UnitValues stepped, h.Read(u));
     // The state is stepped; the params are still the old ones.
     UnitValues before_publish = expected[u];
     before_publish.params = inputs_->initial[u].params;
     ExpectState(before_publish, stepped, GetParam());
   }
   for (int u = 0; u < h.rig->num_units(); ++u) {
-    STRATA_ASSERT_OK(staged_->PublishStaged(u, h.Whole(u), h.params->part(u), h.rig->compute()));
+    ASSERT_OK(staged_->PublishStaged(u, h.Whole(u), h.params->part(u), h.rig->compute()));
   }
   for (int u = 0; u < h.rig->num_units(); ++u) {
     SCOPED_TRACE(h.rig->layouts()[u].name());
-    STRATA_ASSERT_OK_AND_ASSIGN(UnitValues published, h.Read(u));
+    ASSERT_OK_AND_ASSIGN(UnitValues published, h.Read(u));
     ExpectState(expected[u], published, GetParam());
   }
 }
@@ -547,12 +547,12 @@ TEST_P(StagedOptimizerHomeTest, StepRangesStepsOnlyItsRanges) {
   std::vector<std::vector<ShardRange>> early;
   for (int u = 0; u < h.rig->num_units(); ++u) {
     early.push_back(EarlyRanges(h.rig->shard(u)));
-    STRATA_ASSERT_OK(staged_->StepRanges(u, StepParams(0), early[u], 0, h.params->part(u)));
+    ASSERT_OK(staged_->StepRanges(u, StepParams(0), early[u], 0, h.params->part(u)));
   }
   const std::vector<UnitValues> expected = Expected(early);
   for (int u = 0; u < h.rig->num_units(); ++u) {
     SCOPED_TRACE(h.rig->layouts()[u].name());
-    STRATA_ASSERT_OK_AND_ASSIGN(UnitValues actual, h.Read(u));
+    ASSERT_OK_AND_ASSIGN(UnitValues actual, h.Read(u));
     ExpectState(expected[u], actual, GetParam());
   }
 }
@@ -561,25 +561,25 @@ TEST_P(StagedOptimizerHomeTest, StepRangesInTwoPartsEqualsOneStep) {
   Homes& h = *homes_;
   for (int u = 0; u < h.rig->num_units(); ++u) {
     const size_t n = h.rig->shard(u);
-    STRATA_ASSERT_OK(staged_->StepRanges(u, StepParams(0), EarlyRanges(n), 0, h.params->part(u)));
-    STRATA_ASSERT_OK(staged_->StepRanges(u, StepParams(0), LateRanges(n), 0, h.params->part(u)));
+    ASSERT_OK(staged_->StepRanges(u, StepParams(0), EarlyRanges(n), 0, h.params->part(u)));
+    ASSERT_OK(staged_->StepRanges(u, StepParams(0), LateRanges(n), 0, h.params->part(u)));
   }
   std::vector<UnitValues> two_parts;
   for (int u = 0; u < h.rig->num_units(); ++u) {
-    STRATA_ASSERT_OK_AND_ASSIGN(UnitValues values, h.Read(u));
+    ASSERT_OK_AND_ASSIGN(UnitValues values, h.Read(u));
     two_parts.push_back(std::move(values));
   }
   // The same step as one Step, from the same start.
-  STRATA_ASSERT_OK(h.StoreInitial(*inputs_));
+  ASSERT_OK(h.StoreInitial(*inputs_));
   for (int u = 0; u < h.rig->num_units(); ++u) {
-    STRATA_ASSERT_OK(h.optimizer->Step(u, StepParams(0), h.Whole(u), 0, h.params->part(u)));
+    ASSERT_OK(h.optimizer->Step(u, StepParams(0), h.Whole(u), 0, h.params->part(u)));
   }
   std::vector<std::vector<ShardRange>> whole;
   for (int u = 0; u < h.rig->num_units(); ++u) whole.push_back({h.Whole(u)});
   const std::vector<UnitValues> expected = Expected(whole);
   for (int u = 0; u < h.rig->num_units(); ++u) {
     SCOPED_TRACE(h.rig->layouts()[u].name());
-    STRATA_ASSERT_OK_AND_ASSIGN(UnitValues one_step, h.Read(u));
+    ASSERT_OK_AND_ASSIGN(UnitValues one_step, h.Read(u));
     ExpectState(expected[u], one_step, GetParam());
     ExpectState(one_step, two_parts[u], GetParam());
   }
@@ -588,11 +588,11 @@ TEST_P(StagedOptimizerHomeTest, StepRangesInTwoPartsEqualsOneStep) {
 TEST_P(OptimizerHomeTest, DeviceHomeRefusesStateOffTheDevice) {
   // Host sums, device params.
   {
-    STRATA_ASSERT_OK_AND_ASSIGN(auto rig, HomeRig::Create(GetParam()));
-    STRATA_ASSERT_OK(
+    ASSERT_OK_AND_ASSIGN(auto rig, HomeRig::Create(GetParam()));
+    ASSERT_OK(
         rig->AllocateState({StateTier::kHost, StateTier::kDevice, StateTier::kDevice}));
-    STRATA_ASSERT_OK_AND_ASSIGN(auto grads, GradHome::Create(rig->ctx(), Tier::kHost));
-    STRATA_ASSERT_OK_AND_ASSIGN(
+    ASSERT_OK_AND_ASSIGN(auto grads, GradHome::Create(rig->ctx(), Tier::kHost));
+    ASSERT_OK_AND_ASSIGN(
         auto params, ParamHome::CreateResident(rig->ctx(), Tier::kDevice, rig->shards()));
     auto home = OptimizerHome::Create(rig->ctx(), Tier::kDevice, grads.get(), params.get());
     ASSERT_FALSE(home.ok());
@@ -601,11 +601,11 @@ TEST_P(OptimizerHomeTest, DeviceHomeRefusesStateOffTheDevice) {
   }
   // Device sums, host params.
   {
-    STRATA_ASSERT_OK_AND_ASSIGN(auto rig, HomeRig::Create(GetParam()));
-    STRATA_ASSERT_OK(
+    ASSERT_OK_AND_ASSIGN(auto rig, HomeRig::Create(GetParam()));
+    ASSERT_OK(
         rig->AllocateState({StateTier::kDevice, StateTier::kDevice, StateTier::kHost}));
-    STRATA_ASSERT_OK_AND_ASSIGN(auto grads, GradHome::Create(rig->ctx(), Tier::kDevice));
-    STRATA_ASSERT_OK_AND_ASSIGN(auto params,
+    ASSERT_OK_AND_ASSIGN(auto grads, GradHome::Create(rig->ctx(), Tier::kDevice));
+    ASSERT_OK_AND_ASSIGN(auto params,
                                 ParamHome::CreateResident(rig->ctx(), Tier::kHost, rig->shards()));
     auto home = OptimizerHome::Create(rig->ctx(), Tier::kDevice, grads.get(), params.get());
     ASSERT_FALSE(home.ok());
@@ -619,7 +619,7 @@ TEST_P(OptimizerHomeTest, DeviceHomeRefusesStateOffTheDevice) {
 
 TEST_P(OptimizerHomeTest, NvmeHomeRefusesBadSetUps) {
   if (!nvme_skip_.empty()) GTEST_SKIP() << nvme_skip_;
-  STRATA_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       auto homes,
       MakeHomes(GetParam(), {"nvme", {StateTier::kDevice, StateTier::kNvme, StateTier::kDevice}}));
   Homes& h = *homes;

@@ -41,11 +41,11 @@ class ParamHomeTest : public ::testing::TestWithParam<DType> {
   void CheckRoundTrips(ParamHome& home) {
     for (int u = 0; u < rig_->num_units(); ++u) {
       ASSERT_EQ(home.part_elements(u), kPartElements[u]);
-      STRATA_ASSERT_OK(home.Store(u, values_[u].data()));
+      ASSERT_OK(home.Store(u, values_[u].data()));
     }
     for (int u = 0; u < rig_->num_units(); ++u) {
       std::vector<uint8_t> loaded(Bytes(u), 0xAB);
-      STRATA_ASSERT_OK(home.Load(u, loaded.data()));
+      ASSERT_OK(home.Load(u, loaded.data()));
       EXPECT_TRUE(ElementsEqual(values_[u].data(), loaded.data(), kPartElements[u], GetParam()))
           << "Load of unit " << u;
     }
@@ -55,15 +55,15 @@ class ParamHomeTest : public ::testing::TestWithParam<DType> {
   void CheckCopyUps(ParamHome& home, const std::vector<int>& units) {
     std::vector<Buffer> dests;
     for (int u : units) {
-      STRATA_ASSERT_OK_AND_ASSIGN(Buffer dest, rig_->DeviceBuffer(Bytes(u)));
-      STRATA_ASSERT_OK(home.CopyUp(u, dest.data(), rig_->copy()));
+      ASSERT_OK_AND_ASSIGN(Buffer dest, rig_->DeviceBuffer(Bytes(u)));
+      ASSERT_OK(home.CopyUp(u, dest.data(), rig_->copy()));
       dests.push_back(std::move(dest));
     }
-    STRATA_ASSERT_OK(rig_->SyncAll());
+    ASSERT_OK(rig_->SyncAll());
     for (size_t i = 0; i < units.size(); ++i) {
       const int u = units[i];
       std::vector<uint8_t> up(Bytes(u), 0xCD);
-      STRATA_ASSERT_OK(rig_->CopyAndWait(up.data(), dests[i].data(), Bytes(u)));
+      ASSERT_OK(rig_->CopyAndWait(up.data(), dests[i].data(), Bytes(u)));
       EXPECT_TRUE(ElementsEqual(values_[u].data(), up.data(), kPartElements[u], GetParam()))
           << "CopyUp " << i << " (unit " << u << ")";
     }
@@ -76,19 +76,19 @@ class ParamHomeTest : public ::testing::TestWithParam<DType> {
 TEST_P(ParamHomeTest, ResidentHomesRoundTripAndCopyUp) {
   for (Tier tier : {Tier::kDevice, Tier::kHost}) {
     SCOPED_TRACE(TierName(tier));
-    STRATA_ASSERT_OK_AND_ASSIGN(auto home,
+    ASSERT_OK_AND_ASSIGN(auto home,
                                 ParamHome::CreateResident(rig_->ctx(), tier, kPartElements));
     EXPECT_EQ(home->tier(), tier == Tier::kDevice ? StateTier::kDevice : StateTier::kHost);
     // Created zeroed.
     std::vector<uint8_t> zeros(Bytes(0), 0), loaded(Bytes(0), 0xAB);
-    STRATA_ASSERT_OK(home->Load(0, loaded.data()));
+    ASSERT_OK(home->Load(0, loaded.data()));
     EXPECT_TRUE(ElementsEqual(zeros.data(), loaded.data(), kPartElements[0], GetParam()));
 
     ASSERT_NO_FATAL_FAILURE(CheckRoundTrips(*home));
     for (int u = 0; u < rig_->num_units(); ++u) {
       ASSERT_NE(home->part(u), nullptr);
       std::vector<uint8_t> in_place(Bytes(u));
-      STRATA_ASSERT_OK(rig_->CopyAndWait(in_place.data(), home->part(u), Bytes(u)));
+      ASSERT_OK(rig_->CopyAndWait(in_place.data(), home->part(u), Bytes(u)));
       EXPECT_TRUE(ElementsEqual(values_[u].data(), in_place.data(), kPartElements[u], GetParam()))
           << "part(" << u << ")";
     }
@@ -128,13 +128,13 @@ class NvmeParamHomeTest : public ParamHomeTest {
     return bytes;
   }
   void CreateHome(int read_buffers) {
-    STRATA_ASSERT_OK_AND_ASSIGN(auto tier, MakeTier());
+    ASSERT_OK_AND_ASSIGN(auto tier, MakeTier());
     for (const auto& unit_chunks : chunks_) {
       for (const NvmeChunk& chunk : unit_chunks) {
         padded_[chunk.id] = tier->PaddedBytes(chunk.id, ExtentKind::kParams);
       }
     }
-    STRATA_ASSERT_OK_AND_ASSIGN(
+    ASSERT_OK_AND_ASSIGN(
         home_, ParamHome::CreateNvme(rig_->ctx(), std::move(tier), chunks_, read_buffers));
   }
   void TearDown() override {
@@ -154,7 +154,7 @@ TEST_P(NvmeParamHomeTest, RoundTripsAndCopiesUpThroughFewerBuffers) {
   EXPECT_EQ(home_->part(0), nullptr);
   EXPECT_EQ(home_->read_buffers(), 2);
   ASSERT_NO_FATAL_FAILURE(CheckRoundTrips(*home_));
-  STRATA_ASSERT_OK(home_->Drain());
+  ASSERT_OK(home_->Drain());
   const uint64_t all_extents = ExtentBytes(0) + ExtentBytes(1);
   EXPECT_EQ(home_->bytes_written(), all_extents) << "Store wrote each extent once";
   EXPECT_EQ(home_->bytes_read(), all_extents) << "Load read each extent once";
@@ -163,7 +163,7 @@ TEST_P(NvmeParamHomeTest, RoundTripsAndCopiesUpThroughFewerBuffers) {
   // (buffer 0: units 0, 1, 0; buffer 1: units 1, 0).
   const std::vector<int> units = {0, 1, 1, 0, 0};
   ASSERT_NO_FATAL_FAILURE(CheckCopyUps(*home_, units));
-  STRATA_ASSERT_OK(home_->Drain());
+  ASSERT_OK(home_->Drain());
   uint64_t copied = 0;
   for (int u : units) copied += ExtentBytes(u);
   EXPECT_EQ(home_->bytes_read(), all_extents + copied);
@@ -175,7 +175,7 @@ TEST_P(NvmeParamHomeTest, WriteBackAfterAnEventIsSeenByTheNextLoad) {
   ASSERT_NO_FATAL_FAILURE(CheckRoundTrips(*home_));
   ParamWriteBack* write_back = home_->write_back();
   ASSERT_NE(write_back, nullptr);
-  STRATA_ASSERT_OK(home_->Drain());
+  ASSERT_OK(home_->Drain());
   const uint64_t written_before = home_->bytes_written();
 
   // The middle chunk of unit 0 gets new values, filled by work on the host stream that
@@ -183,7 +183,7 @@ TEST_P(NvmeParamHomeTest, WriteBackAfterAnEventIsSeenByTheNextLoad) {
   const NvmeChunk chunk = chunks_[0][1];
   const size_t n = chunk.end - chunk.begin;
   ASSERT_EQ(write_back->ChunkBytes(chunk.id), padded_.at(chunk.id));
-  STRATA_ASSERT_OK_AND_ASSIGN(Buffer source,
+  ASSERT_OK_AND_ASSIGN(Buffer source,
                               rig_->device().Allocate(Tier::kHost, StateKind::kParams,
                                                       write_back->ChunkBytes(chunk.id), "update"));
   std::memset(source.data(), 0, source.bytes());
@@ -195,18 +195,18 @@ TEST_P(NvmeParamHomeTest, WriteBackAfterAnEventIsSeenByTheNextLoad) {
     std::memcpy(data, update.data(), update.size());
     return absl::OkStatus();
   });
-  STRATA_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> filled, rig_->device().CreateEvent());
-  STRATA_ASSERT_OK(rig_->device().Record(*filled, rig_->host()));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> filled, rig_->device().CreateEvent());
+  ASSERT_OK(rig_->device().Record(*filled, rig_->host()));
   write_back->WriteAfter(chunk.id, source.data(), filled.get());
 
   // Posted after the write: the Load sees it (the streams' own work is not Load's).
   std::vector<uint8_t> loaded(Bytes(0), 0xAB);
-  STRATA_ASSERT_OK(home_->Load(0, loaded.data()));
+  ASSERT_OK(home_->Load(0, loaded.data()));
   std::vector<uint8_t> expected = values_[0];
   std::memcpy(expected.data() + chunk.begin * rig_->element_bytes(), update.data(), update.size());
   EXPECT_TRUE(ElementsEqual(expected.data(), loaded.data(), kPartElements[0], GetParam()));
-  STRATA_ASSERT_OK(rig_->SyncAll());
-  STRATA_ASSERT_OK(home_->Drain());
+  ASSERT_OK(rig_->SyncAll());
+  ASSERT_OK(home_->Drain());
   EXPECT_EQ(home_->bytes_written() - written_before, write_back->ChunkBytes(chunk.id));
 }
 
@@ -225,7 +225,7 @@ TEST_P(NvmeParamHomeTest, BadSetUpsAreRefused) {
       {"a unit without chunks", {chunks_[0], {}}, 2, "a unit without chunks"},
   };
   for (const auto& c : cases) {
-    STRATA_ASSERT_OK_AND_ASSIGN(auto tier, MakeTier());
+    ASSERT_OK_AND_ASSIGN(auto tier, MakeTier());
     auto home = ParamHome::CreateNvme(rig_->ctx(), std::move(tier), c.chunks, c.read_buffers);
     ASSERT_FALSE(home.ok()) << c.what;
     EXPECT_EQ(home.status().code(), absl::StatusCode::kInvalidArgument) << c.what;
