@@ -2,6 +2,9 @@
 // homes (tiers/optimizer_home.cc, tiers/nvme_optimizer_home.cc). Internal to tiers/.
 #pragma once
 
+#include <algorithm>
+#include <vector>
+
 #include "tiers/home_context.h"
 
 namespace strata {
@@ -38,6 +41,22 @@ inline Status AdamOverRange(const HomeContext& ctx, Ops& ops, Stream& stream, in
                               state.exp_avg_sq + s, hi - lo, tensor_params));
   }
   return absl::OkStatus();
+}
+
+// The element ranges of `range` (relative to range.begin) that belong to no tensor of
+// `layout`: alignment gaps and padding, which AdamW leaves alone.
+inline std::vector<ShardRange> GapRanges(const UnitLayout& layout, ShardRange range) {
+  std::vector<ShardRange> gaps;
+  size_t at = range.begin;
+  for (const TensorSpec& tensor : layout.tensors()) {
+    const size_t lo = std::max(range.begin, tensor.offset);
+    const size_t hi = std::min(range.end, tensor.offset + tensor.numel);
+    if (lo >= hi) continue;
+    if (lo > at) gaps.push_back({at - range.begin, lo - range.begin});
+    at = hi;
+  }
+  if (at < range.end) gaps.push_back({at - range.begin, range.end - range.begin});
+  return gaps;
 }
 
 }  // namespace strata

@@ -361,18 +361,19 @@ TEST_P(NvmeGradHomeTest, BadSetUpsAreRefused) {
     NvmeTier* tier;
     std::vector<std::vector<NvmeChunk>> chunks;
     int slots;
+    const char* message;
   } cases[] = {
-      {"no slots", tier_.get(), chunks_, 0},
-      {"a unit's chunks missing", tier_.get(), {chunks_[0]}, 2},
-      {"no tier", nullptr, chunks_, 2},
+      {"no slots", tier_.get(), chunks_, 0, "needs a tier, slots and every unit's chunks"},
+      {"a unit's chunks missing", tier_.get(), {chunks_[0]}, 2, "nvme chunks for 1 units"},
+      {"a unit without chunks", tier_.get(), {chunks_[0], {}}, 2, "cover 0 of"},
+      {"no tier", nullptr, chunks_, 2, "needs a tier, slots and every unit's chunks"},
   };
   for (const auto& c : cases) {
     auto home = GradHome::CreateNvme(rig_->ctx(), c.tier, c.chunks, c.slots);
-    ASSERT_FALSE(home.ok()) << c.what;
-    EXPECT_EQ(home.status().code(), absl::StatusCode::kInvalidArgument) << c.what;
-    EXPECT_NE(home.status().message().find("needs a tier, slots and every unit's chunks"),
-              std::string::npos)
-        << c.what << ": " << home.status();
+    EXPECT_THAT(home.status(),
+                ::strata::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                            ::testing::HasSubstr(c.message)))
+        << c.what;
   }
 }
 

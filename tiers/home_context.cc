@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+
 namespace strata {
 
 Status CheckHomeContext(const HomeContext& ctx) {
@@ -25,6 +27,28 @@ std::vector<std::vector<NvmeChunk>> NvmeChunks(const std::vector<size_t>& shard_
     }
   }
   return chunks;
+}
+
+Status CheckNvmeChunks(const HomeContext& ctx,
+                       const std::vector<std::vector<NvmeChunk>>& chunks) {
+  if (chunks.size() != ctx.units->size()) {
+    return absl::InvalidArgumentError(absl::StrCat("nvme chunks for ", chunks.size(),
+                                                   " units, the model has ",
+                                                   ctx.units->size()));
+  }
+  for (size_t u = 0; u < chunks.size(); ++u) {
+    size_t at = 0;
+    for (const NvmeChunk& chunk : chunks[u]) {
+      if (chunk.begin != at || chunk.end <= chunk.begin) break;
+      at = chunk.end;
+    }
+    if (at != (*ctx.units)[u].shard_elements) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unit ", (*ctx.layouts)[u].name(), ": its nvme chunks cover ", at, " of ",
+          (*ctx.units)[u].shard_elements, " shard elements"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace strata

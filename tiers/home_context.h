@@ -49,4 +49,8 @@ struct NvmeChunk {
 std::vector<std::vector<NvmeChunk>> NvmeChunks(const std::vector<size_t>& shard_elements,
                                               size_t chunk_elements);
 
+// OK when `chunks` has one list per unit and each unit's chunks cover its shard
+// ([0, shard_elements), in order, without gaps); else InvalidArgument naming the unit.
+Status CheckNvmeChunks(const HomeContext& ctx, const std::vector<std::vector<NvmeChunk>>& chunks);
+
 }  // namespace strata

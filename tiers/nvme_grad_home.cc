@@ -213,7 +213,8 @@ StatusOr<std::unique_ptr<GradHome>> GradHome::CreateNvme(
     const HomeContext& ctx, NvmeTier* nvme, std::vector<std::vector<NvmeChunk>> chunks,
     int slots) {
   RETURN_IF_ERROR(CheckHomeContext(ctx));
-  if (nvme == nullptr || slots < 1 || chunks.size() != ctx.units->size()) {
+  RETURN_IF_ERROR(CheckNvmeChunks(ctx, chunks));
+  if (nvme == nullptr || slots < 1) {
     return absl::InvalidArgumentError(
         "an nvme gradient home needs a tier, slots and every unit's chunks");
   }

@@ -214,6 +214,21 @@ class NvmeOptimizerHome : public OptimizerHome {
                                   {slot.master.as<float>(), grads, slot.exp_avg.as<float>(),
                                    slot.exp_avg_sq.as<float>()},
                                   out));
+    if (out == slot.params.data()) {
+      // The slot's buffer goes out whole (copy or write-back): its gaps and padding must be
+      // zero, as in the other homes, not what an earlier chunk left in the slot.
+      std::vector<ShardRange> gaps = GapRanges((*ctx_.layouts)[unit], range);
+      if (!gaps.empty()) {
+        void* base = out;
+        host.EnqueueHost([base, gaps = std::move(gaps), element_bytes] {
+          for (const ShardRange& gap : gaps) {
+            std::memset(ElementAt(base, gap.begin, element_bytes), 0,
+                        (gap.end - gap.begin) * element_bytes);
+          }
+          return absl::OkStatus();
+        });
+      }
+    }
     timer_.Stop(host);
     RETURN_IF_ERROR(device.Record(stepped, host));
     // The write-back takes its place in the extents' order now (before any later read of
@@ -260,6 +275,7 @@ StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::CreateNvme(
     std::vector<std::vector<NvmeChunk>> chunks, ParamHome* params, int slots,
     SumHandOver* hand_over) {
   RETURN_IF_ERROR(CheckHomeContext(ctx));
+  RETURN_IF_ERROR(CheckNvmeChunks(ctx, chunks));
   if (grads == nullptr || nvme == nullptr || params == nullptr || slots < 1 ||
       chunks.size() != ctx.units->size()) {
     return absl::InvalidArgumentError(

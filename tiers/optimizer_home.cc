@@ -63,6 +63,7 @@ class ResidentOptimizerHome : public OptimizerHome {
   }
   Status StoreState(int unit, const float* master, const float* exp_avg,
                     const float* exp_avg_sq) override {
+    if (master == nullptr) return absl::InvalidArgumentError("StoreState needs a master");
     return CopyStateIn(ctx_, unit, master, exp_avg, exp_avg_sq);
   }
   Status Flush() override { return absl::OkStatus(); }  // nothing is written back
