@@ -107,7 +107,11 @@ class HostOptimizerHome : public ResidentOptimizerHome, public StagedOptimizerHo
       : ResidentOptimizerHome(ctx, grads, params, std::move(ready), ctx.host),
         stepped_(std::move(stepped)), join_(std::move(join)) {}
   Tier tier() const override { return Tier::kHost; }
-  StagedOptimizerHome* staged() override { return this; }
+  // Staged updates go through the param staging buffers, which exist where the params
+  // are on the device (host params are written in place).
+  StagedOptimizerHome* staged() override {
+    return params_->tier() == StateTier::kDevice ? this : nullptr;
+  }
 
   Status Step(int unit, const AdamParams& params, ShardRange range, size_t state_offset,
               void* param_dest) override {
