@@ -9,6 +9,9 @@
 // never holds watch_mutex_ while it takes mutex_. Host functions enqueued on the stream read only
 // the shared Outcome (no locks, no CUDA: CUDA forbids CUDA calls there, and a lock there could wait
 // on an abort that waits on the stream).
+//
+// The raw NCCL side (results as Status, awaiting a non-blocking comm, creating one through
+// the bootstrap Communicator) is in nccl_comm.{h,cc}.
 #include "collectives/nccl_communicator.h"
 
 #include <cuda_runtime_api.h>
@@ -26,69 +29,23 @@
 #include <thread>
 #include <utility>
 
-#include "collectives/inline_stream.h"
+#include "collectives/nccl_comm.h"
 #include "collectives/nccl_reduce.h"
-#include "core/logging.h"
 #include "core/cuda/cuda_native.h"
 #include "core/cuda/cuda_status.h"
+#include "core/logging.h"
 
 namespace strata {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using nccl_internal::AwaitComm;
+using nccl_internal::Clock;
+using nccl_internal::LogIfError;
+using nccl_internal::NcclStatus;
+using nccl_internal::NcclType;
+
 constexpr uint64_t kNoSequence = ~0ull;
 constexpr size_t kMinScratchBytes = 4096;
-
-// NCCL results as Status, at the call site: "<context>: <call> failed: <description>
-// (<last error>) at <file>:<line>". ncclInProgress (a non-blocking call accepted) is OK;
-// the caller awaits the communicator.
-Status NcclStatus(ncclResult_t result, const char* call, const char* file, int line,
-                  const std::string& context) {
-  if (result == ncclSuccess || result == ncclInProgress) return absl::OkStatus();
-  absl::StatusCode code = absl::StatusCode::kInternal;
-  if (result == ncclInvalidArgument || result == ncclInvalidUsage) {
-    code = absl::StatusCode::kInvalidArgument;
-  } else if (result == ncclSystemError || result == ncclRemoteError) {
-    code = absl::StatusCode::kUnavailable;
-  }
-  const char* detail = ncclGetLastError(nullptr);
-  return Status(code,
-                absl::StrCat(context, ": ", call, " failed: ", ncclGetErrorString(result),
-                             detail != nullptr && *detail != '\0' ? absl::StrCat(" (", detail, ")")
-                                                                  : std::string(),
-                             " at ", file, ":", line));
-}
-
-#define NCCL_STATUS(call, context) \
-  ::strata::NcclStatus((call), #call, __FILE__, __LINE__, (context))
-#define NCCL_RETURN_IF_ERROR(call, context) RETURN_IF_ERROR(NCCL_STATUS(call, context))
-
-ncclDataType_t NcclType(DType dtype) { return dtype == DType::kF32 ? ncclFloat32 : ncclBfloat16; }
-
-void LogIfError(const Status& status) {
-  if (!status.ok()) spdlog::error("{}", status.ToString());
-}
-
-// Waits until a non-blocking NCCL communicator has finished its last call (init, group,
-// collective enqueue, finalize), or the deadline passes.
-Status AwaitComm(ncclComm_t comm, Clock::time_point deadline, const std::string& context,
-                 double timeout_s) {
-  while (true) {
-    ncclResult_t state = ncclSuccess;
-    NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(comm, &state), context);
-    if (state == ncclSuccess) return absl::OkStatus();
-    if (state != ncclInProgress) {
-      return NcclStatus(state, "ncclCommGetAsyncError (asynchronous error)", __FILE__, __LINE__,
-                        context);
-    }
-    if (Clock::now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(context, ": did not finish within ", timeout_s,
-                       " s (zero.comm_timeout_s); a rank died, hangs, or did not take part"));
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-}
 
 // Failure shared with the host functions that report it on the stream: written once,
 // then published by `failed`.
@@ -119,14 +76,6 @@ struct InFlight {
   bool started = false;
   Clock::time_point started_at;
 };
-
-// What rank 0 broadcasts: its ncclUniqueId, or why it has none. A whole number of floats.
-struct IdMessage {
-  int32_t ok = 0;
-  ncclUniqueId id;
-  char error[256] = {};
-};
-static_assert(sizeof(IdMessage) % 4 == 0, "IdMessage is broadcast as floats");
 
 class NcclCommunicator : public Communicator {
  public:
@@ -584,40 +533,8 @@ StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(Device& device,
   const std::string who = absl::StrCat("NCCL rank ", rank, " of ", size, " (GPU ", device_id, ")");
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device_id), absl::StrCat(who, ": selecting the GPU"));
 
-  // Rank 0's unique id (or its error) to every rank, through the host communicator.
-  IdMessage message;
-  if (rank == 0) {
-    Status made = NCCL_STATUS(ncclGetUniqueId(&message.id), who + ": making the unique id");
-    message.ok = made.ok() ? 1 : 0;
-    if (!made.ok()) {
-      std::snprintf(message.error, sizeof(message.error), "%s", made.ToString().c_str());
-    }
-  }
-  InlineStream bootstrap_stream("nccl bootstrap");
-  RETURN_IF_ERROR(
-      Annotate(bootstrap.Broadcast(&message, sizeof(message) / 4, DType::kF32, 0, bootstrap_stream),
-               who + ": broadcasting the unique id"));
-  RETURN_IF_ERROR(Annotate(bootstrap_stream.Synchronize(), who + ": broadcasting the unique id"));
-  if (!message.ok) {
-    message.error[sizeof(message.error) - 1] = '\0';
-    return absl::UnavailableError(
-        absl::StrCat(who, ": rank 0 could not make the NCCL unique id: ", message.error));
-  }
-
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;  // init and every call return at once; AwaitComm bounds the wait
-  ncclComm_t comm = nullptr;
-  const std::string initializing = who + ": initializing the NCCL communicator";
-  NCCL_RETURN_IF_ERROR(ncclCommInitRankConfig(&comm, size, message.id, rank, &config),
-                       initializing);
-  Status joined = AwaitComm(comm,
-                            Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                               std::chrono::duration<double>(options.timeout_s)),
-                            initializing, options.timeout_s);
-  if (!joined.ok()) {
-    LogIfError(NCCL_STATUS(ncclCommAbort(comm), who + ": aborting a failed initialization"));
-    return joined;
-  }
+  ASSIGN_OR_RETURN(ncclComm_t comm,
+                   nccl_internal::CreateNcclComm(bootstrap, who, options.timeout_s));
   return std::unique_ptr<Communicator>(
       new NcclCommunicator(device, device_id, rank, size, options, comm));
 }
