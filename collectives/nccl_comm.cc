@@ -33,9 +33,12 @@ Status NcclStatus(ncclResult_t result, const char* call, const char* file, int l
   } else if (result == ncclSystemError || result == ncclRemoteError) {
     code = absl::StatusCode::kUnavailable;
   }
-  const char* detail = ncclGetLastError(nullptr);
+  const char* detail = Nccl().GetLastError(nullptr);
+  // The calls go through the loaded table (Nccl().AllReduce(...)): name them as NCCL does.
+  std::string call_text = call;
+  if (call_text.rfind("Nccl().", 0) == 0) call_text = "nccl" + call_text.substr(7);
   return Status(code,
-                absl::StrCat(context, ": ", call, " failed: ", ncclGetErrorString(result),
+                absl::StrCat(context, ": ", call_text, " failed: ", Nccl().GetErrorString(result),
                              detail != nullptr && *detail != '\0' ? absl::StrCat(" (", detail, ")")
                                                                   : std::string(),
                              " at ", file, ":", line));
@@ -49,7 +52,7 @@ Status AwaitComm(ncclComm_t comm, Clock::time_point deadline, const std::string&
                  double timeout_s) {
   while (true) {
     ncclResult_t state = ncclSuccess;
-    NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(comm, &state), context);
+    NCCL_RETURN_IF_ERROR(Nccl().CommGetAsyncError(comm, &state), context);
     if (state == ncclSuccess) return absl::OkStatus();
     if (state != ncclInProgress) {
       return NcclStatus(state, "ncclCommGetAsyncError (asynchronous error)", __FILE__, __LINE__,
@@ -69,10 +72,16 @@ StatusOr<ncclComm_t> CreateNcclComm(Communicator& bootstrap, const std::string& 
   const int rank = bootstrap.rank();
   const int size = bootstrap.world_size();
 
+  // NCCL itself, loaded at run time; a rank without it still takes part in the broadcast
+  // below (rank 0 sends its failure), so no rank waits for a peer that gave up.
+  const StatusOr<const NcclLibrary*> library = LoadNccl();
+
   // Rank 0's unique id (or its error) to every rank, through the host communicator.
   IdMessage message;
   if (rank == 0) {
-    Status made = NCCL_STATUS(ncclGetUniqueId(&message.id), who + ": making the unique id");
+    Status made = library.ok() ? NCCL_STATUS(Nccl().GetUniqueId(&message.id),
+                                             who + ": making the unique id")
+                               : library.status();
     message.ok = made.ok() ? 1 : 0;
     if (!made.ok()) {
       std::snprintf(message.error, sizeof(message.error), "%s", made.ToString().c_str());
@@ -83,6 +92,7 @@ StatusOr<ncclComm_t> CreateNcclComm(Communicator& bootstrap, const std::string& 
       Annotate(bootstrap.Broadcast(&message, sizeof(message) / 4, DType::kF32, 0, bootstrap_stream),
                who + ": broadcasting the unique id"));
   RETURN_IF_ERROR(Annotate(bootstrap_stream.Synchronize(), who + ": broadcasting the unique id"));
+  if (!library.ok()) return Annotate(library.status(), who);
   if (!message.ok) {
     message.error[sizeof(message.error) - 1] = '\0';
     return absl::UnavailableError(
@@ -93,14 +103,14 @@ StatusOr<ncclComm_t> CreateNcclComm(Communicator& bootstrap, const std::string& 
   config.blocking = 0;  // init and every call return at once; AwaitComm bounds the wait
   ncclComm_t comm = nullptr;
   const std::string initializing = who + ": initializing the NCCL communicator";
-  NCCL_RETURN_IF_ERROR(ncclCommInitRankConfig(&comm, size, message.id, rank, &config),
+  NCCL_RETURN_IF_ERROR(Nccl().CommInitRankConfig(&comm, size, message.id, rank, &config),
                        initializing);
   Status joined = AwaitComm(comm,
                             Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                std::chrono::duration<double>(timeout_s)),
                             initializing, timeout_s);
   if (!joined.ok()) {
-    LogIfError(NCCL_STATUS(ncclCommAbort(comm), who + ": aborting a failed initialization"));
+    LogIfError(NCCL_STATUS(Nccl().CommAbort(comm), who + ": aborting a failed initialization"));
     return joined;
   }
   return comm;

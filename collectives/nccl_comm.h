@@ -16,6 +16,7 @@
 #include <string>
 
 #include "collectives/communicator.h"
+#include "collectives/nccl_library.h"
 #include "core/dtype.h"
 #include "core/status.h"
 

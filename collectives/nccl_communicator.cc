@@ -38,6 +38,7 @@
 namespace strata {
 namespace {
 
+using nccl_internal::Nccl;
 using nccl_internal::AwaitComm;
 using nccl_internal::Clock;
 using nccl_internal::LogIfError;
@@ -109,16 +110,16 @@ class NcclCommunicator : public Communicator {
                     : absl::DeadlineExceededError(Who(absl::StrCat(
                           "collectives still running ", options_.timeout_s,
                           " s (zero.comm_timeout_s) after the communicator was destroyed")));
-        if (closed.ok()) closed = NCCL_STATUS(ncclCommFinalize(comm_), Who("finalizing"));
+        if (closed.ok()) closed = NCCL_STATUS(Nccl().CommFinalize(comm_), Who("finalizing"));
         if (closed.ok()) {
           closed = AwaitComm(comm_, Clock::now() + Seconds(options_.timeout_s), Who("finalizing"),
                              options_.timeout_s);
         }
         if (closed.ok()) {
-          LogIfError(NCCL_STATUS(ncclCommDestroy(comm_), Who("destroying")));
+          LogIfError(NCCL_STATUS(Nccl().CommDestroy(comm_), Who("destroying")));
         } else {
           LogIfError(closed);
-          LogIfError(NCCL_STATUS(ncclCommAbort(comm_), Who("aborting")));
+          LogIfError(NCCL_STATUS(Nccl().CommAbort(comm_), Who("aborting")));
         }
         comm_ = nullptr;
       }
@@ -140,7 +141,7 @@ class NcclCommunicator : public Communicator {
     return Issue(request, stream, scratch_bytes,
                  [=](const CollectiveCall& call, cudaStream_t cuda_stream, char* scratch) {
                    if (!options_.fixed_order) {
-                     NCCL_RETURN_IF_ERROR(ncclAllReduce(data, data, count, NcclType(dtype), ncclSum,
+                     NCCL_RETURN_IF_ERROR(Nccl().AllReduce(data, data, count, NcclType(dtype), ncclSum,
                                                         comm_, cuda_stream),
                                           Who(DescribeCall(call)));
                      return Await(call);
@@ -163,7 +164,7 @@ class NcclCommunicator : public Communicator {
     return Issue(request, stream, scratch_bytes,
                  [=](const CollectiveCall& call, cudaStream_t cuda_stream, char* scratch) {
                    if (!options_.fixed_order) {
-                     NCCL_RETURN_IF_ERROR(ncclReduceScatter(input, output, count, NcclType(dtype),
+                     NCCL_RETURN_IF_ERROR(Nccl().ReduceScatter(input, output, count, NcclType(dtype),
                                                             ncclSum, comm_, cuda_stream),
                                           Who(DescribeCall(call)));
                      return Await(call);
@@ -182,7 +183,7 @@ class NcclCommunicator : public Communicator {
                  [=](const CollectiveCall& call, cudaStream_t cuda_stream, char*) {
                    // NCCL's in-place all-gather is exactly input == output + rank * count.
                    NCCL_RETURN_IF_ERROR(
-                       ncclAllGather(input, output, count, NcclType(dtype), comm_, cuda_stream),
+                       Nccl().AllGather(input, output, count, NcclType(dtype), comm_, cuda_stream),
                        Who(DescribeCall(call)));
                    return Await(call);
                  });
@@ -195,7 +196,7 @@ class NcclCommunicator : public Communicator {
     return Issue(request, stream, 0,
                  [=](const CollectiveCall& call, cudaStream_t cuda_stream, char*) {
                    NCCL_RETURN_IF_ERROR(
-                       ncclBroadcast(data, data, count, NcclType(dtype), root, comm_, cuda_stream),
+                       Nccl().Broadcast(data, data, count, NcclType(dtype), root, comm_, cuda_stream),
                        Who(DescribeCall(call)));
                    return Await(call);
                  });
@@ -207,7 +208,7 @@ class NcclCommunicator : public Communicator {
     return Issue(request, stream, sizeof(float),
                  [=](const CollectiveCall& call, cudaStream_t cuda_stream, char* scratch) {
                    NCCL_RETURN_IF_ERROR(
-                       ncclAllReduce(scratch, scratch, 1, ncclFloat32, ncclSum, comm_, cuda_stream),
+                       Nccl().AllReduce(scratch, scratch, 1, ncclFloat32, ncclSum, comm_, cuda_stream),
                        Who(DescribeCall(call)));
                    return Await(call);
                  });
@@ -255,7 +256,7 @@ class NcclCommunicator : public Communicator {
     outcome_->failed.store(true, std::memory_order_release);
     spdlog::error("{}", status.ToString());
     if (comm_ != nullptr) {
-      LogIfError(NCCL_STATUS(ncclCommAbort(comm_), Who("aborting after the failure above")));
+      LogIfError(NCCL_STATUS(Nccl().CommAbort(comm_), Who("aborting after the failure above")));
       comm_ = nullptr;
     }
   }
@@ -355,20 +356,20 @@ class NcclCommunicator : public Communicator {
       const size_t mine = chunk_length(rank_);
       char* my_chunk = data + chunk_begin(rank_) * e;
 
-      NCCL_RETURN_IF_ERROR(ncclGroupStart(), context);
+      NCCL_RETURN_IF_ERROR(Nccl().GroupStart(), context);
       for (int peer = 0; peer < size_; ++peer) {
         if (peer == rank_) continue;
         const size_t theirs = chunk_length(peer);
         if (theirs > 0) {
           NCCL_RETURN_IF_ERROR(
-              ncclSend(data + chunk_begin(peer) * e, theirs, type, peer, comm_, stream), context);
+              Nccl().Send(data + chunk_begin(peer) * e, theirs, type, peer, comm_, stream), context);
         }
         if (mine > 0) {
           NCCL_RETURN_IF_ERROR(
-              ncclRecv(scratch + peer * chunk * e, mine, type, peer, comm_, stream), context);
+              Nccl().Recv(scratch + peer * chunk * e, mine, type, peer, comm_, stream), context);
         }
       }
-      NCCL_RETURN_IF_ERROR(ncclGroupEnd(), context);
+      NCCL_RETURN_IF_ERROR(Nccl().GroupEnd(), context);
       RETURN_IF_ERROR(Await(call));
       if (mine > 0) {
         CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(scratch + rank_ * chunk * e, my_chunk, mine * e,
@@ -378,19 +379,19 @@ class NcclCommunicator : public Communicator {
             SumSlotsInRankOrderAsync(scratch, chunk, size_, my_chunk, mine, call.dtype, stream));
       }
 
-      NCCL_RETURN_IF_ERROR(ncclGroupStart(), context);
+      NCCL_RETURN_IF_ERROR(Nccl().GroupStart(), context);
       for (int peer = 0; peer < size_; ++peer) {
         if (peer == rank_) continue;
         if (mine > 0) {
-          NCCL_RETURN_IF_ERROR(ncclSend(my_chunk, mine, type, peer, comm_, stream), context);
+          NCCL_RETURN_IF_ERROR(Nccl().Send(my_chunk, mine, type, peer, comm_, stream), context);
         }
         const size_t theirs = chunk_length(peer);
         if (theirs > 0) {
           NCCL_RETURN_IF_ERROR(
-              ncclRecv(data + chunk_begin(peer) * e, theirs, type, peer, comm_, stream), context);
+              Nccl().Recv(data + chunk_begin(peer) * e, theirs, type, peer, comm_, stream), context);
         }
       }
-      NCCL_RETURN_IF_ERROR(ncclGroupEnd(), context);
+      NCCL_RETURN_IF_ERROR(Nccl().GroupEnd(), context);
       RETURN_IF_ERROR(Await(call));
     }
     return absl::OkStatus();
@@ -414,16 +415,16 @@ class NcclCommunicator : public Communicator {
     const ncclDataType_t type = NcclType(call.dtype);
     for (size_t begin = 0; begin < count; begin += segment_cap) {
       const size_t length = std::min(segment_cap, count - begin);
-      NCCL_RETURN_IF_ERROR(ncclGroupStart(), context);
+      NCCL_RETURN_IF_ERROR(Nccl().GroupStart(), context);
       for (int peer = 0; peer < size_; ++peer) {
         if (peer == rank_) continue;
         NCCL_RETURN_IF_ERROR(
-            ncclSend(input + (peer * count + begin) * e, length, type, peer, comm_, stream),
+            Nccl().Send(input + (peer * count + begin) * e, length, type, peer, comm_, stream),
             context);
         NCCL_RETURN_IF_ERROR(
-            ncclRecv(scratch + peer * length * e, length, type, peer, comm_, stream), context);
+            Nccl().Recv(scratch + peer * length * e, length, type, peer, comm_, stream), context);
       }
-      NCCL_RETURN_IF_ERROR(ncclGroupEnd(), context);
+      NCCL_RETURN_IF_ERROR(Nccl().GroupEnd(), context);
       RETURN_IF_ERROR(Await(call));
       CUDA_RETURN_IF_ERROR(
           cudaMemcpyAsync(scratch + rank_ * length * e, input + (rank_ * count + begin) * e,
@@ -477,7 +478,7 @@ class NcclCommunicator : public Communicator {
         std::lock_guard<std::mutex> comm_lock(mutex_);
         if (problem.ok() && comm_ != nullptr) {
           ncclResult_t async_error = ncclSuccess;
-          if (ncclCommGetAsyncError(comm_, &async_error) == ncclSuccess &&
+          if (Nccl().CommGetAsyncError(comm_, &async_error) == ncclSuccess &&
               async_error != ncclSuccess && async_error != ncclInProgress) {
             problem = NcclStatus(async_error, "ncclCommGetAsyncError (asynchronous error)",
                                  __FILE__, __LINE__, Who(DescribeCall(call)));

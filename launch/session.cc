@@ -7,6 +7,7 @@
 
 #include "collectives/local_communicator.h"
 #include "collectives/nccl_communicator.h"
+#include "collectives/self_communicator.h"
 #include "launch/checkpoint.h"
 #include "models/gpt/gpt.h"
 #include "core/cuda/cuda_device.h"
@@ -23,10 +24,12 @@ int RanksOnThisNode(const Communicator& communicator) {
   return communicator.world_size();
 }
 
-// The NCCL communicator of this rank over `bootstrap`; see session.h.
+// The device communicator of this rank over `bootstrap`: NCCL, or with one rank the self
+// communicator (no NCCL at all); see session.h.
 StatusOr<std::unique_ptr<Communicator>> CreateDeviceCommunicator(const Options& options,
                                                                  Device& device,
                                                                  Communicator& bootstrap) {
+  if (bootstrap.world_size() == 1) return CreateSelfCommunicator(device);
   const int ranks_here = RanksOnThisNode(bootstrap);
   ASSIGN_OR_RETURN(int gpus, CudaDeviceCount());
   if (ranks_here > gpus) {

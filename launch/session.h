@@ -4,12 +4,13 @@
 //
 // Communicators: the one passed to Create (local threads or MPI, from RunRanks) carries
 // host buffers. On device.backend=cpu the engine uses it directly. On device.backend=cuda
-// the engine's collectives run on device buffers, so the session creates an NCCL
-// communicator with it as the bootstrap (rank 0's ncclUniqueId goes through it; every rank
-// of it must create its session together) and hands the NCCL one to the engine, at every
-// world size (one rank: an NCCL communicator of one). NCCL needs one GPU per rank on a
-// node; more ranks than GPUs is refused before NCCL is set up.
-// Destruction order (members, reverse): batches, engine, model, samplers, NCCL
+// the engine's collectives run on device buffers, so the session creates a device
+// communicator and hands it to the engine: with one rank the self communicator (a copy per
+// collective; NCCL is never loaded), with more an NCCL communicator with the given one as
+// the bootstrap (rank 0's ncclUniqueId goes through it; every rank of it must create its
+// session together). NCCL needs one GPU per rank on a node; more ranks than GPUs is
+// refused before NCCL is set up.
+// Destruction order (members, reverse): batches, engine, model, samplers, device
 // communicator, data, backend (Ops, then the Device), owned bootstrap communicator: every
 // user of the Device goes before it, and the engine before the communicator it uses.
 // Thread-safety: one host thread drives a session.
@@ -67,7 +68,7 @@ class TrainingSession {
   Status Finish();
 
   const Options& options() const { return options_; }
-  // The communicator the engine's collectives use: the NCCL one on CUDA, else the one
+  // The communicator the engine's collectives use: the device one on CUDA, else the one
   // given to Create.
   Communicator& engine_communicator() {
     return device_communicator_ ? *device_communicator_ : *communicator_;

@@ -11,7 +11,7 @@ Targets of @local_cuda (all public):
                  cudart and every cuda_library need.
   :cuda_headers  the headers only (no link options).
   :cublas        cuBLAS and cuBLASLt.
-  :nccl          NCCL (the toolkit's copy, else the system's libnccl).
+  :nccl          NCCL's headers (the library is dlopen'd at run time).
 Link options carry an rpath to the toolkit's lib64, so binaries and tests run without
 LD_LIBRARY_PATH wherever the toolkit sits at the same path.
 
@@ -53,10 +53,12 @@ cc_library(
     deps = [":cuda"],
     linkopts = ["-L{root}/lib64", "-Wl,-rpath,{root}/lib64", "-lcublasLt", "-lcublas"],
 )
+# NCCL's headers only: the library is loaded at run time (collectives/nccl_library.cc),
+# and only where more than one GPU rank needs it.
 cc_library(
     name = "nccl",
-    deps = [":cuda"],
-    linkopts = ["-L{root}/lib64", "-Wl,-rpath,{root}/lib64", "-lnccl"],
+    deps = [":cuda_headers"],
+    linkopts = ["-ldl"],
 )
 """.format(root = root, globs = repr(_HEADERS_GLOB))
 
