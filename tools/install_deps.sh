@@ -17,6 +17,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin                    # multi-process ranks under mpirun
   libgtest-dev libbenchmark-dev                 # tests and micro-benchmarks
   fio                                           # disk benchmark reference
+  patchelf                                      # the GPU kit's RPATHs (tools/gpu_kit.sh)
 )
 
 missing=()
