@@ -148,6 +148,9 @@ rm -rf "$prove_root/kit" "$prove_root/toolkit"
 mkdir -p "$prove_root/kit" "$prove_root/toolkit"
 tar -C "$prove_root/kit" -xJf "$KIT/kit.tar.xz"
 cp -L "$CUDA_LIB"/libcublas.so.13 "$CUDA_LIB"/libcublasLt.so.13 "$prove_root/toolkit/"
+# The loader finds $ORIGIN through /proc/self/exe: a real machine has /proc.
+mountpoint -q "$prove_root/proc" || mount -t proc proc "$prove_root/proc"
+trap 'umount "$prove_root/proc" 2>/dev/null; rm -rf "$stage"' EXIT
 failed=0
 for binary in "$prove_root"/kit/bin/*; do
   name="$(basename "$binary")"
@@ -172,7 +175,7 @@ for binary in "$prove_root"/kit/bin/*; do
   elif [ -z "$expect" ] && grep -q "no usable GPU" <<<"$output"; then
     echo "gpu_kit: $name starts and skips: $(grep -m1 -o 'no usable GPU[^"]*' <<<"$output" | cut -c1-100)"
   elif [ -z "$expect" ]; then
-    echo "gpu_kit: $name runs ($(grep -cE '^\[ +(OK|SKIPPED) ' <<<"$output") tests, no GPU needed)"
+    echo "gpu_kit: $name runs ($(grep -cE '^\[ +(OK|SKIPPED) +\] [A-Za-z_]+\.[A-Za-z_]+ \(' <<<"$output") tests, no GPU needed)"
   else
     echo "gpu_kit: $name trains on the CPU"
   fi
