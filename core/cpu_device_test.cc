@@ -1,6 +1,7 @@
 // CPU device: streams run in order, events order two streams, errors are sticky, copies
 // land, and the device pool rejects allocations over device.memory_limit.
 #include "core/cpu_device.h"
+#include "core/testing/device_contract.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -212,6 +213,22 @@ TEST(CpuDevice, WaitingOnAFailedStreamsRecordFailsTheWaiter) {
                                                ::testing::AllOf(HasSubstr("checksum mismatch"),
                                                                 HasSubstr("stream 'compute'"))));
   EXPECT_FALSE(ran);
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+TEST(CpuDevice, SteadyStateMakesNoDriverCalls) {
+  auto device = CreateCpuDevice({});
+  testing::ExpectSteadyStateMakesNoDriverCalls(*device);
+}
+
+TEST(CpuDevice, NoReuseWhileAStreamIsBehind) {
+  auto device = CreateCpuDevice({});
+  testing::ExpectNoReuseWhileAStreamIsBehind(*device);
 }
 
 }  // namespace

@@ -67,6 +67,10 @@ class Device {
 
   virtual MemoryPool& pool(Tier tier) = 0;
   virtual std::string Describe() const = 0;
+  // Calls to the memory driver so far (allocations and frees: cudaMalloc, cudaFree and
+  // their pinned-host kin on CUDA, the allocator on the CPU device). Freed buffers are
+  // cached and reused, so a steady-state training step makes none.
+  virtual uint64_t driver_calls() const = 0;
 };
 
 }  // namespace strata

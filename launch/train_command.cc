@@ -38,6 +38,7 @@ nlohmann::json StepRecord(const StepReport& r) {
   record["compute_stall_ms"] = r.result.compute_stall_ms;
   record["compute_idle_ms"] = r.result.compute_idle_ms;
   record["split_units"] = r.result.split_units;
+  record["driver_calls"] = r.result.driver_calls;
   record["nvme_bytes"] = {{"read", r.result.nvme_read_bytes},
                           {"written", r.result.nvme_written_bytes}};
   record["nvme_busy_ms"] = {{"optimizer", r.result.nvme_busy_ms},

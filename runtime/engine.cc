@@ -284,6 +284,7 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   const double stall_before = compute_->stalled_ms();
   const double busy_before = stepper.busy_ms();
   const double compute_busy_before = compute_->busy_ms();
+  const uint64_t driver_calls_before = device_->driver_calls();
   AdamParams params;
   params.lr = lr;
   params.beta1 = options_.train.beta1;
@@ -314,6 +315,7 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   result.gather.gathers = gather_after.gathers - gather_before.gathers;
   result.gather.deviations = gather_after.deviations - gather_before.deviations;
   result.compute_stall_ms = compute_->stalled_ms() - stall_before;
+  result.driver_calls = device_->driver_calls() - driver_calls_before;
   return result;
 }
 

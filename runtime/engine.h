@@ -54,6 +54,9 @@ struct StepResult {
   // unit's last backward stage stepped during the rest of backward, the rest after it
   // (a tied embedding on one rank with the optimizer and grads on the host, no clipping).
   int split_units = 0;
+  // Calls to the memory driver during the step (cudaMalloc/cudaFree on CUDA, the allocator
+  // on the CPU device): 0 in a steady state, where freed buffers are reused.
+  uint64_t driver_calls = 0;
   // Time the optimizer state's NVMe tier had requests at the disk during the step, and
   // the param shards' tier (zero.param_tier=nvme), in ms.
   double nvme_busy_ms = 0.0;

@@ -1,7 +1,8 @@
 // Golden loss trajectories: a few configurations (stages 0-3, device, host and NVMe
 // placements, fp32 and bf16, the special modes: tied-embedding split, delayed update, NVMe
 // gradient hand-over, recompute, world 2) trained for a few steps and compared with the
-// losses recorded in tests/testdata/golden_losses.json. The other tests compare runs of one
+// losses recorded in tests/testdata/golden_losses.json, and checked to make no memory-driver
+// call after their second step. The other tests compare runs of one
 // build with each other; this one catches a change that moves every run the same way (a
 // refactor that alters summation order, a kernel dispatch, an initialisation).
 //
@@ -179,6 +180,16 @@ TEST(GoldenLosses, MatchTheRecordedTrajectories) {
     const PlacementRun result = TrainAllRanks(OptionsOf(run));
     ASSERT_OK(result.status) << run.name;
     ASSERT_EQ(result.losses.size(), static_cast<size_t>(kSteps)) << run.name;
+    // Every placement reaches a steady state: freed buffers are reused
+    // (core/block_cache.h), so from the third step on the memory driver is (nearly) never
+    // called. A freed block waits until every stream has passed its free, so a stream
+    // that happens to lag (the CPU Adam, an NVMe wait) can make a step add a block: seen
+    // 0-2 over steps 3-6 here (against up to 10 in the first step); allowed 4.
+    uint64_t later = 0;
+    for (int step = 2; step < kSteps; ++step) later += result.steps[step].driver_calls;
+    std::string calls;
+    for (const StepResult& step : result.steps) absl::StrAppend(&calls, step.driver_calls, " ");
+    EXPECT_LE(later, 4u) << run.name << ": driver calls per step " << calls;
     const auto expected = golden.at("losses").get<std::vector<std::string>>();
     ASSERT_EQ(expected.size(), static_cast<size_t>(kSteps)) << run.name;
     for (int step = 0; step < kSteps; ++step) {

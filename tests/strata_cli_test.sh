@@ -16,6 +16,9 @@ for key in '"step":' '"loss":' '"lr":' '"ms_per_step":' '"tokens_per_s":' \
   grep -q "$key" "$tmp/m.jsonl" || fail "metrics lack $key"
 done
 grep -q '"val_loss":' "$tmp/m.jsonl" || fail "no val_loss at eval_every"
+# Freed buffers are reused: from the third step on the step makes no allocator call.
+sed -n 3p "$tmp/m.jsonl" | grep -q '"driver_calls":0' ||
+  fail "step 3 made allocator calls: $(sed -n 3p "$tmp/m.jsonl" | grep -o '"driver_calls":[0-9]*')"
 grep -q "step     3/3 | loss" "$tmp/out.txt" || { cat "$tmp/out.txt"; fail "no progress line"; }
 grep -q "rank 0/1" "$tmp/out.txt" || fail "log lines are not rank-prefixed"
 grep -q "train.steps=3" "$tmp/out.txt" || fail "resolved config not logged"

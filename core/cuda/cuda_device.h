@@ -2,8 +2,11 @@
 // - Device tier: cudaMalloc'd buffers, accounted in a MemoryPool whose capacity is
 //   device.memory_limit clipped to the GPU's free memory when the device is created.
 //   Buffers are 4 KiB-aligned. No managed memory.
-// - Host tier: pinned buffers from cudaHostAlloc of exactly the bytes asked (never rounded
-//   up to a size class), accounted against tiers.host_memory_limit.
+// - Host tier: pinned buffers, accounted against tiers.host_memory_limit: below 2 MiB from
+//   cudaHostAlloc, from 2 MiB on transparent huge pages registered with cudaHostRegister.
+// - Both tiers go through a BlockCache (core/block_cache.h): freed blocks are reused by size
+//   class once every stream has passed their free, so a steady-state step makes no
+//   cudaMalloc/cudaFree (driver_calls() counts them).
 // - Stream: a non-blocking cudaStream_t. EnqueueHost runs its function through
 //   cudaLaunchHostFunc, in order with the stream's copies and kernels; the first non-OK
 //   Status (or CUDA error seen at Synchronize) is sticky and Synchronize returns it. Host

@@ -5,6 +5,8 @@
 // Without a usable GPU (no driver, none visible, or built without CUDA) every GPU test
 // skips with CUDA's reason; the tests of the no-GPU error path run everywhere.
 #include "core/cuda/cuda_device.h"
+#include "core/testing/device_contract.h"
+#include "core/testing/device_contract.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -226,7 +228,7 @@ TEST_F(CudaDeviceTest, BuffersAre4KiBAlignedAndHostBytesExact) {
       buffers.push_back(std::move(*buffer));
     }
   }
-  // Pinned allocations are counted (and made) at the size asked, not a size class.
+  // Pinned allocations are counted at the size asked (made in a size class of the cache).
   EXPECT_EQ(big->pool(Tier::kHost).Stats().current_bytes, host_bytes);
 }
 
@@ -294,6 +296,20 @@ TEST(CudaDeviceNoGpu, NegativeLocalRankIsRejectedBeforeTouchingCuda) {
   CudaDeviceOptions options;
   options.local_rank = -1;
   EXPECT_THAT(CreateCudaDevice(options), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+TEST_F(CudaDeviceTest, SteadyStateMakesNoDriverCalls) {
+  testing::ExpectSteadyStateMakesNoDriverCalls(*device_);
+}
+
+TEST_F(CudaDeviceTest, NoReuseWhileAStreamIsBehind) {
+  testing::ExpectNoReuseWhileAStreamIsBehind(*device_);
 }
 
 }  // namespace

@@ -1,0 +1,18 @@
+// Promises every Device keeps, as test bodies run on each device (the CPU device in CI,
+// the CUDA device where a GPU is present): the same assertions, typed over the device.
+// Thread-safety: test code.
+#pragma once
+
+#include "core/device.h"
+
+namespace strata::testing {
+
+// Freed buffers are reused: after one round of the sizes a step allocates, further rounds
+// make no driver call (Device::driver_calls), in both tiers.
+void ExpectSteadyStateMakesNoDriverCalls(Device& device);
+
+// A freed buffer is not handed out again while a stream is still behind the moment it was
+// freed (that stream might still use it); once the stream has passed, it is.
+void ExpectNoReuseWhileAStreamIsBehind(Device& device);
+
+}  // namespace strata::testing
