@@ -226,12 +226,32 @@ class CpuDevice : public Device {
           TierName(tier), " tier"));
     }
     const RawBlock raw = *block;
-    return Buffer(raw.data, bytes, tier, kind, &target,
-                  [cache, raw](void*, size_t) { cache->Give(raw); });
+    const uintptr_t start = reinterpret_cast<uintptr_t>(raw.data);
+    {
+      std::lock_guard<std::mutex> lock(ranges_mutex_);
+      ranges_[start] = {std::max<size_t>(bytes, 1), tier};
+    }
+    return Buffer(raw.data, bytes, tier, kind, &target, [this, cache, raw, start](void*, size_t) {
+      {
+        std::lock_guard<std::mutex> lock(ranges_mutex_);
+        ranges_.erase(start);
+      }
+      cache->Give(raw);
+    });
   }
 
   uint64_t driver_calls() const override {
     return caches_[0]->driver_calls() + caches_[1]->driver_calls();
+  }
+
+  std::optional<Tier> TierOf(const void* pointer) const override {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(pointer);
+    std::lock_guard<std::mutex> lock(ranges_mutex_);
+    auto it = ranges_.upper_bound(at);
+    if (it == ranges_.begin()) return std::nullopt;
+    --it;
+    if (at >= it->first + it->second.bytes) return std::nullopt;
+    return it->second.tier;
   }
 
   StatusOr<std::unique_ptr<Stream>> CreateStream(const std::string& name) override {
@@ -301,6 +321,13 @@ class CpuDevice : public Device {
   MemoryPool device_pool_;
   MemoryPool host_pool_;
   std::unique_ptr<BlockCache> caches_[kNumTiers];  // by Tier; every Buffer must go first
+  // Every live buffer's [start, start + bytes) and tier, for TierOf.
+  struct Range {
+    size_t bytes;
+    Tier tier;
+  };
+  mutable std::mutex ranges_mutex_;
+  std::map<uintptr_t, Range> ranges_;
 };
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/memory.h"
@@ -71,6 +72,10 @@ class Device {
   // their pinned-host kin on CUDA, the allocator on the CPU device). Freed buffers are
   // cached and reused, so a steady-state training step makes none.
   virtual uint64_t driver_calls() const = 0;
+  // The tier of the buffer `pointer` points into (start or inside), or nullopt for memory
+  // this device did not allocate (the caller's own). For checks: kernels of one tier handed
+  // a buffer of the other (WithTierChecks, kernels/tier_checked_ops.h).
+  virtual std::optional<Tier> TierOf(const void* pointer) const = 0;
 };
 
 }  // namespace strata

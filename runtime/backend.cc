@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/tier_checked_ops.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "core/cpu_device.h"
 #include "core/cuda/cuda_device.h"
@@ -84,8 +85,14 @@ StatusOr<Backend> CreateBackend(const Options& options, int local_rank) {
     device_options.host_memory_bytes = HostTierCapacity(options);
     Backend backend;
     backend.device = CreateCpuDevice(device_options);
-    ASSIGN_OR_RETURN(backend.ops, CreateCpuOps(options.train.dtype, options.device.threads));
-    ASSIGN_OR_RETURN(backend.host_ops, CreateCpuOps(options.train.dtype, options.device.threads));
+    ASSIGN_OR_RETURN(std::unique_ptr<Ops> ops,
+                     CreateCpuOps(options.train.dtype, options.device.threads));
+    ASSIGN_OR_RETURN(std::unique_ptr<Ops> host_ops,
+                     CreateCpuOps(options.train.dtype, options.device.threads));
+    // Both tiers share one address space here: each kernel set refuses the other tier's
+    // buffers, so a mix-up that would crash a GPU fails on the CPU too.
+    backend.ops = WithTierChecks(std::move(ops), *backend.device, Tier::kDevice);
+    backend.host_ops = WithTierChecks(std::move(host_ops), *backend.device, Tier::kHost);
     return backend;
   }
   return CreateCudaBackend(options, local_rank);

@@ -1,6 +1,7 @@
 // Backend selection: the Device and the Ops (kernels) for `device.backend`, made together
 // so that the kernels match the device's memory.
-// - "cpu": the CPU device (a capped host pool plays the device tier) and the CPU kernels.
+// - "cpu": the CPU device (a capped host pool plays the device tier) and the CPU kernels,
+//   each set refusing buffers of the other tier (kernels/tier_checked_ops.h).
 // - "cuda": the CUDA device on GPU (local rank % visible GPUs) with device.memory_limit and
 //   a pinned host tier of HostTierCapacity(options); the CUDA kernels on it; CPU kernels as
 //   host_ops for the offloaded optimizer (they run as host functions on CUDA streams).

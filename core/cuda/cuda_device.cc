@@ -233,6 +233,17 @@ class CudaDevice : public Device {
     return caches_[0]->driver_calls() + caches_[1]->driver_calls();
   }
 
+  std::optional<Tier> TierOf(const void* pointer) const override {
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
+      cudaGetLastError();  // not sticky: clear it
+      return std::nullopt;
+    }
+    if (attributes.type == cudaMemoryTypeDevice) return Tier::kDevice;
+    if (attributes.type == cudaMemoryTypeHost) return Tier::kHost;
+    return std::nullopt;
+  }
+
   StatusOr<std::unique_ptr<Stream>> CreateStream(const std::string& name) override {
     RETURN_IF_ERROR(Activate(device_id_));
     cudaStream_t stream = nullptr;

@@ -1,0 +1,174 @@
+// See tier_checked_ops.h.
+#include "kernels/tier_checked_ops.h"
+
+#include <initializer_list>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace strata {
+namespace {
+
+class TierCheckedOps : public Ops {
+ public:
+  TierCheckedOps(std::unique_ptr<Ops> ops, const Device& device, Tier tier)
+      : ops_(std::move(ops)), device_(device), tier_(tier) {}
+
+  DType dtype() const override { return ops_->dtype(); }
+
+  Status EncoderForward(Stream& s, void* out, const int32_t* tokens, const void* wte,
+                        const void* wpe, int B, int T, int C) override {
+    RETURN_IF_ERROR(
+        Check("EncoderForward", {{"out", out}, {"tokens", tokens}, {"wte", wte}, {"wpe", wpe}}));
+    return ops_->EncoderForward(s, out, tokens, wte, wpe, B, T, C);
+  }
+
+  Status EncoderBackward(Stream& s, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
+                         int B, int T, int C) override {
+    RETURN_IF_ERROR(Check("EncoderBackward",
+                          {{"dwte", dwte}, {"dwpe", dwpe}, {"dout", dout}, {"tokens", tokens}}));
+    return ops_->EncoderBackward(s, dwte, dwpe, dout, tokens, B, T, C);
+  }
+
+  Status LayerNormForward(Stream& s, void* out, float* mean, float* rstd, const void* inp,
+                          const void* weight, const void* bias, int N, int C) override {
+    RETURN_IF_ERROR(Check("LayerNormForward", {{"out", out},
+                                               {"mean", mean},
+                                               {"rstd", rstd},
+                                               {"inp", inp},
+                                               {"weight", weight},
+                                               {"bias", bias}}));
+    return ops_->LayerNormForward(s, out, mean, rstd, inp, weight, bias, N, C);
+  }
+
+  Status LayerNormBackward(Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
+                           const void* inp, const void* weight, const float* mean,
+                           const float* rstd, int N, int C) override {
+    RETURN_IF_ERROR(Check("LayerNormBackward", {{"dinp", dinp},
+                                                {"dweight", dweight},
+                                                {"dbias", dbias},
+                                                {"dout", dout},
+                                                {"inp", inp},
+                                                {"weight", weight},
+                                                {"mean", mean},
+                                                {"rstd", rstd}}));
+    return ops_->LayerNormBackward(s, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+
+  Status MatmulForward(Stream& s, void* out, const void* inp, const void* weight, const void* bias,
+                       int N, int C, int OC) override {
+    RETURN_IF_ERROR(
+        Check("MatmulForward", {{"out", out}, {"inp", inp}, {"weight", weight}, {"bias", bias}}));
+    return ops_->MatmulForward(s, out, inp, weight, bias, N, C, OC);
+  }
+
+  Status MatmulBackward(Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
+                        const void* inp, const void* weight, int N, int C, int OC) override {
+    RETURN_IF_ERROR(Check("MatmulBackward", {{"dinp", dinp},
+                                             {"dweight", dweight},
+                                             {"dbias", dbias},
+                                             {"dout", dout},
+                                             {"inp", inp},
+                                             {"weight", weight}}));
+    return ops_->MatmulBackward(s, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+
+  Status AttentionForward(Stream& s, void* out, float* stats, const void* qkv, int B, int T, int C,
+                          int NH) override {
+    RETURN_IF_ERROR(Check("AttentionForward", {{"out", out}, {"stats", stats}, {"qkv", qkv}}));
+    return ops_->AttentionForward(s, out, stats, qkv, B, T, C, NH);
+  }
+
+  Status AttentionBackward(Stream& s, void* dqkv, const void* dout, const void* qkv,
+                           const void* out, const float* stats, int B, int T, int C,
+                           int NH) override {
+    RETURN_IF_ERROR(
+        Check("AttentionBackward",
+              {{"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv}, {"out", out}, {"stats", stats}}));
+    return ops_->AttentionBackward(s, dqkv, dout, qkv, out, stats, B, T, C, NH);
+  }
+
+  Status GeluForward(Stream& s, void* out, const void* inp, size_t n) override {
+    RETURN_IF_ERROR(Check("GeluForward", {{"out", out}, {"inp", inp}}));
+    return ops_->GeluForward(s, out, inp, n);
+  }
+
+  Status GeluBackward(Stream& s, void* dinp, const void* inp, const void* dout, size_t n) override {
+    RETURN_IF_ERROR(Check("GeluBackward", {{"dinp", dinp}, {"inp", inp}, {"dout", dout}}));
+    return ops_->GeluBackward(s, dinp, inp, dout, n);
+  }
+
+  Status Add(Stream& s, void* out, const void* a, const void* b, size_t n) override {
+    RETURN_IF_ERROR(Check("Add", {{"out", out}, {"a", a}, {"b", b}}));
+    return ops_->Add(s, out, a, b, n);
+  }
+
+  Status Accumulate(Stream& s, void* dst, const void* src, size_t n) override {
+    RETURN_IF_ERROR(Check("Accumulate", {{"dst", dst}, {"src", src}}));
+    return ops_->Accumulate(s, dst, src, n);
+  }
+
+  Status SoftmaxCrossEntropy(Stream& s, float* losses, void* logits, const int32_t* targets, int N,
+                             int V, float dloss) override {
+    RETURN_IF_ERROR(Check("SoftmaxCrossEntropy",
+                          {{"losses", losses}, {"logits", logits}, {"targets", targets}}));
+    return ops_->SoftmaxCrossEntropy(s, losses, logits, targets, N, V, dloss);
+  }
+
+  Status AccumulateToFloat(Stream& s, float* dst, const void* src, size_t n) override {
+    RETURN_IF_ERROR(Check("AccumulateToFloat", {{"dst", dst}, {"src", src}}));
+    return ops_->AccumulateToFloat(s, dst, src, n);
+  }
+
+  Status CastFromFloat(Stream& s, void* dst, const float* src, size_t n) override {
+    RETURN_IF_ERROR(Check("CastFromFloat", {{"dst", dst}, {"src", src}}));
+    return ops_->CastFromFloat(s, dst, src, n);
+  }
+
+  Status CastToFloat(Stream& s, float* dst, const void* src, size_t n) override {
+    RETURN_IF_ERROR(Check("CastToFloat", {{"dst", dst}, {"src", src}}));
+    return ops_->CastToFloat(s, dst, src, n);
+  }
+
+  Status SumSquares(Stream& s, float* result, const float* x, size_t n) override {
+    RETURN_IF_ERROR(Check("SumSquares", {{"result", result}, {"x", x}}));
+    return ops_->SumSquares(s, result, x, n);
+  }
+
+  Status AdamW(Stream& s, void* param, float* master, const float* grad, float* m, float* v,
+               size_t n, const AdamParams& hp) override {
+    RETURN_IF_ERROR(
+        Check("AdamW", {{"param", param}, {"master", master}, {"grad", grad}, {"m", m}, {"v", v}}));
+    return ops_->AdamW(s, param, master, grad, m, v, n, hp);
+  }
+
+ private:
+  // Fails naming the op and every argument in the other tier.
+  Status Check(const char* op,
+               std::initializer_list<std::pair<const char*, const void*>> buffers) const {
+    std::string problems;
+    for (const auto& [name, pointer] : buffers) {
+      if (pointer == nullptr) continue;
+      const std::optional<Tier> tier = device_.TierOf(pointer);
+      if (!tier.has_value() || *tier == tier_) continue;
+      absl::StrAppend(&problems, problems.empty() ? "" : ", ", name, " is in the ", TierName(*tier),
+                      " tier");
+    }
+    if (problems.empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, " runs on the ", TierName(tier_), " tier, but ", problems));
+  }
+
+  std::unique_ptr<Ops> ops_;
+  const Device& device_;
+  const Tier tier_;
+};
+
+}  // namespace
+
+std::unique_ptr<Ops> WithTierChecks(std::unique_ptr<Ops> ops, const Device& device, Tier tier) {
+  return std::make_unique<TierCheckedOps>(std::move(ops), device, tier);
+}
+
+}  // namespace strata

@@ -1,0 +1,78 @@
+// WithTierChecks on the CPU device: kernels of one tier run on their tier's buffers and on
+// memory the caller owns, and refuse a buffer of the other tier before anything is
+// enqueued, naming the op, the argument and its tier (also inside a buffer, not only at
+// its start).
+#include "kernels/tier_checked_ops.h"
+
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/cpu_device.h"
+#include "core/testing/status_matchers.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace strata {
+namespace {
+
+using ::strata::testing::StatusIs;
+using ::testing::HasSubstr;
+
+class TierCheckedOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    device_ = CreateCpuDevice({});
+    ASSERT_OK_AND_ASSIGN(stream_, device_->CreateStream("compute"));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Ops> device_kernels, CreateCpuOps(DType::kF32, 1));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Ops> host_kernels, CreateCpuOps(DType::kF32, 1));
+    device_ops_ = WithTierChecks(std::move(device_kernels), *device_, Tier::kDevice);
+    host_ops_ = WithTierChecks(std::move(host_kernels), *device_, Tier::kHost);
+    ASSERT_OK_AND_ASSIGN(on_device_, device_->Allocate(Tier::kDevice, StateKind::kGrads,
+                                                       64 * sizeof(float), "device grads"));
+    ASSERT_OK_AND_ASSIGN(on_host_, device_->Allocate(Tier::kHost, StateKind::kGrads,
+                                                     64 * sizeof(float), "host grads"));
+    ASSERT_OK(device_->MemsetAsync(on_device_.data(), 0, on_device_.bytes(), *stream_));
+    ASSERT_OK(device_->MemsetAsync(on_host_.data(), 0, on_host_.bytes(), *stream_));
+  }
+
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<Ops> device_ops_, host_ops_;
+  Buffer on_device_, on_host_;
+};
+
+TEST_F(TierCheckedOpsTest, KernelsRunOnTheirTierAndOnTheCallersMemory) {
+  std::vector<float> own(64, 1.0f);
+  ASSERT_OK(device_ops_->Accumulate(*stream_, on_device_.data(), own.data(), 64));
+  ASSERT_OK(host_ops_->AccumulateToFloat(*stream_, on_host_.as<float>(), own.data(), 64));
+  ASSERT_OK(stream_->Synchronize());
+  EXPECT_EQ(on_device_.as<float>()[63], 1.0f);
+  EXPECT_EQ(on_host_.as<float>()[0], 1.0f);
+}
+
+TEST_F(TierCheckedOpsTest, ABufferOfTheOtherTierIsRefusedNamingIt) {
+  EXPECT_THAT(device_ops_->Accumulate(*stream_, on_device_.data(), on_host_.data(), 64),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("Accumulate runs on the device tier, but src is in the host "
+                                 "tier")));
+  // Inside a buffer, and several arguments at once.
+  EXPECT_THAT(host_ops_->AdamW(*stream_, nullptr, on_device_.as<float>() + 3,
+                               on_host_.as<float>(), on_host_.as<float>(),
+                               on_device_.as<float>() + 10, 8, AdamParams{}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("AdamW runs on the host tier, but master is in the device "
+                                 "tier, v is in the device tier")));
+  ASSERT_OK(stream_->Synchronize());
+  EXPECT_EQ(on_device_.as<float>()[3], 0.0f) << "nothing may run after a refusal";
+}
+
+TEST_F(TierCheckedOpsTest, AFreedBufferIsNoLongerATier) {
+  void* freed = on_host_.data();
+  on_host_.Reset();
+  EXPECT_EQ(device_->TierOf(freed), std::nullopt);
+  EXPECT_EQ(device_->TierOf(on_device_.as<char>() + 5), Tier::kDevice);
+}
+
+}  // namespace
+}  // namespace strata
