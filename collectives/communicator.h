@@ -66,6 +66,12 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
+  // This rank among the ranks sharing its node (its machine), and their number: which GPU
+  // it uses and how the machine's memory is shared. Ranks as threads of one process share
+  // one node (the defaults); MPI asks MPI (MPI_Comm_split_type over shared memory), so any
+  // launcher (mpirun, srun --mpi=pmix, ...) gives the right answer.
+  virtual int local_rank() const { return rank(); }
+  virtual int local_size() const { return world_size(); }
 
   // data[count] on every rank becomes the rank-order sum of all ranks' data.
   virtual Status AllReduce(void* data, size_t count, DType dtype, Stream& stream) = 0;

@@ -500,3 +500,18 @@ TEST(LocalCommunicator, CreateRejectsBadWorldSizeAndTimeout) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+// Ranks as threads share one node: each is local rank r of world_size.
+TEST(LocalCommunicator, RanksAsThreadsShareOneNode) {
+  ASSERT_OK_AND_ASSIGN(auto group, CreateLocalGroup(3, LocalGroupOptions{}));
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(group[r]->local_rank(), r);
+    EXPECT_EQ(group[r]->local_size(), 3);
+  }
+}
+
+}  // namespace
+}  // namespace strata

@@ -149,6 +149,12 @@ class Checker {
                         world->local_rank, " local size ", world->local_size, " host '",
                         world->host, "'"));
     }
+    // The communicator's place on the node is MPI's (one machine here: every rank local).
+    ++checks_;
+    if (comm_.local_rank() != rank_ || comm_.local_size() != world_) {
+      Fail(absl::StrCat("communicator: local rank ", comm_.local_rank(), " local size ",
+                        comm_.local_size()));
+    }
     MpiOptions bad;
     bad.timeout_s = 0;
     ++checks_;

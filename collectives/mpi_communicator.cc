@@ -28,6 +28,8 @@ class MpiCommunicator : public CheckedCommunicator {
 
   int rank() const override { return state_->rank(); }
   int world_size() const override { return state_->size(); }
+  int local_rank() const override { return state_->local_rank(); }
+  int local_size() const override { return state_->local_size(); }
 
   void Abort(const std::string& reason) override { state_->Abort(reason); }
 

@@ -52,6 +52,8 @@ class State {
   int rank() const { return rank_; }
   int size() const { return size_; }
   const std::string& host() const { return process_->world().host; }
+  int local_rank() const { return process_->world().local_rank; }
+  int local_size() const { return process_->world().local_size; }
 
   // Runs one collective on the calling (stream worker) thread.
   Status Run(const Job& job);

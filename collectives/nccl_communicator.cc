@@ -91,6 +91,12 @@ class NcclCommunicator : public Communicator {
         outcome_(std::make_shared<Outcome>()),
         watchdog_([this] { Watch(); }) {}
 
+  // Its place on the node: the bootstrap's.
+  void SetNode(int local_rank, int local_size) {
+    local_rank_ = local_rank;
+    local_size_ = local_size;
+  }
+
   ~NcclCommunicator() override {
     bool drained;
     {
@@ -129,6 +135,8 @@ class NcclCommunicator : public Communicator {
 
   int rank() const override { return rank_; }
   int world_size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
 
   Status AllReduce(void* data, size_t count, DType dtype, Stream& stream) override {
     CollectiveCall request = Next(CollectiveOp::kAllReduce, dtype, count);
@@ -495,6 +503,8 @@ class NcclCommunicator : public Communicator {
   const int device_id_;
   const int rank_;
   const int size_;
+  int local_rank_ = 0;  // SetNode, before any use
+  int local_size_ = 1;
   const NcclOptions options_;
 
   std::mutex issue_mutex_;
@@ -536,8 +546,10 @@ StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(Device& device,
 
   ASSIGN_OR_RETURN(ncclComm_t comm,
                    nccl_internal::CreateNcclComm(bootstrap, who, options.timeout_s));
-  return std::unique_ptr<Communicator>(
-      new NcclCommunicator(device, device_id, rank, size, options, comm));
+  auto communicator = std::make_unique<NcclCommunicator>(device, device_id, rank, size, options,
+                                                         comm);
+  communicator->SetNode(bootstrap.local_rank(), bootstrap.local_size());
+  return std::unique_ptr<Communicator>(std::move(communicator));
 }
 
 bool BuiltWithNccl() { return true; }

@@ -12,6 +12,8 @@ class SelfCommunicator : public CheckedCommunicator {
   explicit SelfCommunicator(Device& device) : device_(device) {}
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
+  int local_rank() const override { return 0; }
+  int local_size() const override { return 1; }
   void Abort(const std::string&) override {}  // nobody to tell
   std::string Describe() const override {
     return "self rank 0 of 1 on " + device_.Describe();

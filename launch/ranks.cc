@@ -12,7 +12,20 @@
 
 namespace strata {
 
-bool UnderMpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr; }
+const char* MpiLaunchVariable() {
+  // Open MPI's mpirun, PMIx (srun --mpi=pmix, prterun), PMI-1/2 (Hydra: MPICH, Intel MPI,
+  // MVAPICH), and Slurm with more than one task.
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"}) {
+    if (const char* value = std::getenv(name); value != nullptr && *value != '\0') return name;
+  }
+  const char* tasks = std::getenv("SLURM_NTASKS");
+  if (tasks != nullptr && std::atoi(tasks) > 1 && std::getenv("SLURM_PROCID") != nullptr) {
+    return "SLURM_NTASKS";
+  }
+  return nullptr;
+}
+
+bool UnderMpirun() { return MpiLaunchVariable() != nullptr; }
 
 Status RunRanks(const Options& options, const std::function<Status(Communicator&)>& body) {
   if (UnderMpirun()) {

@@ -13,7 +13,11 @@
 
 namespace strata {
 
-// True when launched by mpirun (OMPI_COMM_WORLD_SIZE is set).
+// The environment variable that shows this process was started by an MPI launcher (Open
+// MPI's OMPI_COMM_WORLD_SIZE, PMIx's PMIX_RANK, PMI's PMI_RANK/PMI_SIZE, or Slurm's
+// SLURM_NTASKS above 1 with SLURM_PROCID), or null: not under MPI.
+const char* MpiLaunchVariable();
+// True when MpiLaunchVariable() found one: ranks are MPI processes.
 bool UnderMpirun();
 
 // Calls body(communicator) for every rank this process plays; returns the first error,

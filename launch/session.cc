@@ -16,21 +16,13 @@
 namespace strata {
 namespace {
 
-// The ranks that share this node's GPUs: mpirun's local size, else the ranks as threads.
-int RanksOnThisNode(const Communicator& communicator) {
-  if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) {
-    return std::max(1, std::atoi(local));
-  }
-  return communicator.world_size();
-}
-
 // The device communicator of this rank over `bootstrap`: NCCL, or with one rank the self
 // communicator (no NCCL at all); see session.h.
 StatusOr<std::unique_ptr<Communicator>> CreateDeviceCommunicator(const Options& options,
                                                                  Device& device,
                                                                  Communicator& bootstrap) {
   if (bootstrap.world_size() == 1) return CreateSelfCommunicator(device);
-  const int ranks_here = RanksOnThisNode(bootstrap);
+  const int ranks_here = bootstrap.local_size();
   ASSIGN_OR_RETURN(int gpus, CudaDeviceCount());
   if (ranks_here > gpus) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -56,11 +48,11 @@ StatusOr<std::unique_ptr<Communicator>> CreateDeviceCommunicator(const Options& 
 StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options& options,
                                                                    Communicator* communicator) {
   std::unique_ptr<TrainingSession> session(new TrainingSession(options, communicator));
-  // The backend first: a missing GPU (or CUDA build) fails before any data is read. Ranks
-  // as threads pick their GPU by rank; under mpirun by the node-local rank.
-  const int env_local_rank = LocalRankFromEnvironment();
-  const int local_rank = env_local_rank >= 0 ? env_local_rank : communicator->rank();
-  ASSIGN_OR_RETURN(session->backend_, CreateBackend(options, local_rank));
+  // The backend first: a missing GPU (or CUDA build) fails before any data is read. Each
+  // rank picks its GPU by its place on its node, as the communicator knows it (threads:
+  // their rank; MPI: MPI_Comm_split_type, whatever started the processes).
+  ASSIGN_OR_RETURN(session->backend_, CreateBackend(options, communicator->local_rank(),
+                                                    communicator->local_size()));
   const int global_rows = options.train.micro_batch * communicator->world_size();
   ASSIGN_OR_RETURN(session->dataset_, LoadTokens(options.data, options.model.vocab));
   ASSIGN_OR_RETURN(TokenSplits splits, SplitTokens(session->dataset_, options.data.val_fraction,

@@ -23,7 +23,7 @@ Status CudaUnavailable(const Status& status, const std::string& what) {
                              " (device.backend=cpu runs without a GPU)"));
 }
 
-StatusOr<Backend> CreateCudaBackend(const Options& options, int local_rank) {
+StatusOr<Backend> CreateCudaBackend(const Options& options, int local_rank, int local_size) {
   if (!BuiltWithCuda()) {
     return absl::FailedPreconditionError(
         "device.backend=cuda: this strata was built without CUDA (no CUDA toolkit found at "
@@ -42,7 +42,7 @@ StatusOr<Backend> CreateCudaBackend(const Options& options, int local_rank) {
   CudaDeviceOptions device_options;
   device_options.local_rank = std::max(0, local_rank);
   device_options.device_memory_bytes = options.device.memory_limit;
-  device_options.host_memory_bytes = HostTierCapacity(options);
+  device_options.host_memory_bytes = HostTierCapacity(options, local_size);
   StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(device_options);
   if (!device.ok()) {
     return CudaUnavailable(device.status(),
@@ -59,30 +59,20 @@ StatusOr<Backend> CreateCudaBackend(const Options& options, int local_rank) {
 
 }  // namespace
 
-uint64_t HostTierCapacity(const Options& options) {
+uint64_t HostTierCapacity(const Options& options, int ranks_on_node) {
   if (options.tiers.host_memory_limit > 0) return options.tiers.host_memory_limit;
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page_bytes = sysconf(_SC_PAGE_SIZE);
   const uint64_t physical =
       pages > 0 && page_bytes > 0 ? static_cast<uint64_t>(pages) * page_bytes : (64ull << 30);
-  int sharers = options.zero.world;
-  if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) {
-    sharers = std::max(1, std::atoi(local));
-  }
-  return physical / std::max(1, sharers);
+  return physical / std::max(1, ranks_on_node);
 }
 
-int LocalRankFromEnvironment() {
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  if (local == nullptr || *local == '\0') return -1;
-  return std::max(0, std::atoi(local));
-}
-
-StatusOr<Backend> CreateBackend(const Options& options, int local_rank) {
+StatusOr<Backend> CreateBackend(const Options& options, int local_rank, int local_size) {
   if (options.device.backend == BackendKind::kCpu) {
     CpuDeviceOptions device_options;
     device_options.device_memory_bytes = options.device.memory_limit;
-    device_options.host_memory_bytes = HostTierCapacity(options);
+    device_options.host_memory_bytes = HostTierCapacity(options, local_size);
     Backend backend;
     backend.device = CreateCpuDevice(device_options);
     ASSIGN_OR_RETURN(std::unique_ptr<Ops> ops,
@@ -95,11 +85,11 @@ StatusOr<Backend> CreateBackend(const Options& options, int local_rank) {
     backend.host_ops = WithTierChecks(std::move(host_ops), *backend.device, Tier::kHost);
     return backend;
   }
-  return CreateCudaBackend(options, local_rank);
+  return CreateCudaBackend(options, local_rank, local_size);
 }
 
 StatusOr<Backend> CreateBackend(const Options& options) {
-  return CreateBackend(options, std::max(0, LocalRankFromEnvironment()));
+  return CreateBackend(options, 0, options.zero.world);
 }
 
 }  // namespace strata

@@ -3,7 +3,7 @@
 // - "cpu": the CPU device (a capped host pool plays the device tier) and the CPU kernels,
 //   each set refusing buffers of the other tier (kernels/tier_checked_ops.h).
 // - "cuda": the CUDA device on GPU (local rank % visible GPUs) with device.memory_limit and
-//   a pinned host tier of HostTierCapacity(options); the CUDA kernels on it; CPU kernels as
+//   a pinned host tier of HostTierCapacity; the CUDA kernels on it; CPU kernels as
 //   host_ops for the offloaded optimizer (they run as host functions on CUDA streams).
 //   Where strata was built without CUDA, or no GPU is usable, CreateBackend fails at once
 //   (kUnavailable / kFailedPrecondition) naming device.backend=cuda and the reason.
@@ -28,19 +28,16 @@ struct Backend {
 };
 
 // The host tier's capacity: tiers.host_memory_limit, or where that is 0 the machine's
-// physical memory divided by the ranks sharing this process (zero.world threads) or this
-// node (mpirun's local size).
-uint64_t HostTierCapacity(const Options& options);
+// physical memory divided by the `ranks_on_node` sharing it (threads of this process, or
+// processes on this node: Communicator::local_size).
+uint64_t HostTierCapacity(const Options& options, int ranks_on_node);
 
-// This process's rank on its node under mpirun (OMPI_COMM_WORLD_LOCAL_RANK), or -1 where
-// that variable is absent (not under mpirun).
-int LocalRankFromEnvironment();
+// The backend of the rank that is `local_rank` of the `local_size` ranks sharing this node
+// (Communicator::local_rank/local_size): the rank picks the GPU on device.backend=cuda
+// (local_rank modulo the visible GPUs); the node's ranks share its memory.
+StatusOr<Backend> CreateBackend(const Options& options, int local_rank, int local_size);
 
-// The backend for `local_rank`, the rank among those sharing this node: it picks the GPU
-// on device.backend=cuda (ignored on cpu). Ranks as threads of one process pass their rank.
-StatusOr<Backend> CreateBackend(const Options& options, int local_rank);
-
-// As above with local_rank = LocalRankFromEnvironment(), or 0 where that is -1.
+// As above for local rank 0 of zero.world ranks as threads (tests, one process).
 StatusOr<Backend> CreateBackend(const Options& options);
 
 }  // namespace strata

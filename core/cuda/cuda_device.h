@@ -36,9 +36,9 @@
 namespace strata {
 
 struct CudaDeviceOptions {
-  // This process's rank among the ranks on this node (OMPI_COMMAND_WORLD_LOCAL_RANK under
-  // mpirun). The GPU used is local_rank % (number of visible GPUs), so ranks spread over
-  // the GPUs and several ranks may share one when there are more ranks than GPUs.
+  // This rank's place among the ranks on this node (Communicator::local_rank). The GPU
+  // used is local_rank % (number of visible GPUs), so ranks spread over the GPUs and
+  // several ranks may share one when there are more ranks than GPUs.
   int local_rank = 0;
   // device.memory_limit: device-tier capacity. Clipped to the GPU's free memory at
   // creation (Describe() says when), so a pool never promises memory the card lacks.
