@@ -231,5 +231,10 @@ TEST(CpuDevice, NoReuseWhileAStreamIsBehind) {
   testing::ExpectNoReuseWhileAStreamIsBehind(*device);
 }
 
+TEST(CpuDevice, HostWorkOfStreamsIsIndependent) {
+  auto device = CreateCpuDevice({});
+  testing::ExpectHostWorkOfStreamsIsIndependent(*device);
+}
+
 }  // namespace
 }  // namespace strata

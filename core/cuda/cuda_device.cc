@@ -19,6 +19,7 @@
 #include "core/stream_registry.h"
 #include "core/cuda/cuda_native.h"
 #include "core/cuda/cuda_status.h"
+#include "core/cuda/host_work.h"
 
 namespace strata {
 namespace {
@@ -68,16 +69,41 @@ class CudaStream : public Stream {
       : device_id_(device_id), name_(std::move(name)), handle_(std::move(handle)),
         registry_(registry) {
     registry_->Add(this);
+    HostWorkQueue::Hooks hooks;
+    hooks.failed = [this] {
+      std::lock_guard<std::mutex> lock(mutex_);
+      return !first_error_.ok();
+    };
+    hooks.fail = [this](const Status& status) { RecordError(status); };
+    StatusOr<std::unique_ptr<HostWorkQueue>> queue =
+        HostWorkQueue::Create(device_id_, handle_.get(), Where("host work"), std::move(hooks));
+    if (queue.ok()) {
+      host_work_ = std::move(*queue);
+    } else {
+      // Still correct, only slower and with the callbacks' limits (see host_work.h).
+      static std::once_flag once;
+      std::call_once(once, [&] {
+        spdlog::warn("CUDA host work runs in cudaLaunchHostFunc callbacks: {}",
+                     std::string(queue.status().message()));
+      });
+    }
   }
 
-  // Drains first: pending host functions point at this object.
+  // Drains first: pending host work points at this object.
   ~CudaStream() override {
     LogIfError(Activate(device_id_));
     LogIfError(CUDA_STATUS(cudaStreamSynchronize(handle_.get()), Where("draining")));
+    host_work_.reset();  // its worker has run everything the stream waited for
     registry_->Remove(this);
   }
 
   void EnqueueHost(std::function<Status()> work) override {
+    if (host_work_ != nullptr) {
+      Status enqueued = Activate(device_id_);
+      if (enqueued.ok()) enqueued = host_work_->Enqueue(std::move(work));
+      if (!enqueued.ok()) RecordError(enqueued);
+      return;
+    }
     auto item = std::make_unique<HostWork>(HostWork{this, std::move(work)});
     Status launched = Activate(device_id_);
     if (launched.ok()) {
@@ -140,7 +166,8 @@ class CudaStream : public Stream {
   std::mutex mutex_;
   Status first_error_;
   StreamRegistry* registry_;  // the device's; outlives the stream
-  StreamHandle handle_;  // last: destroyed first, after the destructor's drain
+  StreamHandle handle_;  // destroyed after the host work queue
+  std::unique_ptr<HostWorkQueue> host_work_;  // null: cudaLaunchHostFunc (see host_work.h)
 };
 
 class CudaEvent : public Event {

@@ -7,13 +7,14 @@
 // - Both tiers go through a BlockCache (core/block_cache.h): freed blocks are reused by size
 //   class once every stream has passed their free, so a steady-state step makes no
 //   cudaMalloc/cudaFree (driver_calls() counts them).
-// - Stream: a non-blocking cudaStream_t. EnqueueHost runs its function through
-//   cudaLaunchHostFunc, in order with the stream's copies and kernels; the first non-OK
-//   Status (or CUDA error seen at Synchronize) is sticky and Synchronize returns it. Host
-//   work after an error is skipped; device work (copies, kernels) cannot be skipped and
-//   still runs. A host function must not call CUDA (CUDA forbids it), blocks
-//   its stream while it runs, and may share one CUDA thread with other streams' host
-//   functions: it must not wait for host work of another stream.
+// - Stream: a non-blocking cudaStream_t. EnqueueHost runs its function on the stream's own
+//   worker thread, in order with the stream's copies and kernels (host_work.h: an event
+//   before it, a stream memory wait after it), so host work may call CUDA and never waits
+//   for another stream's host work; where the GPU cannot wait on host memory it falls back
+//   to cudaLaunchHostFunc (one driver thread for all streams; no CUDA calls), saying so.
+//   The first non-OK Status (or CUDA error seen at Synchronize) is sticky and Synchronize
+//   returns it. Host work after an error is skipped; device work (copies, kernels) cannot
+//   be skipped and still runs.
 // - Event: a cudaEvent_t without timing; Record/Wait are cudaEventRecord/cudaStreamWaitEvent.
 // - CopyAsync is cudaMemcpyAsync(cudaMemcpyDefault) between any two tiers; MemsetAsync is
 //   cudaMemsetAsync on device memory and an in-order host function on host memory.

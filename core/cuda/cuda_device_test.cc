@@ -312,5 +312,9 @@ TEST_F(CudaDeviceTest, NoReuseWhileAStreamIsBehind) {
   testing::ExpectNoReuseWhileAStreamIsBehind(*device_);
 }
 
+TEST_F(CudaDeviceTest, HostWorkOfStreamsIsIndependent) {
+  testing::ExpectHostWorkOfStreamsIsIndependent(*device_);
+}
+
 }  // namespace
 }  // namespace strata

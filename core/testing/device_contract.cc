@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -62,6 +63,47 @@ void ExpectNoReuseWhileAStreamIsBehind(Device& device) {
     ASSERT_OK_AND_ASSIGN(Buffer third, device.Allocate(tier, StateKind::kWorkspace, 9000, "c"));
     EXPECT_EQ(third.data(), freed) << "not reused once every stream had passed";
   }
+}
+
+void ExpectHostWorkOfStreamsIsIndependent(Device& device) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Stream> first, device.CreateStream("first"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Stream> second, device.CreateStream("second"));
+  ASSERT_OK_AND_ASSIGN(Buffer source, device.Allocate(Tier::kHost, StateKind::kWorkspace, 256, "s"));
+  ASSERT_OK_AND_ASSIGN(Buffer target, device.Allocate(Tier::kDevice, StateKind::kWorkspace, 256, "t"));
+  ASSERT_OK_AND_ASSIGN(Buffer back, device.Allocate(Tier::kHost, StateKind::kWorkspace, 256, "b"));
+  std::memset(source.data(), 7, 256);
+  std::memset(back.data(), 0, 256);
+  auto flag = std::make_shared<std::atomic<bool>>(false);
+  auto timed_out = std::make_shared<std::atomic<bool>>(false);
+  // The first stream's host work waits for the second's, which is enqueued after it.
+  first->EnqueueHost([flag, timed_out] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!flag->load()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        timed_out->store(true);
+        return absl::DeadlineExceededError("the other stream's host work never ran");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return absl::OkStatus();
+  });
+  // The second stream's host work enqueues device work (copies) on its own stream.
+  Device* dev = &device;
+  Stream* stream = second.get();
+  void* src = source.data();
+  void* dst = target.data();
+  void* out = back.data();
+  second->EnqueueHost([flag, dev, stream, src, dst, out] {
+    RETURN_IF_ERROR(dev->CopyAsync(dst, src, 256, *stream));
+    RETURN_IF_ERROR(dev->CopyAsync(out, dst, 256, *stream));
+    flag->store(true);
+    return absl::OkStatus();
+  });
+  EXPECT_OK(first->Synchronize());
+  EXPECT_FALSE(timed_out->load()) << "host work of two streams held each other up";
+  EXPECT_OK(second->Synchronize());
+  EXPECT_EQ(static_cast<unsigned char*>(back.data())[255], 7)
+      << "device work enqueued by host work did not run";
 }
 
 }  // namespace strata::testing

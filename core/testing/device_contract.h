@@ -15,4 +15,9 @@ void ExpectSteadyStateMakesNoDriverCalls(Device& device);
 // freed (that stream might still use it); once the stream has passed, it is.
 void ExpectNoReuseWhileAStreamIsBehind(Device& device);
 
+// Each stream's host work runs on its own: host work of one stream may wait for host work
+// of another enqueued later (no shared callback thread to deadlock on), and may enqueue
+// device work; nothing hangs (a 20 s watchdog fails the test instead).
+void ExpectHostWorkOfStreamsIsIndependent(Device& device);
+
 }  // namespace strata::testing
