@@ -32,8 +32,8 @@ class Stream {
   virtual Status Synchronize() = 0;
   virtual const std::string& name() const = 0;
   // Total time this stream has spent blocked in Wait on events of other streams, in ms:
-  // the stall the overlap logic tries to remove. Backends that cannot observe it from the
-  // host (CUDA: the wait happens on the GPU) report 0 here and measure it otherwise.
+  // the stall the overlap logic tries to remove (CUDA: GPU time between timing events
+  // recorded around each wait, counted once the stream has passed them).
   virtual double stalled_ms() const { return 0.0; }
   // Total time this stream has spent running work (not waiting on events), in ms; with
   // wall time it gives the time the stream sat idle or starved. Backends that cannot

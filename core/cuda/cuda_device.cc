@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <deque>
+#include <vector>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -95,6 +97,11 @@ class CudaStream : public Stream {
     LogIfError(CUDA_STATUS(cudaStreamSynchronize(handle_.get()), Where("draining")));
     host_work_.reset();  // its worker has run everything the stream waited for
     registry_->Remove(this);
+    for (const auto& [before, after] : stalls_) {
+      cudaEventDestroy(before);
+      cudaEventDestroy(after);
+    }
+    for (cudaEvent_t event : spare_events_) cudaEventDestroy(event);
   }
 
   void EnqueueHost(std::function<Status()> work) override {
@@ -130,6 +137,51 @@ class CudaStream : public Stream {
 
   const std::string& name() const override { return name_; }
   cudaStream_t native() const { return handle_.get(); }
+
+  // Around each wait on another stream's event: a timing event before and after it on this
+  // stream; the GPU time between them is the stall (0 where the event had completed).
+  Status WaitTimed(cudaEvent_t event) {
+    cudaEvent_t before = nullptr, after = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(stall_mutex_);
+      for (cudaEvent_t* slot : {&before, &after}) {
+        if (!spare_events_.empty()) {
+          *slot = spare_events_.back();
+          spare_events_.pop_back();
+        }
+      }
+    }
+    for (cudaEvent_t* slot : {&before, &after}) {
+      if (*slot == nullptr) {
+        CUDA_RETURN_IF_ERROR(cudaEventCreate(slot), Where("creating a stall timer"));
+      }
+    }
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(before, handle_.get()), Where("timing a wait"));
+    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(handle_.get(), event, 0),
+                         Where("waiting for an event"));
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(after, handle_.get()), Where("timing a wait"));
+    std::lock_guard<std::mutex> lock(stall_mutex_);
+    stalls_.push_back({before, after});
+    return absl::OkStatus();
+  }
+
+  // The stalls measured so far: every timed wait whose end has been reached.
+  double stalled_ms() const override {
+    std::lock_guard<std::mutex> lock(stall_mutex_);
+    if (cudaSetDevice(device_id_) != cudaSuccess) return stalled_ms_;
+    while (!stalls_.empty() && cudaEventQuery(stalls_.front().second) == cudaSuccess) {
+      float ms = 0.0f;
+      if (cudaEventElapsedTime(&ms, stalls_.front().first, stalls_.front().second) ==
+          cudaSuccess) {
+        stalled_ms_ += ms;
+      }
+      spare_events_.push_back(stalls_.front().first);
+      spare_events_.push_back(stalls_.front().second);
+      stalls_.pop_front();
+    }
+    cudaGetLastError();  // a query's cudaErrorNotReady is not an error
+    return stalled_ms_;
+  }
   int device_id() const { return device_id_; }
 
   // "<what> on stream 'copy' of GPU 0", the context of this stream's CUDA calls.
@@ -166,6 +218,10 @@ class CudaStream : public Stream {
   std::mutex mutex_;
   Status first_error_;
   StreamRegistry* registry_;  // the device's; outlives the stream
+  mutable std::mutex stall_mutex_;
+  mutable std::deque<std::pair<cudaEvent_t, cudaEvent_t>> stalls_;  // timed waits, in order
+  mutable std::vector<cudaEvent_t> spare_events_;
+  mutable double stalled_ms_ = 0.0;
   StreamHandle handle_;  // destroyed after the host work queue
   std::unique_ptr<HostWorkQueue> host_work_;  // null: cudaLaunchHostFunc (see host_work.h)
 };
@@ -306,9 +362,7 @@ class CudaDevice : public Device {
     ASSIGN_OR_RETURN(CudaStream * cuda_stream, Mine(stream));
     RETURN_IF_ERROR(Activate(device_id_));
     // An event never recorded counts as complete, as on the CPU backend.
-    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(cuda_stream->native(), cuda_event->native(), 0),
-                         cuda_stream->Where("waiting for an event"));
-    return absl::OkStatus();
+    return cuda_stream->WaitTimed(cuda_event->native());
   }
 
   Status CopyAsync(void* dst, const void* src, size_t bytes, Stream& stream) override {
