@@ -159,6 +159,8 @@ struct ZeroOptions {
   // zero.nvme_dir: directory of this rank's swap files (O_DIRECT-capable filesystem, not
   // tmpfs); required when a tier is nvme.
   std::string nvme_dir;
+  // zero.nvme_allow_memory_fs: accept a tmpfs/ramfs nvme_dir. Default false: refused.
+  bool nvme_allow_memory_fs = false;
 };
 
 struct NvmeOptions {

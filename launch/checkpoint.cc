@@ -24,7 +24,10 @@ namespace strata {
 namespace {
 
 constexpr const char* kFormat = "strata-checkpoint";
-constexpr int kVersion = 1;
+// 2: checkpoint.json carries "checksum", the XXH3 of its own other fields; 1 (without it)
+// still loads.
+constexpr int kVersion = 2;
+constexpr int kOldestVersion = 1;
 
 Status Errno(int error, const std::string& what) {
   return ErrnoError(error, "checkpoint: " + what);
@@ -82,6 +85,13 @@ StatusOr<std::vector<char>> ReadFile(const std::string& path) {
 }
 
 std::string Hex(uint64_t value) { return absl::StrFormat("%016x", value); }
+
+// XXH3 of the metadata without its "checksum" field, over its compact dump (keys sorted).
+std::string MetaChecksum(nlohmann::json meta) {
+  meta.erase("checksum");
+  const std::string text = meta.dump();
+  return Hex(XXH3_64bits(text.data(), text.size()));
+}
 
 // The file at `path` has `bytes` bytes whose XXH3 is `hash` (hex), read in 16 MiB pieces.
 Status CheckFile(const std::string& path, uint64_t bytes, const std::string& hash) {
@@ -161,6 +171,34 @@ Status CheckRoomForCheckpoint(const std::string& dir, uint64_t bytes) {
   return absl::OkStatus();
 }
 
+std::string LatestCheckpoint(const std::string& dir) {
+  const auto found = ListCheckpoints(dir);
+  return found.empty() ? std::string() : found.back().second.string();
+}
+
+uint64_t CheckpointBytes(const Model& model) {
+  uint64_t bytes = 1 << 20;  // checkpoint.json and slack
+  for (const UnitLayout& unit : model.units()) bytes += 3 * unit.used_elements() * 4;
+  return bytes;
+}
+
+std::vector<std::string> RemovePartialCheckpoints(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> removed;
+  std::error_code error;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) != 0 || name.size() < 8 ||
+        name.substr(name.size() - 8) != ".partial" || !entry.is_directory(error)) {
+      continue;
+    }
+    std::error_code removing;
+    fs::remove_all(entry.path(), removing);
+    if (!removing) removed.push_back(entry.path().string());
+  }
+  return removed;
+}
+
 StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,
                                      int next_step, bool write) {
   namespace fs = std::filesystem;
@@ -175,9 +213,7 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
     // Room for every unit's three fp32 arrays before anything is written (a leftover
     // partial directory of the same step goes first).
     fs::remove_all(partial, error);
-    uint64_t needed = 1 << 20;  // checkpoint.json and slack
-    for (const UnitLayout& unit : model.units()) needed += 3 * unit.used_elements() * 4;
-    RETURN_IF_ERROR(CheckRoomForCheckpoint(dir.string(), needed));
+    RETURN_IF_ERROR(CheckRoomForCheckpoint(dir.string(), CheckpointBytes(model)));
     fs::create_directory(partial, error);
     if (error) return absl::InternalError(absl::StrCat("checkpoint: cannot create ",
                                                        partial.string(), ": ", error.message()));
@@ -209,6 +245,7 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
         {{"name", units[u].name()}, {"elements", n}, {"file", file}, {"xxh3", digest}});
   }
   if (!write) return final_dir.string();
+  meta["checksum"] = MetaChecksum(meta);
   const std::string text = meta.dump(2) + "\n";
   RETURN_IF_ERROR(
       WriteFile((partial / "checkpoint.json").string(), {{text.data(), text.size()}}));
@@ -263,9 +300,26 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
   std::vector<UnitFile> files;
   int next_step = 0;
   try {
-    if (meta.value("format", "") != kFormat || meta.value("version", 0) != kVersion) {
+    if (!meta.is_object() || meta.value("format", "") != kFormat) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint: ", meta_path, " is not a strata checkpoint (no \"format\": \"",
+                       kFormat, "\")"));
+    }
+    const int version = meta.value("version", 0);
+    if (version < kOldestVersion || version > kVersion) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "checkpoint: ", meta_path, " is not a strata checkpoint of version ", kVersion));
+          "checkpoint: ", meta_path, " is of format version ", version, "; this strata reads "
+          "versions ", kOldestVersion, " to ", kVersion));
+    }
+    if (version >= 2) {
+      const std::string stored = meta.value("checksum", "");
+      const std::string computed = MetaChecksum(meta);
+      if (stored != computed) {
+        return absl::DataLossError(absl::StrCat(
+            "checkpoint: ", meta_path, " is corrupt: its checksum is ",
+            stored.empty() ? std::string("missing") : stored, ", its contents hash to ",
+            computed));
+      }
     }
     const nlohmann::json expected = ModelJson(options.model);
     for (const auto& [key, value] : expected.items()) {

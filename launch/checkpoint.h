@@ -5,9 +5,12 @@
 // Layout: <train.checkpoint_dir>/step-<k>/ holds checkpoint.json and unit-<u>.bin per
 // model unit: the unit's fp32 master weights, exp_avg and exp_avg_sq over its used
 // elements (UnitLayout::used_elements, no world padding), one array after the other,
-// little-endian. checkpoint.json: {"format": "strata-checkpoint", "version": 1,
+// little-endian. checkpoint.json: {"format": "strata-checkpoint", "version": 2,
 // "next_step": k, "model": {layers, heads, channels, vocab, max_seq_len}, "units":
-// [{"name", "elements", "file", "xxh3"}]}. The params are not stored: they are the master
+// [{"name", "elements", "file", "xxh3"}], "checksum"}, where "checksum" is the XXH3 (hex)
+// of the compact JSON of every other field (keys sorted): a corrupt checkpoint.json is
+// kDataLoss, never a misread. Version 1 (no checksum) still loads; others are refused
+// naming the version. The params are not stored: they are the master
 // cast to train.dtype. The data order and learning rate follow from the step.
 //
 // Rank 0 writes into step-<k>.partial and renames it to step-<k> once every file is
@@ -20,6 +23,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/options.h"
 #include "core/status.h"
@@ -32,6 +36,16 @@ namespace strata {
 // (rank 0 writes when `write`); returns that path.
 StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,
                                      int next_step, bool write);
+
+// The newest complete step-<k> directory under `dir`, or "".
+std::string LatestCheckpoint(const std::string& dir);
+
+// Bytes a checkpoint of `model` takes (its unit files and the metadata, with slack).
+uint64_t CheckpointBytes(const Model& model);
+
+// Removes every step-<k>.partial directory under `dir` (left by a process killed while
+// writing a checkpoint); returns their paths.
+std::vector<std::string> RemovePartialCheckpoints(const std::string& dir);
 
 // OK when the filesystem of `dir` has `bytes` free; else kResourceExhausted naming the
 // directory, the bytes needed and free (checked before a checkpoint writes anything).

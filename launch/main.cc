@@ -6,6 +6,7 @@
 
 #include "launch/bench_adam.h"
 #include "launch/commands.h"
+#include "launch/interrupt.h"
 #include "launch/options_parse.h"
 
 int main(int argc, char** argv) {
@@ -107,6 +108,11 @@ int main(int argc, char** argv) {
   }
   else if (bench_nvme->parsed()) status = strata::RunBenchNvme(nvme_dir, nvme_size, nvme_engine);
   else if (bench_adam->parsed()) status = strata::RunBenchAdam(adam_threads, adam_quick);
+  if (status.code() == absl::StatusCode::kCancelled && strata::StopSignal() != 0) {
+    const std::string summary = strata::InterruptSummary();
+    if (!summary.empty()) std::fprintf(stderr, "strata: %s\n", summary.c_str());
+    return strata::ExitCodeForSignal(strata::StopSignal());
+  }
   if (!status.ok()) {
     std::fprintf(stderr, "strata: error: %s\n", std::string(status.message()).c_str());
     return 1;

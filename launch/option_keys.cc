@@ -133,7 +133,12 @@ const std::vector<KeySpec>& Keys() {
        "param_tier=device.",
        false},
       {"zero.nvme_dir", +[](Options& o) { return &o.zero.nvme_dir; },
-       "directory of the swap files when a tier is nvme (O_DIRECT-capable, not tmpfs).",
+       "directory of the swap files when a tier is nvme (O_DIRECT-capable, not tmpfs); a "
+       "directory a live run uses is refused, crashed runs' leftovers there are removed.",
+       false},
+      {"zero.nvme_allow_memory_fs", +[](Options& o) { return &o.zero.nvme_allow_memory_fs; },
+       "accept a zero.nvme_dir on tmpfs or ramfs (refused by default: swap files there take "
+       "the RAM they are meant to free).",
        false},
       {"tiers.host_memory_limit", +[](Options& o) { return &o.tiers.host_memory_limit; },
        "host-tier capacity per rank (pinned with CUDA): a size like 16GiB; 0 = physical "
@@ -208,6 +213,7 @@ bool ParseWhole(const std::string& text, T* out) {
 constexpr const char* kIntExpected = "an integer in [-2147483648, 2147483647]";
 constexpr const char* kFloatExpected = "a finite number (fp32 range)";
 constexpr const char* kDoubleExpected = "a finite number";
+constexpr const char* kBoolExpected = "true or false";
 constexpr const char* kSeedExpected = "an unsigned 64-bit integer";
 constexpr const char* kSizeExpected =
     "a size: a byte count or a string like \"4096\", \"512MiB\", \"2GiB\"";
@@ -259,6 +265,9 @@ std::string SetFromText(const KeySpec& spec, const std::string& text, Options& o
     const auto it = std::find(field->names.begin(), field->names.end(), text);
     if (it == field->names.end()) return got + OneOf(field->names);
     field->set(options, static_cast<int>(it - field->names.begin()));
+  } else if (auto* field = std::get_if<bool* (*)(Options&)>(&spec.field)) {
+    if (text != "true" && text != "false") return got + kBoolExpected;
+    *(*field)(options) = text == "true";
   }
   return "";
 }
@@ -306,6 +315,9 @@ std::string SetFromJson(const KeySpec& spec, const Json& value, Options& options
     return SetFromText(spec, value.get<std::string>(), options).empty()
                ? ""
                : got + OneOf(field->names);
+  } else if (auto* field = std::get_if<bool* (*)(Options&)>(&spec.field)) {
+    if (!value.is_boolean()) return got + kBoolExpected;
+    *(*field)(options) = value.get<bool>();
   }
   return "";
 }
@@ -325,6 +337,8 @@ std::string ValueText(const KeySpec& spec, const Options& options) {
     return *(*field)(mutable_options);
   } else if (auto* field = std::get_if<EnumField>(&spec.field)) {
     return field->names[field->get(options)];
+  } else if (auto* field = std::get_if<bool* (*)(Options&)>(&spec.field)) {
+    return *(*field)(mutable_options) ? "true" : "false";
   }
   return "?";
 }
@@ -337,6 +351,7 @@ std::string TypeName(const KeySpec& spec) {
     return spec.is_size ? "size" : "uint64";
   }
   if (auto* field = std::get_if<EnumField>(&spec.field)) return absl::StrJoin(field->names, "|");
+  if (std::holds_alternative<bool* (*)(Options&)>(spec.field)) return "bool";
   return "string";
 }
 

@@ -31,7 +31,8 @@ struct EnumField {
 
 // An accessor to one field of Options; the alternative's type picks the parser.
 using Field = std::variant<int* (*)(Options&), float* (*)(Options&), double* (*)(Options&),
-                           uint64_t* (*)(Options&), std::string* (*)(Options&), EnumField>;
+                           uint64_t* (*)(Options&), std::string* (*)(Options&), EnumField,
+                           bool* (*)(Options&)>;
 
 struct KeySpec {
   const char* name;  // "section.key"

@@ -41,7 +41,8 @@ Status RunRanks(const Options& options, const std::function<Status(Communicator&
     mpi_options.timeout_s = options.zero.comm_timeout_s;
     ASSIGN_OR_RETURN(auto communicator, CreateMpiCommunicator(mpi_options));
     Status status = body(*communicator);
-    if (!status.ok()) {
+    // A stop every rank agreed on (kCancelled) needs no abort: they all stop together.
+    if (!status.ok() && status.code() != absl::StatusCode::kCancelled) {
       communicator->Abort(std::string(status.message()));
       return Annotate(status, absl::StrCat("rank ", world.rank));
     }
@@ -61,7 +62,9 @@ Status RunRanks(const Options& options, const std::function<Status(Communicator&
     threads.emplace_back([&, rank] {
       Status status = body(*communicators[rank]);
       if (status.ok()) return;
-      communicators[rank]->Abort(std::string(status.message()));
+      if (status.code() != absl::StatusCode::kCancelled) {
+        communicators[rank]->Abort(std::string(status.message()));
+      }
       std::lock_guard<std::mutex> lock(mutex);
       // Keep the root cause: the rank that failed first, not the ones it then aborted.
       if (first_error.ok() || (first_error.code() == absl::StatusCode::kAborted &&

@@ -147,10 +147,7 @@ StatusOr<StepReport> TrainingSession::Step(int step) {
   if (checkpoint_every > 0 &&
       ((step + 1) % checkpoint_every == 0 || step + 1 == options_.train.steps)) {
     const auto checkpoint_start = std::chrono::steady_clock::now();
-    StatusOr<std::string> path = SaveCheckpoint(*engine_, *model_, options_, step + 1,
-                                                communicator_->rank() == 0);
-    if (!path.ok()) return AbortOnError(path.status());
-    report.checkpoint = *path;
+    ASSIGN_OR_RETURN(report.checkpoint, Checkpoint(step + 1));
     report.checkpoint_ms = std::chrono::duration<double, std::milli>(
                                std::chrono::steady_clock::now() - checkpoint_start)
                                .count();
@@ -158,6 +155,13 @@ StatusOr<StepReport> TrainingSession::Step(int step) {
   report.device = backend_.device->pool(Tier::kDevice).Stats();
   report.host = backend_.device->pool(Tier::kHost).Stats();
   return report;
+}
+
+StatusOr<std::string> TrainingSession::Checkpoint(int next_step) {
+  StatusOr<std::string> path =
+      SaveCheckpoint(*engine_, *model_, options_, next_step, communicator_->rank() == 0);
+  if (!path.ok()) return AbortOnError(path.status());
+  return path;
 }
 
 Status TrainingSession::Finish() {

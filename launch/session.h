@@ -61,6 +61,9 @@ class TrainingSession {
   // Runs optimizer step `step` (0-based); evaluates when train.eval_every says so, writes
   // a checkpoint when train.checkpoint_every says so (collective).
   StatusOr<StepReport> Step(int step);
+  // Writes a checkpoint of the state before step `next_step` (every step before it has
+  // run) to train.checkpoint_dir; returns its path (collective).
+  StatusOr<std::string> Checkpoint(int next_step);
   // Mean validation loss over train.eval_batches micro-batches.
   StatusOr<double> Validate();
   // The end of training: pending work (a delayed update, copies in flight) done, and its

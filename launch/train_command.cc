@@ -1,8 +1,19 @@
-// `strata train`: parse and validate options, log them once, train with a progress line
-// per step and an optional JSONL metrics file.
+// `strata train`: parse and validate options, check the files (inputs before outputs), let
+// the ranks agree on the configuration, log it once, train with a progress line per step
+// and an optional JSONL metrics file. Between steps the ranks agree whether a stop signal
+// arrived (launch/interrupt.h); on one they stop together, SIGTERM first writing a
+// checkpoint of the last finished step when train.checkpoint_dir is set, and return
+// kCancelled with the summary line set for main().
 #include <cstdio>
 
+#include <signal.h>
+
+#include "core/run_identity.h"
+#include "launch/checkpoint.h"
 #include "launch/commands.h"
+#include "launch/file_checks.h"
+#include "launch/interrupt.h"
+#include "launch/rank_agreement.h"
 #include "launch/metrics.h"
 #include "launch/ranks.h"
 #include "launch/session.h"
@@ -49,52 +60,98 @@ nlohmann::json StepRecord(const StepReport& r) {
   return record;
 }
 
+// Logs what was set up (rank 0).
+void LogSetUp(TrainingSession& session, const Options& options) {
+  spdlog::info("data: {}", session.dataset().description);
+  spdlog::info("model: {}", session.model().Describe());
+  spdlog::info("device: {}", session.device().Describe());
+  const PoolStats start = session.device().pool(Tier::kDevice).Stats();
+  spdlog::info(
+      "device tier of rank 0 after set-up: {} (params {}, grads {}, optimizer {}, "
+      "activations {})",
+      FormatBytes(start.current_bytes), FormatBytes(start.current_by_kind[0]),
+      FormatBytes(start.current_by_kind[1]), FormatBytes(start.current_by_kind[2]),
+      FormatBytes(start.current_by_kind[3]));
+  const PoolStats host = session.device().pool(Tier::kHost).Stats();
+  spdlog::info(
+      "host tier of rank 0 after set-up (pinned with CUDA): {} of {} "
+      "(tiers.host_memory_limit) (params {}, grads {}, optimizer {})",
+      FormatBytes(host.current_bytes), FormatBytes(host.capacity_bytes),
+      FormatBytes(host.current_by_kind[0]), FormatBytes(host.current_by_kind[1]),
+      FormatBytes(host.current_by_kind[2]));
+  if (options.zero.param_update == ParamUpdate::kDelayed) {
+    spdlog::info(
+        "zero.param_update=delayed: each step's CPU Adam runs during the next step, whose "
+        "gradients are computed on params one update old (not the exact trajectory)");
+  }
+}
+
 }  // namespace
 
 Status RunTrain(const CommandArgs& args) {
+  InstallInterruptHandlers();
   ASSIGN_OR_RETURN(Options options, ParseOptions(args.config_path, args.sets));
+  // Every input checked before any output is opened; no output may be an input.
+  if (!options.data.path.empty()) {
+    RETURN_IF_ERROR(CheckRegularInput(options.data.path, "data file (data.path)"));
+  }
+  RETURN_IF_ERROR(CheckOutputsAreNotInputs(args.config_path, args.metrics_path, options));
   return RunRanks(options, [&](Communicator& communicator) -> Status {
     const bool lead = communicator.rank() == 0;
+    // The run's first collective: the ranks agree on the configuration, or stop.
+    RETURN_IF_ERROR(AgreeOnStart(communicator, FormatResolved(options)));
     if (lead) {
       spdlog::info("resolved configuration:\n{}", FormatResolved(options));
-      spdlog::info("ranks: {} ({})", communicator.world_size(), communicator.Describe());
-    }
-    std::unique_ptr<MetricsWriter> metrics;
-    if (lead) {
-      ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(args.metrics_path,
-                                                         !options.train.resume.empty()));
+      spdlog::info("ranks: {} ({}), run {}", communicator.world_size(), communicator.Describe(),
+                   RunId());
     }
     ASSIGN_OR_RETURN(auto session, TrainingSession::Create(options, &communicator));
+    std::string last_checkpoint = session->resumed_from();
+    std::unique_ptr<MetricsWriter> metrics;
     if (lead) {
-      spdlog::info("data: {}", session->dataset().description);
-      spdlog::info("model: {}", session->model().Describe());
-      spdlog::info("device: {}", session->device().Describe());
-      const PoolStats start = session->device().pool(Tier::kDevice).Stats();
-      spdlog::info(
-          "device tier of rank 0 after set-up: {} (params {}, grads {}, optimizer {}, "
-          "activations {})",
-          FormatBytes(start.current_bytes), FormatBytes(start.current_by_kind[0]),
-          FormatBytes(start.current_by_kind[1]), FormatBytes(start.current_by_kind[2]),
-          FormatBytes(start.current_by_kind[3]));
-      const PoolStats host = session->device().pool(Tier::kHost).Stats();
-      spdlog::info(
-          "host tier of rank 0 after set-up (pinned with CUDA): {} of {} "
-          "(tiers.host_memory_limit) (params {}, grads {}, optimizer {})",
-          FormatBytes(host.current_bytes), FormatBytes(host.capacity_bytes),
-          FormatBytes(host.current_by_kind[0]), FormatBytes(host.current_by_kind[1]),
-          FormatBytes(host.current_by_kind[2]));
-      if (options.zero.param_update == ParamUpdate::kDelayed) {
-        spdlog::info(
-            "zero.param_update=delayed: each step's CPU Adam runs during the next step, whose "
-            "gradients are computed on params one update old (not the exact trajectory)");
+      RETURN_IF_ERROR(CheckCheckpointDir(options, CheckpointBytes(session->model())));
+      if (!options.train.checkpoint_dir.empty()) {
+        for (const std::string& path : RemovePartialCheckpoints(options.train.checkpoint_dir)) {
+          spdlog::info("removed {}, a checkpoint an earlier run did not finish", path);
+        }
+        if (last_checkpoint.empty()) last_checkpoint = LatestCheckpoint(options.train.checkpoint_dir);
+      }
+      ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(args.metrics_path,
+                                                    !options.train.resume.empty()));
+      LogSetUp(*session, options);
+      if (!session->resumed_from().empty()) {
+        spdlog::info("resumed from {}: steps {} to {}", session->resumed_from(),
+                     session->first_step() + 1, options.train.steps);
       }
     }
-    if (lead && !session->resumed_from().empty()) {
-      spdlog::info("resumed from {}: steps {} to {}", session->resumed_from(),
-                   session->first_step() + 1, options.train.steps);
-    }
+    GracefulStop graceful;  // from here a first signal stops at the next step boundary
+    int last_checkpoint_step = session->first_step();
     for (int step = session->first_step(); step < options.train.steps; ++step) {
+      if (lead) MaybeRaiseFaultSignal(step);
+      ASSIGN_OR_RETURN(const int stop, AgreeOnStop(communicator, StopSignal()));
+      if (stop != 0) {
+        std::string saved;
+        if (stop == SIGTERM && !options.train.checkpoint_dir.empty() &&
+            step > last_checkpoint_step) {
+          // Schedulers send SIGTERM before they preempt: keep the steps done.
+          if (lead) spdlog::warn("SIGTERM: writing a checkpoint of step {} before stopping", step);
+          ASSIGN_OR_RETURN(last_checkpoint, session->Checkpoint(step));
+          saved = " (written on SIGTERM)";
+        }
+        RETURN_IF_ERROR(session->Finish());
+        if (lead) {
+          SetInterruptSummary(absl::StrCat(
+              "interrupted by ", SignalName(stop), " after step ", step, " of ",
+              options.train.steps, "; last checkpoint: ",
+              last_checkpoint.empty() ? std::string("none") : last_checkpoint + saved));
+        }
+        return absl::CancelledError(absl::StrCat("stopped by ", SignalName(stop)));
+      }
       ASSIGN_OR_RETURN(StepReport report, session->Step(step));
+      if (report.checkpoint) {
+        last_checkpoint = *report.checkpoint;
+        last_checkpoint_step = step + 1;
+      }
       if (!lead) continue;
       if (report.checkpoint) {
         spdlog::info("checkpoint: {} ({:.1f} s)", *report.checkpoint, report.checkpoint_ms / 1e3);

@@ -34,6 +34,7 @@ StatusOr<UniqueFd> OpenFileForIo(const std::string& path, const FileOptions& opt
   int flags = (options.writable ? O_RDWR : O_RDONLY) | O_CLOEXEC;
   if (options.create) flags |= O_CREAT;
   if (options.truncate) flags |= O_TRUNC;
+  if (options.exclusive) flags |= O_EXCL | O_NOFOLLOW;
   if (options.direct_io) flags |= O_DIRECT;
   int fd;
   do {
@@ -46,6 +47,11 @@ StatusOr<UniqueFd> OpenFileForIo(const std::string& path, const FileOptions& opt
           absl::StrCat("nvme: open ", path,
                        " with O_DIRECT: the filesystem does not support direct I/O "
                        "(tmpfs, some overlay filesystems); use a directory on a disk filesystem"));
+    }
+    if (error_number == EEXIST && options.exclusive) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "nvme: open ", path, ": a file or symlink of that name is already there (swap files "
+          "are created fresh, never reused or followed)"));
     }
     return ErrnoError(error_number, absl::StrCat("nvme: open ", path));
   }

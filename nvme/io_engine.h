@@ -69,6 +69,9 @@ struct FileOptions {
   bool create = false;
   // O_TRUNC when true. Default false.
   bool truncate = false;
+  // With create: O_EXCL | O_NOFOLLOW, so a file or symlink already at the path is an error
+  // (kAlreadyExists naming it) instead of being truncated or followed. Default false.
+  bool exclusive = false;
   // When > 0: fallocate(0, preallocate_bytes) after opening, so later writes cannot fail for
   // lack of space and the file has that size. Not enough space is kResourceExhausted naming
   // the file, the bytes asked and the bytes free. Default 0 (no preallocation).

@@ -64,6 +64,7 @@ StatusOr<std::unique_ptr<NvmeTier>> CreateNvmeTier(
   NvmeStoreOptions store;
   store.dir = options.zero.nvme_dir;
   store.rank = ctx.communicator->rank();
+  store.allow_memory_fs = options.zero.nvme_allow_memory_fs;
   store.engine.engine = options.nvme.engine;
   store.engine.queue_depth = options.nvme.queue_depth;
   std::vector<ExtentSpec> extents;

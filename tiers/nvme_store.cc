@@ -113,11 +113,12 @@ StatusOr<std::unique_ptr<NvmeStore>> NvmeStore::Create(const NvmeStoreOptions& o
 
   // The layout: extents in declaration order, each at the end of its file.
   auto store = std::unique_ptr<NvmeStore>(new NvmeStore(options, nullptr));
+  ASSIGN_OR_RETURN(store->claim_,
+                   SwapDirClaim::Acquire({options.dir, options.rank, options.allow_memory_fs}));
   static const char* const kFileNames[kNumFileRoles] = {"params", "master", "moments",
                                                                 "grads"};
   for (int role = 0; role < kNumFileRoles; ++role) {
-    store->files_[role].path =
-        absl::StrFormat("%s/strata-rank%d-%s.swap", options.dir, options.rank, kFileNames[role]);
+    store->files_[role].path = store->claim_->SwapPath(kFileNames[role]);
   }
   uint64_t needed_bytes = 0;
   for (const ExtentSpec& spec : specs) {
@@ -143,20 +144,13 @@ StatusOr<std::unique_ptr<NvmeStore>> NvmeStore::Create(const NvmeStoreOptions& o
     store->extents_.push_back(std::move(extent));
   }
 
-  // Room for all of it, checked before anything is created. Swap files left by an earlier
-  // run (keep_files) are truncated below, so their blocks count as free.
+  // Room for all of it, checked before anything is created (the claim has removed
+  // crashed runs' leftovers by now).
   struct statvfs fs {};
   if (::statvfs(options.dir.c_str(), &fs) != 0) {
     return ErrnoError(errno, absl::StrCat("nvme store: statvfs of zero.nvme_dir ", options.dir));
   }
-  uint64_t free_bytes = uint64_t{fs.f_bavail} * fs.f_frsize;
-  for (const SwapFile& file : store->files_) {
-    if (file.bytes == 0) continue;  // not created, so not truncated either
-    struct stat leftover {};
-    if (::stat(file.path.c_str(), &leftover) == 0 && S_ISREG(leftover.st_mode)) {
-      free_bytes += uint64_t(leftover.st_blocks) * 512;
-    }
-  }
+  const uint64_t free_bytes = uint64_t{fs.f_bavail} * fs.f_frsize;
   if (needed_bytes > free_bytes) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "nvme store: zero.nvme_dir %s has %d bytes free, but the swap files of rank %d need "
@@ -184,14 +178,17 @@ StatusOr<std::unique_ptr<NvmeStore>> NvmeStore::Create(const NvmeStoreOptions& o
     file_options.direct_io = true;
     file_options.writable = true;
     file_options.create = true;
-    file_options.truncate = true;
+    file_options.exclusive = true;
     file_options.preallocate_bytes = file.bytes;
     StatusOr<nvme::FileHandle> handle = store->engine_->OpenFile(file.path, file_options);
     if (!handle.ok()) {
+      // Not ours: whatever stands at the path stays (the claim made the name unique).
+      if (handle.status().code() == absl::StatusCode::kAlreadyExists) file.created = false;
       return Annotate(handle.status(),
                       absl::StrFormat("nvme store: creating swap file %s", file.path));
     }
     file.handle = *handle;
+    if (!options.keep_files) file.on_signal = RemoveOnSignal(file.path);
   }
   store->created_ = true;
   spdlog::info("nvme store: rank {}: {} extents, {} bytes in {} ({} engine)", options.rank,
@@ -213,8 +210,9 @@ NvmeStore::~NvmeStore() {
   }
   // A store that Create did not finish removes what it created, keep_files or not.
   if (created_ && options_.keep_files) return;
-  for (const SwapFile& file : files_) {
+  for (SwapFile& file : files_) {
     if (!file.created) continue;
+    file.on_signal = RemoveOnSignal();  // forgotten before the name can be reused
     if (::unlink(file.path.c_str()) != 0 && errno != ENOENT) {
       spdlog::error("nvme store: removing {}: {}", file.path, std::strerror(errno));
     }

@@ -2,11 +2,14 @@
 // training state (param shard, fp32 master, exp_avg, exp_avg_sq, fp32 gradient sums) in
 // preallocated files under zero.nvme_dir, written and read through nvme/'s IoEngine with
 // O_DIRECT:
-//   <dir>/strata-rank<r>-params.swap   param shards
-//   <dir>/strata-rank<r>-master.swap   fp32 master weights (exporting them reads only this)
-//   <dir>/strata-rank<r>-moments.swap  exp_avg and exp_avg_sq
-//   <dir>/strata-rank<r>-grads.swap    fp32 gradient sums (zero.grad_tier=nvme)
-// A file holding no declared extent is not created.
+//   <dir>/strata-<run>-rank<r>-params.swap   param shards
+//   <dir>/strata-<run>-rank<r>-master.swap   fp32 master weights (exporting reads only this)
+//   <dir>/strata-<run>-rank<r>-moments.swap  exp_avg and exp_avg_sq
+//   <dir>/strata-<run>-rank<r>-grads.swap    fp32 gradient sums (zero.grad_tier=nvme)
+// <run> is core/run_identity.h's RunId(). A file holding no declared extent is not created.
+// The directory is claimed first (tiers/swap_dir.h: tmpfs refused, a live run's directory
+// refused, crashed runs' leftovers removed); files are created with O_EXCL (never
+// truncating or following what is there) and registered with core/remove_on_signal.h.
 //
 // Contract:
 // - The extents are declared once, at Create; each gets a fixed offset in its file, its
@@ -43,8 +46,10 @@
 #include <utility>
 #include <vector>
 
-#include "nvme/io_engine.h"
+#include "core/remove_on_signal.h"
 #include "core/status.h"
+#include "nvme/io_engine.h"
+#include "tiers/swap_dir.h"
 
 namespace strata {
 
@@ -75,7 +80,10 @@ struct NvmeStoreOptions {
   // This process's rank; file names carry it, so ranks may share a directory. Default 0.
   int rank = 0;
   // Leave the swap files in place at destruction (for inspection). Default false: removed.
+  // Kept files are not removed on a signal either, and a later run does not sweep them.
   bool keep_files = false;
+  // zero.nvme_allow_memory_fs: accept a tmpfs/ramfs directory. Default false: refused.
+  bool allow_memory_fs = false;
   // The engine and its knobs (engine choice, queue depth, request size). Default: nvme's.
   nvme::IoEngineOptions engine;
   // Longest Wait/Read/Write blocks before failing with kDeadlineExceeded. Default 5 min.
@@ -97,8 +105,8 @@ class NvmeStore {
   // Validates options and specs (listing every problem at once), checks that `dir` exists
   // and is a writable directory, checks with statvfs BEFORE creating anything that its
   // filesystem has room for every padded extent (else kResourceExhausted naming the dir,
-  // the bytes needed and the bytes free), then creates (truncating leftovers of an earlier
-  // run) and preallocates the files. On failure nothing it created is left behind.
+  // the bytes needed and the bytes free), then creates and preallocates the files. On
+  // failure nothing it created is left behind.
   static StatusOr<std::unique_ptr<NvmeStore>> Create(const NvmeStoreOptions& options,
                                                      const std::vector<ExtentSpec>& extents);
 
@@ -160,6 +168,7 @@ class NvmeStore {
     nvme::FileHandle handle;
     uint64_t bytes = 0;
     bool created = false;  // by this store: removed at destruction
+    RemoveOnSignal on_signal;
   };
   // What the disk holds for an extent, as far as the store knows.
   enum class ExtentState { kNeverWritten, kWriting, kWritten, kWriteFailed };
@@ -202,6 +211,7 @@ class NvmeStore {
   std::vector<Completion> TakeReady();
 
   NvmeStoreOptions options_;
+  std::shared_ptr<SwapDirClaim> claim_;  // outlives the files (members go after ~NvmeStore)
   bool created_ = false;  // Create finished: keep_files applies
   std::unique_ptr<nvme::IoEngine> engine_;
   SwapFile files_[kNumFileRoles];

@@ -8,6 +8,8 @@
 // so a misplaced or stale byte is found.
 #include "tiers/nvme_store.h"
 
+#include "core/run_identity.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <gmock/gmock.h>
@@ -247,7 +249,7 @@ TEST_P(NvmeStoreTest, RoundTripsOddSizesBitExactWithManyInFlight) {
 TEST_P(NvmeStoreTest, MasterWeightsHaveAFileOfTheirOwn) {
   auto store = MakeStore(Options());
   ASSERT_NE(store, nullptr);
-  const std::string prefix = dir_ + "/strata-rank3-";
+  const std::string prefix = dir_ + "/strata-" + RunId() + "-rank3-";
   EXPECT_EQ(store->files(),
             (std::vector<std::string>{prefix + "params.swap", prefix + "master.swap",
                                       prefix + "moments.swap", prefix + "grads.swap"}));
@@ -280,8 +282,8 @@ TEST_P(NvmeStoreTest, MasterWeightsHaveAFileOfTheirOwn) {
   options.rank = 4;
   auto params_only = MakeStore(options);
   ASSERT_NE(params_only, nullptr);
-  EXPECT_EQ(params_only->files(), (std::vector<std::string>{dir_ + "/strata-rank4-params.swap"}));
-  EXPECT_FALSE(Exists(dir_ + "/strata-rank4-master.swap"));
+  EXPECT_EQ(params_only->files(), (std::vector<std::string>{dir_ + "/strata-" + RunId() + "-rank4-params.swap"}));
+  EXPECT_FALSE(Exists(dir_ + "/strata-" + RunId() + "-rank4-master.swap"));
 }
 
 TEST_P(NvmeStoreTest, CorruptedByteIsDetectedWithTheUnitName) {
@@ -350,7 +352,7 @@ TEST_P(NvmeStoreTest, EioOnWriteAndReadIsReportedWithTheUnitName) {
   EXPECT_THAT(failed, StatusIs(absl::StatusCode::kInternal,
                                AllOf(HasSubstr("'block.0'"), HasSubstr("master"),
                                      HasSubstr(std::strerror(EIO)),
-                                     HasSubstr(dir_ + "/strata-rank3-master.swap"))));
+                                     HasSubstr(dir_ + "/strata-" + RunId() + "-rank3-master.swap"))));
 
   // The failed write left the extent unreadable, until a write succeeds.
   Status read = store->Read(1, ExtentKind::kMaster, buffers.at(5));
@@ -586,12 +588,17 @@ TEST_P(NvmeStoreTest, FilesAreRemovedAtDestructionUnlessKept) {
     ASSERT_OK(store->Write(0, ExtentKind::kMaster, buffers.at(1)));
   }
   for (const std::string& file : files) EXPECT_TRUE(Exists(file)) << file;
-  // A new store over kept files starts from scratch: nothing in them counts as written.
-  auto store = MakeStore(Options());
-  ASSERT_NE(store, nullptr);
-  ExtentBuffers buffers(*store, specs_);
-  EXPECT_EQ(store->Read(0, ExtentKind::kMaster, buffers.at(1)).code(), absl::StatusCode::kDataLoss);
-  store.reset();
+  // Kept files are never reused or truncated: a store of the same run refuses their names
+  // (O_EXCL) and leaves them as they are.
+  struct stat before {};
+  ASSERT_EQ(::stat(files[1].c_str(), &before), 0);
+  EXPECT_THAT(NvmeStore::Create(Options(), specs_),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr(files[0])));
+  struct stat after {};
+  ASSERT_EQ(::stat(files[1].c_str(), &after), 0);
+  EXPECT_EQ(after.st_size, before.st_size);
+  for (const std::string& file : files) EXPECT_TRUE(Exists(file)) << file;
+  for (const std::string& file : files) ::unlink(file.c_str());
   EXPECT_TRUE(ListDir(dir_).empty());
 }
 

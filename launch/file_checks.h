@@ -1,0 +1,32 @@
+// Checks of the files a run reads and writes, made at start-up so that nothing a user owns
+// is lost and no misplaced setting fails after hours of training:
+// - inputs (the config file, data.path) must be regular files; a FIFO, a character device
+//   or a directory is refused naming what it is (reading one could block or never end);
+// - an output (--metrics) naming an input (the config file, data.path) is refused before
+//   anything is opened, so it can never be truncated; a --metrics that is a directory or
+//   sits in a missing or read-only directory is refused too;
+// - train.checkpoint_dir is created if missing and must be a writable directory with room
+//   for one checkpoint (checked before the first step, not at the first checkpoint).
+// Thread-safety: pure functions of the filesystem.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/options.h"
+#include "core/status.h"
+
+namespace strata {
+
+// `path` exists and is a regular file (symlinks followed); `what` names the setting
+// ("config file", "data file (data.path)") in the error.
+Status CheckRegularInput(const std::string& path, const std::string& what);
+
+// The outputs of `strata train` against its inputs (see above).
+Status CheckOutputsAreNotInputs(const std::string& config_path, const std::string& metrics_path,
+                                const Options& options);
+
+// train.checkpoint_dir (when set): created, writable, `checkpoint_bytes` free.
+Status CheckCheckpointDir(const Options& options, uint64_t checkpoint_bytes);
+
+}  // namespace strata
