@@ -1,6 +1,8 @@
 // Byte accounting for tiers; see memory.h.
 #include "core/memory.h"
 
+#include <charconv>
+
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -59,7 +61,24 @@ StatusOr<uint64_t> ParseBytes(const std::string& text) {
     return absl::InvalidArgumentError(absl::StrCat(
         "'", text, "' has unknown unit '", suffix, "' (expected B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"));
   }
-  return static_cast<uint64_t>(std::llround(value * scale));
+  const std::string too_large = absl::StrCat(
+      "'", text, "' is too large a size (more than 2^64 - 1 bytes, 16 EiB)");
+  if (number.find('.') == std::string::npos) {
+    // Whole numbers exactly, with overflow checked (a double would round above 2^53).
+    uint64_t whole = 0;
+    auto [ptr, error] = std::from_chars(number.data(), number.data() + number.size(), whole);
+    if (error != std::errc() || ptr != number.data() + number.size()) {
+      return absl::InvalidArgumentError(too_large);
+    }
+    const uint64_t multiplier = static_cast<uint64_t>(scale);
+    if (multiplier != 0 && whole > UINT64_MAX / multiplier) {
+      return absl::InvalidArgumentError(too_large);
+    }
+    return whole * multiplier;
+  }
+  const double bytes = value * scale;
+  if (!(bytes < 18446744073709551616.0)) return absl::InvalidArgumentError(too_large);
+  return static_cast<uint64_t>(std::round(bytes));
 }
 
 MemoryPool::MemoryPool(Tier tier, uint64_t capacity_bytes, std::string limit_key)

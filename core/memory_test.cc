@@ -22,6 +22,18 @@ TEST(ParseBytes, AcceptsUnits) {
   EXPECT_THAT(ParseBytes("3 KiB"), IsOkAndHolds(3072u));
 }
 
+TEST(ParseBytes, OverflowIsAnErrorNeverASaturatedValue) {
+  EXPECT_THAT(ParseBytes("18446744073709551615"), IsOkAndHolds(UINT64_MAX));
+  EXPECT_THAT(ParseBytes("9007199254740993"), IsOkAndHolds(9007199254740993ull));  // 2^53 + 1
+  for (const char* text : {"18446744073709551616", "99999999999999999999999", "16777216TiB",
+                           "20000000000TB", "17179869184.5GiB"}) {
+    EXPECT_THAT(ParseBytes(text),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("too large a size")))
+        << text;
+  }
+  EXPECT_THAT(ParseBytes("16777215TiB"), IsOkAndHolds(16777215ull << 40));
+}
+
 TEST(ParseBytes, RejectsGarbageNamingIt) {
   EXPECT_THAT(ParseBytes("lots"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'lots'")));

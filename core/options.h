@@ -27,6 +27,9 @@ enum class ParamUpdate { kExact, kDelayed };
 enum class Recompute { kNone, kBlocks };
 // nvme.engine.
 enum class IoEngineKind { kAuto, kIoUring, kPread };
+// data.format: auto (llm.c by its magic, else UTF-8 text; binary refused) | bytes (any
+// bytes as byte-level tokens).
+enum class DataFormat { kAuto, kBytes };
 
 // OptionNames<E>::kNames[i] is the config text of E(i).
 template <typename E>
@@ -54,6 +57,10 @@ struct OptionNames<Recompute> {
 template <>
 struct OptionNames<IoEngineKind> {
   static constexpr std::array<const char*, 3> kNames = {"auto", "io_uring", "pread"};
+};
+template <>
+struct OptionNames<DataFormat> {
+  static constexpr std::array<const char*, 2> kNames = {"auto", "bytes"};
 };
 
 // The config text of `value`, e.g. OptionName(StateTier::kNvme) == "nvme".
@@ -89,6 +96,10 @@ struct DataOptions {
   // data.path: a text file (byte-level tokens, ids 0..255) or an llm.c token file
   // (magic 20240520, detected by content). Empty = the embedded default corpus.
   std::string path;
+  // data.format: auto (a file starting with the llm.c magic is llm.c; anything else must be
+  // text: more than 1% of invalid UTF-8 is refused as binary) | bytes (any file, every
+  // byte one token).
+  DataFormat format = DataFormat::kAuto;
   double val_fraction = 0.1;  // data.val_fraction: tail of the tokens held out for validation.
 };
 

@@ -141,6 +141,87 @@ StatusOr<TokenDataset> LoadLlmcFile(int fd, const char* header, size_t header_by
   return dataset;
 }
 
+// Bytes that are not part of a valid UTF-8 sequence, plus NUL bytes (text has none); the
+// offset of the first in *first (or -1).
+int64_t CountNonText(std::string_view bytes, int64_t* first) {
+  int64_t bad = 0;
+  *first = -1;
+  size_t i = 0;
+  auto mark = [&](size_t at, size_t count) {
+    if (*first < 0) *first = static_cast<int64_t>(at);
+    bad += static_cast<int64_t>(count);
+  };
+  while (i < bytes.size()) {
+    const unsigned char lead = static_cast<unsigned char>(bytes[i]);
+    size_t length = 0;
+    if (lead == 0) {
+      mark(i, 1);
+      ++i;
+      continue;
+    }
+    if (lead < 0x80) length = 1;
+    else if (lead >= 0xC2 && lead <= 0xDF) length = 2;
+    else if (lead >= 0xE0 && lead <= 0xEF) length = 3;
+    else if (lead >= 0xF0 && lead <= 0xF4) length = 4;
+    bool valid = length > 0 && i + length <= bytes.size();
+    for (size_t k = 1; valid && k < length; ++k) {
+      valid = (static_cast<unsigned char>(bytes[i + k]) & 0xC0) == 0x80;
+    }
+    if (!valid) {
+      mark(i, 1);
+      ++i;
+      continue;
+    }
+    i += length;
+  }
+  return bad;
+}
+
+// Refuses bytes that are not text (see data.format), naming the share and the first offset.
+Status CheckLooksLikeText(std::string_view bytes, const std::string& source) {
+  int64_t first = -1;
+  const int64_t bad = CountNonText(bytes, &first);
+  if (bad * 100 <= static_cast<int64_t>(bytes.size())) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s does not look like text: %d of %d bytes (%.1f%%) are NUL or not valid UTF-8 (the "
+      "first at byte offset %d), and it is not an llm.c token file (no magic %d); set "
+      "data.format=bytes to train on its raw bytes anyway",
+      source, bad, bytes.size(), 100.0 * static_cast<double>(bad) / bytes.size(), first,
+      kLlmcMagic));
+}
+
+// A header that is an llm.c file but for its magic: version 1 and a token count that
+// matches the file's size; or the magic of an llm.c model checkpoint.
+Status CheckNearMissLlmc(const char* header, size_t header_bytes, int64_t file_bytes,
+                         const std::string& source) {
+  if (header_bytes < 12) return absl::OkStatus();
+  const int32_t magic = LoadLittleEndian32(header);
+  if (magic == kLlmcModelMagic) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, " is an llm.c model checkpoint (magic ", kLlmcModelMagic,
+        "), not a token file: data.path takes token files (magic ", kLlmcMagic, ") or text"));
+  }
+  const int32_t version = LoadLittleEndian32(header + 4);
+  const int32_t count = LoadLittleEndian32(header + 8);
+  if (header_bytes == static_cast<size_t>(kLlmcHeaderBytes) && version == kLlmcVersion &&
+      count > 0 && file_bytes == kLlmcHeaderBytes + 2 * int64_t{count}) {
+    return absl::DataLossError(absl::StrCat(
+        source, " looks like an llm.c token file (header[1] = version ", version,
+        ", header[2] = ", count, " tokens, which matches the file's size) but header[0] is ",
+        magic, ", not the llm.c magic ", kLlmcMagic, ": the header is damaged"));
+  }
+  return absl::OkStatus();
+}
+
+const char* FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
 }  // namespace
 
 const char* TokenFormatName(TokenFormat format) {
@@ -182,11 +263,19 @@ StatusOr<TokenDataset> LoadDefaultCorpus(int vocab) {
                          vocab);
 }
 
-StatusOr<TokenDataset> LoadTokenFile(const std::string& path, int vocab) {
+StatusOr<TokenDataset> LoadTokenFile(const std::string& path, int vocab, DataFormat format) {
   RETURN_IF_ERROR(CheckVocabArgument(vocab));
   const std::string source = absl::StrCat("data file '", path, "'");
   if (path.empty()) return absl::InvalidArgumentError("data file path is empty");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Regular files only: a FIFO or a device could block or never end. O_NONBLOCK keeps the
+  // open itself from blocking on a FIFO swapped in after the stat.
+  struct stat info {};
+  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, " is ", FileKind(info.st_mode),
+        ", not a regular file (data.path): copy the data into a file first"));
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) {
       return absl::NotFoundError(absl::StrCat(source, " not found (data.path)"));
@@ -194,6 +283,10 @@ StatusOr<TokenDataset> LoadTokenFile(const std::string& path, int vocab) {
     return ErrnoError(errno, absl::StrCat(source, ": cannot open"));
   }
   FileDescriptor file(fd);
+  if (::fstat(file.get(), &info) != 0 || !S_ISREG(info.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, " is not a regular file (data.path)"));
+  }
 
   char header[kLlmcHeaderBytes];
   ASSIGN_OR_RETURN(const size_t header_bytes,
@@ -202,16 +295,17 @@ StatusOr<TokenDataset> LoadTokenFile(const std::string& path, int vocab) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, " is empty (0 bytes): there is nothing to train on"));
   }
-  if (header_bytes >= 4 && LoadLittleEndian32(header) == kLlmcMagic) {
-    return LoadLlmcFile(file.get(), header, header_bytes, path, source, vocab);
+  if (format == DataFormat::kAuto) {
+    if (header_bytes >= 4 && LoadLittleEndian32(header) == kLlmcMagic) {
+      return LoadLlmcFile(file.get(), header, header_bytes, path, source, vocab);
+    }
+    RETURN_IF_ERROR(CheckNearMissLlmc(header, header_bytes, static_cast<int64_t>(info.st_size),
+                                      source));
   }
 
   // Text: the bytes read so far, then the rest of the file.
   std::string bytes(header, header_bytes);
-  struct stat info;
-  if (::fstat(file.get(), &info) == 0 && S_ISREG(info.st_mode)) {
-    bytes.reserve(static_cast<size_t>(info.st_size));
-  }
+  bytes.reserve(static_cast<size_t>(info.st_size));
   std::vector<char> chunk(kReadChunkBytes);
   while (true) {
     ASSIGN_OR_RETURN(const size_t got, ReadUpTo(file.get(), chunk.data(), chunk.size(),
@@ -219,14 +313,17 @@ StatusOr<TokenDataset> LoadTokenFile(const std::string& path, int vocab) {
     bytes.append(chunk.data(), got);
     if (got < chunk.size()) break;
   }
+  if (format == DataFormat::kAuto) RETURN_IF_ERROR(CheckLooksLikeText(bytes, source));
   return TokensFromBytes(
       bytes, TokenFormat::kText, source,
-      absl::StrCat("file ", path, " (text, ", bytes.size(), " bytes as byte-level tokens)"), vocab);
+      absl::StrCat("file ", path, format == DataFormat::kBytes ? " (raw bytes, " : " (text, ",
+                   bytes.size(), " bytes as byte-level tokens)"),
+      vocab);
 }
 
 StatusOr<TokenDataset> LoadTokens(const DataOptions& options, int vocab) {
   if (options.path.empty()) return LoadDefaultCorpus(vocab);
-  return LoadTokenFile(options.path, vocab);
+  return LoadTokenFile(options.path, vocab, options.format);
 }
 
 StatusOr<TokenSplits> SplitTokens(const TokenDataset& dataset, double val_fraction, int seq_len) {

@@ -1,12 +1,17 @@
 // Token streams for training: loading them (byte-level text, llm.c token files, or the
 // embedded default corpus) and splitting them into a training and a validation part.
 //
-// Formats, detected by content, never by the file name:
+// Formats, detected by content, never by the file name (data.format=auto):
 //  - llm.c: a header of 256 little-endian int32 (header[0] = magic 20240520, header[1] =
 //    version 1, header[2] = number of tokens N), then exactly N little-endian uint16 tokens.
 //  - anything else is text: every byte is one token id 0..255.
 // A file that starts with the magic is llm.c and must be a valid one (a wrong version or a
-// short header is an error, never a fallback to text).
+// short header is an error, never a fallback to text). A near miss is an error too: a
+// header of version 1 whose count matches the file size but whose magic is wrong, or the
+// magic of an llm.c model checkpoint. Text must look like text: more than 1% of bytes
+// that are NUL or not valid UTF-8 is refused as binary. data.format=bytes skips the
+// detection: every byte of any file is a token. Only regular files are read (a FIFO or a
+// device could block or never end).
 //
 // Invariants: a loaded TokenDataset is non-empty and every id is < the vocab it was loaded
 // for; ids fit in uint16 in both formats, which halves the memory of large token files.
@@ -30,6 +35,7 @@
 namespace strata {
 
 inline constexpr int32_t kLlmcMagic = 20240520;
+inline constexpr int32_t kLlmcModelMagic = 20240326;  // llm.c's model checkpoints
 inline constexpr int32_t kLlmcVersion = 1;
 inline constexpr int kLlmcHeaderInts = 256;
 inline constexpr int64_t kLlmcHeaderBytes = kLlmcHeaderInts * 4;  // 1024
@@ -62,7 +68,8 @@ struct TokenDataset {
 StatusOr<TokenDataset> LoadTokens(const DataOptions& options, int vocab);
 
 // The same for one file path (never the embedded corpus).
-StatusOr<TokenDataset> LoadTokenFile(const std::string& path, int vocab);
+StatusOr<TokenDataset> LoadTokenFile(const std::string& path, int vocab,
+                                     DataFormat format = DataFormat::kAuto);
 
 // The embedded default corpus as byte-level tokens, checked against vocab.
 StatusOr<TokenDataset> LoadDefaultCorpus(int vocab);

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -89,21 +90,63 @@ TEST(LoadTokens, DetectsLlmcByContentNotExtension) {
   EXPECT_EQ(*loaded->tokens, tokens);
 }
 
-TEST(LoadTokens, TextFileIsItsBytes) {
+TEST(LoadTokens, BytesFormatTakesAnyFileAsItsBytes) {
   std::string text = "Hello, world!\n";
   text.push_back('\0');
   text.push_back(static_cast<char>(0xFF));
   text.push_back(static_cast<char>(0x80));
   const std::string path = WriteFile("hello.bin", text);  // extension is irrelevant
-  auto loaded = LoadTokenFile(path, 256);
+  auto loaded = LoadTokenFile(path, 256, DataFormat::kBytes);
   ASSERT_OK(loaded);
   EXPECT_EQ(loaded->format, TokenFormat::kText);
   ASSERT_EQ(loaded->num_tokens(), static_cast<int64_t>(text.size()));
   for (size_t i = 0; i < text.size(); ++i) {
     EXPECT_EQ((*loaded->tokens)[i], static_cast<unsigned char>(text[i])) << i;
   }
-  EXPECT_EQ(loaded->description, "file " + path + " (text, " + std::to_string(text.size()) +
-                                     " bytes as byte-level tokens)");
+  EXPECT_EQ(loaded->description, "file " + path + " (raw bytes, " +
+                                     std::to_string(text.size()) + " bytes as byte-level tokens)");
+  // Detected (auto), the same file is binary: 3 of 17 bytes are NUL or invalid UTF-8.
+  ExpectLoadError(path, 256, {path, "does not look like text", "3 of 17 bytes",
+                              "byte offset 14", "data.format=bytes"});
+}
+
+TEST(LoadTokens, TextWithAFewInvalidBytesAndMultibyteCharactersLoads) {
+  // 1% of invalid bytes is tolerated (a stray Latin-1 byte in a big file); UTF-8 is text.
+  std::string text;
+  for (int i = 0; i < 99; ++i) text += "caf\xC3\xA9 ";  // 6 bytes each
+  text += std::string(5, static_cast<char>(0xE9));      // 5 stray bytes of 599
+  const std::string path = WriteFile("latin.txt", text);
+  auto loaded = LoadTokenFile(path, 256);
+  ASSERT_OK(loaded);
+  EXPECT_EQ(loaded->num_tokens(), static_cast<int64_t>(text.size()));
+  EXPECT_EQ(loaded->description,
+            "file " + path + " (text, " + std::to_string(text.size()) +
+                " bytes as byte-level tokens)");
+  // Twice as many stray bytes is over 1%: refused.
+  ExpectLoadError(WriteFile("latin2.txt", text + std::string(5, static_cast<char>(0xE9))), 256,
+                  {"10 of 604 bytes", "does not look like text"});
+}
+
+TEST(LoadTokensErrors, RandomBinaryIsRefusedUnlessBytes) {
+  std::string bytes(4096, '\0');
+  uint32_t state = 12345;
+  for (char& c : bytes) {
+    state = state * 1664525u + 1013904223u;
+    c = static_cast<char>(state >> 24);
+  }
+  const std::string path = WriteFile("random.bin", bytes);
+  ExpectLoadError(path, 256, {"does not look like text", "not an llm.c token file"});
+  EXPECT_OK(LoadTokenFile(path, 256, DataFormat::kBytes));
+}
+
+TEST(LoadTokensErrors, OnlyRegularFilesAreRead) {
+  const std::string fifo = TempPath("data.fifo");
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  // Refused at once: reading a FIFO with no writer would block forever.
+  ExpectLoadError(fifo, 256, {fifo, "a FIFO (named pipe)", "not a regular file"});
+  ExpectLoadError(TempPath(""), 256, {"a directory", "not a regular file"});
+  ExpectLoadError("/dev/zero", 256, {"a character device"});
 }
 
 TEST(LoadTokens, TextLargerThanOneReadChunk) {
@@ -150,10 +193,10 @@ TEST(LoadTokensErrors, MissingFileIsNotFound) {
   ExpectLoadError(path, 256, {path, "not found"});
 }
 
-TEST(LoadTokensErrors, UnreadableFileNamesTheErrno) {
-  const std::string path = TempPath("a_directory");
-  ::mkdir(path.c_str(), 0755);
-  ExpectLoadError(path, 256, {path, "read failed", std::strerror(EISDIR)});
+TEST(LoadTokensErrors, OpenErrorsNameTheErrno) {
+  const std::string file = WriteFile("plain.txt", "text");
+  const std::string path = file + "/below";  // a file is not a directory
+  ExpectLoadError(path, 256, {path, "cannot open", std::strerror(ENOTDIR)});
 }
 
 TEST(LoadTokensErrors, EmptyFile) {
@@ -199,13 +242,19 @@ TEST(LoadTokensErrors, NegativeOrZeroLlmcCount) {
   ExpectLoadError(WriteFile("zero.bin", LlmcBytes({}, 0)), 256, {"declares 0 tokens"});
 }
 
-TEST(LoadTokensErrors, OtherMagicIsText) {
-  // A different first int32 is just text bytes, whatever follows.
+TEST(LoadTokensErrors, NearMissLlmcHeadersAreNamed) {
+  // Version 1 and a count that matches the size, but a wrong magic: a damaged header.
   const std::string bytes = LlmcBytes(Ramp(10, 256), 10, 1, kLlmcMagic + 1);
-  auto loaded = LoadTokenFile(WriteFile("other_magic.bin", bytes), 256);
+  const std::string path = WriteFile("other_magic.bin", bytes);
+  ExpectLoadError(path, 256, {path, "looks like an llm.c token file", "header[0] is 20240521",
+                              "not the llm.c magic 20240520"});
+  // As raw bytes it is whatever it is.
+  auto loaded = LoadTokenFile(path, 256, DataFormat::kBytes);
   ASSERT_OK(loaded);
-  EXPECT_EQ(loaded->format, TokenFormat::kText);
   EXPECT_EQ(loaded->num_tokens(), static_cast<int64_t>(bytes.size()));
+  // llm.c's model checkpoints are not token files.
+  ExpectLoadError(WriteFile("model.bin", LlmcBytes(Ramp(10, 256), 10, 3, kLlmcModelMagic)), 256,
+                  {"an llm.c model checkpoint (magic 20240326)"});
 }
 
 TEST(LoadTokensErrors, LlmcIdOutOfVocabNamesPositionAndId) {

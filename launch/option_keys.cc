@@ -50,6 +50,10 @@ const std::vector<KeySpec>& Keys() {
        "rows of the position embedding; >= train.seq_len.", false},
       {"data.path", +[](Options& o) { return &o.data.path; },
        "text file (byte-level tokens) or llm.c token file; empty = the embedded corpus.", false},
+      {"data.format", Enum(+[](Options& o) { return &o.data.format; }),
+       "auto (llm.c token file by its magic, else UTF-8 text: a file with more than 1% "
+       "invalid UTF-8 is refused as binary) | bytes (any file, each byte one token).",
+       false},
       {"data.val_fraction", +[](Options& o) { return &o.data.val_fraction; },
        "tail of the tokens held out for validation; in (0, 1).", false},
       {"train.steps", +[](Options& o) { return &o.train.steps; }, "optimizer steps to run; >= 1.",

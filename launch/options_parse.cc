@@ -16,6 +16,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sys/stat.h>
 #include <system_error>
 #include <variant>
 
@@ -125,25 +126,89 @@ std::string UnknownSectionProblem(const std::string& section) {
 
 // Parses all of `text` as a number of type T (no leading '+', no whitespace).
 
+// Config files are small: a cap on size and nesting keeps a wrong file (a data file, a
+// device, a hostile deep nesting) from eating memory or the parser's stack.
+constexpr int64_t kMaxConfigBytes = 1 << 20;
+constexpr int kMaxConfigDepth = 32;
+
+const char* NotRegularKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// The deepest nesting of arrays and objects in `text` (brackets inside strings skipped);
+// stops counting past `limit`.
+int JsonDepth(const std::string& text, int limit) {
+  int depth = 0;
+  int deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return deepest;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 // Reads and parses the JSON file. On failure appends a problem naming the file and returns
 // nullopt.
 std::optional<Json> LoadJsonFile(const std::string& path, std::vector<std::string>* problems) {
+  const std::string where = absl::StrCat("config file '", path, "'");
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    problems->push_back(absl::StrCat(where, ": cannot open: ", std::strerror(errno)));
+    return std::nullopt;
+  }
+  if (!S_ISREG(info.st_mode)) {
+    problems->push_back(absl::StrCat(where, " is ", NotRegularKind(info.st_mode),
+                                     ", not a regular file"));
+    return std::nullopt;
+  }
+  if (info.st_size > kMaxConfigBytes) {
+    problems->push_back(absl::StrCat(where, " has ", static_cast<int64_t>(info.st_size),
+                                     " bytes, more than a config file may (", kMaxConfigBytes,
+                                     "): is it the right file?"));
+    return std::nullopt;
+  }
   std::FILE* file = std::fopen(path.c_str(), "rb");
   if (file == nullptr) {
-    problems->push_back(
-        absl::StrCat("config file '", path, "': cannot open: ", std::strerror(errno)));
+    problems->push_back(absl::StrCat(where, ": cannot open: ", std::strerror(errno)));
     return std::nullopt;
   }
   std::string text;
   char buffer[1 << 14];
   size_t count;
-  while ((count = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, count);
+  while ((count = std::fread(buffer, 1, sizeof(buffer), file)) > 0 &&
+         text.size() <= static_cast<size_t>(kMaxConfigBytes)) {
+    text.append(buffer, count);
+  }
   bool read_failed = std::ferror(file) != 0;
   int read_errno = errno;
   std::fclose(file);
   if (read_failed) {
-    problems->push_back(
-        absl::StrCat("config file '", path, "': cannot read: ", std::strerror(read_errno)));
+    problems->push_back(absl::StrCat(where, ": cannot read: ", std::strerror(read_errno)));
+    return std::nullopt;
+  }
+  if (text.size() > static_cast<size_t>(kMaxConfigBytes)) {
+    problems->push_back(absl::StrCat(where, " grew past ", kMaxConfigBytes, " bytes while read"));
+    return std::nullopt;
+  }
+  if (JsonDepth(text, kMaxConfigDepth) > kMaxConfigDepth) {
+    problems->push_back(absl::StrCat(where, ": nested deeper than ", kMaxConfigDepth,
+                                     " levels; a config is {\"section\": {\"key\": value}}"));
     return std::nullopt;
   }
   try {

@@ -6,6 +6,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -27,7 +29,7 @@ using testing::StatusIs;
 const std::vector<std::string> kAllKeys = {
     "model.preset",       "model.layers",       "model.heads",
     "model.channels",     "model.vocab",        "model.max_seq_len",
-    "data.path",          "data.val_fraction",  "train.steps",
+    "data.path",          "data.format",        "data.val_fraction",  "train.steps",
     "train.micro_batch",  "train.seq_len",      "train.grad_accum",
     "train.dtype",        "train.lr",           "train.min_lr_fraction",
     "train.warmup_steps", "train.weight_decay", "train.beta1",
@@ -38,7 +40,7 @@ const std::vector<std::string> kAllKeys = {
     "device.backend",     "device.memory_limit",
     "device.threads",     "zero.stage",         "zero.world",
     "zero.comm_timeout_s", "zero.prefetch_bytes", "zero.optimizer_tier",
-    "zero.grad_tier",     "zero.param_tier",    "zero.param_update", "zero.nvme_dir",
+    "zero.grad_tier",     "zero.param_tier",    "zero.param_update", "zero.nvme_dir", "zero.nvme_allow_memory_fs",
     "tiers.host_memory_limit", "nvme.engine",   "nvme.read_ahead_units",
     "nvme.optimizer_buffers", "nvme.grad_buffers", "nvme.queue_depth", "nvme.chunk_bytes",
 };
@@ -220,7 +222,7 @@ TEST(ParseOptions, EveryKeyThroughSet) {
   ASSERT_OK(parsed);
   Options want;
   want.model = {"tiny", 3, 4, 96, 300, 128};
-  want.data = {"/data/a=b.txt", 0.25};
+  want.data = {"/data/a=b.txt", DataFormat::kAuto, 0.25};
   want.train.steps = 7;
   want.train.micro_batch = 8;
   want.train.seq_len = 32;
@@ -260,7 +262,7 @@ TEST(ParseOptions, EveryKeyThroughFile) {
   ASSERT_OK(parsed);
   Options want;
   want.model = {"tiny", 3, 4, 96, 300, 128};
-  want.data = {"corpus.txt", 0.25};
+  want.data = {"corpus.txt", DataFormat::kAuto, 0.25};
   want.train.steps = 7;
   want.train.micro_batch = 8;
   want.train.seq_len = 32;
@@ -466,7 +468,31 @@ TEST(ParseOptions, FileErrorsNameTheFileAndPosition) {
   ExpectOneProblem(bad, {}, {"config file '" + bad + "': invalid JSON: parse error at line 2"});
   std::string empty = WriteConfig("empty.json", "");
   ExpectOneProblem(empty, {}, {"config file '" + empty + "': invalid JSON", "line 1, column 1"});
-  ExpectOneProblem(std::string(dir != nullptr ? dir : "/tmp"), {}, {"config file '", "cannot"});
+  ExpectOneProblem(std::string(dir != nullptr ? dir : "/tmp"), {},
+                   {"config file '", "a directory, not a regular file"});
+}
+
+TEST(ParseOptions, ConfigFilesAreBoundedInSizeNestingAndKind) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string base = std::string(dir != nullptr ? dir : "/tmp");
+  // Deep nesting is refused before the parser sees it (no stack to exhaust).
+  const std::string deep = WriteConfig("deep.json", std::string(100000, '[') + std::string(100000, ']'));
+  ExpectOneProblem(deep, {}, {"config file '" + deep + "': nested deeper than 32 levels"});
+  // Brackets inside strings do not count.
+  const std::string quoted = WriteConfig(
+      "quoted.json", R"({"data": {"path": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[.txt"}})");
+  StatusOr<Options> parsed = ParseOptions(quoted, {});
+  ASSERT_OK(parsed);
+  EXPECT_EQ(parsed->data.path, std::string(40, '[') + ".txt");
+  // A file larger than any config: the wrong file.
+  const std::string big = WriteConfig("big.json", "{\"train\": {}}" + std::string(2 << 20, ' '));
+  ExpectOneProblem(big, {}, {"config file '" + big + "' has 2097165 bytes", "right file?"});
+  // A FIFO or a device is refused without reading (it could block or never end).
+  const std::string fifo = base + "/config.fifo";
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  ExpectOneProblem(fifo, {}, {"a FIFO (named pipe), not a regular file"});
+  ExpectOneProblem("/dev/zero", {}, {"a character device, not a regular file"});
 }
 
 TEST(ParseOptions, EveryProblemIsReportedInOneStatus) {
@@ -546,8 +572,8 @@ TEST(FormatResolved, OneLinePerKeyThatParsesBackExactly) {
     EXPECT_EQ(lines[i].rfind(kAllKeys[i] + "=", 0), 0u) << lines[i];
   }
   EXPECT_EQ(lines[0], "model.preset=tiny");
-  EXPECT_EQ(lines[13], "train.lr=0.00031");
-  EXPECT_EQ(lines[31], "device.memory_limit=1000001");
+  EXPECT_EQ(lines[14], "train.lr=0.00031");
+  EXPECT_EQ(lines[32], "device.memory_limit=1000001");
   StatusOr<Options> again = ParseOptions("", lines);
   ASSERT_OK(again);
   ExpectOptionsEqual(*again, *parsed);
@@ -555,7 +581,7 @@ TEST(FormatResolved, OneLinePerKeyThatParsesBackExactly) {
   std::vector<std::string> defaults =
       absl::StrSplit(FormatResolved(Options{}), '\n', absl::SkipEmpty());
   ASSERT_EQ(defaults.size(), kAllKeys.size());
-  EXPECT_EQ(defaults[31], "device.memory_limit=8GiB");
+  EXPECT_EQ(defaults[32], "device.memory_limit=8GiB");
   EXPECT_EQ(defaults[6], "data.path=");
 }
 

@@ -28,6 +28,12 @@ const char* MpiLaunchVariable() {
 bool UnderMpirun() { return MpiLaunchVariable() != nullptr; }
 
 Status RunRanks(const Options& options, const std::function<Status(Communicator&)>& body) {
+  return RunRanksWithControl(options, [&](Communicator& communicator, Communicator&) {
+    return body(communicator);
+  });
+}
+
+Status RunRanksWithControl(const Options& options, const RanksBody& body) {
   if (UnderMpirun()) {
     ASSIGN_OR_RETURN(MpiWorld world, GetMpiWorld());
     if (options.zero.world != 1 && options.zero.world != world.size) {
@@ -40,13 +46,15 @@ Status RunRanks(const Options& options, const std::function<Status(Communicator&
     MpiOptions mpi_options;
     mpi_options.timeout_s = options.zero.comm_timeout_s;
     ASSIGN_OR_RETURN(auto communicator, CreateMpiCommunicator(mpi_options));
-    Status status = body(*communicator);
+    ASSIGN_OR_RETURN(auto control, CreateMpiCommunicator(mpi_options));
+    Status status = body(*communicator, *control);
     // A stop every rank agreed on (kCancelled) needs no abort: they all stop together.
     if (!status.ok() && status.code() != absl::StatusCode::kCancelled) {
       communicator->Abort(std::string(status.message()));
+      control->Abort(std::string(status.message()));
       return Annotate(status, absl::StrCat("rank ", world.rank));
     }
-    return status;
+    return status.ok() ? status : Annotate(status, absl::StrCat("rank ", world.rank));
   }
 
   const int world_size = options.zero.world;
@@ -54,16 +62,18 @@ Status RunRanks(const Options& options, const std::function<Status(Communicator&
   LocalGroupOptions group_options;
   group_options.timeout_s = options.zero.comm_timeout_s;
   ASSIGN_OR_RETURN(auto communicators, CreateLocalGroup(world_size, group_options));
-  if (world_size == 1) return body(*communicators[0]);
+  ASSIGN_OR_RETURN(auto controls, CreateLocalGroup(world_size, group_options));
+  if (world_size == 1) return body(*communicators[0], *controls[0]);
   std::mutex mutex;
   Status first_error;
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world_size; ++rank) {
     threads.emplace_back([&, rank] {
-      Status status = body(*communicators[rank]);
+      Status status = body(*communicators[rank], *controls[rank]);
       if (status.ok()) return;
       if (status.code() != absl::StatusCode::kCancelled) {
         communicators[rank]->Abort(std::string(status.message()));
+        controls[rank]->Abort(std::string(status.message()));
       }
       std::lock_guard<std::mutex> lock(mutex);
       // Keep the root cause: the rank that failed first, not the ones it then aborted.

@@ -24,4 +24,11 @@ bool UnderMpirun();
 // prefixed with its rank. zero.world must be 1 or mpirun's -np under mpirun.
 Status RunRanks(const Options& options, const std::function<Status(Communicator&)>& body);
 
+// The same with a second communicator per rank for control traffic (rank agreement, stop
+// requests) that never interleaves with the engine's collectives: each communicator
+// orders its own collectives, and the engine's may still be in flight between steps.
+// A failing rank aborts both.
+using RanksBody = std::function<Status(Communicator& engine, Communicator& control)>;
+Status RunRanksWithControl(const Options& options, const RanksBody& body);
+
 }  // namespace strata

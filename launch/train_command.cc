@@ -96,10 +96,11 @@ Status RunTrain(const CommandArgs& args) {
     RETURN_IF_ERROR(CheckRegularInput(options.data.path, "data file (data.path)"));
   }
   RETURN_IF_ERROR(CheckOutputsAreNotInputs(args.config_path, args.metrics_path, options));
-  return RunRanks(options, [&](Communicator& communicator) -> Status {
+  return RunRanksWithControl(options, [&](Communicator& communicator,
+                                           Communicator& control) -> Status {
     const bool lead = communicator.rank() == 0;
     // The run's first collective: the ranks agree on the configuration, or stop.
-    RETURN_IF_ERROR(AgreeOnStart(communicator, FormatResolved(options)));
+    RETURN_IF_ERROR(AgreeOnStart(control, FormatResolved(options)));
     if (lead) {
       spdlog::info("resolved configuration:\n{}", FormatResolved(options));
       spdlog::info("ranks: {} ({}), run {}", communicator.world_size(), communicator.Describe(),
@@ -128,7 +129,7 @@ Status RunTrain(const CommandArgs& args) {
     int last_checkpoint_step = session->first_step();
     for (int step = session->first_step(); step < options.train.steps; ++step) {
       if (lead) MaybeRaiseFaultSignal(step);
-      ASSIGN_OR_RETURN(const int stop, AgreeOnStop(communicator, StopSignal()));
+      ASSIGN_OR_RETURN(const int stop, AgreeOnStop(control, StopSignal()));
       if (stop != 0) {
         std::string saved;
         if (stop == SIGTERM && !options.train.checkpoint_dir.empty() &&

@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_join.h"
 #include "core/testing/status_matchers.h"
+#include "core/run_identity.h"
 #include "launch/session.h"
 #include "tests/engine_rig.h"
 #include "tests/placement_runs.h"
@@ -311,7 +312,7 @@ TEST(Infinity, CorruptedSwapFileIsNeverTrainedOn) {
       // Step 0's write-backs done, so the garbage stays on disk until read.
       RETURN_IF_ERROR(session->Finish());
       if (corrupt) {
-        const std::string path = dir + "/strata-rank0-" + std::string(c.file) + ".swap";
+        const std::string path = dir + "/strata-" + RunId() + "-rank0-" + std::string(c.file) + ".swap";
         const int fd = ::open(path.c_str(), O_WRONLY);
         if (fd < 0) return absl::InternalError("cannot open " + path);
         struct stat info;
@@ -339,7 +340,7 @@ TEST(Infinity, CorruptedSwapFileIsNeverTrainedOn) {
     EXPECT_THAT(corrupted,
                 StatusIs(absl::StatusCode::kDataLoss,
                          ::testing::AllOf(HasSubstr("checksum mismatch"),
-                                          HasSubstr(dir + "/strata-rank0-" + c.file + ".swap"))))
+                                          HasSubstr(dir + "/strata-" + RunId() + "-rank0-" + c.file + ".swap"))))
         << c.file;
   }
 }
