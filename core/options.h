@@ -136,7 +136,9 @@ struct TrainOptions {
 
 struct DeviceOptions {
   BackendKind backend = BackendKind::kCpu;  // device.backend: cpu | cuda (GPU = local rank).
-  uint64_t memory_limit = 8ull << 30;  // device.memory_limit: device-tier capacity ("2GiB").
+  // device.memory_limit: device-tier capacity ("2GiB"); 0 = automatic: the GPU's memory on
+  // cuda, min(8 GiB, half the rank's share of usable RAM) on cpu (runtime/backend.h).
+  uint64_t memory_limit = 0;
   int threads = 0;                 // device.threads: CPU kernel threads; 0 = all cores.
 };
 
@@ -196,7 +198,9 @@ struct NvmeOptions {
 
 struct TiersOptions {
   // tiers.host_memory_limit: capacity of the host tier (pinned memory with CUDA) on this
-  // rank; 0 = the machine's physical memory divided by the ranks of this process.
+  // rank; 0 = automatic: the rank's share of usable RAM (core/host_memory.h: physical or
+  // cgroup limit, minus a reserve, divided among the ranks on the node; on cpu less the
+  // device tier).
   uint64_t host_memory_limit = 0;
 };
 

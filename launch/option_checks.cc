@@ -69,8 +69,6 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
   }
 
   const DeviceOptions& device = options.device;
-  expect(device.memory_limit > 0, "device.memory_limit", SizeText(device.memory_limit),
-         "a size > 0");
   at_least("device.threads", device.threads, 0);
 
   const ZeroOptions& zero = options.zero;

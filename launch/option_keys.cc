@@ -107,7 +107,8 @@ const std::vector<KeySpec>& Keys() {
       {"device.backend", Enum(+[](Options& o) { return &o.device.backend; }),
        "compute backend: cpu | cuda (one GPU per local rank; needs a CUDA build).", false},
       {"device.memory_limit", +[](Options& o) { return &o.device.memory_limit; },
-       "device-tier capacity: bytes or a size like 512MiB, 2GiB; > 0.", true},
+       "device-tier capacity: bytes or a size like 512MiB, 2GiB; 0 = automatic (cuda: the "
+       "GPU's memory; cpu: min(8GiB, half the rank's share of usable RAM)).", true},
       {"device.threads", +[](Options& o) { return &o.device.threads; },
        "CPU kernel threads; 0 = all cores; >= 0.", false},
       {"zero.stage", +[](Options& o) { return &o.zero.stage; },
@@ -145,8 +146,9 @@ const std::vector<KeySpec>& Keys() {
        "the RAM they are meant to free).",
        false},
       {"tiers.host_memory_limit", +[](Options& o) { return &o.tiers.host_memory_limit; },
-       "host-tier capacity per rank (pinned with CUDA): a size like 16GiB; 0 = physical "
-       "memory / ranks of this process.",
+       "host-tier capacity per rank (pinned with CUDA): a size like 16GiB; 0 = automatic: "
+       "the rank's share of usable RAM (physical or cgroup limit, minus max(2GiB, 1/8), "
+       "divided among the node's ranks; on cpu less the device tier). Above it is refused.",
        true},
       {"nvme.engine", Enum(+[](Options& o) { return &o.nvme.engine; }),
        "I/O engine of the nvme tier: auto (io_uring, else pread) | io_uring | pread.", false},

@@ -39,10 +39,12 @@ StatusOr<Backend> CreateCudaBackend(const Options& options, int local_rank, int 
         "device.backend=cuda: no usable GPU: CUDA sees 0 devices (check CUDA_VISIBLE_DEVICES "
         "and nvidia-smi), or use device.backend=cpu");
   }
+  ASSIGN_OR_RETURN(const TierCapacities capacities,
+                   ResolveTierCapacities(options, local_size, ProbeHostMemory()));
   CudaDeviceOptions device_options;
   device_options.local_rank = std::max(0, local_rank);
-  device_options.device_memory_bytes = options.device.memory_limit;
-  device_options.host_memory_bytes = HostTierCapacity(options, local_size);
+  device_options.device_memory_bytes = capacities.device_bytes;
+  device_options.host_memory_bytes = capacities.host_bytes;
   StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(device_options);
   if (!device.ok()) {
     return CudaUnavailable(device.status(),
@@ -59,20 +61,55 @@ StatusOr<Backend> CreateCudaBackend(const Options& options, int local_rank, int 
 
 }  // namespace
 
-uint64_t HostTierCapacity(const Options& options, int ranks_on_node) {
-  if (options.tiers.host_memory_limit > 0) return options.tiers.host_memory_limit;
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page_bytes = sysconf(_SC_PAGE_SIZE);
-  const uint64_t physical =
-      pages > 0 && page_bytes > 0 ? static_cast<uint64_t>(pages) * page_bytes : (64ull << 30);
-  return physical / std::max(1, ranks_on_node);
+StatusOr<TierCapacities> ResolveTierCapacities(const Options& options, int ranks_on_node,
+                                               const HostMemory& memory) {
+  const int ranks = std::max(1, ranks_on_node);
+  const uint64_t share = memory.usable_bytes / ranks;
+  const bool cpu = options.device.backend == BackendKind::kCpu;
+  const uint64_t explicit_device = options.device.memory_limit;
+  const uint64_t explicit_host = options.tiers.host_memory_limit;
+  TierCapacities capacities;
+  const std::string machine = absl::StrCat("this machine's memory allows ",
+                                           FormatBytes(share), " per rank for ", ranks,
+                                           " rank(s) on it: ", memory.Describe());
+  if (cpu) {
+    // Both tiers are RAM here: together they must fit the rank's share.
+    capacities.device_bytes =
+        explicit_device > 0 ? explicit_device : std::min<uint64_t>(8ull << 30, share / 2);
+    if (explicit_host > 0) {
+      capacities.host_bytes = explicit_host;
+    } else {
+      capacities.host_bytes = share > capacities.device_bytes ? share - capacities.device_bytes : 0;
+    }
+    if (capacities.device_bytes + capacities.host_bytes > share || capacities.host_bytes == 0) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "device.backend=cpu: the device tier (device.memory_limit = ",
+          FormatBytes(capacities.device_bytes), explicit_device > 0 ? "" : ", its default",
+          ") and the host tier (tiers.host_memory_limit = ", FormatBytes(capacities.host_bytes),
+          explicit_host > 0 ? "" : ", its default",
+          ") both live in RAM and together exceed what ", machine,
+          "; lower them, or run fewer ranks on this machine"));
+    }
+    return capacities;
+  }
+  // CUDA: the device tier is the GPU's (clipped to its free memory when created; 0 = all).
+  capacities.device_bytes = explicit_device > 0 ? explicit_device : ~0ull >> 1;
+  capacities.host_bytes = explicit_host > 0 ? explicit_host : share;
+  if (capacities.host_bytes > share) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "tiers.host_memory_limit = ", FormatBytes(capacities.host_bytes), " is more than ",
+        machine, "; lower it, or run fewer ranks on this machine"));
+  }
+  return capacities;
 }
 
 StatusOr<Backend> CreateBackend(const Options& options, int local_rank, int local_size) {
   if (options.device.backend == BackendKind::kCpu) {
+    ASSIGN_OR_RETURN(const TierCapacities capacities,
+                     ResolveTierCapacities(options, local_size, ProbeHostMemory()));
     CpuDeviceOptions device_options;
-    device_options.device_memory_bytes = options.device.memory_limit;
-    device_options.host_memory_bytes = HostTierCapacity(options, local_size);
+    device_options.device_memory_bytes = capacities.device_bytes;
+    device_options.host_memory_bytes = capacities.host_bytes;
     Backend backend;
     backend.device = CreateCpuDevice(device_options);
     ASSIGN_OR_RETURN(std::unique_ptr<Ops> ops,

@@ -3,7 +3,7 @@
 // - "cpu": the CPU device (a capped host pool plays the device tier) and the CPU kernels,
 //   each set refusing buffers of the other tier (kernels/tier_checked_ops.h).
 // - "cuda": the CUDA device on GPU (local rank % visible GPUs) with device.memory_limit and
-//   a pinned host tier of HostTierCapacity; the CUDA kernels on it; CPU kernels as
+//   a pinned host tier of ResolveTierCapacities; the CUDA kernels on it; CPU kernels as
 //   host_ops for the offloaded optimizer (they run as host functions on CUDA streams).
 //   Where strata was built without CUDA, or no GPU is usable, CreateBackend fails at once
 //   (kUnavailable / kFailedPrecondition) naming device.backend=cuda and the reason.
@@ -17,6 +17,7 @@
 
 #include "kernels/ops.h"
 #include "core/device.h"
+#include "core/host_memory.h"
 #include "core/options.h"
 
 namespace strata {
@@ -27,10 +28,21 @@ struct Backend {
   std::unique_ptr<Ops> host_ops;   // CPU kernels on the host tier (the offloaded optimizer)
 };
 
-// The host tier's capacity: tiers.host_memory_limit, or where that is 0 the machine's
-// physical memory divided by the `ranks_on_node` sharing it (threads of this process, or
-// processes on this node: Communicator::local_size).
-uint64_t HostTierCapacity(const Options& options, int ranks_on_node);
+// The tiers' capacities of one of the `ranks_on_node` ranks sharing a machine (threads of
+// this process, or processes on this node: Communicator::local_size), from `memory`'s
+// usable bytes divided among them (the rank's share):
+// - cpu: both tiers are RAM. device.memory_limit, or by default min(8 GiB, share / 2);
+//   tiers.host_memory_limit, or by default the rest of the share. Together above the share
+//   is kResourceExhausted naming both keys and the machine's memory.
+// - cuda: device.memory_limit, or by default all of the GPU (clipped to its free memory
+//   when the device is created); tiers.host_memory_limit (pinned), or by default the
+//   share; an explicit one above the share is kResourceExhausted.
+struct TierCapacities {
+  uint64_t device_bytes = 0;
+  uint64_t host_bytes = 0;
+};
+StatusOr<TierCapacities> ResolveTierCapacities(const Options& options, int ranks_on_node,
+                                               const HostMemory& memory);
 
 // The backend of the rank that is `local_rank` of the `local_size` ranks sharing this node
 // (Communicator::local_rank/local_size): the rank picks the GPU on device.backend=cuda
