@@ -18,16 +18,22 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
   auto at_least = [&expect](const char* key, int value, int min) {
     expect(value >= min, key, NumberText(value), absl::StrCat(">= ", min));
   };
+  // Upper bounds far above any real use: a key at an absurd value gets this error instead
+  // of an allocation the pools never see (per-layer tables, per-buffer bookkeeping, threads).
+  auto in_range = [&expect](const char* key, int value, int min, int max) {
+    expect(value >= min && value <= max, key, NumberText(value),
+           absl::StrCat("in [", min, ", ", max, "]"));
+  };
   const ModelOptions& model = options.model;
   if (FindPreset(model.preset) == nullptr) {
     expect(false, "model.preset", absl::StrCat("'", model.preset, "'"),
            absl::StrCat("one of ", PresetList()));
   }
-  at_least("model.layers", model.layers, 1);
-  at_least("model.heads", model.heads, 1);
-  at_least("model.channels", model.channels, 1);
-  at_least("model.vocab", model.vocab, 1);
-  at_least("model.max_seq_len", model.max_seq_len, 1);
+  in_range("model.layers", model.layers, 1, 1024);
+  in_range("model.heads", model.heads, 1, 4096);
+  in_range("model.channels", model.channels, 1, 1048576);
+  in_range("model.vocab", model.vocab, 1, 1073741824);
+  in_range("model.max_seq_len", model.max_seq_len, 1, 1048576);
   if (model.heads >= 1 && model.channels >= 1) {
     expect(model.channels % model.heads == 0, "model.channels", NumberText(model.channels),
            absl::StrCat("a multiple of model.heads (", model.heads, ")"));
@@ -39,13 +45,13 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
 
   const TrainOptions& train = options.train;
   at_least("train.steps", train.steps, 1);
-  at_least("train.micro_batch", train.micro_batch, 1);
+  in_range("train.micro_batch", train.micro_batch, 1, 1 << 20);
   at_least("train.seq_len", train.seq_len, 1);
   if (train.seq_len >= 1) {
     expect(train.seq_len <= model.max_seq_len, "train.seq_len", NumberText(train.seq_len),
            absl::StrCat("<= model.max_seq_len (", model.max_seq_len, ")"));
   }
-  at_least("train.grad_accum", train.grad_accum, 1);
+  in_range("train.grad_accum", train.grad_accum, 1, 65536);
   expect(train.lr > 0, "train.lr", NumberText(train.lr), "> 0");
   expect(train.min_lr_fraction >= 0 && train.min_lr_fraction <= 1, "train.min_lr_fraction",
          NumberText(train.min_lr_fraction), "a fraction in [0, 1]");
@@ -59,7 +65,7 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
   expect(train.grad_clip >= 0, "train.grad_clip", NumberText(train.grad_clip),
          ">= 0 (0 disables clipping)");
   at_least("train.eval_every", train.eval_every, 0);
-  at_least("train.eval_batches", train.eval_batches, 1);
+  in_range("train.eval_batches", train.eval_batches, 1, 1 << 20);
   at_least("train.log_every", train.log_every, 1);
   at_least("train.checkpoint_every", train.checkpoint_every, 0);
   at_least("train.checkpoint_keep", train.checkpoint_keep, 0);
@@ -69,7 +75,7 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
   }
 
   const DeviceOptions& device = options.device;
-  at_least("device.threads", device.threads, 0);
+  in_range("device.threads", device.threads, 0, 1024);
 
   const ZeroOptions& zero = options.zero;
   expect(zero.stage >= 0 && zero.stage <= 3, "zero.stage", NumberText(zero.stage),
@@ -82,9 +88,9 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
   // Which placements can run together: the rules live with the placement's resolution.
   for (std::string& problem : PlacementProblems(options)) problems->push_back(std::move(problem));
   const NvmeOptions& nvme = options.nvme;
-  at_least("nvme.read_ahead_units", nvme.read_ahead_units, 1);
-  at_least("nvme.optimizer_buffers", nvme.optimizer_buffers, 2);
-  at_least("nvme.grad_buffers", nvme.grad_buffers, 2);
+  in_range("nvme.read_ahead_units", nvme.read_ahead_units, 1, 1024);
+  in_range("nvme.optimizer_buffers", nvme.optimizer_buffers, 2, 1024);
+  in_range("nvme.grad_buffers", nvme.grad_buffers, 2, 1024);
   expect(nvme.queue_depth >= 1 && nvme.queue_depth <= 4096, "nvme.queue_depth",
          NumberText(nvme.queue_depth), "a depth in [1, 4096]");
   expect(nvme.chunk_bytes >= 8192 && nvme.chunk_bytes % 8192 == 0, "nvme.chunk_bytes",

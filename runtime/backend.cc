@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <thread>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
@@ -104,6 +105,13 @@ StatusOr<TierCapacities> ResolveTierCapacities(const Options& options, int ranks
 }
 
 StatusOr<Backend> CreateBackend(const Options& options, int local_rank, int local_size) {
+  // More kernel threads than 4x the cores only costs memory (a stack each) and switches.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (options.device.threads > 4 * cores) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device.threads = ", options.device.threads, " is more than 4x this machine's ", cores,
+        " cores; use 0 (all cores) or at most ", 4 * cores));
+  }
   if (options.device.backend == BackendKind::kCpu) {
     ASSIGN_OR_RETURN(const TierCapacities capacities,
                      ResolveTierCapacities(options, local_size, ProbeHostMemory()));

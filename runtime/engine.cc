@@ -136,7 +136,7 @@ Status Engine::Init() {
                                                      2 * B * T * sizeof(int32_t), "token ids"));
   ASSIGN_OR_RETURN(losses_host_,
                    device_->Allocate(Tier::kHost, StateKind::kWorkspace,
-                                     options_.train.grad_accum * B * T * sizeof(float), "losses"));
+                                     static_cast<size_t>(options_.train.grad_accum) * B * T * sizeof(float), "losses"));
   ASSIGN_OR_RETURN(loss_device_, device_->Allocate(Tier::kDevice, StateKind::kWorkspace,
                                                    world * sizeof(float), "losses of ranks"));
   ASSIGN_OR_RETURN(loss_host_, device_->Allocate(Tier::kHost, StateKind::kWorkspace,
