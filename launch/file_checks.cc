@@ -65,10 +65,9 @@ Status CheckOutputsAreNotInputs(const std::string& config_path, const std::strin
   }
   struct stat info {};
   if (::stat(metrics_path.c_str(), &info) == 0) {
-    if (!S_ISREG(info.st_mode)) {
-      return absl::InvalidArgumentError(absl::StrCat("--metrics ", metrics_path, " is ",
-                                                     KindOf(info.st_mode),
-                                                     ", not a file strata can write"));
+    if (S_ISDIR(info.st_mode)) {  // a pipe or /dev/null is fine to write to
+      return absl::InvalidArgumentError(absl::StrCat("--metrics ", metrics_path,
+                                                     " is a directory; name a file in it"));
     }
     if (::access(metrics_path.c_str(), W_OK) != 0) {
       return ErrnoError(errno, absl::StrCat("--metrics ", metrics_path, " cannot be written"));

@@ -4,7 +4,7 @@
 //   or a directory is refused naming what it is (reading one could block or never end);
 // - an output (--metrics) naming an input (the config file, data.path) is refused before
 //   anything is opened, so it can never be truncated; a --metrics that is a directory or
-//   sits in a missing or read-only directory is refused too;
+//   sits in a missing or read-only directory is refused too (a pipe or /dev/null is fine);
 // - train.checkpoint_dir is created if missing and must be a writable directory with room
 //   for one checkpoint (checked before the first step, not at the first checkpoint).
 // Thread-safety: pure functions of the filesystem.

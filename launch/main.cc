@@ -1,6 +1,10 @@
-// The `strata` command line: train | bench. Parsing by CLI11; every failure is printed
-// as one clear message and exit status 1 (usage errors: 2).
+// The `strata` command line: train | bench. Parsing by CLI11. Exit status: 0 done; 1 an
+// error (one clear message); 2 a usage error (a mistyped command is named, with the
+// closest one); 128 + N stopped by signal N (launch/interrupt.h).
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -8,6 +12,58 @@
 #include "launch/commands.h"
 #include "launch/interrupt.h"
 #include "launch/options_parse.h"
+
+namespace {
+
+// Edit distance (insertions, deletions, substitutions) for "did you mean".
+size_t Distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// What went wrong, naming a mistyped command word where that is the cause.
+std::string UsageProblem(CLI::App& app, int argc, char** argv, const CLI::ParseError& error) {
+  CLI::App* level = &app;
+  std::string path = "strata";
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word.empty() || word[0] == '-') break;  // flags start: the command words are done
+    if (level->get_subcommands({}).empty()) break;
+    CLI::App* next = nullptr;
+    std::string closest;
+    size_t best = 3;
+    for (CLI::App* sub : level->get_subcommands({})) {
+      if (sub->get_name() == word) next = sub;
+      const size_t distance = Distance(word, sub->get_name());
+      if (distance < best) {
+        best = distance;
+        closest = sub->get_name();
+      }
+    }
+    if (next == nullptr) {
+      std::vector<std::string> names;
+      for (CLI::App* sub : level->get_subcommands({})) names.push_back(sub->get_name());
+      return "'" + path + " " + word + "': unknown command" +
+             (closest.empty() ? "" : " (did you mean '" + closest + "'?)") + "; expected one of " +
+             CLI::detail::join(names, ", ");
+    }
+    level = next;
+    path += " " + word;
+  }
+  return path + ": " + error.what();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"strata: ZeRO training runtime (stages, CPU offload, NVMe offload)"};
@@ -90,7 +146,15 @@ int main(int argc, char** argv) {
   bench_adam->add_option("--threads", adam_threads, "threads; 0 = all cores");
   bench_adam->add_flag("--quick", adam_quick, "small sizes (5M, 20M) for a smoke test");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help and the like: CLI11 prints them
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "strata: usage error: %s\n%s", UsageProblem(app, argc, argv, e).c_str(),
+                 "run 'strata --help' (or 'strata <command> --help') for the commands and flags\n");
+    return 2;
+  }
 
   strata::Status status;
   if (help_config) {

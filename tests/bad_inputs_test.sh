@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# The reliability table (tests/testdata/bad_inputs.txt): every bad input gets the expected
+# exit code and a message with the expected key words, loses nothing (every fixture file
+# keeps its bytes) and leaves nothing behind (no swap, lock or partial checkpoint file).
+# Each case runs under a timeout: a hang fails it. Usage: bad_inputs_test.sh STRATA TABLE
+set -uo pipefail
+strata="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
+table="$2"
+D="${TEST_TMPDIR:-$(mktemp -d)}/bad-inputs"
+rm -rf "$D"
+mkdir -p "$D/adir" "$D/work" "$D/busy"
+SHM=/dev/shm/strata-bad-inputs-$$
+mkdir -p "$SHM"
+TRAIN="train --set model.preset=tiny --set train.steps=2 --set train.eval_every=0"
+failures=0
+holder=""
+cleanup() {
+  if [[ -n "$holder" ]]; then
+    pkill -P "$holder" 2>/dev/null
+    kill "$holder" 2>/dev/null
+  fi
+  rm -rf "$SHM"
+}
+trap cleanup EXIT
+
+# --- fixtures
+for i in $(seq 400); do echo "the quick brown fox $i jumps over the lazy dog"; done > "$D/text.txt"
+head -c 8192 /dev/urandom > "$D/random.bin"
+mkfifo "$D/fifo"
+: > "$D/empty.txt"
+printf 'ab' > "$D/short.txt"
+llmc() {  # magic version declared_count token_count token_value
+  perl -e 'print pack("l<256", $ARGV[0], $ARGV[1], $ARGV[2]), pack("S<*", ($ARGV[4]) x $ARGV[3])' "$@"
+}
+llmc 20240521 1 100 100 65 > "$D/badmagic.bin"
+llmc 20240520 2 100 100 65 > "$D/v2.bin"
+llmc 20240326 3 100 100 65 > "$D/model.bin"
+llmc 20240520 1 100 50 65 > "$D/trunc.bin"
+llmc 20240520 1 100 150 65 > "$D/long.bin"
+llmc 20240520 1 100 100 300 > "$D/vocab.bin"
+echo '{"model": {"preset": "tiny"}, "train": {"steps": 2, "eval_every": 0}}' > "$D/ok.json"
+perl -e 'print "[" x 100000, "]" x 100000' > "$D/deep.json"
+perl -e 'print "{\"train\": {}}", " " x (2 << 20)' > "$D/big.json"
+printf '{\n  "train": {"steps": 10,}\n}\n' > "$D/syntax.json"
+echo '[1, 2]' > "$D/array.json"
+echo '{"train": {"steps": "ten"}}' > "$D/wrongtype.json"
+echo '{"steps": 3}' > "$D/toplevel.json"
+: > "$D/empty.json"
+echo '{"train": {"stesp": 3}}' > "$D/unknown.json"
+mkdir -p "$D/nock"
+# A checkpoint, and damaged copies of it.
+if ! "$strata" $TRAIN --set train.checkpoint_every=1 --set train.checkpoint_dir="$D/ck" \
+    > "$D/ck.log" 2>&1; then
+  echo "FAIL: could not make the checkpoint fixture"; cat "$D/ck.log"; exit 1
+fi
+for name in ck_json ck_sum ck_unit ck_bits ck_version; do cp -r "$D/ck" "$D/$name"; done
+echo '{"format": "strata-checkpoint", "version": 2,' > "$D/ck_json/step-2/checkpoint.json"
+sed -i 's/"next_step": 2/"next_step": 1/' "$D/ck_sum/step-2/checkpoint.json"
+truncate -s -4 "$D/ck_unit/step-2/unit-0.bin"
+printf '\x7f' | dd of="$D/ck_bits/step-2/unit-1.bin" bs=1 seek=100 conv=notrunc status=none
+sed -i 's/"version": 2/"version": 99/' "$D/ck_version/step-2/checkpoint.json"
+rm -f "$D/ck"/step-1/* 2>/dev/null; rm -rf "$D/ck/step-1" "$D"/ck_*/step-1
+# A directory a live run holds (another process keeps its lock).
+echo "strata run live99 rank 0: pid 1 on host elsewhere" > "$D/busy/strata-live99-rank0.lock"
+flock -x "$D/busy/strata-live99-rank0.lock" sleep 600 < /dev/null > /dev/null 2>&1 &
+holder=$!
+for _ in $(seq 50); do
+  flock -n -x "$D/busy/strata-live99-rank0.lock" true 2>/dev/null || break
+  sleep 0.1
+done
+
+fingerprint() {
+  (cd "$D" && find . "$SHM" -type f ! -path './work/*' -print0 | sort -z | xargs -0 md5sum)
+}
+leftovers() {
+  find "$D" "$SHM" \( -name '*.swap' -o -name '*.partial' -o \
+       \( -name 'strata-*.lock' ! -name 'strata-live99-rank0.lock' \) \) -print
+}
+before="$(fingerprint)"
+
+cases=0
+while IFS= read -r line; do
+  [[ -z "${line// }" || "$line" == \#* ]] && continue
+  cases=$((cases + 1))
+  expected_rc="$(echo "${line%%|*}" | tr -d ' ')"
+  rest="${line#*|}"
+  args="${rest%%|*}"
+  words="${rest#*|}"
+  output="$D/work/out.txt"
+  (cd "$D/work" && eval "timeout 60 \"$strata\" $args" > "$output" 2>&1 < /dev/null)
+  rc=$?
+  problem=""
+  [[ "$rc" == 124 ]] && problem="timed out (a hang)"
+  [[ -z "$problem" && "$rc" != "$expected_rc" ]] && problem="exit $rc, expected $expected_rc"
+  IFS=';' read -ra fragments <<< "$words"
+  for fragment in "${fragments[@]}"; do
+    fragment="$(echo "$fragment" | sed 's/^ *//; s/ *$//')"
+    [[ -z "$fragment" ]] && continue
+    grep -qF -- "$fragment" "$output" || problem="$problem; no '$fragment' in the output"
+  done
+  after="$(fingerprint)"
+  [[ "$after" != "$before" ]] && problem="$problem; a fixture file changed: $(diff <(echo "$before") <(echo "$after") | head -3)"
+  left="$(leftovers)"
+  [[ -n "$left" ]] && problem="$problem; left behind: $left"
+  if [[ -n "$problem" ]]; then
+    failures=$((failures + 1))
+    echo "FAIL: strata$args: ${problem#; }"
+    sed 's/^/    | /' "$output" | tail -5
+    before="$after"
+    find "$D" "$SHM" \( -name '*.swap' -o -name '*.partial' \) -exec rm -rf {} + 2>/dev/null
+  fi
+done < "$table"
+
+echo "bad inputs: $cases cases, $failures failed"
+[[ "$cases" -ge 100 ]] || { echo "FAIL: the table has $cases cases, fewer than 100"; exit 1; }
+[[ "$failures" == 0 ]]
