@@ -6,7 +6,10 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <signal.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <cerrno>
 #include <cstring>
 #include <exception>
@@ -17,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -199,6 +203,31 @@ std::vector<std::string> RemovePartialCheckpoints(const std::string& dir) {
   return removed;
 }
 
+// Fault tests of the whole program: STRATA_FAULT_CHECKPOINT="ACTION@STEP:UNIT" acts just
+// after unit UNIT's file of the checkpoint of step STEP was written: "kill" raises SIGKILL
+// (a process killed mid-checkpoint), "enospc" fails as a full disk would.
+Status CheckpointFaultPoint(int next_step, size_t unit) {
+  const char* value = std::getenv("STRATA_FAULT_CHECKPOINT");
+  if (value == nullptr || *value == '\0') return absl::OkStatus();
+  const std::string text = value;
+  const size_t at = text.find('@');
+  const size_t colon = text.find(':', at == std::string::npos ? 0 : at);
+  int step = -1;
+  int target = -1;
+  if (at == std::string::npos || colon == std::string::npos ||
+      !absl::SimpleAtoi(text.substr(at + 1, colon - at - 1), &step) ||
+      !absl::SimpleAtoi(text.substr(colon + 1), &target)) {
+    return absl::InvalidArgumentError(absl::StrCat("STRATA_FAULT_CHECKPOINT='", text,
+                                                   "': expected kill|enospc@STEP:UNIT"));
+  }
+  if (step != next_step || target != static_cast<int>(unit)) return absl::OkStatus();
+  const std::string action = text.substr(0, at);
+  if (action == "kill") ::raise(SIGKILL);
+  if (action == "enospc") return Errno(ENOSPC, absl::StrCat("writing unit-", unit, ".bin"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("STRATA_FAULT_CHECKPOINT='", text, "': unknown action '", action, "'"));
+}
+
 StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,
                                      int next_step, bool write) {
   namespace fs = std::filesystem;
@@ -206,6 +235,15 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
   const fs::path final_dir = dir / absl::StrCat("step-", next_step);
   const fs::path partial = dir / absl::StrCat("step-", next_step, ".partial");
   std::error_code error;
+  // A checkpoint that fails half-way (a full disk, an I/O error) leaves nothing behind.
+  struct PartialGuard {
+    fs::path path;
+    bool armed = false;
+    ~PartialGuard() {
+      std::error_code ignored;
+      if (armed) fs::remove_all(path, ignored);
+    }
+  } guard{partial};
   if (write) {
     fs::create_directories(dir, error);
     if (error) return absl::InternalError(absl::StrCat("checkpoint: cannot create ",
@@ -217,6 +255,7 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
     fs::create_directory(partial, error);
     if (error) return absl::InternalError(absl::StrCat("checkpoint: cannot create ",
                                                        partial.string(), ": ", error.message()));
+    guard.armed = true;
   }
   nlohmann::json meta = {{"format", kFormat},
                          {"version", kVersion},
@@ -241,6 +280,7 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
     XXH3_freeState(hash);
     const std::string file = absl::StrCat("unit-", u, ".bin");
     RETURN_IF_ERROR(WriteFile((partial / file).string(), pieces));
+    RETURN_IF_ERROR(CheckpointFaultPoint(next_step, u));
     meta["units"].push_back(
         {{"name", units[u].name()}, {"elements", n}, {"file", file}, {"xxh3", digest}});
   }
@@ -262,6 +302,7 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
   fs::rename(partial, final_dir, error);
   if (error) return absl::InternalError(absl::StrCat("checkpoint: cannot rename ",
                                                      partial.string(), ": ", error.message()));
+  guard.armed = false;
   // The rename itself is durable once the directory is synced (best effort: the
   // checkpoint is complete either way).
   SyncFile(dir.string()).IgnoreError();

@@ -124,6 +124,8 @@ int MaybeRaiseFaultSignal(int step) {
                       : name == "SIGTERM" ? SIGTERM
                       : name == "SIGHUP"  ? SIGHUP
                       : name == "SIGPIPE" ? SIGPIPE
+                      : name == "SIGKILL" ? SIGKILL  // a rank that dies
+                      : name == "SIGSTOP" ? SIGSTOP  // a rank that hangs
                                           : 0;
   if (at == std::string::npos || !absl::SimpleAtoi(text.substr(at + 1), &when) ||
       signal_number == 0 || times < 1) {

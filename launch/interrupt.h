@@ -43,7 +43,8 @@ std::string InterruptSummary();
 
 // Test hook, deterministic: STRATA_FAULT_SIGNAL="SIGTERM@3" raises SIGTERM in this thread
 // when the loop reaches step index 3 (after 3 steps finished); "SIGINT*2@3" raises it
-// twice. Returns the signal raised, or 0. An unparsable value is ignored with a warning.
+// twice; SIGKILL and SIGSTOP stand for a rank that dies or hangs. Returns the signal
+// raised, or 0. An unparsable value is ignored with a warning.
 int MaybeRaiseFaultSignal(int step);
 
 }  // namespace strata

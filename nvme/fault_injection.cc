@@ -1,6 +1,9 @@
 // FaultInjectingEngine; see fault_injection.h.
 #include "nvme/fault_injection.h"
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <thread>
@@ -49,6 +52,39 @@ const char* FaultKindName(FaultKind kind) {
       return "delay";
   }
   return "?";
+}
+
+StatusOr<std::optional<FaultPlan>> ParseFaultPlan(const std::string& text) {
+  if (text.empty()) return std::optional<FaultPlan>();
+  const size_t at = text.find('@');
+  const std::string kind = text.substr(0, at);
+  FaultRule rule;
+  if (kind == "eio_read") {
+    rule.kind = FaultKind::kEio;
+    rule.op = IoOp::kRead;
+  } else if (kind == "eio_write") {
+    rule.kind = FaultKind::kEio;
+    rule.op = IoOp::kWrite;
+  } else if (kind == "enospc") {
+    rule.kind = FaultKind::kEnospc;
+  } else if (kind == "short_read") {
+    rule.kind = FaultKind::kShortRead;
+  } else if (kind == "short_write") {
+    rule.kind = FaultKind::kShortWrite;
+  } else if (kind == "torn") {
+    rule.kind = FaultKind::kTornWrite;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fault plan '", text, "': unknown kind '", kind,
+        "' (eio_read, eio_write, enospc, short_read, short_write, torn)"));
+  }
+  if (at == std::string::npos || !absl::SimpleAtoi(text.substr(at + 1), &rule.skip)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fault plan '", text, "': expected KIND@N (N: extents let through first)"));
+  }
+  FaultPlan plan;
+  plan.rules.push_back(rule);
+  return std::optional<FaultPlan>(plan);
 }
 
 FaultInjectingEngine::FaultInjectingEngine(std::unique_ptr<IoEngine> inner, FaultPlan plan)

@@ -69,6 +69,12 @@ struct FaultPlan {
   uint32_t reorder_window = 0;  // 0 or 1: completions pass in arrival order
 };
 
+// A plan written as text, for fault tests of whole programs (STRATA_FAULT_NVME): one rule
+// "KIND@N", KIND one of eio_read, eio_write, enospc, short_read, short_write, torn; N the
+// matching extents let through first (FaultRule::skip). "" is no plan (nullopt);
+// anything else unparsable is kInvalidArgument naming the text.
+StatusOr<std::optional<FaultPlan>> ParseFaultPlan(const std::string& text);
+
 struct TornWrite {
   FileHandle file;
   uint64_t offset = 0;

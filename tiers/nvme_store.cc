@@ -1,6 +1,10 @@
 // NvmeStore; see nvme_store.h.
 #include "tiers/nvme_store.h"
 
+#include <cstdlib>
+
+#include "nvme/fault_injection.h"
+
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -167,6 +171,16 @@ StatusOr<std::unique_ptr<NvmeStore>> NvmeStore::Create(const NvmeStoreOptions& o
     StatusOr<std::unique_ptr<nvme::IoEngine>> engine = nvme::CreateIoEngine(options.engine);
     if (!engine.ok()) return Annotate(engine.status(), "nvme store: creating the I/O engine");
     store->engine_ = std::move(engine).value();
+    // Fault tests of the whole program: STRATA_FAULT_NVME=KIND@N (nvme/fault_injection.h).
+    const char* fault = std::getenv("STRATA_FAULT_NVME");
+    StatusOr<std::optional<nvme::FaultPlan>> plan =
+        nvme::ParseFaultPlan(fault == nullptr ? "" : fault);
+    if (!plan.ok()) return Annotate(plan.status(), "STRATA_FAULT_NVME");
+    if (plan->has_value()) {
+      spdlog::warn("nvme store: STRATA_FAULT_NVME={}: injecting faults", fault);
+      store->engine_ = std::make_unique<nvme::FaultInjectingEngine>(std::move(store->engine_),
+                                                                    **plan);
+    }
   }
   if (store->engine_ == nullptr) {
     return absl::InternalError("nvme store: the engine factory returned no engine");
