@@ -14,6 +14,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <utility>
 #include <vector>
@@ -21,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"
+#include "core/progress.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -98,7 +100,8 @@ std::string MetaChecksum(nlohmann::json meta) {
 }
 
 // The file at `path` has `bytes` bytes whose XXH3 is `hash` (hex), read in 16 MiB pieces.
-Status CheckFile(const std::string& path, uint64_t bytes, const std::string& hash) {
+Status CheckFile(const std::string& path, uint64_t bytes, const std::string& hash,
+                 Progress* progress) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Errno(errno, "cannot open " + path);
   XXH3_state_t* state = XXH3_createState();
@@ -111,6 +114,7 @@ Status CheckFile(const std::string& path, uint64_t bytes, const std::string& has
     if (got <= 0) break;
     XXH3_64bits_update(state, piece.data(), static_cast<size_t>(got));
     total += static_cast<uint64_t>(got);
+    if (progress != nullptr) progress->Advance(static_cast<uint64_t>(got));
   }
   const std::string found = Hex(XXH3_64bits_digest(state));
   XXH3_freeState(state);
@@ -263,6 +267,8 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
                          {"model", ModelJson(options.model)},
                          {"units", nlohmann::json::array()}};
   const std::vector<UnitLayout>& units = model.units();
+  std::optional<Progress> progress;
+  if (write) progress.emplace(absl::StrCat("checkpoint step-", next_step), CheckpointBytes(model));
   for (size_t u = 0; u < units.size(); ++u) {
     // Collective: every rank reads (gathers) the unit; rank 0 writes it.
     ASSIGN_OR_RETURN(Engine::UnitOptimizerState state,
@@ -281,6 +287,7 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
     const std::string file = absl::StrCat("unit-", u, ".bin");
     RETURN_IF_ERROR(WriteFile((partial / file).string(), pieces));
     RETURN_IF_ERROR(CheckpointFaultPoint(next_step, u));
+    progress->Advance(3 * n * sizeof(float));
     meta["units"].push_back(
         {{"name", units[u].name()}, {"elements", n}, {"file", file}, {"xxh3", digest}});
   }
@@ -321,7 +328,8 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
 }
 
 StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
-                                          const Options& options, const std::string& where) {
+                                          const Options& options, const std::string& where,
+                                          bool show_progress) {
   ASSIGN_OR_RETURN(const std::string path, ResolveCheckpoint(where));
   const std::string meta_path = path + "/checkpoint.json";
   ASSIGN_OR_RETURN(std::vector<char> text, ReadFile(meta_path));
@@ -401,8 +409,18 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
   }
   // Every file checked before any state changes (streamed: host memory holds one unit,
   // whatever the model), then loaded unit by unit.
-  for (const UnitFile& file : files) RETURN_IF_ERROR(CheckFile(file.path, 3 * file.elements * 4,
-                                                               file.hash));
+  uint64_t checkpoint_bytes = 0;
+  for (const UnitFile& file : files) checkpoint_bytes += 3 * file.elements * 4;
+  {
+    std::optional<Progress> verifying;
+    if (show_progress) verifying.emplace(absl::StrCat("verifying ", path), checkpoint_bytes);
+    for (const UnitFile& file : files) {
+      RETURN_IF_ERROR(CheckFile(file.path, 3 * file.elements * 4, file.hash,
+                                verifying ? &*verifying : nullptr));
+    }
+  }
+  std::optional<Progress> loading;
+  if (show_progress) loading.emplace(absl::StrCat("resuming from ", path), checkpoint_bytes);
   for (size_t u = 0; u < units.size(); ++u) {
     const size_t n = files[u].elements;
     ASSIGN_OR_RETURN(std::vector<char> bytes, ReadFile(files[u].path));
@@ -419,6 +437,7 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
       offset += n * sizeof(float);
     }
     RETURN_IF_ERROR(engine.WriteOptimizerState(static_cast<int>(u), state));
+    if (loading) loading->Advance(bytes.size());
   }
   return LoadedCheckpoint{next_step, path};
 }

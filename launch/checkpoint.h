@@ -33,7 +33,7 @@
 namespace strata {
 
 // Writes the state before step `next_step` to <options.train.checkpoint_dir>/step-<k>
-// (rank 0 writes when `write`); returns that path.
+// (rank 0 writes when `write`, showing progress: core/progress.h); returns that path.
 StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,
                                      int next_step, bool write);
 
@@ -57,7 +57,9 @@ struct LoadedCheckpoint {
   int next_step = 0;  // k: the next step to run
   std::string path;   // the step-<k> directory loaded
 };
+// With `show_progress` (one rank), verifying and loading show progress (core/progress.h).
 StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
-                                          const Options& options, const std::string& path);
+                                          const Options& options, const std::string& path,
+                                          bool show_progress = false);
 
 }  // namespace strata

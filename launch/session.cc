@@ -80,8 +80,9 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
                                   session->model_.get(),
                                   &session->engine_communicator()));
   if (!options.train.resume.empty()) {
-    StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(*session->engine_, *session->model_,
-                                                       options, options.train.resume);
+    StatusOr<LoadedCheckpoint> loaded =
+        LoadCheckpoint(*session->engine_, *session->model_, options, options.train.resume,
+                       communicator->rank() == 0);
     if (!loaded.ok()) return session->AbortOnError(loaded.status());
     session->first_step_ = loaded->next_step;
     session->resumed_from_ = loaded->path;

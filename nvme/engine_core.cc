@@ -56,11 +56,16 @@ StatusOr<UniqueFd> OpenFileForIo(const std::string& path, const FileOptions& opt
     return ErrnoError(error_number, absl::StrCat("nvme: open ", path));
   }
   UniqueFd owner(fd);
-  if (options.preallocate_bytes > 0) {
+  // In pieces, so a long preallocation can show progress; the file ends at the size asked.
+  constexpr uint64_t kPieceBytes = 1ull << 30;
+  for (uint64_t offset = 0; offset < options.preallocate_bytes;) {
+    const uint64_t piece = std::min(kPieceBytes, options.preallocate_bytes - offset);
     int result;
     do {
-      result = ::fallocate(fd, 0, 0, static_cast<off_t>(options.preallocate_bytes));
+      result = ::fallocate(fd, 0, static_cast<off_t>(offset), static_cast<off_t>(piece));
     } while (result != 0 && errno == EINTR);
+    offset += piece;
+    if (result == 0 && options.on_preallocated) options.on_preallocated(piece);
     if (result != 0) {
       int error_number = errno;
       if (error_number == ENOSPC) {

@@ -76,6 +76,8 @@ struct FileOptions {
   // lack of space and the file has that size. Not enough space is kResourceExhausted naming
   // the file, the bytes asked and the bytes free. Default 0 (no preallocation).
   uint64_t preallocate_bytes = 0;
+  // Called after each piece (1 GiB) of the preallocation with its bytes, for progress.
+  std::function<void(uint64_t bytes)> on_preallocated;
 };
 
 struct IoRequest {

@@ -10,6 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -454,6 +455,29 @@ TEST_P(EngineTest, FilesOpenPreallocateAndClose) {
   EXPECT_OK(engine->CloseFile(file));
   EXPECT_EQ(engine->Submit({{IoOp::kRead, file, 0, kMiB, buffer->data(), 1}}).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST_P(EngineTest, LargePreallocationsGoInGibPiecesReportingEach) {
+  struct statvfs fs {};
+  ASSERT_EQ(::statvfs(dir_.c_str(), &fs), 0);
+  if (uint64_t{fs.f_bavail} * fs.f_frsize < (8ull << 30)) {
+    GTEST_SKIP() << "SKIPPED: fewer than 8 GiB free in " << dir_;
+  }
+  std::unique_ptr<IoEngine> engine = MakeEngine();
+  ASSERT_NE(engine, nullptr);
+  FileOptions options;
+  options.create = true;
+  options.preallocate_bytes = (2ull << 30) + 3 * kMiB;  // two full pieces and a tail
+  std::vector<uint64_t> pieces;
+  options.on_preallocated = [&](uint64_t bytes) { pieces.push_back(bytes); };
+  const FileHandle file = Open(engine.get(), "big.dat", options);
+  EXPECT_EQ(pieces, (std::vector<uint64_t>{1ull << 30, 1ull << 30, 3 * kMiB}));
+  struct stat info {};
+  ASSERT_EQ(::stat((dir_ + "/big.dat").c_str(), &info), 0);
+  EXPECT_EQ(static_cast<uint64_t>(info.st_size), options.preallocate_bytes);
+  EXPECT_GE(static_cast<uint64_t>(info.st_blocks) * 512, options.preallocate_bytes);
+  EXPECT_OK(engine->CloseFile(file));
+  ::unlink((dir_ + "/big.dat").c_str());
 }
 
 TEST_P(EngineTest, RegisteredBuffersAndTheirFallback) {

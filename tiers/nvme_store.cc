@@ -3,6 +3,9 @@
 
 #include <cstdlib>
 
+#include <optional>
+
+#include "core/progress.h"
 #include "nvme/fault_injection.h"
 
 #include <sys/stat.h>
@@ -185,10 +188,16 @@ StatusOr<std::unique_ptr<NvmeStore>> NvmeStore::Create(const NvmeStoreOptions& o
   if (store->engine_ == nullptr) {
     return absl::InternalError("nvme store: the engine factory returned no engine");
   }
+  // Preallocating tens of GiB can take a while on some filesystems: rank 0 shows progress.
+  std::optional<Progress> progress;
+  if (options.rank == 0) {
+    progress.emplace(absl::StrCat("creating swap files in ", options.dir), needed_bytes);
+  }
   for (SwapFile& file : store->files_) {
     if (file.bytes == 0) continue;
     file.created = true;  // open may create it even when a later step fails
     nvme::FileOptions file_options;
+    if (progress) file_options.on_preallocated = [&](uint64_t bytes) { progress->Advance(bytes); };
     file_options.direct_io = true;
     file_options.writable = true;
     file_options.create = true;
