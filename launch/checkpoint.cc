@@ -2,6 +2,7 @@
 #include "launch/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -82,11 +83,34 @@ Status SyncFile(const std::string& path) {
   return absl::OkStatus();
 }
 
+// The whole file, read in large pieces (an istreambuf_iterator copy ran at ~50 MB/s).
 StatusOr<std::vector<char>> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Errno(errno, "cannot open " + path);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return Errno(errno, "reading " + path);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Errno(errno, "cannot open " + path);
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    const int error = errno;
+    ::close(fd);
+    return Errno(error, "stat of " + path);
+  }
+  std::vector<char> bytes(static_cast<size_t>(info.st_size));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t got = ::read(fd, bytes.data() + done, std::min<size_t>(bytes.size() - done,
+                                                                         64u << 20));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      const int error = got < 0 ? errno : EIO;
+      ::close(fd);
+      if (got == 0) {
+        return absl::DataLossError(absl::StrCat("checkpoint: ", path, " shrank while read (",
+                                                done, " of ", bytes.size(), " bytes)"));
+      }
+      return Errno(error, "reading " + path);
+    }
+    done += static_cast<size_t>(got);
+  }
+  ::close(fd);
   return bytes;
 }
 
