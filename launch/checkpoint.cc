@@ -301,10 +301,10 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
   const std::vector<UnitLayout>& units = model.units();
   std::optional<Progress> progress;
   if (write) progress.emplace(absl::StrCat("checkpoint step-", next_step), CheckpointBytes(model));
+  Engine::UnitOptimizerState state;  // reused from unit to unit
   for (size_t u = 0; u < units.size(); ++u) {
     // Collective: every rank reads (gathers) the unit; rank 0 writes it.
-    ASSIGN_OR_RETURN(Engine::UnitOptimizerState state,
-                     engine.ReadOptimizerState(static_cast<int>(u)));
+    RETURN_IF_ERROR(engine.ReadOptimizerState(static_cast<int>(u), &state));
     if (!write) continue;
     const size_t n = units[u].used_elements();
     std::vector<std::pair<const char*, size_t>> pieces;

@@ -326,21 +326,26 @@ StatusOr<double> Engine::EvalLoss(const MicroBatch& batch) {
 }
 
 StatusOr<std::vector<float>> Engine::ReadFull(int unit, std::vector<float> own_part) {
-  const UnitState& state = units_[unit];
   if (!components_.sharded_state()) return own_part;  // already the full unit
-  std::vector<float> values(state.padded_elements);
+  std::vector<float> values;
+  RETURN_IF_ERROR(GatherInto(unit, own_part.data(), &values));
+  return values;
+}
+
+Status Engine::GatherInto(int unit, const float* own_part, std::vector<float>* out) {
+  const UnitState& state = units_[unit];
+  out->resize(state.padded_elements);
   ASSIGN_OR_RETURN(Buffer full, device_->Allocate(Tier::kDevice, StateKind::kWorkspace,
-                                                  values.size() * sizeof(float), "unit read-out"));
+                                                  out->size() * sizeof(float), "unit read-out"));
   // The own shard into its place, then gathered in place.
   float* own = full.as<float>() + communicator_->rank() * state.shard_elements;
-  RETURN_IF_ERROR(device_->CopyAsync(own, own_part.data(), state.shard_elements * sizeof(float),
+  RETURN_IF_ERROR(device_->CopyAsync(own, own_part, state.shard_elements * sizeof(float),
                                      *comm_));
   RETURN_IF_ERROR(communicator_->AllGather(own, full.data(), state.shard_elements, DType::kF32,
                                            *comm_));
-  RETURN_IF_ERROR(device_->CopyAsync(values.data(), full.data(), values.size() * sizeof(float),
+  RETURN_IF_ERROR(device_->CopyAsync(out->data(), full.data(), out->size() * sizeof(float),
                                      *comm_));
-  RETURN_IF_ERROR(comm_->Synchronize());
-  return values;
+  return comm_->Synchronize();
 }
 
 size_t Engine::StateElements(int unit) const {
@@ -363,17 +368,29 @@ StatusOr<std::vector<float>> Engine::ReadGradients(int unit) {
 }
 
 StatusOr<Engine::UnitOptimizerState> Engine::ReadOptimizerState(int unit) {
+  UnitOptimizerState out;
+  RETURN_IF_ERROR(ReadOptimizerState(unit, &out));
+  return out;
+}
+
+Status Engine::ReadOptimizerState(int unit, UnitOptimizerState* out) {
   RETURN_IF_ERROR(SyncStreams());
   const size_t n = StateElements(unit);
-  std::vector<float> master(n), exp_avg(n), exp_avg_sq(n);
-  RETURN_IF_ERROR(components_.LoadOptimizerState(unit, master.data(), exp_avg.data(),
-                                                  exp_avg_sq.data()));
-  UnitOptimizerState out;
-  ASSIGN_OR_RETURN(out.master, ReadFull(unit, std::move(master)));
-  ASSIGN_OR_RETURN(out.exp_avg, ReadFull(unit, std::move(exp_avg)));
-  ASSIGN_OR_RETURN(out.exp_avg_sq, ReadFull(unit, std::move(exp_avg_sq)));
+  std::vector<float>* arrays[3] = {&out->master, &out->exp_avg, &out->exp_avg_sq};
+  if (!components_.sharded_state()) {
+    for (std::vector<float>* array : arrays) array->resize(n);
+    RETURN_IF_ERROR(components_.LoadOptimizerState(unit, out->master.data(),
+                                                    out->exp_avg.data(),
+                                                    out->exp_avg_sq.data()));
+  } else {
+    std::vector<float> own[3];
+    for (std::vector<float>& part : own) part.resize(n);
+    RETURN_IF_ERROR(components_.LoadOptimizerState(unit, own[0].data(), own[1].data(),
+                                                    own[2].data()));
+    for (int k = 0; k < 3; ++k) RETURN_IF_ERROR(GatherInto(unit, own[k].data(), arrays[k]));
+  }
   traffic_counted_ = components_.traffic();  // not a step's traffic
-  return out;
+  return absl::OkStatus();
 }
 
 Status Engine::WriteMaster(int unit, const std::vector<float>& values) {

@@ -105,6 +105,9 @@ class Engine {
     std::vector<float> master, exp_avg, exp_avg_sq;
   };
   StatusOr<UnitOptimizerState> ReadOptimizerState(int unit);
+  // The same into `out`, whose vectors' memory is reused (a checkpoint of many units then
+  // touches fresh pages once, not per unit).
+  Status ReadOptimizerState(int unit, UnitOptimizerState* out);
   // The length of those full-unit views (the unit padded to the world size).
   size_t PaddedElements(int unit) const { return units_[unit].padded_elements; }
   // Sets master weights (and the compute-dtype params) of one unit from its full values,
@@ -133,6 +136,8 @@ class Engine {
   StatusOr<double> GlobalMeanLoss(int micro_batches);
   // The full unit from this rank's part of it (all ranks call together when sharded).
   StatusOr<std::vector<float>> ReadFull(int unit, std::vector<float> own_part);
+  // The full unit from this rank's shard `own` into `out` (resized; all ranks together).
+  Status GatherInto(int unit, const float* own, std::vector<float>* out);
   // Elements of the unit's optimizer-side state on this rank (shard or full unit).
   size_t StateElements(int unit) const;
   // Pending updates in place, every stream to its end, then the state's write-backs; the
