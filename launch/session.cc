@@ -74,11 +74,14 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
                    options.model.vocab, options.model.max_seq_len,
                    options.train.recompute == Recompute::kBlocks};
   ASSIGN_OR_RETURN(session->model_, CreateGpt(config, options.train.dtype));
+  // Resuming writes every unit's state: the model's random init would be wasted.
   ASSIGN_OR_RETURN(session->engine_,
                    Engine::Create(options, session->backend_.device.get(),
                                   session->backend_.ops.get(), session->backend_.host_ops.get(),
-                                  session->model_.get(),
-                                  &session->engine_communicator()));
+                                  session->model_.get(), &session->engine_communicator(),
+                                  options.train.resume.empty()
+                                      ? Engine::InitialState::kModelInit
+                                      : Engine::InitialState::kLoadedLater));
   if (!options.train.resume.empty()) {
     StatusOr<LoadedCheckpoint> loaded =
         LoadCheckpoint(*session->engine_, *session->model_, options, options.train.resume,

@@ -38,7 +38,8 @@ Engine::~Engine() {
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const Options& options, Device* device,
                                                  Ops* ops, Ops* host_ops, Model* model,
-                                                 Communicator* communicator) {
+                                                 Communicator* communicator,
+                                                 InitialState initial) {
   if (ops == nullptr || host_ops == nullptr) return absl::InvalidArgumentError("no kernels");
   if (ops->dtype() != options.train.dtype || host_ops->dtype() != options.train.dtype) {
     return absl::InvalidArgumentError("the kernels' dtype differs from train.dtype");
@@ -46,7 +47,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Options& options, Device*
   if (communicator == nullptr) return absl::InvalidArgumentError("no communicator");
   std::unique_ptr<Engine> engine(
       new Engine(options, device, ops, host_ops, model, communicator));
-  RETURN_IF_ERROR(engine->Init());
+  RETURN_IF_ERROR(engine->Init(initial));
   return engine;
 }
 
@@ -61,7 +62,7 @@ Status Engine::SyncStreams() {
   return status;
 }
 
-Status Engine::Init() {
+Status Engine::Init(InitialState initial) {
   ASSIGN_OR_RETURN(compute_, device_->CreateStream("compute"));
   ASSIGN_OR_RETURN(comm_, device_->CreateStream("comm"));
   ASSIGN_OR_RETURN(copy_, device_->CreateStream("copy"));
@@ -121,11 +122,15 @@ Status Engine::Init() {
   ASSIGN_OR_RETURN(schedule_, StepSchedule::Create(placement_, schedule));
 
   // Initial values: fp32 master from the model (the same on every rank), cast to the
-  // compute dtype; each rank keeps what it owns.
-  for (int u = 0; u < num_units; ++u) {
-    std::vector<float> values(units_[u].padded_elements, 0.0f);
-    model_->InitUnit(u, options_.train.seed, values.data());
-    RETURN_IF_ERROR(WriteMaster(u, values));
+  // compute dtype; each rank keeps what it owns. One buffer for all units (fresh pages per
+  // unit cost more than the init); none of it when a checkpoint is loaded next.
+  if (initial == InitialState::kModelInit) {
+    std::vector<float> values;
+    for (int u = 0; u < num_units; ++u) {
+      values.assign(units_[u].padded_elements, 0.0f);
+      model_->InitUnit(u, options_.train.seed, values.data());
+      RETURN_IF_ERROR(WriteMaster(u, values));
+    }
   }
 
   const int B = options_.train.micro_batch, T = options_.train.seq_len;

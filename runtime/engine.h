@@ -75,9 +75,14 @@ class Engine {
   // `ops` are the backend's kernels (device-tier memory), `host_ops` CPU kernels on host
   // memory (the offloaded optimizer). `communicator` joins this rank to the others (world
   // size 1: a local group of one). All must outlive the engine.
+  // `initial`: kModelInit fills every unit from Model::InitUnit (train.seed); kLoadedLater
+  // skips that for a caller that writes every unit's state next (resuming a checkpoint):
+  // until then the state is unspecified.
+  enum class InitialState { kModelInit, kLoadedLater };
   static StatusOr<std::unique_ptr<Engine>> Create(const Options& options, Device* device,
                                                   Ops* ops, Ops* host_ops, Model* model,
-                                                  Communicator* communicator);
+                                                  Communicator* communicator,
+                                                  InitialState initial = InitialState::kModelInit);
   ~Engine();
 
   // Runs grad_accum micro-batches (micro_batches.size() must equal train.grad_accum),
@@ -123,7 +128,7 @@ class Engine {
  private:
   Engine(const Options& options, Device* device, Ops* ops, Ops* host_ops, Model* model,
          Communicator* communicator);
-  Status Init();
+  Status Init(InitialState initial);
   // The gradients of `micro_batches` summed into the gradient state; `params`: the step's
   // hyper-parameters (the schedule may step units during backward), or null. Returns the
   // mean loss.
