@@ -13,6 +13,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/file_kind.h"
 #include "data/default_corpus.h"
 
 namespace strata {
@@ -213,15 +214,6 @@ Status CheckNearMissLlmc(const char* header, size_t header_bytes, int64_t file_b
   return absl::OkStatus();
 }
 
-const char* FileKind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
 }  // namespace
 
 const char* TokenFormatName(TokenFormat format) {
@@ -272,7 +264,7 @@ StatusOr<TokenDataset> LoadTokenFile(const std::string& path, int vocab, DataFor
   struct stat info {};
   if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        source, " is ", FileKind(info.st_mode),
+        source, " is ", FileKindName(info.st_mode),
         ", not a regular file (data.path): copy the data into a file first"));
   }
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);

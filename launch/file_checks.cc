@@ -8,19 +8,11 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "core/file_kind.h"
 #include "launch/checkpoint.h"
 
 namespace strata {
 namespace {
-
-const char* KindOf(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
 
 // True when `a` and `b` name the same existing file.
 bool SameFile(const std::string& a, const std::string& b) {
@@ -32,24 +24,6 @@ bool SameFile(const std::string& a, const std::string& b) {
 }
 
 }  // namespace
-
-Status CheckRegularInput(const std::string& path, const std::string& what) {
-  struct stat info {};
-  if (::stat(path.c_str(), &info) != 0) {
-    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat(what, " '", path, "' not found"));
-    return ErrnoError(errno, absl::StrCat(what, " '", path, "'"));
-  }
-  if (!S_ISREG(info.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " '", path, "' is ", KindOf(info.st_mode),
-        ", not a regular file: strata reads only regular files (a pipe or device could block "
-        "or never end); copy it into a file first"));
-  }
-  if (::access(path.c_str(), R_OK) != 0) {
-    return ErrnoError(errno, absl::StrCat(what, " '", path, "' cannot be read"));
-  }
-  return absl::OkStatus();
-}
 
 Status CheckOutputsAreNotInputs(const std::string& config_path, const std::string& metrics_path,
                                 const Options& options) {
@@ -100,7 +74,7 @@ Status CheckCheckpointDir(const Options& options, uint64_t checkpoint_bytes) {
   }
   if (!S_ISDIR(info.st_mode)) {
     return absl::FailedPreconditionError(
-        absl::StrCat("train.checkpoint_dir ", dir, " is ", KindOf(info.st_mode)));
+        absl::StrCat("train.checkpoint_dir ", dir, " is ", FileKindName(info.st_mode)));
   }
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
     return ErrnoError(errno, absl::StrCat("train.checkpoint_dir ", dir, " is not writable"));

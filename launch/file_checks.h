@@ -1,7 +1,7 @@
 // Checks of the files a run reads and writes, made at start-up so that nothing a user owns
 // is lost and no misplaced setting fails after hours of training:
-// - inputs (the config file, data.path) must be regular files; a FIFO, a character device
-//   or a directory is refused naming what it is (reading one could block or never end);
+// (Inputs being regular files is checked where they are read: launch/options_parse.h,
+// data/tokens.h; both before any output is opened.)
 // - an output (--metrics) naming an input (the config file, data.path) is refused before
 //   anything is opened, so it can never be truncated; a --metrics that is a directory or
 //   sits in a missing or read-only directory is refused too (a pipe or /dev/null is fine);
@@ -17,10 +17,6 @@
 #include "core/status.h"
 
 namespace strata {
-
-// `path` exists and is a regular file (symlinks followed); `what` names the setting
-// ("config file", "data file (data.path)") in the error.
-Status CheckRegularInput(const std::string& path, const std::string& what);
 
 // The outputs of `strata train` against its inputs (see above).
 Status CheckOutputsAreNotInputs(const std::string& config_path, const std::string& metrics_path,

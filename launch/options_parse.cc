@@ -21,6 +21,7 @@
 #include <variant>
 
 #include "absl/strings/str_join.h"
+#include "core/file_kind.h"
 #include "launch/option_keys.h"
 
 namespace strata {
@@ -131,15 +132,6 @@ std::string UnknownSectionProblem(const std::string& section) {
 constexpr int64_t kMaxConfigBytes = 1 << 20;
 constexpr int kMaxConfigDepth = 32;
 
-const char* NotRegularKind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
 // The deepest nesting of arrays and objects in `text` (brackets inside strings skipped);
 // stops counting past `limit`.
 int JsonDepth(const std::string& text, int limit) {
@@ -173,7 +165,7 @@ std::optional<Json> LoadJsonFile(const std::string& path, std::vector<std::strin
     return std::nullopt;
   }
   if (!S_ISREG(info.st_mode)) {
-    problems->push_back(absl::StrCat(where, " is ", NotRegularKind(info.st_mode),
+    problems->push_back(absl::StrCat(where, " is ", FileKindName(info.st_mode),
                                      ", not a regular file"));
     return std::nullopt;
   }

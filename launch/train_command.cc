@@ -91,10 +91,8 @@ void LogSetUp(TrainingSession& session, const Options& options) {
 Status RunTrain(const CommandArgs& args) {
   InstallInterruptHandlers();
   ASSIGN_OR_RETURN(Options options, ParseOptions(args.config_path, args.sets));
-  // Every input checked before any output is opened; no output may be an input.
-  if (!options.data.path.empty()) {
-    RETURN_IF_ERROR(CheckRegularInput(options.data.path, "data file (data.path)"));
-  }
+  // No output may be an input; the inputs themselves are checked as they are read (the data
+  // in TrainingSession::Create), all before any output is opened.
   RETURN_IF_ERROR(CheckOutputsAreNotInputs(args.config_path, args.metrics_path, options));
   return RunRanksWithControl(options, [&](Communicator& communicator,
                                            Communicator& control) -> Status {

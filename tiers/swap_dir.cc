@@ -95,8 +95,8 @@ StatusOr<std::string> MemoryFilesystemOf(const std::string& dir) {
 }
 
 struct SwapDirClaim::Impl {
-  // Removes the leftovers of the run that owned the unheld lock `lock_name` (locked by us
-  // through `fd`), then the lock itself.
+  // Removes the leftovers of the crashed run that owned `lock_name` (the caller holds its
+  // flock meanwhile), then the lock file itself.
   static void Sweep(SwapDirClaim& claim, const std::vector<std::string>& names,
                     const std::string& lock_name, const RunFile& owner) {
     for (const std::string& name : names) {
