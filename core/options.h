@@ -27,6 +27,9 @@ enum class ParamUpdate { kExact, kDelayed };
 enum class Recompute { kNone, kBlocks };
 // nvme.engine.
 enum class IoEngineKind { kAuto, kIoUring, kPread };
+// model.family: gpt (GPT-2: layernorm, learned positions, GELU MLP, tied head) | llama
+// (RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention).
+enum class ModelFamily { kGpt, kLlama };
 // data.format: auto (llm.c by its magic, else UTF-8 text; binary refused) | bytes (any
 // bytes as byte-level tokens).
 enum class DataFormat { kAuto, kBytes };
@@ -59,6 +62,10 @@ struct OptionNames<IoEngineKind> {
   static constexpr std::array<const char*, 3> kNames = {"auto", "io_uring", "pread"};
 };
 template <>
+struct OptionNames<ModelFamily> {
+  static constexpr std::array<const char*, 2> kNames = {"gpt", "llama"};
+};
+template <>
 struct OptionNames<DataFormat> {
   static constexpr std::array<const char*, 2> kNames = {"auto", "bytes"};
 };
@@ -81,22 +88,33 @@ std::map<std::string, E> OptionValues() {
 }
 
 struct ModelOptions {
-  // model.preset: "tiny" (L2 H2 C64 V256 T64, for tests), "small" (L4 H4 C256 V50304 T256),
-  // "gpt2-124m" (L12 H12 C768 V50304 T1024), "gpt2-1.5b" (GPT-2 XL: L48 H25 C1600 V50304
-  // T1024). The fields below override the preset.
+  // model.preset: a named model (launch/option_keys.cc Presets(): "tiny", "small",
+  // "gpt2-124m", "gpt2-1.5b", "llama-tiny", "llama-1b", "llama-8b"), applied first; the
+  // fields below override it.
   std::string preset = "small";
+  ModelFamily family = ModelFamily::kGpt;  // model.family: gpt | llama
   int layers = 4;          // model.layers: transformer blocks (units 1..L).
-  int heads = 4;           // model.heads: attention heads; must divide channels.
+  int heads = 4;           // model.heads: attention (query) heads; must divide channels.
+  int kv_heads = 0;        // model.kv_heads: key/value heads (llama); 0 = heads.
   int channels = 256;      // model.channels: embedding width C.
-  int vocab = 50304;       // model.vocab: token ids must be < vocab.
-  int max_seq_len = 256;   // model.max_seq_len: rows of the position embedding.
+  int ffn_hidden = 0;      // model.ffn_hidden: MLP inner width; 0 = the family's (4C; llama 8C/3
+                           // rounded up to a multiple of 64).
+  int vocab = 50304;       // model.vocab: real vocabulary; token ids must be < vocab.
+  int padded_vocab = 0;    // model.padded_vocab: embedding rows; 0 = vocab rounded up to 64.
+  int max_seq_len = 256;   // model.max_seq_len: longest sequence (gpt: position embedding rows).
+  float rope_theta = 10000.0f;  // model.rope_theta: rotary base (llama).
+  float norm_eps = 1e-5f;       // model.norm_eps: RMSNorm epsilon (llama; gpt's layernorm: 1e-5).
+  bool tie_embeddings = true;   // model.tie_embeddings: LM head = token embedding (gpt: always).
 };
 
 struct DataOptions {
   // data.path: a text file (byte-level tokens, ids 0..255) or an llm.c token file
   // (magic 20240520, detected by content). Empty = the embedded default corpus.
   std::string path;
-  // data.format: auto (a file starting with the llm.c magic is llm.c; anything else must be
+  // model.family: gpt (GPT-2: layernorm, learned positions, GELU MLP, tied head) | llama
+// (RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention).
+enum class ModelFamily { kGpt, kLlama };
+// data.format: auto (a file starting with the llm.c magic is llm.c; anything else must be
   // text: more than 1% of invalid UTF-8 is refused as binary) | bytes (any file, every
   // byte one token).
   DataFormat format = DataFormat::kAuto;

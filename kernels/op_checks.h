@@ -34,4 +34,48 @@ inline Status CheckNotNull(const char* op,
   return absl::InvalidArgumentError(absl::StrCat(op, ": null pointer ", problems));
 }
 
+// Attention (and rotary) head shapes: non-negative B, T, C; NH > 0 dividing C; NKV > 0
+// dividing NH.
+inline Status CheckHeadShape(const char* op, int B, int T, int C, int NH, int NKV) {
+  RETURN_IF_ERROR(CheckNonNegative(op, {{"B", B}, {"T", T}, {"C", C}}));
+  if (NH <= 0 || C % NH != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": C=", C, " must be a positive multiple of NH=", NH));
+  }
+  if (NKV <= 0 || NH % NKV != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": NH=", NH, " query heads must be a positive multiple of NKV=", NKV,
+        " key/value heads"));
+  }
+  return absl::OkStatus();
+}
+
+// Rotary embedding: head shapes as CheckHeadShape with C = NH * hs, hs even, theta > 0,
+// position0 >= 0.
+inline Status CheckRopeShape(const char* op, int B, int T, int NH, int NKV, int hs, float theta,
+                             int position0) {
+  RETURN_IF_ERROR(CheckNonNegative(op, {{"hs", hs}, {"position0", position0}}));
+  RETURN_IF_ERROR(CheckHeadShape(op, B, T, NH * hs, NH, NKV));
+  if (hs % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": head size hs=", hs, " must be even"));
+  }
+  if (!(theta > 0.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": theta=", theta, " must be > 0"));
+  }
+  return absl::OkStatus();
+}
+
+// Cross-entropy: N, V >= 0, V <= Vp, and some class when there are rows.
+inline Status CheckCrossEntropyShape(const char* op, int N, int V, int Vp) {
+  RETURN_IF_ERROR(CheckNonNegative(op, {{"N", N}, {"V", V}, {"Vp", Vp}}));
+  if (N > 0 && V == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": V=0 (no classes) with N > 0"));
+  }
+  if (V > Vp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": V=", V, " real classes exceed the padded row of Vp=", Vp));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace strata

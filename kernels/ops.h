@@ -1,4 +1,4 @@
-// Ops: the kernel set of the GPT model, dispatched on a Stream. One implementation per
+// Ops: the kernel set of the GPT and LLaMA models, dispatched on a Stream. One implementation per
 // backend (kernels/cpu/cpu_ops.h, kernels/cuda/cuda_ops.h), created for one compute dtype: every
 // `void*` below points to elements of that dtype (fp32 or bf16) in device-tier memory.
 // Layernorm statistics, attention statistics, losses and optimizer state are always fp32.
@@ -39,10 +39,11 @@ class Ops {
   virtual ~Ops() = default;
   virtual DType dtype() const = 0;
 
-  // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+  // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; wpe may be null (no position embedding:
+  // LLaMA), then out[b,t,:] = wte[tokens[b,t],:].
   virtual Status EncoderForward(Stream& s, void* out, const int32_t* tokens, const void* wte,
                                 const void* wpe, int B, int T, int C) = 0;
-  // dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]
+  // dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:] (skipped when dwpe is null).
   virtual Status EncoderBackward(Stream& s, void* dwte, void* dwpe, const void* dout,
                                  const int32_t* tokens, int B, int T, int C) = 0;
 
@@ -63,15 +64,47 @@ class Ops {
                                 const void* dout, const void* inp, const void* weight, int N,
                                 int C, int OC) = 0;
 
-  // Causal multi-head self-attention. qkv: [B,T,3C] laid out as (q | k | v), head h uses
-  // channels [h*hs, (h+1)*hs) of each, hs = C/NH, scale 1/sqrt(hs). out: [B,T,C].
+  // Causal self-attention with grouped-query heads: NH query heads, NKV key/value heads
+  // (NH % NKV == 0; NKV == NH is multi-head attention, as GPT-2). hs = C/NH, scale
+  // 1/sqrt(hs). qkv: [B,T,C + 2*NKV*hs] laid out as (q: NH heads | k: NKV heads | v: NKV
+  // heads), head h at channels [h*hs, (h+1)*hs) of q; query head h attends with key/value
+  // head h / (NH/NKV) (Hugging Face's repeat_kv order). out: [B,T,C].
   // stats: [B,NH,T] fp32, the log-sum-exp of each softmax row (for the backward).
   virtual Status AttentionForward(Stream& s, void* out, float* stats, const void* qkv, int B,
-                                  int T, int C, int NH) = 0;
+                                  int T, int C, int NH, int NKV) = 0;
   // dqkv += gradient of out w.r.t. qkv, given dout, the forward's qkv, out and stats.
   virtual Status AttentionBackward(Stream& s, void* dqkv, const void* dout, const void* qkv,
                                    const void* out, const float* stats, int B, int T, int C,
-                                   int NH) = 0;
+                                   int NH, int NKV) = 0;
+
+  // RMSNorm (LLaMA): out = inp * rstd * weight per row of C, rstd = 1/sqrt(mean(inp^2) + eps);
+  // rstd: [N] fp32, saved for the backward.
+  virtual Status RmsNormForward(Stream& s, void* out, float* rstd, const void* inp,
+                                const void* weight, int N, int C, float eps) = 0;
+  // dinp += d out/d inp . dout; dweight += sum_n dout * inp * rstd.
+  virtual Status RmsNormBackward(Stream& s, void* dinp, void* dweight, const void* dout,
+                                 const void* inp, const void* weight, const float* rstd, int N,
+                                 int C) = 0;
+
+  // Rotary position embedding, Hugging Face's "rotate half" layout, IN PLACE on the q and k
+  // heads of qkv (layout as AttentionForward; v untouched): for each head and i < hs/2, the
+  // pair (x_i, x_{i+hs/2}) of the token at position p = position0 + t is rotated by the
+  // angle p * theta^(-2i/hs). hs must be even.
+  virtual Status RopeForward(Stream& s, void* qkv, int B, int T, int NH, int NKV, int hs,
+                             float theta, int position0) = 0;
+  // The backward of RopeForward, IN PLACE on dqkv (an exception to the accumulation rule: a
+  // rotation's gradient is the inverse rotation of the incoming gradient): rotates the q
+  // and k parts of dqkv by the negative angles, turning the gradient w.r.t. the rotated
+  // q, k into the gradient w.r.t. the unrotated ones.
+  virtual Status RopeBackward(Stream& s, void* dqkv, int B, int T, int NH, int NKV, int hs,
+                              float theta, int position0) = 0;
+
+  // SwiGLU (LLaMA's MLP): inp [N,2F] per row (gate | up); out [N,F] = silu(gate) * up,
+  // silu(x) = x / (1 + e^-x).
+  virtual Status SwiGluForward(Stream& s, void* out, const void* inp, int N, int F) = 0;
+  // dinp [N,2F] += the gradient of out w.r.t. (gate | up) given dout [N,F].
+  virtual Status SwiGluBackward(Stream& s, void* dinp, const void* inp, const void* dout, int N,
+                                int F) = 0;
 
   // GELU, tanh approximation (as GPT-2).
   virtual Status GeluForward(Stream& s, void* out, const void* inp, size_t n) = 0;
@@ -83,11 +116,15 @@ class Ops {
   // dst += src (compute dtype both).
   virtual Status Accumulate(Stream& s, void* dst, const void* src, size_t n) = 0;
 
-  // Fused softmax + cross-entropy over rows of V logits. losses[n] = -log softmax[target].
-  // If dloss != 0, logits are replaced by dloss * (softmax - onehot(target)), i.e. the
-  // gradient of dloss * sum(losses); the forward values are not needed afterwards.
+  // Fused softmax + cross-entropy over rows of logits [N,Vp]: the softmax runs over the
+  // first V (the real vocabulary, V <= Vp); columns [V, Vp) are padding (a padded
+  // vocabulary, e.g. GPT-2's 50,257 in 50,304) and take no part. losses[n] =
+  // -log softmax[target]. If dloss != 0, logits[n, :V] are replaced by dloss * (softmax -
+  // onehot(target)), i.e. the gradient of dloss * sum(losses), and logits[n, V:] by 0; the
+  // forward values are not needed afterwards.
   virtual Status SoftmaxCrossEntropy(Stream& s, float* losses, void* logits,
-                                     const int32_t* targets, int N, int V, float dloss) = 0;
+                                     const int32_t* targets, int N, int V, int Vp,
+                                     float dloss) = 0;
 
   // dst[i] (fp32) += src[i] (compute dtype): gradient accumulation into fp32 shards.
   virtual Status AccumulateToFloat(Stream& s, float* dst, const void* src, size_t n) = 0;

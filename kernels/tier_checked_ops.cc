@@ -75,18 +75,59 @@ class TierCheckedOps : public Ops {
   }
 
   Status AttentionForward(Stream& s, void* out, float* stats, const void* qkv, int B, int T, int C,
-                          int NH) override {
+                          int NH, int NKV) override {
     RETURN_IF_ERROR(Check("AttentionForward", {{"out", out}, {"stats", stats}, {"qkv", qkv}}));
-    return ops_->AttentionForward(s, out, stats, qkv, B, T, C, NH);
+    return ops_->AttentionForward(s, out, stats, qkv, B, T, C, NH, NKV);
   }
 
   Status AttentionBackward(Stream& s, void* dqkv, const void* dout, const void* qkv,
-                           const void* out, const float* stats, int B, int T, int C,
-                           int NH) override {
+                           const void* out, const float* stats, int B, int T, int C, int NH,
+                           int NKV) override {
     RETURN_IF_ERROR(
         Check("AttentionBackward",
               {{"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv}, {"out", out}, {"stats", stats}}));
-    return ops_->AttentionBackward(s, dqkv, dout, qkv, out, stats, B, T, C, NH);
+    return ops_->AttentionBackward(s, dqkv, dout, qkv, out, stats, B, T, C, NH, NKV);
+  }
+
+  Status RmsNormForward(Stream& s, void* out, float* rstd, const void* inp, const void* weight,
+                        int N, int C, float eps) override {
+    RETURN_IF_ERROR(Check("RmsNormForward",
+                          {{"out", out}, {"rstd", rstd}, {"inp", inp}, {"weight", weight}}));
+    return ops_->RmsNormForward(s, out, rstd, inp, weight, N, C, eps);
+  }
+
+  Status RmsNormBackward(Stream& s, void* dinp, void* dweight, const void* dout, const void* inp,
+                         const void* weight, const float* rstd, int N, int C) override {
+    RETURN_IF_ERROR(Check("RmsNormBackward", {{"dinp", dinp},
+                                              {"dweight", dweight},
+                                              {"dout", dout},
+                                              {"inp", inp},
+                                              {"weight", weight},
+                                              {"rstd", rstd}}));
+    return ops_->RmsNormBackward(s, dinp, dweight, dout, inp, weight, rstd, N, C);
+  }
+
+  Status RopeForward(Stream& s, void* qkv, int B, int T, int NH, int NKV, int hs, float theta,
+                     int position0) override {
+    RETURN_IF_ERROR(Check("RopeForward", {{"qkv", qkv}}));
+    return ops_->RopeForward(s, qkv, B, T, NH, NKV, hs, theta, position0);
+  }
+
+  Status RopeBackward(Stream& s, void* dqkv, int B, int T, int NH, int NKV, int hs, float theta,
+                      int position0) override {
+    RETURN_IF_ERROR(Check("RopeBackward", {{"dqkv", dqkv}}));
+    return ops_->RopeBackward(s, dqkv, B, T, NH, NKV, hs, theta, position0);
+  }
+
+  Status SwiGluForward(Stream& s, void* out, const void* inp, int N, int F) override {
+    RETURN_IF_ERROR(Check("SwiGluForward", {{"out", out}, {"inp", inp}}));
+    return ops_->SwiGluForward(s, out, inp, N, F);
+  }
+
+  Status SwiGluBackward(Stream& s, void* dinp, const void* inp, const void* dout, int N,
+                        int F) override {
+    RETURN_IF_ERROR(Check("SwiGluBackward", {{"dinp", dinp}, {"inp", inp}, {"dout", dout}}));
+    return ops_->SwiGluBackward(s, dinp, inp, dout, N, F);
   }
 
   Status GeluForward(Stream& s, void* out, const void* inp, size_t n) override {
@@ -110,10 +151,10 @@ class TierCheckedOps : public Ops {
   }
 
   Status SoftmaxCrossEntropy(Stream& s, float* losses, void* logits, const int32_t* targets, int N,
-                             int V, float dloss) override {
+                             int V, int Vp, float dloss) override {
     RETURN_IF_ERROR(Check("SoftmaxCrossEntropy",
                           {{"losses", losses}, {"logits", logits}, {"targets", targets}}));
-    return ops_->SoftmaxCrossEntropy(s, losses, logits, targets, N, V, dloss);
+    return ops_->SoftmaxCrossEntropy(s, losses, logits, targets, N, V, Vp, dloss);
   }
 
   Status AccumulateToFloat(Stream& s, float* dst, const void* src, size_t n) override {

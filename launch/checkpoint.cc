@@ -24,6 +24,7 @@
 
 #include "absl/strings/numbers.h"
 #include "core/progress.h"
+#include "models/create_model.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -40,12 +41,35 @@ Status Errno(int error, const std::string& what) {
   return ErrnoError(error, "checkpoint: " + what);
 }
 
-nlohmann::json ModelJson(const ModelOptions& model) {
-  return {{"layers", model.layers},
+// The model's shape (resolved: no "0 = default" values), as checkpoint.json records it.
+// rope_theta and norm_eps are written as text (shortest round trip) so that they compare
+// exactly.
+nlohmann::json ModelJson(const ModelOptions& options) {
+  const ModelOptions model = ResolveModelOptions(options);
+  return {{"family", OptionName(model.family)},
+          {"layers", model.layers},
           {"heads", model.heads},
+          {"kv_heads", model.kv_heads},
           {"channels", model.channels},
+          {"ffn_hidden", model.ffn_hidden},
           {"vocab", model.vocab},
-          {"max_seq_len", model.max_seq_len}};
+          {"padded_vocab", model.padded_vocab},
+          {"max_seq_len", model.max_seq_len},
+          {"rope_theta", absl::StrCat(model.rope_theta)},
+          {"norm_eps", absl::StrCat(model.norm_eps)},
+          {"tie_embeddings", model.tie_embeddings}};
+}
+
+// What a checkpoint written before a key existed stands for (only GPTs were written then):
+// the key's value in a GPT of the stored shape.
+nlohmann::json ModelKeyBeforeItExisted(const std::string& key, const nlohmann::json& stored) {
+  if (key == "family") return "gpt";
+  if (key == "kv_heads") return stored.value("heads", -1);
+  if (key == "ffn_hidden") return 4 * stored.value("channels", -1);
+  if (key == "padded_vocab") return stored.value("vocab", -1);
+  if (key == "tie_embeddings") return true;
+  // rope_theta, norm_eps: a GPT does not use them; equal to any GPT's.
+  return nullptr;
 }
 
 // Writes the pieces, one after the other, to a new file at `path`, not synced (the kernel
@@ -403,11 +427,19 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
       }
     }
     const nlohmann::json expected = ModelJson(options.model);
+    const nlohmann::json& stored_model = meta.at("model");
     for (const auto& [key, value] : expected.items()) {
-      if (meta["model"].value(key, -1) != value.get<int>()) {
+      nlohmann::json stored = stored_model.contains(key)
+                                  ? stored_model.at(key)
+                                  : ModelKeyBeforeItExisted(key, stored_model);
+      if (stored.is_null() && options.model.family == ModelFamily::kGpt) continue;
+      if (stored != value) {
+        auto text = [](const nlohmann::json& v) {
+          return v.is_string() ? v.get<std::string>() : v.dump();
+        };
         return absl::InvalidArgumentError(absl::StrCat(
-            "checkpoint: ", path, " is of a model with ", key, "=", meta["model"].value(key, -1),
-            " but model.", key, "=", value.get<int>(), ": set model.", key, " to match"));
+            "checkpoint: ", path, " is of a model with ", key, "=", text(stored), " but model.",
+            key, "=", text(value), ": set model.", key, " to match"));
       }
     }
     next_step = meta.at("next_step").get<int>();

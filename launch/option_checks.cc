@@ -1,6 +1,7 @@
 // Range and cross-field checks of merged options; see option_keys.h (CheckOptions) and
 // options_parse.h (ValidateOptions). The placement's combinations are ResolvePlacement's
 // rules (runtime/placement.h), listed here with every other problem.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -34,9 +35,39 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
   in_range("model.channels", model.channels, 1, 1048576);
   in_range("model.vocab", model.vocab, 1, 1073741824);
   in_range("model.max_seq_len", model.max_seq_len, 1, 1048576);
+  in_range("model.kv_heads", model.kv_heads, 0, 4096);
+  in_range("model.ffn_hidden", model.ffn_hidden, 0, 4194304);
+  if (model.padded_vocab != 0) {
+    in_range("model.padded_vocab", model.padded_vocab, std::max(model.vocab, 1), 1073741824);
+  }
+  expect(model.rope_theta > 0, "model.rope_theta", NumberText(model.rope_theta), "> 0");
+  expect(model.norm_eps > 0, "model.norm_eps", NumberText(model.norm_eps), "> 0");
   if (model.heads >= 1 && model.channels >= 1) {
     expect(model.channels % model.heads == 0, "model.channels", NumberText(model.channels),
            absl::StrCat("a multiple of model.heads (", model.heads, ")"));
+  }
+  if (model.family == ModelFamily::kGpt) {
+    expect(model.kv_heads == 0 || model.kv_heads == model.heads, "model.kv_heads",
+           NumberText(model.kv_heads),
+           absl::StrCat("0 or model.heads (", model.heads,
+                        ") for model.family=gpt (grouped-query attention is llama's)"));
+    expect(model.ffn_hidden == 0 || model.ffn_hidden == 4 * model.channels, "model.ffn_hidden",
+           NumberText(model.ffn_hidden),
+           absl::StrCat("0 or 4 x model.channels (", 4 * model.channels,
+                        ") for model.family=gpt"));
+    expect(model.tie_embeddings, "model.tie_embeddings", "false",
+           "true for model.family=gpt (GPT-2's LM head is its token embedding)");
+  } else {
+    if (model.kv_heads >= 1 && model.heads >= 1) {
+      expect(model.heads % model.kv_heads == 0, "model.heads", NumberText(model.heads),
+             absl::StrCat("a multiple of model.kv_heads (", model.kv_heads, ")"));
+    }
+    if (model.heads >= 1 && model.channels >= 1 && model.channels % model.heads == 0) {
+      expect((model.channels / model.heads) % 2 == 0, "model.channels",
+             NumberText(model.channels),
+             absl::StrCat("an even head size model.channels / model.heads (now ",
+                          model.channels / model.heads, ") for rotary embeddings"));
+    }
   }
 
   const DataOptions& data = options.data;

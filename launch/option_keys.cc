@@ -38,16 +38,41 @@ const std::vector<KeySpec>& Keys() {
        "named model size, applied before every other key; the model.* keys below override "
        "it.",
        false},
+      {"model.family", Enum(+[](Options& o) { return &o.model.family; }),
+       "architecture: gpt (GPT-2: layernorm, learned positions, GELU MLP, tied head) | llama "
+       "(RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention; Llama, Mistral, "
+       "Qwen).",
+       false},
       {"model.layers", +[](Options& o) { return &o.model.layers; },
        "transformer blocks (units 1..L); in [1, 1024].", false},
       {"model.heads", +[](Options& o) { return &o.model.heads; },
-       "attention heads; in [1, 4096] and must divide model.channels.", false},
+       "attention (query) heads; in [1, 4096] and must divide model.channels.", false},
+      {"model.kv_heads", +[](Options& o) { return &o.model.kv_heads; },
+       "key/value heads of grouped-query attention (llama); 0 = model.heads; must divide "
+       "model.heads (gpt: 0 or model.heads).",
+       false},
       {"model.channels", +[](Options& o) { return &o.model.channels; }, "embedding width C; in [1, 1048576].",
        false},
+      {"model.ffn_hidden", +[](Options& o) { return &o.model.ffn_hidden; },
+       "MLP inner width; 0 = the family's (gpt 4C; llama 8C/3 rounded up to a multiple of "
+       "64); in [0, 4194304] (gpt: 0 or 4C).",
+       false},
       {"model.vocab", +[](Options& o) { return &o.model.vocab; },
-       "vocabulary size; token ids must be < vocab; in [1, 2^30].", false},
+       "real vocabulary size (the softmax's classes); token ids must be < vocab; in [1, 2^30].",
+       false},
+      {"model.padded_vocab", +[](Options& o) { return &o.model.padded_vocab; },
+       "rows of the token embedding and LM head (the extra rows stay zero and take no part "
+       "in the loss); 0 = model.vocab rounded up to a multiple of 64; else >= model.vocab.",
+       false},
       {"model.max_seq_len", +[](Options& o) { return &o.model.max_seq_len; },
-       "rows of the position embedding; >= train.seq_len, <= 2^20.", false},
+       "longest sequence (gpt: rows of the position embedding); >= train.seq_len, <= 2^20.",
+       false},
+      {"model.rope_theta", +[](Options& o) { return &o.model.rope_theta; },
+       "rotary embedding base (llama); > 0.", false},
+      {"model.norm_eps", +[](Options& o) { return &o.model.norm_eps; },
+       "RMSNorm epsilon (llama; gpt's layernorm uses 1e-5); > 0.", false},
+      {"model.tie_embeddings", +[](Options& o) { return &o.model.tie_embeddings; },
+       "the LM head is the token embedding (gpt: must be true).", false},
       {"data.path", +[](Options& o) { return &o.data.path; },
        "text file (byte-level tokens) or llm.c token file; empty = the embedded corpus.", false},
       {"data.format", Enum(+[](Options& o) { return &o.data.format; }),
@@ -173,12 +198,48 @@ const std::vector<KeySpec>& Keys() {
   return *keys;
 }
 
+namespace {
+
+ModelOptions Gpt(int layers, int heads, int channels, int vocab, int max_seq_len) {
+  ModelOptions m;
+  m.family = ModelFamily::kGpt;
+  m.layers = layers;
+  m.heads = heads;
+  m.channels = channels;
+  m.vocab = vocab;
+  m.max_seq_len = max_seq_len;
+  return m;
+}
+
+ModelOptions Llama(int layers, int heads, int kv_heads, int channels, int ffn_hidden, int vocab,
+                   int max_seq_len, float rope_theta, bool tie_embeddings) {
+  ModelOptions m;
+  m.family = ModelFamily::kLlama;
+  m.layers = layers;
+  m.heads = heads;
+  m.kv_heads = kv_heads;
+  m.channels = channels;
+  m.ffn_hidden = ffn_hidden;
+  m.vocab = vocab;
+  m.max_seq_len = max_seq_len;
+  m.rope_theta = rope_theta;
+  m.tie_embeddings = tie_embeddings;
+  return m;
+}
+
+}  // namespace
+
 const std::vector<Preset>& Presets() {
   static const auto* presets = new std::vector<Preset>{
-      {"tiny", 2, 2, 64, 256, 64},
-      {"small", 4, 4, 256, 50304, 256},
-      {"gpt2-124m", 12, 12, 768, 50304, 1024},
-      {"gpt2-1.5b", 48, 25, 1600, 50304, 1024},  // GPT-2 XL; the GPU benchmark's big model
+      {"tiny", Gpt(2, 2, 64, 256, 64)},
+      {"small", Gpt(4, 4, 256, 50304, 256)},
+      {"gpt2-124m", Gpt(12, 12, 768, 50257, 1024)},  // padded to 50,304
+      {"gpt2-1.5b", Gpt(48, 25, 1600, 50257, 1024)},  // GPT-2 XL; the GPU benchmark's big model
+      {"llama-tiny", Llama(2, 4, 2, 64, 128, 256, 64, 10000.0f, false)},  // for tests
+      // Shapes of Llama 3.2 1B and Llama 3.1 8B (config only: no weights are embedded; the
+      // long-context "llama3" rope scaling is not implemented).
+      {"llama-1b", Llama(16, 32, 8, 2048, 8192, 128256, 131072, 500000.0f, true)},
+      {"llama-8b", Llama(32, 32, 8, 4096, 14336, 128256, 131072, 500000.0f, false)},
   };
   return *presets;
 }

@@ -45,9 +45,10 @@ struct KeySpec {
 const std::vector<KeySpec>& Keys();
 const KeySpec* FindKey(const std::string& name);
 
+// A named model: every field of ModelOptions except `preset`, which is the name.
 struct Preset {
   const char* name;
-  int layers, heads, channels, vocab, max_seq_len;
+  ModelOptions model;
 };
 const std::vector<Preset>& Presets();
 const Preset* FindPreset(const std::string& name);

@@ -335,11 +335,8 @@ StatusOr<Options> ParseOptions(const std::string& config_json_path,
   if (preset) {
     options.model.preset = *preset;  // an unknown name is reported by CheckOptions
     if (const Preset* found = FindPreset(*preset)) {
-      options.model.layers = found->layers;
-      options.model.heads = found->heads;
-      options.model.channels = found->channels;
-      options.model.vocab = found->vocab;
-      options.model.max_seq_len = found->max_seq_len;
+      options.model = found->model;
+      options.model.preset = *preset;
     }
   }
 
@@ -392,9 +389,18 @@ std::string DescribeKeys() {
                     "      ", spec.doc, "\n");
     if (std::string(spec.name) == "model.preset") {
       for (const Preset& preset : Presets()) {
-        absl::StrAppend(&out, "      ", preset.name, ": layers ", preset.layers, ", heads ",
-                        preset.heads, ", channels ", preset.channels, ", vocab ", preset.vocab,
-                        ", max_seq_len ", preset.max_seq_len, "\n");
+        const ModelOptions& m = preset.model;
+        absl::StrAppend(&out, "      ", preset.name, ": ", OptionName(m.family), ", layers ",
+                        m.layers, ", heads ", m.heads);
+        if (m.kv_heads != 0) absl::StrAppend(&out, ", kv_heads ", m.kv_heads);
+        absl::StrAppend(&out, ", channels ", m.channels);
+        if (m.ffn_hidden != 0) absl::StrAppend(&out, ", ffn_hidden ", m.ffn_hidden);
+        absl::StrAppend(&out, ", vocab ", m.vocab, ", max_seq_len ", m.max_seq_len);
+        if (m.family == ModelFamily::kLlama) {
+          absl::StrAppend(&out, ", rope_theta ", m.rope_theta,
+                          m.tie_embeddings ? ", tied" : ", untied");
+        }
+        absl::StrAppend(&out, "\n");
       }
     }
   }

@@ -27,8 +27,10 @@ using testing::StatusIs;
 
 // The keys the spec names, in the table's order.
 const std::vector<std::string> kAllKeys = {
-    "model.preset",       "model.layers",       "model.heads",
-    "model.channels",     "model.vocab",        "model.max_seq_len",
+    "model.preset",       "model.family",       "model.layers",       "model.heads",
+    "model.kv_heads",     "model.channels",     "model.ffn_hidden",   "model.vocab",
+    "model.padded_vocab", "model.max_seq_len",  "model.rope_theta",   "model.norm_eps",
+    "model.tie_embeddings",
     "data.path",          "data.format",        "data.val_fraction",  "train.steps",
     "train.micro_batch",  "train.seq_len",      "train.grad_accum",
     "train.dtype",        "train.lr",           "train.min_lr_fraction",
@@ -45,6 +47,19 @@ const std::vector<std::string> kAllKeys = {
     "nvme.optimizer_buffers", "nvme.grad_buffers", "nvme.queue_depth", "nvme.chunk_bytes",
 };
 
+// A GPT's ModelOptions (the preset name and the five dimensions the GPT presets set).
+ModelOptions GptModel(const std::string& preset, int layers, int heads, int channels, int vocab,
+                      int max_seq_len) {
+  ModelOptions m;
+  m.preset = preset;
+  m.layers = layers;
+  m.heads = heads;
+  m.channels = channels;
+  m.vocab = vocab;
+  m.max_seq_len = max_seq_len;
+  return m;
+}
+
 void ExpectOptionsEqual(const Options& got, const Options& want) {
   EXPECT_EQ(got.model.preset, want.model.preset);
   EXPECT_EQ(got.model.layers, want.model.layers);
@@ -52,6 +67,13 @@ void ExpectOptionsEqual(const Options& got, const Options& want) {
   EXPECT_EQ(got.model.channels, want.model.channels);
   EXPECT_EQ(got.model.vocab, want.model.vocab);
   EXPECT_EQ(got.model.max_seq_len, want.model.max_seq_len);
+  EXPECT_EQ(got.model.family, want.model.family);
+  EXPECT_EQ(got.model.kv_heads, want.model.kv_heads);
+  EXPECT_EQ(got.model.ffn_hidden, want.model.ffn_hidden);
+  EXPECT_EQ(got.model.padded_vocab, want.model.padded_vocab);
+  EXPECT_EQ(got.model.rope_theta, want.model.rope_theta);
+  EXPECT_EQ(got.model.norm_eps, want.model.norm_eps);
+  EXPECT_EQ(got.model.tie_embeddings, want.model.tie_embeddings);
   EXPECT_EQ(got.data.path, want.data.path);
   EXPECT_EQ(got.data.val_fraction, want.data.val_fraction);
   EXPECT_EQ(got.train.steps, want.train.steps);
@@ -128,7 +150,9 @@ TEST(ParseOptions, NoFileNoSetsGivesDefaults) {
 
 TEST(ParseOptions, ConfigKeysAreExactlyTheSpecKeys) {
   EXPECT_EQ(ConfigKeys(), kAllKeys);
-  EXPECT_EQ(ModelPresetNames(), (std::vector<std::string>{"tiny", "small", "gpt2-124m", "gpt2-1.5b"}));
+  EXPECT_EQ(ModelPresetNames(),
+            (std::vector<std::string>{"tiny", "small", "gpt2-124m", "gpt2-1.5b", "llama-tiny",
+                                      "llama-1b", "llama-8b"}));
 }
 
 TEST(ParseOptions, PresetsSetModelDimensions) {
@@ -138,7 +162,7 @@ TEST(ParseOptions, PresetsSetModelDimensions) {
   };
   for (const Case& c : std::vector<Case>{{"tiny", 2, 2, 64, 256, 64},
                                          {"small", 4, 4, 256, 50304, 256},
-                                         {"gpt2-124m", 12, 12, 768, 50304, 1024}}) {
+                                         {"gpt2-124m", 12, 12, 768, 50257, 1024}}) {
     StatusOr<Options> parsed = ParseOptions("", {"model.preset=" + c.name});
     ASSERT_OK(parsed);
     EXPECT_EQ(parsed->model.preset, c.name);
@@ -150,6 +174,45 @@ TEST(ParseOptions, PresetsSetModelDimensions) {
   }
 }
 
+TEST(ParseOptions, LlamaPresetsSetEveryModelKey) {
+  StatusOr<Options> parsed = ParseOptions("", {"model.preset=llama-8b"});
+  ASSERT_OK(parsed);
+  const ModelOptions& m = parsed->model;
+  EXPECT_EQ(m.family, ModelFamily::kLlama);
+  EXPECT_EQ(m.layers, 32);
+  EXPECT_EQ(m.heads, 32);
+  EXPECT_EQ(m.kv_heads, 8);
+  EXPECT_EQ(m.channels, 4096);
+  EXPECT_EQ(m.ffn_hidden, 14336);
+  EXPECT_EQ(m.vocab, 128256);
+  EXPECT_EQ(m.rope_theta, 500000.0f);
+  EXPECT_FALSE(m.tie_embeddings);
+  // A preset replaces the whole model: a GPT preset after it restores GPT's keys.
+  parsed = ParseOptions("", {"model.preset=llama-1b"});
+  ASSERT_OK(parsed);
+  EXPECT_TRUE(parsed->model.tie_embeddings);
+  EXPECT_EQ(parsed->model.layers, 16);
+}
+
+TEST(ParseOptions, FamilyRulesAreChecked) {
+  // GPT has neither grouped-query attention nor an untied head nor a free MLP width.
+  EXPECT_THAT(ParseOptions("", {"model.preset=tiny", "model.kv_heads=1"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.kv_heads")));
+  EXPECT_THAT(ParseOptions("", {"model.preset=tiny", "model.tie_embeddings=false"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.tie_embeddings")));
+  EXPECT_THAT(ParseOptions("", {"model.preset=tiny", "model.ffn_hidden=100"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.ffn_hidden")));
+  // LLaMA: heads a multiple of kv_heads, an even head size, padded_vocab >= vocab.
+  EXPECT_THAT(ParseOptions("", {"model.preset=llama-tiny", "model.kv_heads=3"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.kv_heads (3)")));
+  EXPECT_THAT(ParseOptions("", {"model.preset=llama-tiny", "model.heads=2", "model.channels=6"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("even head size")));
+  EXPECT_THAT(ParseOptions("", {"model.preset=llama-tiny", "model.padded_vocab=100"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.padded_vocab")));
+  EXPECT_THAT(ParseOptions("", {"model.preset=llama-tiny", "model.rope_theta=0"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.rope_theta")));
+}
+
 TEST(ParseOptions, FilePresetThenFileKeysThenSets) {
   std::string path = WriteConfig(
       "order.json",
@@ -157,7 +220,7 @@ TEST(ParseOptions, FilePresetThenFileKeysThenSets) {
   StatusOr<Options> parsed = ParseOptions(path, {"train.steps=20", "train.steps=30"});
   ASSERT_OK(parsed);
   Options want;
-  want.model = {"tiny", 3, 2, 64, 256, 64};  // the file's layers beat the preset
+  want.model = GptModel("tiny", 3, 2, 64, 256, 64);  // the file's layers beat the preset
   want.train.steps = 30;                     // the last --set beats the file and earlier sets
   want.train.micro_batch = 2;
   ExpectOptionsEqual(*parsed, want);
@@ -169,7 +232,7 @@ TEST(ParseOptions, SetPresetAppliesBeforeFileKeysAndBeatsFilePreset) {
   StatusOr<Options> parsed = ParseOptions(path, {"model.preset=tiny", "model.heads=4"});
   ASSERT_OK(parsed);
   Options want;
-  want.model = {"tiny", 2, 4, 128, 256, 64};
+  want.model = GptModel("tiny", 2, 4, 128, 256, 64);
   ExpectOptionsEqual(*parsed, want);
 }
 
@@ -183,11 +246,18 @@ TEST(ParseOptions, SetPresetAfterAnotherKeyStillAppliesFirst) {
 
 TEST(ParseOptions, EveryKeyThroughSet) {
   StatusOr<Options> parsed = ParseOptions("", {"model.preset=tiny",
+                                               "model.family=llama",
                                                "model.layers=3",
                                                "model.heads=4",
+                                               "model.kv_heads=2",
                                                "model.channels=96",
+                                               "model.ffn_hidden=200",
                                                "model.vocab=300",
+                                               "model.padded_vocab=320",
                                                "model.max_seq_len=128",
+                                               "model.rope_theta=5e5",
+                                               "model.norm_eps=1e-6",
+                                               "model.tie_embeddings=false",
                                                "data.path=/data/a=b.txt",
                                                "data.val_fraction=0.25",
                                                "train.steps=7",
@@ -221,7 +291,14 @@ TEST(ParseOptions, EveryKeyThroughSet) {
                                                "tiers.host_memory_limit=3GiB"});
   ASSERT_OK(parsed);
   Options want;
-  want.model = {"tiny", 3, 4, 96, 300, 128};
+  want.model = GptModel("tiny", 3, 4, 96, 300, 128);
+  want.model.family = ModelFamily::kLlama;
+  want.model.kv_heads = 2;
+  want.model.ffn_hidden = 200;
+  want.model.padded_vocab = 320;
+  want.model.rope_theta = 5e5f;
+  want.model.norm_eps = 1e-6f;
+  want.model.tie_embeddings = false;
   want.data = {"/data/a=b.txt", DataFormat::kAuto, 0.25};
   want.train.steps = 7;
   want.train.micro_batch = 8;
@@ -261,7 +338,7 @@ TEST(ParseOptions, EveryKeyThroughFile) {
   StatusOr<Options> parsed = ParseOptions(path, {});
   ASSERT_OK(parsed);
   Options want;
-  want.model = {"tiny", 3, 4, 96, 300, 128};
+  want.model = GptModel("tiny", 3, 4, 96, 300, 128);
   want.data = {"corpus.txt", DataFormat::kAuto, 0.25};
   want.train.steps = 7;
   want.train.micro_batch = 8;
@@ -554,7 +631,7 @@ TEST(DescribeKeys, MentionsEveryKeyWithItsDefault) {
   EXPECT_THAT(text, HasSubstr("zero.optimizer_tier (device|host|nvme, default device)"));
   EXPECT_THAT(text, HasSubstr("train.seed (uint64, default 1337)"));
   EXPECT_THAT(text, HasSubstr("device.memory_limit (size, default 0)"));
-  EXPECT_THAT(text, HasSubstr("gpt2-124m: layers 12, heads 12, channels 768, vocab 50304, "
+  EXPECT_THAT(text, HasSubstr("gpt2-124m: gpt, layers 12, heads 12, channels 768, vocab 50257, "
                               "max_seq_len 1024"));
 }
 
@@ -571,9 +648,15 @@ TEST(FormatResolved, OneLinePerKeyThatParsesBackExactly) {
   for (size_t i = 0; i < lines.size(); ++i) {
     EXPECT_EQ(lines[i].rfind(kAllKeys[i] + "=", 0), 0u) << lines[i];
   }
+  auto line_of = [](const std::vector<std::string>& lines, const std::string& key) {
+    for (const std::string& line : lines) {
+      if (line.rfind(key + "=", 0) == 0) return line;
+    }
+    return std::string("(no line for ") + key + ")";
+  };
   EXPECT_EQ(lines[0], "model.preset=tiny");
-  EXPECT_EQ(lines[14], "train.lr=0.00031");
-  EXPECT_EQ(lines[32], "device.memory_limit=1000001");
+  EXPECT_EQ(line_of(lines, "train.lr"), "train.lr=0.00031");
+  EXPECT_EQ(line_of(lines, "device.memory_limit"), "device.memory_limit=1000001");
   StatusOr<Options> again = ParseOptions("", lines);
   ASSERT_OK(again);
   ExpectOptionsEqual(*again, *parsed);
@@ -581,8 +664,10 @@ TEST(FormatResolved, OneLinePerKeyThatParsesBackExactly) {
   std::vector<std::string> defaults =
       absl::StrSplit(FormatResolved(Options{}), '\n', absl::SkipEmpty());
   ASSERT_EQ(defaults.size(), kAllKeys.size());
-  EXPECT_EQ(defaults[32], "device.memory_limit=0");
-  EXPECT_EQ(defaults[6], "data.path=");
+  EXPECT_EQ(line_of(defaults, "device.memory_limit"), "device.memory_limit=0");
+  EXPECT_EQ(line_of(defaults, "data.path"), "data.path=");
+  EXPECT_EQ(line_of(defaults, "model.family"), "model.family=gpt");
+  EXPECT_EQ(line_of(defaults, "model.tie_embeddings"), "model.tie_embeddings=true");
 }
 
 

@@ -9,7 +9,7 @@
 #include "collectives/nccl_communicator.h"
 #include "collectives/self_communicator.h"
 #include "launch/checkpoint.h"
-#include "models/gpt/gpt.h"
+#include "models/create_model.h"
 #include "core/cuda/cuda_device.h"
 #include "runtime/lr_schedule.h"
 
@@ -70,10 +70,8 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
     ASSIGN_OR_RETURN(session->device_communicator_,
                      CreateDeviceCommunicator(options, *session->backend_.device, *communicator));
   }
-  GptConfig config{options.model.layers, options.model.heads, options.model.channels,
-                   options.model.vocab, options.model.max_seq_len,
-                   options.train.recompute == Recompute::kBlocks};
-  ASSIGN_OR_RETURN(session->model_, CreateGpt(config, options.train.dtype));
+  ASSIGN_OR_RETURN(session->model_,
+                   CreateModel(options.model, options.train.recompute, options.train.dtype));
   // Resuming writes every unit's state: the model's random init would be wasted.
   ASSIGN_OR_RETURN(session->engine_,
                    Engine::Create(options, session->backend_.device.get(),

@@ -9,10 +9,8 @@ StatusOr<std::unique_ptr<EngineRig>> MakeEngineRig(const Options& options) {
   auto rig = std::make_unique<EngineRig>();
   ASSIGN_OR_RETURN(rig->group, CreateLocalGroup(1, LocalGroupOptions{}));
   ASSIGN_OR_RETURN(rig->backend, CreateBackend(options));
-  const GptConfig config{options.model.layers, options.model.heads, options.model.channels,
-                         options.model.vocab, options.model.max_seq_len,
-                         options.train.recompute == Recompute::kBlocks};
-  ASSIGN_OR_RETURN(rig->model, CreateGpt(config, options.train.dtype));
+  ASSIGN_OR_RETURN(rig->model,
+                   CreateModel(options.model, options.train.recompute, options.train.dtype));
   ASSIGN_OR_RETURN(rig->engine, Engine::Create(options, rig->backend.device.get(),
                                                rig->backend.ops.get(),
                                                rig->backend.host_ops.get(), rig->model.get(),

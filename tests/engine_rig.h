@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
-#include "models/gpt/gpt.h"
+#include "models/create_model.h"
 #include "runtime/backend.h"
 #include "core/options.h"
 #include "runtime/engine.h"
@@ -20,7 +20,7 @@ struct EngineRig {
   std::unique_ptr<Engine> engine;
 };
 
-// The GPT of options.model (weights from options.train.seed) on options.device's backend,
+// The model of options.model (weights from options.train.seed) on options.device's backend,
 // in an engine of one rank with options.zero's stage and placement.
 StatusOr<std::unique_ptr<EngineRig>> MakeEngineRig(const Options& options);
 

@@ -232,8 +232,8 @@ STRATA_CPU_SIMD_CLONES void ForwardRows(Storage* out, size_t out_stride, float* 
 // scratch of the thread that runs it.
 template <typename Storage>
 struct HeadBackward {
-  const Storage* qkv;   // row t: q at qkv + t * qkv_stride, k at + C, v at + 2C
-  Storage* dqkv;        // same layout
+  const Storage* qkv;   // row t of the head's q at qkv + t * qkv_stride
+  Storage* dqkv;        // same layout (the head's dq)
   const Storage* out;   // row t at out + t * out_stride
   const Storage* dout;  // same layout
   const float* stats;   // [T]: log-sum-exp of each softmax row
@@ -303,19 +303,21 @@ STRATA_CPU_SIMD_CLONES void BackwardRows(const HeadBackward<Storage>& head, int 
 
 template <typename Storage>
 void AttentionForwardReference(Storage* out, float* stats, const Storage* qkv, int B, int T, int C,
-                               int NH) {
-  const int hs = C / NH;
+                               int NH, int NKV) {
+  const int hs = C / NH, group = NH / NKV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const size_t C3 = 3 * static_cast<size_t>(C);
+  const size_t row = static_cast<size_t>(C) + 2 * static_cast<size_t>(NKV) * hs;
+  const size_t v_offset = static_cast<size_t>(C) + static_cast<size_t>(NKV) * hs;
   std::vector<float> att(T);
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
       for (int h = 0; h < NH; ++h) {
-        const Storage* query = qkv + (static_cast<size_t>(b) * T + t) * C3 + h * hs;
+        const int g = h / group;  // the key/value head of query head h
+        const Storage* query = qkv + (static_cast<size_t>(b) * T + t) * row + h * hs;
         // Scaled scores against keys 0..t (causal), and their maximum for stability.
         float max_score = -INFINITY;
         for (int t2 = 0; t2 <= t; ++t2) {
-          const Storage* key = qkv + (static_cast<size_t>(b) * T + t2) * C3 + C + h * hs;
+          const Storage* key = qkv + (static_cast<size_t>(b) * T + t2) * row + C + g * hs;
           float dot = 0.0f;
           for (int i = 0; i < hs; ++i) dot += Load(query + i) * Load(key + i);
           att[t2] = dot * scale;
@@ -332,7 +334,7 @@ void AttentionForwardReference(Storage* out, float* stats, const Storage* qkv, i
         for (int i = 0; i < hs; ++i) {
           float sum = 0.0f;
           for (int t2 = 0; t2 <= t; ++t2) {
-            const Storage* value = qkv + (static_cast<size_t>(b) * T + t2) * C3 + 2 * C + h * hs;
+            const Storage* value = qkv + (static_cast<size_t>(b) * T + t2) * row + v_offset + g * hs;
             sum += att[t2] * Load(value + i);
           }
           Store(out_bth + i, sum);
@@ -346,72 +348,79 @@ void AttentionForwardReference(Storage* out, float* stats, const Storage* qkv, i
 template <typename Storage>
 void AttentionBackwardReference(Storage* dqkv, const Storage* dout, const Storage* qkv,
                                 const Storage* /*out*/, const float* /*stats*/, int B, int T, int C,
-                                int NH) {
-  const int hs = C / NH;
+                                int NH, int NKV) {
+  const int hs = C / NH, group = NH / NKV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const size_t C3 = 3 * static_cast<size_t>(C);
-  // Per head: probabilities P [T,T] (row t: query t), fp32 gradients of q, k, v [T,hs].
+  const size_t row_size = static_cast<size_t>(C) + 2 * static_cast<size_t>(NKV) * hs;
+  const size_t v_offset = static_cast<size_t>(C) + static_cast<size_t>(NKV) * hs;
+  // Per head: probabilities P [T,T] (row t: query t) and fp32 gradients of q [T,hs]; per
+  // key/value head: fp32 gradients of k, v [T,hs], summed over the query heads that share it.
   std::vector<float> P(static_cast<size_t>(T) * T), dP(T);
   std::vector<float> dq(static_cast<size_t>(T) * hs), dk(dq.size()), dv(dq.size());
   for (int b = 0; b < B; ++b) {
-    for (int h = 0; h < NH; ++h) {
-      auto q = [&](int t, int i) { return Load(qkv + (size_t(b) * T + t) * C3 + h * hs + i); };
-      auto k = [&](int t, int i) { return Load(qkv + (size_t(b) * T + t) * C3 + C + h * hs + i); };
+    for (int g = 0; g < NKV; ++g) {
+      auto k = [&](int t, int i) { return Load(qkv + (size_t(b) * T + t) * row_size + C + g * hs + i); };
       auto v = [&](int t, int i) {
-        return Load(qkv + (size_t(b) * T + t) * C3 + 2 * C + h * hs + i);
+        return Load(qkv + (size_t(b) * T + t) * row_size + v_offset + g * hs + i);
       };
-      auto d_out = [&](int t, int i) { return Load(dout + (size_t(b) * T + t) * C + h * hs + i); };
-
-      // Recompute the forward's probabilities (causal softmax of scaled scores).
-      std::fill(P.begin(), P.end(), 0.0f);
-      for (int t = 0; t < T; ++t) {
-        float* row = &P[size_t(t) * T];
-        float max_score = -INFINITY;
-        for (int t2 = 0; t2 <= t; ++t2) {
-          float dot = 0.0f;
-          for (int i = 0; i < hs; ++i) dot += q(t, i) * k(t2, i);
-          row[t2] = dot * scale;
-          max_score = std::max(max_score, row[t2]);
-        }
-        float exp_sum = 0.0f;
-        for (int t2 = 0; t2 <= t; ++t2) {
-          row[t2] = std::exp(row[t2] - max_score);
-          exp_sum += row[t2];
-        }
-        for (int t2 = 0; t2 <= t; ++t2) row[t2] /= exp_sum;
-      }
-
-      std::fill(dq.begin(), dq.end(), 0.0f);
       std::fill(dk.begin(), dk.end(), 0.0f);
       std::fill(dv.begin(), dv.end(), 0.0f);
-      for (int t = 0; t < T; ++t) {
-        const float* row = &P[size_t(t) * T];
-        // out_t = sum_t2 P[t,t2] v_t2, so dP[t,t2] = dout_t . v_t2 and dv_t2 += P[t,t2] dout_t.
-        for (int t2 = 0; t2 <= t; ++t2) {
-          float dot = 0.0f;
-          for (int i = 0; i < hs; ++i) dot += d_out(t, i) * v(t2, i);
-          dP[t2] = dot;
-          for (int i = 0; i < hs; ++i) dv[size_t(t2) * hs + i] += row[t2] * d_out(t, i);
+      for (int h = g * group; h < (g + 1) * group; ++h) {
+        auto q = [&](int t, int i) { return Load(qkv + (size_t(b) * T + t) * row_size + h * hs + i); };
+        auto d_out = [&](int t, int i) { return Load(dout + (size_t(b) * T + t) * C + h * hs + i); };
+
+        // Recompute the forward's probabilities (causal softmax of scaled scores).
+        std::fill(P.begin(), P.end(), 0.0f);
+        for (int t = 0; t < T; ++t) {
+          float* row = &P[size_t(t) * T];
+          float max_score = -INFINITY;
+          for (int t2 = 0; t2 <= t; ++t2) {
+            float dot = 0.0f;
+            for (int i = 0; i < hs; ++i) dot += q(t, i) * k(t2, i);
+            row[t2] = dot * scale;
+            max_score = std::max(max_score, row[t2]);
+          }
+          float exp_sum = 0.0f;
+          for (int t2 = 0; t2 <= t; ++t2) {
+            row[t2] = std::exp(row[t2] - max_score);
+            exp_sum += row[t2];
+          }
+          for (int t2 = 0; t2 <= t; ++t2) row[t2] /= exp_sum;
         }
-        // Softmax: dS[t,t2] = P[t,t2] * (dP[t,t2] - sum_t3 P[t,t3] dP[t,t3]).
-        float row_dot = 0.0f;
-        for (int t2 = 0; t2 <= t; ++t2) row_dot += row[t2] * dP[t2];
-        // S[t,t2] = scale * q_t . k_t2.
-        for (int t2 = 0; t2 <= t; ++t2) {
-          const float dS = row[t2] * (dP[t2] - row_dot);
-          for (int i = 0; i < hs; ++i) {
-            dq[size_t(t) * hs + i] += scale * dS * k(t2, i);
-            dk[size_t(t2) * hs + i] += scale * dS * q(t, i);
+
+        std::fill(dq.begin(), dq.end(), 0.0f);
+        for (int t = 0; t < T; ++t) {
+          const float* row = &P[size_t(t) * T];
+          // out_t = sum_t2 P[t,t2] v_t2, so dP[t,t2] = dout_t . v_t2 and dv_t2 += P[t,t2] dout_t.
+          for (int t2 = 0; t2 <= t; ++t2) {
+            float dot = 0.0f;
+            for (int i = 0; i < hs; ++i) dot += d_out(t, i) * v(t2, i);
+            dP[t2] = dot;
+            for (int i = 0; i < hs; ++i) dv[size_t(t2) * hs + i] += row[t2] * d_out(t, i);
+          }
+          // Softmax: dS[t,t2] = P[t,t2] * (dP[t,t2] - sum_t3 P[t,t3] dP[t,t3]).
+          float row_dot = 0.0f;
+          for (int t2 = 0; t2 <= t; ++t2) row_dot += row[t2] * dP[t2];
+          // S[t,t2] = scale * q_t . k_t2.
+          for (int t2 = 0; t2 <= t; ++t2) {
+            const float dS = row[t2] * (dP[t2] - row_dot);
+            for (int i = 0; i < hs; ++i) {
+              dq[size_t(t) * hs + i] += scale * dS * k(t2, i);
+              dk[size_t(t2) * hs + i] += scale * dS * q(t, i);
+            }
           }
         }
+        for (int t = 0; t < T; ++t) {
+          Storage* dq_t = dqkv + (size_t(b) * T + t) * row_size + h * hs;
+          for (int i = 0; i < hs; ++i) Store(dq_t + i, Load(dq_t + i) + dq[size_t(t) * hs + i]);
+        }
       }
-
       for (int t = 0; t < T; ++t) {
-        Storage* dqkv_t = dqkv + (size_t(b) * T + t) * C3 + h * hs;
+        Storage* dk_t = dqkv + (size_t(b) * T + t) * row_size + C + g * hs;
+        Storage* dv_t = dqkv + (size_t(b) * T + t) * row_size + v_offset + g * hs;
         for (int i = 0; i < hs; ++i) {
-          Store(dqkv_t + i, Load(dqkv_t + i) + dq[size_t(t) * hs + i]);
-          Store(dqkv_t + C + i, Load(dqkv_t + C + i) + dk[size_t(t) * hs + i]);
-          Store(dqkv_t + 2 * C + i, Load(dqkv_t + 2 * C + i) + dv[size_t(t) * hs + i]);
+          Store(dk_t + i, Load(dk_t + i) + dk[size_t(t) * hs + i]);
+          Store(dv_t + i, Load(dv_t + i) + dv[size_t(t) * hs + i]);
         }
       }
     }
@@ -419,12 +428,14 @@ void AttentionBackwardReference(Storage* dqkv, const Storage* dout, const Storag
 }
 
 template <typename Storage>
-void AttentionForward(Storage* out, float* stats, const Storage* qkv, int B, int T, int C, int NH) {
-  const int hs = C / NH;
+void AttentionForward(Storage* out, float* stats, const Storage* qkv, int B, int T, int C, int NH,
+                      int NKV) {
+  const int hs = C / NH, group = NH / NKV;
   const int hs_pad = RoundUp(hs, kPad);
   const int T_pad = RoundUp(T, kPad);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const size_t C3 = 3 * static_cast<size_t>(C);
+  const size_t row = static_cast<size_t>(C) + 2 * static_cast<size_t>(NKV) * hs;
+  const size_t v_offset = static_cast<size_t>(C) + static_cast<size_t>(NKV) * hs;
   const int num_blocks = (T + kForwardRows - 1) / kForwardRows;
   const int num_tasks = B * NH * num_blocks;
 #pragma omp parallel if (num_tasks > 1)
@@ -438,28 +449,31 @@ void AttentionForward(Storage* out, float* stats, const Storage* qkv, int B, int
     for (int task = 0; task < num_tasks; ++task) {
       const int block = num_blocks - 1 - task % num_blocks;
       const int bh = task / num_blocks;
-      const int b = bh / NH, h = bh % NH;
+      const int b = bh / NH, h = bh % NH, g = h / group;
       const int row_begin = block * kForwardRows;
       const int row_end = std::min(T, row_begin + kForwardRows);
       const int key_stride = RoundUp(row_end, kPad);  // keys 0..row_end-1 are visible
-      const Storage* qkv_bh = qkv + static_cast<size_t>(b) * T * C3 + h * hs;
-      LoadRowsTransposed(keys_t.data(), key_stride, qkv_bh + C, C3, row_end, hs);
-      LoadRows(values.data(), hs_pad, qkv_bh + 2 * C, C3, row_end, hs);
+      const Storage* qkv_b = qkv + static_cast<size_t>(b) * T * row;
+      LoadRowsTransposed(keys_t.data(), key_stride, qkv_b + C + g * hs, row, row_end, hs);
+      LoadRows(values.data(), hs_pad, qkv_b + v_offset + g * hs, row, row_end, hs);
       ForwardRows(out + static_cast<size_t>(b) * T * C + h * hs, C,
-                  stats + static_cast<size_t>(bh) * T, qkv_bh, C3, scale, keys_t.data(), key_stride,
-                  values.data(), hs_pad, hs, row_begin, row_end, scratch.data());
+                  stats + static_cast<size_t>(bh) * T, qkv_b + h * hs, row, scale, keys_t.data(),
+                  key_stride, values.data(), hs_pad, hs, row_begin, row_end, scratch.data());
     }
   }
 }
 
 template <typename Storage>
 void AttentionBackward(Storage* dqkv, const Storage* dout, const Storage* qkv, const Storage* out,
-                       const float* stats, int B, int T, int C, int NH) {
-  const int hs = C / NH;
+                       const float* stats, int B, int T, int C, int NH, int NKV) {
+  const int hs = C / NH, group = NH / NKV;
   const int hs_pad = RoundUp(hs, kPad);
   const int T_pad = RoundUp(T, kPad);
-  const size_t C3 = 3 * static_cast<size_t>(C);
-  const int num_tasks = B * NH;
+  const size_t row = static_cast<size_t>(C) + 2 * static_cast<size_t>(NKV) * hs;
+  const size_t v_offset = static_cast<size_t>(C) + static_cast<size_t>(NKV) * hs;
+  // One task per (batch, key/value head): it runs the query heads sharing that head in
+  // order, summing their dk, dv in fp32 before one store, and owns every element it writes.
+  const int num_tasks = B * NKV;
 #pragma omp parallel if (num_tasks > 1)
   {
     const size_t head_floats = static_cast<size_t>(T) * hs_pad;
@@ -469,7 +483,7 @@ void AttentionBackward(Storage* dqkv, const Storage* dout, const Storage* qkv, c
     std::vector<float> block_rows(3 * kBackwardRows * hs_pad);
     std::vector<float> block_scores(2 * block_floats);
     HeadBackward<Storage> head;
-    head.qkv_stride = C3;
+    head.qkv_stride = row;
     head.out_stride = C;
     head.hs = hs;
     head.hs_pad = hs_pad;
@@ -486,26 +500,29 @@ void AttentionBackward(Storage* dqkv, const Storage* dout, const Storage* qkv, c
     head.probs = block_scores.data();
     head.dscores = head.probs + block_floats;
 #pragma omp for schedule(dynamic)
-    for (int bh = 0; bh < num_tasks; ++bh) {
-      const int b = bh / NH, h = bh % NH;
-      const size_t qkv_offset = static_cast<size_t>(b) * T * C3 + h * hs;
-      const size_t out_offset = static_cast<size_t>(b) * T * C + h * hs;
-      head.qkv = qkv + qkv_offset;
-      head.dqkv = dqkv + qkv_offset;
-      head.out = out + out_offset;
-      head.dout = dout + out_offset;
-      head.stats = stats + static_cast<size_t>(bh) * T;
-      LoadRowsTransposed(keys_t.data(), T_pad, head.qkv + C, C3, T, hs);
-      LoadRowsTransposed(values_t.data(), T_pad, head.qkv + 2 * C, C3, T, hs);
-      LoadRows(keys.data(), hs_pad, head.qkv + C, C3, T, hs);
+    for (int task = 0; task < num_tasks; ++task) {
+      const int b = task / NKV, g = task % NKV;
+      const Storage* qkv_b = qkv + static_cast<size_t>(b) * T * row;
+      Storage* dqkv_b = dqkv + static_cast<size_t>(b) * T * row;
+      LoadRowsTransposed(keys_t.data(), T_pad, qkv_b + C + g * hs, row, T, hs);
+      LoadRowsTransposed(values_t.data(), T_pad, qkv_b + v_offset + g * hs, row, T, hs);
+      LoadRows(keys.data(), hs_pad, qkv_b + C + g * hs, row, T, hs);
       std::fill(dkeys.begin(), dkeys.end(), 0.0f);
       std::fill(dvalues.begin(), dvalues.end(), 0.0f);
-      for (int row_begin = 0; row_begin < T; row_begin += kBackwardRows) {
-        BackwardRows(head, row_begin, std::min(T, row_begin + kBackwardRows));
+      for (int h = g * group; h < (g + 1) * group; ++h) {
+        const size_t out_offset = static_cast<size_t>(b) * T * C + h * hs;
+        head.qkv = qkv_b + h * hs;
+        head.dqkv = dqkv_b + h * hs;
+        head.out = out + out_offset;
+        head.dout = dout + out_offset;
+        head.stats = stats + (static_cast<size_t>(b) * NH + h) * T;
+        for (int row_begin = 0; row_begin < T; row_begin += kBackwardRows) {
+          BackwardRows(head, row_begin, std::min(T, row_begin + kBackwardRows));
+        }
       }
       for (int t = 0; t < T; ++t) {
-        Storage* dk = head.dqkv + t * C3 + C;
-        Storage* dv = head.dqkv + t * C3 + 2 * C;
+        Storage* dk = dqkv_b + t * row + C + g * hs;
+        Storage* dv = dqkv_b + t * row + v_offset + g * hs;
         const float* dk_sum = dkeys.data() + static_cast<size_t>(t) * hs_pad;
         const float* dv_sum = dvalues.data() + static_cast<size_t>(t) * hs_pad;
         for (int d = 0; d < hs; ++d) {
@@ -518,12 +535,12 @@ void AttentionBackward(Storage* dqkv, const Storage* dout, const Storage* qkv, c
 }
 
 #define STRATA_INSTANTIATE(S)                                                                      \
-  template void AttentionForwardReference<S>(S*, float*, const S*, int, int, int, int);            \
-  template void AttentionForward<S>(S*, float*, const S*, int, int, int, int);                     \
+  template void AttentionForwardReference<S>(S*, float*, const S*, int, int, int, int, int);       \
+  template void AttentionForward<S>(S*, float*, const S*, int, int, int, int, int);                \
   template void AttentionBackwardReference<S>(S*, const S*, const S*, const S*, const float*, int, \
-                                              int, int, int);                                      \
+                                              int, int, int, int);                                 \
   template void AttentionBackward<S>(S*, const S*, const S*, const S*, const float*, int, int,     \
-                                     int, int);
+                                     int, int, int);
 STRATA_INSTANTIATE(float)
 STRATA_INSTANTIATE(bf16)
 #undef STRATA_INSTANTIATE

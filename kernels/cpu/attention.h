@@ -5,17 +5,21 @@
 // probabilities from q, k and stats. The template parameter `Storage` is float or bf16
 // (named so because T is the sequence length here); arithmetic is fp32.
 //
-// Shapes as kernels/ops.h: qkv [B,T,3C] = (q | k | v), head h uses channels
-// [h*hs, (h+1)*hs) of each, hs = C/NH (C % NH == 0), scale 1/sqrt(hs); out and dout
-// [B,T,C]; stats [B,NH,T] fp32 with stats = log(sum_{j<=i} exp(scale * q_i.k_j)), so the
-// probabilities are p_ij = exp(scale * q_i.k_j - stats_i) for j <= i and 0 above.
+// Shapes as kernels/ops.h: grouped-query attention with NH query heads and NKV key/value
+// heads (NH % NKV == 0; NKV == NH is GPT-2's multi-head attention). qkv [B,T,C + 2*NKV*hs]
+// = (q: NH heads | k: NKV heads | v: NKV heads), hs = C/NH (C % NH == 0), query head h
+// attends with key/value head h / (NH/NKV); scale 1/sqrt(hs); out and dout [B,T,C]; stats
+// [B,NH,T] fp32 with stats = log(sum_{j<=i} exp(scale * q_i.k_j)), so the probabilities are
+// p_ij = exp(scale * q_i.k_j - stats_i) for j <= i and 0 above.
 // Backward ACCUMULATES (+=) into dqkv; each element gets its full fp32 gradient added to
 // the stored value once. The reference backward recomputes everything from qkv and does not
 // read `out` or `stats`; the fast one needs both (D_i = dout_i . out_i replaces a row sum
 // over the [T,T] matrix).
-// The fast forward runs (batch, head, 32-row block) tasks in parallel; the fast backward
-// runs (batch, head) tasks, each owning its head's slice of dqkv (so no two threads write
-// the same element, and the result does not depend on the thread count). Scratch per
+// dk and dv of a key/value head are summed in fp32 over the query heads that share it, in
+// head order, and added once. The fast forward runs (batch, head, 32-row block) tasks in
+// parallel; the fast backward runs (batch, key/value head) tasks, each owning its group's
+// slices of dqkv (so no two threads write the same element, and the result does not depend
+// on the thread count). Scratch per
 // thread: O(T * hs) floats.
 // Thread-safety: reentrant; fast versions run an OpenMP region on the calling thread's pool.
 #pragma once
@@ -26,16 +30,17 @@ namespace strata::cpu {
 
 template <typename Storage>
 void AttentionForwardReference(Storage* out, float* stats, const Storage* qkv, int B, int T, int C,
-                               int NH);
+                               int NH, int NKV);
 template <typename Storage>
-void AttentionForward(Storage* out, float* stats, const Storage* qkv, int B, int T, int C, int NH);
+void AttentionForward(Storage* out, float* stats, const Storage* qkv, int B, int T, int C, int NH,
+                      int NKV);
 
 template <typename Storage>
 void AttentionBackwardReference(Storage* dqkv, const Storage* dout, const Storage* qkv,
                                 const Storage* out, const float* stats, int B, int T, int C,
-                                int NH);
+                                int NH, int NKV);
 template <typename Storage>
 void AttentionBackward(Storage* dqkv, const Storage* dout, const Storage* qkv, const Storage* out,
-                       const float* stats, int B, int T, int C, int NH);
+                       const float* stats, int B, int T, int C, int NH, int NKV);
 
 }  // namespace strata::cpu

@@ -20,6 +20,9 @@
 #include "kernels/cpu/encoder.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
 
 namespace strata {
 namespace {
@@ -100,21 +103,76 @@ class CpuOps : public Ops {
   }
 
   Status AttentionForward(Stream& s, void* out, float* stats, const void* qkv, int B, int T, int C,
-                          int NH) override {
-    RETURN_IF_ERROR(CheckAttentionShape("AttentionForward", B, T, C, NH));
+                          int NH, int NKV) override {
+    RETURN_IF_ERROR(CheckHeadShape("AttentionForward", B, T, C, NH, NKV));
     return Launch(s, [=](auto tag) {
       using S = decltype(tag);
-      cpu::AttentionForward(As<S>(out), stats, As<S>(qkv), B, T, C, NH);
+      cpu::AttentionForward(As<S>(out), stats, As<S>(qkv), B, T, C, NH, NKV);
     });
   }
 
   Status AttentionBackward(Stream& s, void* dqkv, const void* dout, const void* qkv,
-                           const void* out, const float* stats, int B, int T, int C,
-                           int NH) override {
-    RETURN_IF_ERROR(CheckAttentionShape("AttentionBackward", B, T, C, NH));
+                           const void* out, const float* stats, int B, int T, int C, int NH,
+                           int NKV) override {
+    RETURN_IF_ERROR(CheckHeadShape("AttentionBackward", B, T, C, NH, NKV));
     return Launch(s, [=](auto tag) {
       using S = decltype(tag);
-      cpu::AttentionBackward(As<S>(dqkv), As<S>(dout), As<S>(qkv), As<S>(out), stats, B, T, C, NH);
+      cpu::AttentionBackward(As<S>(dqkv), As<S>(dout), As<S>(qkv), As<S>(out), stats, B, T, C, NH,
+                             NKV);
+    });
+  }
+
+  Status RmsNormForward(Stream& s, void* out, float* rstd, const void* inp, const void* weight,
+                        int N, int C, float eps) override {
+    RETURN_IF_ERROR(CheckNonNegative("RmsNormForward", {{"N", N}, {"C", C}}));
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::RmsNormForward(As<S>(out), rstd, As<S>(inp), As<S>(weight), N, C, eps);
+    });
+  }
+
+  Status RmsNormBackward(Stream& s, void* dinp, void* dweight, const void* dout, const void* inp,
+                         const void* weight, const float* rstd, int N, int C) override {
+    RETURN_IF_ERROR(CheckNonNegative("RmsNormBackward", {{"N", N}, {"C", C}}));
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::RmsNormBackward(As<S>(dinp), As<S>(dweight), As<S>(dout), As<S>(inp), As<S>(weight),
+                           rstd, N, C);
+    });
+  }
+
+  Status RopeForward(Stream& s, void* qkv, int B, int T, int NH, int NKV, int hs, float theta,
+                     int position0) override {
+    RETURN_IF_ERROR(CheckRopeShape("RopeForward", B, T, NH, NKV, hs, theta, position0));
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::Rope(As<S>(qkv), B, T, NH, NKV, hs, theta, position0, +1);
+    });
+  }
+
+  Status RopeBackward(Stream& s, void* dqkv, int B, int T, int NH, int NKV, int hs, float theta,
+                      int position0) override {
+    RETURN_IF_ERROR(CheckRopeShape("RopeBackward", B, T, NH, NKV, hs, theta, position0));
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::Rope(As<S>(dqkv), B, T, NH, NKV, hs, theta, position0, -1);
+    });
+  }
+
+  Status SwiGluForward(Stream& s, void* out, const void* inp, int N, int F) override {
+    RETURN_IF_ERROR(CheckNonNegative("SwiGluForward", {{"N", N}, {"F", F}}));
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::SwiGluForward(As<S>(out), As<S>(inp), N, F);
+    });
+  }
+
+  Status SwiGluBackward(Stream& s, void* dinp, const void* inp, const void* dout, int N,
+                        int F) override {
+    RETURN_IF_ERROR(CheckNonNegative("SwiGluBackward", {{"N", N}, {"F", F}}));
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::SwiGluBackward(As<S>(dinp), As<S>(inp), As<S>(dout), N, F);
     });
   }
 
@@ -147,14 +205,11 @@ class CpuOps : public Ops {
   }
 
   Status SoftmaxCrossEntropy(Stream& s, float* losses, void* logits, const int32_t* targets, int N,
-                             int V, float dloss) override {
-    RETURN_IF_ERROR(CheckNonNegative("SoftmaxCrossEntropy", {{"N", N}, {"V", V}}));
-    if (N > 0 && V == 0) {
-      return absl::InvalidArgumentError("SoftmaxCrossEntropy: V=0 (no classes) with N > 0");
-    }
+                             int V, int Vp, float dloss) override {
+    RETURN_IF_ERROR(CheckCrossEntropyShape("SoftmaxCrossEntropy", N, V, Vp));
     return Launch(s, [=](auto tag) {
       using S = decltype(tag);
-      cpu::SoftmaxCrossEntropy(losses, As<S>(logits), targets, N, V, dloss);
+      cpu::SoftmaxCrossEntropy(losses, As<S>(logits), targets, N, V, Vp, dloss);
     });
   }
 
@@ -202,15 +257,6 @@ class CpuOps : public Ops {
   }
 
  private:
-  static Status CheckAttentionShape(const char* op, int B, int T, int C, int NH) {
-    RETURN_IF_ERROR(CheckNonNegative(op, {{"B", B}, {"T", T}, {"C", C}}));
-    if (NH <= 0 || C % NH != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(op, ": C=", C, " must be a positive multiple of NH=", NH));
-    }
-    return absl::OkStatus();
-  }
-
   // Enqueues kernel(tag) with a value of the compute dtype as tag (float or bf16).
   template <typename Kernel>
   Status Launch(Stream& stream, Kernel kernel) const {

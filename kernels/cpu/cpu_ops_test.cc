@@ -1,6 +1,7 @@
 // CpuOps through the Ops interface on a CPU device's stream, for both compute dtypes: a few
 // ops (encoder, layernorm forward/backward, matmul forward, attention forward/backward, GELU,
-// softmax + cross-entropy, AdamW, casts, sum of squares) give what the reference kernels give
+// softmax + cross-entropy, AdamW, casts, sum of squares; LLaMA's RMSNorm, rotary embedding,
+// grouped-query attention, SwiGLU) give what the reference kernels give
 // when called directly; calls only enqueue (nothing changes before Synchronize); the
 // configured OpenMP thread count is in force on the stream's thread; bad sizes are
 // rejected before anything is enqueued.
@@ -29,6 +30,9 @@
 #include "kernels/cpu/kernel_test_util.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
 
 namespace strata {
 namespace {
@@ -156,9 +160,9 @@ TYPED_TEST(CpuOpsTest, MatmulAttentionAndGeluMatchReferences) {
   Stream& s = *this->stream_;
   ASSERT_OK(ops.MatmulForward(s, d_qkv, this->Upload(inp), this->Upload(weight), this->Upload(bias),
                               N, C, OC));
-  ASSERT_OK(ops.AttentionForward(s, d_att, d_stats, d_qkv, B, T_len, C, NH));
-  ASSERT_OK(
-      ops.AttentionBackward(s, d_dqkv, this->Upload(dout), d_qkv, d_att, d_stats, B, T_len, C, NH));
+  ASSERT_OK(ops.AttentionForward(s, d_att, d_stats, d_qkv, B, T_len, C, NH, NH));
+  ASSERT_OK(ops.AttentionBackward(s, d_dqkv, this->Upload(dout), d_qkv, d_att, d_stats, B, T_len,
+                                  C, NH, NH));
   ASSERT_OK(ops.GeluForward(s, d_gelu, d_att, size_t(N) * C));
   this->Sync();
 
@@ -169,9 +173,9 @@ TYPED_TEST(CpuOpsTest, MatmulAttentionAndGeluMatchReferences) {
   const std::vector<T> device_qkv(d_qkv, d_qkv + size_t(N) * OC);
   std::vector<T> att(size_t(N) * C), gelu(size_t(N) * C), dqkv = dqkv0;
   std::vector<float> stats(size_t(B) * NH * T_len);
-  cpu::AttentionForwardReference(att.data(), stats.data(), device_qkv.data(), B, T_len, C, NH);
+  cpu::AttentionForwardReference(att.data(), stats.data(), device_qkv.data(), B, T_len, C, NH, NH);
   cpu::AttentionBackwardReference(dqkv.data(), dout.data(), device_qkv.data(), att.data(),
-                                  stats.data(), B, T_len, C, NH);
+                                  stats.data(), B, T_len, C, NH, NH);
   const std::vector<T> device_att(d_att, d_att + size_t(N) * C);
   cpu::GeluForwardReference(gelu.data(), device_att.data(), gelu.size());
   this->Expect(d_att, att, "attention out");
@@ -183,9 +187,9 @@ TYPED_TEST(CpuOpsTest, MatmulAttentionAndGeluMatchReferences) {
 
 TYPED_TEST(CpuOpsTest, CrossEntropyAdamWAndCastsMatchReferences) {
   using T = TypeParam;
-  const int N = 7, V = 67;
+  const int N = 7, V = 67, Vp = 80;
   const size_t n = 1003;
-  const std::vector<T> logits = ToStorage<T>(RandomFloats(size_t(N) * V, -4, 4, 13));
+  const std::vector<T> logits = ToStorage<T>(RandomFloats(size_t(N) * Vp, -4, 4, 13));
   std::vector<int32_t> targets(N);
   for (int i = 0; i < N; ++i) targets[i] = (i * 11) % V;
   const std::vector<float> master = RandomFloats(n, -1, 1, 14), grad = RandomFloats(n, -1, 1, 15);
@@ -205,7 +209,8 @@ TYPED_TEST(CpuOpsTest, CrossEntropyAdamWAndCastsMatchReferences) {
   float* d_back = this->Upload(std::vector<float>(n));
   Ops& ops = *this->ops_;
   Stream& s = *this->stream_;
-  ASSERT_OK(ops.SoftmaxCrossEntropy(s, d_losses, d_logits, this->Upload(targets), N, V, 0.25f));
+  ASSERT_OK(
+      ops.SoftmaxCrossEntropy(s, d_losses, d_logits, this->Upload(targets), N, V, Vp, 0.25f));
   ASSERT_OK(ops.SumSquares(s, d_sum, this->Upload(grad), n));
   {
     AdamParams scoped = hp;  // the op must copy its hyper-parameters
@@ -217,7 +222,8 @@ TYPED_TEST(CpuOpsTest, CrossEntropyAdamWAndCastsMatchReferences) {
 
   std::vector<T> dlogits = logits;
   std::vector<float> losses(N);
-  cpu::SoftmaxCrossEntropyReference(losses.data(), dlogits.data(), targets.data(), N, V, 0.25f);
+  cpu::SoftmaxCrossEntropyReference(losses.data(), dlogits.data(), targets.data(), N, V, Vp,
+                                    0.25f);
   ExpectAllClose(std::vector<float>(d_losses, d_losses + N), losses, 1e-5f, 1e-5f, "losses");
   this->Expect(d_logits, dlogits, "dlogits");
   float sum = 0.0f;
@@ -231,6 +237,77 @@ TYPED_TEST(CpuOpsTest, CrossEntropyAdamWAndCastsMatchReferences) {
   this->Expect(d_param, param, "param");
   ExpectAllClose(std::vector<float>(d_back, d_back + n), ToFloats(d_param, n), 0.0f, 0.0f,
                  "cast to float");
+}
+
+// LLaMA's ops: RMSNorm, rotary embedding, grouped-query attention, SwiGLU and the encoder
+// without position embedding, chained as in a block.
+TYPED_TEST(CpuOpsTest, LlamaOpsMatchReferences) {
+  using T = TypeParam;
+  const int B = 2, T_len = 7, NH = 4, NKV = 2, hs = 6, C = NH * hs, N = B * T_len, F = 11, V = 13;
+  const int QKV = C + 2 * NKV * hs;
+  const float theta = 500000.0f, eps = 1e-5f;
+  std::vector<int32_t> tokens(N);
+  for (int i = 0; i < N; ++i) tokens[i] = (i * 5) % V;
+  const std::vector<T> wte = ToStorage<T>(RandomFloats(size_t(V) * C, -1, 1, 30));
+  const std::vector<T> weight = ToStorage<T>(RandomFloats(C, 0.5f, 1.5f, 31));
+  const std::vector<T> qkv0 = ToStorage<T>(RandomFloats(size_t(N) * QKV, -1, 1, 32));
+  const std::vector<T> dout = ToStorage<T>(RandomFloats(size_t(N) * C, -1, 1, 33));
+  const std::vector<T> gate_up = ToStorage<T>(RandomFloats(size_t(N) * 2 * F, -3, 3, 34));
+  const std::vector<T> dmlp = ToStorage<T>(RandomFloats(size_t(N) * F, -1, 1, 35));
+
+  Ops& ops = *this->ops_;
+  Stream& s = *this->stream_;
+  T* d_encoded = this->Upload(std::vector<T>(size_t(N) * C));
+  T* d_norm = this->Upload(std::vector<T>(size_t(N) * C));
+  float* d_rstd = this->Upload(std::vector<float>(N));
+  T* d_dinp = this->Upload(std::vector<T>(size_t(N) * C));
+  T* d_dweight = this->Upload(std::vector<T>(C));
+  T* d_qkv = this->Upload(qkv0);
+  T* d_att = this->Upload(std::vector<T>(size_t(N) * C));
+  float* d_stats = this->Upload(std::vector<float>(size_t(B) * NH * T_len));
+  T* d_dqkv = this->Upload(std::vector<T>(size_t(N) * QKV));
+  T* d_swiglu = this->Upload(std::vector<T>(size_t(N) * F));
+  T* d_dgate_up = this->Upload(std::vector<T>(size_t(N) * 2 * F));
+  const T* d_dout = this->Upload(dout);
+  ASSERT_OK(ops.EncoderForward(s, d_encoded, this->Upload(tokens), this->Upload(wte), nullptr, B,
+                               T_len, C));
+  ASSERT_OK(ops.RmsNormForward(s, d_norm, d_rstd, d_encoded, this->Upload(weight), N, C, eps));
+  ASSERT_OK(ops.RmsNormBackward(s, d_dinp, d_dweight, d_dout, d_encoded, this->Upload(weight),
+                                d_rstd, N, C));
+  ASSERT_OK(ops.RopeForward(s, d_qkv, B, T_len, NH, NKV, hs, theta, 0));
+  ASSERT_OK(ops.AttentionForward(s, d_att, d_stats, d_qkv, B, T_len, C, NH, NKV));
+  ASSERT_OK(ops.AttentionBackward(s, d_dqkv, d_dout, d_qkv, d_att, d_stats, B, T_len, C, NH, NKV));
+  ASSERT_OK(ops.RopeBackward(s, d_dqkv, B, T_len, NH, NKV, hs, theta, 0));
+  ASSERT_OK(ops.SwiGluForward(s, d_swiglu, this->Upload(gate_up), N, F));
+  ASSERT_OK(ops.SwiGluBackward(s, d_dgate_up, this->Upload(gate_up), this->Upload(dmlp), N, F));
+  this->Sync();
+
+  std::vector<T> encoded(size_t(N) * C), norm(size_t(N) * C), dinp(size_t(N) * C), dweight(C);
+  std::vector<float> rstd(N);
+  cpu::EncoderForwardReference(encoded.data(), tokens.data(), wte.data(),
+                               static_cast<const T*>(nullptr), B, T_len, C);
+  this->Expect(d_encoded, encoded, "encoder out");
+  cpu::RmsNormForwardReference(norm.data(), rstd.data(), encoded.data(), weight.data(), N, C, eps);
+  cpu::RmsNormBackwardReference(dinp.data(), dweight.data(), dout.data(), encoded.data(),
+                                weight.data(), rstd.data(), N, C);
+  this->Expect(d_norm, norm, "rmsnorm out");
+  this->Expect(d_dinp, dinp, "rmsnorm dinp");
+  this->Expect(d_dweight, dweight, "rmsnorm dweight");
+  std::vector<T> qkv = qkv0, att(size_t(N) * C), dqkv(size_t(N) * QKV);
+  std::vector<float> stats(size_t(B) * NH * T_len);
+  cpu::RopeReference(qkv.data(), B, T_len, NH, NKV, hs, theta, 0, 1);
+  this->Expect(d_qkv, qkv, "rotated qkv");
+  cpu::AttentionForwardReference(att.data(), stats.data(), qkv.data(), B, T_len, C, NH, NKV);
+  cpu::AttentionBackwardReference(dqkv.data(), dout.data(), qkv.data(), att.data(), stats.data(),
+                                  B, T_len, C, NH, NKV);
+  cpu::RopeReference(dqkv.data(), B, T_len, NH, NKV, hs, theta, 0, -1);
+  this->Expect(d_att, att, "gqa attention out");
+  this->Expect(d_dqkv, dqkv, "gqa dqkv (unrotated)");
+  std::vector<T> swiglu(size_t(N) * F), dgate_up(size_t(N) * 2 * F);
+  cpu::SwiGluForwardReference(swiglu.data(), gate_up.data(), N, F);
+  cpu::SwiGluBackwardReference(dgate_up.data(), gate_up.data(), dmlp.data(), N, F);
+  this->Expect(d_swiglu, swiglu, "swiglu out");
+  this->Expect(d_dgate_up, dgate_up, "swiglu dinp");
 }
 
 TYPED_TEST(CpuOpsTest, CallsOnlyEnqueueAndSetTheThreadCount) {
@@ -265,8 +342,14 @@ TEST(CpuOps, RejectsBadSizesBeforeEnqueueing) {
   ASSERT_OK_AND_ASSIGN(auto stream, device->CreateStream("compute"));
   ASSERT_OK_AND_ASSIGN(auto ops, CreateCpuOps(DType::kF32, 0));
   float buffer[64] = {};
-  Status bad_heads = ops->AttentionForward(*stream, buffer, buffer, buffer, 1, 2, 13, 3);
+  Status bad_heads = ops->AttentionForward(*stream, buffer, buffer, buffer, 1, 2, 13, 3, 3);
   EXPECT_THAT(bad_heads, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NH=3")));
+  Status bad_groups = ops->AttentionForward(*stream, buffer, buffer, buffer, 1, 2, 12, 3, 2);
+  EXPECT_THAT(bad_groups, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NKV=2")));
+  Status odd_head = ops->RopeForward(*stream, buffer, 1, 2, 2, 2, 3, 10000.0f, 0);
+  EXPECT_THAT(odd_head, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("hs=3")));
+  Status padded = ops->SoftmaxCrossEntropy(*stream, buffer, buffer, nullptr, 1, 9, 8, 1.0f);
+  EXPECT_THAT(padded, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Vp=8")));
   Status negative =
       ops->LayerNormForward(*stream, buffer, buffer, buffer, buffer, buffer, buffer, -1, 13);
   EXPECT_THAT(negative, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("N=-1")));

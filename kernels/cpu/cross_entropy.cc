@@ -17,7 +17,7 @@ namespace {
 constexpr int kLanes = 16;
 
 template <typename T>
-STRATA_CPU_SIMD_CLONES float SoftmaxCrossEntropyRow(T* logits, int target, int V, float dloss) {
+STRATA_CPU_SIMD_CLONES float SoftmaxCrossEntropyRow(T* logits, int target, int V, int Vp, float dloss) {
   float max_lanes[kLanes];
   for (int lane = 0; lane < kLanes; ++lane) max_lanes[lane] = -INFINITY;
   int i = 0;
@@ -50,6 +50,7 @@ STRATA_CPU_SIMD_CLONES float SoftmaxCrossEntropyRow(T* logits, int target, int V
     for (i = 0; i < V; ++i) Store(logits + i, dloss * ExpApprox(Load(logits + i) - log_sum_exp));
     // The loop above overwrote the target's logit; its probability is e^(-loss).
     Store(logits + target, dloss * (ExpApprox(-loss) - 1.0f));
+    for (i = V; i < Vp; ++i) Store(logits + i, 0.0f);  // padding: no gradient
   }
   return loss;
 }
@@ -58,9 +59,9 @@ STRATA_CPU_SIMD_CLONES float SoftmaxCrossEntropyRow(T* logits, int target, int V
 
 template <typename T>
 void SoftmaxCrossEntropyReference(float* losses, T* logits, const int32_t* targets, int N, int V,
-                                  float dloss) {
+                                  int Vp, float dloss) {
   for (int n = 0; n < N; ++n) {
-    T* row = logits + static_cast<size_t>(n) * V;
+    T* row = logits + static_cast<size_t>(n) * Vp;
     const int target = targets[n];
     // The maximum is subtracted only for numerical stability (exp cannot overflow).
     float max_logit = -INFINITY;
@@ -75,22 +76,25 @@ void SoftmaxCrossEntropyReference(float* losses, T* logits, const int32_t* targe
         const float indicator = i == target ? 1.0f : 0.0f;
         Store(row + i, dloss * (probability - indicator));
       }
+      for (int i = V; i < Vp; ++i) Store(row + i, 0.0f);
     }
   }
 }
 
 template <typename T>
-void SoftmaxCrossEntropy(float* losses, T* logits, const int32_t* targets, int N, int V,
+void SoftmaxCrossEntropy(float* losses, T* logits, const int32_t* targets, int N, int V, int Vp,
                          float dloss) {
 #pragma omp parallel for schedule(static) if (N > 1)
   for (int n = 0; n < N; ++n) {
-    losses[n] = SoftmaxCrossEntropyRow(logits + static_cast<size_t>(n) * V, targets[n], V, dloss);
+    losses[n] =
+        SoftmaxCrossEntropyRow(logits + static_cast<size_t>(n) * Vp, targets[n], V, Vp, dloss);
   }
 }
 
 #define STRATA_INSTANTIATE(T)                                                                 \
-  template void SoftmaxCrossEntropyReference<T>(float*, T*, const int32_t*, int, int, float); \
-  template void SoftmaxCrossEntropy<T>(float*, T*, const int32_t*, int, int, float);
+  template void SoftmaxCrossEntropyReference<T>(float*, T*, const int32_t*, int, int, int,   \
+                                                float);                                     \
+  template void SoftmaxCrossEntropy<T>(float*, T*, const int32_t*, int, int, int, float);
 STRATA_INSTANTIATE(float)
 STRATA_INSTANTIATE(bf16)
 #undef STRATA_INSTANTIATE

@@ -45,6 +45,10 @@ void EncoderForwardReference(Storage* out, const int32_t* tokens, const Storage*
     for (int t = 0; t < T; ++t) {
       Storage* out_bt = out + (static_cast<size_t>(b) * T + t) * C;
       const Storage* wte_token = wte + static_cast<size_t>(tokens[b * T + t]) * C;
+      if (wpe == nullptr) {
+        for (int i = 0; i < C; ++i) Store(out_bt + i, Load(wte_token + i));
+        continue;
+      }
       const Storage* wpe_t = wpe + static_cast<size_t>(t) * C;
       for (int i = 0; i < C; ++i) Store(out_bt + i, Load(wte_token + i) + Load(wpe_t + i));
     }
@@ -56,10 +60,11 @@ void EncoderBackwardReference(Storage* dwte, Storage* dwpe, const Storage* dout,
                               const int32_t* tokens, int B, int T, int C) {
   // fp32 sums per parameter row, started from the stored gradient, in (b, t) order.
   std::map<int32_t, std::vector<float>> dwte_sums;
-  std::vector<std::vector<float>> dwpe_sums(T);
-  for (int t = 0; t < T; ++t) {
-    dwpe_sums[t].resize(C);
-    for (int i = 0; i < C; ++i) dwpe_sums[t][i] = Load(dwpe + static_cast<size_t>(t) * C + i);
+  std::vector<std::vector<float>> dwpe_sums(T, std::vector<float>(C, 0.0f));
+  if (dwpe != nullptr) {
+    for (int t = 0; t < T; ++t) {
+      for (int i = 0; i < C; ++i) dwpe_sums[t][i] = Load(dwpe + static_cast<size_t>(t) * C + i);
+    }
   }
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
@@ -80,6 +85,7 @@ void EncoderBackwardReference(Storage* dwte, Storage* dwpe, const Storage* dout,
   for (const auto& [token, sum] : dwte_sums) {
     for (int i = 0; i < C; ++i) Store(dwte + static_cast<size_t>(token) * C + i, sum[i]);
   }
+  if (dwpe == nullptr) return;
   for (int t = 0; t < T; ++t) {
     for (int i = 0; i < C; ++i) Store(dwpe + static_cast<size_t>(t) * C + i, dwpe_sums[t][i]);
   }
@@ -92,8 +98,13 @@ void EncoderForward(Storage* out, const int32_t* tokens, const Storage* wte, con
 #pragma omp parallel for schedule(static) if (rows > 1)
   for (int row = 0; row < rows; ++row) {
     const int t = row % T;
-    AddRows(out + static_cast<size_t>(row) * C, wte + static_cast<size_t>(tokens[row]) * C,
-            wpe + static_cast<size_t>(t) * C, C);
+    Storage* out_row = out + static_cast<size_t>(row) * C;
+    const Storage* wte_row = wte + static_cast<size_t>(tokens[row]) * C;
+    if (wpe == nullptr) {
+      std::copy(wte_row, wte_row + C, out_row);
+    } else {
+      AddRows(out_row, wte_row, wpe + static_cast<size_t>(t) * C, C);
+    }
   }
 }
 
@@ -129,7 +140,7 @@ void EncoderBackward(Storage* dwte, Storage* dwpe, const Storage* dout, const in
     }
     // Position rows: dwpe[t] gets dout[b,t] for b in order.
 #pragma omp for schedule(static)
-    for (int t = 0; t < T; ++t) {
+    for (int t = 0; t < (dwpe == nullptr ? 0 : T); ++t) {
       Storage* dwpe_row = dwpe + static_cast<size_t>(t) * C;
       LoadRow(sum.data(), dwpe_row, C);
       for (int b = 0; b < B; ++b) {

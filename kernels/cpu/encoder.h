@@ -4,7 +4,8 @@
 // arithmetic is fp32.
 //
 // Shapes: tokens [B,T] int32 with 0 <= token < V (not checked: V is not passed), wte [V,C],
-// wpe [maxT,C] with T <= maxT, out and dout [B,T,C].
+// wpe [maxT,C] with T <= maxT, out and dout [B,T,C]. wpe (forward) and dwpe (backward) may
+// be null: no position embedding (LLaMA), out = the token rows.
 // Backward ACCUMULATES (+=) into dwte and dwpe. Each touched row of dwte and each row of
 // dwpe gets the fp32 sum of its contributions, taken in (b, t) order starting from the
 // stored value, and is stored once; the fast version uses the same order, so both give

@@ -102,5 +102,32 @@ TYPED_TEST(EncoderTest, BackwardMatchesReferenceAndAccumulates) {
   }
 }
 
+// No position embedding (LLaMA): out is the token rows; the backward adds to dwte only.
+TYPED_TEST(EncoderTest, WithoutPositionEmbedding) {
+  using S = TypeParam;
+  const int B = 2, T = 5, C = 19, V = 7;
+  const std::vector<int32_t> tokens = RandomTokens(size_t(B) * T, V, 8);
+  const std::vector<S> wte = ToStorage<S>(RandomFloats(size_t(V) * C, -1.0f, 1.0f, 9));
+  std::vector<S> ref(size_t(B) * T * C), got(ref.size());
+  EncoderForwardReference(ref.data(), tokens.data(), wte.data(), static_cast<const S*>(nullptr),
+                          B, T, C);
+  EncoderForward(got.data(), tokens.data(), wte.data(), static_cast<const S*>(nullptr), B, T, C);
+  for (size_t r = 0; r < size_t(B) * T; ++r) {
+    for (int i = 0; i < C; ++i) {
+      ASSERT_EQ(Load(&ref[r * C + i]), Load(&wte[size_t(tokens[r]) * C + i]));
+      ASSERT_EQ(Load(&got[r * C + i]), Load(&wte[size_t(tokens[r]) * C + i]));
+    }
+  }
+  const std::vector<S> dout = ToStorage<S>(RandomFloats(ref.size(), -1.0f, 1.0f, 10));
+  std::vector<S> dwte_ref(size_t(V) * C), dwte_got(dwte_ref.size());
+  std::vector<S> dwte_with(dwte_ref.size()), dwpe(size_t(T) * C);
+  EncoderBackwardReference(dwte_ref.data(), static_cast<S*>(nullptr), dout.data(), tokens.data(),
+                           B, T, C);
+  EncoderBackward(dwte_got.data(), static_cast<S*>(nullptr), dout.data(), tokens.data(), B, T, C);
+  EncoderBackward(dwte_with.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  ExpectAllClose(ToFloats(dwte_ref), ToFloats(dwte_with), 0.0f, 0.0f, "dwte (reference)");
+  ExpectAllClose(ToFloats(dwte_got), ToFloats(dwte_with), 0.0f, 0.0f, "dwte (fast)");
+}
+
 }  // namespace
 }  // namespace strata::cpu

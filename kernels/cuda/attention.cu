@@ -1,6 +1,8 @@
-// Causal multi-head self-attention on CUDA (cuda_kernels.h), a straightforward tiled version
-// of flash attention that keeps nothing but the per-row log-sum-exp `stats` (as
-// kernels/cpu/attention.h defines them) between forward and backward.
+// Causal self-attention with grouped-query heads on CUDA (cuda_kernels.h), a straightforward
+// tiled version of flash attention that keeps nothing but the per-row log-sum-exp `stats` (as
+// kernels/cpu/attention.h defines them) between forward and backward. qkv rows are
+// (q: NH heads | k: NKV heads | v: NKV heads) of hs = C/NH channels; query head h reads
+// key/value head h / (NH/NKV) (NKV == NH: multi-head attention).
 //
 // Layout of every kernel: a block of 8 warps owns a tile of 32 rows of one (batch, head)
 // ("own" rows: queries in the forward and the dQ pass, keys in the dK/dV pass); warp w
@@ -15,9 +17,11 @@
 //            acc = sum e^(s - m) v; out = acc / l, stats = m + log l.
 //   backward, with p_ij = e^(scale q_i.k_j - stats_i) (0 for j > i) and
 //            D_i = dout_i . out_i:  ds_ij = p_ij (dout_i . v_j - D_i),
-//            dq_i += scale sum_j ds_ij k_j   (one kernel, blocks own query rows),
-//            dk_j += scale sum_i ds_ij q_i, dv_j += sum_i p_ij dout_i   (another kernel,
-//            blocks own key rows). Both write disjoint parts of dqkv.
+//            dq_i += scale sum_j ds_ij k_j   (one kernel, blocks own query rows of a query
+//            head), dk_j += scale sum_i ds_ij q_i, dv_j += sum_i p_ij dout_i   (another
+//            kernel, blocks own key rows of a key/value head and sum over the query heads
+//            of its group in head order, so heads that share k and v need no atomics).
+//            Both write disjoint parts of dqkv.
 // Shared-memory rows that lanes read down a column have an odd stride, so the 32 lanes hit
 // 32 different banks.
 // Thread-safety: launchers are reentrant.
@@ -40,6 +44,11 @@ constexpr int kChunks = kMaxAttentionHeadSize / kWarpSize;  // channels per lane
 // Stride of a shared-memory row read down a column by the 32 lanes: odd, so conflict-free.
 __host__ __device__ inline int OddStride(int hs) { return hs % 2 == 0 ? hs + 1 : hs; }
 
+// Elements per row of qkv: C query channels, then NKV key and NKV value heads of hs.
+__device__ inline size_t QkvRowStride(int C, int NKV, int hs) {
+  return static_cast<size_t>(C) + 2 * static_cast<size_t>(NKV) * hs;
+}
+
 // dst[r * stride + d] = src row (first + r), channel d, for r < count, d < hs, in fp32.
 template <typename S>
 __device__ void LoadTile(float* dst, int stride, const S* src, size_t src_stride, int first,
@@ -60,20 +69,24 @@ __device__ inline float Dot(const float* a, const float* b, int n) {
 // values [32][hs].
 template <typename S>
 __global__ void __launch_bounds__(kThreads)
-    AttentionForwardKernel(S* out, float* stats, const S* qkv, int T, int C, int NH, float scale) {
+    AttentionForwardKernel(S* out, float* stats, const S* qkv, int T, int C, int NH, int NKV,
+                           float scale) {
   extern __shared__ float shared[];
   const int hs = C / NH, key_stride = OddStride(hs);
   float* queries = shared;
   float* keys = queries + kTile * hs;
   float* values = keys + kTile * key_stride;
-  const int b = blockIdx.z, h = blockIdx.y;
+  const int b = blockIdx.z, h = blockIdx.y, kv_head = h / (NH / NKV);
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int row_begin = blockIdx.x * kTile;
   const int row_end = min(T, row_begin + kTile);
-  const size_t C3 = 3 * static_cast<size_t>(C);
-  const S* qkv_bh = qkv + static_cast<size_t>(b) * T * C3 + h * hs;
+  const size_t row_stride = QkvRowStride(C, NKV, hs);
+  const S* qkv_b = qkv + static_cast<size_t>(b) * T * row_stride;
+  const S* q_bh = qkv_b + h * hs;
+  const S* k_bh = qkv_b + C + kv_head * hs;
+  const S* v_bh = k_bh + NKV * hs;
 
-  LoadTile(queries, hs, qkv_bh, C3, row_begin, row_end - row_begin, hs);
+  LoadTile(queries, hs, q_bh, row_stride, row_begin, row_end - row_begin, hs);
   float row_max[kRowsPerWarp], row_sum[kRowsPerWarp], acc[kRowsPerWarp][kChunks];
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
@@ -86,8 +99,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int key_begin = 0; key_begin < row_end; key_begin += kTile) {
     const int key_count = min(kTile, row_end - key_begin);
     __syncthreads();  // the previous tile is consumed
-    LoadTile(keys, key_stride, qkv_bh + C, C3, key_begin, key_count, hs);
-    LoadTile(values, hs, qkv_bh + 2 * C, C3, key_begin, key_count, hs);
+    LoadTile(keys, key_stride, k_bh, row_stride, key_begin, key_count, hs);
+    LoadTile(values, hs, v_bh, row_stride, key_begin, key_count, hs);
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
@@ -150,23 +163,26 @@ __device__ float DoutDotOut(const S* dout, const S* out, size_t offset, int hs) 
 template <typename S>
 __global__ void __launch_bounds__(kThreads)
     AttentionBackwardQueryKernel(S* dqkv, const S* dout, const S* qkv, const S* out,
-                                 const float* stats, int T, int C, int NH, float scale) {
+                                 const float* stats, int T, int C, int NH, int NKV, float scale) {
   extern __shared__ float shared[];
   const int hs = C / NH, stride = OddStride(hs);
   float* queries = shared;
   float* douts = queries + kTile * hs;
   float* keys = douts + kTile * hs;
   float* values = keys + kTile * stride;
-  const int b = blockIdx.z, h = blockIdx.y;
+  const int b = blockIdx.z, h = blockIdx.y, kv_head = h / (NH / NKV);
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int row_begin = blockIdx.x * kTile;
   const int row_end = min(T, row_begin + kTile);
-  const size_t C3 = 3 * static_cast<size_t>(C);
-  const S* qkv_bh = qkv + static_cast<size_t>(b) * T * C3 + h * hs;
+  const size_t row_stride = QkvRowStride(C, NKV, hs);
+  const S* qkv_b = qkv + static_cast<size_t>(b) * T * row_stride;
+  const S* q_bh = qkv_b + h * hs;
+  const S* k_bh = qkv_b + C + kv_head * hs;
+  const S* v_bh = k_bh + NKV * hs;
   const size_t out_offset = static_cast<size_t>(b) * T * C + h * hs;
   const float* stats_bh = stats + (static_cast<size_t>(b) * NH + h) * T;
 
-  LoadTile(queries, hs, qkv_bh, C3, row_begin, row_end - row_begin, hs);
+  LoadTile(queries, hs, q_bh, row_stride, row_begin, row_end - row_begin, hs);
   LoadTile(douts, hs, dout + out_offset, C, row_begin, row_end - row_begin, hs);
   float log_sum_exp[kRowsPerWarp], dout_dot_out[kRowsPerWarp], acc[kRowsPerWarp][kChunks];
 #pragma unroll
@@ -182,8 +198,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int key_begin = 0; key_begin < row_end; key_begin += kTile) {
     const int key_count = min(kTile, row_end - key_begin);
     __syncthreads();
-    LoadTile(keys, stride, qkv_bh + C, C3, key_begin, key_count, hs);
-    LoadTile(values, stride, qkv_bh + 2 * C, C3, key_begin, key_count, hs);
+    LoadTile(keys, stride, k_bh, row_stride, key_begin, key_count, hs);
+    LoadTile(values, stride, v_bh, row_stride, key_begin, key_count, hs);
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
@@ -213,7 +229,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int t = row_begin + warp * kRowsPerWarp + i;
     if (t >= row_end) continue;
-    S* dq = dqkv + (static_cast<size_t>(b) * T + t) * C3 + h * hs;
+    S* dq = dqkv + (static_cast<size_t>(b) * T + t) * row_stride + h * hs;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       const int d = lane + c * kWarpSize;
@@ -222,13 +238,15 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// dk and dv. grid (ceil(T / 32), NH, B); block x owns keys [32x, 32x + 32). Shared:
-// keys [32][hs], values [32][hs], queries [32][OddStride(hs)], douts [32][OddStride(hs)],
-// log-sum-exp [32], D [32].
+// dk and dv. grid (ceil(T / 32), NKV, B); block (x, g) owns keys [32x, 32x + 32) of key/value
+// head g and sums the contributions of its query heads g * (NH/NKV) .. (g + 1) * (NH/NKV) - 1
+// in that order. Shared: keys [32][hs], values [32][hs], queries [32][OddStride(hs)],
+// douts [32][OddStride(hs)], log-sum-exp [32], D [32].
 template <typename S>
 __global__ void __launch_bounds__(kThreads)
     AttentionBackwardKeyValueKernel(S* dqkv, const S* dout, const S* qkv, const S* out,
-                                    const float* stats, int T, int C, int NH, float scale) {
+                                    const float* stats, int T, int C, int NH, int NKV,
+                                    float scale) {
   extern __shared__ float shared[];
   const int hs = C / NH, stride = OddStride(hs);
   float* keys = shared;
@@ -237,17 +255,17 @@ __global__ void __launch_bounds__(kThreads)
   float* douts = queries + kTile * stride;
   float* tile_log_sum_exp = douts + kTile * stride;
   float* tile_dout_dot_out = tile_log_sum_exp + kTile;
-  const int b = blockIdx.z, h = blockIdx.y;
+  const int b = blockIdx.z, kv_head = blockIdx.y, group_size = NH / NKV;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int key_begin = blockIdx.x * kTile;
   const int key_end = min(T, key_begin + kTile);
-  const size_t C3 = 3 * static_cast<size_t>(C);
-  const S* qkv_bh = qkv + static_cast<size_t>(b) * T * C3 + h * hs;
-  const size_t out_offset = static_cast<size_t>(b) * T * C + h * hs;
-  const float* stats_bh = stats + (static_cast<size_t>(b) * NH + h) * T;
+  const size_t row_stride = QkvRowStride(C, NKV, hs);
+  const S* qkv_b = qkv + static_cast<size_t>(b) * T * row_stride;
+  const S* k_bh = qkv_b + C + kv_head * hs;
+  const S* v_bh = k_bh + NKV * hs;
 
-  LoadTile(keys, hs, qkv_bh + C, C3, key_begin, key_end - key_begin, hs);
-  LoadTile(values, hs, qkv_bh + 2 * C, C3, key_begin, key_end - key_begin, hs);
+  LoadTile(keys, hs, k_bh, row_stride, key_begin, key_end - key_begin, hs);
+  LoadTile(values, hs, v_bh, row_stride, key_begin, key_end - key_begin, hs);
   float dk[kRowsPerWarp][kChunks], dv[kRowsPerWarp][kChunks];
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
@@ -255,46 +273,52 @@ __global__ void __launch_bounds__(kThreads)
     for (int c = 0; c < kChunks; ++c) dk[i][c] = dv[i][c] = 0.0f;
   }
 
-  // Only queries at or after a key see it (causal): start at the block's first key.
-  for (int query_begin = key_begin; query_begin < T; query_begin += kTile) {
-    const int query_count = min(kTile, T - query_begin);
-    __syncthreads();
-    LoadTile(queries, stride, qkv_bh, C3, query_begin, query_count, hs);
-    LoadTile(douts, stride, dout + out_offset, C, query_begin, query_count, hs);
+  for (int h = kv_head * group_size; h < (kv_head + 1) * group_size; ++h) {
+    const S* q_bh = qkv_b + h * hs;
+    const size_t out_offset = static_cast<size_t>(b) * T * C + h * hs;
+    const float* stats_bh = stats + (static_cast<size_t>(b) * NH + h) * T;
+    // Only queries at or after a key see it (causal): start at the block's first key.
+    for (int query_begin = key_begin; query_begin < T; query_begin += kTile) {
+      const int query_count = min(kTile, T - query_begin);
+      __syncthreads();  // the previous tile (of this head or the one before) is consumed
+      LoadTile(queries, stride, q_bh, row_stride, query_begin, query_count, hs);
+      LoadTile(douts, stride, dout + out_offset, C, query_begin, query_count, hs);
 #pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) {
-      const int r = warp * kRowsPerWarp + i;
-      if (r >= query_count) continue;  // uniform over the warp
-      const int t = query_begin + r;
-      const float d_t = DoutDotOut(dout, out, out_offset + static_cast<size_t>(t) * C, hs);
-      if (lane == 0) {
-        tile_log_sum_exp[r] = stats_bh[t];
-        tile_dout_dot_out[r] = d_t;
+      for (int i = 0; i < kRowsPerWarp; ++i) {
+        const int r = warp * kRowsPerWarp + i;
+        if (r >= query_count) continue;  // uniform over the warp
+        const int t = query_begin + r;
+        const float d_t = DoutDotOut(dout, out, out_offset + static_cast<size_t>(t) * C, hs);
+        if (lane == 0) {
+          tile_log_sum_exp[r] = stats_bh[t];
+          tile_dout_dot_out[r] = d_t;
+        }
       }
-    }
-    __syncthreads();
+      __syncthreads();
 #pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) {
-      const int r = warp * kRowsPerWarp + i;
-      const int j = key_begin + r;  // this row's key
-      if (j >= key_end) continue;   // uniform over the warp
-      // Lane = query query_begin + lane; queries before the key are masked (causal).
-      const int t = query_begin + lane;
-      float p = 0.0f, dscore = 0.0f;
-      if (lane < query_count && t >= j) {
-        p = expf(Dot(queries + lane * stride, keys + r * hs, hs) * scale - tile_log_sum_exp[lane]);
-        const float dp = Dot(douts + lane * stride, values + r * hs, hs);
-        dscore = p * (dp - tile_dout_dot_out[lane]);
-      }
-      for (int q = max(0, j - query_begin); q < query_count; ++q) {
-        const float p_q = __shfl_sync(kFullMask, p, q);
-        const float dscore_q = __shfl_sync(kFullMask, dscore, q);
+      for (int i = 0; i < kRowsPerWarp; ++i) {
+        const int r = warp * kRowsPerWarp + i;
+        const int j = key_begin + r;  // this row's key
+        if (j >= key_end) continue;   // uniform over the warp
+        // Lane = query query_begin + lane; queries before the key are masked (causal).
+        const int t = query_begin + lane;
+        float p = 0.0f, dscore = 0.0f;
+        if (lane < query_count && t >= j) {
+          p = expf(Dot(queries + lane * stride, keys + r * hs, hs) * scale -
+                   tile_log_sum_exp[lane]);
+          const float dp = Dot(douts + lane * stride, values + r * hs, hs);
+          dscore = p * (dp - tile_dout_dot_out[lane]);
+        }
+        for (int q = max(0, j - query_begin); q < query_count; ++q) {
+          const float p_q = __shfl_sync(kFullMask, p, q);
+          const float dscore_q = __shfl_sync(kFullMask, dscore, q);
 #pragma unroll
-        for (int c = 0; c < kChunks; ++c) {
-          const int d = lane + c * kWarpSize;
-          if (d < hs) {
-            dv[i][c] += p_q * douts[q * stride + d];
-            dk[i][c] += dscore_q * queries[q * stride + d];
+          for (int c = 0; c < kChunks; ++c) {
+            const int d = lane + c * kWarpSize;
+            if (d < hs) {
+              dv[i][c] += p_q * douts[q * stride + d];
+              dk[i][c] += dscore_q * queries[q * stride + d];
+            }
           }
         }
       }
@@ -305,8 +329,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int j = key_begin + warp * kRowsPerWarp + i;
     if (j >= key_end) continue;
-    S* dk_row = dqkv + (static_cast<size_t>(b) * T + j) * C3 + C + h * hs;
-    S* dv_row = dk_row + C;
+    S* dk_row = dqkv + (static_cast<size_t>(b) * T + j) * row_stride + C + kv_head * hs;
+    S* dv_row = dk_row + NKV * hs;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       const int d = lane + c * kWarpSize;
@@ -338,7 +362,7 @@ Status LaunchWithShared(Kernel kernel, const char* name, dim3 grid, size_t share
 }  // namespace
 
 Status AttentionForward(DType dtype, void* out, float* stats, const void* qkv, int B, int T, int C,
-                        int NH, cudaStream_t stream) {
+                        int NH, int NKV, cudaStream_t stream) {
   if (B == 0 || T == 0) return absl::OkStatus();
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));  // as the CPU reference
@@ -348,29 +372,30 @@ Status AttentionForward(DType dtype, void* out, float* stats, const void* qkv, i
     using S = decltype(tag);
     return LaunchWithShared(AttentionForwardKernel<S>, "AttentionForwardKernel", grid, shared_bytes,
                             stream, static_cast<S*>(out), stats, static_cast<const S*>(qkv), T, C,
-                            NH, scale);
+                            NH, NKV, scale);
   });
 }
 
 Status AttentionBackward(DType dtype, void* dqkv, const void* dout, const void* qkv,
-                         const void* out, const float* stats, int B, int T, int C, int NH,
+                         const void* out, const float* stats, int B, int T, int C, int NH, int NKV,
                          cudaStream_t stream) {
   if (B == 0 || T == 0) return absl::OkStatus();
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const dim3 grid((T + kTile - 1) / kTile, NH, B);
+  const dim3 query_grid((T + kTile - 1) / kTile, NH, B);
+  const dim3 key_value_grid((T + kTile - 1) / kTile, NKV, B);
   const size_t query_shared_bytes = sizeof(float) * kTile * (2 * hs + 2 * OddStride(hs));
   const size_t key_value_shared_bytes = query_shared_bytes + sizeof(float) * 2 * kTile;
   return DispatchStorage(dtype, [&](auto tag) -> Status {
     using S = decltype(tag);
     RETURN_IF_ERROR(LaunchWithShared(
-        AttentionBackwardQueryKernel<S>, "AttentionBackwardQueryKernel", grid, query_shared_bytes,
-        stream, static_cast<S*>(dqkv), static_cast<const S*>(dout), static_cast<const S*>(qkv),
-        static_cast<const S*>(out), stats, T, C, NH, scale));
+        AttentionBackwardQueryKernel<S>, "AttentionBackwardQueryKernel", query_grid,
+        query_shared_bytes, stream, static_cast<S*>(dqkv), static_cast<const S*>(dout),
+        static_cast<const S*>(qkv), static_cast<const S*>(out), stats, T, C, NH, NKV, scale));
     return LaunchWithShared(AttentionBackwardKeyValueKernel<S>, "AttentionBackwardKeyValueKernel",
-                            grid, key_value_shared_bytes, stream, static_cast<S*>(dqkv),
+                            key_value_grid, key_value_shared_bytes, stream, static_cast<S*>(dqkv),
                             static_cast<const S*>(dout), static_cast<const S*>(qkv),
-                            static_cast<const S*>(out), stats, T, C, NH, scale);
+                            static_cast<const S*>(out), stats, T, C, NH, NKV, scale);
   });
 }
 

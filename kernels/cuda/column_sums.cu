@@ -25,12 +25,12 @@ ColumnGroups MakeColumnGroups(int N) {
   return {groups, (N + groups - 1) / groups};
 }
 
-// partials: [G][C] sums of dout, then (kLayerNorm) [G][C] sums of norm * dout, with
-// norm = (inp - mean[n]) * rstd[n].
-template <typename S, bool kLayerNorm>
-__global__ void ColumnPartialsKernel(float* partials, const S* dout, const S* inp,
-                                     const float* mean, const float* rstd, int N, int C,
-                                     int rows_per_group) {
+// kSum: sum_partials[g][column] = sum of dout; kNormSum: norm_partials[g][column] = sum of
+// norm * dout, with norm = (inp - mean[n]) * rstd[n], or inp * rstd[n] where mean is null.
+template <typename S, bool kSum, bool kNormSum>
+__global__ void ColumnPartialsKernel(float* sum_partials, float* norm_partials, const S* dout,
+                                     const S* inp, const float* mean, const float* rstd, int N,
+                                     int C, int rows_per_group) {
   __shared__ float dout_sums[kColumnThreadRows][kWarpSize + 1];
   __shared__ float norm_dout_sums[kColumnThreadRows][kWarpSize + 1];
   const int column = blockIdx.x * kWarpSize + threadIdx.x;
@@ -41,8 +41,12 @@ __global__ void ColumnPartialsKernel(float* partials, const S* dout, const S* in
     for (int n = row_begin + threadIdx.y; n < row_end; n += kColumnThreadRows) {
       const size_t index = static_cast<size_t>(n) * C + column;
       const float d = DeviceLoad(dout + index);
-      dout_sum += d;
-      if (kLayerNorm) norm_dout_sum += (DeviceLoad(inp + index) - mean[n]) * rstd[n] * d;
+      if (kSum) dout_sum += d;
+      if (kNormSum) {
+        const float centered =
+            mean != nullptr ? DeviceLoad(inp + index) - mean[n] : DeviceLoad(inp + index);
+        norm_dout_sum += centered * rstd[n] * d;
+      }
     }
   }
   dout_sums[threadIdx.y][threadIdx.x] = dout_sum;
@@ -54,11 +58,9 @@ __global__ void ColumnPartialsKernel(float* partials, const S* dout, const S* in
       dout_total += dout_sums[y][threadIdx.x];
       norm_dout_total += norm_dout_sums[y][threadIdx.x];
     }
-    const size_t groups_times_c = static_cast<size_t>(gridDim.y) * C;
-    partials[static_cast<size_t>(blockIdx.y) * C + column] = dout_total;
-    if (kLayerNorm) {
-      partials[groups_times_c + static_cast<size_t>(blockIdx.y) * C + column] = norm_dout_total;
-    }
+    const size_t index = static_cast<size_t>(blockIdx.y) * C + column;
+    if (kSum) sum_partials[index] = dout_total;
+    if (kNormSum) norm_partials[index] = norm_dout_total;
   }
 }
 
@@ -79,25 +81,34 @@ Status ColumnSums(S* dsum, S* dnorm_sum, const S* dout, const S* inp, const floa
                   const float* rstd, int N, int C, cudaStream_t stream) {
   if (N == 0 || C == 0) return absl::OkStatus();
   const ColumnGroups layout = MakeColumnGroups(N);
-  const int num_sums = dnorm_sum != nullptr ? 2 : 1;
-  const size_t partial_bytes = sizeof(float) * num_sums * layout.groups * static_cast<size_t>(C);
+  const size_t sum_floats = static_cast<size_t>(layout.groups) * C;
+  const int num_sums = (dsum != nullptr ? 1 : 0) + (dnorm_sum != nullptr ? 1 : 0);
+  const size_t partial_bytes = sizeof(float) * num_sums * sum_floats;
   float* partials = nullptr;
   CUDA_RETURN_IF_ERROR(cudaMallocAsync(reinterpret_cast<void**>(&partials), partial_bytes, stream),
                        absl::StrCat("allocating ", partial_bytes, " bytes of column partial sums"));
+  float* sum_partials = dsum != nullptr ? partials : nullptr;
+  float* norm_partials = dnorm_sum != nullptr ? partials + (num_sums - 1) * sum_floats : nullptr;
   const dim3 grid((C + kWarpSize - 1) / kWarpSize, layout.groups);
   const dim3 block(kWarpSize, kColumnThreadRows);
-  if (dnorm_sum != nullptr) {
-    ColumnPartialsKernel<S, true>
-        <<<grid, block, 0, stream>>>(partials, dout, inp, mean, rstd, N, C, layout.rows_per_group);
+  if (dsum != nullptr && dnorm_sum != nullptr) {
+    ColumnPartialsKernel<S, true, true><<<grid, block, 0, stream>>>(
+        sum_partials, norm_partials, dout, inp, mean, rstd, N, C, layout.rows_per_group);
+  } else if (dsum != nullptr) {
+    ColumnPartialsKernel<S, true, false><<<grid, block, 0, stream>>>(
+        sum_partials, nullptr, dout, nullptr, nullptr, nullptr, N, C, layout.rows_per_group);
   } else {
-    ColumnPartialsKernel<S, false><<<grid, block, 0, stream>>>(
-        partials, dout, nullptr, nullptr, nullptr, N, C, layout.rows_per_group);
+    ColumnPartialsKernel<S, false, true><<<grid, block, 0, stream>>>(
+        nullptr, norm_partials, dout, inp, mean, rstd, N, C, layout.rows_per_group);
   }
   const unsigned final_blocks = GridStrideBlocks(C, kThreads);
-  ColumnFinalKernel<S><<<final_blocks, kThreads, 0, stream>>>(dsum, partials, layout.groups, C);
+  if (dsum != nullptr) {
+    ColumnFinalKernel<S>
+        <<<final_blocks, kThreads, 0, stream>>>(dsum, sum_partials, layout.groups, C);
+  }
   if (dnorm_sum != nullptr) {
-    ColumnFinalKernel<S><<<final_blocks, kThreads, 0, stream>>>(
-        dnorm_sum, partials + static_cast<size_t>(layout.groups) * C, layout.groups, C);
+    ColumnFinalKernel<S>
+        <<<final_blocks, kThreads, 0, stream>>>(dnorm_sum, norm_partials, layout.groups, C);
   }
   const Status launched = LaunchStatus("column sum kernels", static_cast<size_t>(N) * C);
   CUDA_RETURN_IF_ERROR(cudaFreeAsync(partials, stream), "freeing column partial sums");

@@ -1,8 +1,10 @@
 // Softmax + cross-entropy on CUDA (cuda_kernels.h; specification:
-// kernels/cpu/cross_entropy.h). One block per row, in three passes over the V logits: the
-// maximum, the sum of exponentials (BlockMax/BlockSum, fixed order), then, unless dloss is 0,
-// the gradient dloss * (softmax - one_hot) written over the logits in place. The row's loss is
-// stored before any logit is overwritten.
+// kernels/cpu/cross_entropy.h). Rows have stride Vp; the softmax runs over their first V
+// logits (the real vocabulary) and the padding [V, Vp) takes no part. One block per row, in
+// three passes over the V logits: the maximum, the sum of exponentials (BlockMax/BlockSum,
+// fixed order), then, unless dloss is 0, the gradient dloss * (softmax - one_hot) written over
+// the logits in place, and the padding set to 0 (so a GEMM over the padded rows adds nothing
+// for it). The row's loss is stored before any logit is overwritten.
 // Thread-safety: launchers are reentrant.
 #include <cmath>
 
@@ -16,9 +18,9 @@ constexpr int kThreads = 256;
 
 template <typename S>
 __global__ void SoftmaxCrossEntropyKernel(float* losses, S* logits, const int32_t* targets, int V,
-                                          float dloss) {
+                                          int Vp, float dloss) {
   __shared__ float scratch[kWarpSize];
-  S* row = logits + static_cast<size_t>(blockIdx.x) * V;
+  S* row = logits + static_cast<size_t>(blockIdx.x) * Vp;
   const int target = targets[blockIdx.x];
   float max_logit = -INFINITY;
   for (int i = threadIdx.x; i < V; i += blockDim.x)
@@ -35,20 +37,21 @@ __global__ void SoftmaxCrossEntropyKernel(float* losses, S* logits, const int32_
     const float indicator = i == target ? 1.0f : 0.0f;
     DeviceStore(row + i, dloss * (probability - indicator));
   }
+  for (int i = V + threadIdx.x; i < Vp; i += blockDim.x) DeviceStore(row + i, 0.0f);
 }
 
 }  // namespace
 
 Status SoftmaxCrossEntropy(DType dtype, float* losses, void* logits, const int32_t* targets, int N,
-                           int V, float dloss, cudaStream_t stream) {
+                           int V, int Vp, float dloss, cudaStream_t stream) {
   if (N == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
     SoftmaxCrossEntropyKernel<S>
-        <<<N, kThreads, 0, stream>>>(losses, static_cast<S*>(logits), targets, V, dloss);
+        <<<N, kThreads, 0, stream>>>(losses, static_cast<S*>(logits), targets, V, Vp, dloss);
     return 0;
   });
-  return LaunchStatus("SoftmaxCrossEntropyKernel", static_cast<size_t>(N) * V);
+  return LaunchStatus("SoftmaxCrossEntropyKernel", static_cast<size_t>(N) * Vp);
 }
 
 }  // namespace strata::cuda_kernels

@@ -1,11 +1,11 @@
 // Host-side launchers of the CUDA kernels behind CudaOps (cuda_ops.h); everything except
 // the GEMMs, which CudaOps runs through cuBLAS. The kernels live one op per .cu file, named
-// as the sections below (encoder.cu, layernorm.cu, linear.cu, attention.cu, elementwise.cu,
-// cross_entropy.cu, adamw.cu). Each launcher enqueues its kernel(s) on
-// `stream` for the storage type `dtype` (every `void*` points to elements of it) and returns
-// the launch error, if any, as a Status; faults inside a kernel surface at the stream's next
-// synchronisation. Launchers do not check sizes or pointers (CudaOps does) and launch
-// nothing when there is no work. The CUDA device of `stream` must be current.
+// as the sections below (encoder.cu, layernorm.cu, rmsnorm.cu, linear.cu, attention.cu,
+// rope.cu, swiglu.cu, elementwise.cu, cross_entropy.cu, adamw.cu). Each launcher enqueues its
+// kernel(s) on `stream` for the storage type `dtype` (every `void*` points to elements of it)
+// and returns the launch error, if any, as a Status; faults inside a kernel surface at the
+// stream's next synchronisation. Launchers do not check sizes or pointers (CudaOps does) and
+// launch nothing when there is no work. The CUDA device of `stream` must be current.
 //
 // Semantics and shapes are those of kernels/ops.h and of the CPU references in
 // kernels/cpu/*.h (the specification); backward outputs ACCUMULATE (+=) with one rounding
@@ -26,8 +26,10 @@ namespace strata::cuda_kernels {
 
 // The attention kernels keep a head's row in registers, 4 values per lane: hs <= 128.
 inline constexpr int kMaxAttentionHeadSize = 128;
+// RoPE passes its hs/2 inverse frequencies to the kernel by value: hs <= 256.
+inline constexpr int kMaxRopeHeadSize = 256;
 
-// --- encoder (kernels/cpu/encoder.h)
+// --- encoder (kernels/cpu/encoder.h); wpe / dwpe may be null (no position embedding).
 Status EncoderForward(DType dtype, void* out, const int32_t* tokens, const void* wte,
                       const void* wpe, int B, int T, int C, cudaStream_t stream);
 // dwte rows: one warp per (first position of a token, 256 channels) sums that token's
@@ -42,6 +44,13 @@ Status LayerNormBackward(DType dtype, void* dinp, void* dweight, void* dbias, co
                          const void* inp, const void* weight, const float* mean, const float* rstd,
                          int N, int C, cudaStream_t stream);
 
+// --- RMSNorm (kernels/cpu/rmsnorm.h): one block per row. dweight is summed like
+// LayerNormBackward's (fixed-order column sums, stream-ordered scratch of at most 64 x C floats).
+Status RmsNormForward(DType dtype, void* out, float* rstd, const void* inp, const void* weight,
+                      int N, int C, float eps, cudaStream_t stream);
+Status RmsNormBackward(DType dtype, void* dinp, void* dweight, const void* dout, const void* inp,
+                       const void* weight, const float* rstd, int N, int C, cudaStream_t stream);
+
 // --- the non-GEMM parts of a linear layer
 // out[n, o] = bias[o] (0 where bias is null): the C operand of the forward GEMM (beta = 1),
 // so bias and product are summed in fp32 and rounded once.
@@ -51,12 +60,25 @@ Status BroadcastBias(DType dtype, void* out, const void* bias, int N, int OC, cu
 // (cudaMallocAsync, at most 64 x OC floats, freed on the stream), then over the chunks in order.
 Status BiasBackward(DType dtype, void* dbias, const void* dout, int N, int OC, cudaStream_t stream);
 
-// --- attention (kernels/cpu/attention.h); C % NH == 0, C / NH <= kMaxAttentionHeadSize.
+// --- attention (kernels/cpu/attention.h), grouped-query: qkv rows [C + 2 * NKV * C/NH];
+// C % NH == 0, NH % NKV == 0, C / NH <= kMaxAttentionHeadSize. The backward's dk/dv sum the
+// query heads of a group in head order inside one block: deterministic, no atomics.
 Status AttentionForward(DType dtype, void* out, float* stats, const void* qkv, int B, int T, int C,
-                        int NH, cudaStream_t stream);
+                        int NH, int NKV, cudaStream_t stream);
 Status AttentionBackward(DType dtype, void* dqkv, const void* dout, const void* qkv,
-                         const void* out, const float* stats, int B, int T, int C, int NH,
+                         const void* out, const float* stats, int B, int T, int C, int NH, int NKV,
                          cudaStream_t stream);
+
+// --- rotary position embedding (kernels/cpu/rope.h), in place on the q and k heads of
+// qkv [B,T,(NH + 2*NKV) * hs]; direction +1 is RopeForward, -1 RopeBackward (the inverse
+// rotation). hs even, hs <= kMaxRopeHeadSize.
+Status Rope(DType dtype, void* qkv, int B, int T, int NH, int NKV, int hs, float theta,
+            int position0, int direction, cudaStream_t stream);
+
+// --- SwiGLU (kernels/cpu/swiglu.h): inp / dinp [N,2F] rows (gate | up), out / dout [N,F].
+Status SwiGluForward(DType dtype, void* out, const void* inp, int N, int F, cudaStream_t stream);
+Status SwiGluBackward(DType dtype, void* dinp, const void* inp, const void* dout, int N, int F,
+                      cudaStream_t stream);
 
 // --- elementwise (kernels/cpu/elementwise.h)
 Status GeluForward(DType dtype, void* out, const void* inp, size_t n, cudaStream_t stream);
@@ -72,9 +94,10 @@ Status CastToFloat(DType dtype, float* dst, const void* src, size_t n, cudaStrea
 // (cudaMallocAsync, freed on the stream) per call.
 Status SumSquares(float* result, const float* x, size_t n, cudaStream_t stream);
 
-// --- softmax + cross-entropy (kernels/cpu/cross_entropy.h); V > 0 when N > 0.
+// --- softmax + cross-entropy (kernels/cpu/cross_entropy.h) over rows of stride Vp whose first
+// V columns are the vocabulary; 0 < V <= Vp when N > 0.
 Status SoftmaxCrossEntropy(DType dtype, float* losses, void* logits, const int32_t* targets, int N,
-                           int V, float dloss, cudaStream_t stream);
+                           int V, int Vp, float dloss, cudaStream_t stream);
 
 // --- AdamW (kernels/cpu/adamw.h): the reference's fp32 operations in its order, each
 // rounded (no FMA contraction), so results are bit-identical to cpu::AdamWReference.

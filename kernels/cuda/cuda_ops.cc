@@ -69,9 +69,8 @@ class CudaOps : public Ops {
                         const void* wpe, int B, int T, int C) override {
     constexpr const char* kOp = "EncoderForward";
     RETURN_IF_ERROR(CheckNonNegative(kOp, {{"B", B}, {"T", T}, {"C", C}}));
-    if (long{B} * T * C > 0) {
-      RETURN_IF_ERROR(
-          CheckNotNull(kOp, {{"out", out}, {"tokens", tokens}, {"wte", wte}, {"wpe", wpe}}));
+    if (long{B} * T * C > 0) {  // wpe may be null: no position embedding
+      RETURN_IF_ERROR(CheckNotNull(kOp, {{"out", out}, {"tokens", tokens}, {"wte", wte}}));
     }
     ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
     return cuda_kernels::EncoderForward(dtype_, out, tokens, wte, wpe, B, T, C, stream);
@@ -81,9 +80,8 @@ class CudaOps : public Ops {
                          int B, int T, int C) override {
     constexpr const char* kOp = "EncoderBackward";
     RETURN_IF_ERROR(CheckNonNegative(kOp, {{"B", B}, {"T", T}, {"C", C}}));
-    if (long{B} * T * C > 0) {
-      RETURN_IF_ERROR(
-          CheckNotNull(kOp, {{"dwte", dwte}, {"dwpe", dwpe}, {"dout", dout}, {"tokens", tokens}}));
+    if (long{B} * T * C > 0) {  // dwpe may be null: no position embedding
+      RETURN_IF_ERROR(CheckNotNull(kOp, {{"dwte", dwte}, {"dout", dout}, {"tokens", tokens}}));
     }
     ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
     return cuda_kernels::EncoderBackward(dtype_, dwte, dwpe, dout, tokens, B, T, C, stream);
@@ -162,29 +160,95 @@ class CudaOps : public Ops {
   }
 
   Status AttentionForward(Stream& s, void* out, float* stats, const void* qkv, int B, int T, int C,
-                          int NH) override {
+                          int NH, int NKV) override {
     constexpr const char* kOp = "AttentionForward";
-    RETURN_IF_ERROR(CheckAttentionShape(kOp, B, T, C, NH));
+    RETURN_IF_ERROR(CheckAttentionShape(kOp, B, T, C, NH, NKV));
     if (long{B} * T > 0) {
       RETURN_IF_ERROR(CheckNotNull(kOp, {{"stats", stats}}));
       if (C > 0) RETURN_IF_ERROR(CheckNotNull(kOp, {{"out", out}, {"qkv", qkv}}));
     }
     ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
-    return cuda_kernels::AttentionForward(dtype_, out, stats, qkv, B, T, C, NH, stream);
+    return cuda_kernels::AttentionForward(dtype_, out, stats, qkv, B, T, C, NH, NKV, stream);
   }
 
   Status AttentionBackward(Stream& s, void* dqkv, const void* dout, const void* qkv,
-                           const void* out, const float* stats, int B, int T, int C,
-                           int NH) override {
+                           const void* out, const float* stats, int B, int T, int C, int NH,
+                           int NKV) override {
     constexpr const char* kOp = "AttentionBackward";
-    RETURN_IF_ERROR(CheckAttentionShape(kOp, B, T, C, NH));
+    RETURN_IF_ERROR(CheckAttentionShape(kOp, B, T, C, NH, NKV));
     if (long{B} * T * C > 0) {
       RETURN_IF_ERROR(CheckNotNull(
           kOp, {{"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv}, {"out", out}, {"stats", stats}}));
     }
     ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
-    return cuda_kernels::AttentionBackward(dtype_, dqkv, dout, qkv, out, stats, B, T, C, NH,
+    return cuda_kernels::AttentionBackward(dtype_, dqkv, dout, qkv, out, stats, B, T, C, NH, NKV,
                                            stream);
+  }
+
+  Status RmsNormForward(Stream& s, void* out, float* rstd, const void* inp, const void* weight,
+                        int N, int C, float eps) override {
+    constexpr const char* kOp = "RmsNormForward";
+    RETURN_IF_ERROR(CheckNonNegative(kOp, {{"N", N}, {"C", C}}));
+    if (N > 0) {
+      RETURN_IF_ERROR(CheckNotNull(kOp, {{"rstd", rstd}}));
+      if (C > 0) {
+        RETURN_IF_ERROR(CheckNotNull(kOp, {{"out", out}, {"inp", inp}, {"weight", weight}}));
+      }
+    }
+    ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
+    return cuda_kernels::RmsNormForward(dtype_, out, rstd, inp, weight, N, C, eps, stream);
+  }
+
+  Status RmsNormBackward(Stream& s, void* dinp, void* dweight, const void* dout, const void* inp,
+                         const void* weight, const float* rstd, int N, int C) override {
+    constexpr const char* kOp = "RmsNormBackward";
+    RETURN_IF_ERROR(CheckNonNegative(kOp, {{"N", N}, {"C", C}}));
+    if (long{N} * C > 0) {
+      RETURN_IF_ERROR(CheckNotNull(kOp, {{"dinp", dinp},
+                                         {"dweight", dweight},
+                                         {"dout", dout},
+                                         {"inp", inp},
+                                         {"weight", weight},
+                                         {"rstd", rstd}}));
+    }
+    ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
+    return cuda_kernels::RmsNormBackward(dtype_, dinp, dweight, dout, inp, weight, rstd, N, C,
+                                         stream);
+  }
+
+  Status RopeForward(Stream& s, void* qkv, int B, int T, int NH, int NKV, int hs, float theta,
+                     int position0) override {
+    constexpr const char* kOp = "RopeForward";
+    RETURN_IF_ERROR(CheckRopeArguments(kOp, qkv, B, T, NH, NKV, hs, theta, position0));
+    ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
+    return cuda_kernels::Rope(dtype_, qkv, B, T, NH, NKV, hs, theta, position0, +1, stream);
+  }
+
+  Status RopeBackward(Stream& s, void* dqkv, int B, int T, int NH, int NKV, int hs, float theta,
+                      int position0) override {
+    constexpr const char* kOp = "RopeBackward";
+    RETURN_IF_ERROR(CheckRopeArguments(kOp, dqkv, B, T, NH, NKV, hs, theta, position0));
+    ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
+    return cuda_kernels::Rope(dtype_, dqkv, B, T, NH, NKV, hs, theta, position0, -1, stream);
+  }
+
+  Status SwiGluForward(Stream& s, void* out, const void* inp, int N, int F) override {
+    constexpr const char* kOp = "SwiGluForward";
+    RETURN_IF_ERROR(CheckNonNegative(kOp, {{"N", N}, {"F", F}}));
+    if (long{N} * F > 0) RETURN_IF_ERROR(CheckNotNull(kOp, {{"out", out}, {"inp", inp}}));
+    ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
+    return cuda_kernels::SwiGluForward(dtype_, out, inp, N, F, stream);
+  }
+
+  Status SwiGluBackward(Stream& s, void* dinp, const void* inp, const void* dout, int N,
+                        int F) override {
+    constexpr const char* kOp = "SwiGluBackward";
+    RETURN_IF_ERROR(CheckNonNegative(kOp, {{"N", N}, {"F", F}}));
+    if (long{N} * F > 0) {
+      RETURN_IF_ERROR(CheckNotNull(kOp, {{"dinp", dinp}, {"inp", inp}, {"dout", dout}}));
+    }
+    ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
+    return cuda_kernels::SwiGluBackward(dtype_, dinp, inp, dout, N, F, stream);
   }
 
   Status GeluForward(Stream& s, void* out, const void* inp, size_t n) override {
@@ -216,18 +280,16 @@ class CudaOps : public Ops {
   }
 
   Status SoftmaxCrossEntropy(Stream& s, float* losses, void* logits, const int32_t* targets, int N,
-                             int V, float dloss) override {
+                             int V, int Vp, float dloss) override {
     constexpr const char* kOp = "SoftmaxCrossEntropy";
-    RETURN_IF_ERROR(CheckNonNegative(kOp, {{"N", N}, {"V", V}}));
-    if (N > 0 && V == 0) {
-      return absl::InvalidArgumentError("SoftmaxCrossEntropy: V=0 (no classes) with N > 0");
-    }
+    RETURN_IF_ERROR(CheckCrossEntropyShape(kOp, N, V, Vp));
     if (N > 0) {
       RETURN_IF_ERROR(
           CheckNotNull(kOp, {{"losses", losses}, {"logits", logits}, {"targets", targets}}));
     }
     ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
-    return cuda_kernels::SoftmaxCrossEntropy(dtype_, losses, logits, targets, N, V, dloss, stream);
+    return cuda_kernels::SoftmaxCrossEntropy(dtype_, losses, logits, targets, N, V, Vp, dloss,
+                                             stream);
   }
 
   Status AccumulateToFloat(Stream& s, float* dst, const void* src, size_t n) override {
@@ -279,17 +341,27 @@ class CudaOps : public Ops {
     int device;  // the GPU the handle was created on
   };
 
-  static Status CheckAttentionShape(const char* op, int B, int T, int C, int NH) {
-    RETURN_IF_ERROR(CheckNonNegative(op, {{"B", B}, {"T", T}, {"C", C}}));
-    if (NH <= 0 || C % NH != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(op, ": C=", C, " must be a positive multiple of NH=", NH));
-    }
+  // The shared head-shape checks, then the CUDA kernels' limit on the head size.
+  static Status CheckAttentionShape(const char* op, int B, int T, int C, int NH, int NKV) {
+    RETURN_IF_ERROR(CheckHeadShape(op, B, T, C, NH, NKV));
     if (C / NH > cuda_kernels::kMaxAttentionHeadSize) {
       return absl::UnimplementedError(absl::StrCat(
           op, ": head size C/NH=", C / NH, " is over ", cuda_kernels::kMaxAttentionHeadSize,
           ", the most the CUDA attention kernels support"));
     }
+    return absl::OkStatus();
+  }
+
+  // The shared RoPE shape checks, the CUDA kernel's limit on the head size, and the buffer.
+  static Status CheckRopeArguments(const char* op, const void* qkv, int B, int T, int NH, int NKV,
+                                   int hs, float theta, int position0) {
+    RETURN_IF_ERROR(CheckRopeShape(op, B, T, NH, NKV, hs, theta, position0));
+    if (hs > cuda_kernels::kMaxRopeHeadSize) {
+      return absl::UnimplementedError(absl::StrCat(op, ": head size hs=", hs, " is over ",
+                                                   cuda_kernels::kMaxRopeHeadSize,
+                                                   ", the most the CUDA RoPE kernel supports"));
+    }
+    if (long{B} * T * hs > 0) RETURN_IF_ERROR(CheckNotNull(op, {{"qkv", qkv}}));
     return absl::OkStatus();
   }
 

@@ -5,9 +5,9 @@
 // kernels of cuda_kernels.h. Nothing blocks the host.
 // Invariants: the Ops object is created for one compute dtype; every `void*` it receives
 // points to device memory holding elements of that dtype. Size errors (negative sizes, C not
-// a multiple of NH, a required pointer that is null) and a Stream of another backend are
-// returned at once as InvalidArgument, an attention head size over 128 as Unimplemented, and
-// nothing is enqueued; launch and cuBLAS errors are returned as Status; faults while a
+// a multiple of NH or NH of NKV, an odd RoPE head size, V over Vp, a required pointer that is
+// null) and a Stream of another backend are returned at once as InvalidArgument, an attention
+// head size over 128 or a RoPE one over 256 as Unimplemented, and nothing is enqueued; launch and cuBLAS errors are returned as Status; faults while a
 // kernel runs surface at the stream's next Synchronize. All reductions run in a fixed
 // order: results are deterministic run to run.
 // Thread-safety: as Ops: usable from any thread. It keeps one cuBLAS handle per stream it

@@ -33,6 +33,9 @@
 #include "kernels/cpu/kernel_test_util.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
 
 namespace strata {
 namespace {
@@ -68,14 +71,16 @@ struct DTypeOf<float> {
   // Add, Accumulate, casts, encoder (fp32 adds in the reference's order), AdamW (the
   // reference's operations, each rounded, no FMA): bit-identical.
   static constexpr Tolerance kExact{0.0f, 0.0f};
-  // GELU: one tanhf/coshf per element, a few ulps.
+  // GELU, SwiGLU: one tanhf/coshf or expf per element, a few ulps. RoPE: the same fp32 angle
+  // on both sides (inv_freq computed on the host as the reference does), then CUDA's sincosf
+  // (<= 2 ulp) against glibc's: a few 1e-7 on results of O(1).
   static constexpr Tolerance kElementwise{1e-6f, 1e-5f};
-  // Row/column reductions of <= ~1000 O(1) terms (layernorm, bias grad, softmax).
+  // Row/column reductions of <= ~1000 O(1) terms (layernorm, RMSNorm, bias grad, softmax).
   static constexpr Tolerance kReduction{1e-5f, 1e-4f};
   // cuBLAS fp32 GEMMs (no TF32), K <= 67 terms of O(1).
   static constexpr Tolerance kMatmul{1e-4f, 1e-4f};
   // Attention: a dot product over hs, then softmax sums over up to T = 77 keys and products
-  // with them (backward: two such levels).
+  // with them (backward: two such levels; dk/dv also over the <= 6 query heads of a group).
   static constexpr Tolerance kAttention{5e-5f, 5e-4f};
   // Softmax gradients dloss * (p - onehot), p = e^(x - max) / sum over V = 1031 exps (the
   // sum's relative error, a few 1e-6, carries over to every p).
@@ -208,6 +213,21 @@ TYPED_TEST(CudaOpsTest, EncoderMatchesReference) {
   // Per element the same fp32 adds in the same (b, t) order as the reference.
   this->Expect(d_dwte, dwte, Tol::kExact, "encoder dwte");
   this->Expect(d_dwpe, dwpe, Tol::kExact, "encoder dwpe");
+
+  // No position embedding (LLaMA): wpe and dwpe null.
+  T* d_token_rows = this->Upload(std::vector<T>(size_t(N) * C));
+  T* d_dwte_only = this->Upload(dwte0);
+  ASSERT_OK(this->ops_->EncoderForward(s, d_token_rows, d_tokens, this->Upload(wte), nullptr, B,
+                                       T_len, C));
+  ASSERT_OK(this->ops_->EncoderBackward(s, d_dwte_only, nullptr, this->Upload(dout), d_tokens, B,
+                                        T_len, C));
+  std::vector<T> token_rows(size_t(N) * C), dwte_only = dwte0;
+  cpu::EncoderForwardReference(token_rows.data(), tokens.data(), wte.data(),
+                               static_cast<const T*>(nullptr), B, T_len, C);
+  cpu::EncoderBackwardReference(dwte_only.data(), static_cast<T*>(nullptr), dout.data(),
+                                tokens.data(), B, T_len, C);
+  this->Expect(d_token_rows, token_rows, Tol::kExact, "encoder out without wpe");
+  this->Expect(d_dwte_only, dwte_only, Tol::kExact, "encoder dwte without dwpe");
 }
 
 TYPED_TEST(CudaOpsTest, LayerNormMatchesReference) {
@@ -304,39 +324,169 @@ TYPED_TEST(CudaOpsTest, AttentionMatchesReference) {
   using T = TypeParam;
   using Tol = DTypeOf<T>;
   struct Shape {
-    int B, T, C, NH;
+    int B, T, C, NH, NKV;
   };
-  // hs = 13 (odd: shared-memory rows of odd stride), 64 (GPT-2) over three 32-row tiles with
-  // a partial last one, and 128 (the largest supported; over 48 KiB of shared memory).
-  for (const Shape& shape : {Shape{2, 45, 39, 3}, Shape{1, 77, 128, 2}, Shape{2, 33, 128, 1}}) {
-    const int B = shape.B, T_len = shape.T, C = shape.C, NH = shape.NH;
+  // Multi-head (NKV == NH): hs = 13 (odd: shared-memory rows of odd stride), 64 (GPT-2) over
+  // three 32-row tiles with a partial last one, and 128 (the largest supported; over 48 KiB
+  // of shared memory). Grouped-query: 6 query heads on 2 key/value heads (groups of 3) at
+  // hs = 13, on 3 (groups of 2) at hs = 64, and on 1 (multi-query) at hs = 128.
+  for (const Shape& shape :
+       {Shape{2, 45, 39, 3, 3}, Shape{1, 77, 128, 2, 2}, Shape{2, 33, 128, 1, 1},
+        Shape{2, 45, 78, 6, 2}, Shape{1, 77, 384, 6, 3}, Shape{1, 33, 768, 6, 1}}) {
+    const int B = shape.B, T_len = shape.T, C = shape.C, NH = shape.NH, NKV = shape.NKV;
     const std::string where = "B=" + std::to_string(B) + " T=" + std::to_string(T_len) +
-                              " C=" + std::to_string(C) + " NH=" + std::to_string(NH);
+                              " C=" + std::to_string(C) + " NH=" + std::to_string(NH) +
+                              " NKV=" + std::to_string(NKV);
     const size_t rows = size_t(B) * T_len, num_stats = size_t(B) * NH * T_len;
-    const std::vector<T> qkv = ToStorage<T>(RandomFloats(rows * 3 * C, -1, 1, 21));
+    const size_t qkv_width = size_t(C) + 2 * size_t(NKV) * (C / NH);
+    const std::vector<T> qkv = ToStorage<T>(RandomFloats(rows * qkv_width, -1, 1, 21));
     const std::vector<T> dout = ToStorage<T>(RandomFloats(rows * C, -1, 1, 22));
-    const std::vector<T> dqkv0 = ToStorage<T>(RandomFloats(rows * 3 * C, -1, 1, 23));
+    const std::vector<T> dqkv0 = ToStorage<T>(RandomFloats(rows * qkv_width, -1, 1, 23));
 
     std::vector<T> out(rows * C);
     std::vector<float> stats(num_stats);
-    cpu::AttentionForwardReference(out.data(), stats.data(), qkv.data(), B, T_len, C, NH);
+    cpu::AttentionForwardReference(out.data(), stats.data(), qkv.data(), B, T_len, C, NH, NKV);
     std::vector<T> dqkv = dqkv0;
     cpu::AttentionBackwardReference(dqkv.data(), dout.data(), qkv.data(), out.data(), stats.data(),
-                                    B, T_len, C, NH);
+                                    B, T_len, C, NH, NKV);
 
     const T* d_qkv = this->Upload(qkv);
     T* d_out = this->Upload(std::vector<T>(rows * C));
     float* d_stats = this->Upload(std::vector<float>(num_stats));
     T* d_dqkv = this->Upload(dqkv0);
+    T* d_dqkv_again = this->Upload(dqkv0);
+    const T* d_dout = this->Upload(dout);
+    const T* d_ref_out = this->Upload(out);
+    const float* d_ref_stats = this->Upload(stats);
     Stream& s = *this->stream_;
-    ASSERT_OK(this->ops_->AttentionForward(s, d_out, d_stats, d_qkv, B, T_len, C, NH));
+    ASSERT_OK(this->ops_->AttentionForward(s, d_out, d_stats, d_qkv, B, T_len, C, NH, NKV));
     // The backward gets the reference's forward results, so it is checked on its own.
-    ASSERT_OK(this->ops_->AttentionBackward(s, d_dqkv, this->Upload(dout), d_qkv, this->Upload(out),
-                                            this->Upload(stats), B, T_len, C, NH));
+    ASSERT_OK(this->ops_->AttentionBackward(s, d_dqkv, d_dout, d_qkv, d_ref_out, d_ref_stats, B,
+                                            T_len, C, NH, NKV));
+    ASSERT_OK(this->ops_->AttentionBackward(s, d_dqkv_again, d_dout, d_qkv, d_ref_out, d_ref_stats,
+                                            B, T_len, C, NH, NKV));
     this->Expect(d_out, out, Tol::kAttention, "attention out " + where);
     this->Expect(d_stats, stats, kStatsTolerance, "attention stats " + where);
     this->Expect(d_dqkv, dqkv, Tol::kAttention, "attention dqkv " + where);
+    // Query heads that share a key/value head add into the same dk/dv in a fixed order:
+    // a second run gives the same bits.
+    this->Expect(d_dqkv_again, this->Download(d_dqkv, dqkv.size()), Tolerance{0.0f, 0.0f},
+                 "attention dqkv, second run " + where);
   }
+}
+
+TYPED_TEST(CudaOpsTest, RmsNormMatchesReference) {
+  using T = TypeParam;
+  using Tol = DTypeOf<T>;
+  constexpr float kEps = 1e-5f;
+  struct Shape {
+    int N, C;
+  };
+  // C = 101: under one 256-thread block; C = 1031: four passes of the block over the row.
+  for (const Shape& shape : {Shape{37, 101}, Shape{5, 1031}}) {
+    const int N = shape.N, C = shape.C;
+    const std::string where = "N=" + std::to_string(N) + " C=" + std::to_string(C);
+    const std::vector<T> inp = ToStorage<T>(RandomFloats(size_t(N) * C, -1, 1, 40));
+    const std::vector<T> weight = ToStorage<T>(RandomFloats(C, 0.5f, 1.5f, 41));
+    const std::vector<T> dout = ToStorage<T>(RandomFloats(size_t(N) * C, -1, 1, 42));
+    const std::vector<T> dinp0 = ToStorage<T>(RandomFloats(size_t(N) * C, -1, 1, 43));
+    const std::vector<T> dweight0 = ToStorage<T>(RandomFloats(C, -1, 1, 44));
+
+    const T* d_inp = this->Upload(inp);
+    const T* d_weight = this->Upload(weight);
+    T* d_out = this->Upload(std::vector<T>(size_t(N) * C));
+    float* d_rstd = this->Upload(std::vector<float>(N));
+    T* d_dinp = this->Upload(dinp0);
+    T* d_dweight = this->Upload(dweight0);
+    Stream& s = *this->stream_;
+    ASSERT_OK(this->ops_->RmsNormForward(s, d_out, d_rstd, d_inp, d_weight, N, C, kEps));
+    // The backward reads the reference's rstd, so it is checked on its own.
+    std::vector<T> out(size_t(N) * C);
+    std::vector<float> rstd(N);
+    cpu::RmsNormForwardReference(out.data(), rstd.data(), inp.data(), weight.data(), N, C, kEps);
+    ASSERT_OK(this->ops_->RmsNormBackward(s, d_dinp, d_dweight, this->Upload(dout), d_inp, d_weight,
+                                          this->Upload(rstd), N, C));
+
+    std::vector<T> dinp = dinp0, dweight = dweight0;
+    cpu::RmsNormBackwardReference(dinp.data(), dweight.data(), dout.data(), inp.data(),
+                                  weight.data(), rstd.data(), N, C);
+    this->Expect(d_out, out, Tol::kReduction, "rmsnorm out " + where);
+    this->Expect(d_rstd, rstd, kStatsTolerance, "rmsnorm rstd " + where);
+    this->Expect(d_dinp, dinp, Tol::kReduction, "rmsnorm dinp " + where);
+    this->Expect(d_dweight, dweight, Tol::kReduction, "rmsnorm dweight (column sums) " + where);
+  }
+}
+
+TYPED_TEST(CudaOpsTest, RopeMatchesReference) {
+  using T = TypeParam;
+  using Tol = DTypeOf<T>;
+  struct Shape {
+    int B, T, NH, NKV, hs, position0;
+    float theta;
+  };
+  // hs = 14 (7 pairs, odd) with grouped heads from position 0; hs = 128 (LLaMA) from
+  // position 1000 with LLaMA 3's theta, where angles reach ~1e3 rad; multi-head hs = 256,
+  // the largest the kernel takes.
+  for (const Shape& shape :
+       {Shape{2, 13, 6, 2, 14, 0, 10000.0f}, Shape{1, 37, 6, 3, 128, 1000, 500000.0f},
+        Shape{1, 5, 3, 3, 256, 7, 10000.0f}}) {
+    const int B = shape.B, T_len = shape.T, NH = shape.NH, NKV = shape.NKV, hs = shape.hs;
+    const std::string where = "B=" + std::to_string(B) + " T=" + std::to_string(T_len) +
+                              " NH=" + std::to_string(NH) + " NKV=" + std::to_string(NKV) +
+                              " hs=" + std::to_string(hs) +
+                              " position0=" + std::to_string(shape.position0);
+    const size_t n = size_t(B) * T_len * (NH + 2 * NKV) * hs;
+    const std::vector<T> qkv = ToStorage<T>(RandomFloats(n, -1, 1, 45));
+    T* d_forward = this->Upload(qkv);
+    T* d_backward = this->Upload(qkv);
+    Stream& s = *this->stream_;
+    ASSERT_OK(
+        this->ops_->RopeForward(s, d_forward, B, T_len, NH, NKV, hs, shape.theta, shape.position0));
+    ASSERT_OK(this->ops_->RopeBackward(s, d_backward, B, T_len, NH, NKV, hs, shape.theta,
+                                       shape.position0));
+    std::vector<T> forward = qkv, backward = qkv;
+    cpu::RopeReference(forward.data(), B, T_len, NH, NKV, hs, shape.theta, shape.position0, +1);
+    cpu::RopeReference(backward.data(), B, T_len, NH, NKV, hs, shape.theta, shape.position0, -1);
+    this->Expect(d_forward, forward, Tol::kElementwise, "rope forward " + where);
+    this->Expect(d_backward, backward, Tol::kElementwise, "rope backward " + where);
+    // v is not rotated: its bits stay as they were.
+    const std::vector<T> got = this->Download(d_forward, n);
+    for (size_t row = 0; row < size_t(B) * T_len; ++row) {
+      const size_t row_begin = row * (NH + 2 * NKV) * hs;
+      for (size_t i = size_t(NH + NKV) * hs; i < size_t(NH + 2 * NKV) * hs; ++i) {
+        ASSERT_EQ(std::memcmp(&got[row_begin + i], &qkv[row_begin + i], sizeof(T)), 0)
+            << "rope changed v, row " << row << " channel " << i << " " << where;
+      }
+    }
+  }
+}
+
+TYPED_TEST(CudaOpsTest, SwiGluMatchesReference) {
+  using T = TypeParam;
+  using Tol = DTypeOf<T>;
+  const int N = 37, F = 101;
+  // Gates over [-8, 8]: both tails of the sigmoid and the curved middle.
+  std::vector<float> inp_values = RandomFloats(size_t(N) * 2 * F, -1, 1, 46);
+  const std::vector<float> gates = RandomFloats(size_t(N) * F, -8, 8, 47);
+  for (int n = 0; n < N; ++n) {
+    for (int i = 0; i < F; ++i) inp_values[size_t(n) * 2 * F + i] = gates[size_t(n) * F + i];
+  }
+  const std::vector<T> inp = ToStorage<T>(inp_values);
+  const std::vector<T> dout = ToStorage<T>(RandomFloats(size_t(N) * F, -1, 1, 48));
+  const std::vector<T> dinp0 = ToStorage<T>(RandomFloats(size_t(N) * 2 * F, -1, 1, 49));
+
+  const T* d_inp = this->Upload(inp);
+  T* d_out = this->Upload(std::vector<T>(size_t(N) * F));
+  T* d_dinp = this->Upload(dinp0);
+  Stream& s = *this->stream_;
+  ASSERT_OK(this->ops_->SwiGluForward(s, d_out, d_inp, N, F));
+  ASSERT_OK(this->ops_->SwiGluBackward(s, d_dinp, d_inp, this->Upload(dout), N, F));
+
+  std::vector<T> out(size_t(N) * F), dinp = dinp0;
+  cpu::SwiGluForwardReference(out.data(), inp.data(), N, F);
+  cpu::SwiGluBackwardReference(dinp.data(), inp.data(), dout.data(), N, F);
+  this->Expect(d_out, out, Tol::kElementwise, "swiglu out");
+  this->Expect(d_dinp, dinp, Tol::kElementwise, "swiglu dinp (gate | up)");
 }
 
 TYPED_TEST(CudaOpsTest, ElementwiseOpsMatchReferences) {
@@ -418,22 +568,44 @@ TYPED_TEST(CudaOpsTest, SoftmaxCrossEntropyMatchesReference) {
   using T = TypeParam;
   using Tol = DTypeOf<T>;
   const int N = 7, V = 1031;
-  const std::vector<T> logits = ToStorage<T>(RandomFloats(size_t(N) * V, -4, 4, 30));
   const std::vector<int32_t> targets = RandomTokens(N, V, 31);
   const int32_t* d_targets = this->Upload(targets);
-  for (float dloss : {0.0f, 1.0f / 7}) {
-    const std::string where = "dloss=" + std::to_string(dloss);
-    T* d_logits = this->Upload(logits);
-    float* d_losses = this->Upload(std::vector<float>(N, -1.0f));
-    ASSERT_OK(this->ops_->SoftmaxCrossEntropy(*this->stream_, d_losses, d_logits, d_targets, N, V,
-                                              dloss));
-    std::vector<T> dlogits = logits;
-    std::vector<float> losses(N);
-    cpu::SoftmaxCrossEntropyReference(losses.data(), dlogits.data(), targets.data(), N, V, dloss);
-    // fp32 losses: log of a sum of 1031 exps in another order.
-    this->Expect(d_losses, losses, kStatsTolerance, "losses " + where);
-    // With dloss == 0 the logits are untouched (exact); otherwise gradients of O(dloss / V).
-    this->Expect(d_logits, dlogits, dloss == 0.0f ? Tol::kExact : Tol::kSoftmax, "logits " + where);
+  // Vp == V, and a padded vocabulary (row stride Vp) whose padding holds logits of 50, far
+  // above the real ones: a kernel that let them into the softmax would get other losses.
+  for (int Vp : {V, V + 69}) {
+    std::vector<float> logit_values = RandomFloats(size_t(N) * Vp, -4, 4, 30);
+    for (int n = 0; n < N; ++n) {
+      for (int i = V; i < Vp; ++i) logit_values[size_t(n) * Vp + i] = 50.0f;
+    }
+    const std::vector<T> logits = ToStorage<T>(logit_values);
+    for (float dloss : {0.0f, 1.0f / 7}) {
+      const std::string where = "V=" + std::to_string(V) + " Vp=" + std::to_string(Vp) +
+                                " dloss=" + std::to_string(dloss);
+      T* d_logits = this->Upload(logits);
+      float* d_losses = this->Upload(std::vector<float>(N, -1.0f));
+      ASSERT_OK(this->ops_->SoftmaxCrossEntropy(*this->stream_, d_losses, d_logits, d_targets, N, V,
+                                                Vp, dloss));
+      std::vector<T> dlogits = logits;
+      std::vector<float> losses(N);
+      cpu::SoftmaxCrossEntropyReference(losses.data(), dlogits.data(), targets.data(), N, V, Vp,
+                                        dloss);
+      // fp32 losses: log of a sum of 1031 exps in another order.
+      this->Expect(d_losses, losses, kStatsTolerance, "losses " + where);
+      // With dloss == 0 the logits are untouched (exact); otherwise gradients of O(dloss / V).
+      this->Expect(d_logits, dlogits, dloss == 0.0f ? Tol::kExact : Tol::kSoftmax,
+                   "logits " + where);
+      if (dloss == 0.0f || Vp == V) continue;
+      // The gradient of the padding is exactly 0 (+0, as the stores of 0.0f).
+      const std::vector<T> got = this->Download(d_logits, size_t(N) * Vp);
+      const T zero = ToStorage<T>({0.0f})[0];
+      for (int n = 0; n < N; ++n) {
+        for (int i = V; i < Vp; ++i) {
+          ASSERT_EQ(std::memcmp(&got[size_t(n) * Vp + i], &zero, sizeof(T)), 0)
+              << "padding logit " << n << "," << i << " is " << Load(&got[size_t(n) * Vp + i])
+              << ", not 0 (" << where << ")";
+        }
+      }
+    }
   }
 }
 
@@ -533,12 +705,37 @@ TEST(CudaOps, RejectsBadArgumentsBeforeEnqueueing) {
   std::unique_ptr<Device> cpu_device = CreateCpuDevice(CpuDeviceOptions{});
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Stream> stream, cpu_device->CreateStream("compute"));
   float buffer[64] = {};
+  int32_t tokens[8] = {};
 
-  const Status bad_heads = ops.AttentionForward(*stream, buffer, buffer, buffer, 1, 2, 13, 3);
+  const Status bad_heads = ops.AttentionForward(*stream, buffer, buffer, buffer, 1, 2, 13, 3, 3);
   EXPECT_THAT(bad_heads, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NH=3")));
   const Status big_heads =
-      ops.AttentionBackward(*stream, buffer, buffer, buffer, buffer, buffer, 1, 2, 258, 2);
+      ops.AttentionBackward(*stream, buffer, buffer, buffer, buffer, buffer, 1, 2, 258, 2, 2);
   EXPECT_THAT(big_heads, StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("129")));
+  const Status bad_groups = ops.AttentionForward(*stream, buffer, buffer, buffer, 1, 2, 12, 6, 4);
+  EXPECT_THAT(bad_groups, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NKV=4")));
+  const Status no_kv_heads =
+      ops.AttentionBackward(*stream, buffer, buffer, buffer, buffer, buffer, 1, 2, 12, 6, 0);
+  EXPECT_THAT(no_kv_heads, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NKV=0")));
+  const Status odd_rope = ops.RopeForward(*stream, buffer, 1, 2, 2, 1, 7, 10000.0f, 0);
+  EXPECT_THAT(odd_rope, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("hs=7")));
+  const Status rope_groups = ops.RopeForward(*stream, buffer, 1, 2, 3, 2, 8, 10000.0f, 0);
+  EXPECT_THAT(rope_groups, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NKV=2")));
+  const Status big_rope = ops.RopeBackward(*stream, buffer, 1, 2, 2, 1, 258, 10000.0f, 0);
+  EXPECT_THAT(big_rope, StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("258")));
+  const Status no_theta = ops.RopeBackward(*stream, buffer, 1, 2, 2, 1, 8, 0.0f, 0);
+  EXPECT_THAT(no_theta, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("theta")));
+  const Status rms_negative =
+      ops.RmsNormForward(*stream, buffer, buffer, buffer, buffer, 2, -1, 1e-5f);
+  EXPECT_THAT(rms_negative, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("C=-1")));
+  const Status rms_no_dweight =
+      ops.RmsNormBackward(*stream, buffer, nullptr, buffer, buffer, buffer, buffer, 2, 3);
+  EXPECT_THAT(rms_no_dweight, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dweight")));
+  const Status swiglu_no_input = ops.SwiGluBackward(*stream, buffer, nullptr, buffer, 2, 3);
+  EXPECT_THAT(swiglu_no_input, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("inp")));
+  const Status short_rows =
+      ops.SoftmaxCrossEntropy(*stream, buffer, buffer, tokens, 3, 10, 8, 1.0f);
+  EXPECT_THAT(short_rows, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Vp=8")));
   const Status negative =
       ops.LayerNormForward(*stream, buffer, buffer, buffer, buffer, buffer, buffer, -1, 13);
   EXPECT_THAT(negative, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("N=-1")));
@@ -547,7 +744,8 @@ TEST(CudaOps, RejectsBadArgumentsBeforeEnqueueing) {
   EXPECT_THAT(no_dweight, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dweight")));
   const Status null_input = ops.GeluForward(*stream, buffer, nullptr, 5);
   EXPECT_THAT(null_input, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("inp")));
-  const Status no_classes = ops.SoftmaxCrossEntropy(*stream, buffer, buffer, nullptr, 3, 0, 1.0f);
+  const Status no_classes =
+      ops.SoftmaxCrossEntropy(*stream, buffer, buffer, nullptr, 3, 0, 0, 1.0f);
   EXPECT_EQ(no_classes.code(), absl::StatusCode::kInvalidArgument) << no_classes;
   AdamParams hp;
   hp.step = 0;
@@ -558,6 +756,12 @@ TEST(CudaOps, RejectsBadArgumentsBeforeEnqueueing) {
   // Well-formed, but on a stream of another backend.
   const Status cpu_stream = ops.Add(*stream, buffer, buffer, buffer, 4);
   EXPECT_THAT(cpu_stream,
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a CUDA stream")));
+  // A null wpe / dwpe (no position embedding) is well-formed: only the stream is refused.
+  const Status no_wpe = ops.EncoderForward(*stream, buffer, tokens, buffer, nullptr, 1, 2, 3);
+  EXPECT_THAT(no_wpe, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a CUDA stream")));
+  const Status no_dwpe = ops.EncoderBackward(*stream, buffer, nullptr, buffer, tokens, 1, 2, 3);
+  EXPECT_THAT(no_dwpe,
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a CUDA stream")));
   EXPECT_OK(stream->Synchronize());  // nothing was enqueued
 }

@@ -1,4 +1,6 @@
 // Token + position embedding on CUDA (cuda_kernels.h; specification: kernels/cpu/encoder.h).
+// wpe / dwpe may be null (no position embedding, as LLaMA): the forward then copies the
+// token rows and the backward skips dwpe.
 // Forward: a grid-stride loop, one output element per iteration. Backward: dwpe by a
 // grid-stride loop over (t, c) that sums the batch in b order; dwte by one warp per
 // (position, 256 channels) in which only a token's first position works, summing all of that
@@ -14,15 +16,18 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / kWarpSize;
 
+// wpe null: out = wte row (a bf16 value goes through fp32 and back unchanged).
 template <typename S>
 __global__ void EncoderForwardKernel(S* out, const int32_t* tokens, const S* wte, const S* wpe,
                                      int T, int C, size_t total) {
   STRATA_GRID_STRIDE_LOOP(index, total) {
     const size_t row = index / C;
     const int channel = static_cast<int>(index % C);
-    const int t = static_cast<int>(row % T);
-    const float value = DeviceLoad(wte + static_cast<size_t>(tokens[row]) * C + channel) +
-                        DeviceLoad(wpe + static_cast<size_t>(t) * C + channel);
+    float value = DeviceLoad(wte + static_cast<size_t>(tokens[row]) * C + channel);
+    if (wpe != nullptr) {
+      const int t = static_cast<int>(row % T);
+      value += DeviceLoad(wpe + static_cast<size_t>(t) * C + channel);
+    }
     DeviceStore(out + index, value);
   }
 }
@@ -108,10 +113,12 @@ Status EncoderBackward(DType dtype, void* dwte, void* dwpe, const void* dout, co
   if (rows == 0 || C == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    const size_t position_total = static_cast<size_t>(T) * C;
-    EncoderBackwardPositionsKernel<S>
-        <<<GridStrideBlocks(position_total, kThreads), kThreads, 0, stream>>>(
-            static_cast<S*>(dwpe), static_cast<const S*>(dout), B, T, C);
+    if (dwpe != nullptr) {
+      const size_t position_total = static_cast<size_t>(T) * C;
+      EncoderBackwardPositionsKernel<S>
+          <<<GridStrideBlocks(position_total, kThreads), kThreads, 0, stream>>>(
+              static_cast<S*>(dwpe), static_cast<const S*>(dout), B, T, C);
+    }
     const dim3 grid((rows + kWarpsPerBlock - 1) / kWarpsPerBlock,
                     (C + kEncoderChannelsPerWarp - 1) / kEncoderChannelsPerWarp);
     EncoderBackwardTokensKernel<S><<<grid, kThreads, 0, stream>>>(

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "models/common/decoder.h"
+
 namespace strata {
 namespace {
 
@@ -15,34 +17,19 @@ enum BlockTensor { kLn1W, kLn1B, kQkvW, kQkvB, kAttProjW, kAttProjB, kLn2W, kLn2
 enum EmbedTensor { kWte, kWpe };
 enum FinalTensor { kLnfW, kLnfB };
 
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// A standard normal that depends only on (key, index): Box-Muller on two hashed uniforms.
-float HashNormal(uint64_t key, uint64_t index) {
-  uint64_t a = SplitMix64(key ^ SplitMix64(2 * index));
-  uint64_t b = SplitMix64(key ^ SplitMix64(2 * index + 1));
-  double u1 = (static_cast<double>(a >> 11) + 0.5) * 0x1.0p-53;
-  double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
-  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
-}
-
 struct BlockActivations {
   Buffer ln1, ln1_mean, ln1_rstd, qkv, atty, att_stats, residual2, ln2, ln2_mean, ln2_rstd,
       fch, fch_gelu, residual3;
 };
 
-class Gpt : public Model {
+class Gpt : public DecoderBase {
  public:
-  Gpt(const GptConfig& config, DType dtype) : config_(config), dtype_(dtype) {
+  Gpt(const GptConfig& config, DType dtype)
+      : DecoderBase(dtype, config.vocab, config.padded_vocab, config.channels), config_(config) {
     const int C = config.channels, L = config.layers;
     const float std_residual = 0.02f / std::sqrt(2.0f * L);
     UnitLayout embed("embedding");
-    embed.Add("wte", {config.vocab, C}, true, InitKind::kNormal, 0.02f);
+    embed.Add("wte", {config.padded_vocab, C}, true, InitKind::kNormal, 0.02f);
     embed.Add("wpe", {config.max_seq_len, C}, true, InitKind::kNormal, 0.01f);
     units_.push_back(embed);
     for (int l = 0; l < L; ++l) {
@@ -72,36 +59,13 @@ class Gpt : public Model {
     stages_.push_back({"lm_head", {0}});
   }
 
-  const std::vector<UnitLayout>& units() const override { return units_; }
-  const std::vector<StageSpec>& stages() const override { return stages_; }
-
-  void InitUnit(int unit, uint64_t seed, float* values) const override {
-    const UnitLayout& layout = units_[unit];
-    for (size_t t = 0; t < layout.tensors().size(); ++t) {
-      const TensorSpec& spec = layout.tensor(t);
-      float* out = values + spec.offset;
-      uint64_t key = SplitMix64(seed ^ SplitMix64((static_cast<uint64_t>(unit) << 20) + t));
-      // Each element depends only on (seed, unit, tensor, index), so the loop parallelises
-      // without changing the values.
-#pragma omp parallel for schedule(static)
-      for (size_t i = 0; i < spec.numel; ++i) {
-        switch (spec.init) {
-          case InitKind::kZeros: out[i] = 0.0f; break;
-          case InitKind::kOnes: out[i] = 1.0f; break;
-          case InitKind::kNormal: out[i] = spec.init_std * HashNormal(key, i); break;
-        }
-      }
-    }
-  }
-
   Status PrepareActivations(Device& device, int batch, int seq_len) override {
     batch_ = batch;
     seq_len_ = seq_len;
     const size_t N = static_cast<size_t>(batch) * seq_len, C = config_.channels;
-    const size_t NH = config_.heads, V = config_.vocab;
+    const size_t NH = config_.heads, V = config_.padded_vocab;
     auto act = [&](size_t elements, DType type, const std::string& what) {
-      return device.Allocate(Tier::kDevice, StateKind::kActivations, elements * DTypeBytes(type),
-                             "activation " + what);
+      return Activation(device, elements, type, what);
     };
     blocks_.clear();
     blocks_.resize(config_.layers);
@@ -144,7 +108,7 @@ class Gpt : public Model {
     RETURN_IF_ERROR(CheckShape(ctx));
     Ops& ops = *ctx.ops;
     Stream& s = *ctx.stream;
-    const int B = ctx.batch, T = ctx.seq_len, C = config_.channels, NH = config_.heads;
+    const int B = ctx.batch, T = ctx.seq_len, C = config_.channels;
     const int N = B * T, L = config_.layers;
     if (stage == 0) {
       const void* p = ctx.params[0];
@@ -161,9 +125,9 @@ class Gpt : public Model {
     // lm_head: logits with the tied token embedding, then the fused loss (and its gradient).
     const void* p = ctx.params[0];
     RETURN_IF_ERROR(ops.MatmulForward(s, logits_.data(), lnf_.data(), At(p, 0, kWte), nullptr, N,
-                                      C, config_.vocab));
+                                      C, config_.padded_vocab));
     return ops.SoftmaxCrossEntropy(s, losses_.as<float>(), logits_.data(), ctx.targets, N,
-                                   config_.vocab, ctx.dloss);
+                                   config_.vocab, config_.padded_vocab, ctx.dloss);
   }
 
   Status Backward(int stage, const StepContext& ctx) override {
@@ -178,7 +142,7 @@ class Gpt : public Model {
       RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
       return ops.MatmulBackward(s, dbtc_.data(), At(ctx.grads[0], 0, kWte), nullptr,
                                 logits_.data(), lnf_.data(), At(ctx.params[0], 0, kWte), N, C,
-                                config_.vocab);
+                                config_.padded_vocab);
     }
     if (stage == L + 1) {  // final norm: starts the residual gradient
       const void* p = ctx.params[stage];
@@ -222,7 +186,7 @@ class Gpt : public Model {
       RETURN_IF_ERROR(device.MemsetAsync(dqkv_.data(), 0, 3 * btc_bytes, s));
       RETURN_IF_ERROR(ops.AttentionBackward(s, dqkv_.data(), dbtc_.data(), a.qkv.data(),
                                             a.atty.data(), a.att_stats.as<float>(), B, T, C,
-                                            NH));
+                                            NH, NH));
       RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
       RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), At(g, stage, kQkvW),
                                          At(g, stage, kQkvB), dqkv_.data(), a.ln1.data(),
@@ -244,46 +208,24 @@ class Gpt : public Model {
   std::vector<std::pair<size_t, size_t>> LastStageRanges(int unit, const int32_t* inputs,
                                                          int batch, int seq_len) const override {
     if (unit != 0) return Model::LastStageRanges(unit, inputs, batch, seq_len);
-    const size_t C = config_.channels;
-    std::vector<int32_t> rows(inputs, inputs + static_cast<size_t>(batch) * seq_len);
-    std::sort(rows.begin(), rows.end());
-    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
-    std::vector<std::pair<size_t, size_t>> ranges;
-    const size_t wte = units_[0].tensor(kWte).offset;
-    for (int32_t row : rows) {
-      const size_t begin = wte + static_cast<size_t>(row) * C;
-      if (!ranges.empty() && ranges.back().second == begin) {
-        ranges.back().second = begin + C;
-      } else {
-        ranges.push_back({begin, begin + C});
-      }
-    }
     const size_t wpe = units_[0].tensor(kWpe).offset;
-    const size_t wpe_end = wpe + static_cast<size_t>(seq_len) * C;
-    if (!ranges.empty() && ranges.back().second == wpe) {
-      ranges.back().second = wpe_end;
-    } else {
-      ranges.push_back({wpe, wpe_end});
-    }
-    return ranges;
+    return TokenRowRanges(0, kWte, inputs, batch, seq_len,
+                          {wpe, wpe + static_cast<size_t>(seq_len) * config_.channels});
   }
 
   std::string Describe() const override {
-    size_t params = 0;
-    for (const UnitLayout& u : units_) params += u.num_params();
-    return absl::StrFormat("GPT L%d H%d C%d V%d T%d, %.2fM parameters in %d units, %s",
-                           config_.layers, config_.heads, config_.channels, config_.vocab,
-                           config_.max_seq_len, params / 1e6, static_cast<int>(units_.size()),
-                           DTypeName(dtype_));
+    const std::string vocab =
+        config_.padded_vocab == config_.vocab
+            ? absl::StrCat(config_.vocab)
+            : absl::StrCat(config_.vocab, " (padded ", config_.padded_vocab, ")");
+    return absl::StrFormat("GPT L%d H%d C%d V%s T%d, %.2fM parameters in %d units, %s",
+                           config_.layers, config_.heads, config_.channels, vocab,
+                           config_.max_seq_len, num_params() / 1e6,
+                           static_cast<int>(units_.size()), DTypeName(dtype_));
   }
 
  private:
-  // Address of tensor `tensor` of unit `unit` inside the unit's flat buffer `base`.
-  template <typename Ptr>
-  Ptr At(Ptr base, int unit, int tensor) const {
-    using Byte = std::conditional_t<std::is_const_v<std::remove_pointer_t<Ptr>>, const char, char>;
-    return reinterpret_cast<Byte*>(base) + units_[unit].tensor(tensor).offset * DTypeBytes(dtype_);
-  }
+  std::vector<std::pair<int, int>> PaddedVocabTensors() const override { return {{0, kWte}}; }
 
   // Block stage-1's forward: its activations into Acts(l) and, with `output`, its output
   // into blocks_[l].residual3 (the recompute for the backward leaves out the last
@@ -303,7 +245,7 @@ class Gpt : public Model {
     RETURN_IF_ERROR(ops.MatmulForward(s, a.qkv.data(), a.ln1.data(), At(p, stage, kQkvW),
                                       At(p, stage, kQkvB), N, C, 3 * C));
     RETURN_IF_ERROR(ops.AttentionForward(s, a.atty.data(), a.att_stats.as<float>(),
-                                         a.qkv.data(), B, T, C, NH));
+                                         a.qkv.data(), B, T, C, NH, NH));
     // residual2 temporarily holds the attention projection, then the residual sum.
     RETURN_IF_ERROR(ops.MatmulForward(s, a.residual2.data(), a.atty.data(),
                                       At(p, stage, kAttProjW), At(p, stage, kAttProjB), N, C,
@@ -331,20 +273,7 @@ class Gpt : public Model {
   // The residual stream entering block l (l == L: leaving the last block).
   void* ResidualInput(int l) { return l == 0 ? encoded_.data() : blocks_[l - 1].residual3.data(); }
 
-  Status CheckShape(const StepContext& ctx) const {
-    if (ctx.batch != batch_ || ctx.seq_len != seq_len_) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "micro-batch [%d,%d] does not match the prepared activations [%d,%d]", ctx.batch,
-          ctx.seq_len, batch_, seq_len_));
-    }
-    return absl::OkStatus();
-  }
-
   GptConfig config_;
-  DType dtype_;
-  std::vector<UnitLayout> units_;
-  std::vector<StageSpec> stages_;
-  int batch_ = 0, seq_len_ = 0;
   Buffer encoded_, lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
   Buffer dres_, dbtc_, dqkv_, dfch_gelu_, dfch_;
   std::vector<BlockActivations> blocks_;
@@ -359,6 +288,10 @@ Status ValidateGptConfig(const GptConfig& config) {
   if (config.heads < 1) problems.push_back("model.heads must be >= 1");
   if (config.channels < 1) problems.push_back("model.channels must be >= 1");
   if (config.vocab < 1) problems.push_back("model.vocab must be >= 1");
+  if (config.padded_vocab < config.vocab) {
+    problems.push_back(absl::StrFormat("model.padded_vocab (%d) must be >= model.vocab (%d)",
+                                       config.padded_vocab, config.vocab));
+  }
   if (config.max_seq_len < 1) problems.push_back("model.max_seq_len must be >= 1");
   if (config.heads >= 1 && config.channels % config.heads != 0) {
     problems.push_back(absl::StrFormat("model.channels (%d) must be divisible by model.heads (%d)",

@@ -19,7 +19,8 @@ struct GptConfig {
   int layers = 4;
   int heads = 4;
   int channels = 256;
-  int vocab = 50304;
+  int vocab = 50304;         // real vocabulary: token ids and the softmax's classes
+  int padded_vocab = 50304;  // rows of wte (>= vocab; the extra rows stay zero)
   int max_seq_len = 256;
   // Activation recompute (train.recompute=blocks): each block keeps only its output; its
   // backward runs its forward again into one shared set of buffers first. Same values,

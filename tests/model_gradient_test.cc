@@ -1,5 +1,7 @@
 // Model gradients against finite differences, through the whole runtime (engine, stage-0
-// components, CPU kernels). A tiny GPT in fp32; for every tensor of every unit we check
+// components, CPU kernels), for both families: a tiny GPT, a tiny LLaMA with grouped-query
+// attention, an untied head and a padded vocabulary, and the same LLaMA tied. In fp32, for
+// every tensor of every unit we check
 // the largest-gradient element and a few others: central differences of the mean loss
 // with step 3e-3 must match the analytic gradient within 1e-3 + 3% (fp32 loss rounding
 // contributes about 1e-4 absolute at this step; truncation error is far below that).
@@ -7,6 +9,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/testing/status_matchers.h"
@@ -15,9 +18,24 @@
 namespace strata {
 namespace {
 
-Options TinyOptions(DType dtype) {
+enum class Tiny { kGpt, kLlama, kLlamaTied };
+
+Options TinyOptions(DType dtype, Tiny model = Tiny::kGpt) {
   Options options;
-  options.model = {"tiny", 2, 2, 16, 32, 8};
+  options.model.layers = 2;
+  options.model.heads = 2;
+  options.model.channels = 16;
+  options.model.vocab = 32;
+  options.model.max_seq_len = 8;
+  if (model != Tiny::kGpt) {
+    options.model.family = ModelFamily::kLlama;
+    options.model.heads = 4;
+    options.model.kv_heads = 2;
+    options.model.ffn_hidden = 24;
+    options.model.vocab = 30;  // padded to 64
+    options.model.rope_theta = 500.0f;  // angles that differ visibly across 8 positions
+    options.model.tie_embeddings = model == Tiny::kLlamaTied;
+  }
   options.train.micro_batch = 2;
   options.train.seq_len = 8;
   options.train.grad_accum = 1;
@@ -29,6 +47,7 @@ Options TinyOptions(DType dtype) {
 
 struct Fixture : EngineRig {
   std::vector<int32_t> inputs, targets;
+  ModelOptions model_options;  // resolved
 };
 
 std::unique_ptr<Fixture> Make(const Options& options) {
@@ -37,6 +56,7 @@ std::unique_ptr<Fixture> Make(const Options& options) {
   EXPECT_OK(rig);
   if (!rig.ok()) return nullptr;
   static_cast<EngineRig&>(*f) = std::move(**rig);
+  f->model_options = ResolveModelOptions(options.model);
   std::mt19937 rng(3);
   const int n = options.train.micro_batch * options.train.seq_len;
   for (int i = 0; i < n; ++i) {
@@ -46,8 +66,20 @@ std::unique_ptr<Fixture> Make(const Options& options) {
   return f;
 }
 
-TEST(GptGradients, MatchFiniteDifferences) {
-  Options options = TinyOptions(DType::kF32);
+class ModelGradients : public ::testing::TestWithParam<Tiny> {};
+INSTANTIATE_TEST_SUITE_P(Families, ModelGradients,
+                         ::testing::Values(Tiny::kGpt, Tiny::kLlama, Tiny::kLlamaTied),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case Tiny::kGpt: return std::string("Gpt");
+                             case Tiny::kLlama: return std::string("Llama");
+                             case Tiny::kLlamaTied: return std::string("LlamaTied");
+                           }
+                           return std::string();
+                         });
+
+TEST_P(ModelGradients, MatchFiniteDifferences) {
+  Options options = TinyOptions(DType::kF32, GetParam());
   auto f = Make(options);
   ASSERT_NE(f, nullptr);
   MicroBatch batch{f->inputs.data(), f->targets.data()};
@@ -91,8 +123,9 @@ TEST(GptGradients, MatchFiniteDifferences) {
   EXPECT_GT(checked, 40);
 }
 
-TEST(GptGradients, PaddingAndGapsStayZero) {
-  auto f = Make(TinyOptions(DType::kF32));
+// Alignment gaps, world padding and the padded vocabulary's rows get no gradient.
+TEST_P(ModelGradients, PaddingAndGapsStayZero) {
+  auto f = Make(TinyOptions(DType::kF32, GetParam()));
   ASSERT_NE(f, nullptr);
   MicroBatch batch{f->inputs.data(), f->targets.data()};
   ASSERT_OK(f->engine->ComputeGradients({batch}));
@@ -100,8 +133,14 @@ TEST(GptGradients, PaddingAndGapsStayZero) {
   for (int u = 0; u < static_cast<int>(units.size()); ++u) {
     ASSERT_OK_AND_ASSIGN(std::vector<float> grads, f->engine->ReadGradients(u));
     std::vector<bool> used(grads.size(), false);
+    const int vocab = f->model_options.vocab;
+    ASSERT_GT(f->model_options.padded_vocab, vocab);
     for (const TensorSpec& t : units[u].tensors()) {
-      for (size_t i = 0; i < t.numel; ++i) used[t.offset + i] = true;
+      // [padded_vocab, C] tensors: rows >= vocab are padding.
+      const bool vocab_rows =
+          t.name == "wte" || t.name == "tok_embeddings" || t.name == "lm_head.weight";
+      const size_t real = vocab_rows ? size_t(vocab) * t.shape[1] : t.numel;
+      for (size_t i = 0; i < real; ++i) used[t.offset + i] = true;
     }
     for (size_t i = 0; i < grads.size(); ++i) {
       if (!used[i]) ASSERT_EQ(grads[i], 0.0f) << units[u].name() << " element " << i;
@@ -122,11 +161,22 @@ TEST(GptTrace, EmbeddingAtBothEndsOfForward) {
   EXPECT_EQ(backward_units, (std::vector<int>{0, 3, 2, 1, 0}));
 }
 
+TEST(LlamaTrace, UntiedHeadIsAUnitOfItsOwn) {
+  auto f = Make(TinyOptions(DType::kF32, Tiny::kLlama));
+  ASSERT_NE(f, nullptr);
+  std::vector<int> forward_units, backward_units;
+  for (const UnitAccess& access : f->engine->trace()) {
+    (access.backward ? backward_units : forward_units).push_back(access.unit);
+  }
+  EXPECT_EQ(forward_units, (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(backward_units, (std::vector<int>{4, 3, 2, 1, 0}));
+}
+
 // bf16 compute with fp32 master weights follows the fp32 loss trajectory closely.
-TEST(GptTraining, Bf16TracksFp32) {
+TEST_P(ModelGradients, Bf16TracksFp32) {
   std::vector<double> losses[2];
   for (int d = 0; d < 2; ++d) {
-    Options options = TinyOptions(d == 0 ? DType::kF32 : DType::kBF16);
+    Options options = TinyOptions(d == 0 ? DType::kF32 : DType::kBF16, GetParam());
     options.train.lr = 3e-3f;
     auto f = Make(options);
     ASSERT_NE(f, nullptr);

@@ -1,0 +1,58 @@
+// See create_model.h.
+#include "models/create_model.h"
+
+#include "models/common/decoder.h"
+#include "models/gpt/gpt.h"
+#include "models/llama/llama.h"
+
+namespace strata {
+
+ModelOptions ResolveModelOptions(const ModelOptions& model) {
+  ModelOptions resolved = model;
+  if (resolved.kv_heads == 0) resolved.kv_heads = resolved.heads;
+  if (resolved.ffn_hidden == 0) {
+    resolved.ffn_hidden = model.family == ModelFamily::kGpt
+                              ? 4 * model.channels
+                              : (8 * model.channels / 3 + 63) / 64 * 64;
+  }
+  if (resolved.padded_vocab == 0) resolved.padded_vocab = DefaultPaddedVocab(model.vocab);
+  return resolved;
+}
+
+StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options, Recompute recompute,
+                                             DType dtype) {
+  const ModelOptions m = ResolveModelOptions(options);
+  const bool blocks = recompute == Recompute::kBlocks;
+  if (m.family == ModelFamily::kLlama) {
+    LlamaConfig config;
+    config.layers = m.layers;
+    config.heads = m.heads;
+    config.kv_heads = m.kv_heads;
+    config.channels = m.channels;
+    config.ffn_hidden = m.ffn_hidden;
+    config.vocab = m.vocab;
+    config.padded_vocab = m.padded_vocab;
+    config.max_seq_len = m.max_seq_len;
+    config.rope_theta = m.rope_theta;
+    config.norm_eps = m.norm_eps;
+    config.tie_embeddings = m.tie_embeddings;
+    config.recompute = blocks;
+    return CreateLlama(config, dtype);
+  }
+  if (m.kv_heads != m.heads || m.ffn_hidden != 4 * m.channels || !m.tie_embeddings) {
+    return absl::InvalidArgumentError(
+        "model.family=gpt has multi-head attention (kv_heads = heads), a 4C MLP and a tied LM "
+        "head; kv_heads, ffn_hidden and tie_embeddings apply to model.family=llama");
+  }
+  GptConfig config;
+  config.layers = m.layers;
+  config.heads = m.heads;
+  config.channels = m.channels;
+  config.vocab = m.vocab;
+  config.padded_vocab = m.padded_vocab;
+  config.max_seq_len = m.max_seq_len;
+  config.recompute = blocks;
+  return CreateGpt(config, dtype);
+}
+
+}  // namespace strata

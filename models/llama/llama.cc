@@ -1,0 +1,319 @@
+// LLaMA model: units, stages and the per-stage forward/backward. The backward mirrors the
+// forward stage by stage; `dres_` carries the gradient of the residual stream between stages.
+#include "models/llama/llama.h"
+
+#include <cmath>
+
+#include "models/common/decoder.h"
+
+namespace strata {
+namespace {
+
+// Tensor indices inside a block unit, in layout order.
+enum BlockTensor { kAttnNorm, kQkvW, kAttProjW, kMlpNorm, kGateUpW, kDownW };
+enum EmbedTensor { kTokEmbed };
+enum FinalTensor { kNorm };
+enum HeadTensor { kLmHead };
+
+struct BlockActivations {
+  Buffer ln1, ln1_rstd, qkv, atty, att_stats, residual2, ln2, ln2_rstd, gate_up, swiglu,
+      residual3;
+};
+
+class Llama : public DecoderBase {
+ public:
+  Llama(const LlamaConfig& config, DType dtype)
+      : DecoderBase(dtype, config.vocab, config.padded_vocab, config.channels), config_(config) {
+    const int C = config.channels, L = config.layers, F = config.ffn_hidden;
+    const int hs = C / config.heads;
+    const int qkv_rows = C + 2 * config.kv_heads * hs;
+    const float std_residual = 0.02f / std::sqrt(2.0f * L);
+    UnitLayout embed("embedding");
+    embed.Add("tok_embeddings", {config.padded_vocab, C}, true, InitKind::kNormal, 0.02f);
+    units_.push_back(embed);
+    for (int l = 0; l < L; ++l) {
+      UnitLayout block("block " + std::to_string(l));
+      block.Add("attn_norm.weight", {C}, false, InitKind::kOnes);
+      block.Add("attn.qkv.weight", {qkv_rows, C}, true, InitKind::kNormal, 0.02f);
+      block.Add("attn.proj.weight", {C, C}, true, InitKind::kNormal, std_residual);
+      block.Add("mlp_norm.weight", {C}, false, InitKind::kOnes);
+      block.Add("mlp.gate_up.weight", {2 * F, C}, true, InitKind::kNormal, 0.02f);
+      block.Add("mlp.down.weight", {C, F}, true, InitKind::kNormal, std_residual);
+      units_.push_back(block);
+    }
+    UnitLayout final_norm("final norm");
+    final_norm.Add("norm.weight", {C}, false, InitKind::kOnes);
+    units_.push_back(final_norm);
+    head_unit_ = 0;
+    if (!config.tie_embeddings) {
+      UnitLayout head("lm_head");
+      head.Add("lm_head.weight", {config.padded_vocab, C}, true, InitKind::kNormal, 0.02f);
+      units_.push_back(head);
+      head_unit_ = L + 2;
+    }
+
+    stages_.push_back({"embed", {0}});
+    for (int l = 0; l < L; ++l) stages_.push_back({"block " + std::to_string(l), {l + 1}});
+    stages_.push_back({"final_norm", {L + 1}});
+    stages_.push_back({"lm_head", {head_unit_}});
+  }
+
+  Status PrepareActivations(Device& device, int batch, int seq_len) override {
+    batch_ = batch;
+    seq_len_ = seq_len;
+    const size_t N = static_cast<size_t>(batch) * seq_len, C = config_.channels;
+    const size_t NH = config_.heads, V = config_.padded_vocab, F = config_.ffn_hidden;
+    const size_t QKV = C + 2 * static_cast<size_t>(config_.kv_heads) * HeadSize();
+    auto act = [&](size_t elements, DType type, const std::string& what) {
+      return Activation(device, elements, type, what);
+    };
+    blocks_.clear();
+    blocks_.resize(config_.layers);
+    ASSIGN_OR_RETURN(encoded_, act(N * C, dtype_, "encoded"));
+    for (int l = 0; l < config_.layers; ++l) {
+      ASSIGN_OR_RETURN(blocks_[l].residual3, act(N * C, dtype_, "residual3"));
+    }
+    for (int l = 0; l < (config_.recompute ? 1 : config_.layers); ++l) {
+      BlockActivations& a = config_.recompute ? scratch_ : blocks_[l];
+      ASSIGN_OR_RETURN(a.ln1, act(N * C, dtype_, "attn norm"));
+      ASSIGN_OR_RETURN(a.ln1_rstd, act(N, DType::kF32, "attn norm rstd"));
+      ASSIGN_OR_RETURN(a.qkv, act(N * QKV, dtype_, "qkv"));
+      ASSIGN_OR_RETURN(a.atty, act(N * C, dtype_, "attention out"));
+      ASSIGN_OR_RETURN(a.att_stats, act(N * NH, DType::kF32, "attention stats"));
+      ASSIGN_OR_RETURN(a.residual2, act(N * C, dtype_, "residual2"));
+      ASSIGN_OR_RETURN(a.ln2, act(N * C, dtype_, "mlp norm"));
+      ASSIGN_OR_RETURN(a.ln2_rstd, act(N, DType::kF32, "mlp norm rstd"));
+      ASSIGN_OR_RETURN(a.gate_up, act(N * 2 * F, dtype_, "gate_up"));
+      ASSIGN_OR_RETURN(a.swiglu, act(N * F, dtype_, "swiglu"));
+    }
+    ASSIGN_OR_RETURN(lnf_, act(N * C, dtype_, "final norm"));
+    ASSIGN_OR_RETURN(lnf_rstd_, act(N, DType::kF32, "final norm rstd"));
+    ASSIGN_OR_RETURN(logits_, act(N * V, dtype_, "logits"));
+    ASSIGN_OR_RETURN(losses_, act(N, DType::kF32, "losses"));
+    ASSIGN_OR_RETURN(dres_, act(N * C, dtype_, "d residual"));
+    ASSIGN_OR_RETURN(dbtc_, act(N * C, dtype_, "d scratch [B,T,C]"));
+    ASSIGN_OR_RETURN(dqkv_, act(N * QKV, dtype_, "d qkv"));
+    ASSIGN_OR_RETURN(dswiglu_, act(N * F, dtype_, "d swiglu"));
+    ASSIGN_OR_RETURN(dgate_up_, act(N * 2 * F, dtype_, "d gate_up"));
+    return absl::OkStatus();
+  }
+
+  Status Forward(int stage, const StepContext& ctx) override {
+    RETURN_IF_ERROR(CheckShape(ctx));
+    Ops& ops = *ctx.ops;
+    Stream& s = *ctx.stream;
+    const int B = ctx.batch, T = ctx.seq_len, C = config_.channels;
+    const int N = B * T, L = config_.layers;
+    if (stage == 0) {
+      return ops.EncoderForward(s, encoded_.data(), ctx.inputs, At(ctx.params[0], 0, kTokEmbed),
+                                nullptr, B, T, C);
+    }
+    if (stage <= L) return BlockForward(stage, ctx, /*output=*/true);
+    if (stage == L + 1) {
+      return ops.RmsNormForward(s, lnf_.data(), lnf_rstd_.as<float>(), ResidualInput(L),
+                                At(ctx.params[stage], stage, kNorm), N, C, config_.norm_eps);
+    }
+    // lm_head: logits, then the fused loss (and its gradient).
+    RETURN_IF_ERROR(ops.MatmulForward(s, logits_.data(), lnf_.data(), HeadWeight(ctx.params),
+                                      nullptr, N, C, config_.padded_vocab));
+    return ops.SoftmaxCrossEntropy(s, losses_.as<float>(), logits_.data(), ctx.targets, N,
+                                   config_.vocab, config_.padded_vocab, ctx.dloss);
+  }
+
+  Status Backward(int stage, const StepContext& ctx) override {
+    RETURN_IF_ERROR(CheckShape(ctx));
+    Ops& ops = *ctx.ops;
+    Device& device = *ctx.device;
+    Stream& s = *ctx.stream;
+    const int B = ctx.batch, T = ctx.seq_len, C = config_.channels, F = config_.ffn_hidden;
+    const int NH = config_.heads, NKV = config_.kv_heads, hs = HeadSize();
+    const int N = B * T, L = config_.layers, QKV = C + 2 * NKV * hs;
+    const size_t bytes = DTypeBytes(dtype_);
+    const size_t btc_bytes = static_cast<size_t>(N) * C * bytes;
+    if (stage == L + 2) {  // lm_head: logits already hold dloss * dlogits
+      RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
+      return ops.MatmulBackward(s, dbtc_.data(), HeadWeight(ctx.grads), nullptr, logits_.data(),
+                                lnf_.data(), HeadWeight(ctx.params), N, C, config_.padded_vocab);
+    }
+    if (stage == L + 1) {  // final norm: starts the residual gradient
+      RETURN_IF_ERROR(device.MemsetAsync(dres_.data(), 0, btc_bytes, s));
+      return ops.RmsNormBackward(s, dres_.data(), At(ctx.grads[stage], stage, kNorm), dbtc_.data(),
+                                 ResidualInput(L), At(ctx.params[stage], stage, kNorm),
+                                 lnf_rstd_.as<float>(), N, C);
+    }
+    if (stage >= 1) {
+      const int l = stage - 1;
+      const void* p = ctx.params[stage];
+      void* g = ctx.grads[stage];
+      if (config_.recompute) RETURN_IF_ERROR(BlockForward(stage, ctx, /*output=*/false));
+      BlockActivations& a = Acts(l);
+      // residual3 = residual2 + down(swiglu(gate_up(mlp_norm(residual2)))).
+      RETURN_IF_ERROR(device.MemsetAsync(dswiglu_.data(), 0, static_cast<size_t>(N) * F * bytes, s));
+      RETURN_IF_ERROR(ops.MatmulBackward(s, dswiglu_.data(), At(g, stage, kDownW), nullptr,
+                                         dres_.data(), a.swiglu.data(), At(p, stage, kDownW), N, F,
+                                         C));
+      RETURN_IF_ERROR(
+          device.MemsetAsync(dgate_up_.data(), 0, static_cast<size_t>(N) * 2 * F * bytes, s));
+      RETURN_IF_ERROR(ops.SwiGluBackward(s, dgate_up_.data(), a.gate_up.data(), dswiglu_.data(), N,
+                                         F));
+      RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
+      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), At(g, stage, kGateUpW), nullptr,
+                                         dgate_up_.data(), a.ln2.data(), At(p, stage, kGateUpW), N,
+                                         C, 2 * F));
+      RETURN_IF_ERROR(ops.RmsNormBackward(s, dres_.data(), At(g, stage, kMlpNorm), dbtc_.data(),
+                                          a.residual2.data(), At(p, stage, kMlpNorm),
+                                          a.ln2_rstd.as<float>(), N, C));
+      // residual2 = residual + proj(attention(rope(qkv(attn_norm(residual))))).
+      RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
+      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), At(g, stage, kAttProjW), nullptr,
+                                         dres_.data(), a.atty.data(), At(p, stage, kAttProjW), N, C,
+                                         C));
+      RETURN_IF_ERROR(device.MemsetAsync(dqkv_.data(), 0, static_cast<size_t>(N) * QKV * bytes, s));
+      RETURN_IF_ERROR(ops.AttentionBackward(s, dqkv_.data(), dbtc_.data(), a.qkv.data(),
+                                            a.atty.data(), a.att_stats.as<float>(), B, T, C, NH,
+                                            NKV));
+      // The attention saw the rotated q and k: turn their gradient back.
+      RETURN_IF_ERROR(
+          ops.RopeBackward(s, dqkv_.data(), B, T, NH, NKV, hs, config_.rope_theta, 0));
+      RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
+      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), At(g, stage, kQkvW), nullptr,
+                                         dqkv_.data(), a.ln1.data(), At(p, stage, kQkvW), N, C,
+                                         QKV));
+      return ops.RmsNormBackward(s, dres_.data(), At(g, stage, kAttnNorm), dbtc_.data(),
+                                 ResidualInput(l), At(p, stage, kAttnNorm),
+                                 a.ln1_rstd.as<float>(), N, C);
+    }
+    return ops.EncoderBackward(s, At(ctx.grads[0], 0, kTokEmbed), nullptr, dres_.data(),
+                               ctx.inputs, B, T, C);
+  }
+
+  const float* losses() const override { return losses_.as<float>(); }
+
+  // A tied embedding (also the LM head): its lookup's backward adds only to the rows named
+  // by the tokens. Untied, every unit has one backward stage.
+  std::vector<std::pair<size_t, size_t>> LastStageRanges(int unit, const int32_t* inputs,
+                                                         int batch, int seq_len) const override {
+    if (unit != 0 || !config_.tie_embeddings) {
+      return Model::LastStageRanges(unit, inputs, batch, seq_len);
+    }
+    return TokenRowRanges(0, kTokEmbed, inputs, batch, seq_len, {0, 0});
+  }
+
+  std::string Describe() const override {
+    const std::string vocab =
+        config_.padded_vocab == config_.vocab
+            ? absl::StrCat(config_.vocab)
+            : absl::StrCat(config_.vocab, " (padded ", config_.padded_vocab, ")");
+    return absl::StrFormat(
+        "LLaMA L%d H%d KV%d C%d F%d V%s T%d theta %g, %s head, %.2fM parameters in %d units, %s",
+        config_.layers, config_.heads, config_.kv_heads, config_.channels, config_.ffn_hidden,
+        vocab, config_.max_seq_len, config_.rope_theta, config_.tie_embeddings ? "tied" : "untied",
+        num_params() / 1e6, static_cast<int>(units_.size()), DTypeName(dtype_));
+  }
+
+ private:
+  std::vector<std::pair<int, int>> PaddedVocabTensors() const override {
+    if (config_.tie_embeddings) return {{0, kTokEmbed}};
+    return {{0, kTokEmbed}, {head_unit_, kLmHead}};
+  }
+
+  int HeadSize() const { return config_.channels / config_.heads; }
+
+  // The LM head's matrix in `buffers` (params or grads): the embedding when tied.
+  template <typename Ptr>
+  Ptr HeadWeight(const std::vector<Ptr>& buffers) const {
+    return config_.tie_embeddings ? At(buffers[0], 0, kTokEmbed)
+                                  : At(buffers[head_unit_], head_unit_, kLmHead);
+  }
+
+  // Block stage-1's forward: its activations into Acts(l) and, with `output`, its output
+  // into blocks_[l].residual3 (the recompute for the backward leaves out the last
+  // projection, whose result the backward does not read).
+  Status BlockForward(int stage, const StepContext& ctx, bool output) {
+    Ops& ops = *ctx.ops;
+    Stream& s = *ctx.stream;
+    const int B = ctx.batch, T = ctx.seq_len, C = config_.channels, F = config_.ffn_hidden;
+    const int NH = config_.heads, NKV = config_.kv_heads, hs = HeadSize();
+    const int N = B * T, QKV = C + 2 * NKV * hs;
+    const int l = stage - 1;
+    const void* p = ctx.params[stage];
+    BlockActivations& a = Acts(l);
+    const void* residual = ResidualInput(l);
+    const float eps = config_.norm_eps;
+    RETURN_IF_ERROR(ops.RmsNormForward(s, a.ln1.data(), a.ln1_rstd.as<float>(), residual,
+                                       At(p, stage, kAttnNorm), N, C, eps));
+    RETURN_IF_ERROR(ops.MatmulForward(s, a.qkv.data(), a.ln1.data(), At(p, stage, kQkvW), nullptr,
+                                      N, C, QKV));
+    RETURN_IF_ERROR(ops.RopeForward(s, a.qkv.data(), B, T, NH, NKV, hs, config_.rope_theta, 0));
+    RETURN_IF_ERROR(ops.AttentionForward(s, a.atty.data(), a.att_stats.as<float>(), a.qkv.data(),
+                                         B, T, C, NH, NKV));
+    // residual2 temporarily holds the attention projection, then the residual sum.
+    RETURN_IF_ERROR(ops.MatmulForward(s, a.residual2.data(), a.atty.data(),
+                                      At(p, stage, kAttProjW), nullptr, N, C, C));
+    RETURN_IF_ERROR(ops.Add(s, a.residual2.data(), a.residual2.data(), residual,
+                            static_cast<size_t>(N) * C));
+    RETURN_IF_ERROR(ops.RmsNormForward(s, a.ln2.data(), a.ln2_rstd.as<float>(), a.residual2.data(),
+                                       At(p, stage, kMlpNorm), N, C, eps));
+    RETURN_IF_ERROR(ops.MatmulForward(s, a.gate_up.data(), a.ln2.data(), At(p, stage, kGateUpW),
+                                      nullptr, N, C, 2 * F));
+    RETURN_IF_ERROR(ops.SwiGluForward(s, a.swiglu.data(), a.gate_up.data(), N, F));
+    if (!output) return absl::OkStatus();
+    void* out = blocks_[l].residual3.data();
+    RETURN_IF_ERROR(ops.MatmulForward(s, out, a.swiglu.data(), At(p, stage, kDownW), nullptr, N,
+                                      F, C));
+    return ops.Add(s, out, out, a.residual2.data(), static_cast<size_t>(N) * C);
+  }
+
+  BlockActivations& Acts(int l) { return config_.recompute ? scratch_ : blocks_[l]; }
+
+  void* ResidualInput(int l) { return l == 0 ? encoded_.data() : blocks_[l - 1].residual3.data(); }
+
+  LlamaConfig config_;
+  int head_unit_ = 0;
+  Buffer encoded_, lnf_, lnf_rstd_, logits_, losses_;
+  Buffer dres_, dbtc_, dqkv_, dswiglu_, dgate_up_;
+  std::vector<BlockActivations> blocks_;
+  BlockActivations scratch_;  // recompute only
+};
+
+}  // namespace
+
+Status ValidateLlamaConfig(const LlamaConfig& config) {
+  std::vector<std::string> problems;
+  if (config.layers < 1) problems.push_back("model.layers must be >= 1");
+  if (config.heads < 1) problems.push_back("model.heads must be >= 1");
+  if (config.kv_heads < 1) problems.push_back("model.kv_heads must be >= 1");
+  if (config.channels < 1) problems.push_back("model.channels must be >= 1");
+  if (config.ffn_hidden < 1) problems.push_back("model.ffn_hidden must be >= 1");
+  if (config.vocab < 1) problems.push_back("model.vocab must be >= 1");
+  if (config.padded_vocab < config.vocab) {
+    problems.push_back(absl::StrFormat("model.padded_vocab (%d) must be >= model.vocab (%d)",
+                                       config.padded_vocab, config.vocab));
+  }
+  if (config.max_seq_len < 1) problems.push_back("model.max_seq_len must be >= 1");
+  if (!(config.rope_theta > 0.0f)) problems.push_back("model.rope_theta must be > 0");
+  if (!(config.norm_eps > 0.0f)) problems.push_back("model.norm_eps must be > 0");
+  if (config.heads >= 1 && config.channels % config.heads != 0) {
+    problems.push_back(absl::StrFormat("model.channels (%d) must be divisible by model.heads (%d)",
+                                       config.channels, config.heads));
+  } else if (config.heads >= 1 && (config.channels / config.heads) % 2 != 0) {
+    problems.push_back(absl::StrFormat(
+        "the head size model.channels / model.heads (%d) must be even for rotary embeddings",
+        config.channels / config.heads));
+  }
+  if (config.heads >= 1 && config.kv_heads >= 1 && config.heads % config.kv_heads != 0) {
+    problems.push_back(absl::StrFormat("model.heads (%d) must be a multiple of model.kv_heads (%d)",
+                                       config.heads, config.kv_heads));
+  }
+  if (problems.empty()) return absl::OkStatus();
+  std::string message = "invalid LLaMA configuration:";
+  for (const auto& p : problems) absl::StrAppend(&message, "\n  ", p);
+  return absl::InvalidArgumentError(message);
+}
+
+StatusOr<std::unique_ptr<Model>> CreateLlama(const LlamaConfig& config, DType dtype) {
+  RETURN_IF_ERROR(ValidateLlamaConfig(config));
+  return std::unique_ptr<Model>(new Llama(config, dtype));
+}
+
+}  // namespace strata

@@ -1,0 +1,37 @@
+// A LLaMA-family decoder (Llama, Mistral, Qwen share its shape) as units and stages for the
+// runtime (runtime/model.h): units = [embedding (tok_embeddings), block 0..L-1, final norm,
+// (lm_head when untied)]; stages = [embed, block 0..L-1, final_norm, lm_head], where a tied
+// lm_head reuses the embedding unit. Pre-norm blocks: RMSNorm, causal grouped-query
+// attention with rotary position embeddings (Hugging Face's rotate-half layout) on q and k,
+// RMSNorm, SwiGLU MLP; no biases, no position embedding.
+// Fused matrices (one GEMM each): attn.qkv.weight [(H + 2 KV) hs, C] = (q_proj | k_proj |
+// v_proj), mlp.gate_up.weight [2F, C] = (gate_proj | up_proj).
+// Initialisation as the GPT (std 0.02, output projections scaled by 1/sqrt(2L)); norms 1.
+// Thread-safety: as Model.
+#pragma once
+
+#include <memory>
+
+#include "runtime/model.h"
+
+namespace strata {
+
+struct LlamaConfig {
+  int layers = 2;
+  int heads = 4;
+  int kv_heads = 2;        // key/value heads; divides heads
+  int channels = 64;       // C; heads * head size
+  int ffn_hidden = 172;    // F, the MLP's inner width
+  int vocab = 256;         // real vocabulary
+  int padded_vocab = 256;  // rows of the embedding / LM head (>= vocab; extra rows stay zero)
+  int max_seq_len = 64;    // longest sequence (no table depends on it)
+  float rope_theta = 10000.0f;
+  float norm_eps = 1e-5f;
+  bool tie_embeddings = false;
+  bool recompute = false;  // as GptConfig::recompute
+};
+
+Status ValidateLlamaConfig(const LlamaConfig& config);
+StatusOr<std::unique_ptr<Model>> CreateLlama(const LlamaConfig& config, DType dtype);
+
+}  // namespace strata
