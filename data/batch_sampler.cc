@@ -105,15 +105,11 @@ Status BatchSampler::FillRows(int64_t step, int64_t micro, int row_begin, int ro
   if (inputs == nullptr || targets == nullptr) {
     return absl::InvalidArgumentError("batch sampler: null inputs or targets buffer");
   }
-  const uint16_t* tokens = split_.data();
   for (int row = row_begin; row < row_end; ++row) {
-    const uint16_t* window = tokens + WindowOffset(step, micro, row);
-    int32_t* row_inputs = inputs + static_cast<int64_t>(row - row_begin) * seq_len_;
-    int32_t* row_targets = targets + static_cast<int64_t>(row - row_begin) * seq_len_;
-    for (int t = 0; t < seq_len_; ++t) {
-      row_inputs[t] = window[t];
-      row_targets[t] = window[t + 1];
-    }
+    const int64_t window = split_.begin + WindowOffset(step, micro, row);
+    const int64_t out = static_cast<int64_t>(row - row_begin) * seq_len_;
+    split_.tokens->CopyToInt32(window, seq_len_, inputs + out);
+    split_.tokens->CopyToInt32(window + 1, seq_len_, targets + out);
   }
   return absl::OkStatus();
 }

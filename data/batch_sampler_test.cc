@@ -24,11 +24,21 @@ using testing::StatusIs;
 
 // Token i of the dataset is i % 60000: a window's content reveals its offset.
 TokenDataset CountingDataset(int num_tokens) {
-  auto tokens = std::make_shared<std::vector<uint16_t>>(num_tokens);
-  for (int i = 0; i < num_tokens; ++i) (*tokens)[i] = static_cast<uint16_t>(i % 60000);
+  std::vector<uint16_t> tokens(num_tokens);
+  for (int i = 0; i < num_tokens; ++i) tokens[i] = static_cast<uint16_t>(i % 60000);
   TokenDataset dataset;
-  dataset.tokens = std::move(tokens);
+  dataset.tokens = std::make_shared<const TokenIds>(std::move(tokens));
   dataset.source = "counting dataset";
+  return dataset;
+}
+
+// The same at 4 bytes a token, every id shifted past 16 bits: token i is 100000 + i.
+TokenDataset WideCountingDataset(int num_tokens) {
+  std::vector<uint32_t> tokens(num_tokens);
+  for (int i = 0; i < num_tokens; ++i) tokens[i] = 100000u + static_cast<uint32_t>(i);
+  TokenDataset dataset;
+  dataset.tokens = std::make_shared<const TokenIds>(std::move(tokens));
+  dataset.source = "wide counting dataset";
   return dataset;
 }
 
@@ -171,6 +181,31 @@ TEST(BatchSampler, ValidationWalksFixedWindowsOfTheValidationSplit) {
   const std::vector<int32_t> expected = {900, 910, 920, 930, 940, 950,
                                          960, 970, 980, 900, 910, 920};
   EXPECT_EQ(firsts, expected);
+}
+
+TEST(BatchSampler, FourByteIdsSampleTheSameWindowsAndKeepTheirValues) {
+  const int seq_len = 12;
+  auto narrow_splits = SplitTokens(CountingDataset(3000), 0.1, seq_len);
+  auto wide_splits = SplitTokens(WideCountingDataset(3000), 0.1, seq_len);
+  ASSERT_OK(narrow_splits);
+  ASSERT_OK(wide_splits);
+  const BatchSampler narrow = Training(*narrow_splits, 5, seq_len, 11);
+  const BatchSampler wide = Training(*wide_splits, 5, seq_len, 11);
+  for (int step = 0; step < 10; ++step) {
+    const Batch narrow_batch = Draw(narrow, step, 0);
+    const Batch wide_batch = Draw(wide, step, 0);
+    ASSERT_EQ(wide_batch.inputs.size(), narrow_batch.inputs.size());
+    for (size_t i = 0; i < wide_batch.inputs.size(); ++i) {
+      ASSERT_EQ(wide_batch.inputs[i], 100000 + narrow_batch.inputs[i]) << i;
+      ASSERT_EQ(wide_batch.targets[i], 100000 + narrow_batch.targets[i]) << i;
+    }
+  }
+  // Validation reads the wide split from its own begin (token 2700).
+  auto validation = BatchSampler::ForValidation(*wide_splits, 2, seq_len);
+  ASSERT_OK(validation);
+  const Batch batch = Draw(*validation, 0, 0);
+  EXPECT_EQ(batch.inputs[0], 102700);
+  EXPECT_EQ(batch.targets[seq_len - 1], 102700 + seq_len);
 }
 
 TEST(BatchSampler, RejectsBadArgumentsWithReasons) {

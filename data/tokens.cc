@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "core/file_kind.h"
@@ -20,7 +21,7 @@ namespace strata {
 namespace {
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-              "llm.c token files are little-endian; this host needs byte swaps in tokens.cc");
+              "token files are little-endian; this host needs byte swaps in tokens.cc");
 
 constexpr size_t kReadChunkBytes = size_t{1} << 20;
 
@@ -63,22 +64,78 @@ int32_t LoadLittleEndian32(const char* bytes) {
   return value;
 }
 
-// The first id >= vocab is an error naming the source, the position and the id.
-Status CheckVocab(const std::vector<uint16_t>& tokens, int vocab, const std::string& source,
-                  TokenFormat format) {
-  if (vocab > 0xFFFF) return absl::OkStatus();  // every uint16 id fits
-  for (size_t position = 0; position < tokens.size(); ++position) {
-    if (tokens[position] < vocab) continue;
-    const std::string where =
-        format == TokenFormat::kLlmc
-            ? absl::StrCat("token position ", position, " (byte offset ",
-                           kLlmcHeaderBytes + 2 * static_cast<int64_t>(position), ")")
-            : absl::StrCat("byte offset ", position);
+// header[index] of a header of which at least 4 * (index + 1) bytes were read.
+int32_t HeaderField(const char* header, int index) { return LoadLittleEndian32(header + 4 * index); }
+
+// One token file format: what identifies it, the width of its tokens, its name in messages.
+struct HeaderKind {
+  TokenFormat format;
+  int32_t magic;
+  int32_t version;
+  int bytes_per_token;  // 2 or 4; 0: header[3] says (strata)
+  const char* name;     // "truncated <name> header", "<name> file is empty", ...
+  const char* a_file;   // "looks like <a_file>"
+};
+
+// strata first: CheckNearMissHeader takes the first kind that matches, and a strata near
+// miss is the narrower one (header[3] in {2, 4}, where llm.c writes 0).
+constexpr HeaderKind kHeaderKinds[] = {
+    {TokenFormat::kStrata, kStrataTokensMagic, kStrataTokensVersion, 0, "strata token",
+     "a strata token file"},
+    {TokenFormat::kLlmc, kLlmcMagic, kLlmcVersion, 2, "llm.c", "an llm.c token file"},
+    {TokenFormat::kLlmcLlama3, kLlmcLlama3Magic, kLlmcLlama3Version, 4, "llm.c Llama 3",
+     "an llm.c Llama 3 token file"},
+};
+
+// The strata header's fields beyond llm.c's three.
+constexpr int kStrataWidthField = 3;
+constexpr int kStrataVocabField = 4;
+constexpr int kStrataFirstReservedField = 5;
+
+const HeaderKind* FindHeaderKind(int32_t magic) {
+  for (const HeaderKind& kind : kHeaderKinds) {
+    if (kind.magic == magic) return &kind;
+  }
+  return nullptr;
+}
+
+// What a valid header says about the tokens that follow it.
+struct TokenFileHeader {
+  int32_t num_tokens = 0;
+  int bytes_per_token = 0;
+  int32_t vocab = 0;  // strata header[4]; 0 = unknown (and always for llm.c)
+};
+
+// Where a token sits, for messages: "token position 37 (byte offset 1098)" in a token file,
+// "byte offset 37" in byte-level text.
+std::string TokenPlace(size_t position, int file_bytes_per_token) {
+  if (file_bytes_per_token == 0) return absl::StrCat("byte offset ", position);
+  return absl::StrCat("token position ", position, " (byte offset ",
+                      kTokenHeaderBytes + int64_t{file_bytes_per_token} *
+                                              static_cast<int64_t>(position),
+                      ")");
+}
+
+// The first id >= limit is an error naming the source, the place and the id; `range` says
+// which limit it broke. file_bytes_per_token: 0 for byte-level tokens.
+template <typename Id>
+Status CheckIds(const std::vector<Id>& ids, int64_t limit, const std::string& range,
+                const std::string& source, int file_bytes_per_token) {
+  if (limit > static_cast<int64_t>(std::numeric_limits<Id>::max())) return absl::OkStatus();
+  for (size_t position = 0; position < ids.size(); ++position) {
+    if (ids[position] < limit) continue;
     return absl::InvalidArgumentError(
-        absl::StrCat(source, ": token id ", tokens[position], " at ", where,
-                     " is out of range for model.vocab = ", vocab, " (ids must be < vocab)"));
+        absl::StrCat(source, ": token id ", ids[position], " at ",
+                     TokenPlace(position, file_bytes_per_token), " is out of range for ", range));
   }
   return absl::OkStatus();
+}
+
+template <typename Id>
+Status CheckVocab(const std::vector<Id>& ids, int vocab, const std::string& source,
+                  int file_bytes_per_token) {
+  return CheckIds(ids, vocab, absl::StrCat("model.vocab = ", vocab, " (ids must be < vocab)"),
+                  source, file_bytes_per_token);
 }
 
 Status CheckVocabArgument(int vocab) {
@@ -86,40 +143,84 @@ Status CheckVocabArgument(int vocab) {
   return absl::InvalidArgumentError(absl::StrCat("model.vocab must be >= 1, got ", vocab));
 }
 
-StatusOr<TokenDataset> LoadLlmcFile(int fd, const char* header, size_t header_bytes,
-                                    const std::string& path, const std::string& source, int vocab) {
-  if (header_bytes < static_cast<size_t>(kLlmcHeaderBytes)) {
-    return absl::DataLossError(
-        absl::StrCat(source, ": truncated llm.c header: the file starts with the llm.c magic ",
-                     kLlmcMagic, " but has only ", header_bytes, " bytes; the header alone is ",
-                     kLlmcHeaderBytes, " bytes"));
+// Checks a header of `kind` (its magic already matched) field by field, in the order a
+// reader of the format documentation would: size, version, count, width, vocabulary.
+StatusOr<TokenFileHeader> ParseHeader(const HeaderKind& kind, const char* header,
+                                      size_t header_bytes, int vocab, const std::string& source) {
+  if (header_bytes < static_cast<size_t>(kTokenHeaderBytes)) {
+    return absl::DataLossError(absl::StrCat(
+        source, ": truncated ", kind.name, " header: the file starts with the ", kind.name,
+        " magic ", kind.magic, " but has only ", header_bytes, " bytes; the header alone is ",
+        kTokenHeaderBytes, " bytes"));
   }
-  const int32_t version = LoadLittleEndian32(header + 4);
-  if (version != kLlmcVersion) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": unsupported llm.c version ", version,
+  const int32_t version = HeaderField(header, 1);
+  if (version != kind.version) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": unsupported ", kind.name,
+                                                   " version ", version,
                                                    " (header[1]); this reader knows version ",
-                                                   kLlmcVersion));
+                                                   kind.version));
   }
-  const int32_t num_tokens = LoadLittleEndian32(header + 8);
-  if (num_tokens < 0) {
-    return absl::DataLossError(absl::StrCat(source, ": corrupt llm.c header: negative token count ",
-                                            num_tokens, " (header[2])"));
+  TokenFileHeader parsed;
+  parsed.num_tokens = HeaderField(header, 2);
+  if (parsed.num_tokens < 0) {
+    return absl::DataLossError(absl::StrCat(source, ": corrupt ", kind.name,
+                                            " header: negative token count ", parsed.num_tokens,
+                                            " (header[2])"));
   }
-  if (num_tokens == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": llm.c file is empty: its header declares 0 tokens"));
+  if (parsed.num_tokens == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", kind.name,
+                                                   " file is empty: its header declares 0 tokens"));
   }
-  const int64_t token_bytes = int64_t{2} * num_tokens;
-  const int64_t expected_file_bytes = kLlmcHeaderBytes + token_bytes;
-  auto tokens = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(num_tokens));
+  parsed.bytes_per_token = kind.bytes_per_token;
+  if (kind.format != TokenFormat::kStrata) return parsed;
+
+  parsed.bytes_per_token = HeaderField(header, kStrataWidthField);
+  if (parsed.bytes_per_token != 2 && parsed.bytes_per_token != 4) {
+    return absl::DataLossError(absl::StrCat(
+        source, ": corrupt strata token header: header[3] says ", parsed.bytes_per_token,
+        " bytes per token; version ", kind.version, " files hold 2- or 4-byte tokens"));
+  }
+  parsed.vocab = HeaderField(header, kStrataVocabField);
+  if (parsed.vocab < 0) {
+    return absl::DataLossError(absl::StrCat(source,
+                                            ": corrupt strata token header: negative vocabulary ",
+                                            parsed.vocab, " (header[4])"));
+  }
+  for (int field = kStrataFirstReservedField; field < kTokenHeaderInts; ++field) {
+    const int32_t value = HeaderField(header, field);
+    if (value == 0) continue;
+    return absl::DataLossError(absl::StrCat(
+        source, ": corrupt strata token header: header[", field, "] is ", value,
+        "; header[5..255] are reserved and 0 in version ", kind.version));
+  }
+  if (parsed.vocab > vocab) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": its tokens were made for a vocabulary of ", parsed.vocab,
+        " (header[4]), larger than model.vocab = ", vocab, "; set model.vocab to ", parsed.vocab,
+        " (or a model.preset with that vocabulary)"));
+  }
+  return parsed;
+}
+
+// Reads the header's tokens that follow it at the file's width, refusing a file shorter or
+// longer than the header says, and checks the ids.
+template <typename Id>
+StatusOr<std::shared_ptr<const TokenIds>> ReadTokens(int fd, const HeaderKind& kind,
+                                                     const TokenFileHeader& header, int vocab,
+                                                     const std::string& source) {
+  static_assert(sizeof(Id) == 2 || sizeof(Id) == 4, "2- or 4-byte tokens");
+  const int64_t num_tokens = header.num_tokens;
+  const int64_t token_bytes = int64_t{sizeof(Id)} * num_tokens;
+  const int64_t expected_file_bytes = kTokenHeaderBytes + token_bytes;
+  std::vector<Id> ids(static_cast<size_t>(num_tokens));
   ASSIGN_OR_RETURN(const size_t got_bytes,
-                   ReadUpTo(fd, reinterpret_cast<char*>(tokens->data()),
-                            static_cast<size_t>(token_bytes), kLlmcHeaderBytes, source));
+                   ReadUpTo(fd, reinterpret_cast<char*>(ids.data()),
+                            static_cast<size_t>(token_bytes), kTokenHeaderBytes, source));
   if (static_cast<int64_t>(got_bytes) < token_bytes) {
-    return absl::DataLossError(
-        absl::StrCat(source, ": truncated llm.c file: the header says ", num_tokens, " tokens (",
-                     expected_file_bytes, " bytes) but the file holds only ", got_bytes / 2,
-                     " tokens (", kLlmcHeaderBytes + static_cast<int64_t>(got_bytes), " bytes)"));
+    return absl::DataLossError(absl::StrCat(
+        source, ": truncated ", kind.name, " file: the header says ", num_tokens, " tokens (",
+        expected_file_bytes, " bytes) but the file holds only ", got_bytes / sizeof(Id),
+        " tokens (", kTokenHeaderBytes + static_cast<int64_t>(got_bytes), " bytes)"));
   }
   char probe;
   ASSIGN_OR_RETURN(const size_t extra_bytes, ReadUpTo(fd, &probe, 1, expected_file_bytes, source));
@@ -130,15 +231,46 @@ StatusOr<TokenDataset> LoadLlmcFile(int fd, const char* header, size_t header_by
             ? absl::StrCat(", the file has ", static_cast<int64_t>(info.st_size))
             : std::string(", the file has more");
     return absl::DataLossError(absl::StrCat(
-        source, ": llm.c file is longer than its header says: ", num_tokens, " tokens make ",
-        expected_file_bytes, " bytes", actual, " (wrong header[2] or a corrupt file)"));
+        source, ": ", kind.name, " file is longer than its header says: ", num_tokens,
+        " tokens make ", expected_file_bytes, " bytes", actual,
+        " (wrong header[2] or a corrupt file)"));
   }
-  RETURN_IF_ERROR(CheckVocab(*tokens, vocab, source, TokenFormat::kLlmc));
+  // The header's vocabulary (at most model.vocab by now) is the tighter limit: an id at or
+  // above it is a corrupt file, whatever the model.
+  if (header.vocab > 0) {
+    RETURN_IF_ERROR(CheckIds(ids, header.vocab,
+                             absl::StrCat("the vocabulary of ", header.vocab,
+                                          " its header[4] says the tokens were made for (the "
+                                          "file is corrupt)"),
+                             source, sizeof(Id)));
+  } else {
+    RETURN_IF_ERROR(CheckVocab(ids, vocab, source, sizeof(Id)));
+  }
+  return std::shared_ptr<const TokenIds>(std::make_shared<TokenIds>(std::move(ids)));
+}
+
+StatusOr<TokenDataset> LoadHeaderFile(int fd, const HeaderKind& kind, const char* header,
+                                      size_t header_bytes, const std::string& path,
+                                      const std::string& source, int vocab) {
+  ASSIGN_OR_RETURN(const TokenFileHeader parsed,
+                   ParseHeader(kind, header, header_bytes, vocab, source));
   TokenDataset dataset;
-  dataset.tokens = std::move(tokens);
-  dataset.format = TokenFormat::kLlmc;
+  if (parsed.bytes_per_token == 2) {
+    ASSIGN_OR_RETURN(dataset.tokens, ReadTokens<uint16_t>(fd, kind, parsed, vocab, source));
+  } else {
+    ASSIGN_OR_RETURN(dataset.tokens, ReadTokens<uint32_t>(fd, kind, parsed, vocab, source));
+  }
+  dataset.format = kind.format;
   dataset.source = source;
-  dataset.description = absl::StrCat("file ", path, " (llm.c format, ", num_tokens, " tokens)");
+  if (kind.format == TokenFormat::kStrata) {
+    dataset.description = absl::StrCat(
+        "file ", path, " (strata format, ", parsed.num_tokens, " tokens of ",
+        parsed.bytes_per_token, " bytes",
+        parsed.vocab > 0 ? absl::StrCat(", vocabulary ", parsed.vocab) : std::string(), ")");
+  } else {
+    dataset.description = absl::StrCat("file ", path, " (", TokenFormatName(kind.format),
+                                       " format, ", parsed.num_tokens, " tokens)");
+  }
   return dataset;
 }
 
@@ -185,31 +317,42 @@ Status CheckLooksLikeText(std::string_view bytes, const std::string& source) {
   if (bad * 100 <= static_cast<int64_t>(bytes.size())) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrFormat(
       "%s does not look like text: %d of %d bytes (%.1f%%) are NUL or not valid UTF-8 (the "
-      "first at byte offset %d), and it is not an llm.c token file (no magic %d); set "
-      "data.format=bytes to train on its raw bytes anyway",
+      "first at byte offset %d), and it is not a token file (no llm.c magic %d or %d, no "
+      "strata magic %d); set data.format=bytes to train on its raw bytes anyway",
       source, bad, bytes.size(), 100.0 * static_cast<double>(bad) / bytes.size(), first,
-      kLlmcMagic));
+      kLlmcMagic, kLlmcLlama3Magic, kStrataTokensMagic));
 }
 
-// A header that is an llm.c file but for its magic: version 1 and a token count that
-// matches the file's size; or the magic of an llm.c model checkpoint.
-Status CheckNearMissLlmc(const char* header, size_t header_bytes, int64_t file_bytes,
-                         const std::string& source) {
+// A header that is a token file of one of the formats but for its magic: its version (and
+// for strata its width) and a token count that matches the file's size; or the magic of an
+// llm.c model checkpoint.
+Status CheckNearMissHeader(const char* header, size_t header_bytes, int64_t file_bytes,
+                           const std::string& source) {
   if (header_bytes < 12) return absl::OkStatus();
-  const int32_t magic = LoadLittleEndian32(header);
+  const int32_t magic = HeaderField(header, 0);
   if (magic == kLlmcModelMagic) {
     return absl::InvalidArgumentError(absl::StrCat(
         source, " is an llm.c model checkpoint (magic ", kLlmcModelMagic,
-        "), not a token file: data.path takes token files (magic ", kLlmcMagic, ") or text"));
+        "), not a token file: data.path takes token files (llm.c magic ", kLlmcMagic, " or ",
+        kLlmcLlama3Magic, ", strata magic ", kStrataTokensMagic, ") or text"));
   }
-  const int32_t version = LoadLittleEndian32(header + 4);
-  const int32_t count = LoadLittleEndian32(header + 8);
-  if (header_bytes == static_cast<size_t>(kLlmcHeaderBytes) && version == kLlmcVersion &&
-      count > 0 && file_bytes == kLlmcHeaderBytes + 2 * int64_t{count}) {
+  if (header_bytes != static_cast<size_t>(kTokenHeaderBytes)) return absl::OkStatus();
+  const int32_t version = HeaderField(header, 1);
+  const int32_t count = HeaderField(header, 2);
+  if (count <= 0) return absl::OkStatus();
+  for (const HeaderKind& kind : kHeaderKinds) {
+    const bool strata = kind.format == TokenFormat::kStrata;
+    const int width = strata ? HeaderField(header, kStrataWidthField) : kind.bytes_per_token;
+    if (version != kind.version || (width != 2 && width != 4) ||
+        file_bytes != kTokenHeaderBytes + int64_t{width} * count) {
+      continue;
+    }
     return absl::DataLossError(absl::StrCat(
-        source, " looks like an llm.c token file (header[1] = version ", version,
-        ", header[2] = ", count, " tokens, which matches the file's size) but header[0] is ",
-        magic, ", not the llm.c magic ", kLlmcMagic, ": the header is damaged"));
+        source, " looks like ", kind.a_file, " (header[1] = version ", version, ", header[2] = ",
+        count, " tokens",
+        strata ? absl::StrCat(" of header[3] = ", width, " bytes") : std::string(),
+        ", which matches the file's size) but header[0] is ", magic, ", not the ", kind.name,
+        " magic ", kind.magic, ": the header is damaged"));
   }
   return absl::OkStatus();
 }
@@ -224,8 +367,27 @@ const char* TokenFormatName(TokenFormat format) {
       return "text";
     case TokenFormat::kLlmc:
       return "llm.c";
+    case TokenFormat::kLlmcLlama3:
+      return "llm.c Llama 3";
+    case TokenFormat::kStrata:
+      return "strata";
   }
   return "unknown";
+}
+
+void TokenIds::CopyToInt32(int64_t begin, int64_t count, int32_t* out) const {
+  if (is_wide_) {
+    const uint32_t* ids = wide_.data() + begin;
+    for (int64_t i = 0; i < count; ++i) out[i] = static_cast<int32_t>(ids[i]);
+  } else {
+    const uint16_t* ids = narrow_.data() + begin;
+    for (int64_t i = 0; i < count; ++i) out[i] = ids[i];
+  }
+}
+
+std::vector<uint32_t> TokenIds::ToVector() const {
+  if (is_wide_) return wide_;
+  return std::vector<uint32_t>(narrow_.begin(), narrow_.end());
 }
 
 StatusOr<TokenDataset> TokensFromBytes(std::string_view bytes, TokenFormat format,
@@ -235,13 +397,11 @@ StatusOr<TokenDataset> TokensFromBytes(std::string_view bytes, TokenFormat forma
     return absl::InvalidArgumentError(
         absl::StrCat(source, " is empty (0 bytes): there is nothing to train on"));
   }
-  auto tokens = std::make_shared<std::vector<uint16_t>>(bytes.size());
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    (*tokens)[i] = static_cast<unsigned char>(bytes[i]);
-  }
-  RETURN_IF_ERROR(CheckVocab(*tokens, vocab, source, format));
+  std::vector<uint16_t> ids(bytes.size());
+  for (size_t i = 0; i < bytes.size(); ++i) ids[i] = static_cast<unsigned char>(bytes[i]);
+  RETURN_IF_ERROR(CheckVocab(ids, vocab, source, /*file_bytes_per_token=*/0));
   TokenDataset dataset;
-  dataset.tokens = std::move(tokens);
+  dataset.tokens = std::make_shared<const TokenIds>(std::move(ids));
   dataset.format = format;
   dataset.source = std::move(source);
   dataset.description = std::move(description);
@@ -280,7 +440,7 @@ StatusOr<TokenDataset> LoadTokenFile(const std::string& path, int vocab, DataFor
         absl::StrCat(source, " is not a regular file (data.path)"));
   }
 
-  char header[kLlmcHeaderBytes];
+  char header[kTokenHeaderBytes];
   ASSIGN_OR_RETURN(const size_t header_bytes,
                    ReadUpTo(file.get(), header, sizeof(header), 0, source));
   if (header_bytes == 0) {
@@ -288,11 +448,12 @@ StatusOr<TokenDataset> LoadTokenFile(const std::string& path, int vocab, DataFor
         absl::StrCat(source, " is empty (0 bytes): there is nothing to train on"));
   }
   if (format == DataFormat::kAuto) {
-    if (header_bytes >= 4 && LoadLittleEndian32(header) == kLlmcMagic) {
-      return LoadLlmcFile(file.get(), header, header_bytes, path, source, vocab);
+    const HeaderKind* kind = header_bytes >= 4 ? FindHeaderKind(HeaderField(header, 0)) : nullptr;
+    if (kind != nullptr) {
+      return LoadHeaderFile(file.get(), *kind, header, header_bytes, path, source, vocab);
     }
-    RETURN_IF_ERROR(CheckNearMissLlmc(header, header_bytes, static_cast<int64_t>(info.st_size),
-                                      source));
+    RETURN_IF_ERROR(CheckNearMissHeader(header, header_bytes, static_cast<int64_t>(info.st_size),
+                                        source));
   }
 
   // Text: the bytes read so far, then the rest of the file.

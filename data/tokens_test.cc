@@ -1,13 +1,16 @@
-// Tests loading and splitting: llm.c round trips through a file written here, text files as
+// Tests loading, writing and splitting: llm.c (GPT-2 and Llama 3) round trips through files
+// written here, strata token files through WriteTokenFile at both widths, text files as
 // bytes, every bad-file case with the message fragment a user would search for, vocab
 // checks naming position and id, and the split boundaries. Files go to TEST_TMPDIR.
 #include "data/tokens.h"
 
+#include <dirent.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -39,16 +42,33 @@ std::string WriteFile(const std::string& name, const std::string& bytes) {
   return path;
 }
 
+std::string ReadFile(const std::string& path) {
+  std::string bytes;
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  EXPECT_NE(file, nullptr) << path;
+  if (file == nullptr) return bytes;
+  char chunk[4096];
+  size_t got;
+  while ((got = std::fread(chunk, 1, sizeof(chunk), file)) > 0) bytes.append(chunk, got);
+  std::fclose(file);
+  return bytes;
+}
+
+// A token file image: a header whose first fields are `fields` (the rest 0), then the
+// tokens' bytes.
+template <typename Id>
+std::string TokenFileBytes(const std::vector<int32_t>& fields, const std::vector<Id>& tokens) {
+  std::vector<int32_t> header(kTokenHeaderInts, 0);
+  std::copy(fields.begin(), fields.end(), header.begin());
+  std::string bytes(reinterpret_cast<const char*>(header.data()), header.size() * 4);
+  bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * sizeof(Id));
+  return bytes;
+}
+
 // An llm.c file image: header (magic, version, declared count) then the tokens.
 std::string LlmcBytes(const std::vector<uint16_t>& tokens, int32_t declared_tokens,
                       int32_t version = kLlmcVersion, int32_t magic = kLlmcMagic) {
-  std::vector<int32_t> header(kLlmcHeaderInts, 0);
-  header[0] = magic;
-  header[1] = version;
-  header[2] = declared_tokens;
-  std::string bytes(reinterpret_cast<const char*>(header.data()), header.size() * 4);
-  bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
-  return bytes;
+  return TokenFileBytes({magic, version, declared_tokens}, tokens);
 }
 
 std::string LlmcBytes(const std::vector<uint16_t>& tokens) {
@@ -71,13 +91,25 @@ std::vector<uint16_t> Ramp(int count, int modulus) {
   return tokens;
 }
 
+// Ids spread over [0, modulus), Llama-3-sized moduli included.
+std::vector<uint32_t> WideRamp(int count, uint32_t modulus) {
+  std::vector<uint32_t> tokens(count);
+  for (int i = 0; i < count; ++i) tokens[i] = static_cast<uint32_t>((i * 104729ull) % modulus);
+  return tokens;
+}
+
+std::vector<uint32_t> Widen(const std::vector<uint16_t>& tokens) {
+  return std::vector<uint32_t>(tokens.begin(), tokens.end());
+}
+
 TEST(LoadTokens, LlmcFileRoundTrips) {
   const std::vector<uint16_t> tokens = Ramp(5000, 50257);
   const std::string path = WriteFile("round_trip.bin", LlmcBytes(tokens));
   auto loaded = LoadTokenFile(path, 50304);
   ASSERT_OK(loaded);
   EXPECT_EQ(loaded->format, TokenFormat::kLlmc);
-  EXPECT_EQ(*loaded->tokens, tokens);
+  EXPECT_EQ(loaded->tokens->bytes_per_token(), 2);
+  EXPECT_EQ(loaded->tokens->ToVector(), Widen(tokens));
   EXPECT_EQ(loaded->description, "file " + path + " (llm.c format, 5000 tokens)");
 }
 
@@ -87,7 +119,7 @@ TEST(LoadTokens, DetectsLlmcByContentNotExtension) {
   auto loaded = LoadTokenFile(path, 300);
   ASSERT_OK(loaded);
   EXPECT_EQ(loaded->format, TokenFormat::kLlmc);
-  EXPECT_EQ(*loaded->tokens, tokens);
+  EXPECT_EQ(loaded->tokens->ToVector(), Widen(tokens));
 }
 
 TEST(LoadTokens, BytesFormatTakesAnyFileAsItsBytes) {
@@ -135,7 +167,8 @@ TEST(LoadTokensErrors, RandomBinaryIsRefusedUnlessBytes) {
     c = static_cast<char>(state >> 24);
   }
   const std::string path = WriteFile("random.bin", bytes);
-  ExpectLoadError(path, 256, {"does not look like text", "not an llm.c token file"});
+  ExpectLoadError(path, 256,
+                  {"does not look like text", "not a token file", "no llm.c magic 20240520"});
   EXPECT_OK(LoadTokenFile(path, 256, DataFormat::kBytes));
 }
 
@@ -166,7 +199,7 @@ TEST(LoadTokens, ShortFileWithoutMagicIsText) {
   auto loaded = LoadTokenFile(path, 256);
   ASSERT_OK(loaded);
   EXPECT_EQ(loaded->format, TokenFormat::kText);
-  EXPECT_EQ(*loaded->tokens, (std::vector<uint16_t>{'a', 'b'}));
+  EXPECT_EQ(loaded->tokens->ToVector(), (std::vector<uint32_t>{'a', 'b'}));
 }
 
 TEST(LoadTokens, EmptyPathMeansEmbeddedCorpus) {
@@ -278,6 +311,263 @@ TEST(LoadTokensErrors, BadVocabArgument) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.vocab must be >= 1")));
 }
 
+// --- llm.c Llama 3 token files (magic 20240801, version 7, 4-byte tokens)
+
+TEST(LoadTokens, LlmcLlama3FileKeepsIdsAbove65535) {
+  const std::vector<uint32_t> tokens = WideRamp(3000, 128256);
+  const std::string path = WriteFile(
+      "llama3.bin", TokenFileBytes({kLlmcLlama3Magic, kLlmcLlama3Version, 3000}, tokens));
+  auto loaded = LoadTokenFile(path, 128256);
+  ASSERT_OK(loaded);
+  EXPECT_EQ(loaded->format, TokenFormat::kLlmcLlama3);
+  EXPECT_EQ(loaded->tokens->bytes_per_token(), 4);
+  EXPECT_EQ(loaded->tokens->ToVector(), tokens);
+  EXPECT_EQ(loaded->description, "file " + path + " (llm.c Llama 3 format, 3000 tokens)");
+  // An id of the Llama 3 vocabulary is out of range for a GPT-2 one; 4-byte offsets.
+  ExpectLoadError(path, 50304, {path, "token id 104729 at token position 1 (byte offset 1028)",
+                                "model.vocab = 50304"});
+}
+
+TEST(LoadTokensErrors, LlmcLlama3HeaderProblems) {
+  const std::vector<uint32_t> tokens = WideRamp(10, 128256);
+  ExpectLoadError(WriteFile("llama3_v1.bin", TokenFileBytes({kLlmcLlama3Magic, 1, 10}, tokens)),
+                  128256, {"unsupported llm.c Llama 3 version 1", "knows version 7"});
+  ExpectLoadError(WriteFile("llama3_short.bin", TokenFileBytes({kLlmcLlama3Magic, 7, 11}, tokens)),
+                  128256, {"truncated llm.c Llama 3 file", "header says 11 tokens",
+                           "only 10 tokens"});
+  // Version 7 and 10 four-byte tokens, but a damaged magic.
+  ExpectLoadError(WriteFile("llama3_magic.bin", TokenFileBytes({20240802, 7, 10}, tokens)),
+                  128256, {"looks like an llm.c Llama 3 token file", "header[0] is 20240802",
+                           "not the llm.c Llama 3 magic 20240801"});
+}
+
+// --- strata token files and WriteTokenFile
+
+// header[i] of a token file image.
+int32_t HeaderInt(const std::string& bytes, int index) {
+  int32_t value = 0;
+  std::memcpy(&value, bytes.data() + 4 * index, sizeof(value));
+  return value;
+}
+
+// The names in TEST_TMPDIR that contain `fragment` (temporary files left behind).
+std::vector<std::string> NamesContaining(const std::string& fragment) {
+  std::vector<std::string> names;
+  DIR* directory = ::opendir(TempPath("").c_str());
+  if (directory == nullptr) return names;
+  while (const dirent* entry = ::readdir(directory)) {
+    if (std::string(entry->d_name).find(fragment) != std::string::npos) {
+      names.push_back(entry->d_name);
+    }
+  }
+  ::closedir(directory);
+  return names;
+}
+
+// A strata file image with the given header fields 1.. (version, count, width, vocab).
+template <typename Id>
+std::string StrataBytes(const std::vector<Id>& tokens, int32_t version, int32_t declared_tokens,
+                        int32_t bytes_per_token, int32_t vocab) {
+  return TokenFileBytes({kStrataTokensMagic, version, declared_tokens, bytes_per_token, vocab},
+                        tokens);
+}
+
+TEST(WriteTokenFile, SixteenBitIdsRoundTripAtTwoBytes) {
+  std::vector<uint32_t> tokens = WideRamp(5000, 50257);
+  tokens[17] = 65535;  // the largest id that still fits 2 bytes
+  const std::string path = TempPath("strata16.bin");
+  ASSERT_OK(WriteTokenFile(path, tokens, 65536));
+  const std::string bytes = ReadFile(path);
+  ASSERT_EQ(bytes.size(), 1024u + 2 * 5000);
+  EXPECT_EQ(HeaderInt(bytes, 0), 20261201);
+  EXPECT_EQ(HeaderInt(bytes, 1), 1);
+  EXPECT_EQ(HeaderInt(bytes, 2), 5000);
+  EXPECT_EQ(HeaderInt(bytes, 3), 2);
+  EXPECT_EQ(HeaderInt(bytes, 4), 65536);
+  for (int field = 5; field < kTokenHeaderInts; ++field) ASSERT_EQ(HeaderInt(bytes, field), 0);
+  auto loaded = LoadTokenFile(path, 65536);
+  ASSERT_OK(loaded);
+  EXPECT_EQ(loaded->format, TokenFormat::kStrata);
+  EXPECT_EQ(loaded->tokens->bytes_per_token(), 2);  // the file's width, not doubled
+  EXPECT_EQ(loaded->tokens->ToVector(), tokens);
+  EXPECT_EQ(loaded->description,
+            "file " + path + " (strata format, 5000 tokens of 2 bytes, vocabulary 65536)");
+  EXPECT_TRUE(NamesContaining("strata16.bin.partial").empty());
+}
+
+TEST(WriteTokenFile, IdsAbove65535RoundTripAtFourBytes) {
+  std::vector<uint32_t> tokens = WideRamp(4000, 128256);
+  tokens[0] = 65536;
+  tokens[1] = 128255;
+  const std::string path = TempPath("strata32.bin");
+  ASSERT_OK(WriteTokenFile(path, tokens, 128256));
+  const std::string bytes = ReadFile(path);
+  ASSERT_EQ(bytes.size(), 1024u + 4 * 4000);
+  EXPECT_EQ(HeaderInt(bytes, 3), 4);
+  EXPECT_EQ(HeaderInt(bytes, 4), 128256);
+  auto loaded = LoadTokenFile(path, 128256);
+  ASSERT_OK(loaded);
+  EXPECT_EQ(loaded->tokens->bytes_per_token(), 4);
+  EXPECT_EQ(loaded->tokens->ToVector(), tokens);
+  EXPECT_EQ(loaded->description,
+            "file " + path + " (strata format, 4000 tokens of 4 bytes, vocabulary 128256)");
+  // A model with a larger (say padded) vocabulary reads it too.
+  EXPECT_OK(LoadTokenFile(path, 128256 + 64));
+}
+
+TEST(WriteTokenFile, UnknownVocabularyIsZeroAndModelVocabDecides) {
+  const std::vector<uint32_t> tokens = {5, 300, 70000, 7};
+  const std::string path = TempPath("strata_novocab.bin");
+  ASSERT_OK(WriteTokenFile(path, tokens, 0));
+  EXPECT_EQ(HeaderInt(ReadFile(path), 4), 0);
+  auto loaded = LoadTokenFile(path, 70001);
+  ASSERT_OK(loaded);
+  EXPECT_EQ(loaded->tokens->ToVector(), tokens);
+  EXPECT_EQ(loaded->description, "file " + path + " (strata format, 4 tokens of 4 bytes)");
+  ExpectLoadError(path, 70000, {path, "token id 70000 at token position 2 (byte offset 1032)",
+                                "model.vocab = 70000"});
+}
+
+TEST(WriteTokenFile, ReplacesAnExistingFileWhole) {
+  const std::string path = WriteFile("strata_replace.bin", "old contents");
+  ASSERT_OK(WriteTokenFile(path, std::vector<uint32_t>{1, 2, 3}, 4));
+  auto loaded = LoadTokenFile(path, 4);
+  ASSERT_OK(loaded);
+  EXPECT_EQ(loaded->tokens->ToVector(), (std::vector<uint32_t>{1, 2, 3}));
+  EXPECT_TRUE(NamesContaining("strata_replace.bin.partial").empty());
+}
+
+TEST(WriteTokenFile, RefusesWhatNoReaderTakes) {
+  const std::string path = TempPath("strata_refused.bin");
+  const std::vector<uint32_t> tokens = {1, 2, 3, 99, 4};
+  EXPECT_THAT(WriteTokenFile(path, tokens, 99),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(path), HasSubstr("token id 99 at token position 3"),
+                             HasSubstr("vocab = 99"))));
+  EXPECT_THAT(WriteTokenFile(path, {}, 100),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no tokens to write")));
+  EXPECT_THAT(WriteTokenFile(path, tokens, -1),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("vocab must be >= 0")));
+  EXPECT_THAT(WriteTokenFile("", tokens, 100),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("path is empty")));
+  EXPECT_TRUE(NamesContaining("strata_refused").empty());  // nothing was created
+}
+
+TEST(WriteTokenFile, IoErrorsNameTheFileAndLeaveNothing) {
+  const std::string path = TempPath("no_such_directory/tokens.bin");
+  EXPECT_THAT(WriteTokenFile(path, std::vector<uint32_t>{1}, 0),
+              StatusIs(absl::StatusCode::kNotFound,
+                       AllOf(HasSubstr("no_such_directory/tokens.bin.partial."),
+                             HasSubstr(std::strerror(ENOENT)))));
+  // The rename fails (a directory is in the way): the temporary file is removed.
+  const std::string directory = TempPath("strata_is_a_directory");
+  ASSERT_EQ(::mkdir(directory.c_str(), 0755), 0);
+  EXPECT_THAT(WriteTokenFile(directory, std::vector<uint32_t>{1}, 0),
+              StatusIs(::testing::Ne(absl::StatusCode::kOk),
+                       AllOf(HasSubstr("renaming"), HasSubstr(std::strerror(EISDIR)))));
+  EXPECT_TRUE(NamesContaining("strata_is_a_directory.partial").empty());
+}
+
+TEST(LoadTokens, DetectsStrataByContentNotExtension) {
+  const std::string path = TempPath("strata_named.txt");
+  ASSERT_OK(WriteTokenFile(path, std::vector<uint32_t>{10, 20, 30}, 256));
+  auto loaded = LoadTokenFile(path, 256);
+  ASSERT_OK(loaded);
+  EXPECT_EQ(loaded->format, TokenFormat::kStrata);
+  EXPECT_EQ(loaded->tokens->ToVector(), (std::vector<uint32_t>{10, 20, 30}));
+  // data.format=bytes: whatever the content, its bytes.
+  auto bytes = LoadTokenFile(path, 256, DataFormat::kBytes);
+  ASSERT_OK(bytes);
+  EXPECT_EQ(bytes->format, TokenFormat::kText);
+  EXPECT_EQ(bytes->num_tokens(), 1024 + 3 * 2);
+}
+
+TEST(LoadTokensErrors, StrataHeaderProblems) {
+  const std::vector<uint16_t> narrow = Ramp(10, 256);
+  const std::vector<uint32_t> wide = WideRamp(10, 256);
+  ExpectLoadError(WriteFile("s_v2.bin", StrataBytes(narrow, 2, 10, 2, 256)), 256,
+                  {"s_v2.bin", "unsupported strata token version 2 (header[1])",
+                   "knows version 1"});
+  ExpectLoadError(WriteFile("s_w3.bin", StrataBytes(narrow, 1, 10, 3, 256)), 256,
+                  {"corrupt strata token header", "header[3] says 3 bytes per token",
+                   "2- or 4-byte tokens"});
+  ExpectLoadError(WriteFile("s_w0.bin", StrataBytes(narrow, 1, 10, 0, 256)), 256,
+                  {"header[3] says 0 bytes per token"});
+  ExpectLoadError(WriteFile("s_negative.bin", StrataBytes(narrow, 1, -3, 2, 256)), 256,
+                  {"corrupt strata token header", "negative token count -3"});
+  ExpectLoadError(WriteFile("s_zero.bin", StrataBytes(std::vector<uint16_t>{}, 1, 0, 2, 256)),
+                  256, {"strata token file is empty", "declares 0 tokens"});
+  ExpectLoadError(WriteFile("s_vocab_negative.bin", StrataBytes(narrow, 1, 10, 2, -7)), 256,
+                  {"corrupt strata token header", "negative vocabulary -7 (header[4])"});
+  std::string reserved = StrataBytes(narrow, 1, 10, 2, 256);
+  reserved[4 * 200] = 9;
+  ExpectLoadError(WriteFile("s_reserved.bin", reserved), 256,
+                  {"corrupt strata token header", "header[200] is 9", "reserved"});
+  const std::string magic_only = StrataBytes(narrow, 1, 10, 2, 256).substr(0, 4);
+  ExpectLoadError(WriteFile("s_magic_only.bin", magic_only), 256,
+                  {"truncated strata token header", "magic 20261201", "only 4 bytes"});
+  // Truncated and oversized payloads, counted at the file's width.
+  ExpectLoadError(WriteFile("s_short.bin", StrataBytes(wide, 1, 12, 4, 256)), 256,
+                  {"truncated strata token file", "header says 12 tokens (1072 bytes)",
+                   "only 10 tokens (1064 bytes)"});
+  ExpectLoadError(WriteFile("s_long.bin", StrataBytes(wide, 1, 8, 4, 256)), 256,
+                  {"strata token file is longer than its header says",
+                   "8 tokens make 1056 bytes", "the file has 1064"});
+}
+
+TEST(LoadTokensErrors, StrataVocabularyLargerThanTheModelsNamesTheKey) {
+  const std::string path = TempPath("strata_llama_vocab.bin");
+  ASSERT_OK(WriteTokenFile(path, std::vector<uint32_t>{1, 2, 3}, 128256));
+  EXPECT_THAT(LoadTokenFile(path, 50304),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(path), HasSubstr("vocabulary of 128256 (header[4])"),
+                             HasSubstr("larger than model.vocab = 50304"),
+                             HasSubstr("set model.vocab to 128256"))));
+}
+
+TEST(LoadTokensErrors, StrataIdAtOrAboveItsOwnVocabularyIsCorrupt) {
+  // A hand-made file whose header says vocabulary 1000 but holds id 1000 (WriteTokenFile
+  // refuses to write it).
+  std::vector<uint16_t> tokens = Ramp(50, 1000);
+  tokens[9] = 1000;
+  const std::string path = WriteFile("s_corrupt_id.bin", StrataBytes(tokens, 1, 50, 2, 1000));
+  ExpectLoadError(path, 2000, {path, "token id 1000 at token position 9 (byte offset 1042)",
+                               "the vocabulary of 1000 its header[4] says", "corrupt"});
+  // The same ids with an unknown vocabulary: model.vocab decides.
+  const std::string unknown = WriteFile("s_unknown_id.bin", StrataBytes(tokens, 1, 50, 2, 0));
+  EXPECT_OK(LoadTokenFile(unknown, 2000));
+  ExpectLoadError(unknown, 1000, {"token id 1000 at token position 9", "model.vocab = 1000"});
+}
+
+TEST(LoadTokensErrors, NearMissStrataHeadersAreNamed) {
+  // Version 1, 10 tokens of header[3] = 4 bytes, the size matches: a damaged strata magic.
+  const std::string path = WriteFile(
+      "s_other_magic.bin",
+      TokenFileBytes({kStrataTokensMagic + 1, 1, 10, 4, 256}, WideRamp(10, 256)));
+  ExpectLoadError(path, 256, {path, "looks like a strata token file",
+                              "header[2] = 10 tokens of header[3] = 4 bytes",
+                              "header[0] is 20261202", "not the strata token magic 20261201"});
+  // With 2-byte tokens it would match llm.c's layout too; header[3] says strata.
+  ExpectLoadError(WriteFile("s_other_magic16.bin",
+                            TokenFileBytes({12345, 1, 10, 2, 256}, Ramp(10, 256))),
+                  256, {"looks like a strata token file", "header[0] is 12345"});
+}
+
+TEST(TokenIds, CopiesEitherWidthToInt32) {
+  const TokenIds narrow(std::vector<uint16_t>{1, 65535, 3, 4});
+  const TokenIds wide(std::vector<uint32_t>{1, 65536, 128255, 4});
+  EXPECT_EQ(narrow.size(), 4);
+  EXPECT_EQ(wide.size(), 4);
+  EXPECT_EQ(narrow.bytes_per_token(), 2);
+  EXPECT_EQ(wide.bytes_per_token(), 4);
+  EXPECT_EQ(wide[2], 128255u);
+  std::vector<int32_t> out(2);
+  narrow.CopyToInt32(1, 2, out.data());
+  EXPECT_EQ(out, (std::vector<int32_t>{65535, 3}));
+  wide.CopyToInt32(1, 2, out.data());
+  EXPECT_EQ(out, (std::vector<int32_t>{65536, 128255}));
+}
+
 StatusOr<TokenDataset> TextDataset(int num_tokens) {
   return TokensFromBytes(std::string(num_tokens, 'x'), TokenFormat::kText, "data file 't.txt'",
                          "t.txt", 256);
@@ -294,7 +584,9 @@ TEST(SplitTokens, LastFractionIsValidation) {
   EXPECT_EQ(splits->validation.end, 1000);
   EXPECT_EQ(splits->train.name, "train");
   EXPECT_EQ(splits->validation.name, "validation");
-  EXPECT_EQ(splits->validation.data(), dataset->tokens->data() + 900);
+  // Both splits share the dataset's storage.
+  EXPECT_EQ(splits->train.tokens, dataset->tokens);
+  EXPECT_EQ(splits->validation.tokens, dataset->tokens);
 }
 
 TEST(SplitTokens, ValidationIsFlooredAndMayBeZero) {

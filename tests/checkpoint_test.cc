@@ -93,6 +93,34 @@ TEST(Checkpoint, ResumesInAnyConfigurationWithTheSameLosses) {
   }
 }
 
+// A LLaMA checkpoint written at world 1 stage 0 resumes at world 1 with everything on NVMe
+// (the same losses) and at world 2 stage 3 (within rounding); a GPT's run cannot resume it.
+TEST(Checkpoint, LlamaResumesInAnotherConfiguration) {
+  const std::string dir = TestDir("checkpoints-llama");
+  std::vector<std::string> sets = TinyLlamaSets();
+  sets.insert(sets.end(), {"train.checkpoint_dir=" + dir, "train.checkpoint_every=3"});
+  const PlacementRun written = TrainAllRanks(Make(1, 0, sets));
+  ASSERT_OK(written.status);
+  std::vector<std::string> resume = TinyLlamaSets();
+  resume.push_back("train.resume=" + dir + "/step-3");
+  std::vector<std::string> nvme = resume;
+  nvme.insert(nvme.end(), {"zero.optimizer_tier=nvme", "zero.param_tier=nvme",
+                           "zero.grad_tier=nvme", "nvme.chunk_bytes=16KiB"});
+  const PlacementRun on_nvme = TrainAllRanks(Make(1, 3, nvme));
+  ASSERT_OK(on_nvme.status);
+  EXPECT_EQ(on_nvme.losses, Tail(written.losses, 3));
+  const PlacementRun world2 = TrainAllRanks(Make(2, 3, resume));
+  ASSERT_OK(world2.status);
+  ASSERT_EQ(world2.losses.size(), static_cast<size_t>(kSteps - 3));
+  for (int i = 0; i < kSteps - 3; ++i) {
+    EXPECT_NEAR(world2.losses[i], written.losses[3 + i], 1e-5 * std::abs(written.losses[3 + i]))
+        << "step " << 3 + i;
+  }
+  const PlacementRun gpt = TrainAllRanks(Make(1, 0, {"train.resume=" + dir + "/step-3"}));
+  EXPECT_THAT(gpt.status, StatusIs(absl::StatusCode::kInvalidArgument,
+                                   HasSubstr("family=llama but model.family=gpt")));
+}
+
 // zero.param_update=delayed: a checkpoint puts the pending update in place first (as an
 // evaluation or the end of training does), so the run that wrote it and a run resumed
 // from it go on from the same state, without a pending update: the same losses. And the

@@ -181,8 +181,10 @@ TEST_P(DelayedUpdate, MatchesTheReferenceTrajectory) {
   }
 }
 
+// Without and with clipping (GPT), and a tied multi-head LLaMA without clipping.
 INSTANTIATE_TEST_SUITE_P(Clipping, DelayedUpdate,
-                         ::testing::Values("train.grad_clip=0", "train.grad_clip=0.5"));
+                         ::testing::Values("train.grad_clip=0", "train.grad_clip=0.5",
+                                           "model.family=llama"));
 
 // The last step's update is still pending when training ends: Finish enqueues it, and its
 // check of the norm reports a diverged run instead of exiting quietly.
@@ -205,18 +207,20 @@ TEST(DelayedUpdate, FinishAppliesThePendingUpdateAndReportsItsErrors) {
 }
 
 TEST(DelayedUpdate, EveryStageGivesTheSameLossesAtWorldTwo) {
-  std::vector<double> first;
-  for (int stage = 1; stage <= 3; ++stage) {
-    const Options options = PlacementRunOptions(
-        2, stage,
-        {"zero.optimizer_tier=host", "zero.grad_tier=host", "zero.param_update=delayed"}, 4);
-    const PlacementRun run = TrainAllRanks(options);
-    ASSERT_OK(run.status) << "stage " << stage;
-    ASSERT_EQ(run.losses.size(), 4u);
-    if (first.empty()) {
-      first = run.losses;
-    } else {
-      EXPECT_EQ(run.losses, first) << "stage " << stage;
+  for (bool llama : {false, true}) {
+    std::vector<double> first;
+    for (int stage = 1; stage <= 3; ++stage) {
+      std::vector<std::string> sets = {"zero.optimizer_tier=host", "zero.grad_tier=host",
+                                       "zero.param_update=delayed"};
+      if (llama) sets.insert(sets.end(), TinyLlamaSets().begin(), TinyLlamaSets().end());
+      const PlacementRun run = TrainAllRanks(PlacementRunOptions(2, stage, sets, 4));
+      ASSERT_OK(run.status) << "stage " << stage << (llama ? " llama" : " gpt");
+      ASSERT_EQ(run.losses.size(), 4u);
+      if (first.empty()) {
+        first = run.losses;
+      } else {
+        EXPECT_EQ(run.losses, first) << "stage " << stage << (llama ? " llama" : " gpt");
+      }
     }
   }
 }

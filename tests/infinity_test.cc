@@ -118,6 +118,27 @@ TEST(Infinity, NvmePlacementsMatchTheDevice) {
   }
 }
 
+// LLaMA with everything on NVMe (optimizer, gradient sums, params; stage 3, two ranks) and
+// the optimizer alone on NVMe at stage 2: the device's losses.
+TEST(Infinity, LlamaOnNvmeMatchesTheDevice) {
+  for (int stage : {2, 3}) {
+    std::vector<std::string> sets = TinyLlamaSets();
+    sets.push_back("train.grad_clip=0");
+    const Outcome device = Train(Make(2, stage, sets, 10));
+    ASSERT_OK(device.status);
+    if (stage == 3) {
+      sets.insert(sets.end(), {"zero.optimizer_tier=nvme", "zero.grad_tier=nvme",
+                               "zero.param_tier=nvme", "nvme.chunk_bytes=16KiB"});
+    } else {
+      sets.insert(sets.end(), {"zero.optimizer_tier=nvme", "zero.grad_tier=host"});
+    }
+    const Outcome nvme = Train(Make(2, stage, sets, 10));
+    ASSERT_OK(nvme.status) << "stage " << stage;
+    EXPECT_EQ(nvme.losses, device.losses) << "stage " << stage;
+    EXPECT_GT(nvme.nvme_read, 0u);
+  }
+}
+
 TEST(Infinity, HostMemoryDoesNotGrowWithTheModel) {
   const std::vector<std::string> nvme = {"zero.optimizer_tier=nvme", "zero.param_tier=nvme",
                                          "model.channels=64"};

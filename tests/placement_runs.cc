@@ -29,6 +29,13 @@ Options PlacementRunOptions(int world, int stage, const std::vector<std::string>
   return options.ok() ? *options : Options{};
 }
 
+const std::vector<std::string>& TinyLlamaSets() {
+  static const auto* sets = new std::vector<std::string>{
+      "model.family=llama", "model.heads=4",          "model.kv_heads=2",
+      "model.vocab=250",    "model.tie_embeddings=false", "model.rope_theta=500"};
+  return *sets;
+}
+
 std::string TestDir(const std::string& name) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/" + name;

@@ -30,6 +30,11 @@ struct PlacementRun {
 
 PlacementRun TrainAllRanks(const Options& options);
 
+// --set lines that turn PlacementRunOptions' GPT into a tiny LLaMA of the same width:
+// grouped-query attention (4 query heads, 2 key/value heads), an untied LM head and a
+// padded vocabulary (250 in 256). Append "model.tie_embeddings=true" for the tied variant.
+const std::vector<std::string>& TinyLlamaSets();
+
 // A directory `name` under the test's temporary directory (TEST_TMPDIR, else /tmp),
 // created if missing.
 std::string TestDir(const std::string& name);

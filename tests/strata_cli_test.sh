@@ -23,6 +23,17 @@ grep -q "step     3/3 | loss" "$tmp/out.txt" || { cat "$tmp/out.txt"; fail "no p
 grep -q "rank 0/1" "$tmp/out.txt" || fail "log lines are not rank-prefixed"
 grep -q "train.steps=3" "$tmp/out.txt" || fail "resolved config not logged"
 
+# The LLaMA family from its preset: the model line names it, and 40 steps learn.
+"$strata" train --set model.preset=llama-tiny --set train.steps=40 --set train.seq_len=32 \
+  --set train.eval_every=0 --metrics "$tmp/llama.jsonl" > "$tmp/llama.txt" 2>&1 ||
+  { cat "$tmp/llama.txt"; fail "llama-tiny run failed"; }
+grep -q "model: LLaMA L2 H4 KV2 C64 F128 V256" "$tmp/llama.txt" ||
+  { cat "$tmp/llama.txt"; fail "no LLaMA model line"; }
+first=$(sed -n 1p "$tmp/llama.jsonl" | grep -o '"loss":[0-9.]*' | cut -d: -f2)
+last=$(sed -n 40p "$tmp/llama.jsonl" | grep -o '"loss":[0-9.]*' | cut -d: -f2)
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 1.0) }' ||
+  fail "llama-tiny did not learn: loss $first -> $last"
+
 # Several bad keys and values: one error listing all of them, before any work.
 "$strata" train --set train.stpes=5 --set train.lr=-1 --set device.memory_limit=lots \
   --set zero.stage=7 > "$tmp/bad.txt" 2>&1

@@ -90,6 +90,41 @@ TEST(ZeroEquivalence, StagesAndWorldSizesMatchSingleRankStage0) {
   }
 }
 
+// The same guarantees for the LLaMA family (grouped-query attention, untied head, padded
+// vocabulary), pairwise rather than the full product: world 2 at every stage, world 3 at
+// stages 1 and 3, each against the single-rank run of the same global batch.
+TEST(ZeroEquivalence, LlamaStagesAndWorldSizesMatchSingleRankStage0) {
+  auto llama = [](int world, int stage, int micro_batch) {
+    Options options = Base(world, stage, micro_batch, 10);
+    options.model.family = ModelFamily::kLlama;
+    options.model.heads = 4;
+    options.model.kv_heads = 2;
+    options.model.vocab = 250;
+    options.model.tie_embeddings = false;
+    options.model.rope_theta = 500.0f;
+    EXPECT_OK(ValidateOptions(options));
+    return options;
+  };
+  for (const auto& [world, stages] :
+       std::vector<std::pair<int, std::vector<int>>>{{2, {0, 1, 2, 3}}, {3, {1, 3}}}) {
+    const RunResult reference = RunTraining(llama(1, 0, kRowsPerRank * world));
+    ASSERT_EQ(reference.losses.size(), 10u);
+    EXPECT_LT(reference.losses.back(), reference.losses.front() - 0.3) << "it should learn";
+    std::vector<double> first;
+    for (int stage : stages) {
+      const RunResult run = RunTraining(llama(world, stage, kRowsPerRank));
+      ASSERT_EQ(run.losses.size(), 10u) << "world " << world << " stage " << stage;
+      EXPECT_EQ(run.deviations, 0u);
+      if (first.empty()) first = run.losses;
+      EXPECT_EQ(run.losses, first) << "stages differ at world " << world << ", stage " << stage;
+      for (size_t step = 0; step < run.losses.size(); ++step) {
+        EXPECT_NEAR(run.losses[step], reference.losses[step], 2e-5 * reference.losses[step])
+            << "world " << world << " stage " << stage << " step " << step;
+      }
+    }
+  }
+}
+
 // Per-rank peak bytes by kind, world 4, on a model of 16 blocks so that blocks dominate.
 // Sizes count the padded units (4 equal shards each), so sharded state is exactly 1/4.
 // Allowances: stage 2-3 keep the full gradients of the
