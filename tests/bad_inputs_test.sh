@@ -38,6 +38,13 @@ llmc 20240326 3 100 100 65 > "$D/model.bin"
 llmc 20240520 1 100 50 65 > "$D/trunc.bin"
 llmc 20240520 1 100 150 65 > "$D/long.bin"
 llmc 20240520 1 100 100 300 > "$D/vocab.bin"
+strata_tokens() {  # version declared_count bytes_per_token vocab token_count token_value
+  perl -e 'print pack("l<256", 20261201, @ARGV[0..3]),
+    pack($ARGV[2] == 4 ? "L<*" : "S<*", ($ARGV[5]) x $ARGV[4])' "$@"
+}
+strata_tokens 1 100 4 128256 100 70000 > "$D/strata_vocab.bin"
+strata_tokens 1 100 3 0 100 65 > "$D/strata_width.bin"
+strata_tokens 2 100 2 0 100 65 > "$D/strata_v2.bin"
 echo '{"model": {"preset": "tiny"}, "train": {"steps": 2, "eval_every": 0}}' > "$D/ok.json"
 perl -e 'print "[" x 100000, "]" x 100000' > "$D/deep.json"
 perl -e 'print "{\"train\": {}}", " " x (2 << 20)' > "$D/big.json"

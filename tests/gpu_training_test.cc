@@ -152,6 +152,26 @@ TEST_P(GpuTraining, InfinityMatchesCpu) {
   }
 }
 
+// The LLaMA family (RMSNorm, rotary embedding, grouped-query attention, SwiGLU, untied head,
+// padded vocabulary) on CUDA against the CPU: on the device at stage 0 and stage 3 with
+// recompute, and with everything on NVMe.
+TEST_P(GpuTraining, LlamaMatchesCpu) {
+  SKIP_WITHOUT_GPU(1);
+  std::vector<std::string> llama = TinyLlamaSets();
+  llama.insert(llama.end(), {"model.channels=64", "model.layers=2"});
+  std::vector<std::string> extra = llama;
+  extra.push_back("zero.stage=0");
+  ExpectSameTrajectory(GetParam(), 1, extra);
+  extra = llama;
+  extra.insert(extra.end(), {"zero.stage=3", "train.recompute=blocks"});
+  ExpectSameTrajectory(GetParam(), 1, extra);
+  extra = llama;
+  extra.insert(extra.end(), {"zero.stage=3", "zero.optimizer_tier=nvme", "zero.param_tier=nvme",
+                             "zero.grad_tier=nvme", "zero.nvme_dir=" + TestDir("gpu-swap"),
+                             "nvme.chunk_bytes=16KiB"});
+  ExpectSameTrajectory(GetParam(), 1, extra);
+}
+
 TEST_P(GpuTraining, TwoRanksOverNcclMatchCpu) {
   SKIP_WITHOUT_GPU(2);
   ExpectSameTrajectory(GetParam(), 2, {"zero.stage=3"});

@@ -160,9 +160,10 @@ gpu_test() {
   return "$status"
 }
 
-# 30 steps of the built-in GPT on the CPU (fp32) and on CUDA (fp32, bf16), side by side.
+# 30 steps of the built-in GPT (or, with arguments, e.g. --set model.preset=llama-tiny, the
+# model they name) on the CPU (fp32) and on CUDA (fp32, bf16), side by side.
 trajectories() {
-  local dir common=(--set train.steps=30 --set train.eval_every=0 --set train.log_every=10)
+  local dir common=(--set train.steps=30 --set train.eval_every=0 --set train.log_every=10 "$@")
   dir="$(mktemp -d)"
   "$KIT/bin/strata" train "${common[@]}" --set device.backend=cpu --metrics "$dir/cpu.jsonl" ||
     return 1
@@ -243,6 +244,7 @@ main() {
   step "CUDA kernel (fill_kernel_test)" 30 gpu_test fill_kernel_test
   step "CUDA kernels against CPU references" 90 gpu_test cuda_ops_test
   step "30 steps CPU vs CUDA (fp32, bf16)" 90 trajectories
+  step "30 steps CPU vs CUDA, llama-tiny" 45 trajectories --set model.preset=llama-tiny
   step "NCCL loading" 20 gpu_test nccl_library_test
   step "NCCL communicator" 60 gpu_test nccl_communicator_test
   step "CPU-vs-CUDA trajectory tests" 120 trajectory_tests
