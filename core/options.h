@@ -30,7 +30,7 @@ enum class IoEngineKind { kAuto, kIoUring, kPread };
 // model.family: gpt (GPT-2: layernorm, learned positions, GELU MLP, tied head) | llama
 // (RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention).
 enum class ModelFamily { kGpt, kLlama };
-// data.format: auto (llm.c by its magic, else UTF-8 text; binary refused) | bytes (any
+// data.format: auto (a token file by its magic, else UTF-8 text; binary refused) | bytes (any
 // bytes as byte-level tokens).
 enum class DataFormat { kAuto, kBytes };
 
@@ -108,14 +108,13 @@ struct ModelOptions {
 };
 
 struct DataOptions {
-  // data.path: a text file (byte-level tokens, ids 0..255) or an llm.c token file
-  // (magic 20240520, detected by content). Empty = the embedded default corpus.
+  // data.path: a text file (byte-level tokens, ids 0..255) or a token file: llm.c's
+  // (GPT-2 uint16, magic 20240520; Llama 3 uint32, magic 20240801) or strata's own (magic
+  // 20261201, 2 or 4 bytes per token; data/README.md), detected by content. Empty = the
+  // embedded default corpus.
   std::string path;
-  // model.family: gpt (GPT-2: layernorm, learned positions, GELU MLP, tied head) | llama
-// (RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention).
-enum class ModelFamily { kGpt, kLlama };
-// data.format: auto (a file starting with the llm.c magic is llm.c; anything else must be
-  // text: more than 1% of invalid UTF-8 is refused as binary) | bytes (any file, every
+  // data.format: auto (a file starting with a token file's magic is one; anything else must
+  // be text: more than 1% of invalid UTF-8 is refused as binary) | bytes (any file, every
   // byte one token).
   DataFormat format = DataFormat::kAuto;
   double val_fraction = 0.1;  // data.val_fraction: tail of the tokens held out for validation.

@@ -74,8 +74,9 @@ Status WriteContents(int fd, absl::Span<const uint32_t> tokens, int bytes_per_to
 // Makes the rename durable (best effort: the file is complete either way).
 void SyncDirectoryOf(const std::string& path) {
   const size_t slash = path.rfind('/');
-  const std::string directory =
-      slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string directory = slash == std::string::npos ? "."
+                                : slash == 0               ? "/"
+                                                           : path.substr(0, slash);
   const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return;
   ::fsync(fd);
@@ -96,9 +97,10 @@ Status WriteTokenFile(const std::string& path, absl::Span<const uint32_t> tokens
         absl::StrCat(target, ": no tokens to write (a reader refuses an empty token file)"));
   }
   if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        target, ": ", tokens.size(), " tokens are more than one file holds (2^31 - 1, header[2] "
-        "is an int32); write them as several files"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(target, ": ", tokens.size(),
+                     " tokens are more than one file holds (2^31 - 1, header[2] "
+                     "is an int32); write them as several files"));
   }
   uint32_t max_id = 0;
   for (size_t position = 0; position < tokens.size(); ++position) {

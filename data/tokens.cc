@@ -65,7 +65,9 @@ int32_t LoadLittleEndian32(const char* bytes) {
 }
 
 // header[index] of a header of which at least 4 * (index + 1) bytes were read.
-int32_t HeaderField(const char* header, int index) { return LoadLittleEndian32(header + 4 * index); }
+int32_t HeaderField(const char* header, int index) {
+  return LoadLittleEndian32(header + 4 * index);
+}
 
 // One token file format: what identifies it, the width of its tokens, its name in messages.
 struct HeaderKind {
@@ -143,8 +145,8 @@ Status CheckVocabArgument(int vocab) {
   return absl::InvalidArgumentError(absl::StrCat("model.vocab must be >= 1, got ", vocab));
 }
 
-// Checks a header of `kind` (its magic already matched) field by field, in the order a
-// reader of the format documentation would: size, version, count, width, vocabulary.
+// Checks a header of `kind` (its magic already matched): its size, version and count, and
+// for strata its width, vocabulary and reserved fields, then the vocabulary against vocab.
 StatusOr<TokenFileHeader> ParseHeader(const HeaderKind& kind, const char* header,
                                       size_t header_bytes, int vocab, const std::string& source) {
   if (header_bytes < static_cast<size_t>(kTokenHeaderBytes)) {

@@ -74,9 +74,11 @@ const std::vector<KeySpec>& Keys() {
       {"model.tie_embeddings", +[](Options& o) { return &o.model.tie_embeddings; },
        "the LM head is the token embedding (gpt: must be true).", false},
       {"data.path", +[](Options& o) { return &o.data.path; },
-       "text file (byte-level tokens) or llm.c token file; empty = the embedded corpus.", false},
+       "text file (byte-level tokens) or token file (llm.c GPT-2 uint16 or Llama 3 uint32, or "
+       "strata's 2/4-byte format; data/README.md); empty = the embedded corpus.",
+       false},
       {"data.format", Enum(+[](Options& o) { return &o.data.format; }),
-       "auto (llm.c token file by its magic, else UTF-8 text: a file with more than 1% "
+       "auto (a token file by its magic, else UTF-8 text: a file with more than 1% "
        "invalid UTF-8 is refused as binary) | bytes (any file, each byte one token).",
        false},
       {"data.val_fraction", +[](Options& o) { return &o.data.val_fraction; },

@@ -403,38 +403,63 @@ Status Engine::WriteMaster(int unit, const std::vector<float>& values) {
 }
 
 Status Engine::WriteOptimizerState(int unit, const UnitOptimizerState& full_state) {
-  Status status = StoreUnitState(unit, full_state);
+  const size_t padded = units_[unit].padded_elements;
+  for (const std::vector<float>* array :
+       {&full_state.master, &full_state.exp_avg, &full_state.exp_avg_sq}) {
+    const bool moments_left_out = array != &full_state.master && array->empty();
+    if (array->size() != padded && !moments_left_out) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unit ", unit, " has ", padded, " elements, got ", array->size()));
+    }
+  }
+  auto data = [](const std::vector<float>& array) {
+    return array.empty() ? nullptr : array.data();
+  };
+  Status status = StoreUnitState(unit, {full_state.master.data(), data(full_state.exp_avg),
+                                        data(full_state.exp_avg_sq), 0, padded});
   traffic_counted_ = components_.traffic();  // not a step's traffic
   return status;
 }
 
-Status Engine::StoreUnitState(int unit, const UnitOptimizerState& full_state) {
+std::pair<size_t, size_t> Engine::StoredRange(int unit) const {
+  const UnitState& state = units_[unit];
+  const ShardRange own = OwnedRange(state, communicator_->rank());
+  const bool full_params = components_.param_part_elements(unit) == state.padded_elements;
+  if (full_params || !components_.sharded_state()) return {0, state.padded_elements};
+  return {own.begin, own.end};
+}
+
+Status Engine::LoadUnit(int unit, const UnitFill& fill) {
+  const auto [begin, end] = StoredRange(unit);
+  std::vector<float> values(end - begin);
+  RETURN_IF_ERROR(fill(begin, end, values.data()));
+  Status status = StoreUnitState(unit, {values.data(), nullptr, nullptr, begin, end});
+  traffic_counted_ = components_.traffic();  // not a step's traffic
+  return status;
+}
+
+Status Engine::StoreUnitState(int unit, const UnitStateView& view) {
   UnitState& state = units_[unit];
-  const std::vector<float>& values = full_state.master;
-  for (const std::vector<float>* array :
-       {&full_state.master, &full_state.exp_avg, &full_state.exp_avg_sq}) {
-    const bool moments_left_out = array != &full_state.master && array->empty();
-    if (array->size() != state.padded_elements && !moments_left_out) {
-      return absl::InvalidArgumentError(absl::StrCat("unit ", unit, " has ", state.padded_elements,
-                                                     " elements, got ", array->size()));
-    }
+  const auto [need_begin, need_end] = StoredRange(unit);
+  if (view.begin > need_begin || view.end < need_end) {
+    return absl::InternalError(absl::StrCat("unit ", unit, ": state given for [", view.begin, ", ",
+                                            view.end, "), this rank stores [", need_begin, ", ",
+                                            need_end, ")"));
   }
   RETURN_IF_ERROR(SyncStreams());
   const int rank = communicator_->rank();
   const ShardRange own = OwnedRange(state, rank);
   // The optimizer state (full or own shard); moments not given start at zero.
-  const size_t offset = components_.sharded_state() ? own.begin : 0;
-  auto part = [offset](const std::vector<float>& array) {
-    return array.empty() ? nullptr : array.data() + offset;
-  };
-  RETURN_IF_ERROR(components_.StoreOptimizerState(unit, part(values), part(full_state.exp_avg),
-                                                   part(full_state.exp_avg_sq)));
+  const size_t offset = (components_.sharded_state() ? own.begin : 0) - view.begin;
+  auto part = [offset](const float* array) { return array == nullptr ? nullptr : array + offset; };
+  RETURN_IF_ERROR(components_.StoreOptimizerState(unit, part(view.master), part(view.exp_avg),
+                                                   part(view.exp_avg_sq)));
   // The params this rank stores (the full unit, or its shard at stage 3), cast from fp32 on
   // the device, then put in place by their home.
   const size_t element_bytes = DTypeBytes(options_.train.dtype);
   const size_t param_elements = components_.param_part_elements(unit);
   const bool full = param_elements == state.padded_elements;
-  const float* param_src = values.data() + (full ? 0 : own.begin);
+  const float* param_src = view.master + ((full ? 0 : own.begin) - view.begin);
   ASSIGN_OR_RETURN(Buffer staging, device_->Allocate(Tier::kDevice, StateKind::kWorkspace,
                                                      param_elements * sizeof(float),
                                                      "parameter staging"));

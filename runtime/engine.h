@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -120,6 +121,14 @@ class Engine {
   Status WriteMaster(int unit, const std::vector<float>& values);
   // The same with the Adam moments given (full unit each).
   Status WriteOptimizerState(int unit, const UnitOptimizerState& state);
+  // Sets one unit's master weights (and params) from `fill`, with zeroed Adam moments,
+  // asking only for the elements this rank stores: the whole unit where its params are
+  // replicated (stages 0-2), else its own shard (stage 3 with a sharded optimizer). `fill`
+  // writes elements [begin, end) of the unit's flat fp32 values (padding included: zero)
+  // to out[0, end - begin). Memory: one such range, never the model. Ranks need not call
+  // it together (no collective).
+  using UnitFill = std::function<Status(size_t begin, size_t end, float* out)>;
+  Status LoadUnit(int unit, const UnitFill& fill);
 
   // The unit access trace of one micro-batch (forward then backward).
   const std::vector<UnitAccess>& trace() const { return trace_; }
@@ -148,8 +157,18 @@ class Engine {
   // Pending updates in place, every stream to its end, then the state's write-backs; the
   // first error of any.
   Status SyncStreams();
-  // WriteOptimizerState's work.
-  Status StoreUnitState(int unit, const UnitOptimizerState& full_state);
+  // WriteOptimizerState's and LoadUnit's work: elements [begin, end) of the unit's master
+  // and moments (moments null: zero), each pointer at element `begin`; the range must hold
+  // everything this rank stores (StoredRange).
+  struct UnitStateView {
+    const float* master = nullptr;
+    const float* exp_avg = nullptr;
+    const float* exp_avg_sq = nullptr;
+    size_t begin = 0, end = 0;
+  };
+  Status StoreUnitState(int unit, const UnitStateView& view);
+  // The element range of a unit this rank stores: the whole unit or its own shard.
+  std::pair<size_t, size_t> StoredRange(int unit) const;
 
   Options options_;
   Placement placement_;  // resolved once in Init
