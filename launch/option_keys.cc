@@ -38,6 +38,11 @@ const std::vector<KeySpec>& Keys() {
        "named model size, applied before every other key; the model.* keys below override "
        "it.",
        false},
+      {"model.from", +[](Options& o) { return &o.model.from; },
+       "hf:DIR: a Hugging Face model directory (GPT-2 or LLaMA family): its config.json sets "
+       "the model.* keys (after model.preset, before the others) and its safetensors are the "
+       "initial weights; \"\" = random weights from train.seed.",
+       false},
       {"model.family", Enum(+[](Options& o) { return &o.model.family; }),
        "architecture: gpt (GPT-2: layernorm, learned positions, GELU MLP, tied head) | llama "
        "(RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention; Llama, Mistral, "

@@ -20,9 +20,12 @@
 #include <system_error>
 #include <variant>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/file_kind.h"
 #include "launch/option_keys.h"
+#include "models/hf/hf_model.h"
 
 namespace strata {
 namespace {
@@ -317,9 +320,10 @@ StatusOr<Options> ParseOptions(const std::string& config_json_path,
     }
   }
 
-  // The preset goes first, wherever it is given; a --set beats the file, the last --set wins.
+  // The preset goes first, then model.from's config.json, wherever they are given; a --set
+  // beats the file, the last --set wins.
   Options options;
-  std::optional<std::string> preset;
+  std::optional<std::string> preset, from;
   if (file && file->is_object()) {
     auto model = file->find("model");
     if (model != file->end() && model->is_object()) {
@@ -327,16 +331,37 @@ StatusOr<Options> ParseOptions(const std::string& config_json_path,
       if (preset_value != model->end() && preset_value->is_string()) {
         preset = preset_value->get<std::string>();
       }
+      auto from_value = model->find("from");
+      if (from_value != model->end() && from_value->is_string()) {
+        from = from_value->get<std::string>();
+      }
     }
   }
   for (const Override& override_entry : overrides) {
     if (std::string(override_entry.spec->name) == "model.preset") preset = override_entry.value;
+    if (std::string(override_entry.spec->name) == "model.from") from = override_entry.value;
   }
   if (preset) {
     options.model.preset = *preset;  // an unknown name is reported by CheckOptions
     if (const Preset* found = FindPreset(*preset)) {
       options.model = found->model;
       options.model.preset = *preset;
+    }
+  }
+  if (from && !from->empty()) {
+    if (!absl::StartsWith(*from, "hf:") || from->size() == 3) {
+      problems.push_back(absl::StrCat("model.from: got '", *from,
+                                      "', expected hf:DIR (a Hugging Face model directory)"));
+    } else {
+      StatusOr<ModelOptions> config = ReadHfConfig(from->substr(3));
+      if (config.ok()) {
+        const std::string preset_name = options.model.preset;
+        options.model = *config;
+        options.model.preset = preset_name;
+        options.model.from = *from;
+      } else {
+        problems.push_back(absl::StrCat("model.from: ", config.status().message()));
+      }
     }
   }
 

@@ -27,7 +27,7 @@ using testing::StatusIs;
 
 // The keys the spec names, in the table's order.
 const std::vector<std::string> kAllKeys = {
-    "model.preset",       "model.family",       "model.layers",       "model.heads",
+    "model.preset",       "model.from",         "model.family",       "model.layers",       "model.heads",
     "model.kv_heads",     "model.channels",     "model.ffn_hidden",   "model.vocab",
     "model.padded_vocab", "model.max_seq_len",  "model.rope_theta",   "model.norm_eps",
     "model.tie_embeddings",

@@ -9,6 +9,7 @@
 #include "collectives/nccl_communicator.h"
 #include "collectives/self_communicator.h"
 #include "launch/checkpoint.h"
+#include "launch/import_weights.h"
 #include "models/create_model.h"
 #include "core/cuda/cuda_device.h"
 #include "runtime/lr_schedule.h"
@@ -72,14 +73,23 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
   }
   ASSIGN_OR_RETURN(session->model_,
                    CreateModel(options.model, options.train.recompute, options.train.dtype));
-  // Resuming writes every unit's state: the model's random init would be wasted.
+  // Resuming or importing writes every unit's state: the model's random init would be
+  // wasted.
+  const bool import = options.train.resume.empty() && !options.model.from.empty();
   ASSIGN_OR_RETURN(session->engine_,
                    Engine::Create(options, session->backend_.device.get(),
                                   session->backend_.ops.get(), session->backend_.host_ops.get(),
                                   session->model_.get(), &session->engine_communicator(),
-                                  options.train.resume.empty()
+                                  options.train.resume.empty() && !import
                                       ? Engine::InitialState::kModelInit
                                       : Engine::InitialState::kLoadedLater));
+  if (import) {
+    // model.from is "hf:DIR" (the parser accepts nothing else).
+    Status imported = ImportHfWeights(options.model.from.substr(3), options.model,
+                                      *session->model_, *session->engine_,
+                                      communicator->rank() == 0);
+    if (!imported.ok()) return session->AbortOnError(imported);
+  }
   if (!options.train.resume.empty()) {
     StatusOr<LoadedCheckpoint> loaded =
         LoadCheckpoint(*session->engine_, *session->model_, options, options.train.resume,

@@ -55,6 +55,9 @@ class Model {
   virtual Status Backward(int stage, const StepContext& ctx) = 0;
   // Per-token losses [B*T] (fp32, device tier) of the last forward.
   virtual const float* losses() const = 0;
+  // Logits [B*T, padded vocabulary] (compute dtype, device tier) of the last forward that
+  // asked for no gradient (dloss == 0; with a gradient they are overwritten by it).
+  virtual const void* logits() const = 0;
   // For a unit used by several backward stages (a tied embedding): the element ranges
   // [begin, end) of the unit that its last backward stage may add to, given the
   // micro-batch's input tokens `inputs` ([batch, seq_len], host memory); sorted and

@@ -202,6 +202,7 @@ class Gpt : public DecoderBase {
   }
 
   const float* losses() const override { return losses_.as<float>(); }
+  const void* logits() const override { return logits_.data(); }
 
   // The embedding (unit 0, also the LM head): its lookup's backward adds only to the rows
   // of wte named by the tokens and to wpe's first seq_len rows.

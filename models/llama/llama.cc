@@ -188,6 +188,7 @@ class Llama : public DecoderBase {
   }
 
   const float* losses() const override { return losses_.as<float>(); }
+  const void* logits() const override { return logits_.data(); }
 
   // A tied embedding (also the LM head): its lookup's backward adds only to the rows named
   // by the tokens. Untied, every unit has one backward stage.

@@ -1,0 +1,285 @@
+// See hf_model.h.
+#include "models/hf/hf_model.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace strata {
+namespace {
+
+using Json = nlohmann::json;
+
+// Reads config.json's field `key` as T into *out when present (and not null); a field of
+// the wrong type is a problem naming it.
+template <typename T>
+void Field(const Json& config, const char* key, T* out, std::vector<std::string>* problems) {
+  auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return;
+  try {
+    *out = it->get<T>();
+  } catch (const std::exception&) {
+    problems->push_back(absl::StrCat("field '", key, "' has the wrong type: ", it->dump()));
+  }
+}
+
+template <typename T>
+void Required(const Json& config, const char* key, T* out, std::vector<std::string>* problems) {
+  if (!config.contains(key) || config.at(key).is_null()) {
+    problems->push_back(absl::StrCat("field '", key, "' is missing"));
+    return;
+  }
+  Field(config, key, out, problems);
+}
+
+// A field that must hold `expected` (or be absent/null) for strata to compute the same model.
+template <typename T>
+void MustBe(const Json& config, const char* key, const T& expected, const std::string& why,
+            std::vector<std::string>* problems) {
+  auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return;
+  T value{};
+  try {
+    value = it->get<T>();
+  } catch (const std::exception&) {
+    problems->push_back(absl::StrCat("field '", key, "' has the wrong type: ", it->dump()));
+    return;
+  }
+  if (!(value == expected)) {
+    problems->push_back(absl::StrCat("field '", key, "' is ", it->dump(), ": ", why));
+  }
+}
+
+void ReadGpt2(const Json& c, ModelOptions* m, std::vector<std::string>* problems) {
+  m->family = ModelFamily::kGpt;
+  Required(c, "n_layer", &m->layers, problems);
+  Required(c, "n_head", &m->heads, problems);
+  Required(c, "n_embd", &m->channels, problems);
+  Required(c, "vocab_size", &m->vocab, problems);
+  m->max_seq_len = 1024;
+  Field(c, "n_ctx", &m->max_seq_len, problems);
+  Field(c, "n_positions", &m->max_seq_len, problems);
+  MustBe<std::string>(c, "activation_function", "gelu_new",
+                      "strata's GPT uses GELU's tanh approximation (gelu_new)", problems);
+  MustBe(c, "layer_norm_epsilon", 1e-5, "strata's layernorm uses 1e-5", problems);
+  if (c.contains("n_inner") && !c.at("n_inner").is_null()) {
+    int n_inner = 0;
+    Field(c, "n_inner", &n_inner, problems);
+    if (n_inner != 4 * m->channels) {
+      problems->push_back(
+          absl::StrCat("field 'n_inner' is ", n_inner, ": strata's GPT has an MLP of 4 x n_embd"));
+    }
+  }
+  MustBe(c, "tie_word_embeddings", true, "strata's GPT ties the LM head to wte", problems);
+  MustBe(c, "scale_attn_weights", true, "strata scales attention by 1/sqrt(head size)", problems);
+  MustBe(c, "scale_attn_by_inverse_layer_idx", false, "not implemented", problems);
+  MustBe(c, "reorder_and_upcast_attn", false, "not implemented", problems);
+  MustBe(c, "add_cross_attention", false, "strata's GPT is decoder-only", problems);
+}
+
+void ReadLlama(const Json& c, ModelOptions* m, std::vector<std::string>* problems) {
+  m->family = ModelFamily::kLlama;
+  Required(c, "num_hidden_layers", &m->layers, problems);
+  Required(c, "num_attention_heads", &m->heads, problems);
+  Required(c, "hidden_size", &m->channels, problems);
+  Required(c, "intermediate_size", &m->ffn_hidden, problems);
+  Required(c, "vocab_size", &m->vocab, problems);
+  m->kv_heads = m->heads;
+  Field(c, "num_key_value_heads", &m->kv_heads, problems);
+  m->max_seq_len = 2048;
+  Field(c, "max_position_embeddings", &m->max_seq_len, problems);
+  m->rope_theta = 10000.0f;
+  Field(c, "rope_theta", &m->rope_theta, problems);
+  m->norm_eps = 1e-6f;
+  Field(c, "rms_norm_eps", &m->norm_eps, problems);
+  m->tie_embeddings = false;
+  Field(c, "tie_word_embeddings", &m->tie_embeddings, problems);
+  MustBe<std::string>(c, "hidden_act", "silu", "strata's LLaMA MLP is SwiGLU (silu)", problems);
+  MustBe(c, "attention_bias", false, "strata's LLaMA attention has no biases", problems);
+  MustBe(c, "mlp_bias", false, "strata's LLaMA MLP has no biases", problems);
+  if (c.contains("rope_scaling") && !c.at("rope_scaling").is_null()) {
+    problems->push_back(absl::StrCat("field 'rope_scaling' is ", c.at("rope_scaling").dump(),
+                                     ": rope scaling is not implemented (only plain RoPE)"));
+  }
+  if (c.contains("head_dim") && !c.at("head_dim").is_null() && m->heads > 0) {
+    int head_dim = 0;
+    Field(c, "head_dim", &head_dim, problems);
+    if (head_dim != m->channels / m->heads) {
+      problems->push_back(absl::StrCat("field 'head_dim' is ", head_dim,
+                                       ": strata needs hidden_size / num_attention_heads (",
+                                       m->channels / m->heads, ")"));
+    }
+  }
+  if (c.contains("sliding_window") && !c.at("sliding_window").is_null()) {
+    int window = 0;
+    Field(c, "sliding_window", &window, problems);
+    if (window < m->max_seq_len) {
+      problems->push_back(
+          absl::StrCat("field 'sliding_window' is ", window,
+                       ": sliding-window attention is not implemented (it must be null or cover "
+                       "max_position_embeddings, ",
+                       m->max_seq_len, ")"));
+    }
+  }
+}
+
+}  // namespace
+
+StatusOr<ModelOptions> ReadHfConfig(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(
+        "model.from=hf:", dir, ": ", path,
+        " not found (a Hugging Face model directory holds config.json and model.safetensors)"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  Json config;
+  try {
+    config = Json::parse(text.str());
+  } catch (const std::exception& error) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not valid JSON: ", error.what()));
+  }
+  if (!config.is_object()) return absl::InvalidArgumentError(path + " is not a JSON object");
+  std::string model_type;
+  if (config.contains("model_type") && config.at("model_type").is_string()) {
+    model_type = config.at("model_type").get<std::string>();
+  }
+  ModelOptions model;
+  model.preset = "hf:" + dir;
+  std::vector<std::string> problems;
+  if (model_type == "gpt2") {
+    ReadGpt2(config, &model, &problems);
+  } else if (model_type == "llama" || model_type == "mistral") {
+    ReadLlama(config, &model, &problems);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": field 'model_type' is ",
+        config.contains("model_type") ? config.at("model_type").dump() : std::string("missing"),
+        ": strata reads \"gpt2\" and the LLaMA family (\"llama\", \"mistral\")"));
+  }
+  if (!problems.empty()) {
+    std::string message =
+        absl::StrCat(path, " (", model_type, ") describes a model strata cannot load:");
+    for (const std::string& p : problems) absl::StrAppend(&message, "\n  ", p);
+    return absl::InvalidArgumentError(message);
+  }
+  return model;
+}
+
+std::string HfConfigJson(const ModelOptions& m, const std::string& dtype_name) {
+  Json c;
+  if (m.family == ModelFamily::kGpt) {
+    c = {{"architectures", {"GPT2LMHeadModel"}},
+         {"model_type", "gpt2"},
+         {"activation_function", "gelu_new"},
+         {"n_layer", m.layers},
+         {"n_head", m.heads},
+         {"n_embd", m.channels},
+         {"n_inner", nullptr},
+         {"vocab_size", m.vocab},
+         {"n_positions", m.max_seq_len},
+         {"n_ctx", m.max_seq_len},
+         {"layer_norm_epsilon", 1e-5},
+         {"scale_attn_weights", true},
+         {"tie_word_embeddings", true},
+         {"torch_dtype", dtype_name}};
+  } else {
+    c = {{"architectures", {"LlamaForCausalLM"}},
+         {"model_type", "llama"},
+         {"hidden_act", "silu"},
+         {"num_hidden_layers", m.layers},
+         {"num_attention_heads", m.heads},
+         {"num_key_value_heads", m.kv_heads},
+         {"hidden_size", m.channels},
+         {"intermediate_size", m.ffn_hidden},
+         {"vocab_size", m.vocab},
+         {"max_position_embeddings", m.max_seq_len},
+         {"rope_theta", m.rope_theta},
+         {"rms_norm_eps", m.norm_eps},
+         {"tie_word_embeddings", m.tie_embeddings},
+         {"attention_bias", false},
+         {"mlp_bias", false},
+         {"rope_scaling", nullptr},
+         {"torch_dtype", dtype_name}};
+  }
+  return c.dump(2) + "\n";
+}
+
+StatusOr<std::vector<HfTensor>> HfTensorMap(const ModelOptions& m,
+                                            const std::vector<UnitLayout>& units) {
+  std::vector<HfTensor> out;
+  // Finds strata tensor `name` of unit `unit`; -1 if absent.
+  auto index_of = [&units](int unit, const std::string& name) {
+    const auto& tensors = units[unit].tensors();
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      if (tensors[t].name == name) return static_cast<int>(t);
+    }
+    return -1;
+  };
+  Status status = absl::OkStatus();
+  auto add = [&](const std::string& hf_name, std::vector<int64_t> shape, int unit,
+                 const std::string& tensor, int64_t row_begin = 0, bool transposed = false) {
+    const int t = index_of(unit, tensor);
+    if (t < 0 && status.ok()) {
+      status = absl::InternalError(absl::StrCat("unit '", units[unit].name(), "' has no tensor '",
+                                                tensor, "' for ", hf_name));
+    }
+    out.push_back({hf_name, std::move(shape), unit, t, row_begin, transposed});
+  };
+  const int64_t C = m.channels, V = m.vocab, L = m.layers;
+  if (m.family == ModelFamily::kGpt) {
+    const std::string p = "transformer.";
+    add(p + "wte.weight", {V, C}, 0, "wte");
+    add(p + "wpe.weight", {m.max_seq_len, C}, 0, "wpe");
+    for (int64_t l = 0; l < L; ++l) {
+      const int u = static_cast<int>(l) + 1;
+      const std::string h = absl::StrCat(p, "h.", l, ".");
+      add(h + "ln_1.weight", {C}, u, "ln1.weight");
+      add(h + "ln_1.bias", {C}, u, "ln1.bias");
+      add(h + "attn.c_attn.weight", {C, 3 * C}, u, "attn.qkv.weight", 0, true);
+      add(h + "attn.c_attn.bias", {3 * C}, u, "attn.qkv.bias");
+      add(h + "attn.c_proj.weight", {C, C}, u, "attn.proj.weight", 0, true);
+      add(h + "attn.c_proj.bias", {C}, u, "attn.proj.bias");
+      add(h + "ln_2.weight", {C}, u, "ln2.weight");
+      add(h + "ln_2.bias", {C}, u, "ln2.bias");
+      add(h + "mlp.c_fc.weight", {C, 4 * C}, u, "mlp.fc.weight", 0, true);
+      add(h + "mlp.c_fc.bias", {4 * C}, u, "mlp.fc.bias");
+      add(h + "mlp.c_proj.weight", {4 * C, C}, u, "mlp.proj.weight", 0, true);
+      add(h + "mlp.c_proj.bias", {C}, u, "mlp.proj.bias");
+    }
+    add(p + "ln_f.weight", {C}, static_cast<int>(L) + 1, "lnf.weight");
+    add(p + "ln_f.bias", {C}, static_cast<int>(L) + 1, "lnf.bias");
+  } else {
+    const int64_t hs = C / m.heads, KV = m.kv_heads * hs, F = m.ffn_hidden;
+    add("model.embed_tokens.weight", {V, C}, 0, "tok_embeddings");
+    for (int64_t l = 0; l < L; ++l) {
+      const int u = static_cast<int>(l) + 1;
+      const std::string h = absl::StrCat("model.layers.", l, ".");
+      add(h + "input_layernorm.weight", {C}, u, "attn_norm.weight");
+      add(h + "self_attn.q_proj.weight", {C, C}, u, "attn.qkv.weight", 0);
+      add(h + "self_attn.k_proj.weight", {KV, C}, u, "attn.qkv.weight", C);
+      add(h + "self_attn.v_proj.weight", {KV, C}, u, "attn.qkv.weight", C + KV);
+      add(h + "self_attn.o_proj.weight", {C, C}, u, "attn.proj.weight");
+      add(h + "post_attention_layernorm.weight", {C}, u, "mlp_norm.weight");
+      add(h + "mlp.gate_proj.weight", {F, C}, u, "mlp.gate_up.weight", 0);
+      add(h + "mlp.up_proj.weight", {F, C}, u, "mlp.gate_up.weight", F);
+      add(h + "mlp.down_proj.weight", {C, F}, u, "mlp.down.weight");
+    }
+    add("model.norm.weight", {C}, static_cast<int>(L) + 1, "norm.weight");
+    if (!m.tie_embeddings) add("lm_head.weight", {V, C}, static_cast<int>(L) + 2, "lm_head.weight");
+  }
+  RETURN_IF_ERROR(status);
+  return out;
+}
+
+std::vector<std::string> HfNameAliases(const std::string& name) {
+  if (absl::StartsWith(name, "transformer.")) return {name.substr(12)};
+  return {};
+}
+
+}  // namespace strata

@@ -1,0 +1,223 @@
+// Hugging Face import against an independent implementation: tools/hf_reference.py builds
+// tiny random GPT-2 and LLaMA models after transformers' modeling code (in float64: Conv1D
+// layout, rotate-half RoPE, grouped-query head order, tied and untied heads) and records
+// logits, loss and every parameter's gradient for a fixed batch (tests/testdata/hf/). Each
+// directory is loaded with model.from=hf:DIR and the fp32 CPU run must match:
+//   logits: |got - ref| <= 2e-5 + 1e-4 |ref|; loss: relative 1e-5;
+//   gradients (mapped back to Hugging Face's names and layouts): |got - ref| <= 2e-6 +
+//   1e-3 |ref| (fp32 sums against float64, over a few hundred terms).
+// Also the ranks' own-range loading (stage 3, two ranks, params on NVMe: the same loss)
+// and bad weight files: an error naming the tensor before any state changes.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/testing/status_matchers.h"
+#include "data/tokens.h"
+#include "launch/import_weights.h"
+#include "launch/options_parse.h"
+#include "models/hf/hf_model.h"
+#include "models/hf/safetensors.h"
+#include "tests/engine_rig.h"
+#include "tests/placement_runs.h"
+
+namespace strata {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::StatusIs;
+
+std::string Fixture(const std::string& name) {
+  const char* dir = std::getenv("TEST_SRCDIR");
+  const char* workspace = std::getenv("TEST_WORKSPACE");
+  if (dir != nullptr && workspace != nullptr) {
+    return absl::StrCat(dir, "/", workspace, "/tests/testdata/hf/", name);
+  }
+  return "tests/testdata/hf/" + name;
+}
+
+Options ImportOptions(const std::string& dir, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> sets = {"model.from=hf:" + dir, "train.micro_batch=2",
+                                   "train.seq_len=16",     "train.grad_accum=1",
+                                   "device.threads=1",     "train.eval_every=0"};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  StatusOr<Options> options = ParseOptions("", sets);
+  EXPECT_OK(options);
+  return options.ok() ? *options : Options{};
+}
+
+std::vector<float> ReadAll(const SafetensorsSet& set, const std::string& name) {
+  const StTensor* tensor = set.Find(name);
+  EXPECT_NE(tensor, nullptr) << name;
+  if (tensor == nullptr) return {};
+  std::vector<float> values(tensor->numel);
+  EXPECT_OK(set.ReadFloats(*tensor, 0, tensor->numel, values.data()));
+  return values;
+}
+
+class HfImport : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Fixtures, HfImport,
+                         ::testing::Values("gpt2-tiny", "llama-tiny", "llama-tiny-tied"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
+
+TEST_P(HfImport, MatchesTheReferenceImplementation) {
+  const std::string dir = Fixture(GetParam());
+  const Options options = ImportOptions(dir);
+  ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(options));
+  ASSERT_OK(ImportHfWeights(dir, options.model, *rig->model, *rig->engine, false));
+  ASSERT_OK_AND_ASSIGN(const SafetensorsSet reference,
+                       SafetensorsSet::OpenFile(dir + "/reference.safetensors"));
+  const std::vector<float> inputs_f = ReadAll(reference, "inputs");
+  const std::vector<float> targets_f = ReadAll(reference, "targets");
+  const std::vector<int32_t> inputs(inputs_f.begin(), inputs_f.end());
+  const std::vector<int32_t> targets(targets_f.begin(), targets_f.end());
+  ASSERT_EQ(inputs.size(), 32u);
+  const MicroBatch batch{inputs.data(), targets.data()};
+
+  // Logits and loss of a forward without gradient.
+  ASSERT_OK_AND_ASSIGN(const double eval_loss, rig->engine->EvalLoss(batch));
+  const double want_loss = ReadAll(reference, "loss")[0];
+  EXPECT_NEAR(eval_loss, want_loss, 1e-5 * want_loss);
+  const ModelOptions resolved = ResolveModelOptions(options.model);
+  const int V = resolved.vocab, Vp = resolved.padded_vocab;
+  const float* logits = static_cast<const float*>(rig->model->logits());
+  const std::vector<float> want_logits = ReadAll(reference, "logits");
+  ASSERT_EQ(want_logits.size(), 32u * V);
+  int bad = 0;
+  for (int n = 0; n < 32; ++n) {
+    for (int v = 0; v < V; ++v) {
+      const float got = logits[size_t(n) * Vp + v], want = want_logits[size_t(n) * V + v];
+      if (std::fabs(got - want) > 2e-5 + 1e-4 * std::fabs(want) && bad++ < 5) {
+        ADD_FAILURE() << "logit [" << n << ", " << v << "]: " << got << " vs " << want;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+
+  // Gradients, mapped back to Hugging Face's tensors.
+  ASSERT_OK_AND_ASSIGN(const double loss, rig->engine->ComputeGradients({batch}));
+  EXPECT_NEAR(loss, want_loss, 1e-5 * want_loss);
+  ASSERT_OK_AND_ASSIGN(const std::vector<HfTensor> map,
+                       HfTensorMap(resolved, rig->model->units()));
+  int checked = 0;
+  for (const HfTensor& entry : map) {
+    ASSERT_OK_AND_ASSIGN(const std::vector<float> grads, rig->engine->ReadGradients(entry.unit));
+    const TensorSpec& spec = rig->model->units()[entry.unit].tensor(entry.tensor);
+    const size_t cols = spec.shape.size() == 2 ? size_t(spec.shape[1]) : 1;
+    const std::vector<float> want = ReadAll(reference, "grad." + entry.name);
+    const size_t rows = want.size() / cols;
+    int wrong = 0;
+    for (size_t r = 0; r < rows; ++r) {
+      for (size_t c = 0; c < cols; ++c) {
+        const float got = grads[spec.offset + (entry.row_begin + r) * cols + c];
+        // Conv1D: the file's [in, out] is the transpose of strata's [out, in].
+        const float ref = entry.transposed ? want[c * rows + r] : want[r * cols + c];
+        if (std::fabs(got - ref) > 2e-6 + 1e-3 * std::fabs(ref) && wrong++ < 3) {
+          ADD_FAILURE() << entry.name << "[" << r << ", " << c << "]: " << got << " vs " << ref;
+        }
+        ++checked;
+      }
+    }
+    EXPECT_EQ(wrong, 0) << entry.name;
+  }
+  EXPECT_GT(checked, 10000);
+}
+
+// Stage 3 over two ranks with params and optimizer on NVMe: each rank reads only its shard
+// into the swap files; the first step's loss is the reference's (the same weights).
+TEST(HfImportRanks, ShardedLoadOnNvmeGivesTheSameLoss) {
+  const std::string dir = Fixture("llama-tiny");
+  std::vector<double> losses[2];
+  for (int nvme = 0; nvme < 2; ++nvme) {
+    // Tokens of the model's vocabulary (100): the corpus's bytes would not fit.
+    const std::string data = TestDir("hf-data") + "/tokens.bin";
+    std::vector<uint32_t> tokens(4096);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = (i * 37 + i / 7) % 100;
+    ASSERT_OK(WriteTokenFile(data, tokens, 100));
+    std::vector<std::string> sets = {"zero.world=2", "zero.stage=3", "train.micro_batch=1",
+                                     "train.steps=2", "zero.comm_timeout_s=60",
+                                     "data.path=" + data};
+    if (nvme) {
+      sets.insert(sets.end(), {"zero.optimizer_tier=nvme", "zero.param_tier=nvme",
+                               "zero.nvme_dir=" + TestDir("hf-swap")});
+    }
+    const PlacementRun run = TrainAllRanks(ImportOptions(dir, sets));
+    ASSERT_OK(run.status);
+    losses[nvme] = run.losses;
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  // An imported model starts near ln(V) = 4.6 plus what its random weights add, not where
+  // a different init would: the reference batch's loss is 5.28; a step's batch differs.
+  ASSERT_EQ(losses[0].size(), 2u);
+  EXPECT_GT(losses[0][0], 4.0);
+}
+
+// Copies fixture `name` to a temporary directory, so a test can damage it.
+std::string CopyFixture(const std::string& name, const std::string& as) {
+  const std::string out = TestDir(as);
+  for (const char* file : {"config.json", "model.safetensors"}) {
+    std::filesystem::copy_file(Fixture(name) + "/" + file, out + "/" + file,
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  return out;
+}
+
+TEST(HfImportErrors, BadDirectoriesAreClearErrors) {
+  // A shape the weights do not fit: the tensor, the file's shape and the model's.
+  {
+    const std::string dir = Fixture("llama-tiny");
+    const Options options = ImportOptions(dir, {"model.ffn_hidden=64"});
+    ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(options));
+    EXPECT_THAT(ImportHfWeights(dir, options.model, *rig->model, *rig->engine, false),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("mlp.gate_proj.weight has shape [48, 32], the model needs "
+                                   "[64, 32]")));
+  }
+  // An architecture strata does not implement, named by its field.
+  {
+    const std::string dir = CopyFixture("llama-tiny", "hf-qwen");
+    std::ifstream in(dir + "/config.json");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    in.close();
+    const size_t at = text.find("\"attention_bias\": false");
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, 23, "\"attention_bias\": true");
+    std::ofstream(dir + "/config.json") << text;
+    EXPECT_THAT(ParseOptions("", {"model.from=hf:" + dir}),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("field 'attention_bias' is true")));
+  }
+  // A missing directory and a wrong prefix.
+  EXPECT_THAT(ParseOptions("", {"model.from=hf:/nonexistent"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("config.json not found")));
+  EXPECT_THAT(ParseOptions("", {"model.from=/some/dir"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("expected hf:DIR")));
+  // A truncated weights file: named, before any unit is stored.
+  {
+    const std::string dir = CopyFixture("gpt2-tiny", "hf-truncated");
+    std::filesystem::resize_file(dir + "/model.safetensors",
+                                 std::filesystem::file_size(dir + "/model.safetensors") - 100);
+    const Options options = ImportOptions(dir);
+    ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(options));
+    ASSERT_OK_AND_ASSIGN(const std::vector<float> before, rig->engine->ReadMaster(1));
+    Status status = ImportHfWeights(dir, options.model, *rig->model, *rig->engine, false);
+    EXPECT_THAT(status, StatusIs(::testing::_, HasSubstr("model.safetensors")));
+    EXPECT_THAT(status.message(), HasSubstr("truncated"));
+    ASSERT_OK_AND_ASSIGN(const std::vector<float> after, rig->engine->ReadMaster(1));
+    EXPECT_EQ(before, after);
+  }
+}
+
+}  // namespace
+}  // namespace strata
