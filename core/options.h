@@ -92,9 +92,10 @@ struct ModelOptions {
   // "gpt2-124m", "gpt2-1.5b", "llama-tiny", "llama-1b", "llama-8b"), applied first; the
   // fields below override it.
   std::string preset = "small";
-  // model.from: "hf:DIR", a Hugging Face model directory: its config.json sets the model.*
-  // keys (after the preset, before the other keys) and its safetensors are the initial
-  // weights (launch/import_weights.h). "" = random initial weights from train.seed.
+  // model.from: "hf:DIR", a Hugging Face model directory (its config.json), or "llmc:FILE",
+  // an llm.c GPT-2 checkpoint (its header), sets the model.* keys (after the preset, before
+  // the other keys) and its weights are the initial ones (launch/import_weights.h,
+  // launch/llmc_model.h). "" = random initial weights from train.seed.
   std::string from;
   ModelFamily family = ModelFamily::kGpt;  // model.family: gpt | llama
   int layers = 4;          // model.layers: transformer blocks (units 1..L).

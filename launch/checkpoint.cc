@@ -383,9 +383,16 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
   return final_dir.string();
 }
 
-StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
-                                          const Options& options, const std::string& where,
-                                          bool show_progress) {
+namespace {
+
+// checkpoint.json parsed and checked (format, version, checksum): what OpenCheckpoint
+// returns, and the stored model object for LoadCheckpoint's key-by-key comparison.
+struct ParsedMeta {
+  OpenedCheckpoint opened;
+  nlohmann::json model;
+};
+
+StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
   ASSIGN_OR_RETURN(const std::string path, ResolveCheckpoint(where));
   const std::string meta_path = path + "/checkpoint.json";
   ASSIGN_OR_RETURN(std::vector<char> text, ReadFile(meta_path));
@@ -396,14 +403,9 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint: ", meta_path, " is not valid JSON: ", e.what()));
   }
-  const std::vector<UnitLayout>& units = model.units();
-  struct UnitFile {
-    std::string path;
-    size_t elements = 0;
-    std::string hash;
-  };
-  std::vector<UnitFile> files;
-  int next_step = 0;
+  ParsedMeta parsed;
+  OpenedCheckpoint& opened = parsed.opened;
+  opened.path = path;
   try {
     if (!meta.is_object() || meta.value("format", "") != kFormat) {
       return absl::InvalidArgumentError(
@@ -426,8 +428,114 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
             computed));
       }
     }
+    parsed.model = meta.at("model");
+    ModelOptions& model = opened.model;
+    auto key = [&](const std::string& name) {
+      return parsed.model.contains(name) ? parsed.model.at(name)
+                                         : ModelKeyBeforeItExisted(name, parsed.model);
+    };
+    const std::string family = key("family").get<std::string>();
+    if (family != "gpt" && family != "llama") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint: ", meta_path, " is of model family '", family, "'"));
+    }
+    model.family = family == "gpt" ? ModelFamily::kGpt : ModelFamily::kLlama;
+    model.layers = key("layers").get<int>();
+    model.heads = key("heads").get<int>();
+    model.kv_heads = key("kv_heads").get<int>();
+    model.channels = key("channels").get<int>();
+    model.ffn_hidden = key("ffn_hidden").get<int>();
+    model.vocab = key("vocab").get<int>();
+    model.padded_vocab = key("padded_vocab").get<int>();
+    model.max_seq_len = key("max_seq_len").get<int>();
+    if (!key("rope_theta").is_null()) {
+      model.rope_theta = std::stof(key("rope_theta").get<std::string>());
+      model.norm_eps = std::stof(key("norm_eps").get<std::string>());
+    }
+    model.tie_embeddings = key("tie_embeddings").get<bool>();
+    opened.next_step = meta.at("next_step").get<int>();
+    for (const nlohmann::json& entry : meta.at("units")) {
+      opened.units.push_back({entry.at("name").get<std::string>(),
+                              path + "/" + entry.at("file").get<std::string>(),
+                              entry.at("elements").get<size_t>(),
+                              entry.at("xxh3").get<std::string>()});
+    }
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: ", meta_path, " lacks a field or has one of the wrong type: ",
+                     e.what()));
+  }
+  return parsed;
+}
+
+}  // namespace
+
+StatusOr<OpenedCheckpoint> OpenCheckpoint(const std::string& where) {
+  ASSIGN_OR_RETURN(ParsedMeta parsed, ParseCheckpoint(where));
+  return std::move(parsed.opened);
+}
+
+Status VerifyCheckpointFiles(const OpenedCheckpoint& checkpoint, bool show_progress) {
+  uint64_t checkpoint_bytes = 0;
+  for (const OpenedCheckpoint::Unit& unit : checkpoint.units) checkpoint_bytes += 3 * unit.elements * 4;
+  std::optional<Progress> verifying;
+  if (show_progress) {
+    verifying.emplace(absl::StrCat("verifying ", checkpoint.path), checkpoint_bytes);
+  }
+  for (const OpenedCheckpoint::Unit& unit : checkpoint.units) {
+    RETURN_IF_ERROR(CheckFile(unit.file, 3 * unit.elements * 4, unit.hash,
+                              verifying ? &*verifying : nullptr));
+  }
+  return absl::OkStatus();
+}
+
+Status ReadCheckpointMaster(const OpenedCheckpoint& checkpoint, int unit, size_t begin,
+                            size_t count, float* out) {
+  const OpenedCheckpoint::Unit& entry = checkpoint.units[unit];
+  if (begin + count > entry.elements) {
+    return absl::OutOfRangeError(absl::StrCat("checkpoint: ", entry.file, " has ",
+                                              entry.elements, " elements, asked for [", begin,
+                                              ", ", begin + count, ")"));
+  }
+  const int fd = ::open(entry.file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Errno(errno, "cannot open " + entry.file);
+  size_t done = 0;
+  const size_t bytes = count * sizeof(float);
+  char* dst = reinterpret_cast<char*>(out);
+  while (done < bytes) {
+    const ssize_t got = ::pread(fd, dst + done, bytes - done,
+                                static_cast<off_t>(begin * sizeof(float) + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      const int error = got < 0 ? errno : EIO;
+      ::close(fd);
+      return got == 0 ? absl::DataLossError(absl::StrCat("checkpoint: ", entry.file,
+                                                         " is shorter than its ", entry.elements,
+                                                         " elements"))
+                      : Errno(error, "reading " + entry.file);
+    }
+    done += static_cast<size_t>(got);
+  }
+  ::close(fd);
+  return absl::OkStatus();
+}
+
+StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
+                                          const Options& options, const std::string& where,
+                                          bool show_progress) {
+  ASSIGN_OR_RETURN(ParsedMeta parsed, ParseCheckpoint(where));
+  const std::string& path = parsed.opened.path;
+  const std::vector<UnitLayout>& units = model.units();
+  struct UnitFile {
+    std::string path;
+    size_t elements = 0;
+    std::string hash;
+  };
+  std::vector<UnitFile> files;
+  const int next_step = parsed.opened.next_step;
+  {
     const nlohmann::json expected = ModelJson(options.model);
-    const nlohmann::json& stored_model = meta.at("model");
+    const nlohmann::json& stored_model = parsed.model;
     for (const auto& [key, value] : expected.items()) {
       nlohmann::json stored = stored_model.contains(key)
                                   ? stored_model.at(key)
@@ -442,29 +550,21 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
             key, "=", text(value), ": set model.", key, " to match"));
       }
     }
-    next_step = meta.at("next_step").get<int>();
-    const nlohmann::json& listed = meta.at("units");
+    const std::vector<OpenedCheckpoint::Unit>& listed = parsed.opened.units;
     if (listed.size() != units.size()) {
       return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", path, " has ", listed.size(),
                                                      " units, the model ", units.size()));
     }
     for (size_t u = 0; u < units.size(); ++u) {
-      const nlohmann::json& entry = listed[u];
-      UnitFile file{path + "/" + entry.at("file").get<std::string>(),
-                    entry.at("elements").get<size_t>(), entry.at("xxh3").get<std::string>()};
-      if (entry.at("name").get<std::string>() != units[u].name() ||
-          file.elements != units[u].used_elements()) {
+      const OpenedCheckpoint::Unit& entry = listed[u];
+      UnitFile file{entry.file, entry.elements, entry.hash};
+      if (entry.name != units[u].name() || file.elements != units[u].used_elements()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "checkpoint: ", path, ": unit ", u, " is ", entry.at("name").get<std::string>(),
-            " of ", file.elements, " elements, the model's ", units[u].name(), " of ",
-            units[u].used_elements()));
+            "checkpoint: ", path, ": unit ", u, " is ", entry.name, " of ", file.elements,
+            " elements, the model's ", units[u].name(), " of ", units[u].used_elements()));
       }
       files.push_back(file);
     }
-  } catch (const nlohmann::json::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint: ", meta_path, " lacks a field or has one of the wrong type: ",
-                     e.what()));
   }
   if (next_step < 0 || next_step >= options.train.steps) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -473,16 +573,9 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
   }
   // Every file checked before any state changes (streamed: host memory holds one unit,
   // whatever the model), then loaded unit by unit.
+  RETURN_IF_ERROR(VerifyCheckpointFiles(parsed.opened, show_progress));
   uint64_t checkpoint_bytes = 0;
   for (const UnitFile& file : files) checkpoint_bytes += 3 * file.elements * 4;
-  {
-    std::optional<Progress> verifying;
-    if (show_progress) verifying.emplace(absl::StrCat("verifying ", path), checkpoint_bytes);
-    for (const UnitFile& file : files) {
-      RETURN_IF_ERROR(CheckFile(file.path, 3 * file.elements * 4, file.hash,
-                                verifying ? &*verifying : nullptr));
-    }
-  }
   std::optional<Progress> loading;
   if (show_progress) loading.emplace(absl::StrCat("resuming from ", path), checkpoint_bytes);
   // Buffers reused from unit to unit: fresh pages per unit cost more than the copies.

@@ -6,7 +6,9 @@
 // model unit: the unit's fp32 master weights, exp_avg and exp_avg_sq over its used
 // elements (UnitLayout::used_elements, no world padding), one array after the other,
 // little-endian. checkpoint.json: {"format": "strata-checkpoint", "version": 2,
-// "next_step": k, "model": {layers, heads, channels, vocab, max_seq_len}, "units":
+// "next_step": k, "model": {family, layers, heads, kv_heads, channels, ffn_hidden, vocab,
+// padded_vocab, max_seq_len, rope_theta, norm_eps, tie_embeddings} (keys a checkpoint of
+// an older strata lacks take the value a GPT of its shape had), "units":
 // [{"name", "elements", "file", "xxh3"}], "checksum"}, where "checksum" is the XXH3 (hex)
 // of the compact JSON of every other field (keys sorted): a corrupt checkpoint.json is
 // kDataLoss, never a misread. Version 1 (no checksum) still loads; others are refused
@@ -50,6 +52,26 @@ std::vector<std::string> RemovePartialCheckpoints(const std::string& dir);
 // OK when the filesystem of `dir` has `bytes` free; else kResourceExhausted naming the
 // directory, the bytes needed and free (checked before a checkpoint writes anything).
 Status CheckRoomForCheckpoint(const std::string& dir, uint64_t bytes);
+
+// A checkpoint opened outside training (export): checkpoint.json read and checked (format,
+// version, checksum); the model's shape (keys a version lacked take their GPT values).
+struct OpenedCheckpoint {
+  std::string path;  // the step-<k> directory
+  int next_step = 0;
+  ModelOptions model;  // resolved: no "0 = default" values
+  struct Unit {
+    std::string name, file;
+    size_t elements = 0;  // used elements (no world padding)
+    std::string hash;     // XXH3 of the file, hex
+  };
+  std::vector<Unit> units;
+};
+StatusOr<OpenedCheckpoint> OpenCheckpoint(const std::string& path);
+// Every unit file's size and XXH3 against checkpoint.json (streamed, one unit in memory).
+Status VerifyCheckpointFiles(const OpenedCheckpoint& checkpoint, bool show_progress);
+// Elements [begin, begin + count) of unit `unit`'s fp32 master weights (pread).
+Status ReadCheckpointMaster(const OpenedCheckpoint& checkpoint, int unit, size_t begin,
+                            size_t count, float* out);
 
 // Loads the checkpoint at `path` (a step-<k> directory, or a checkpoint directory: its
 // newest complete step-<k>) into the engine.

@@ -33,6 +33,10 @@ Status RunBenchOffload(const CommandArgs& args);
 Status RunBenchInfinity(const CommandArgs& args, const std::string& dir);
 // One GPU, bf16: tokens/s and MFU on device, offloaded and (where it exists) NVMe params.
 Status RunBenchGpu(const CommandArgs& args, const GpuBenchArgs& gpu);
+// `strata export --from CHECKPOINT --to hf:DIR|llmc:FILE [--dtype fp32|bf16]
+// [--shard-size 5GiB]`: launch/export_weights.h.
+Status RunExport(const std::string& from, const std::string& to, DType dtype,
+                 const std::string& shard_size);
 // `strata bench nvme --dir DIR [--size 1GiB] [--engine auto]`: nvme/disk_bench.h.
 Status RunBenchNvme(const std::string& dir, const std::string& size, IoEngineKind engine);
 

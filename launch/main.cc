@@ -71,12 +71,29 @@ int main(int argc, char** argv) {
   strata::CommandArgs args;
   bool help_config = false;
 
-  CLI::App* train = app.add_subcommand("train", "train the built-in GPT");
+  CLI::App* train =
+      app.add_subcommand("train", "train a model (built-in, or model.from a Hugging Face or "
+                                  "llm.c file)");
   train->add_option("--config", args.config_path, "JSON config file (sections model, data, "
                                                   "train, device, zero)");
   train->add_option("--set", args.sets, "override one key: section.key=value (repeatable)");
   train->add_option("--metrics", args.metrics_path, "write one JSON object per step here");
   train->add_flag("--help-config", help_config, "list every config key with its default");
+
+  std::string export_from, export_to, export_shard = "5GiB";
+  strata::DType export_dtype = strata::DType::kF32;
+  CLI::App* export_command = app.add_subcommand(
+      "export", "a checkpoint's weights as a Hugging Face directory or an llm.c checkpoint");
+  export_command->add_option("--from", export_from, "checkpoint: step-<k> directory or a "
+                                                    "checkpoint_dir (its newest)")
+      ->required();
+  export_command->add_option("--to", export_to, "hf:DIR (config.json + safetensors) or "
+                                                "llmc:FILE (llm.c GPT-2, fp32)")
+      ->required();
+  export_command->add_option("--dtype", export_dtype, "hf: fp32 (exact) | bf16")
+      ->transform(CLI::CheckedTransformer(strata::OptionValues<strata::DType>()));
+  export_command->add_option("--shard-size", export_shard,
+                             "hf: larger models go into safetensors shards of this size");
 
   CLI::App* bench = app.add_subcommand("bench", "benchmarks (figures as same-run ratios)");
   bench->require_subcommand(1);
@@ -162,6 +179,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (train->parsed()) status = strata::RunTrain(args);
+  else if (export_command->parsed()) {
+    status = strata::RunExport(export_from, export_to, export_dtype, export_shard);
+  }
   else if (bench_train->parsed()) status = strata::RunBenchTrain(args);
   else if (bench_zero->parsed()) status = strata::RunBenchZero(args);
   else if (bench_offload->parsed()) status = strata::RunBenchOffload(args);

@@ -39,9 +39,10 @@ const std::vector<KeySpec>& Keys() {
        "it.",
        false},
       {"model.from", +[](Options& o) { return &o.model.from; },
-       "hf:DIR: a Hugging Face model directory (GPT-2 or LLaMA family): its config.json sets "
-       "the model.* keys (after model.preset, before the others) and its safetensors are the "
-       "initial weights; \"\" = random weights from train.seed.",
+       "hf:DIR (a Hugging Face model directory, GPT-2 or LLaMA family: its config.json) or "
+       "llmc:FILE (an llm.c GPT-2 checkpoint: its header) sets the model.* keys (after "
+       "model.preset, before the others) and its weights are the initial ones; \"\" = random "
+       "weights from train.seed.",
        false},
       {"model.family", Enum(+[](Options& o) { return &o.model.family; }),
        "architecture: gpt (GPT-2: layernorm, learned positions, GELU MLP, tied head) | llama "

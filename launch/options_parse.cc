@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/file_kind.h"
+#include "launch/llmc_model.h"
 #include "launch/option_keys.h"
 #include "models/hf/hf_model.h"
 
@@ -349,22 +350,24 @@ StatusOr<Options> ParseOptions(const std::string& config_json_path,
     }
   }
   if (from && !from->empty()) {
-    if (!absl::StartsWith(*from, "hf:") || from->size() == 3) {
-      problems.push_back(absl::StrCat("model.from: got '", *from,
-                                      "', expected hf:DIR (a Hugging Face model directory)"));
+    StatusOr<ModelOptions> config = absl::InvalidArgumentError(
+        absl::StrCat("got '", *from,
+                     "', expected hf:DIR (a Hugging Face model directory) or llmc:FILE (an "
+                     "llm.c GPT-2 checkpoint)"));
+    if (absl::StartsWith(*from, "hf:") && from->size() > 3) {
+      config = ReadHfConfig(from->substr(3));
+    } else if (absl::StartsWith(*from, "llmc:") && from->size() > 5) {
+      config = ReadLlmcHeader(from->substr(5));
+    }
+    if (config.ok()) {
+      const std::string preset_name = options.model.preset;
+      options.model = *config;
+      options.model.preset = preset_name;
+      options.model.from = *from;
     } else {
-      StatusOr<ModelOptions> config = ReadHfConfig(from->substr(3));
-      if (config.ok()) {
-        const std::string preset_name = options.model.preset;
-        options.model = *config;
-        options.model.preset = preset_name;
-        options.model.from = *from;
-      } else {
-        problems.push_back(absl::StrCat("model.from: ", config.status().message()));
-      }
+      problems.push_back(absl::StrCat("model.from: ", config.status().message()));
     }
   }
-
   if (file) {
     try {
       ApplyJson(*file, config_json_path, options, &problems);

@@ -8,8 +8,10 @@
 #include "collectives/local_communicator.h"
 #include "collectives/nccl_communicator.h"
 #include "collectives/self_communicator.h"
+#include "absl/strings/match.h"
 #include "launch/checkpoint.h"
 #include "launch/import_weights.h"
+#include "launch/llmc_model.h"
 #include "models/create_model.h"
 #include "core/cuda/cuda_device.h"
 #include "runtime/lr_schedule.h"
@@ -84,10 +86,15 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
                                       ? Engine::InitialState::kModelInit
                                       : Engine::InitialState::kLoadedLater));
   if (import) {
-    // model.from is "hf:DIR" (the parser accepts nothing else).
-    Status imported = ImportHfWeights(options.model.from.substr(3), options.model,
-                                      *session->model_, *session->engine_,
-                                      communicator->rank() == 0);
+    // model.from is "hf:DIR" or "llmc:FILE" (the parser accepts nothing else).
+    const std::string& from = options.model.from;
+    const bool show = communicator->rank() == 0;
+    Status imported =
+        absl::StartsWith(from, "hf:")
+            ? ImportHfWeights(from.substr(3), options.model, *session->model_,
+                              *session->engine_, show)
+            : ImportLlmcWeights(from.substr(5), options.model, *session->model_,
+                                *session->engine_, show);
     if (!imported.ok()) return session->AbortOnError(imported);
   }
   if (!options.train.resume.empty()) {

@@ -1,0 +1,242 @@
+// See llmc_model.h.
+#include "launch/llmc_model.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/progress.h"
+#include "models/create_model.h"
+
+namespace strata {
+namespace {
+
+constexpr int32_t kLlmcModelMagic = 20240326;
+constexpr int32_t kTokenFileMagics[] = {20240520, 20240801, 20261201};
+constexpr size_t kHeaderInts = 256;
+constexpr size_t kHeaderBytes = kHeaderInts * 4;
+
+// One strata tensor and where its values sit in the file (elements after the header).
+struct LlmcTensor {
+  int unit, tensor;
+  size_t file_offset, numel;
+};
+
+// strata's GPT tensor names in llm.c's order; per-layer ones repeat for every block.
+const char* const kBlockOrder[] = {"ln1.weight",      "ln1.bias",       "attn.qkv.weight",
+                                   "attn.qkv.bias",   "attn.proj.weight", "attn.proj.bias",
+                                   "ln2.weight",      "ln2.bias",       "mlp.fc.weight",
+                                   "mlp.fc.bias",     "mlp.proj.weight", "mlp.proj.bias"};
+
+int IndexOf(const UnitLayout& unit, const std::string& name) {
+  for (size_t t = 0; t < unit.tensors().size(); ++t) {
+    if (unit.tensor(static_cast<int>(t)).name == name) return static_cast<int>(t);
+  }
+  return -1;
+}
+
+StatusOr<std::vector<LlmcTensor>> LlmcTensorMap(const std::vector<UnitLayout>& units) {
+  const int L = static_cast<int>(units.size()) - 2;
+  std::vector<LlmcTensor> map;
+  size_t offset = 0;
+  auto add = [&](int unit, const std::string& name) -> Status {
+    const int t = IndexOf(units[unit], name);
+    if (t < 0) {
+      return absl::InternalError(absl::StrCat("llm.c: unit ", units[unit].name(), " has no ", name));
+    }
+    const size_t numel = units[unit].tensor(t).numel;
+    map.push_back({unit, t, offset, numel});
+    offset += numel;
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(add(0, "wte"));
+  RETURN_IF_ERROR(add(0, "wpe"));
+  for (const char* name : kBlockOrder) {
+    for (int l = 0; l < L; ++l) RETURN_IF_ERROR(add(l + 1, name));
+  }
+  RETURN_IF_ERROR(add(L + 1, "lnf.weight"));
+  RETURN_IF_ERROR(add(L + 1, "lnf.bias"));
+  return map;
+}
+
+Status PreadAll(int fd, void* out, size_t bytes, off_t at, const std::string& path) {
+  char* dst = static_cast<char*>(out);
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t got = ::pread(fd, dst + done, bytes - done, at + static_cast<off_t>(done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got == 0) return absl::DataLossError(absl::StrCat(path, " is truncated"));
+    if (got < 0) return absl::DataLossError(absl::StrCat("reading ", path, ": ", std::strerror(errno)));
+    done += static_cast<size_t>(got);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+StatusOr<ModelOptions> ReadLlmcHeader(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat("model.from=llmc:", path, ": cannot open: ",
+                                            std::strerror(errno)));
+  }
+  struct stat info {};
+  int32_t header[kHeaderInts] = {};
+  Status read = ::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)
+                    ? absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"))
+                    : static_cast<size_t>(info.st_size) < kHeaderBytes
+                          ? absl::DataLossError(absl::StrCat(
+                                path, " is ", info.st_size,
+                                " bytes, shorter than llm.c's 1024-byte header"))
+                          : PreadAll(fd, header, kHeaderBytes, 0, path);
+  ::close(fd);
+  RETURN_IF_ERROR(read);
+  if (header[0] != kLlmcModelMagic) {
+    for (int32_t magic : kTokenFileMagics) {
+      if (header[0] == magic) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, " is a token file (magic ", magic, "), not an llm.c model: give it as "
+            "data.path"));
+      }
+    }
+    return absl::InvalidArgumentError(absl::StrCat(path, ": header[0] is ", header[0],
+                                                   ", not llm.c's model magic ", kLlmcModelMagic));
+  }
+  if (header[1] != kLlmcModelVersionFp32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": llm.c model version ", header[1], "; strata reads version 3 (fp32)",
+        header[1] == 5 ? " (version 5 is llm.c's bf16 file: export it as fp32)" : ""));
+  }
+  ModelOptions model;
+  model.preset = "llmc:" + path;
+  model.family = ModelFamily::kGpt;
+  model.max_seq_len = header[2];
+  model.vocab = header[3];
+  model.layers = header[4];
+  model.heads = header[5];
+  model.channels = header[6];
+  model.padded_vocab = header[7];
+  const char* names[] = {"max_seq_len", "vocab", "layers", "heads", "channels", "padded_vocab"};
+  for (int i = 0; i < 6; ++i) {
+    if (header[2 + i] <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": header[", 2 + i, "] (", names[i], ") is ", header[2 + i]));
+    }
+  }
+  if (model.padded_vocab < model.vocab || model.channels % model.heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": inconsistent header: vocab ", model.vocab, ", padded vocab ",
+        model.padded_vocab, ", channels ", model.channels, ", heads ", model.heads));
+  }
+  // The parameter count from the shape, against the file's size.
+  const uint64_t C = model.channels, L = model.layers;
+  const uint64_t params = (model.padded_vocab + model.max_seq_len) * C + L * (12 * C * C + 13 * C) + 2 * C;
+  if (static_cast<uint64_t>(info.st_size) != kHeaderBytes + params * 4) {
+    return absl::DataLossError(absl::StrCat(path, " is ", info.st_size, " bytes; its header's model has ",
+                                            params, " fp32 parameters, ",
+                                            kHeaderBytes + params * 4, " bytes with the header"));
+  }
+  return model;
+}
+
+Status ImportLlmcWeights(const std::string& path, const ModelOptions& options,
+                         const Model& model, Engine& engine, bool show_progress) {
+  ASSIGN_OR_RETURN(const ModelOptions stored, ReadLlmcHeader(path));
+  const ModelOptions want = ResolveModelOptions(options);
+  if (stored.layers != want.layers || stored.heads != want.heads ||
+      stored.channels != want.channels || stored.vocab != want.vocab ||
+      stored.padded_vocab != want.padded_vocab || stored.max_seq_len != want.max_seq_len ||
+      want.family != ModelFamily::kGpt) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.from=llmc:", path, " holds a GPT L", stored.layers, " H", stored.heads, " C",
+        stored.channels, " V", stored.vocab, " (padded ", stored.padded_vocab, ") T",
+        stored.max_seq_len, "; the model is ", model.Describe(),
+        ": leave the model.* keys to the file"));
+  }
+  ASSIGN_OR_RETURN(const std::vector<LlmcTensor> map, LlmcTensorMap(model.units()));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::optional<Progress> progress;
+  if (show_progress) progress.emplace("importing " + path, 0);
+  Status status = absl::OkStatus();
+  for (size_t u = 0; u < model.units().size() && status.ok(); ++u) {
+    const UnitLayout& layout = model.units()[u];
+    status = engine.LoadUnit(static_cast<int>(u), [&](size_t begin, size_t end, float* out) {
+      std::fill(out, out + (end - begin), 0.0f);
+      for (const LlmcTensor& piece : map) {
+        if (piece.unit != static_cast<int>(u)) continue;
+        const size_t dest = layout.tensor(piece.tensor).offset;
+        const size_t lo = std::max(begin, dest), hi = std::min(end, dest + piece.numel);
+        if (lo >= hi) continue;
+        RETURN_IF_ERROR(PreadAll(fd, out + (lo - begin), (hi - lo) * 4,
+                                 static_cast<off_t>(kHeaderBytes + (piece.file_offset + lo - dest) * 4),
+                                 path));
+        if (progress) progress->Advance((hi - lo) * 4);
+      }
+      return absl::OkStatus();
+    });
+  }
+  ::close(fd);
+  if (progress) progress->Finish();
+  return status;
+}
+
+StatusOr<std::string> ExportLlmc(const OpenedCheckpoint& checkpoint, const std::string& path) {
+  const ModelOptions& m = checkpoint.model;
+  if (m.family != ModelFamily::kGpt) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "export: ", checkpoint.path, " is a ", OptionName(m.family),
+        " model; llm.c's checkpoint format holds GPT-2 only (use --to hf:DIR)"));
+  }
+  ASSIGN_OR_RETURN(auto model, CreateModel(m, Recompute::kNone, DType::kF32));
+  ASSIGN_OR_RETURN(const std::vector<LlmcTensor> map, LlmcTensorMap(model->units()));
+  int32_t header[kHeaderInts] = {};
+  header[0] = kLlmcModelMagic;
+  header[1] = kLlmcModelVersionFp32;
+  header[2] = m.max_seq_len;
+  header[3] = m.vocab;
+  header[4] = m.layers;
+  header[5] = m.heads;
+  header[6] = m.channels;
+  header[7] = m.padded_vocab;
+  const std::string partial = path + ".partial";
+  std::FILE* file = std::fopen(partial.c_str(), "wb");
+  if (file == nullptr) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("export: cannot create ", partial, ": ", std::strerror(errno)));
+  }
+  bool ok = std::fwrite(header, sizeof(header), 1, file) == 1;
+  std::vector<float> values;
+  uint64_t params = 0;
+  Status status = absl::OkStatus();
+  for (const LlmcTensor& piece : map) {
+    if (!ok || !status.ok()) break;
+    values.resize(piece.numel);
+    status = ReadCheckpointMaster(checkpoint, piece.unit,
+                                  model->units()[piece.unit].tensor(piece.tensor).offset,
+                                  piece.numel, values.data());
+    ok = status.ok() && std::fwrite(values.data(), 4, values.size(), file) == values.size();
+    params += piece.numel;
+  }
+  ok = std::fclose(file) == 0 && ok;
+  if (!status.ok() || !ok) {
+    std::remove(partial.c_str());
+    RETURN_IF_ERROR(status);
+    return absl::DataLossError(absl::StrCat("export: writing ", partial, " failed"));
+  }
+  if (std::rename(partial.c_str(), path.c_str()) != 0) {
+    std::remove(partial.c_str());
+    return absl::DataLossError(absl::StrCat("export: cannot rename ", partial, " to ", path));
+  }
+  return absl::StrCat("exported ", checkpoint.path, " (", model->Describe(), ") to ", path,
+                      ": llm.c version 3, ", params, " fp32 parameters");
+}
+
+}  // namespace strata

@@ -1,0 +1,203 @@
+// Export: import -> train -> export -> import round-trips exactly. A tiny model imported
+// from tools/hf_reference.py's fixtures trains two steps and writes a checkpoint; exported
+// as fp32 safetensors (one file and shards) and imported again, every master weight is
+// bit-identical to the checkpoint's; exported as bf16 it is the checkpoint rounded to bf16,
+// and exporting that import again gives the same bytes. llm.c's format round-trips a GPT
+// the same way; a LLaMA is refused for it. The written config.json reads back as the model.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/testing/status_matchers.h"
+#include "data/tokens.h"
+#include "launch/checkpoint.h"
+#include "launch/export_weights.h"
+#include "launch/import_weights.h"
+#include "launch/llmc_model.h"
+#include "launch/options_parse.h"
+#include "tests/engine_rig.h"
+#include "tests/placement_runs.h"
+
+namespace strata {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::StatusIs;
+
+std::string Fixture(const std::string& name) {
+  const char* dir = std::getenv("TEST_SRCDIR");
+  const char* workspace = std::getenv("TEST_WORKSPACE");
+  if (dir != nullptr && workspace != nullptr) {
+    return absl::StrCat(dir, "/", workspace, "/tests/testdata/hf/", name);
+  }
+  return "tests/testdata/hf/" + name;
+}
+
+// Token data every fixture's vocabulary (96 or 100) can read.
+std::string TokenData() {
+  const std::string path = TestDir("export-data") + "/tokens.bin";
+  std::vector<uint32_t> tokens(4096);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = (i * 31 + i / 5) % 96;
+  EXPECT_OK(WriteTokenFile(path, tokens, 96));
+  return path;
+}
+
+Options FromOptions(const std::string& from, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> sets = {"model.from=" + from, "train.micro_batch=2",
+                                   "train.seq_len=16",    "device.threads=1",
+                                   "train.eval_every=0",  "data.path=" + TokenData()};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  StatusOr<Options> options = ParseOptions("", sets);
+  EXPECT_OK(options);
+  return options.ok() ? *options : Options{};
+}
+
+// Trains `from` for two steps and returns the checkpoint written after them.
+std::string TrainedCheckpoint(const std::string& from, const std::string& name) {
+  const std::string dir = TestDir("export-checkpoints-" + name);
+  std::filesystem::remove_all(dir);
+  const PlacementRun run = TrainAllRanks(FromOptions(
+      from, {"train.steps=2", "train.checkpoint_every=2", "train.checkpoint_dir=" + dir}));
+  EXPECT_OK(run.status);
+  return dir + "/step-2";
+}
+
+// Every unit's master weights (used elements) after importing `from` into a fresh engine;
+// with `checkpoint_dir`, that state is also written there as a checkpoint (step-0).
+std::vector<std::vector<float>> ImportedMasters(const std::string& from,
+                                                const std::string& checkpoint_dir = "") {
+  Options options = FromOptions(from);
+  options.train.checkpoint_dir = checkpoint_dir;
+  StatusOr<std::unique_ptr<EngineRig>> rig = MakeEngineRig(options);
+  EXPECT_OK(rig);
+  if (!rig.ok()) return {};
+  Status imported =
+      from.rfind("hf:", 0) == 0
+          ? ImportHfWeights(from.substr(3), options.model, *(*rig)->model, *(*rig)->engine, false)
+          : ImportLlmcWeights(from.substr(5), options.model, *(*rig)->model, *(*rig)->engine,
+                              false);
+  EXPECT_OK(imported);
+  std::vector<std::vector<float>> masters;
+  for (size_t u = 0; u < (*rig)->model->units().size(); ++u) {
+    StatusOr<std::vector<float>> master = (*rig)->engine->ReadMaster(static_cast<int>(u));
+    EXPECT_OK(master);
+    master->resize((*rig)->model->units()[u].used_elements());
+    masters.push_back(*master);
+  }
+  if (!checkpoint_dir.empty()) {
+    EXPECT_OK(SaveCheckpoint(*(*rig)->engine, *(*rig)->model, options, 0, true).status());
+  }
+  return masters;
+}
+
+std::vector<std::vector<float>> CheckpointMasters(const std::string& path) {
+  StatusOr<OpenedCheckpoint> checkpoint = OpenCheckpoint(path);
+  EXPECT_OK(checkpoint);
+  std::vector<std::vector<float>> masters;
+  for (size_t u = 0; u < checkpoint->units.size(); ++u) {
+    std::vector<float> values(checkpoint->units[u].elements);
+    EXPECT_OK(ReadCheckpointMaster(*checkpoint, static_cast<int>(u), 0, values.size(),
+                                   values.data()));
+    masters.push_back(values);
+  }
+  return masters;
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+class HfExport : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Fixtures, HfExport,
+                         ::testing::Values("gpt2-tiny", "llama-tiny", "llama-tiny-tied"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
+
+TEST_P(HfExport, ImportTrainExportImportIsExact) {
+  const std::string checkpoint =
+      TrainedCheckpoint("hf:" + Fixture(GetParam()), GetParam());
+  const std::vector<std::vector<float>> want = CheckpointMasters(checkpoint);
+  ASSERT_FALSE(want.empty());
+  // The imported fixture trained: its weights moved away from the fixture's.
+  EXPECT_NE(ImportedMasters("hf:" + Fixture(GetParam())), want);
+
+  // fp32, one file and shards (a limit of 16 KiB: several shards and the index).
+  for (const uint64_t shard : {uint64_t{5} << 30, uint64_t{16} << 10}) {
+    const std::string out = TestDir(absl::StrCat("export-", GetParam(), "-", shard));
+    std::filesystem::remove_all(out);
+    ExportRequest request{checkpoint, "hf:" + out, DType::kF32, shard, false};
+    ASSERT_OK_AND_ASSIGN(const std::string line, ExportWeights(request));
+    EXPECT_THAT(line, HasSubstr(shard > (1u << 20) ? "1 safetensors file" : "shards"));
+    EXPECT_EQ(std::filesystem::exists(out + "/model.safetensors.index.json"), shard < (1u << 20));
+    EXPECT_EQ(ImportedMasters("hf:" + out), want) << "shard limit " << shard;
+  }
+
+  // bf16: the checkpoint rounded to nearest even; exported again, the same bytes.
+  const std::string bf16_dir = TestDir("export-bf16-" + GetParam());
+  const std::string again_dir = TestDir("export-bf16-again-" + GetParam());
+  const std::string state_dir = TestDir("export-bf16-state-" + GetParam());
+  for (const std::string& dir : {bf16_dir, again_dir, state_dir}) std::filesystem::remove_all(dir);
+  ASSERT_OK(
+      ExportWeights({checkpoint, "hf:" + bf16_dir, DType::kBF16, uint64_t{5} << 30, false}));
+  const std::vector<std::vector<float>> rounded = ImportedMasters("hf:" + bf16_dir, state_dir);
+  ASSERT_EQ(rounded.size(), want.size());
+  for (size_t u = 0; u < want.size(); ++u) {
+    for (size_t i = 0; i < want[u].size(); ++i) {
+      bf16 b;
+      Store(&b, want[u][i]);
+      ASSERT_EQ(rounded[u][i], Load(&b)) << "unit " << u << " element " << i;
+    }
+  }
+  // The bf16 import's state, checkpointed and exported as bf16 again: the same bytes.
+  ASSERT_OK(ExportWeights(
+      {state_dir + "/step-0", "hf:" + again_dir, DType::kBF16, uint64_t{5} << 30, false}));
+  EXPECT_EQ(ReadBytes(again_dir + "/model.safetensors"), ReadBytes(bf16_dir + "/model.safetensors"));
+  EXPECT_EQ(ReadBytes(again_dir + "/config.json"), ReadBytes(bf16_dir + "/config.json"));
+  EXPECT_THAT(ReadBytes(bf16_dir + "/config.json"), HasSubstr("\"bfloat16\""));
+}
+
+TEST(LlmcExport, GptRoundTripsAndLlamaIsRefused) {
+  const std::string checkpoint = TrainedCheckpoint("hf:" + Fixture("gpt2-tiny"), "llmc");
+  const std::string file = TestDir("export-llmc") + "/gpt2.bin";
+  ASSERT_OK_AND_ASSIGN(const std::string line,
+                       ExportWeights({checkpoint, "llmc:" + file, DType::kF32, 0, false}));
+  EXPECT_THAT(line, HasSubstr("llm.c version 3"));
+  ASSERT_OK_AND_ASSIGN(const ModelOptions header, ReadLlmcHeader(file));
+  EXPECT_EQ(header.vocab, 96);
+  EXPECT_EQ(header.padded_vocab, 128);
+  EXPECT_EQ(header.layers, 2);
+  EXPECT_EQ(ImportedMasters("llmc:" + file), CheckpointMasters(checkpoint));
+  // The bytes: 256 int32 of header, then wte's first value.
+  const std::string bytes = ReadBytes(file);
+  int32_t magic = 0, version = 0;
+  std::memcpy(&magic, bytes.data(), 4);
+  std::memcpy(&version, bytes.data() + 4, 4);
+  EXPECT_EQ(magic, 20240326);
+  EXPECT_EQ(version, 3);
+
+  const std::string llama = TrainedCheckpoint("hf:" + Fixture("llama-tiny"), "llmc-llama");
+  EXPECT_THAT(ExportWeights({llama, "llmc:" + file + ".llama", DType::kF32, 0, false}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("GPT-2 only")));
+  EXPECT_FALSE(std::filesystem::exists(file + ".llama"));
+  EXPECT_THAT(ExportWeights({llama, "safetensors:/x", DType::kF32, 0, false}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("expected hf:DIR")));
+  // A damaged llm.c file is named before anything is loaded.
+  std::filesystem::resize_file(file, std::filesystem::file_size(file) - 8);
+  EXPECT_THAT(ParseOptions("", {"model.from=llmc:" + file}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("fp32 parameters")));
+}
+
+}  // namespace
+}  // namespace strata
