@@ -77,6 +77,13 @@ class Ops {
                                    const void* out, const float* stats, int B, int T, int C,
                                    int NH, int NKV) = 0;
 
+  // Attention of one new token (generation with a KV cache, one sequence): qkv [T, C +
+  // 2*NKV*hs] holds, in rows 0..T-1, the keys and values (rotated, for LLaMA) of positions
+  // 0..T-1 and, in row T-1, the new token's query; out [C] = that query's attention over
+  // keys 0..T-1 (the last row of AttentionForward on the same qkv). O(T) per call.
+  virtual Status AttentionDecode(Stream& s, void* out, const void* qkv, int T, int C, int NH,
+                                 int NKV) = 0;
+
   // RMSNorm (LLaMA): out = inp * rstd * weight per row of C, rstd = 1/sqrt(mean(inp^2) + eps);
   // rstd: [N] fp32, saved for the backward.
   virtual Status RmsNormForward(Stream& s, void* out, float* rstd, const void* inp,

@@ -89,6 +89,12 @@ class TierCheckedOps : public Ops {
     return ops_->AttentionBackward(s, dqkv, dout, qkv, out, stats, B, T, C, NH, NKV);
   }
 
+  Status AttentionDecode(Stream& s, void* out, const void* qkv, int T, int C, int NH,
+                         int NKV) override {
+    RETURN_IF_ERROR(Check("AttentionDecode", {{"out", out}, {"qkv", qkv}}));
+    return ops_->AttentionDecode(s, out, qkv, T, C, NH, NKV);
+  }
+
   Status RmsNormForward(Stream& s, void* out, float* rstd, const void* inp, const void* weight,
                         int N, int C, float eps) override {
     RETURN_IF_ERROR(Check("RmsNormForward",

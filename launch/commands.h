@@ -26,6 +26,19 @@ struct GpuBenchArgs {
 };
 
 Status RunTrain(const CommandArgs& args);
+
+// `strata sample` (launch/sample.h): text from a checkpoint or a Hugging Face directory.
+struct SampleArgs {
+  std::string from;                // --from CHECKPOINT|hf:DIR
+  std::string prompt;              // --prompt TEXT
+  int tokens = 64;                 // --tokens N: new tokens
+  float temperature = 1.0f;        // --temperature T: 0 = greedy
+  int top_k = 0;                   // --top_k K: 0 = every token
+  uint64_t seed = 1;               // --seed S
+  std::string config_path;         // --config: device.* and train.dtype
+  std::vector<std::string> sets;   // --set
+};
+Status RunSample(const SampleArgs& args);
 Status RunBenchTrain(const CommandArgs& args);
 Status RunBenchZero(const CommandArgs& args);
 Status RunBenchOffload(const CommandArgs& args);

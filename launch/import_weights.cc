@@ -27,19 +27,78 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
+}  // namespace
+
 // One Hugging Face tensor matched with its place in the model.
-struct Piece {
+struct HfWeights::Piece {
   HfTensor map;
   const StTensor* file;
 };
 
-// Writes elements [begin, end) of unit `unit` into out (zero where no piece lands).
-Status FillUnit(const SafetensorsSet& set, const std::vector<Piece>& pieces,
-                const UnitLayout& layout, size_t begin, size_t end, float* out,
-                Progress* progress) {
+StatusOr<HfWeights> HfWeights::Open(const std::string& dir, const ModelOptions& options,
+                                    const Model& model) {
+  ASSIGN_OR_RETURN(SafetensorsSet opened, SafetensorsSet::OpenDirectory(dir));
+  HfWeights weights;
+  weights.set_ = std::make_shared<const SafetensorsSet>(std::move(opened));
+  weights.model_ = &model;
+  const SafetensorsSet& set = *weights.set_;
+  const ModelOptions resolved = ResolveModelOptions(options);
+  ASSIGN_OR_RETURN(const std::vector<HfTensor> map, HfTensorMap(resolved, model.units()));
+
+  auto by_unit = std::make_shared<std::vector<std::vector<Piece>>>(model.units().size());
+  std::vector<std::string> problems;
+  std::map<std::string, bool> used;
+  for (const HfTensor& entry : map) {
+    const StTensor* found = set.Find(entry.name);
+    std::string name = entry.name;
+    for (const std::string& alias : HfNameAliases(entry.name)) {
+      if (found != nullptr) break;
+      found = set.Find(alias);
+      name = alias;
+    }
+    if (found == nullptr) {
+      problems.push_back(absl::StrCat("tensor ", entry.name, " ", ShapeText(entry.shape),
+                                      " is missing"));
+      continue;
+    }
+    used[found->name] = true;
+    if (found->shape != entry.shape) {
+      problems.push_back(absl::StrCat(found->file, ": tensor ", name, " has shape ",
+                                      ShapeText(found->shape), ", the model needs ",
+                                      ShapeText(entry.shape)));
+      continue;
+    }
+    (*by_unit)[entry.unit].push_back({entry, found});
+    weights.bytes_ += found->bytes;
+  }
+  for (const StTensor& tensor : set.tensors()) {
+    if (!used.count(tensor.name) && !IsBuffer(tensor.name)) {
+      problems.push_back(absl::StrCat(tensor.file, ": tensor ", tensor.name, " ",
+                                      ShapeText(tensor.shape), " has no place in a ",
+                                      OptionName(resolved.family), " model of this shape"));
+    }
+  }
+  if (!problems.empty()) {
+    std::string message = absl::StrCat("model.from=hf:", dir,
+                                       ": the weights do not fit the model (", model.Describe(),
+                                       "):");
+    const size_t shown = std::min<size_t>(problems.size(), 20);
+    for (size_t i = 0; i < shown; ++i) absl::StrAppend(&message, "\n  ", problems[i]);
+    if (shown < problems.size()) {
+      absl::StrAppend(&message, "\n  ... and ", problems.size() - shown, " more");
+    }
+    return absl::InvalidArgumentError(message);
+  }
+  weights.by_unit_ = std::move(by_unit);
+  return weights;
+}
+
+Status HfWeights::Fill(int unit, size_t begin, size_t end, float* out, Progress* progress) const {
+  const SafetensorsSet& set = *set_;
+  const UnitLayout& layout = model_->units()[unit];
   std::fill(out, out + (end - begin), 0.0f);
   std::vector<float> whole;  // a transposed tensor, read whole
-  for (const Piece& piece : pieces) {
+  for (const Piece& piece : (*by_unit_)[unit]) {
     const TensorSpec& spec = layout.tensor(piece.map.tensor);
     const size_t cols = spec.shape.size() == 2 ? static_cast<size_t>(spec.shape[1]) : 1;
     const size_t rows = piece.file->numel / cols;
@@ -64,68 +123,16 @@ Status FillUnit(const SafetensorsSet& set, const std::vector<Piece>& pieces,
   return absl::OkStatus();
 }
 
-}  // namespace
-
 Status ImportHfWeights(const std::string& dir, const ModelOptions& options, const Model& model,
                        Engine& engine, bool show_progress) {
-  ASSIGN_OR_RETURN(const SafetensorsSet set, SafetensorsSet::OpenDirectory(dir));
-  const ModelOptions resolved = ResolveModelOptions(options);
-  ASSIGN_OR_RETURN(const std::vector<HfTensor> map, HfTensorMap(resolved, model.units()));
-
-  // Everything checked before any unit is stored.
-  std::vector<std::vector<Piece>> by_unit(model.units().size());
-  std::vector<std::string> problems;
-  std::map<std::string, bool> used;
-  uint64_t total_bytes = 0;
-  for (const HfTensor& entry : map) {
-    const StTensor* found = set.Find(entry.name);
-    std::string name = entry.name;
-    for (const std::string& alias : HfNameAliases(entry.name)) {
-      if (found != nullptr) break;
-      found = set.Find(alias);
-      name = alias;
-    }
-    if (found == nullptr) {
-      problems.push_back(absl::StrCat("tensor ", entry.name, " ", ShapeText(entry.shape),
-                                      " is missing"));
-      continue;
-    }
-    used[found->name] = true;
-    if (found->shape != entry.shape) {
-      problems.push_back(absl::StrCat(found->file, ": tensor ", name, " has shape ",
-                                      ShapeText(found->shape), ", the model needs ",
-                                      ShapeText(entry.shape)));
-      continue;
-    }
-    by_unit[entry.unit].push_back({entry, found});
-    total_bytes += found->bytes;
-  }
-  for (const StTensor& tensor : set.tensors()) {
-    if (!used.count(tensor.name) && !IsBuffer(tensor.name)) {
-      problems.push_back(absl::StrCat(tensor.file, ": tensor ", tensor.name, " ",
-                                      ShapeText(tensor.shape), " has no place in a ",
-                                      OptionName(resolved.family), " model of this shape"));
-    }
-  }
-  if (!problems.empty()) {
-    std::string message = absl::StrCat("model.from=hf:", dir, ": the weights do not fit the model (",
-                                       model.Describe(), "):");
-    const size_t shown = std::min<size_t>(problems.size(), 20);
-    for (size_t i = 0; i < shown; ++i) absl::StrAppend(&message, "\n  ", problems[i]);
-    if (shown < problems.size()) {
-      absl::StrAppend(&message, "\n  ... and ", problems.size() - shown, " more");
-    }
-    return absl::InvalidArgumentError(message);
-  }
-
+  ASSIGN_OR_RETURN(const HfWeights weights, HfWeights::Open(dir, options, model));
   std::optional<Progress> progress;
-  if (show_progress) progress.emplace("importing " + dir, total_bytes);
-  for (size_t u = 0; u < by_unit.size(); ++u) {
-    const UnitLayout& layout = model.units()[u];
+  if (show_progress) progress.emplace("importing " + dir, weights.bytes());
+  for (size_t u = 0; u < model.units().size(); ++u) {
     RETURN_IF_ERROR(engine.LoadUnit(
         static_cast<int>(u), [&](size_t begin, size_t end, float* out) -> Status {
-          return FillUnit(set, by_unit[u], layout, begin, end, out,
-                          progress ? &*progress : nullptr);
+          return weights.Fill(static_cast<int>(u), begin, end, out,
+                              progress ? &*progress : nullptr);
         }));
   }
   if (progress) progress->Finish();

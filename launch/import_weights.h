@@ -9,17 +9,43 @@
 // Thread-safety: one call per rank; ranks need not call it together.
 #pragma once
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "core/options.h"
+#include "core/progress.h"
+#include "models/hf/safetensors.h"
 #include "runtime/engine.h"
 #include "runtime/model.h"
 
 namespace strata {
 
-// Loads `dir` into every unit of `engine` (which runs `model`, made from `options`).
-// Errors name the file, the tensor and the problem (missing, extra, wrong shape, damaged),
-// before any unit is written. `show_progress`: a progress line for long imports.
+// A directory's weights matched to a model: every tensor present, of the right shape, and
+// nothing left over (Open checks it all), then any element range of any unit on demand.
+class HfWeights {
+ public:
+  // Errors name the file, the tensor and the problem (missing, extra, wrong shape, damaged).
+  static StatusOr<HfWeights> Open(const std::string& dir, const ModelOptions& options,
+                                  const Model& model);
+  // Elements [begin, end) of unit `unit`'s flat fp32 values into out (zero where no tensor
+  // lands: gaps, padding, padded vocabulary rows); `progress` (may be null) advances by
+  // the bytes read.
+  Status Fill(int unit, size_t begin, size_t end, float* out, Progress* progress) const;
+  uint64_t bytes() const { return bytes_; }  // of every tensor, in the files' dtypes
+
+ private:
+  struct Piece;
+  HfWeights() = default;
+  std::shared_ptr<const SafetensorsSet> set_;
+  std::shared_ptr<const std::vector<std::vector<Piece>>> by_unit_;  // pieces per unit
+  const Model* model_ = nullptr;
+  uint64_t bytes_ = 0;
+};
+
+// Loads `dir` into every unit of `engine` (which runs `model`, made from `options`): Open,
+// then each unit's stored range. Nothing is written when Open fails. `show_progress`: a
+// progress line for long imports.
 Status ImportHfWeights(const std::string& dir, const ModelOptions& options, const Model& model,
                        Engine& engine, bool show_progress);
 

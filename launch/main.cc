@@ -95,6 +95,20 @@ int main(int argc, char** argv) {
   export_command->add_option("--shard-size", export_shard,
                              "hf: larger models go into safetensors shards of this size");
 
+  strata::SampleArgs sample_args;
+  CLI::App* sample = app.add_subcommand(
+      "sample", "generate text from a checkpoint or a Hugging Face directory (KV cache)");
+  sample->add_option("--from", sample_args.from, "checkpoint (step-<k> or a checkpoint_dir) "
+                                                 "or hf:DIR")
+      ->required();
+  sample->add_option("--prompt", sample_args.prompt, "the text to continue")->required();
+  sample->add_option("--tokens", sample_args.tokens, "new tokens (default 64)");
+  sample->add_option("--temperature", sample_args.temperature, "0 = greedy (default 1)");
+  sample->add_option("--top_k", sample_args.top_k, "draw from the k most likely; 0 = all");
+  sample->add_option("--seed", sample_args.seed, "the draw's seed (default 1)");
+  sample->add_option("--config", sample_args.config_path, "JSON config: device.*, train.dtype");
+  sample->add_option("--set", sample_args.sets, "device.backend=cuda, train.dtype=bf16, ...");
+
   CLI::App* bench = app.add_subcommand("bench", "benchmarks (figures as same-run ratios)");
   bench->require_subcommand(1);
   CLI::App* bench_train = bench->add_subcommand(
@@ -179,6 +193,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (train->parsed()) status = strata::RunTrain(args);
+  else if (sample->parsed()) status = strata::RunSample(sample_args);
   else if (export_command->parsed()) {
     status = strata::RunExport(export_from, export_to, export_dtype, export_shard);
   }

@@ -58,6 +58,14 @@ class Model {
   // Logits [B*T, padded vocabulary] (compute dtype, device tier) of the last forward that
   // asked for no gradient (dloss == 0; with a gradient they are overwritten by it).
   virtual const void* logits() const = 0;
+  // Generation with a KV cache (strata sample), one sequence, no gradients. PrepareDecode
+  // allocates, on the device tier, each block's cache of `max_len` positions and one
+  // token's activations. DecodeStep runs the token ctx.inputs[0] (device tier) at
+  // `position` (< max_len; every earlier position already run) through every stage, with
+  // ctx.params[u] set for every unit; the next token's logits [padded vocabulary] are then
+  // in logits(). ctx.batch and ctx.seq_len are not read.
+  virtual Status PrepareDecode(Device& device, int max_len) = 0;
+  virtual Status DecodeStep(const StepContext& ctx, int position) = 0;
   // For a unit used by several backward stages (a tied embedding): the element ranges
   // [begin, end) of the unit that its last backward stage may add to, given the
   // micro-batch's input tokens `inputs` ([batch, seq_len], host memory); sorted and

@@ -34,6 +34,32 @@ last=$(sed -n 40p "$tmp/llama.jsonl" | grep -o '"loss":[0-9.]*' | cut -d: -f2)
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 1.0) }' ||
   fail "llama-tiny did not learn: loss $first -> $last"
 
+# Out and back in: the llama checkpoint exported to a Hugging Face directory, trained on
+# from there, and sampled from (greedy: the same text twice).
+"$strata" train --set model.preset=llama-tiny --set train.steps=2 --set train.seq_len=32 \
+  --set train.checkpoint_dir="$tmp/llama-ck" --set train.checkpoint_every=2 > /dev/null 2>&1 ||
+  fail "llama checkpoint run failed"
+"$strata" export --from "$tmp/llama-ck" --to "hf:$tmp/llama-hf" > "$tmp/export.txt" 2>&1 ||
+  { cat "$tmp/export.txt"; fail "export failed"; }
+grep -q "exported .* 1 safetensors file in F32 and config.json" "$tmp/export.txt" ||
+  { cat "$tmp/export.txt"; fail "export did not say what it wrote"; }
+[ -f "$tmp/llama-hf/model.safetensors" ] && [ -f "$tmp/llama-hf/config.json" ] ||
+  fail "export wrote no safetensors/config.json"
+"$strata" train --set model.from="hf:$tmp/llama-hf" --set train.steps=2 --set train.seq_len=32 \
+  > "$tmp/from-hf.txt" 2>&1 || { cat "$tmp/from-hf.txt"; fail "training from hf: failed"; }
+grep -q "model: LLaMA L2 H4 KV2 C64 F128 V256" "$tmp/from-hf.txt" ||
+  { cat "$tmp/from-hf.txt"; fail "model.from did not set the model"; }
+for run in 1 2; do
+  "$strata" sample --from "$tmp/llama-ck" --prompt "Anne" --tokens 8 --temperature 0 \
+    > "$tmp/sample$run.txt" 2> "$tmp/sample-err.txt" ||
+    { cat "$tmp/sample-err.txt"; fail "sample failed"; }
+done
+cmp -s "$tmp/sample1.txt" "$tmp/sample2.txt" || fail "greedy samples differ"
+[ "$(head -c 4 "$tmp/sample1.txt")" = "Anne" ] || fail "sample does not start with the prompt"
+grep -q "new tokens at .* tokens/s" "$tmp/sample-err.txt" || fail "sample printed no rate"
+"$strata" export --from "$tmp/llama-ck" --to "llmc:$tmp/x.bin" > "$tmp/llmc.txt" 2>&1
+[ $? -eq 1 ] && grep -q "GPT-2 only" "$tmp/llmc.txt" || fail "llama to llm.c not refused"
+
 # Several bad keys and values: one error listing all of them, before any work.
 "$strata" train --set train.stpes=5 --set train.lr=-1 --set device.memory_limit=lots \
   --set zero.stage=7 > "$tmp/bad.txt" 2>&1

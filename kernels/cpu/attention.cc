@@ -534,13 +534,81 @@ void AttentionBackward(Storage* dqkv, const Storage* dout, const Storage* qkv, c
   }
 }
 
+template <typename Storage>
+void AttentionDecodeReference(Storage* out, const Storage* qkv, int T, int C, int NH, int NKV) {
+  const int hs = C / NH, group = NH / NKV;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const size_t row = static_cast<size_t>(C) + 2 * static_cast<size_t>(NKV) * hs;
+  const size_t v_offset = static_cast<size_t>(C) + static_cast<size_t>(NKV) * hs;
+  std::vector<float> att(T);
+  for (int h = 0; h < NH; ++h) {
+    const int g = h / group;
+    const Storage* query = qkv + static_cast<size_t>(T - 1) * row + h * hs;
+    float max_score = -INFINITY;
+    for (int t = 0; t < T; ++t) {
+      const Storage* key = qkv + static_cast<size_t>(t) * row + C + g * hs;
+      float dot = 0.0f;
+      for (int i = 0; i < hs; ++i) dot += Load(query + i) * Load(key + i);
+      att[t] = dot * scale;
+      max_score = std::max(max_score, att[t]);
+    }
+    float exp_sum = 0.0f;
+    for (int t = 0; t < T; ++t) {
+      att[t] = std::exp(att[t] - max_score);
+      exp_sum += att[t];
+    }
+    for (int i = 0; i < hs; ++i) {
+      float sum = 0.0f;
+      for (int t = 0; t < T; ++t) {
+        sum += att[t] * Load(qkv + static_cast<size_t>(t) * row + v_offset + g * hs + i);
+      }
+      Store(out + h * hs + i, sum / exp_sum);
+    }
+  }
+}
+
+template <typename Storage>
+void AttentionDecode(Storage* out, const Storage* qkv, int T, int C, int NH, int NKV) {
+  const int hs = C / NH, group = NH / NKV;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const size_t row = static_cast<size_t>(C) + 2 * static_cast<size_t>(NKV) * hs;
+  const size_t v_offset = static_cast<size_t>(C) + static_cast<size_t>(NKV) * hs;
+#pragma omp parallel if (NH > 1)
+  {
+    std::vector<float> att(T), sums(hs);
+#pragma omp for schedule(static)
+    for (int h = 0; h < NH; ++h) {
+      const int g = h / group;
+      const Storage* query = qkv + static_cast<size_t>(T - 1) * row + h * hs;
+      float max_score = -INFINITY;
+      for (int t = 0; t < T; ++t) {
+        const Storage* key = qkv + static_cast<size_t>(t) * row + C + g * hs;
+        float dot = 0.0f;
+        for (int i = 0; i < hs; ++i) dot += Load(query + i) * Load(key + i);
+        att[t] = dot * scale;
+        max_score = std::max(max_score, att[t]);
+      }
+      const float exp_sum = ExpInPlaceAndSum(att.data(), T, max_score);
+      std::fill(sums.begin(), sums.end(), 0.0f);
+      for (int t = 0; t < T; ++t) {
+        const Storage* value = qkv + static_cast<size_t>(t) * row + v_offset + g * hs;
+        const float p = att[t];
+        for (int i = 0; i < hs; ++i) sums[i] += p * Load(value + i);
+      }
+      for (int i = 0; i < hs; ++i) Store(out + h * hs + i, sums[i] / exp_sum);
+    }
+  }
+}
+
 #define STRATA_INSTANTIATE(S)                                                                      \
   template void AttentionForwardReference<S>(S*, float*, const S*, int, int, int, int, int);       \
   template void AttentionForward<S>(S*, float*, const S*, int, int, int, int, int);                \
   template void AttentionBackwardReference<S>(S*, const S*, const S*, const S*, const float*, int, \
                                               int, int, int, int);                                 \
   template void AttentionBackward<S>(S*, const S*, const S*, const S*, const float*, int, int,     \
-                                     int, int, int);
+                                     int, int, int);                                             \
+  template void AttentionDecodeReference<S>(S*, const S*, int, int, int, int);                     \
+  template void AttentionDecode<S>(S*, const S*, int, int, int, int);
 STRATA_INSTANTIATE(float)
 STRATA_INSTANTIATE(bf16)
 #undef STRATA_INSTANTIATE

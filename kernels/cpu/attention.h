@@ -43,4 +43,12 @@ template <typename Storage>
 void AttentionBackward(Storage* dqkv, const Storage* dout, const Storage* qkv, const Storage* out,
                        const float* stats, int B, int T, int C, int NH, int NKV);
 
+// The attention of row T-1's query over keys 0..T-1 of one sequence (kernels/ops.h
+// AttentionDecode): out [C]. The reference is the specification; the fast version runs the
+// heads in parallel with ExpApprox. Both equal the last row of AttentionForward.
+template <typename Storage>
+void AttentionDecodeReference(Storage* out, const Storage* qkv, int T, int C, int NH, int NKV);
+template <typename Storage>
+void AttentionDecode(Storage* out, const Storage* qkv, int T, int C, int NH, int NKV);
+
 }  // namespace strata::cpu

@@ -194,6 +194,28 @@ TEST(Attention, GroupedQueryEqualsRepeatedKeyValueHeads) {
   ExpectAllClose(d_gqa, want, 1e-6f, 1e-5f, "dqkv");
 }
 
+// One new token against the KV cache: the last row of the full forward.
+TYPED_TEST(AttentionTest, DecodeIsTheLastRowOfTheForward) {
+  using S = TypeParam;
+  for (const Shape& shape : kShapes) {
+    if (shape.B != 1 && shape.B != 2) continue;
+    const int T = shape.T, C = shape.C, NH = shape.NH, NKV = shape.NKV;
+    Shape one = shape;
+    one.B = 1;
+    const std::vector<S> qkv = ToStorage<S>(RandomFloats(one.qkv_size(), -1, 1, 12));
+    std::vector<S> full(size_t(T) * C), ref(C), got(C);
+    std::vector<float> stats(size_t(NH) * T);
+    AttentionForwardReference(full.data(), stats.data(), qkv.data(), 1, T, C, NH, NKV);
+    AttentionDecodeReference(ref.data(), qkv.data(), T, C, NH, NKV);
+    AttentionDecode(got.data(), qkv.data(), T, C, NH, NKV);
+    const std::vector<S> last(full.end() - C, full.end());
+    ExpectAllClose(ToFloats(ref), ToFloats(last), Tolerance<S>::kOutAtol, Tolerance<S>::kOutRtol,
+                   Name("decode reference", one));
+    ExpectAllClose(ToFloats(got), ToFloats(last), Tolerance<S>::kOutAtol, Tolerance<S>::kOutRtol,
+                   Name("decode", one));
+  }
+}
+
 TEST(Attention, FastBackwardDoesNotDependOnThreadCount) {
   const int B = 2, T = 33, C = 39, NH = 3;
   const size_t qkv_size = size_t(B) * T * 3 * C;

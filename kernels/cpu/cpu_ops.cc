@@ -122,6 +122,16 @@ class CpuOps : public Ops {
     });
   }
 
+  Status AttentionDecode(Stream& s, void* out, const void* qkv, int T, int C, int NH,
+                         int NKV) override {
+    RETURN_IF_ERROR(CheckHeadShape("AttentionDecode", 1, T, C, NH, NKV));
+    if (T < 1) return absl::InvalidArgumentError("AttentionDecode: T must be >= 1");
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::AttentionDecode(As<S>(out), As<S>(qkv), T, C, NH, NKV);
+    });
+  }
+
   Status RmsNormForward(Stream& s, void* out, float* rstd, const void* inp, const void* weight,
                         int N, int C, float eps) override {
     RETURN_IF_ERROR(CheckNonNegative("RmsNormForward", {{"N", N}, {"C", C}}));

@@ -399,4 +399,58 @@ Status AttentionBackward(DType dtype, void* dqkv, const void* dout, const void* 
   });
 }
 
+// One block per query head: the scores of its query against every key (into `scores`),
+// their softmax, then each thread one or more output channels summed over the keys in order.
+template <typename S>
+__global__ void AttentionDecodeKernel(S* out, float* scores, const S* qkv, int T, int C, int NH,
+                                      int NKV, float scale) {
+  __shared__ float scratch[kWarpSize];
+  const int h = blockIdx.x, hs = C / NH, g = h / (NH / NKV);
+  const size_t row = static_cast<size_t>(C) + 2 * static_cast<size_t>(NKV) * hs;
+  const S* query = qkv + static_cast<size_t>(T - 1) * row + h * hs;
+  const S* keys = qkv + C + g * hs;
+  const S* values = qkv + C + static_cast<size_t>(NKV) * hs + g * hs;
+  float* score = scores + static_cast<size_t>(h) * T;
+  float local_max = -INFINITY;
+  for (int t = threadIdx.x; t < T; t += blockDim.x) {
+    float dot = 0.0f;
+    for (int d = 0; d < hs; ++d) dot += DeviceLoad(query + d) * DeviceLoad(keys + t * row + d);
+    score[t] = dot * scale;
+    local_max = fmaxf(local_max, score[t]);
+  }
+  const float max_score = BlockMax(local_max, scratch);
+  float local_sum = 0.0f;
+  for (int t = threadIdx.x; t < T; t += blockDim.x) {
+    const float p = expf(score[t] - max_score);
+    score[t] = p;
+    local_sum += p;
+  }
+  const float sum = BlockSum(local_sum, scratch);  // ends with a barrier: every p is written
+  for (int d = threadIdx.x; d < hs; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int t = 0; t < T; ++t) acc += score[t] * DeviceLoad(values + t * row + d);
+    DeviceStore(out + h * hs + d, acc / sum);
+  }
+}
+
+Status AttentionDecode(DType dtype, void* out, const void* qkv, int T, int C, int NH, int NKV,
+                       cudaStream_t stream) {
+  if (T == 0) return absl::OkStatus();
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  float* scores = nullptr;
+  const size_t scores_bytes = sizeof(float) * static_cast<size_t>(NH) * T;
+  CUDA_RETURN_IF_ERROR(cudaMallocAsync(reinterpret_cast<void**>(&scores), scores_bytes, stream),
+                       "allocating attention decode scores");
+  Status launched = DispatchStorage(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    AttentionDecodeKernel<S><<<NH, 128, 0, stream>>>(static_cast<S*>(out), scores,
+                                                     static_cast<const S*>(qkv), T, C, NH, NKV,
+                                                     scale);
+    return LaunchStatus("AttentionDecodeKernel", static_cast<size_t>(NH) * T);
+  });
+  CUDA_RETURN_IF_ERROR(cudaFreeAsync(scores, stream), "freeing attention decode scores");
+  return launched;
+}
+
 }  // namespace strata::cuda_kernels

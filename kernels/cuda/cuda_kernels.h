@@ -80,6 +80,12 @@ Status SwiGluForward(DType dtype, void* out, const void* inp, int N, int F, cuda
 Status SwiGluBackward(DType dtype, void* dinp, const void* inp, const void* dout, int N, int F,
                       cudaStream_t stream);
 
+// One new token's attention over a KV cache (kernels/cpu/attention.h AttentionDecode): one
+// block per query head, scores in stream-ordered scratch (NH x T floats, cudaMallocAsync,
+// freed on the stream).
+Status AttentionDecode(DType dtype, void* out, const void* qkv, int T, int C, int NH, int NKV,
+                       cudaStream_t stream);
+
 // --- elementwise (kernels/cpu/elementwise.h)
 Status GeluForward(DType dtype, void* out, const void* inp, size_t n, cudaStream_t stream);
 Status GeluBackward(DType dtype, void* dinp, const void* inp, const void* dout, size_t n,

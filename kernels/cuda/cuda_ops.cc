@@ -171,6 +171,16 @@ class CudaOps : public Ops {
     return cuda_kernels::AttentionForward(dtype_, out, stats, qkv, B, T, C, NH, NKV, stream);
   }
 
+  Status AttentionDecode(Stream& s, void* out, const void* qkv, int T, int C, int NH,
+                         int NKV) override {
+    constexpr const char* kOp = "AttentionDecode";
+    RETURN_IF_ERROR(CheckAttentionShape(kOp, 1, T, C, NH, NKV));
+    if (T < 1) return absl::InvalidArgumentError("AttentionDecode: T must be >= 1");
+    RETURN_IF_ERROR(CheckNotNull(kOp, {{"out", out}, {"qkv", qkv}}));
+    ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
+    return cuda_kernels::AttentionDecode(dtype_, out, qkv, T, C, NH, NKV, stream);
+  }
+
   Status AttentionBackward(Stream& s, void* dqkv, const void* dout, const void* qkv,
                            const void* out, const float* stats, int B, int T, int C, int NH,
                            int NKV) override {

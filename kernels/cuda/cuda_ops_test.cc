@@ -375,6 +375,29 @@ TYPED_TEST(CudaOpsTest, AttentionMatchesReference) {
   }
 }
 
+// One new token over a KV cache (generation): the CPU reference at T = 1 (itself only),
+// a few keys, and a long cache over several passes of the block, multi-head and grouped.
+TYPED_TEST(CudaOpsTest, AttentionDecodeMatchesReference) {
+  using T = TypeParam;
+  using Tol = DTypeOf<T>;
+  struct Shape {
+    int T, C, NH, NKV;
+  };
+  for (const Shape& shape : {Shape{1, 64, 4, 4}, Shape{7, 78, 6, 2}, Shape{700, 256, 4, 1}}) {
+    const int T_len = shape.T, C = shape.C, NH = shape.NH, NKV = shape.NKV;
+    const std::string where = "T=" + std::to_string(T_len) + " C=" + std::to_string(C) +
+                              " NH=" + std::to_string(NH) + " NKV=" + std::to_string(NKV);
+    const size_t qkv_width = size_t(C) + 2 * size_t(NKV) * (C / NH);
+    const std::vector<T> qkv = ToStorage<T>(RandomFloats(size_t(T_len) * qkv_width, -1, 1, 24));
+    std::vector<T> out(C);
+    cpu::AttentionDecodeReference(out.data(), qkv.data(), T_len, C, NH, NKV);
+    T* d_out = this->Upload(std::vector<T>(C));
+    ASSERT_OK(this->ops_->AttentionDecode(*this->stream_, d_out, this->Upload(qkv), T_len, C, NH,
+                                          NKV));
+    this->Expect(d_out, out, Tol::kAttention, "attention decode " + where);
+  }
+}
+
 TYPED_TEST(CudaOpsTest, RmsNormMatchesReference) {
   using T = TypeParam;
   using Tol = DTypeOf<T>;

@@ -201,6 +201,75 @@ class Gpt : public DecoderBase {
                                C);
   }
 
+  Status PrepareDecode(Device& device, int max_len) override {
+    const size_t C = config_.channels;
+    decode_len_ = max_len;
+    auto act = [&](size_t elements, DType type, const std::string& what) {
+      return Activation(device, elements, type, what);
+    };
+    decode_cache_.clear();
+    for (int l = 0; l < config_.layers; ++l) {
+      ASSIGN_OR_RETURN(Buffer cache, act(static_cast<size_t>(max_len) * 3 * C, dtype_, "kv cache"));
+      decode_cache_.push_back(std::move(cache));
+    }
+    ASSIGN_OR_RETURN(dec_x_, act(C, dtype_, "decode residual"));
+    ASSIGN_OR_RETURN(dec_ln_, act(C, dtype_, "decode norm"));
+    ASSIGN_OR_RETURN(dec_stats_, act(2, DType::kF32, "decode norm stats"));
+    ASSIGN_OR_RETURN(dec_att_, act(C, dtype_, "decode attention"));
+    ASSIGN_OR_RETURN(dec_tmp_, act(C, dtype_, "decode projection"));
+    ASSIGN_OR_RETURN(dec_fc_, act(4 * C, dtype_, "decode fc"));
+    ASSIGN_OR_RETURN(dec_gelu_, act(4 * C, dtype_, "decode gelu"));
+    ASSIGN_OR_RETURN(logits_, act(config_.padded_vocab, dtype_, "decode logits"));
+    return absl::OkStatus();
+  }
+
+  Status DecodeStep(const StepContext& ctx, int position) override {
+    if (position < 0 || position >= decode_len_ || position >= config_.max_seq_len) {
+      return absl::OutOfRangeError(absl::StrFormat(
+          "decode position %d outside the cache (%d) or the position embedding (%d)", position,
+          decode_len_, config_.max_seq_len));
+    }
+    Ops& ops = *ctx.ops;
+    Stream& s = *ctx.stream;
+    const int C = config_.channels, NH = config_.heads, L = config_.layers;
+    const size_t bytes = DTypeBytes(dtype_);
+    float* mean = dec_stats_.as<float>();
+    float* rstd = mean + 1;
+    const void* p0 = ctx.params[0];
+    const char* wpe_row =
+        static_cast<const char*>(At(p0, 0, kWpe)) + static_cast<size_t>(position) * C * bytes;
+    RETURN_IF_ERROR(ops.EncoderForward(s, dec_x_.data(), ctx.inputs, At(p0, 0, kWte), wpe_row, 1,
+                                       1, C));
+    for (int l = 0; l < L; ++l) {
+      const int u = l + 1;
+      const void* p = ctx.params[u];
+      void* qkv_row = static_cast<char*>(decode_cache_[l].data()) +
+                      static_cast<size_t>(position) * 3 * C * bytes;
+      RETURN_IF_ERROR(ops.LayerNormForward(s, dec_ln_.data(), mean, rstd, dec_x_.data(),
+                                           At(p, u, kLn1W), At(p, u, kLn1B), 1, C));
+      RETURN_IF_ERROR(ops.MatmulForward(s, qkv_row, dec_ln_.data(), At(p, u, kQkvW),
+                                        At(p, u, kQkvB), 1, C, 3 * C));
+      RETURN_IF_ERROR(ops.AttentionDecode(s, dec_att_.data(), decode_cache_[l].data(),
+                                          position + 1, C, NH, NH));
+      RETURN_IF_ERROR(ops.MatmulForward(s, dec_tmp_.data(), dec_att_.data(), At(p, u, kAttProjW),
+                                        At(p, u, kAttProjB), 1, C, C));
+      RETURN_IF_ERROR(ops.Add(s, dec_x_.data(), dec_x_.data(), dec_tmp_.data(), C));
+      RETURN_IF_ERROR(ops.LayerNormForward(s, dec_ln_.data(), mean, rstd, dec_x_.data(),
+                                           At(p, u, kLn2W), At(p, u, kLn2B), 1, C));
+      RETURN_IF_ERROR(ops.MatmulForward(s, dec_fc_.data(), dec_ln_.data(), At(p, u, kFcW),
+                                        At(p, u, kFcB), 1, C, 4 * C));
+      RETURN_IF_ERROR(ops.GeluForward(s, dec_gelu_.data(), dec_fc_.data(), 4 * C));
+      RETURN_IF_ERROR(ops.MatmulForward(s, dec_tmp_.data(), dec_gelu_.data(), At(p, u, kFcProjW),
+                                        At(p, u, kFcProjB), 1, 4 * C, C));
+      RETURN_IF_ERROR(ops.Add(s, dec_x_.data(), dec_x_.data(), dec_tmp_.data(), C));
+    }
+    const void* pf = ctx.params[L + 1];
+    RETURN_IF_ERROR(ops.LayerNormForward(s, dec_ln_.data(), mean, rstd, dec_x_.data(),
+                                         At(pf, L + 1, kLnfW), At(pf, L + 1, kLnfB), 1, C));
+    return ops.MatmulForward(s, logits_.data(), dec_ln_.data(), At(p0, 0, kWte), nullptr, 1, C,
+                             config_.padded_vocab);
+  }
+
   const float* losses() const override { return losses_.as<float>(); }
   const void* logits() const override { return logits_.data(); }
 
@@ -275,6 +344,11 @@ class Gpt : public DecoderBase {
   void* ResidualInput(int l) { return l == 0 ? encoded_.data() : blocks_[l - 1].residual3.data(); }
 
   GptConfig config_;
+  // Generation (PrepareDecode): each block's qkv rows of every position, one token's
+  // activations.
+  int decode_len_ = 0;
+  std::vector<Buffer> decode_cache_;
+  Buffer dec_x_, dec_ln_, dec_stats_, dec_att_, dec_tmp_, dec_fc_, dec_gelu_;
   Buffer encoded_, lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
   Buffer dres_, dbtc_, dqkv_, dfch_gelu_, dfch_;
   std::vector<BlockActivations> blocks_;

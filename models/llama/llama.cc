@@ -187,6 +187,75 @@ class Llama : public DecoderBase {
                                ctx.inputs, B, T, C);
   }
 
+  Status PrepareDecode(Device& device, int max_len) override {
+    const size_t C = config_.channels, F = config_.ffn_hidden;
+    const size_t QKV = C + 2 * static_cast<size_t>(config_.kv_heads) * HeadSize();
+    decode_len_ = max_len;
+    auto act = [&](size_t elements, DType type, const std::string& what) {
+      return Activation(device, elements, type, what);
+    };
+    decode_cache_.clear();
+    for (int l = 0; l < config_.layers; ++l) {
+      ASSIGN_OR_RETURN(Buffer cache, act(static_cast<size_t>(max_len) * QKV, dtype_, "kv cache"));
+      decode_cache_.push_back(std::move(cache));
+    }
+    ASSIGN_OR_RETURN(dec_x_, act(C, dtype_, "decode residual"));
+    ASSIGN_OR_RETURN(dec_ln_, act(C, dtype_, "decode norm"));
+    ASSIGN_OR_RETURN(dec_rstd_, act(1, DType::kF32, "decode norm rstd"));
+    ASSIGN_OR_RETURN(dec_att_, act(C, dtype_, "decode attention"));
+    ASSIGN_OR_RETURN(dec_tmp_, act(C, dtype_, "decode projection"));
+    ASSIGN_OR_RETURN(dec_gate_up_, act(2 * F, dtype_, "decode gate_up"));
+    ASSIGN_OR_RETURN(dec_swiglu_, act(F, dtype_, "decode swiglu"));
+    ASSIGN_OR_RETURN(logits_, act(config_.padded_vocab, dtype_, "decode logits"));
+    return absl::OkStatus();
+  }
+
+  Status DecodeStep(const StepContext& ctx, int position) override {
+    if (position < 0 || position >= decode_len_) {
+      return absl::OutOfRangeError(absl::StrFormat("decode position %d outside the cache (%d)",
+                                                   position, decode_len_));
+    }
+    Ops& ops = *ctx.ops;
+    Stream& s = *ctx.stream;
+    const int C = config_.channels, F = config_.ffn_hidden, L = config_.layers;
+    const int NH = config_.heads, NKV = config_.kv_heads, hs = HeadSize();
+    const size_t QKV = C + 2 * static_cast<size_t>(NKV) * hs;
+    const size_t bytes = DTypeBytes(dtype_);
+    const float eps = config_.norm_eps;
+    float* rstd = dec_rstd_.as<float>();
+    RETURN_IF_ERROR(ops.EncoderForward(s, dec_x_.data(), ctx.inputs,
+                                       At(ctx.params[0], 0, kTokEmbed), nullptr, 1, 1, C));
+    for (int l = 0; l < L; ++l) {
+      const int u = l + 1;
+      const void* p = ctx.params[u];
+      void* qkv_row =
+          static_cast<char*>(decode_cache_[l].data()) + static_cast<size_t>(position) * QKV * bytes;
+      RETURN_IF_ERROR(ops.RmsNormForward(s, dec_ln_.data(), rstd, dec_x_.data(),
+                                         At(p, u, kAttnNorm), 1, C, eps));
+      RETURN_IF_ERROR(ops.MatmulForward(s, qkv_row, dec_ln_.data(), At(p, u, kQkvW), nullptr, 1, C,
+                                        static_cast<int>(QKV)));
+      RETURN_IF_ERROR(
+          ops.RopeForward(s, qkv_row, 1, 1, NH, NKV, hs, config_.rope_theta, position));
+      RETURN_IF_ERROR(ops.AttentionDecode(s, dec_att_.data(), decode_cache_[l].data(),
+                                          position + 1, C, NH, NKV));
+      RETURN_IF_ERROR(ops.MatmulForward(s, dec_tmp_.data(), dec_att_.data(), At(p, u, kAttProjW),
+                                        nullptr, 1, C, C));
+      RETURN_IF_ERROR(ops.Add(s, dec_x_.data(), dec_x_.data(), dec_tmp_.data(), C));
+      RETURN_IF_ERROR(ops.RmsNormForward(s, dec_ln_.data(), rstd, dec_x_.data(),
+                                         At(p, u, kMlpNorm), 1, C, eps));
+      RETURN_IF_ERROR(ops.MatmulForward(s, dec_gate_up_.data(), dec_ln_.data(),
+                                        At(p, u, kGateUpW), nullptr, 1, C, 2 * F));
+      RETURN_IF_ERROR(ops.SwiGluForward(s, dec_swiglu_.data(), dec_gate_up_.data(), 1, F));
+      RETURN_IF_ERROR(ops.MatmulForward(s, dec_tmp_.data(), dec_swiglu_.data(), At(p, u, kDownW),
+                                        nullptr, 1, F, C));
+      RETURN_IF_ERROR(ops.Add(s, dec_x_.data(), dec_x_.data(), dec_tmp_.data(), C));
+    }
+    RETURN_IF_ERROR(ops.RmsNormForward(s, dec_ln_.data(), rstd, dec_x_.data(),
+                                       At(ctx.params[L + 1], L + 1, kNorm), 1, C, eps));
+    return ops.MatmulForward(s, logits_.data(), dec_ln_.data(), HeadWeight(ctx.params), nullptr,
+                             1, C, config_.padded_vocab);
+  }
+
   const float* losses() const override { return losses_.as<float>(); }
   const void* logits() const override { return logits_.data(); }
 
@@ -271,6 +340,11 @@ class Llama : public DecoderBase {
 
   LlamaConfig config_;
   int head_unit_ = 0;
+  // Generation (PrepareDecode): each block's qkv rows (k, v rotated) of every position,
+  // one token's activations.
+  int decode_len_ = 0;
+  std::vector<Buffer> decode_cache_;
+  Buffer dec_x_, dec_ln_, dec_rstd_, dec_att_, dec_tmp_, dec_gate_up_, dec_swiglu_;
   Buffer encoded_, lnf_, lnf_rstd_, logits_, losses_;
   Buffer dres_, dbtc_, dqkv_, dswiglu_, dgate_up_;
   std::vector<BlockActivations> blocks_;

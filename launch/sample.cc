@@ -1,0 +1,171 @@
+// See sample.h.
+#include "launch/sample.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "launch/checkpoint.h"
+#include "launch/import_weights.h"
+#include "models/create_model.h"
+#include "models/hf/hf_model.h"
+
+namespace strata {
+
+Generator::~Generator() {
+  if (stream_) (void)stream_->Synchronize();
+}
+
+StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& source,
+                                                       const Options& options, int max_len) {
+  std::unique_ptr<Generator> g(new Generator());
+  // The model's shape and a way to read each unit's fp32 values.
+  std::optional<OpenedCheckpoint> checkpoint;
+  std::string hf_dir;
+  if (absl::StartsWith(source, "hf:")) {
+    hf_dir = source.substr(3);
+    ASSIGN_OR_RETURN(ModelOptions model, ReadHfConfig(hf_dir));
+    g->model_options_ = ResolveModelOptions(model);
+  } else {
+    ASSIGN_OR_RETURN(checkpoint, OpenCheckpoint(source));
+    RETURN_IF_ERROR(VerifyCheckpointFiles(*checkpoint, false));
+    g->model_options_ = checkpoint->model;
+  }
+  if (max_len < 1 || max_len > g->model_options_.max_seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sample: ", max_len, " positions (prompt + new tokens) do not fit the model's ",
+        g->model_options_.max_seq_len));
+  }
+  g->max_len_ = max_len;
+  Options device_options = options;
+  device_options.model = g->model_options_;
+  ASSIGN_OR_RETURN(g->backend_, CreateBackend(device_options));
+  ASSIGN_OR_RETURN(g->model_,
+                   CreateModel(g->model_options_, Recompute::kNone, options.train.dtype));
+  Device& device = *g->backend_.device;
+  ASSIGN_OR_RETURN(g->stream_, device.CreateStream("sample"));
+  std::optional<HfWeights> weights;
+  if (!hf_dir.empty()) {
+    ASSIGN_OR_RETURN(HfWeights opened, HfWeights::Open(hf_dir, g->model_options_, *g->model_));
+    weights.emplace(std::move(opened));
+  }
+
+  // Every unit's params on the device: fp32 values, staged, cast to the compute dtype.
+  const DType dtype = options.train.dtype;
+  const auto& units = g->model_->units();
+  std::vector<float> values;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const size_t n = units[u].used_elements();
+    values.assign(n, 0.0f);
+    if (weights) {
+      RETURN_IF_ERROR(weights->Fill(static_cast<int>(u), 0, n, values.data(), nullptr));
+    } else {
+      RETURN_IF_ERROR(ReadCheckpointMaster(*checkpoint, static_cast<int>(u), 0, n, values.data()));
+    }
+    ASSIGN_OR_RETURN(Buffer param, device.Allocate(Tier::kDevice, StateKind::kParams,
+                                                   n * DTypeBytes(dtype), units[u].name()));
+    ASSIGN_OR_RETURN(Buffer staging, device.Allocate(Tier::kDevice, StateKind::kWorkspace,
+                                                     n * sizeof(float), "parameter staging"));
+    RETURN_IF_ERROR(device.CopyAsync(staging.data(), values.data(), n * sizeof(float),
+                                     *g->stream_));
+    RETURN_IF_ERROR(g->backend_.ops->CastFromFloat(*g->stream_, param.data(),
+                                                   staging.as<float>(), n));
+    RETURN_IF_ERROR(g->stream_->Synchronize());
+    g->params_.push_back(std::move(param));
+  }
+  RETURN_IF_ERROR(g->model_->PrepareDecode(device, max_len));
+  ASSIGN_OR_RETURN(g->token_, device.Allocate(Tier::kDevice, StateKind::kActivations,
+                                              sizeof(int32_t), "sample token"));
+  ASSIGN_OR_RETURN(g->logits_f32_,
+                   device.Allocate(Tier::kDevice, StateKind::kActivations,
+                                   g->model_options_.padded_vocab * sizeof(float),
+                                   "sample logits"));
+  g->ctx_.device = &device;
+  g->ctx_.ops = g->backend_.ops.get();
+  g->ctx_.stream = g->stream_.get();
+  for (const Buffer& param : g->params_) g->ctx_.params.push_back(param.data());
+  g->ctx_.grads.assign(units.size(), nullptr);
+  g->ctx_.inputs = g->token_.as<int32_t>();
+  g->ctx_.batch = 1;
+  g->ctx_.seq_len = 1;
+  return g;
+}
+
+StatusOr<std::vector<float>> Generator::Feed(int32_t token) {
+  if (position_ >= max_len_) {
+    return absl::OutOfRangeError(
+        absl::StrCat("sample: the KV cache holds ", max_len_, " positions, all used"));
+  }
+  if (token < 0 || token >= model_options_.vocab) {
+    return absl::InvalidArgumentError(absl::StrCat("sample: token ", token,
+                                                   " is outside the vocabulary (",
+                                                   model_options_.vocab, ")"));
+  }
+  Device& device = *backend_.device;
+  RETURN_IF_ERROR(device.CopyAsync(token_.data(), &token, sizeof(token), *stream_));
+  RETURN_IF_ERROR(model_->DecodeStep(ctx_, position_));
+  const int Vp = model_options_.padded_vocab;
+  RETURN_IF_ERROR(backend_.ops->CastToFloat(*stream_, logits_f32_.as<float>(), model_->logits(),
+                                            Vp));
+  std::vector<float> logits(Vp);
+  RETURN_IF_ERROR(device.CopyAsync(logits.data(), logits_f32_.data(), Vp * sizeof(float),
+                                   *stream_));
+  RETURN_IF_ERROR(stream_->Synchronize());
+  logits.resize(model_options_.vocab);  // the padding is no token
+  ++position_;
+  return logits;
+}
+
+std::string Generator::Describe() const {
+  return absl::StrCat(model_->Describe(), " on ", backend_.device->Describe());
+}
+
+Status ValidateSampling(const SamplingOptions& sampling) {
+  if (!(sampling.temperature >= 0.0f) || !std::isfinite(sampling.temperature)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sample: --temperature ", sampling.temperature, ": expected >= 0"));
+  }
+  if (sampling.top_k < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sample: --top_k ", sampling.top_k, ": expected >= 0 (0 = every token)"));
+  }
+  return absl::OkStatus();
+}
+
+int32_t DrawToken(const std::vector<float>& logits, const SamplingOptions& sampling,
+                  std::mt19937_64& rng) {
+  const int V = static_cast<int>(logits.size());
+  if (sampling.temperature == 0.0f || sampling.top_k == 1) {
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  std::vector<int32_t> order(V);
+  std::iota(order.begin(), order.end(), 0);
+  const int k = sampling.top_k > 0 ? std::min(sampling.top_k, V) : V;
+  // With top-k, the k most likely first (ties by id); without, every token in id order.
+  // Either way the draw depends only on the logits and rng.
+  if (k < V) {
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+  }
+  const double top = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> weights(k);
+  for (int i = 0; i < k; ++i) {
+    weights[i] = std::exp((logits[order[i]] - top) / sampling.temperature);
+  }
+  double total = 0.0;
+  for (double w : weights) total += w;
+  // A uniform draw in [0, total) from the generator's top 53 bits, through the cumulative
+  // weights (the standard distributions' results differ between standard libraries).
+  const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * total;
+  double cumulative = 0.0;
+  for (int i = 0; i < k; ++i) {
+    cumulative += weights[i];
+    if (u < cumulative) return order[i];
+  }
+  return order[k - 1];
+}
+
+}  // namespace strata

@@ -1,0 +1,66 @@
+// Text generation (`strata sample`): a model's weights from a checkpoint or a Hugging Face
+// directory, placed whole on the device in the compute dtype, run one token at a time with
+// a KV cache (Model::PrepareDecode / DecodeStep: each new token costs one row of every
+// matrix and attention over the cached keys), and the next token drawn from the logits
+// (temperature, top-k, a seeded generator: the same seed gives the same text).
+// Thread-safety: a Generator is driven by one thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/memory.h"
+#include "core/options.h"
+#include "runtime/backend.h"
+#include "runtime/model.h"
+
+namespace strata {
+
+// A model ready to generate: weights on the device, an empty KV cache.
+class Generator {
+ public:
+  // `source`: a checkpoint (step-<k> or a checkpoint_dir: its newest) or "hf:DIR". The
+  // model's shape comes from the source; `options` gives the backend (device.*) and
+  // train.dtype (the compute dtype). `max_len`: positions the cache holds (<= the model's
+  // max_seq_len).
+  static StatusOr<std::unique_ptr<Generator>> Create(const std::string& source,
+                                                     const Options& options, int max_len);
+  ~Generator();
+
+  // Runs `token` at the next position; returns the next token's logits [vocab] in fp32.
+  StatusOr<std::vector<float>> Feed(int32_t token);
+  int position() const { return position_; }
+  int max_len() const { return max_len_; }
+  const ModelOptions& model_options() const { return model_options_; }  // resolved
+  const Model& model() const { return *model_; }
+  std::string Describe() const;
+
+ private:
+  Generator() = default;
+  ModelOptions model_options_;
+  Backend backend_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Stream> stream_;
+  std::vector<Buffer> params_;
+  Buffer token_, logits_f32_;
+  StepContext ctx_;
+  int position_ = 0, max_len_ = 0;
+};
+
+// How the next token is drawn from logits: temperature 0 = the most likely (greedy);
+// top_k 0 = every token, else the k most likely, renormalised.
+struct SamplingOptions {
+  float temperature = 1.0f;
+  int top_k = 0;
+  uint64_t seed = 1;
+};
+Status ValidateSampling(const SamplingOptions& sampling);
+// One draw from `logits` with `rng` (deterministic for a seed).
+int32_t DrawToken(const std::vector<float>& logits, const SamplingOptions& sampling,
+                  std::mt19937_64& rng);
+
+}  // namespace strata

@@ -1,0 +1,131 @@
+// Generation with a KV cache against the training forward: for each family (the fixtures
+// of tools/hf_reference.py, and a strata checkpoint), the logits the Generator returns
+// token by token equal, at every position, the logits of one full forward of the same
+// sequence (EvalLoss): |got - ref| <= 1e-5 + 1e-4 |ref| in fp32 (the same kernels, but one
+// row at a time: the matmuls sum in another order). Greedy generation is the argmax of
+// those logits; a draw is a function of the seed; bad sampling options are errors.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/testing/status_matchers.h"
+#include "launch/import_weights.h"
+#include "launch/options_parse.h"
+#include "launch/sample.h"
+#include "models/create_model.h"
+#include "tests/engine_rig.h"
+
+namespace strata {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::StatusIs;
+
+std::string Fixture(const std::string& name) {
+  const char* dir = std::getenv("TEST_SRCDIR");
+  const char* workspace = std::getenv("TEST_WORKSPACE");
+  if (dir != nullptr && workspace != nullptr) {
+    return absl::StrCat(dir, "/", workspace, "/tests/testdata/hf/", name);
+  }
+  return "tests/testdata/hf/" + name;
+}
+
+constexpr int kT = 16;
+
+Options Base(const std::vector<std::string>& extra) {
+  std::vector<std::string> sets = {"train.micro_batch=1", "train.seq_len=16", "device.threads=1"};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  StatusOr<Options> options = ParseOptions("", sets);
+  EXPECT_OK(options);
+  return options.ok() ? *options : Options{};
+}
+
+// The logits of one forward over `tokens` (positions 0..kT-1) of the model `options` makes,
+// weights from the Hugging Face directory `dir`.
+std::vector<float> FullForwardLogits(const std::string& dir, const std::vector<int32_t>& tokens) {
+  const Options options = Base({"model.from=hf:" + dir});
+  StatusOr<std::unique_ptr<EngineRig>> rig = MakeEngineRig(options);
+  EXPECT_OK(rig);
+  EXPECT_OK(ImportHfWeights(dir, options.model, *(*rig)->model, *(*rig)->engine, false));
+  EXPECT_OK((*rig)->engine->EvalLoss({tokens.data(), tokens.data()}).status());
+  const int Vp = ResolveModelOptions(options.model).padded_vocab;
+  const float* logits = static_cast<const float*>((*rig)->model->logits());
+  return std::vector<float>(logits, logits + size_t(kT) * Vp);
+}
+
+class Sample : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Fixtures, Sample,
+                         ::testing::Values("gpt2-tiny", "llama-tiny", "llama-tiny-tied"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
+
+TEST_P(Sample, CachedLogitsEqualTheFullForward) {
+  const std::string dir = Fixture(GetParam());
+  std::vector<int32_t> tokens(kT);
+  for (int t = 0; t < kT; ++t) tokens[t] = (t * 29 + 3) % 90;
+  const std::vector<float> full = FullForwardLogits(dir, tokens);
+  ASSERT_OK_AND_ASSIGN(auto generator, Generator::Create("hf:" + dir, Base({}), kT));
+  const int V = generator->model_options().vocab, Vp = generator->model_options().padded_vocab;
+  ASSERT_EQ(full.size(), size_t(kT) * Vp);
+  for (int t = 0; t < kT; ++t) {
+    ASSERT_OK_AND_ASSIGN(const std::vector<float> logits, generator->Feed(tokens[t]));
+    ASSERT_EQ(logits.size(), size_t(V));
+    int wrong = 0;
+    for (int v = 0; v < V; ++v) {
+      const float want = full[size_t(t) * Vp + v];
+      if (std::fabs(logits[v] - want) > 1e-5f + 1e-4f * std::fabs(want) && wrong++ < 3) {
+        ADD_FAILURE() << "position " << t << " token " << v << ": " << logits[v] << " vs "
+                      << want;
+      }
+    }
+    ASSERT_EQ(wrong, 0) << "position " << t;
+  }
+  // The cache is full: one more token is an error, not a silent overwrite.
+  EXPECT_THAT(generator->Feed(1).status(), StatusIs(absl::StatusCode::kOutOfRange));
+}
+
+TEST(SampleDraw, GreedyTopKAndSeeds) {
+  std::vector<float> logits = {0.1f, 2.0f, -1.0f, 1.9f, 0.0f};
+  std::mt19937_64 rng(7);
+  EXPECT_EQ(DrawToken(logits, {0.0f, 0, 1}, rng), 1);  // greedy
+  EXPECT_EQ(DrawToken(logits, {1.0f, 1, 1}, rng), 1);  // top-1
+  // top-2 draws only tokens 1 and 3; a seed gives the same sequence.
+  std::mt19937_64 a(5), b(5);
+  std::vector<int32_t> first, second;
+  for (int i = 0; i < 200; ++i) {
+    first.push_back(DrawToken(logits, {1.0f, 2, 5}, a));
+    second.push_back(DrawToken(logits, {1.0f, 2, 5}, b));
+  }
+  EXPECT_EQ(first, second);
+  int ones = 0;
+  for (int32_t id : first) {
+    ASSERT_TRUE(id == 1 || id == 3) << id;
+    ones += id == 1;
+  }
+  // P(1) = e^0.1 / (1 + e^0.1) = 0.525: 200 draws within 5 standard deviations.
+  EXPECT_NEAR(ones / 200.0, 0.525, 5 * std::sqrt(0.525 * 0.475 / 200));
+  EXPECT_THAT(ValidateSampling({-1.0f, 0, 1}), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                        HasSubstr("--temperature")));
+  EXPECT_THAT(ValidateSampling({1.0f, -2, 1}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--top_k")));
+}
+
+TEST(SampleSetup, TooLongForTheModelIsAClearError) {
+  EXPECT_THAT(Generator::Create("hf:" + Fixture("llama-tiny"), Base({}), 17).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("do not fit")));
+  EXPECT_THAT(Generator::Create("/nonexistent/checkpoint", Base({}), 4).status(),
+              StatusIs(::testing::_, HasSubstr("/nonexistent/checkpoint")));
+}
+
+}  // namespace
+}  // namespace strata
