@@ -159,6 +159,14 @@ int main(int argc, char** argv) {
   bench_infinity->add_option("--steps", args.bench_steps, "measured steps per configuration")
       ->check(CLI::Range(1, 1000));
 
+  std::string import_dir;
+  CLI::App* bench_import = bench->add_subcommand(
+      "import", "Hugging Face import MB/s against a sequential read of the same files");
+  bench_import->add_option("--dir", import_dir, "directory for the model files (removed after)")
+      ->required();
+  bench_import->add_option("--config", args.config_path, "JSON config file");
+  bench_import->add_option("--set", args.sets, "e.g. model.preset=llama-1b (default gpt2-124m)");
+
   std::string nvme_dir;
   std::string nvme_size = "1GiB";
   strata::IoEngineKind nvme_engine = strata::IoEngineKind::kAuto;
@@ -205,6 +213,7 @@ int main(int argc, char** argv) {
     if (bench_gpu->count("--steps") == 0) args.bench_steps = 5;
     status = strata::RunBenchGpu(args, gpu_args);
   }
+  else if (bench_import->parsed()) status = strata::RunBenchImport(args, import_dir);
   else if (bench_nvme->parsed()) status = strata::RunBenchNvme(nvme_dir, nvme_size, nvme_engine);
   else if (bench_adam->parsed()) status = strata::RunBenchAdam(adam_threads, adam_quick);
   if (status.code() == absl::StatusCode::kCancelled && strata::StopSignal() != 0) {

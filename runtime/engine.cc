@@ -470,10 +470,11 @@ Status Engine::StoreUnitState(int unit, const UnitStateView& view) {
                                      *compute_));
   RETURN_IF_ERROR(ops_->CastFromFloat(*compute_, cast.data(), staging.as<float>(),
                                       param_elements));
-  std::vector<char> host(cast.bytes());
-  RETURN_IF_ERROR(device_->CopyAsync(host.data(), cast.data(), cast.bytes(), *compute_));
+  // Reused from unit to unit: a fresh vector would zero and fault in its pages every time.
+  if (store_host_.size() < cast.bytes()) store_host_.resize(cast.bytes());
+  RETURN_IF_ERROR(device_->CopyAsync(store_host_.data(), cast.data(), cast.bytes(), *compute_));
   RETURN_IF_ERROR(compute_->Synchronize());
-  return components_.StoreParams(unit, host.data());
+  return components_.StoreParams(unit, store_host_.data());
 }
 
 }  // namespace strata

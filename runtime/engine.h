@@ -190,6 +190,7 @@ class Engine {
   NvmeTraffic traffic_counted_;
   std::vector<UnitAccess> trace_;
   StepContext ctx_;
+  std::vector<char> store_host_;  // StoreUnitState's params on their way to their home
   Buffer tokens_device_;    // [2][B*T] int32: inputs then targets
   Buffer losses_host_;      // [grad_accum][B*T] fp32
   Buffer loss_device_;      // [world] fp32: every rank's mean loss
