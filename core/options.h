@@ -123,6 +123,14 @@ struct DataOptions {
   // byte one token).
   DataFormat format = DataFormat::kAuto;
   double val_fraction = 0.1;  // data.val_fraction: tail of the tokens held out for validation.
+  // data.tokenizer: "" (the imported model's own tokenizer file, else bytes) | bytes |
+  // gpt2 | sentencepiece:FILE | hf:PATH (a tokenizer.json, or a directory holding one or a
+  // tokenizer.model). Text is tokenized once and cached (launch/training_data.h); token
+  // files are used as they are.
+  std::string tokenizer;
+  // data.cache_dir: where tokenized text is cached; "" = $XDG_CACHE_HOME/strata/tokens or
+  // ~/.cache/strata/tokens.
+  std::string cache_dir;
 };
 
 struct TrainOptions {

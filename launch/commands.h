@@ -35,6 +35,7 @@ struct SampleArgs {
   float temperature = 1.0f;        // --temperature T: 0 = greedy
   int top_k = 0;                   // --top_k K: 0 = every token
   uint64_t seed = 1;               // --seed S
+  std::string tokenizer;           // --tokenizer SPEC: "" = hf:DIR's own, else bytes
   std::string config_path;         // --config: device.* and train.dtype
   std::vector<std::string> sets;   // --set
 };

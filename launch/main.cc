@@ -10,6 +10,7 @@
 
 #include "launch/bench_adam.h"
 #include "launch/commands.h"
+#include "launch/tokenize_command.h"
 #include "launch/interrupt.h"
 #include "launch/options_parse.h"
 
@@ -95,6 +96,14 @@ int main(int argc, char** argv) {
   export_command->add_option("--shard-size", export_shard,
                              "hf: larger models go into safetensors shards of this size");
 
+  std::string tokenize_in, tokenize_out, tokenize_spec = "gpt2";
+  CLI::App* tokenize = app.add_subcommand(
+      "tokenize", "text to a token file ahead of training (data.path takes the file)");
+  tokenize->add_option("--tokenizer", tokenize_spec,
+                       "bytes | gpt2 | sentencepiece:FILE | hf:PATH (default gpt2)");
+  tokenize->add_option("--in", tokenize_in, "text file (default: the embedded corpus)");
+  tokenize->add_option("--out", tokenize_out, "token file to write")->required();
+
   strata::SampleArgs sample_args;
   CLI::App* sample = app.add_subcommand(
       "sample", "generate text from a checkpoint or a Hugging Face directory (KV cache)");
@@ -106,6 +115,9 @@ int main(int argc, char** argv) {
   sample->add_option("--temperature", sample_args.temperature, "0 = greedy (default 1)");
   sample->add_option("--top_k", sample_args.top_k, "draw from the k most likely; 0 = all");
   sample->add_option("--seed", sample_args.seed, "the draw's seed (default 1)");
+  sample->add_option("--tokenizer", sample_args.tokenizer,
+                     "bytes | gpt2 | sentencepiece:FILE | hf:PATH; default: hf:DIR's own, "
+                     "else bytes");
   sample->add_option("--config", sample_args.config_path, "JSON config: device.*, train.dtype");
   sample->add_option("--set", sample_args.sets, "device.backend=cuda, train.dtype=bf16, ...");
 
@@ -202,6 +214,9 @@ int main(int argc, char** argv) {
   }
   if (train->parsed()) status = strata::RunTrain(args);
   else if (sample->parsed()) status = strata::RunSample(sample_args);
+  else if (tokenize->parsed()) {
+    status = strata::RunTokenize(tokenize_in, tokenize_out, tokenize_spec);
+  }
   else if (export_command->parsed()) {
     status = strata::RunExport(export_from, export_to, export_dtype, export_shard);
   }

@@ -87,6 +87,15 @@ const std::vector<KeySpec>& Keys() {
        "auto (a token file by its magic, else UTF-8 text: a file with more than 1% "
        "invalid UTF-8 is refused as binary) | bytes (any file, each byte one token).",
        false},
+      {"data.tokenizer", +[](Options& o) { return &o.data.tokenizer; },
+       "\"\" (model.from's own tokenizer.json/tokenizer.model, else bytes) | bytes | gpt2 | "
+       "sentencepiece:FILE | hf:PATH (a tokenizer.json or a directory holding one or a "
+       "tokenizer.model); text is tokenized once and cached, token files are used as they are.",
+       false},
+      {"data.cache_dir", +[](Options& o) { return &o.data.cache_dir; },
+       "directory of cached tokenized text; \"\" = $XDG_CACHE_HOME/strata/tokens or "
+       "~/.cache/strata/tokens.",
+       false},
       {"data.val_fraction", +[](Options& o) { return &o.data.val_fraction; },
        "tail of the tokens held out for validation; in (0, 1).", false},
       {"train.steps", +[](Options& o) { return &o.train.steps; }, "optimizer steps to run; >= 1.",

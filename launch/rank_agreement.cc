@@ -57,7 +57,8 @@ std::map<std::string, std::string> KeyValues(const std::string& text) {
 const std::vector<std::string>& RankLocalKeys() {
   static const auto* keys = new std::vector<std::string>{
       "zero.nvme_dir",  "zero.nvme_allow_memory_fs", "device.memory_limit", "device.threads",
-      "tiers.host_memory_limit", "nvme.engine", "nvme.queue_depth", "train.log_every"};
+      "tiers.host_memory_limit", "nvme.engine", "nvme.queue_depth", "train.log_every",
+      "data.cache_dir"};
   return *keys;
 }
 

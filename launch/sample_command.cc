@@ -7,7 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "launch/commands.h"
 #include "launch/options_parse.h"
+#include "absl/strings/match.h"
+#include "data/tokenizer/tokenizer.h"
 #include "launch/sample.h"
+#include "launch/training_data.h"
 
 namespace strata {
 
@@ -22,17 +25,27 @@ Status RunSample(const SampleArgs& args) {
     return absl::InvalidArgumentError("sample: --prompt is empty: give the text to continue");
   }
   ASSIGN_OR_RETURN(const Options options, ParseOptions(args.config_path, args.sets));
-  // Byte-level text: every byte of the prompt is one token.
-  std::vector<int32_t> prompt(args.prompt.begin(), args.prompt.end());
-  for (int32_t& id : prompt) id = static_cast<unsigned char>(id);
+  // The tokenizer: --tokenizer, else a Hugging Face directory's own, else bytes.
+  std::string spec = args.tokenizer;
+  if (spec.empty()) {
+    Options with_source = options;
+    with_source.model.from = absl::StartsWith(args.from, "hf:") ? args.from : "";
+    spec = ResolvedTokenizerSpec(with_source);
+  }
+  ASSIGN_OR_RETURN(const std::unique_ptr<Tokenizer> tokenizer, OpenTokenizer(spec));
+  ASSIGN_OR_RETURN(const std::vector<uint32_t> encoded, tokenizer->Encode(args.prompt));
+  if (encoded.empty()) return absl::InvalidArgumentError("sample: the prompt gives no tokens");
+  const std::vector<int32_t> prompt(encoded.begin(), encoded.end());
   const int max_len = static_cast<int>(prompt.size()) + args.tokens;
   ASSIGN_OR_RETURN(auto generator, Generator::Create(args.from, options, max_len));
-  if (generator->model_options().vocab < 256) {
+  if (tokenizer->vocab_size() > generator->model_options().vocab) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "sample: the model's vocabulary (", generator->model_options().vocab,
-        ") is smaller than the byte-level tokenizer's 256"));
+        "sample: the tokenizer (", tokenizer->Describe(), ") has ", tokenizer->vocab_size(),
+        " ids, more than the model's vocabulary (", generator->model_options().vocab,
+        "): give the model's own with --tokenizer"));
   }
-  std::fprintf(stderr, "sample: %s\n", generator->Describe().c_str());
+  std::fprintf(stderr, "sample: %s; %s\n", generator->Describe().c_str(),
+               tokenizer->Describe().c_str());
   std::mt19937_64 rng(args.seed);
   const auto start = std::chrono::steady_clock::now();
   StatusOr<std::vector<float>> logits;
@@ -42,11 +55,16 @@ Status RunSample(const SampleArgs& args) {
   }
   const auto prefilled = std::chrono::steady_clock::now();
   std::fwrite(args.prompt.data(), 1, args.prompt.size(), stdout);
-  int generated = 0;
-  for (; generated < args.tokens; ++generated) {
+  // Tokens decode to bytes; a character may span tokens, so the text printed is always the
+  // decoding of everything so far, and only its new bytes are written.
+  std::vector<uint32_t> generated_ids;
+  size_t printed = 0;
+  for (int generated = 0; generated < args.tokens; ++generated) {
     const int32_t next = DrawToken(*logits, sampling, rng);
-    const char byte = static_cast<char>(next < 256 ? next : '?');
-    std::fputc(byte, stdout);
+    generated_ids.push_back(static_cast<uint32_t>(next));
+    ASSIGN_OR_RETURN(const std::string text, tokenizer->Decode(generated_ids));
+    std::fwrite(text.data() + printed, 1, text.size() - printed, stdout);
+    printed = text.size();
     std::fflush(stdout);
     if (generated + 1 == args.tokens) break;
     logits = generator->Feed(next);

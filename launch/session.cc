@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "launch/checkpoint.h"
 #include "launch/import_weights.h"
+#include "launch/training_data.h"
 #include "launch/llmc_model.h"
 #include "models/create_model.h"
 #include "core/cuda/cuda_device.h"
@@ -57,7 +58,9 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
   ASSIGN_OR_RETURN(session->backend_, CreateBackend(options, communicator->local_rank(),
                                                     communicator->local_size()));
   const int global_rows = options.train.micro_batch * communicator->world_size();
-  ASSIGN_OR_RETURN(session->dataset_, LoadTokens(options.data, options.model.vocab));
+  std::string data_description;
+  ASSIGN_OR_RETURN(session->dataset_, LoadTrainingTokens(options, &data_description));
+  session->dataset_.description += "; " + data_description;
   ASSIGN_OR_RETURN(TokenSplits splits, SplitTokens(session->dataset_, options.data.val_fraction,
                                                    options.train.seq_len));
   ASSIGN_OR_RETURN(BatchSampler train,

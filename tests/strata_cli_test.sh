@@ -60,6 +60,34 @@ grep -q "new tokens at .* tokens/s" "$tmp/sample-err.txt" || fail "sample printe
 "$strata" export --from "$tmp/llama-ck" --to "llmc:$tmp/x.bin" > "$tmp/llmc.txt" 2>&1
 [ $? -eq 1 ] && grep -q "GPT-2 only" "$tmp/llmc.txt" || fail "llama to llm.c not refused"
 
+# Real tokenizers: GPT-2's BPE tokenizes the corpus once into the cache, a second run loads
+# the cached file; strata tokenize writes a token file that trains as it is.
+gpt2_dir="${STRATA_TOKENIZER_DIR:-/usr/local/share/strata/tokenizers}/gpt2"
+if [ -f "$gpt2_dir/encoder.json" ] && [ -f "$gpt2_dir/vocab.bpe" ]; then
+  bpe=(--set model.preset=tiny --set model.vocab=50257 --set data.tokenizer=gpt2
+       --set data.cache_dir="$tmp/token-cache" --set train.steps=2 --set train.seq_len=16)
+  for run in 1 2; do
+    "$strata" train "${bpe[@]}" > "$tmp/bpe$run.txt" 2>&1 ||
+      { cat "$tmp/bpe$run.txt"; fail "training with data.tokenizer=gpt2 failed"; }
+    grep -q "tokenizer: GPT-2 byte-level BPE" "$tmp/bpe$run.txt" ||
+      { cat "$tmp/bpe$run.txt"; fail "no tokenizer line"; }
+  done
+  [ "$(ls "$tmp/token-cache" | wc -l)" -eq 1 ] || fail "the cache should hold one file"
+  grep -q "strata token file" "$tmp/bpe2.txt" || grep -q "tokens cached in" "$tmp/bpe2.txt" ||
+    fail "second run did not use the cache"
+  "$strata" tokenize --tokenizer gpt2 --out "$tmp/corpus.tokens" > "$tmp/tok.txt" 2>&1 ||
+    { cat "$tmp/tok.txt"; fail "strata tokenize failed"; }
+  "$strata" train --set model.preset=tiny --set model.vocab=50257 --set train.steps=2 \
+    --set train.seq_len=16 --set data.path="$tmp/corpus.tokens" > "$tmp/tokfile.txt" 2>&1 ||
+    { cat "$tmp/tokfile.txt"; fail "training on the tokenize output failed"; }
+  "$strata" train --set model.preset=tiny --set data.tokenizer=gpt2 --set train.steps=1 \
+    > "$tmp/small-vocab.txt" 2>&1
+  grep -q "set model.vocab to at least 50257" "$tmp/small-vocab.txt" ||
+    { cat "$tmp/small-vocab.txt"; fail "a vocabulary too small for the tokenizer not named"; }
+else
+  echo "SKIPPED: GPT-2 tokenizer files not installed in $gpt2_dir (tools/install_deps.sh)"
+fi
+
 # Several bad keys and values: one error listing all of them, before any work.
 "$strata" train --set train.stpes=5 --set train.lr=-1 --set device.memory_limit=lots \
   --set zero.stage=7 > "$tmp/bad.txt" 2>&1
