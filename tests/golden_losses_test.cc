@@ -29,6 +29,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/cpu_info.h"
 #include "core/testing/status_matchers.h"
 #include "tests/placement_runs.h"
 
@@ -91,23 +92,11 @@ std::vector<GoldenRun> Runs() {
   };
 }
 
-std::string ReadCpuInfoField(const std::string& field) {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string key = line.substr(0, colon);
-    key.erase(key.find_last_not_of(" \t") + 1);
-    if (key == field) return colon + 2 <= line.size() ? line.substr(colon + 2) : "";
-  }
-  return "";
-}
 
 // The CPU model (name, family, model number: Zen 4 and Zen 5 share the name) and the
 // features the kernels and oneDNN dispatch on.
 std::string CpuSignature() {
-  std::istringstream flags(ReadCpuInfoField("flags"));
+  std::istringstream flags(CpuInfoField("flags"));
   std::vector<std::string> picked;
   for (std::string flag; flags >> flag;) {
     for (const char* wanted : {"avx2", "fma", "avx512f", "avx512bw", "avx512_bf16",
@@ -115,8 +104,8 @@ std::string CpuSignature() {
       if (flag == wanted) picked.push_back(flag);
     }
   }
-  return absl::StrCat(ReadCpuInfoField("model name"), " family ", ReadCpuInfoField("cpu family"),
-                      " model ", ReadCpuInfoField("model"), " [", absl::StrJoin(picked, " "),
+  return absl::StrCat(CpuInfoField("model name"), " family ", CpuInfoField("cpu family"),
+                      " model ", CpuInfoField("model"), " [", absl::StrJoin(picked, " "),
                       "]");
 }
 

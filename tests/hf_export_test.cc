@@ -24,6 +24,7 @@
 #include "launch/llmc_model.h"
 #include "launch/options_parse.h"
 #include "tests/engine_rig.h"
+#include "tests/hf_fixtures.h"
 #include "tests/placement_runs.h"
 
 namespace strata {
@@ -31,15 +32,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::StatusIs;
-
-std::string Fixture(const std::string& name) {
-  const char* dir = std::getenv("TEST_SRCDIR");
-  const char* workspace = std::getenv("TEST_WORKSPACE");
-  if (dir != nullptr && workspace != nullptr) {
-    return absl::StrCat(dir, "/", workspace, "/tests/testdata/hf/", name);
-  }
-  return "tests/testdata/hf/" + name;
-}
 
 // Token data every fixture's vocabulary (96 or 100) can read.
 std::string TokenData() {
@@ -119,19 +111,15 @@ std::string ReadBytes(const std::string& path) {
 class HfExport : public ::testing::TestWithParam<std::string> {};
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfExport,
                          ::testing::Values("gpt2-tiny", "llama-tiny", "llama-tiny-tied"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& c : name) c = c == '-' ? '_' : c;
-                           return name;
-                         });
+                         [](const auto& info) { return HfFixtureTestName(info.param); });
 
 TEST_P(HfExport, ImportTrainExportImportIsExact) {
   const std::string checkpoint =
-      TrainedCheckpoint("hf:" + Fixture(GetParam()), GetParam());
+      TrainedCheckpoint("hf:" + HfFixture(GetParam()), GetParam());
   const std::vector<std::vector<float>> want = CheckpointMasters(checkpoint);
   ASSERT_FALSE(want.empty());
   // The imported fixture trained: its weights moved away from the fixture's.
-  EXPECT_NE(ImportedMasters("hf:" + Fixture(GetParam())), want);
+  EXPECT_NE(ImportedMasters("hf:" + HfFixture(GetParam())), want);
 
   // fp32, one file and shards (a limit of 16 KiB: several shards and the index).
   for (const uint64_t shard : {uint64_t{5} << 30, uint64_t{16} << 10}) {
@@ -169,7 +157,7 @@ TEST_P(HfExport, ImportTrainExportImportIsExact) {
 }
 
 TEST(LlmcExport, GptRoundTripsAndLlamaIsRefused) {
-  const std::string checkpoint = TrainedCheckpoint("hf:" + Fixture("gpt2-tiny"), "llmc");
+  const std::string checkpoint = TrainedCheckpoint("hf:" + HfFixture("gpt2-tiny"), "llmc");
   const std::string file = TestDir("export-llmc") + "/gpt2.bin";
   ASSERT_OK_AND_ASSIGN(const std::string line,
                        ExportWeights({checkpoint, "llmc:" + file, DType::kF32, 0, false}));
@@ -187,7 +175,7 @@ TEST(LlmcExport, GptRoundTripsAndLlamaIsRefused) {
   EXPECT_EQ(magic, 20240326);
   EXPECT_EQ(version, 3);
 
-  const std::string llama = TrainedCheckpoint("hf:" + Fixture("llama-tiny"), "llmc-llama");
+  const std::string llama = TrainedCheckpoint("hf:" + HfFixture("llama-tiny"), "llmc-llama");
   EXPECT_THAT(ExportWeights({llama, "llmc:" + file + ".llama", DType::kF32, 0, false}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("GPT-2 only")));
   EXPECT_FALSE(std::filesystem::exists(file + ".llama"));

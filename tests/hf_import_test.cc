@@ -26,6 +26,7 @@
 #include "models/hf/hf_model.h"
 #include "models/hf/safetensors.h"
 #include "tests/engine_rig.h"
+#include "tests/hf_fixtures.h"
 #include "tests/placement_runs.h"
 
 namespace strata {
@@ -33,15 +34,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::StatusIs;
-
-std::string Fixture(const std::string& name) {
-  const char* dir = std::getenv("TEST_SRCDIR");
-  const char* workspace = std::getenv("TEST_WORKSPACE");
-  if (dir != nullptr && workspace != nullptr) {
-    return absl::StrCat(dir, "/", workspace, "/tests/testdata/hf/", name);
-  }
-  return "tests/testdata/hf/" + name;
-}
 
 Options ImportOptions(const std::string& dir, const std::vector<std::string>& extra = {}) {
   std::vector<std::string> sets = {"model.from=hf:" + dir, "train.micro_batch=2",
@@ -65,14 +57,10 @@ std::vector<float> ReadAll(const SafetensorsSet& set, const std::string& name) {
 class HfImport : public ::testing::TestWithParam<std::string> {};
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfImport,
                          ::testing::Values("gpt2-tiny", "llama-tiny", "llama-tiny-tied"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& c : name) c = c == '-' ? '_' : c;
-                           return name;
-                         });
+                         [](const auto& info) { return HfFixtureTestName(info.param); });
 
 TEST_P(HfImport, MatchesTheReferenceImplementation) {
-  const std::string dir = Fixture(GetParam());
+  const std::string dir = HfFixture(GetParam());
   const Options options = ImportOptions(dir);
   ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(options));
   ASSERT_OK(ImportHfWeights(dir, options.model, *rig->model, *rig->engine, false));
@@ -140,14 +128,10 @@ TEST_P(HfImport, MatchesTheReferenceImplementation) {
 // whole units (stage 3 without NVMe still shards: equal losses mean equal weights).
 class HfImportRanks : public ::testing::TestWithParam<std::string> {};
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfImportRanks, ::testing::Values("gpt2-tiny", "llama-tiny"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& c : name) c = c == '-' ? '_' : c;
-                           return name;
-                         });
+                         [](const auto& info) { return HfFixtureTestName(info.param); });
 
 TEST_P(HfImportRanks, ShardedLoadOnNvmeGivesTheSameLoss) {
-  const std::string dir = Fixture(GetParam());
+  const std::string dir = HfFixture(GetParam());
   std::vector<double> losses[2];
   for (int nvme = 0; nvme < 2; ++nvme) {
     // Tokens of both vocabularies (96, 100): the corpus's bytes would not fit.
@@ -178,7 +162,7 @@ TEST_P(HfImportRanks, ShardedLoadOnNvmeGivesTheSameLoss) {
 std::string CopyFixture(const std::string& name, const std::string& as) {
   const std::string out = TestDir(as);
   for (const char* file : {"config.json", "model.safetensors"}) {
-    std::filesystem::copy_file(Fixture(name) + "/" + file, out + "/" + file,
+    std::filesystem::copy_file(HfFixture(name) + "/" + file, out + "/" + file,
                                std::filesystem::copy_options::overwrite_existing);
   }
   return out;
@@ -187,7 +171,7 @@ std::string CopyFixture(const std::string& name, const std::string& as) {
 TEST(HfImportErrors, BadDirectoriesAreClearErrors) {
   // A shape the weights do not fit: the tensor, the file's shape and the model's.
   {
-    const std::string dir = Fixture("llama-tiny");
+    const std::string dir = HfFixture("llama-tiny");
     const Options options = ImportOptions(dir, {"model.ffn_hidden=64"});
     ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(options));
     EXPECT_THAT(ImportHfWeights(dir, options.model, *rig->model, *rig->engine, false),

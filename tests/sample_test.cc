@@ -21,21 +21,13 @@
 #include "launch/sample.h"
 #include "models/create_model.h"
 #include "tests/engine_rig.h"
+#include "tests/hf_fixtures.h"
 
 namespace strata {
 namespace {
 
 using ::testing::HasSubstr;
 using testing::StatusIs;
-
-std::string Fixture(const std::string& name) {
-  const char* dir = std::getenv("TEST_SRCDIR");
-  const char* workspace = std::getenv("TEST_WORKSPACE");
-  if (dir != nullptr && workspace != nullptr) {
-    return absl::StrCat(dir, "/", workspace, "/tests/testdata/hf/", name);
-  }
-  return "tests/testdata/hf/" + name;
-}
 
 constexpr int kT = 16;
 
@@ -63,14 +55,10 @@ std::vector<float> FullForwardLogits(const std::string& dir, const std::vector<i
 class Sample : public ::testing::TestWithParam<std::string> {};
 INSTANTIATE_TEST_SUITE_P(Fixtures, Sample,
                          ::testing::Values("gpt2-tiny", "llama-tiny", "llama-tiny-tied"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& c : name) c = c == '-' ? '_' : c;
-                           return name;
-                         });
+                         [](const auto& info) { return HfFixtureTestName(info.param); });
 
 TEST_P(Sample, CachedLogitsEqualTheFullForward) {
-  const std::string dir = Fixture(GetParam());
+  const std::string dir = HfFixture(GetParam());
   std::vector<int32_t> tokens(kT);
   for (int t = 0; t < kT; ++t) tokens[t] = (t * 29 + 3) % 90;
   const std::vector<float> full = FullForwardLogits(dir, tokens);
@@ -121,7 +109,7 @@ TEST(SampleDraw, GreedyTopKAndSeeds) {
 }
 
 TEST(SampleSetup, TooLongForTheModelIsAClearError) {
-  EXPECT_THAT(Generator::Create("hf:" + Fixture("llama-tiny"), Base({}), 17).status(),
+  EXPECT_THAT(Generator::Create("hf:" + HfFixture("llama-tiny"), Base({}), 17).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("do not fit")));
   EXPECT_THAT(Generator::Create("/nonexistent/checkpoint", Base({}), 4).status(),
               StatusIs(::testing::_, HasSubstr("/nonexistent/checkpoint")));

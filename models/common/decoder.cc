@@ -92,6 +92,35 @@ size_t DecoderBase::num_params() const {
   return params;
 }
 
+void CheckDecoderShape(int layers, int heads, int channels, int vocab, int padded_vocab,
+                       int max_seq_len, std::vector<std::string>* problems) {
+  if (layers < 1) problems->push_back("model.layers must be >= 1");
+  if (heads < 1) problems->push_back("model.heads must be >= 1");
+  if (channels < 1) problems->push_back("model.channels must be >= 1");
+  if (vocab < 1) problems->push_back("model.vocab must be >= 1");
+  if (padded_vocab < vocab) {
+    problems->push_back(absl::StrFormat("model.padded_vocab (%d) must be >= model.vocab (%d)",
+                                        padded_vocab, vocab));
+  }
+  if (max_seq_len < 1) problems->push_back("model.max_seq_len must be >= 1");
+  if (heads >= 1 && channels % heads != 0) {
+    problems->push_back(absl::StrFormat(
+        "model.channels (%d) must be divisible by model.heads (%d)", channels, heads));
+  }
+}
+
+Status ConfigProblems(const std::string& what, const std::vector<std::string>& problems) {
+  if (problems.empty()) return absl::OkStatus();
+  std::string message = absl::StrCat("invalid ", what, " configuration:");
+  for (const auto& p : problems) absl::StrAppend(&message, "\n  ", p);
+  return absl::InvalidArgumentError(message);
+}
+
+std::string VocabText(int vocab, int padded_vocab) {
+  return padded_vocab == vocab ? absl::StrCat(vocab)
+                               : absl::StrCat(vocab, " (padded ", padded_vocab, ")");
+}
+
 int DefaultPaddedVocab(int vocab) { return (vocab + 63) / 64 * 64; }
 
 }  // namespace strata

@@ -65,6 +65,18 @@ class DecoderBase : public Model {
   int batch_ = 0, seq_len_ = 0;
 };
 
+// The shape checks both families share (layers, heads, channels divisible by heads, vocab,
+// padded_vocab >= vocab, max_seq_len), appended to `problems` as "model.<key> ..." lines.
+void CheckDecoderShape(int layers, int heads, int channels, int vocab, int padded_vocab,
+                       int max_seq_len, std::vector<std::string>* problems);
+
+// OK when `problems` is empty, else kInvalidArgument: "invalid <what> configuration:" and
+// one problem per line.
+Status ConfigProblems(const std::string& what, const std::vector<std::string>& problems);
+
+// "50257 (padded 50304)", or "256" where the two are equal: the vocabulary in Describe().
+std::string VocabText(int vocab, int padded_vocab);
+
 // The padded vocabulary a model uses when none is configured: `vocab` rounded up to a
 // multiple of 64 (GPT-2: 50,257 -> 50,304), as llm.c pads it.
 int DefaultPaddedVocab(int vocab);

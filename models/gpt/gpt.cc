@@ -284,12 +284,9 @@ class Gpt : public DecoderBase {
   }
 
   std::string Describe() const override {
-    const std::string vocab =
-        config_.padded_vocab == config_.vocab
-            ? absl::StrCat(config_.vocab)
-            : absl::StrCat(config_.vocab, " (padded ", config_.padded_vocab, ")");
     return absl::StrFormat("GPT L%d H%d C%d V%s T%d, %.2fM parameters in %d units, %s",
-                           config_.layers, config_.heads, config_.channels, vocab,
+                           config_.layers, config_.heads, config_.channels,
+                           VocabText(config_.vocab, config_.padded_vocab),
                            config_.max_seq_len, num_params() / 1e6,
                            static_cast<int>(units_.size()), DTypeName(dtype_));
   }
@@ -359,23 +356,9 @@ class Gpt : public DecoderBase {
 
 Status ValidateGptConfig(const GptConfig& config) {
   std::vector<std::string> problems;
-  if (config.layers < 1) problems.push_back("model.layers must be >= 1");
-  if (config.heads < 1) problems.push_back("model.heads must be >= 1");
-  if (config.channels < 1) problems.push_back("model.channels must be >= 1");
-  if (config.vocab < 1) problems.push_back("model.vocab must be >= 1");
-  if (config.padded_vocab < config.vocab) {
-    problems.push_back(absl::StrFormat("model.padded_vocab (%d) must be >= model.vocab (%d)",
-                                       config.padded_vocab, config.vocab));
-  }
-  if (config.max_seq_len < 1) problems.push_back("model.max_seq_len must be >= 1");
-  if (config.heads >= 1 && config.channels % config.heads != 0) {
-    problems.push_back(absl::StrFormat("model.channels (%d) must be divisible by model.heads (%d)",
-                                       config.channels, config.heads));
-  }
-  if (problems.empty()) return absl::OkStatus();
-  std::string message = "invalid GPT configuration:";
-  for (const auto& p : problems) absl::StrAppend(&message, "\n  ", p);
-  return absl::InvalidArgumentError(message);
+  CheckDecoderShape(config.layers, config.heads, config.channels, config.vocab,
+                    config.padded_vocab, config.max_seq_len, &problems);
+  return ConfigProblems("GPT", problems);
 }
 
 StatusOr<std::unique_ptr<Model>> CreateGpt(const GptConfig& config, DType dtype) {

@@ -270,10 +270,7 @@ class Llama : public DecoderBase {
   }
 
   std::string Describe() const override {
-    const std::string vocab =
-        config_.padded_vocab == config_.vocab
-            ? absl::StrCat(config_.vocab)
-            : absl::StrCat(config_.vocab, " (padded ", config_.padded_vocab, ")");
+    const std::string vocab = VocabText(config_.vocab, config_.padded_vocab);
     return absl::StrFormat(
         "LLaMA L%d H%d KV%d C%d F%d V%s T%d theta %g, %s head, %.2fM parameters in %d units, %s",
         config_.layers, config_.heads, config_.kv_heads, config_.channels, config_.ffn_hidden,
@@ -355,23 +352,14 @@ class Llama : public DecoderBase {
 
 Status ValidateLlamaConfig(const LlamaConfig& config) {
   std::vector<std::string> problems;
-  if (config.layers < 1) problems.push_back("model.layers must be >= 1");
-  if (config.heads < 1) problems.push_back("model.heads must be >= 1");
+  CheckDecoderShape(config.layers, config.heads, config.channels, config.vocab,
+                    config.padded_vocab, config.max_seq_len, &problems);
   if (config.kv_heads < 1) problems.push_back("model.kv_heads must be >= 1");
-  if (config.channels < 1) problems.push_back("model.channels must be >= 1");
   if (config.ffn_hidden < 1) problems.push_back("model.ffn_hidden must be >= 1");
-  if (config.vocab < 1) problems.push_back("model.vocab must be >= 1");
-  if (config.padded_vocab < config.vocab) {
-    problems.push_back(absl::StrFormat("model.padded_vocab (%d) must be >= model.vocab (%d)",
-                                       config.padded_vocab, config.vocab));
-  }
-  if (config.max_seq_len < 1) problems.push_back("model.max_seq_len must be >= 1");
   if (!(config.rope_theta > 0.0f)) problems.push_back("model.rope_theta must be > 0");
   if (!(config.norm_eps > 0.0f)) problems.push_back("model.norm_eps must be > 0");
-  if (config.heads >= 1 && config.channels % config.heads != 0) {
-    problems.push_back(absl::StrFormat("model.channels (%d) must be divisible by model.heads (%d)",
-                                       config.channels, config.heads));
-  } else if (config.heads >= 1 && (config.channels / config.heads) % 2 != 0) {
+  if (config.heads >= 1 && config.channels % config.heads == 0 &&
+      (config.channels / config.heads) % 2 != 0) {
     problems.push_back(absl::StrFormat(
         "the head size model.channels / model.heads (%d) must be even for rotary embeddings",
         config.channels / config.heads));
@@ -380,10 +368,7 @@ Status ValidateLlamaConfig(const LlamaConfig& config) {
     problems.push_back(absl::StrFormat("model.heads (%d) must be a multiple of model.kv_heads (%d)",
                                        config.heads, config.kv_heads));
   }
-  if (problems.empty()) return absl::OkStatus();
-  std::string message = "invalid LLaMA configuration:";
-  for (const auto& p : problems) absl::StrAppend(&message, "\n  ", p);
-  return absl::InvalidArgumentError(message);
+  return ConfigProblems("LLaMA", problems);
 }
 
 StatusOr<std::unique_ptr<Model>> CreateLlama(const LlamaConfig& config, DType dtype) {
