@@ -9,7 +9,8 @@
 //      random init included) and, after dropping the files from the cache again, warm (the
 //      import's own cost): file bytes / import time, divided by the reference. Goal >= 0.8
 //      for the warm import.
-// The importer holds one unit's range at a time; the line says how large the largest is.
+// The importer holds two units' ranges at a time (one read ahead while the other is
+// stored); the line says how large the largest is.
 // The files are removed at the end.
 #include <fcntl.h>
 #include <unistd.h>
@@ -157,7 +158,7 @@ Status RunBenchImport(const CommandArgs& args, const std::string& dir) {
               DTypeName(engine_options.train.dtype), import_mb_s, import_s[1]);
   std::printf("  reading alone (no engine):                  %8.1f MB/s, %.2f s\n",
               bytes / fill_s / 1e6, fill_s);
-  std::printf("  importer memory: one unit's range at a time, the largest %.1f MiB\n",
+  std::printf("  importer memory: two units' ranges at a time, the largest %.1f MiB\n",
               largest / 1048576.0);
   std::printf("warm import / sequential read: %.2f (goal >= %.1f: %s)\n", ratio, kGoalImportVsRead,
               ratio >= kGoalImportVsRead ? "MET" : "NOT MET");

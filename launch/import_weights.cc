@@ -2,6 +2,7 @@
 #include "launch/import_weights.h"
 
 #include <algorithm>
+#include <future>
 #include <map>
 #include <optional>
 #include <vector>
@@ -130,7 +131,9 @@ Status HfWeights::Fill(int unit, size_t begin, size_t end, float* out, Progress*
   const SafetensorsSet& set = *set_;
   const UnitLayout& layout = model_->units()[unit];
   std::fill(out, out + (end - begin), 0.0f);
-  std::vector<float> whole;  // a transposed tensor, read whole
+  // A transposed tensor, read whole; kept per thread (a fresh vector per call would fault
+  // its pages in every time: these are the largest matrices).
+  thread_local std::vector<float> whole;
   for (const Piece& piece : (*by_unit_)[unit]) {
     const TensorSpec& spec = layout.tensor(piece.map.tensor);
     const size_t cols = spec.shape.size() == 2 ? static_cast<size_t>(spec.shape[1]) : 1;
@@ -159,13 +162,27 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
   ASSIGN_OR_RETURN(const HfWeights weights, HfWeights::Open(dir, options, model));
   std::optional<Progress> progress;
   if (show_progress) progress.emplace("importing " + dir, weights.bytes());
-  for (size_t u = 0; u < model.units().size(); ++u) {
-    RETURN_IF_ERROR(engine.LoadUnit(
-        static_cast<int>(u), [&](size_t begin, size_t end, float* out) -> Status {
-          return weights.Fill(static_cast<int>(u), begin, end, out,
-                              progress ? &*progress : nullptr);
-        }));
+  // Unit u + 1 is read on a thread of its own while unit u is stored: two buffers of one
+  // unit's range each, the reads overlapped with the engine's stores.
+  const int num_units = static_cast<int>(model.units().size());
+  std::vector<float> buffers[2];
+  auto read = [&](int unit) -> Status {
+    const auto [begin, end] = engine.StoredRange(unit);
+    std::vector<float>& buffer = buffers[unit % 2];
+    buffer.resize(end - begin);
+    return weights.Fill(unit, begin, end, buffer.data(), progress ? &*progress : nullptr);
+  };
+  Status status = num_units > 0 ? read(0) : absl::OkStatus();
+  for (int u = 0; u < num_units && status.ok(); ++u) {
+    std::future<Status> next;
+    if (u + 1 < num_units) next = std::async(std::launch::async, read, u + 1);
+    status = engine.StoreUnitValues(u, buffers[u % 2].data());
+    if (next.valid()) {
+      const Status read_status = next.get();
+      if (status.ok()) status = read_status;
+    }
   }
+  RETURN_IF_ERROR(status);
   if (progress) progress->Finish();
   return absl::OkStatus();
 }

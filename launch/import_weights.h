@@ -2,7 +2,7 @@
 // (one file, or shards with model.safetensors.index.json; F32, BF16 or F16) are checked
 // against the model whole before anything is stored, then loaded unit by unit, each rank
 // reading only the bytes of the elements it stores (its shard at stage 3, else the whole
-// unit): no rank ever holds more than one unit's range in memory, and with params or the
+// unit): no rank ever holds more than two units' ranges in memory, and with params or the
 // optimizer on NVMe the values go straight to their swap files through the engine.
 // Hugging Face's non-parameter buffers (GPT-2's attn.bias / attn.masked_bias masks,
 // rotary inv_freq) are ignored; any other tensor the model has no place for is an error.
@@ -44,8 +44,9 @@ class HfWeights {
 };
 
 // Loads `dir` into every unit of `engine` (which runs `model`, made from `options`): Open,
-// then each unit's stored range. Nothing is written when Open fails. `show_progress`: a
-// progress line for long imports.
+// then each unit's stored range, the next unit read on a second thread while one is
+// stored (two units' ranges in memory). Nothing is written when Open fails.
+// `show_progress`: a progress line for long imports.
 Status ImportHfWeights(const std::string& dir, const ModelOptions& options, const Model& model,
                        Engine& engine, bool show_progress);
 

@@ -433,7 +433,12 @@ Status Engine::LoadUnit(int unit, const UnitFill& fill) {
   const auto [begin, end] = StoredRange(unit);
   std::vector<float> values(end - begin);
   RETURN_IF_ERROR(fill(begin, end, values.data()));
-  Status status = StoreUnitState(unit, {values.data(), nullptr, nullptr, begin, end});
+  return StoreUnitValues(unit, values.data());
+}
+
+Status Engine::StoreUnitValues(int unit, const float* values) {
+  const auto [begin, end] = StoredRange(unit);
+  Status status = StoreUnitState(unit, {values, nullptr, nullptr, begin, end});
   traffic_counted_ = components_.traffic();  // not a step's traffic
   return status;
 }

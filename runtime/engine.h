@@ -129,6 +129,12 @@ class Engine {
   // it together (no collective).
   using UnitFill = std::function<Status(size_t begin, size_t end, float* out)>;
   Status LoadUnit(int unit, const UnitFill& fill);
+  // The element range [begin, end) of `unit` this rank stores, which LoadUnit asks for:
+  // the whole unit, or its own shard.
+  std::pair<size_t, size_t> StoredRange(int unit) const;
+  // LoadUnit with the values already at hand: `values` holds StoredRange(unit) (so a
+  // caller may read the next unit while this one is stored).
+  Status StoreUnitValues(int unit, const float* values);
 
   // The unit access trace of one micro-batch (forward then backward).
   const std::vector<UnitAccess>& trace() const { return trace_; }
@@ -167,8 +173,6 @@ class Engine {
     size_t begin = 0, end = 0;
   };
   Status StoreUnitState(int unit, const UnitStateView& view);
-  // The element range of a unit this rank stores: the whole unit or its own shard.
-  std::pair<size_t, size_t> StoredRange(int unit) const;
 
   Options options_;
   Placement placement_;  // resolved once in Init
