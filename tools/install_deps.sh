@@ -20,6 +20,7 @@ PACKAGES=(
   fio                                           # disk benchmark reference
   patchelf                                      # the GPU kit's RPATHs (tools/gpu_kit.sh)
   libpcre2-dev                                  # tokenizers' pre-tokenization regexes
+  libicu-dev                                    # NFC normalizer of tokenizer.json (Qwen)
   libsentencepiece-dev sentencepiece            # SentencePiece models (spm_train: testdata)
   curl ca-certificates                          # GPT-2 files when npm is absent (below)
 )

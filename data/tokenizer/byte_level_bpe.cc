@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "core/file_kind.h"
 #include "data/tokenizer/pcre2_regex.h"
+#include "data/tokenizer/unicode_nfc.h"
 
 namespace strata {
 namespace {
@@ -81,6 +82,7 @@ struct MergeRule {
 struct AddedTokenGroup {
   std::vector<ByteLevelBpeSpec::AddedToken> tokens;  // longest first
   std::array<bool, 256> first_byte{};
+  bool normalized = false;  // the tokens' normalized flag (matched in NFC text under nfc)
 
   // The longest token at text[position...], or null.
   const ByteLevelBpeSpec::AddedToken* LongestAt(std::string_view text, size_t position) const {
@@ -111,7 +113,8 @@ class ByteLevelBpe final : public Tokenizer {
     std::vector<uint32_t> ids;
   };
 
-  Status EncodeWithAddedTokens(std::string_view text, size_t group,
+  // `normalized`: `text` is already NFC-normalized (only meaningful under nfc_).
+  Status EncodeWithAddedTokens(std::string_view text, size_t group, bool normalized,
                                std::vector<uint32_t>* ids) const;
   Status EncodeStretch(std::string_view stretch, std::vector<uint32_t>* ids) const;
   Status EncodeSplit(std::string_view piece, size_t step, std::vector<uint32_t>* ids) const;
@@ -127,6 +130,7 @@ class ByteLevelBpe final : public Tokenizer {
   std::vector<Pcre2Regex> splits_;
   bool add_prefix_space_ = false;
   bool ignore_merges_ = false;
+  bool nfc_ = false;
   int vocab_size_ = 0;
   std::string description_;
   std::string fingerprint_;
@@ -145,13 +149,19 @@ StatusOr<std::vector<uint32_t>> ByteLevelBpe::Encode(std::string_view text) cons
   }
   std::vector<uint32_t> ids;
   ids.reserve(text.size() / 4 + 16);
-  RETURN_IF_ERROR(EncodeWithAddedTokens(text, 0, &ids));
+  RETURN_IF_ERROR(EncodeWithAddedTokens(text, 0, false, &ids));
   return ids;
 }
 
-Status ByteLevelBpe::EncodeWithAddedTokens(std::string_view text, size_t group,
+Status ByteLevelBpe::EncodeWithAddedTokens(std::string_view text, size_t group, bool normalized,
                                            std::vector<uint32_t>* ids) const {
   if (text.empty()) return absl::OkStatus();
+  if (nfc_ && !normalized && (group == added_groups_.size() || added_groups_[group].normalized)) {
+    // Past the normalized: false tokens: the stretch is normalized as a whole, then the
+    // normalized: true tokens are found in it.
+    ASSIGN_OR_RETURN(const std::string nfc_text, ToNfc(text));
+    return EncodeWithAddedTokens(nfc_text, group, true, ids);
+  }
   if (group == added_groups_.size()) return EncodeStretch(text, ids);
   const AddedTokenGroup& tokens = added_groups_[group];
   size_t stretch = 0;
@@ -162,13 +172,13 @@ Status ByteLevelBpe::EncodeWithAddedTokens(std::string_view text, size_t group,
       ++position;
       continue;
     }
-    RETURN_IF_ERROR(
-        EncodeWithAddedTokens(text.substr(stretch, position - stretch), group + 1, ids));
+    RETURN_IF_ERROR(EncodeWithAddedTokens(text.substr(stretch, position - stretch), group + 1,
+                                          normalized, ids));
     ids->push_back(token->id);
     position += token->content.size();
     stretch = position;
   }
-  return EncodeWithAddedTokens(text.substr(stretch), group + 1, ids);
+  return EncodeWithAddedTokens(text.substr(stretch), group + 1, normalized, ids);
 }
 
 Status ByteLevelBpe::EncodeStretch(std::string_view stretch, std::vector<uint32_t>* ids) const {
@@ -462,6 +472,7 @@ StatusOr<std::unique_ptr<Tokenizer>> NewByteLevelBpe(ByteLevelBpeSpec spec) {
   }
   for (int normalized = 0; normalized < 2; ++normalized) {
     AddedTokenGroup group;
+    group.normalized = normalized == 1;
     for (const auto& token : spec.added_tokens) {
       if (token.normalized != (normalized == 1)) continue;
       group.tokens.push_back(token);
@@ -481,6 +492,7 @@ StatusOr<std::unique_ptr<Tokenizer>> NewByteLevelBpe(ByteLevelBpeSpec spec) {
   }
   tokenizer->add_prefix_space_ = spec.add_prefix_space;
   tokenizer->ignore_merges_ = spec.ignore_merges;
+  tokenizer->nfc_ = spec.nfc;
   if (spec.ignore_merges) tokenizer->token_ids_ = std::move(token_ids);
 
   FingerprintBuilder fingerprint;
@@ -519,6 +531,8 @@ StatusOr<std::unique_ptr<Tokenizer>> NewByteLevelBpe(ByteLevelBpeSpec spec) {
   }
   fingerprint.AddNumber(spec.add_prefix_space ? 1 : 0);
   fingerprint.AddNumber(spec.ignore_merges ? 1 : 0);
+  // Only when present, so that fingerprints (and token caches) without one are unchanged.
+  if (spec.nfc) fingerprint.Add("normalizer NFC");
   tokenizer->fingerprint_ = "bpe-" + fingerprint.Hex();
 
   tokenizer->description_ = absl::StrCat(spec.description, " (", tokenizer->vocab_size_, " ids, ",

@@ -5,7 +5,10 @@
 //
 // Encoding, as GPT-2's reference and Hugging Face's `tokenizers` do it:
 //  1. added tokens are found literally (the leftmost, and of those the longest), each one
-//     id; the text between them is encoded by steps 2-4, each stretch on its own;
+//     id; the text between them is encoded by steps 2-4, each stretch on its own. With the
+//     NFC normalizer, tokens with normalized: false are found in the text as given, each
+//     stretch between them is NFC-normalized, and tokens with normalized: true are then
+//     found in the normalized stretch (Hugging Face's AddedVocabulary order);
 //  2. add_prefix_space: a space is put before a stretch that does not start with one;
 //  3. the split patterns run in order, each splitting every piece of the one before
 //     (pieces are matches and the stretches between them);
@@ -73,6 +76,10 @@ struct ByteLevelBpeSpec {
   std::vector<SplitStep> split_steps;
   bool add_prefix_space = false;
   bool ignore_merges = false;
+  // tokenizer.json's {"type": "NFC"} normalizer: Unicode NFC (ICU) before pre-tokenization.
+  // The contents of added tokens with normalized: true must then be NFC already (loaders
+  // check: Hugging Face matches their normalized form, Decode gives them as written).
+  bool nfc = false;
   std::string source;  // the file(s), for error messages
 };
 

@@ -198,6 +198,61 @@ TEST(ByteLevelBpeTest, AddPrefixSpace) {
               ::strata::testing::IsOkAndHolds(ElementsAre(262, 'l', 'd')));
 }
 
+TEST(ByteLevelBpeTest, NfcNormalizerComposesBeforeEncoding) {
+  std::vector<std::pair<std::string, std::string>> merges = kHelloMerges;
+  merges.push_back({"\xc3", "\xa9"});  // 264 "\u00e9" (precomposed e acute)
+  const std::string precomposed = "\u00e9";
+  const std::string decomposed = "e\u0301";  // U+0065 U+0301
+  const Json plain_document = testing_tokenizer::TinyTokenizerJson(merges);
+  Json nfc_document = plain_document;
+  nfc_document["normalizer"] = {{"type", "NFC"}};
+  Json sequence_document = plain_document;
+  sequence_document["normalizer"] = {{"type", "Sequence"},
+                                     {"normalizers", Json::array({{{"type", "NFC"}}})}};
+  ASSERT_OK_AND_ASSIGN(auto plain, Open(plain_document, "nfc_plain"));
+  ASSERT_OK_AND_ASSIGN(auto nfc, Open(nfc_document, "nfc"));
+  ASSERT_OK_AND_ASSIGN(auto sequence, Open(sequence_document, "nfc_sequence"));
+
+  // Without the normalizer the two spellings are different bytes, so different ids.
+  EXPECT_THAT(plain->Encode(precomposed), ::strata::testing::IsOkAndHolds(ElementsAre(264)));
+  EXPECT_THAT(plain->Encode(decomposed),
+              ::strata::testing::IsOkAndHolds(ElementsAre('e', 0xCC, 0x81)));
+  for (const auto* tokenizer : {nfc.get(), sequence.get()}) {
+    EXPECT_THAT(tokenizer->Encode(precomposed), ::strata::testing::IsOkAndHolds(ElementsAre(264)));
+    EXPECT_THAT(tokenizer->Encode(decomposed), ::strata::testing::IsOkAndHolds(ElementsAre(264)));
+    EXPECT_THAT(tokenizer->Encode("hello " + decomposed),
+                ::strata::testing::IsOkAndHolds(ElementsAre(259, ' ', 264)));
+    // Decode gives the normalized text: Decode(Encode(x)) == NFC(x).
+    ASSERT_OK_AND_ASSIGN(const auto ids, tokenizer->Encode("hello " + decomposed + "!"));
+    EXPECT_THAT(tokenizer->Decode(ids),
+                ::strata::testing::IsOkAndHolds("hello " + precomposed + "!"));
+    EXPECT_THAT(tokenizer->Describe(), HasSubstr("NFC-normalized"));
+  }
+  // The normalizer is part of the identity; its two spellings are the same normalizer.
+  EXPECT_NE(plain->Fingerprint(), nfc->Fingerprint());
+  EXPECT_EQ(nfc->Fingerprint(), sequence->Fingerprint());
+  EXPECT_THAT(plain->Describe(), ::testing::Not(HasSubstr("NFC")));
+}
+
+TEST(ByteLevelBpeTest, NfcNormalizerAndAddedTokens) {
+  Json document = testing_tokenizer::TinyTokenizerJson(kHelloMerges);
+  document["normalizer"] = {{"type", "NFC"}};
+  document["added_tokens"] = Json::array({
+      {{"id", 300}, {"content", "<|end|>"}, {"special", true}, {"normalized", false}},
+      {{"id", 301}, {"content", "\u00e9!"}, {"special", false}, {"normalized", true}},
+  });
+  ASSERT_OK_AND_ASSIGN(auto tokenizer, Open(document, "nfc_added"));
+  // normalized: true tokens are matched in the normalized text: "e\u0301!" is "\u00e9!".
+  EXPECT_THAT(tokenizer->Encode("he\u0301!"),
+              ::strata::testing::IsOkAndHolds(ElementsAre('h', 301)));
+  EXPECT_THAT(tokenizer->Encode("h\u00e9!"),
+              ::strata::testing::IsOkAndHolds(ElementsAre('h', 301)));
+  // normalized: false tokens are matched in the text as given; the stretches around them
+  // are normalized each on its own (a combining mark after the token stays uncomposed).
+  EXPECT_THAT(tokenizer->Encode("e\u0301!<|end|>\u0301"),
+              ::strata::testing::IsOkAndHolds(ElementsAre(301, 300, 0xCC, 0x81)));
+}
+
 TEST(ByteLevelBpeTest, RefusesInvalidUtf8AndUnknownIds) {
   ASSERT_OK_AND_ASSIGN(auto tokenizer,
                        Open(testing_tokenizer::TinyTokenizerJson(kHelloMerges), "errors"));
@@ -239,11 +294,31 @@ TEST(ByteLevelBpeTest, RefusalsNameTheFieldAndValue) {
        absl::StatusCode::kUnimplemented, "model.type", "\"WordPiece\""},
       {"unigram", [](Json& d) { d["model"]["type"] = "Unigram"; }, absl::StatusCode::kUnimplemented,
        "model.type", "\"Unigram\""},
-      {"nfc",
+      {"nfkc",
+       [](Json& d) {
+         d["normalizer"] = {{"type", "NFKC"}};
+       },
+       absl::StatusCode::kUnimplemented, "normalizer.type", "\"NFKC\""},
+      {"sequence_lowercase",
+       [](Json& d) {
+         d["normalizer"] = {{"type", "Sequence"},
+                            {"normalizers", Json::array({{{"type", "Lowercase"}}})}};
+       },
+       absl::StatusCode::kUnimplemented, "normalizer.normalizers[0].type", "\"Lowercase\""},
+      {"sequence_two",
+       [](Json& d) {
+         d["normalizer"] = {
+             {"type", "Sequence"},
+             {"normalizers", Json::array({{{"type", "NFC"}}, {{"type", "Lowercase"}}})}};
+       },
+       absl::StatusCode::kUnimplemented, "normalizer.normalizers", "Lowercase"},
+      {"nfc_added_not_nfc",
        [](Json& d) {
          d["normalizer"] = {{"type", "NFC"}};
+         d["added_tokens"] = Json::array(
+             {{{"id", 300}, {"content", "e\u0301"}, {"special", false}, {"normalized", true}}});
        },
-       absl::StatusCode::kUnimplemented, "normalizer.type", "\"NFC\""},
+       absl::StatusCode::kUnimplemented, "added_tokens[0].content", "only content already in NFC"},
       {"metaspace",
        [](Json& d) {
          d["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "▁"}};

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "data/tokenizer/byte_level_bpe.h"
+#include "data/tokenizer/unicode_nfc.h"
 
 namespace strata {
 namespace {
@@ -231,6 +232,36 @@ Status ReadPreTokenizer(Reader& reader, const json& root, ByteLevelBpeSpec* spec
   return absl::OkStatus();
 }
 
+// The normalizer: null, {"type": "NFC"}, or a Sequence of that one step (Qwen2's forms).
+Status ReadNormalizer(Reader& reader, const json& root, ByteLevelBpeSpec* spec) {
+  const auto normalizer = root.find("normalizer");
+  if (normalizer == root.end() || normalizer->is_null()) return absl::OkStatus();
+  const std::string nfc_only = "only null, NFC, or a Sequence of one NFC";
+  if (!normalizer->is_object() || normalizer->find("type") == normalizer->end()) {
+    return reader.Unsupported("normalizer", *normalizer, nfc_only);
+  }
+  ASSIGN_OR_RETURN(std::string type, reader.TypeOf(*normalizer, "normalizer"));
+  const json* step = &*normalizer;
+  std::string field = "normalizer";
+  if (type == "Sequence") {
+    RETURN_IF_ERROR(reader.OnlyKnownKeys(*normalizer, field, {"type", "normalizers"}));
+    const auto steps = normalizer->find("normalizers");
+    if (steps == normalizer->end() || !steps->is_array()) {
+      return reader.Malformed("normalizer.normalizers", "is missing or not an array");
+    }
+    if (steps->size() != 1) {
+      return reader.Unsupported("normalizer.normalizers", *steps, nfc_only);
+    }
+    step = &(*steps)[0];
+    field = "normalizer.normalizers[0]";
+    ASSIGN_OR_RETURN(type, reader.TypeOf(*step, field));
+  }
+  if (type != "NFC") return reader.Unsupported(field + ".type", type, nfc_only);
+  RETURN_IF_ERROR(reader.OnlyKnownKeys(*step, field, {"type"}));
+  spec->nfc = true;
+  return absl::OkStatus();
+}
+
 Status ReadAddedTokens(Reader& reader, const json& root, ByteLevelBpeSpec* spec) {
   const auto added = root.find("added_tokens");
   if (added == root.end() || added->is_null()) return absl::OkStatus();
@@ -256,6 +287,15 @@ Status ReadAddedTokens(Reader& reader, const json& root, ByteLevelBpeSpec* spec)
     }
     ASSIGN_OR_RETURN(const bool special, reader.Bool(token, field, "special", false));
     ASSIGN_OR_RETURN(const bool normalized, reader.Bool(token, field, "normalized", !special));
+    if (spec->nfc && normalized) {
+      // Hugging Face matches the token's NFC form; strata matches the content as written.
+      ASSIGN_OR_RETURN(const bool is_nfc, IsNfc(content->get<std::string>()));
+      if (!is_nfc) {
+        return reader.Unsupported(field + ".content", *content,
+                                  "with the NFC normalizer and normalized: true, only "
+                                  "content already in NFC");
+      }
+    }
     spec->added_tokens.push_back({content->get<std::string>(), id->get<uint32_t>(), normalized});
   }
   return absl::OkStatus();
@@ -284,13 +324,6 @@ StatusOr<std::unique_ptr<Tokenizer>> OpenHfTokenizerJson(const std::string& path
                             "pre_tokenizer", "post_processor", "decoder", "model"}));
   RETURN_IF_ERROR(reader.AbsentOrOneOf(root, "", "truncation", {}, "only null"));
   RETURN_IF_ERROR(reader.AbsentOrOneOf(root, "", "padding", {}, "only null"));
-  const auto normalizer = root.find("normalizer");
-  if (normalizer != root.end() && !normalizer->is_null()) {
-    const auto type = normalizer->is_object() ? normalizer->find("type") : normalizer->end();
-    return type != normalizer->end()
-               ? reader.Unsupported("normalizer.type", *type, "only a null normalizer")
-               : reader.Unsupported("normalizer", *normalizer, "only null");
-  }
   const auto decoder = root.find("decoder");
   if (decoder != root.end() && !decoder->is_null()) {
     ASSIGN_OR_RETURN(const std::string type, reader.TypeOf(*decoder, "decoder"));
@@ -299,6 +332,7 @@ StatusOr<std::unique_ptr<Tokenizer>> OpenHfTokenizerJson(const std::string& path
 
   ByteLevelBpeSpec spec;
   spec.source = absl::StrCat("tokenizer.json '", path, "'");
+  RETURN_IF_ERROR(ReadNormalizer(reader, root, &spec));
   RETURN_IF_ERROR(ReadAddedTokens(reader, root, &spec));
   std::vector<std::string> added_contents;
   for (const auto& token : spec.added_tokens) added_contents.push_back(token.content);
@@ -313,11 +347,11 @@ StatusOr<std::unique_ptr<Tokenizer>> OpenHfTokenizerJson(const std::string& path
                     : step.literal               ? "a literal split"
                                                  : "a regex split");
   }
-  spec.description =
-      absl::StrCat("Hugging Face byte-level BPE from ", path, ", pre-tokenized by ",
-                   steps.empty() ? "nothing" : absl::StrJoin(steps, " then "),
-                   spec.add_prefix_space ? " with a prefix space" : "",
-                   spec.ignore_merges ? ", whole-word tokens first (ignore_merges)" : "");
+  spec.description = absl::StrCat(
+      "Hugging Face byte-level BPE from ", path, spec.nfc ? ", NFC-normalized" : "",
+      ", pre-tokenized by ", steps.empty() ? "nothing" : absl::StrJoin(steps, " then "),
+      spec.add_prefix_space ? " with a prefix space" : "",
+      spec.ignore_merges ? ", whole-word tokens first (ignore_merges)" : "");
   return NewByteLevelBpe(std::move(spec));
 }
 

@@ -11,9 +11,10 @@
 //    for .model files. The byte-level BPE tokenizers require valid UTF-8 (as both
 //    references take strings) and name the offset of the first invalid byte.
 //  - Decode(Encode(text)) == text for the byte-level BPE tokenizers and for bytes, for any
-//    valid UTF-8 text. SentencePiece models may normalize text (NFKC, runs of spaces) and
-//    then decode to the normalized text; a model trained with the identity rule, no
-//    whitespace folding and byte fallback (data/tokenizer/testdata/README.md) round-trips.
+//    valid UTF-8 text (NFC(text) for a tokenizer.json with the NFC normalizer). SentencePiece
+//    models may normalize text (NFKC, runs of spaces) and then decode to the normalized text; a
+//    model trained with the identity rule, no whitespace folding and byte fallback
+//    (data/tokenizer/testdata/README.md) round-trips.
 //  - Every id Encode returns is < vocab_size(). Decode refuses an id no token has.
 //  - Fingerprint() is a stable identity of what Encode computes (the vocabulary, merges,
 //    pattern, special tokens, and a version of strata's algorithm), not of the file's
@@ -86,12 +87,17 @@ StatusOr<std::unique_ptr<Tokenizer>> OpenInstalledGpt2Tokenizer();
 //  - pre_tokenizer: ByteLevel (use_regex: GPT-2's regex; add_prefix_space honored), or a
 //    Sequence of Split steps (a Regex or String pattern, behavior Isolated, invert false,
 //    e.g. Llama 3's and Qwen's patterns, run by PCRE2) ending in ByteLevel;
-//  - normalizer null, decoder null or ByteLevel, truncation and padding null;
+//  - normalizer null, {"type": "NFC"} or a Sequence of that one step (Qwen2, Qwen2.5):
+//    Unicode NFC through ICU, as Hugging Face applies it (each stretch between added
+//    tokens with normalized: false is normalized, then those with normalized: true are
+//    matched in it; their content must already be NFC). Decode gives the tokens' bytes,
+//    so Decode(Encode(text)) == NFC(text);
+//  - decoder null or ByteLevel, truncation and padding null;
 //  - added_tokens matched literally (longest first, leftmost) before pre-tokenization;
 //    lstrip, rstrip and single_word must be false. The post_processor is not applied:
 //    Encode adds no BOS/EOS.
-// Anything else (WordPiece, Unigram, a normalizer, Metaspace, ...) is kUnimplemented
-// naming the field and its value.
+// Anything else (WordPiece, Unigram, another normalizer such as NFKC or Lowercase,
+// Metaspace, ...) is kUnimplemented naming the field and its value.
 StatusOr<std::unique_ptr<Tokenizer>> OpenHfTokenizerJson(const std::string& path);
 
 // A SentencePiece model file (.model), through Debian's libsentencepiece.
