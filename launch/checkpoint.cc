@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"
+#include "core/pread_fully.h"
 #include "core/progress.h"
 #include "models/create_model.h"
 #include "absl/strings/str_cat.h"
@@ -70,6 +71,11 @@ nlohmann::json ModelKeyBeforeItExisted(const std::string& key, const nlohmann::j
   if (key == "tie_embeddings") return true;
   // rope_theta, norm_eps: a GPT does not use them; equal to any GPT's.
   return nullptr;
+}
+
+// Key `key` of a checkpoint's "model" object, or what it stood for before it existed.
+nlohmann::json StoredModelKey(const nlohmann::json& stored, const std::string& key) {
+  return stored.contains(key) ? stored.at(key) : ModelKeyBeforeItExisted(key, stored);
 }
 
 // Writes the pieces, one after the other, to a new file at `path`, not synced (the kernel
@@ -430,10 +436,7 @@ StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
     }
     parsed.model = meta.at("model");
     ModelOptions& model = opened.model;
-    auto key = [&](const std::string& name) {
-      return parsed.model.contains(name) ? parsed.model.at(name)
-                                         : ModelKeyBeforeItExisted(name, parsed.model);
-    };
+    auto key = [&](const std::string& name) { return StoredModelKey(parsed.model, name); };
     const std::string family = key("family").get<std::string>();
     if (family != "gpt" && family != "llama") {
       return absl::InvalidArgumentError(
@@ -499,25 +502,10 @@ Status ReadCheckpointMaster(const OpenedCheckpoint& checkpoint, int unit, size_t
   }
   const int fd = ::open(entry.file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Errno(errno, "cannot open " + entry.file);
-  size_t done = 0;
-  const size_t bytes = count * sizeof(float);
-  char* dst = reinterpret_cast<char*>(out);
-  while (done < bytes) {
-    const ssize_t got = ::pread(fd, dst + done, bytes - done,
-                                static_cast<off_t>(begin * sizeof(float) + done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      const int error = got < 0 ? errno : EIO;
-      ::close(fd);
-      return got == 0 ? absl::DataLossError(absl::StrCat("checkpoint: ", entry.file,
-                                                         " is shorter than its ", entry.elements,
-                                                         " elements"))
-                      : Errno(error, "reading " + entry.file);
-    }
-    done += static_cast<size_t>(got);
-  }
+  Status read = PreadFully(fd, out, count * sizeof(float), begin * sizeof(float),
+                           "checkpoint: " + entry.file);
   ::close(fd);
-  return absl::OkStatus();
+  return read;
 }
 
 StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
@@ -526,20 +514,12 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
   ASSIGN_OR_RETURN(ParsedMeta parsed, ParseCheckpoint(where));
   const std::string& path = parsed.opened.path;
   const std::vector<UnitLayout>& units = model.units();
-  struct UnitFile {
-    std::string path;
-    size_t elements = 0;
-    std::string hash;
-  };
-  std::vector<UnitFile> files;
+  const std::vector<OpenedCheckpoint::Unit>& files = parsed.opened.units;
   const int next_step = parsed.opened.next_step;
   {
     const nlohmann::json expected = ModelJson(options.model);
-    const nlohmann::json& stored_model = parsed.model;
     for (const auto& [key, value] : expected.items()) {
-      nlohmann::json stored = stored_model.contains(key)
-                                  ? stored_model.at(key)
-                                  : ModelKeyBeforeItExisted(key, stored_model);
+      const nlohmann::json stored = StoredModelKey(parsed.model, key);
       if (stored.is_null() && options.model.family == ModelFamily::kGpt) continue;
       if (stored != value) {
         auto text = [](const nlohmann::json& v) {
@@ -550,20 +530,17 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
             key, "=", text(value), ": set model.", key, " to match"));
       }
     }
-    const std::vector<OpenedCheckpoint::Unit>& listed = parsed.opened.units;
-    if (listed.size() != units.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", path, " has ", listed.size(),
+    if (files.size() != units.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", path, " has ", files.size(),
                                                      " units, the model ", units.size()));
     }
     for (size_t u = 0; u < units.size(); ++u) {
-      const OpenedCheckpoint::Unit& entry = listed[u];
-      UnitFile file{entry.file, entry.elements, entry.hash};
-      if (entry.name != units[u].name() || file.elements != units[u].used_elements()) {
+      const OpenedCheckpoint::Unit& entry = files[u];
+      if (entry.name != units[u].name() || entry.elements != units[u].used_elements()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "checkpoint: ", path, ": unit ", u, " is ", entry.name, " of ", file.elements,
+            "checkpoint: ", path, ": unit ", u, " is ", entry.name, " of ", entry.elements,
             " elements, the model's ", units[u].name(), " of ", units[u].used_elements()));
       }
-      files.push_back(file);
     }
   }
   if (next_step < 0 || next_step >= options.train.steps) {
@@ -575,7 +552,7 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
   // whatever the model), then loaded unit by unit.
   RETURN_IF_ERROR(VerifyCheckpointFiles(parsed.opened, show_progress));
   uint64_t checkpoint_bytes = 0;
-  for (const UnitFile& file : files) checkpoint_bytes += 3 * file.elements * 4;
+  for (const OpenedCheckpoint::Unit& file : files) checkpoint_bytes += 3 * file.elements * 4;
   std::optional<Progress> loading;
   if (show_progress) loading.emplace(absl::StrCat("resuming from ", path), checkpoint_bytes);
   // Buffers reused from unit to unit: fresh pages per unit cost more than the copies.
@@ -583,10 +560,10 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
   Engine::UnitOptimizerState state;
   for (size_t u = 0; u < units.size(); ++u) {
     const size_t n = files[u].elements;
-    RETURN_IF_ERROR(ReadFileInto(files[u].path, &bytes));
+    RETURN_IF_ERROR(ReadFileInto(files[u].file, &bytes));
     if (bytes.size() != 3 * n * sizeof(float) ||
         Hex(XXH3_64bits(bytes.data(), bytes.size())) != files[u].hash) {
-      return absl::DataLossError(absl::StrCat("checkpoint: ", files[u].path, " changed while "
+      return absl::DataLossError(absl::StrCat("checkpoint: ", files[u].file, " changed while "
                                               "it was being loaded"));
     }
     size_t offset = 0;

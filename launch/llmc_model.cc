@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/pread_fully.h"
 #include "core/progress.h"
 #include "models/create_model.h"
 
@@ -66,19 +67,6 @@ StatusOr<std::vector<LlmcTensor>> LlmcTensorMap(const std::vector<UnitLayout>& u
   return map;
 }
 
-Status PreadAll(int fd, void* out, size_t bytes, off_t at, const std::string& path) {
-  char* dst = static_cast<char*>(out);
-  size_t done = 0;
-  while (done < bytes) {
-    const ssize_t got = ::pread(fd, dst + done, bytes - done, at + static_cast<off_t>(done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got == 0) return absl::DataLossError(absl::StrCat(path, " is truncated"));
-    if (got < 0) return absl::DataLossError(absl::StrCat("reading ", path, ": ", std::strerror(errno)));
-    done += static_cast<size_t>(got);
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 StatusOr<ModelOptions> ReadLlmcHeader(const std::string& path) {
@@ -95,7 +83,7 @@ StatusOr<ModelOptions> ReadLlmcHeader(const std::string& path) {
                           ? absl::DataLossError(absl::StrCat(
                                 path, " is ", info.st_size,
                                 " bytes, shorter than llm.c's 1024-byte header"))
-                          : PreadAll(fd, header, kHeaderBytes, 0, path);
+                          : PreadFully(fd, header, kHeaderBytes, 0, path);
   ::close(fd);
   RETURN_IF_ERROR(read);
   if (header[0] != kLlmcModelMagic) {
@@ -175,9 +163,8 @@ Status ImportLlmcWeights(const std::string& path, const ModelOptions& options,
         const size_t dest = layout.tensor(piece.tensor).offset;
         const size_t lo = std::max(begin, dest), hi = std::min(end, dest + piece.numel);
         if (lo >= hi) continue;
-        RETURN_IF_ERROR(PreadAll(fd, out + (lo - begin), (hi - lo) * 4,
-                                 static_cast<off_t>(kHeaderBytes + (piece.file_offset + lo - dest) * 4),
-                                 path));
+        RETURN_IF_ERROR(PreadFully(fd, out + (lo - begin), (hi - lo) * 4,
+                                   kHeaderBytes + (piece.file_offset + lo - dest) * 4, path));
         if (progress) progress->Advance((hi - lo) * 4);
       }
       return absl::OkStatus();

@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/dtype.h"
+#include "core/pread_fully.h"
 
 // The header length and the elements are little-endian on disk and are used in place.
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -105,25 +106,6 @@ std::string Printable(std::string_view text) {
 
 std::string ShapeText(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
-// Reads exactly `size` bytes at `offset` of `fd`; `what` names them for errors
-// ("file: tensor 'x': bytes [a, b)"). The file ending first is DataLoss (truncated).
-Status PreadFully(int fd, void* data, uint64_t size, uint64_t offset, const std::string& what) {
-  auto* bytes = static_cast<char*>(data);
-  uint64_t done = 0;
-  while (done < size) {
-    const ssize_t got = ::pread(fd, bytes + done, size - done, static_cast<off_t>(offset + done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return ErrnoError(errno, absl::StrCat("safetensors: ", what, ": pread"));
-    if (got == 0) {
-      return absl::DataLossError(absl::StrCat("safetensors: ", what, ": the file ends at byte ",
-                                              offset + done, ", before byte ", offset + size,
-                                              ": the file is truncated"));
-    }
-    done += static_cast<uint64_t>(got);
-  }
-  return absl::OkStatus();
 }
 
 // Opens `path` read-only and returns it with its size; a non-regular file is an error.
@@ -320,7 +302,7 @@ StatusOr<ParsedFile> ParseFile(const std::string& path) {
   }
   uint64_t header_bytes = 0;
   RETURN_IF_ERROR(
-      PreadFully(parsed.fd.get(), &header_bytes, 8, 0, absl::StrCat(path, ": header length")));
+      PreadFully(parsed.fd.get(), &header_bytes, 8, 0, absl::StrCat("safetensors: ", path, ": header length")));
   if (header_bytes > kMaxHeaderBytes) {
     return InvalidFile(
         path, absl::StrCat("header length ", header_bytes, " is larger than the limit of 100 MiB (",
@@ -334,7 +316,7 @@ StatusOr<ParsedFile> ParseFile(const std::string& path) {
   }
   std::string header(header_bytes, '\0');
   RETURN_IF_ERROR(
-      PreadFully(parsed.fd.get(), header.data(), header_bytes, 8, absl::StrCat(path, ": header")));
+      PreadFully(parsed.fd.get(), header.data(), header_bytes, 8, absl::StrCat("safetensors: ", path, ": header")));
   nlohmann::json json;
   std::string duplicate;
   const std::string problem = ParseJsonStrict(header, &json, &duplicate);
@@ -425,7 +407,7 @@ StatusOr<std::string> ReadSmallFile(const std::string& path) {
                                           "may (100 MiB)"));
   }
   std::string text(opened.second, '\0');
-  RETURN_IF_ERROR(PreadFully(opened.first.get(), text.data(), text.size(), 0, path));
+  RETURN_IF_ERROR(PreadFully(opened.first.get(), text.data(), text.size(), 0, "safetensors: " + path));
   return text;
 }
 
@@ -824,9 +806,9 @@ Status SafetensorsSet::ReadFloats(const StTensor& tensor, uint64_t begin, uint64
                                           offset, ", ", offset + n * element_bytes, ")");
     if (tensor.dtype == StDType::kF32) {
       // Same layout on disk and in memory (little-endian IEEE): read straight into out.
-      RETURN_IF_ERROR(PreadFully(fd, out + done, n * element_bytes, offset, what));
+      RETURN_IF_ERROR(PreadFully(fd, out + done, n * element_bytes, offset, "safetensors: " + what));
     } else {
-      RETURN_IF_ERROR(PreadFully(fd, halves.data(), n * element_bytes, offset, what));
+      RETURN_IF_ERROR(PreadFully(fd, halves.data(), n * element_bytes, offset, "safetensors: " + what));
       float* to = out + done;
       if (tensor.dtype == StDType::kBF16) {
         for (uint64_t i = 0; i < n; ++i) to[i] = ToFloat(bf16{halves[i]});
