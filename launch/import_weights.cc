@@ -2,7 +2,9 @@
 #include "launch/import_weights.h"
 
 #include <algorithm>
-#include <future>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <map>
 #include <optional>
 #include <vector>
@@ -28,37 +30,32 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-// Elements [lo, hi) of the [rows, cols] transpose of `source` ([cols, rows]) into out, in
-// 32 x 32 tiles where whole rows are asked for (each tile's reads and writes stay in cache:
-// an element-by-element gather misses the cache on every read).
-void TransposeInto(const float* source, size_t rows, size_t cols, size_t lo, size_t hi,
-                   float* out) {
-  constexpr size_t kTile = 32;
-  auto gather = [&](size_t from, size_t to) {  // a part of one row
-    const size_t row = from / cols;
-    for (size_t e = from; e < to; ++e) out[e - lo] = source[(e - row * cols) * rows + row];
-  };
-  const size_t first_full = (lo + cols - 1) / cols, end_full = hi / cols;
-  if (first_full >= end_full) {  // within one or two partial rows
-    for (size_t e = lo; e < hi;) {
-      const size_t row_end = std::min(hi, (e / cols + 1) * cols);
-      gather(e, row_end);
-      e = row_end;
-    }
-    return;
-  }
-  gather(lo, first_full * cols);
-  for (size_t r0 = first_full; r0 < end_full; r0 += kTile) {
-    const size_t r1 = std::min(end_full, r0 + kTile);
-    for (size_t c0 = 0; c0 < cols; c0 += kTile) {
-      const size_t c1 = std::min(cols, c0 + kTile);
-      for (size_t r = r0; r < r1; ++r) {
-        float* dst = out + (r * cols - lo);
-        for (size_t c = c0; c < c1; ++c) dst[c] = source[c * rows + r];
-      }
+// Bytes one task of Fill reads: large enough for a disk's sequential rate, small enough
+// that a unit splits across every core.
+constexpr size_t kTaskBytes = size_t{4} << 20;
+// Reads in flight: at least 4 even on few cores (a thread waiting on the disk needs no
+// core, and a disk reaches its rate only with several requests queued).
+int ReaderThreads() {
+  return static_cast<int>(std::max(4u, std::thread::hardware_concurrency()));
+}
+
+// Source rows of a transposed matrix gathered per pass (their cache lines stay in L1).
+constexpr size_t kGatherRows = 64;
+
+// Destination elements [lo, hi) of a [rows, cols] matrix whose transpose ([cols, rows]) is
+// in the file: the part in columns [c0, c1), from `source` = the file's rows [c0, c1).
+void ScatterColumns(const float* source, size_t rows, size_t cols, size_t c0, size_t c1,
+                    size_t lo, size_t hi, float* out) {
+  const size_t r_first = lo / cols, r_last = (hi - 1) / cols;
+  for (size_t g0 = c0; g0 < c1; g0 += kGatherRows) {
+    const size_t g1 = std::min(c1, g0 + kGatherRows);
+    for (size_t r = r_first; r <= r_last; ++r) {
+      const size_t row = r * cols;
+      const size_t from = std::max(g0, lo > row ? lo - row : 0);
+      const size_t to = std::min(g1, hi - row);
+      for (size_t c = from; c < to; ++c) out[row + c - lo] = source[(c - c0) * rows + r];
     }
   }
-  gather(end_full * cols, hi);
 }
 
 }  // namespace
@@ -130,30 +127,70 @@ StatusOr<HfWeights> HfWeights::Open(const std::string& dir, const ModelOptions& 
 Status HfWeights::Fill(int unit, size_t begin, size_t end, float* out, Progress* progress) const {
   const SafetensorsSet& set = *set_;
   const UnitLayout& layout = model_->units()[unit];
-  std::fill(out, out + (end - begin), 0.0f);
-  // A transposed tensor, read whole; kept per thread (a fresh vector per call would fault
-  // its pages in every time: these are the largest matrices).
-  thread_local std::vector<float> whole;
+  // The work as tasks of about kTaskBytes, run on every core: a plain tensor's part in
+  // element ranges; a transposed one's in bands of its file rows (each band read once and
+  // scattered into its destination columns).
+  struct Task {
+    const Piece* piece;
+    size_t dest_begin;  // the tensor's first element in the unit
+    size_t lo, hi;      // destination elements of the tensor (relative to dest_begin)
+    size_t c0, c1;      // transposed: the file's rows [c0, c1)
+  };
+  std::vector<Task> tasks;
+  size_t covered = 0;
+  uint64_t bytes = 0;
   for (const Piece& piece : (*by_unit_)[unit]) {
     const TensorSpec& spec = layout.tensor(piece.map.tensor);
     const size_t cols = spec.shape.size() == 2 ? static_cast<size_t>(spec.shape[1]) : 1;
     const size_t rows = piece.file->numel / cols;
     const size_t dest_begin = spec.offset + static_cast<size_t>(piece.map.row_begin) * cols;
-    const size_t dest_end = dest_begin + rows * cols;
-    const size_t lo = std::max(begin, dest_begin), hi = std::min(end, dest_end);
+    const size_t lo = std::max(begin, dest_begin), hi = std::min(end, dest_begin + rows * cols);
     if (lo >= hi) continue;
+    covered += hi - lo;
+    const size_t element_bytes = StDTypeBytes(piece.file->dtype);
     if (!piece.map.transposed) {
-      RETURN_IF_ERROR(set.ReadFloats(*piece.file, lo - dest_begin, hi - lo, out + (lo - begin)));
-      if (progress != nullptr) progress->Advance((hi - lo) * StDTypeBytes(piece.file->dtype));
+      const size_t step = std::max<size_t>(1, kTaskBytes / element_bytes);
+      for (size_t e = lo; e < hi; e += step) {
+        tasks.push_back({&piece, dest_begin, e - dest_begin, std::min(hi, e + step) - dest_begin,
+                         0, 0});
+      }
+      bytes += (hi - lo) * element_bytes;
       continue;
     }
     // The file holds [cols, rows] (Conv1D: [in, out]); the destination is [rows, cols].
-    whole.resize(piece.file->numel);
-    RETURN_IF_ERROR(set.ReadFloats(*piece.file, 0, piece.file->numel, whole.data()));
-    if (progress != nullptr) progress->Advance(piece.file->bytes);
-    TransposeInto(whole.data(), rows, cols, lo - dest_begin, hi - dest_begin,
-                  out + (lo - begin));
+    const size_t band = std::max<size_t>(1, kTaskBytes / (rows * element_bytes));
+    for (size_t c = 0; c < cols; c += band) {
+      tasks.push_back({&piece, dest_begin, lo - dest_begin, hi - dest_begin, c,
+                       std::min(cols, c + band)});
+    }
+    bytes += piece.file->bytes;
   }
+  // Zero where no tensor lands (gaps, padding, padded vocabulary rows); tensors never overlap.
+  if (covered < end - begin) std::fill(out, out + (end - begin), 0.0f);
+
+  std::vector<Status> failures(tasks.size());
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ReaderThreads()) if (tasks.size() > 1)
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    const Task& task = tasks[t];
+    const StTensor& file = *task.piece->file;
+    float* dest = out + (task.dest_begin - begin);
+    if (task.c1 == 0) {
+      failures[t] = set.ReadFloats(file, task.lo, task.hi - task.lo, dest + task.lo);
+      continue;
+    }
+    const TensorSpec& spec = layout.tensor(task.piece->map.tensor);
+    const size_t cols = static_cast<size_t>(spec.shape[1]), rows = file.numel / cols;
+    // Per thread, kept: a fresh vector would fault its pages in on every task.
+    thread_local std::vector<float> band;
+    band.resize((task.c1 - task.c0) * rows);
+    failures[t] = set.ReadFloats(file, task.c0 * rows, band.size(), band.data());
+    if (failures[t].ok()) {
+      ScatterColumns(band.data(), rows, cols, task.c0, task.c1, task.lo, task.hi,
+                     dest + task.lo);
+    }
+  }
+  for (const Status& failure : failures) RETURN_IF_ERROR(failure);
+  if (progress != nullptr) progress->Advance(bytes);
   return absl::OkStatus();
 }
 
@@ -162,26 +199,48 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
   ASSIGN_OR_RETURN(const HfWeights weights, HfWeights::Open(dir, options, model));
   std::optional<Progress> progress;
   if (show_progress) progress.emplace("importing " + dir, weights.bytes());
-  // Unit u + 1 is read on a thread of its own while unit u is stored: two buffers of one
-  // unit's range each, the reads overlapped with the engine's stores.
+  // One reader thread fills unit u + 1 while unit u is stored: two buffers of one unit's
+  // range each, the reads overlapped with the engine's stores. The thread lives for the
+  // whole import (its scratch for transposed matrices stays faulted in).
   const int num_units = static_cast<int>(model.units().size());
   std::vector<float> buffers[2];
-  auto read = [&](int unit) -> Status {
-    const auto [begin, end] = engine.StoredRange(unit);
-    std::vector<float>& buffer = buffers[unit % 2];
-    buffer.resize(end - begin);
-    return weights.Fill(unit, begin, end, buffer.data(), progress ? &*progress : nullptr);
-  };
-  Status status = num_units > 0 ? read(0) : absl::OkStatus();
-  for (int u = 0; u < num_units && status.ok(); ++u) {
-    std::future<Status> next;
-    if (u + 1 < num_units) next = std::async(std::launch::async, read, u + 1);
-    status = engine.StoreUnitValues(u, buffers[u % 2].data());
-    if (next.valid()) {
-      const Status read_status = next.get();
-      if (status.ok()) status = read_status;
+  std::vector<Status> read_status(num_units);
+  std::mutex mutex;
+  std::condition_variable changed;
+  int filled = 0, stored = 0;  // units read so far; units stored so far
+  bool stop = false;
+  std::thread reader([&] {
+    for (int u = 0; u < num_units; ++u) {
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        changed.wait(lock, [&] { return stop || u - stored < 2; });
+        if (stop) return;
+      }
+      const auto [begin, end] = engine.StoredRange(u);
+      std::vector<float>& buffer = buffers[u % 2];
+      buffer.resize(end - begin);
+      read_status[u] =
+          weights.Fill(u, begin, end, buffer.data(), progress ? &*progress : nullptr);
+      std::lock_guard<std::mutex> lock(mutex);
+      filled = u + 1;
+      changed.notify_all();
+      if (!read_status[u].ok()) return;
     }
+  });
+  Status status;
+  for (int u = 0; u < num_units && status.ok(); ++u) {
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      changed.wait(lock, [&] { return filled > u; });
+    }
+    status = read_status[u];
+    if (status.ok()) status = engine.StoreUnitValues(u, buffers[u % 2].data());
+    std::lock_guard<std::mutex> lock(mutex);
+    stored = u + 1;
+    stop = !status.ok();
+    changed.notify_all();
   }
+  reader.join();
   RETURN_IF_ERROR(status);
   if (progress) progress->Finish();
   return absl::OkStatus();

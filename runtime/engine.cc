@@ -460,25 +460,17 @@ Status Engine::StoreUnitState(int unit, const UnitStateView& view) {
   RETURN_IF_ERROR(components_.StoreOptimizerState(unit, part(view.master), part(view.exp_avg),
                                                    part(view.exp_avg_sq)));
   // The params this rank stores (the full unit, or its shard at stage 3), cast from fp32 on
-  // the device, then put in place by their home.
-  const size_t element_bytes = DTypeBytes(options_.train.dtype);
+  // the host (round to nearest even, as the device's cast), then put in place by their
+  // home; fp32 params go to their home as they are.
   const size_t param_elements = components_.param_part_elements(unit);
   const bool full = param_elements == state.padded_elements;
   const float* param_src = view.master + ((full ? 0 : own.begin) - view.begin);
-  ASSIGN_OR_RETURN(Buffer staging, device_->Allocate(Tier::kDevice, StateKind::kWorkspace,
-                                                     param_elements * sizeof(float),
-                                                     "parameter staging"));
-  ASSIGN_OR_RETURN(Buffer cast, device_->Allocate(Tier::kDevice, StateKind::kWorkspace,
-                                                  param_elements * element_bytes,
-                                                  "parameter cast"));
-  RETURN_IF_ERROR(device_->CopyAsync(staging.data(), param_src, param_elements * sizeof(float),
-                                     *compute_));
-  RETURN_IF_ERROR(ops_->CastFromFloat(*compute_, cast.data(), staging.as<float>(),
-                                      param_elements));
+  if (options_.train.dtype == DType::kF32) return components_.StoreParams(unit, param_src);
+  const size_t bytes = param_elements * DTypeBytes(options_.train.dtype);
   // Reused from unit to unit: a fresh vector would zero and fault in its pages every time.
-  if (store_host_.size() < cast.bytes()) store_host_.resize(cast.bytes());
-  RETURN_IF_ERROR(device_->CopyAsync(store_host_.data(), cast.data(), cast.bytes(), *compute_));
-  RETURN_IF_ERROR(compute_->Synchronize());
+  if (store_host_.size() < bytes) store_host_.resize(bytes);
+  RETURN_IF_ERROR(host_ops_->CastFromFloat(*host_, store_host_.data(), param_src, param_elements));
+  RETURN_IF_ERROR(host_->Synchronize());
   return components_.StoreParams(unit, store_host_.data());
 }
 

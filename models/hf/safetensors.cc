@@ -30,17 +30,26 @@
 
 namespace strata {
 
-// An open file descriptor, closed with the last SafetensorsSet copy that shares it.
+// An open file, closed with the last SafetensorsSet copy that shares it: a plain
+// descriptor, and a second one with O_DIRECT (-1 where the file system refuses it, e.g.
+// tmpfs) for large reads, which then bypass the page cache: a model's weights are read
+// once, and caching them would only push out what the machine needs.
 class SafetensorsSet::FileHandle {
  public:
-  explicit FileHandle(int fd) : fd_(fd) {}
-  ~FileHandle() { ::close(fd_); }
+  FileHandle(int fd, const std::string& path)
+      : fd_(fd), direct_fd_(::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC)) {}
+  ~FileHandle() {
+    ::close(fd_);
+    if (direct_fd_ >= 0) ::close(direct_fd_);
+  }
   FileHandle(const FileHandle&) = delete;
   FileHandle& operator=(const FileHandle&) = delete;
   int fd() const { return fd_; }
+  int direct_fd() const { return direct_fd_; }
 
  private:
   const int fd_;
+  const int direct_fd_;
 };
 
 namespace {
@@ -53,6 +62,47 @@ constexpr uint64_t kWritePieceElements = kPieceBytes / sizeof(float);
 constexpr const char* kIndexName = "model.safetensors.index.json";
 constexpr const char* kSingleName = "model.safetensors";
 constexpr const char* kMetadataKey = "__metadata__";
+
+// O_DIRECT's alignment of offsets, sizes and memory (the logical block size of every
+// common device; a device with larger blocks refuses, and the read falls back).
+constexpr uint64_t kDirectAlign = 4096;
+// Reads below this go through the page cache (a header, a norm's weights).
+constexpr uint64_t kDirectMinBytes = uint64_t{256} << 10;
+
+// Bytes [offset, offset + size) of the file behind `direct_fd` into
+// `out` through an aligned bounce buffer, kept per thread. False where O_DIRECT fails: the
+// caller reads the range through the page cache instead (and reports any error there).
+bool ReadDirect(int direct_fd, uint64_t offset, uint64_t size, void* out) {
+  struct Bounce {
+    ~Bounce() { std::free(data); }
+    void* data = nullptr;
+    uint64_t bytes = 0;
+  };
+  thread_local Bounce bounce;
+  const uint64_t begin = offset & ~(kDirectAlign - 1);
+  const uint64_t end = (offset + size + kDirectAlign - 1) & ~(kDirectAlign - 1);
+  if (bounce.bytes < end - begin) {
+    std::free(bounce.data);
+    bounce.data = std::aligned_alloc(kDirectAlign, end - begin);
+    bounce.bytes = bounce.data == nullptr ? 0 : end - begin;
+    if (bounce.data == nullptr) return false;
+  }
+  // The last block may pass the end of the file: O_DIRECT then reads short, which is
+  // fine as long as the asked-for bytes arrived.
+  const uint64_t needed = offset + size - begin;
+  uint64_t got = 0;
+  while (got < needed) {
+    const ssize_t n = ::pread(direct_fd, static_cast<char*>(bounce.data) + got, end - begin - got,
+                              static_cast<off_t>(begin + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    got += static_cast<uint64_t>(n);
+    if (got % kDirectAlign != 0) break;  // short: the file's end
+  }
+  if (got < needed) return false;
+  std::memcpy(out, static_cast<const char*>(bounce.data) + (offset - begin), size);
+  return true;
+}
 
 // A file descriptor owned until released.
 class ScopedFd {
@@ -684,7 +734,7 @@ uint16_t FloatToHalf(float value) {
 StatusOr<SafetensorsSet> SafetensorsSet::OpenFile(const std::string& path) {
   ASSIGN_OR_RETURN(ParsedFile parsed, ParseFile(path));
   SafetensorsSet set;
-  set.files_[path] = std::make_shared<const FileHandle>(parsed.fd.Release());
+  set.files_[path] = std::make_shared<const FileHandle>(parsed.fd.Release(), path);
   set.tensors_ = std::move(parsed.tensors);
   set.metadata_ = std::move(parsed.metadata);
   std::sort(set.tensors_.begin(), set.tensors_.end(),
@@ -757,7 +807,7 @@ StatusOr<SafetensorsSet> SafetensorsSet::OpenDirectory(const std::string& dir) {
       }
       set.tensors_.push_back(std::move(tensor));
     }
-    set.files_[path] = std::make_shared<const FileHandle>(parsed.fd.Release());
+    set.files_[path] = std::make_shared<const FileHandle>(parsed.fd.Release(), path);
   }
   for (const auto& [name, shard] : shard_of) {
     const auto found = found_in.find(name);
@@ -794,7 +844,17 @@ Status SafetensorsSet::ReadFloats(const StTensor& tensor, uint64_t begin, uint64
                                               tensor.name, "': elements [", begin, ", ",
                                               begin + count, ") are outside its ", tensor.numel));
   }
-  const int fd = file->second->fd();
+  const FileHandle& handle = *file->second;
+  const int fd = handle.fd();
+  // A piece through O_DIRECT where it is large and the file allows it, else (or where
+  // that fails) through the page cache, whose errors name the bytes.
+  auto read = [&](void* to, uint64_t size, uint64_t offset, const std::string& what) -> Status {
+    if (handle.direct_fd() >= 0 && size >= kDirectMinBytes &&
+        ReadDirect(handle.direct_fd(), offset, size, to)) {
+      return absl::OkStatus();
+    }
+    return PreadFully(fd, to, size, offset, what);
+  };
   const size_t element_bytes = StDTypeBytes(tensor.dtype);
   const uint64_t piece_elements = kPieceBytes / element_bytes;
   std::vector<uint16_t> halves;
@@ -806,9 +866,9 @@ Status SafetensorsSet::ReadFloats(const StTensor& tensor, uint64_t begin, uint64
                                           offset, ", ", offset + n * element_bytes, ")");
     if (tensor.dtype == StDType::kF32) {
       // Same layout on disk and in memory (little-endian IEEE): read straight into out.
-      RETURN_IF_ERROR(PreadFully(fd, out + done, n * element_bytes, offset, "safetensors: " + what));
+      RETURN_IF_ERROR(read(out + done, n * element_bytes, offset, "safetensors: " + what));
     } else {
-      RETURN_IF_ERROR(PreadFully(fd, halves.data(), n * element_bytes, offset, "safetensors: " + what));
+      RETURN_IF_ERROR(read(halves.data(), n * element_bytes, offset, "safetensors: " + what));
       float* to = out + done;
       if (tensor.dtype == StDType::kBF16) {
         for (uint64_t i = 0; i < n; ++i) to[i] = ToFloat(bf16{halves[i]});

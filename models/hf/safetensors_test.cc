@@ -7,6 +7,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -718,6 +720,61 @@ TEST(SafetensorsTest, RejectsBadLayouts) {
 
 // A valid file cut short on the disk: opening says truncated; a file cut after it was
 // opened makes the read say so.
+// Pages of `path` in the page cache, and all its pages.
+std::pair<size_t, size_t> CachedPages(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  const size_t bytes = std::filesystem::file_size(path);
+  void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t pages = (bytes + page - 1) / page;
+  std::vector<unsigned char> resident(pages);
+  if (map == MAP_FAILED || ::mincore(map, bytes, resident.data()) != 0) return {pages, pages};
+  ::munmap(map, bytes);
+  size_t cached = 0;
+  for (unsigned char flag : resident) cached += flag & 1;
+  return {cached, pages};
+}
+
+// Large reads go around the page cache (O_DIRECT: a model is read once), with the same
+// values as through it; where the file system refuses O_DIRECT the test says SKIPPED.
+TEST(SafetensorsTest, LargeReadsBypassThePageCache) {
+  const uint64_t numel = (uint64_t{3} << 20) + 5;  // 12 MiB of F32 after a small tensor
+  const std::vector<float> small = Values(3);
+  StOutputTensor big{"big", {static_cast<int64_t>(numel)}, [](uint64_t begin, uint64_t count,
+                                                             float* out) {
+                       for (uint64_t i = 0; i < count; ++i) out[i] = static_cast<float>(begin + i);
+                       return absl::OkStatus();
+                     }};
+  const std::string path = TempPath("direct.safetensors");
+  ASSERT_OK(WriteSafetensors(path, {FromVector("a_small", {3}, &small), big}, StDType::kF32, {}));
+  const int probe = ::open(path.c_str(), O_RDONLY | O_DIRECT);
+  if (probe < 0) GTEST_SKIP() << "SKIPPED: the file system of " << path << " refuses O_DIRECT";
+  ::close(probe);
+  {
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    ::fdatasync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+  const auto [before, pages] = CachedPages(path);
+  if (before > pages / 10) GTEST_SKIP() << "SKIPPED: the page cache keeps " << path;
+  ASSERT_OK_AND_ASSIGN(const SafetensorsSet set, SafetensorsSet::OpenFile(path));
+  const StTensor& tensor = *set.Find("big");
+  std::vector<float> got(numel - 2);
+  ASSERT_OK(set.ReadFloats(tensor, 1, numel - 2, got.data()));  // unaligned both ends
+  for (uint64_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], static_cast<float>(i + 1)) << i;
+  const auto [after, all] = CachedPages(path);
+  EXPECT_LE(after, before + all / 10) << "the read went through the page cache";
+  // A cut file: the direct read comes up short and the page-cache read says where it ends.
+  ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(std::filesystem::file_size(path) - 6)), 0);
+  got.resize(numel);
+  EXPECT_THAT(set.ReadFloats(tensor, 0, numel, got.data()),
+              StatusIs(absl::StatusCode::kDataLoss, AllOf(HasSubstr("'big'"), HasSubstr("truncated"))));
+  ASSERT_OK(set.ReadFloats(tensor, 7, numel - 9, got.data()));  // ends before the cut
+  for (uint64_t i = 0; i < numel - 9; ++i) ASSERT_EQ(got[i], static_cast<float>(i + 7)) << i;
+}
+
 TEST(SafetensorsTest, TruncatedFiles) {
   const std::vector<float> values = Values(64);
   const std::string path = TempPath("truncated.safetensors");
