@@ -120,6 +120,9 @@ CollectiveCall CheckedCommunicator::Next(CollectiveOp op, DType dtype, size_t co
 Status CheckedCommunicator::Accept(CollectiveCall call, const void* input, void* output,
                                    Stream& stream) {
   call.sequence = issued_.fetch_add(1);
+  StreamLabel label(stream, CollectiveName(call.op), "comm",
+                    {{"bytes", std::to_string(call.count * DTypeBytes(call.dtype))},
+                     {"sequence", std::to_string(call.sequence)}});
   return Issue(call, input, output, stream);
 }
 

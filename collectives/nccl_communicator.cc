@@ -297,6 +297,9 @@ class NcclCommunicator : public Communicator {
                            "', but this communicator's collectives go to one stream (its first)")));
     }
     call.sequence = issued_.fetch_add(1);
+    StreamLabel label(stream, CollectiveName(call.op), "comm",
+                      {{"bytes", std::to_string(call.count * DTypeBytes(call.dtype))},
+                       {"sequence", std::to_string(call.sequence)}});
     CUDA_RETURN_IF_ERROR(cudaSetDevice(device_id_), Who("selecting the GPU"));
     Status scratch = outcome_->failed.load() ? absl::OkStatus() : EnsureScratch(scratch_bytes);
     {

@@ -34,6 +34,7 @@ struct CpuEventState {
   // Generations recorded on a stream that had failed: the error, passed on to every
   // stream that waits for them (so no stream computes on what a failed copy left).
   std::map<uint64_t, Status> failed;
+  std::string recorded_on;  // the stream of the latest record (for the trace's wait spans)
 
   void Complete(uint64_t generation, Status error) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -85,8 +86,8 @@ class CpuEvent : public Event {
 
 class CpuStream : public Stream {
  public:
-  CpuStream(std::string name, StreamRegistry* registry)
-      : name_(std::move(name)), registry_(registry), worker_([this] { Run(); }) {
+  CpuStream(std::string name, StreamRegistry* registry, const std::atomic<Trace*>* trace)
+      : name_(std::move(name)), registry_(registry), trace_(trace), worker_([this] { Run(); }) {
     registry_->Add(this);
   }
   ~CpuStream() override {
@@ -99,11 +100,27 @@ class CpuStream : public Stream {
     registry_->Remove(this);
   }
 
-  void EnqueueHost(std::function<Status()> work) override { Push({std::move(work), false}); }
+  void EnqueueHost(std::function<Status()> work) override {
+    Push({std::move(work), false, nullptr});
+  }
 
   // Work that runs even after the stream failed: event records and waits, so that nobody
   // waiting on this stream's events waits forever and ordering between streams holds.
-  void EnqueueAlways(std::function<Status()> work) { Push({std::move(work), true}); }
+  // Not shown in the trace (a wait shows itself, see AddStall).
+  void EnqueueAlways(std::function<Status()> work) { Push({std::move(work), true, nullptr}); }
+
+  void SetTraceLabel(std::shared_ptr<const TraceLabel> label) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    label_ = std::move(label);
+  }
+  std::shared_ptr<const TraceLabel> trace_label() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return label_;
+  }
+  bool tracing() const override {
+    const Trace* trace = trace_->load(std::memory_order_relaxed);
+    return trace != nullptr && trace->recording();
+  }
 
   // The stream's first error so far; only for work running on the stream itself.
   const Status& error_in_order() const { return first_error_; }
@@ -120,18 +137,55 @@ class CpuStream : public Stream {
   double busy_ms() const override {
     return (ran_us_.load() - stalled_us_.load()) / 1000.0;
   }
-  void AddStall(std::chrono::steady_clock::duration waited) {
-    stalled_us_ += std::chrono::duration_cast<std::chrono::microseconds>(waited).count();
+  // A wait on another stream's event took [start, end): counted as stall, and shown as a
+  // "wait" span (the same duration) on this stream's track. Runs on the worker.
+  void AddStall(std::chrono::steady_clock::time_point start,
+                std::chrono::steady_clock::time_point end, const std::string& on) {
+    stalled_us_ += std::chrono::duration_cast<std::chrono::microseconds>(end - start).count();
+    if (Trace* trace = Recording()) {
+      trace->Span(Track(*trace), "wait", "stall", start, end, {{"for", on}});
+    }
   }
 
  private:
   struct Task {
     std::function<Status()> work;
     bool always;
+    std::shared_ptr<const TraceLabel> label;  // set by Push where the trace records
   };
+  // Consecutive work of one label, shown as one span once it ends (worker-only state).
+  struct OpenSpan {
+    std::shared_ptr<const TraceLabel> label;
+    std::chrono::steady_clock::time_point begin, end;
+  };
+
+  Trace* Recording() const {
+    Trace* trace = trace_->load(std::memory_order_relaxed);
+    return trace != nullptr && trace->recording() ? trace : nullptr;
+  }
+  int Track(Trace& trace) {
+    if (track_ < 0 || track_owner_ != &trace) {
+      track_ = trace.Track(name_);
+      track_owner_ = &trace;
+    }
+    return track_;
+  }
+  void CloseSpan() {
+    if (open_.label == nullptr) return;
+    if (Trace* trace = Recording()) {
+      trace->Span(Track(*trace), open_.label->name, open_.label->category, open_.begin,
+                  open_.end, open_.label->args);
+    }
+    open_.label = nullptr;
+  }
 
   void Push(Task task) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (!task.always && Recording() != nullptr) {
+      static const auto kUnlabelled =
+          std::make_shared<const TraceLabel>(TraceLabel{"work", "other", {}});
+      task.label = label_ != nullptr ? label_ : kUnlabelled;
+    }
     queue_.push_back(std::move(task));
     ++enqueued_;
     cv_.notify_all();
@@ -146,12 +200,22 @@ class CpuStream : public Stream {
       queue_.pop_front();
       bool skip = !first_error_.ok() && !task.always;
       lock.unlock();
+      // A different label (or a record or wait) ends the span of the work before it.
+      if (task.label != open_.label) CloseSpan();
       const auto start = std::chrono::steady_clock::now();
       Status status = skip ? absl::OkStatus() : task.work();
-      ran_us_ += std::chrono::duration_cast<std::chrono::microseconds>(
-                     std::chrono::steady_clock::now() - start)
-                     .count();
+      const auto end = std::chrono::steady_clock::now();
+      ran_us_ += std::chrono::duration_cast<std::chrono::microseconds>(end - start).count();
+      if (task.label != nullptr && !skip) {
+        if (open_.label == nullptr) open_ = {task.label, start, end};
+        open_.end = end;
+      }
       lock.lock();
+      if (queue_.empty()) {  // going idle: the open span ends here, not at the next work
+        lock.unlock();
+        CloseSpan();
+        lock.lock();
+      }
       if (!status.ok() && first_error_.ok()) {
         first_error_ = Annotate(status, absl::StrCat("stream '", name_, "'"));
       }
@@ -162,7 +226,8 @@ class CpuStream : public Stream {
 
   const std::string name_;
   StreamRegistry* registry_;  // the device's; outlives the stream
-  std::mutex mutex_;
+  const std::atomic<Trace*>* trace_;  // the device's
+  mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::condition_variable done_cv_;
   std::deque<Task> queue_;
@@ -172,6 +237,10 @@ class CpuStream : public Stream {
   Status first_error_;
   std::atomic<int64_t> stalled_us_{0};
   std::atomic<int64_t> ran_us_{0};  // every task, waits included
+  std::shared_ptr<const TraceLabel> label_;  // under mutex_
+  OpenSpan open_;
+  int track_ = -1;
+  const Trace* track_owner_ = nullptr;
   std::thread worker_;  // last: starts after the members above exist
 };
 
@@ -254,8 +323,11 @@ class CpuDevice : public Device {
     return it->second.tier;
   }
 
+  void SetTrace(Trace* trace) override { trace_.store(trace); }
+  Trace* trace() const override { return trace_.load(); }
+
   StatusOr<std::unique_ptr<Stream>> CreateStream(const std::string& name) override {
-    return std::unique_ptr<Stream>(new CpuStream(name, &streams_));
+    return std::unique_ptr<Stream>(new CpuStream(name, &streams_, &trace_));
   }
   StatusOr<std::unique_ptr<Event>> CreateEvent() override {
     return std::unique_ptr<Event>(new CpuEvent());
@@ -265,6 +337,10 @@ class CpuDevice : public Device {
     auto& cpu_event = static_cast<CpuEvent&>(event);
     uint64_t generation = cpu_event.NextRecord();
     auto& cpu_stream = static_cast<CpuStream&>(stream);
+    {
+      std::lock_guard<std::mutex> lock(cpu_event.state()->mutex);
+      cpu_event.state()->recorded_on = stream.name();
+    }
     cpu_stream.EnqueueAlways([state = cpu_event.state(), generation, &cpu_stream] {
       state->Complete(generation, cpu_stream.error_in_order());
       return absl::OkStatus();
@@ -281,10 +357,15 @@ class CpuDevice : public Device {
     // memory (a buffer owned by the skipped task), which must not happen before the other
     // stream is done with it. Waiting for a record made on a failed stream fails this
     // stream too (its later work would read what the failed work did not produce).
-    cpu_stream.EnqueueAlways([state = cpu_event.state(), generation, &cpu_stream] {
+    std::string on;
+    {
+      std::lock_guard<std::mutex> lock(cpu_event.state()->mutex);
+      on = cpu_event.state()->recorded_on;
+    }
+    cpu_stream.EnqueueAlways([state = cpu_event.state(), generation, &cpu_stream, on] {
       const auto start = std::chrono::steady_clock::now();
       Status error = state->WaitFor(generation);
-      cpu_stream.AddStall(std::chrono::steady_clock::now() - start);
+      cpu_stream.AddStall(start, std::chrono::steady_clock::now(), on);
       if (error.ok()) return error;
       return Annotate(error, "waited for an event recorded after this error");
     });
@@ -318,6 +399,7 @@ class CpuDevice : public Device {
 
  private:
   StreamRegistry streams_;  // before the pools and caches: the fences use it
+  std::atomic<Trace*> trace_{nullptr};
   MemoryPool device_pool_;
   MemoryPool host_pool_;
   std::unique_ptr<BlockCache> caches_[kNumTiers];  // by Tier; every Buffer must go first

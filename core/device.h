@@ -19,6 +19,7 @@
 
 #include "core/memory.h"
 #include "core/status.h"
+#include "core/trace.h"
 
 namespace strata {
 
@@ -39,6 +40,15 @@ class Stream {
   // wall time it gives the time the stream sat idle or starved. Backends that cannot
   // observe it from the host report 0.
   virtual double busy_ms() const { return 0.0; }
+
+  // The timeline trace (core/trace.h): work enqueued from now on is shown under `label` on
+  // this stream's track (consecutive work of one label as one span), until the label
+  // changes; waits on events show as "wait" spans of category "stall". A no-op where the
+  // device has no trace; see StreamLabel for the scoped form.
+  virtual void SetTraceLabel(std::shared_ptr<const TraceLabel> label) {}
+  virtual std::shared_ptr<const TraceLabel> trace_label() const { return nullptr; }
+  // True while the device's trace records (labels are only built then).
+  virtual bool tracing() const { return false; }
 };
 
 class Event {
@@ -76,6 +86,36 @@ class Device {
   // this device did not allocate (the caller's own). For checks: kernels of one tier handed
   // a buffer of the other (WithTierChecks, kernels/tier_checked_ops.h).
   virtual std::optional<Tier> TierOf(const void* pointer) const = 0;
+
+  // The trace its streams record into (null: none, the default); `trace` must outlive the
+  // device's streams or be reset to null first. Devices that cannot trace ignore it.
+  virtual void SetTrace(Trace* trace) {}
+  virtual Trace* trace() const { return nullptr; }
+};
+
+// Labels the work enqueued on `stream` within a scope (restoring the label before it):
+// StreamLabel label(*compute_, "forward h3", "compute", {{"units", "h3"}}). Costs nothing
+// when the stream is not tracing. A label nested in another records the outer's name as
+// its "for" argument (an all-gather "for" "gather h3").
+class StreamLabel {
+ public:
+  StreamLabel(Stream& stream, std::string name, std::string category, Trace::Args args = {})
+      : stream_(stream.tracing() ? &stream : nullptr) {
+    if (stream_ == nullptr) return;
+    previous_ = stream.trace_label();
+    if (previous_ != nullptr) args.emplace_back("for", previous_->name);
+    stream.SetTraceLabel(std::make_shared<const TraceLabel>(
+        TraceLabel{std::move(name), std::move(category), std::move(args)}));
+  }
+  ~StreamLabel() {
+    if (stream_ != nullptr) stream_->SetTraceLabel(std::move(previous_));
+  }
+  StreamLabel(const StreamLabel&) = delete;
+  StreamLabel& operator=(const StreamLabel&) = delete;
+
+ private:
+  Stream* stream_;
+  std::shared_ptr<const TraceLabel> previous_;
 };
 
 }  // namespace strata

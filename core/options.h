@@ -162,6 +162,10 @@ struct TrainOptions {
   int checkpoint_every = 0;
   int checkpoint_keep = 0;
   std::string resume;
+  // train.trace_steps: with `strata train --trace FILE`, the steps traced, "A:B" (1-based,
+  // inclusive). Default 2:3: the first two steps after the first (which plans and touches
+  // memory for the first time), so a trace stays small.
+  std::string trace_steps = "2:3";
 };
 
 struct DeviceOptions {

@@ -14,6 +14,7 @@ struct CommandArgs {
   std::string config_path;          // --config FILE.json
   std::vector<std::string> sets;    // --set section.key=value, in order
   std::string metrics_path;         // --metrics FILE.jsonl
+  std::string trace_path;           // --trace FILE.json (train.trace_steps)
   int bench_steps = 3;              // bench: measured steps after one warm-up step
 };
 
@@ -41,6 +42,8 @@ struct SampleArgs {
 };
 Status RunSample(const SampleArgs& args);
 Status RunBenchTrain(const CommandArgs& args);
+// `strata bench trace` (launch/bench_trace.cc): the trace's cost, off and on.
+Status RunBenchTrace(const CommandArgs& args);
 Status RunBenchZero(const CommandArgs& args);
 Status RunBenchOffload(const CommandArgs& args);
 // `strata bench infinity --dir DIR`: optimizer/params on NVMe against the disk's rates.

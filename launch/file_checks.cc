@@ -23,40 +23,55 @@ bool SameFile(const std::string& a, const std::string& b) {
          first.st_ino == second.st_ino;
 }
 
-}  // namespace
-
-Status CheckOutputsAreNotInputs(const std::string& config_path, const std::string& metrics_path,
-                                const Options& options) {
-  if (metrics_path.empty()) return absl::OkStatus();
+Status CheckOutput(const std::string& config_path, const std::string& flag,
+                   const std::string& path, const Options& options) {
+  if (path.empty()) return absl::OkStatus();
   for (const auto& [input, what] :
        {std::pair<std::string, std::string>{config_path, "the config file (--config)"},
         {options.data.path, "the data file (data.path)"}}) {
-    if (SameFile(metrics_path, input)) {
+    if (SameFile(path, input)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--metrics ", metrics_path, " is ", what,
-          ": writing metrics there would destroy it; choose another metrics file"));
+          flag, " ", path, " is ", what,
+          ": writing there would destroy it; choose another file"));
     }
   }
   struct stat info {};
-  if (::stat(metrics_path.c_str(), &info) == 0) {
+  if (::stat(path.c_str(), &info) == 0) {
     if (S_ISDIR(info.st_mode)) {  // a pipe or /dev/null is fine to write to
-      return absl::InvalidArgumentError(absl::StrCat("--metrics ", metrics_path,
+      return absl::InvalidArgumentError(absl::StrCat(flag, " ", path,
                                                      " is a directory; name a file in it"));
     }
-    if (::access(metrics_path.c_str(), W_OK) != 0) {
-      return ErrnoError(errno, absl::StrCat("--metrics ", metrics_path, " cannot be written"));
+    if (::access(path.c_str(), W_OK) != 0) {
+      return ErrnoError(errno, absl::StrCat(flag, " ", path, " cannot be written"));
     }
     return absl::OkStatus();
   }
-  std::string parent = std::filesystem::path(metrics_path).parent_path().string();
+  std::string parent = std::filesystem::path(path).parent_path().string();
   if (parent.empty()) parent = ".";
   if (::stat(parent.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
-    return absl::NotFoundError(absl::StrCat("--metrics ", metrics_path, ": its directory ",
+    return absl::NotFoundError(absl::StrCat(flag, " ", path, ": its directory ",
                                             parent, " does not exist"));
   }
   if (::access(parent.c_str(), W_OK | X_OK) != 0) {
-    return ErrnoError(errno, absl::StrCat("--metrics ", metrics_path, ": its directory ", parent,
+    return ErrnoError(errno, absl::StrCat(flag, " ", path, ": its directory ", parent,
                                           " is not writable"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Status CheckOutputsAreNotInputs(const std::string& config_path,
+                                const std::vector<OutputFile>& outputs, const Options& options) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    RETURN_IF_ERROR(CheckOutput(config_path, outputs[i].flag, outputs[i].path, options));
+    for (size_t j = 0; j < i; ++j) {
+      if (!outputs[i].path.empty() && outputs[i].path == outputs[j].path) {
+        return absl::InvalidArgumentError(absl::StrCat(outputs[j].flag, " and ", outputs[i].flag,
+                                                       " both name ", outputs[i].path,
+                                                       ": give each its own file"));
+      }
+    }
   }
   return absl::OkStatus();
 }

@@ -79,6 +79,10 @@ int main(int argc, char** argv) {
                                                   "train, device, zero)");
   train->add_option("--set", args.sets, "override one key: section.key=value (repeatable)");
   train->add_option("--metrics", args.metrics_path, "write one JSON object per step here");
+  train->add_option("--trace", args.trace_path,
+                    "write a timeline trace (Chrome trace JSON: Perfetto, chrome://tracing) of "
+                    "the steps train.trace_steps names (default 2:3); under several ranks one "
+                    "file per rank, FILE.rank<k>.json");
   train->add_flag("--help-config", help_config, "list every config key with its default");
 
   std::string export_from, export_to, export_shard = "5GiB";
@@ -128,6 +132,13 @@ int main(int argc, char** argv) {
   bench_train->add_option("--config", args.config_path, "JSON config file");
   bench_train->add_option("--set", args.sets, "override one key (repeatable)");
   bench_train->add_option("--steps", args.bench_steps, "measured steps per dtype")
+      ->check(CLI::Range(1, 1000));
+
+  CLI::App* bench_trace = bench->add_subcommand(
+      "trace", "the timeline trace's cost: step time without, off and on (goals <= 1%, 3%)");
+  bench_trace->add_option("--config", args.config_path, "JSON config file");
+  bench_trace->add_option("--set", args.sets, "override one key (repeatable)");
+  bench_trace->add_option("--steps", args.bench_steps, "measured steps per session (default 20)")
       ->check(CLI::Range(1, 1000));
 
   CLI::App* bench_zero = bench->add_subcommand(
@@ -221,6 +232,10 @@ int main(int argc, char** argv) {
     status = strata::RunExport(export_from, export_to, export_dtype, export_shard);
   }
   else if (bench_train->parsed()) status = strata::RunBenchTrain(args);
+  else if (bench_trace->parsed()) {
+    if (bench_trace->count("--steps") == 0) args.bench_steps = 20;
+    status = strata::RunBenchTrace(args);
+  }
   else if (bench_zero->parsed()) status = strata::RunBenchZero(args);
   else if (bench_offload->parsed()) status = strata::RunBenchOffload(args);
   else if (bench_infinity->parsed()) status = strata::RunBenchInfinity(args, infinity_dir);

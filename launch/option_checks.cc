@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "launch/options_parse.h"
 #include "launch/option_keys.h"
 #include "runtime/placement.h"
 
@@ -100,6 +101,9 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
   at_least("train.log_every", train.log_every, 1);
   at_least("train.checkpoint_every", train.checkpoint_every, 0);
   at_least("train.checkpoint_keep", train.checkpoint_keep, 0);
+  if (StatusOr<std::pair<int, int>> range = ParseStepRange(train.trace_steps); !range.ok()) {
+    problems->push_back(std::string(range.status().message()));
+  }
   if (train.checkpoint_every > 0 && train.checkpoint_dir.empty()) {
     problems->push_back("train.checkpoint_every is set but train.checkpoint_dir is empty: set "
                         "train.checkpoint_dir to a directory");

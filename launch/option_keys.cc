@@ -146,6 +146,9 @@ const std::vector<KeySpec>& Keys() {
       {"train.resume", +[](Options& o) { return &o.train.resume; },
        "a checkpoint (<dir>/step-<k>) to resume from, at step k, or a checkpoint_dir (its "
        "newest); \"\" = start fresh.", false},
+      {"train.trace_steps", +[](Options& o) { return &o.train.trace_steps; },
+       "with strata train --trace FILE: the steps traced, A:B (1-based, inclusive); a "
+       "bounded trace of a few steps after the first.", false},
       {"device.backend", Enum(+[](Options& o) { return &o.device.backend; }),
        "compute backend: cpu | cuda (one GPU per local rank; needs a CUDA build).", false},
       {"device.memory_limit", +[](Options& o) { return &o.device.memory_limit; },

@@ -21,6 +21,7 @@
 #include <variant>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/file_kind.h"
@@ -441,6 +442,18 @@ std::string FormatResolved(const Options& options) {
     absl::StrAppend(&out, spec.name, "=", ValueText(spec, options), "\n");
   }
   return out;
+}
+
+StatusOr<std::pair<int, int>> ParseStepRange(const std::string& text) {
+  const size_t colon = text.find(':');
+  int first = 0, last = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(text.substr(0, colon), &first) ||
+      !absl::SimpleAtoi(text.substr(colon + 1), &last) || first < 1 || last < first) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "train.trace_steps: got '", text,
+        "', expected A:B, the steps A through B to trace (1-based, 1 <= A <= B), e.g. 2:3"));
+  }
+  return std::make_pair(first, last);
 }
 
 }  // namespace strata

@@ -32,6 +32,10 @@ StatusOr<Options> ParseOptions(const std::string& config_json_path,
 // call it directly for options built in code.
 Status ValidateOptions(const Options& options);
 
+// train.trace_steps: "A:B", steps A through B (1-based, as the progress lines count),
+// 1 <= A <= B; InvalidArgument naming the key and the text otherwise.
+StatusOr<std::pair<int, int>> ParseStepRange(const std::string& text);
+
 // Every config key, "section.key", in table order (model, data, train, device, zero).
 std::vector<std::string> ConfigKeys();
 

@@ -39,7 +39,7 @@ const std::vector<std::string> kAllKeys = {
     "train.beta2",        "train.eps",          "train.grad_clip",
     "train.seed",         "train.eval_every",   "train.eval_batches",
     "train.log_every",    "train.recompute",    "train.checkpoint_dir", "train.checkpoint_every",
-    "train.checkpoint_keep", "train.resume",
+    "train.checkpoint_keep", "train.resume", "train.trace_steps",
     "device.backend",     "device.memory_limit",
     "device.threads",     "zero.stage",         "zero.world",
     "zero.comm_timeout_s", "zero.prefetch_bytes", "zero.optimizer_tier",

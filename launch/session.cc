@@ -9,6 +9,8 @@
 #include "collectives/nccl_communicator.h"
 #include "collectives/self_communicator.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "launch/options_parse.h"
 #include "launch/checkpoint.h"
 #include "launch/import_weights.h"
 #include "launch/training_data.h"
@@ -50,13 +52,21 @@ StatusOr<std::unique_ptr<Communicator>> CreateDeviceCommunicator(const Options& 
 }  // namespace
 
 StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options& options,
-                                                                   Communicator* communicator) {
+                                                                   Communicator* communicator,
+                                                                   bool trace) {
   std::unique_ptr<TrainingSession> session(new TrainingSession(options, communicator));
+  if (trace) {
+    ASSIGN_OR_RETURN(const auto steps, ParseStepRange(options.train.trace_steps));
+    session->trace_steps_ = {steps.first - 1, steps.second - 1};
+    session->trace_ = std::make_unique<Trace>(TraceOptions{.rank = communicator->rank()});
+  }
   // The backend first: a missing GPU (or CUDA build) fails before any data is read. Each
   // rank picks its GPU by its place on its node, as the communicator knows it (threads:
   // their rank; MPI: MPI_Comm_split_type, whatever started the processes).
   ASSIGN_OR_RETURN(session->backend_, CreateBackend(options, communicator->local_rank(),
                                                     communicator->local_size()));
+  // Before the engine: its NVMe engines take the trace when they are made.
+  if (session->trace_) session->backend_.device->SetTrace(session->trace_.get());
   const int global_rows = options.train.micro_batch * communicator->world_size();
   std::string data_description;
   ASSIGN_OR_RETURN(session->dataset_, LoadTrainingTokens(options, &data_description));
@@ -112,13 +122,13 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
 }
 
 StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::CreateSingleRank(
-    const Options& options) {
+    const Options& options, bool trace) {
   if (options.zero.world != 1) {
     return absl::InvalidArgumentError("a single-rank session needs zero.world=1");
   }
   ASSIGN_OR_RETURN(auto group, CreateLocalGroup(1, LocalGroupOptions{}));
   std::unique_ptr<Communicator> communicator = std::move(group[0]);
-  ASSIGN_OR_RETURN(auto session, Create(options, communicator.get()));
+  ASSIGN_OR_RETURN(auto session, Create(options, communicator.get(), trace));
   session->owned_communicator_ = std::move(communicator);
   return session;
 }
@@ -155,7 +165,19 @@ StatusOr<StepReport> TrainingSession::Step(int step) {
     micro_batches.push_back({batch.inputs.data(), batch.targets.data()});
   }
   report.lr = LearningRate(options_.train, step);
+  const bool traced = trace_ != nullptr && step >= trace_steps_.first && step <= trace_steps_.second;
+  const auto engine_start = std::chrono::steady_clock::now();
+  if (traced) trace_->SetRecording(true);
   StatusOr<StepResult> result = engine_->TrainStep(micro_batches, report.lr, step);
+  if (traced) {
+    const int track = trace_->Track("steps");
+    trace_->Span(track, absl::StrCat("step ", step + 1), "step", engine_start,
+                 std::chrono::steady_clock::now(),
+                 {{"loss", result.ok() ? absl::StrCat(result->loss) : "failed"},
+                  {"compute_stall_ms",
+                   result.ok() ? absl::StrCat(result->compute_stall_ms) : "failed"}});
+    trace_->SetRecording(false);
+  }
   if (!result.ok()) return AbortOnError(result.status());
   report.result = *result;
   report.ms_per_step =
@@ -186,6 +208,11 @@ StatusOr<std::string> TrainingSession::Checkpoint(int next_step) {
   return path;
 }
 
+Status TrainingSession::WriteTrace(const std::string& path) const {
+  if (trace_ == nullptr) return absl::FailedPreconditionError("this session keeps no trace");
+  return trace_->Write(path);
+}
+
 Status TrainingSession::Finish() {
   Status status = engine_->Finish();
   if (!status.ok()) return AbortOnError(status);
@@ -211,6 +238,15 @@ Status TrainingSession::AbortOnError(const Status& status) {
     device_communicator_->Abort(std::string(status.message()));
   }
   return status;
+}
+
+std::string TracePathOfRank(const std::string& path, int rank, int world_size) {
+  if (world_size <= 1) return path;
+  const std::string suffix = absl::StrCat(".rank", rank);
+  if (absl::EndsWith(path, ".json")) {
+    return absl::StrCat(path.substr(0, path.size() - 5), suffix, ".json");
+  }
+  return path + suffix;
 }
 
 }  // namespace strata

@@ -19,12 +19,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "collectives/communicator.h"
 #include "data/batch_sampler.h"
 #include "data/tokens.h"
 #include "runtime/backend.h"
 #include "core/options.h"
+#include "core/trace.h"
 #include "runtime/engine.h"
 #include "runtime/model.h"
 
@@ -43,15 +45,24 @@ struct StepReport {
   double checkpoint_ms = 0.0;             // its writing (not in ms_per_step)
 };
 
+// --trace FILE under several ranks: rank k writes FILE.rank<k>.json ("t.json" ->
+// "t.rank1.json"; other names get ".rank<k>" appended); one rank writes FILE itself.
+std::string TracePathOfRank(const std::string& path, int rank, int world_size);
+
 class TrainingSession {
  public:
   // Builds everything for the rank `communicator` stands for (it must outlive the
   // session); errors name what failed (data file, memory tier, ...). Rank r trains on rows
   // [r*B, (r+1)*B) of each global micro-batch of B*world rows.
+  // With `trace`, the session keeps a timeline trace (core/trace.h) of the steps
+  // train.trace_steps names (the device's streams, NVMe slots, CPU Adam, a span per step on
+  // the track "steps"); WriteTrace writes it.
   static StatusOr<std::unique_ptr<TrainingSession>> Create(const Options& options,
-                                                           Communicator* communicator);
+                                                           Communicator* communicator,
+                                                           bool trace = false);
   // One rank on its own (a local group of one, owned by the session).
-  static StatusOr<std::unique_ptr<TrainingSession>> CreateSingleRank(const Options& options);
+  static StatusOr<std::unique_ptr<TrainingSession>> CreateSingleRank(const Options& options,
+                                                                     bool trace = false);
 
   // The first step to run: 0, or the step a train.resume checkpoint goes on from (loaded
   // by Create).
@@ -69,6 +80,9 @@ class TrainingSession {
   // The end of training: pending work (a delayed update, copies in flight) done, and its
   // first error, if any, returned.
   Status Finish();
+  // The trace so far as Chrome trace-event JSON at `path` (FailedPrecondition without one).
+  Status WriteTrace(const std::string& path) const;
+  const Trace* trace() const { return trace_.get(); }
 
   const Options& options() const { return options_; }
   // The communicator the engine's collectives use: the device one on CUDA, else the one
@@ -94,6 +108,9 @@ class TrainingSession {
   Options options_;
   Communicator* communicator_;
   std::unique_ptr<Communicator> owned_communicator_;  // CreateSingleRank only
+  // Before backend_: the device's streams record into it until they are gone.
+  std::unique_ptr<Trace> trace_;
+  std::pair<int, int> trace_steps_{0, -1};  // 0-based, inclusive
   Backend backend_;  // before every member that uses the Device or the Ops
   TokenDataset dataset_;
   // device.backend=cuda: the NCCL communicator over communicator_ (after backend_: it

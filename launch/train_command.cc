@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include "core/run_identity.h"
+#include "core/trace.h"
 #include "launch/checkpoint.h"
 #include "launch/commands.h"
 #include "launch/file_checks.h"
@@ -93,7 +94,9 @@ Status RunTrain(const CommandArgs& args) {
   ASSIGN_OR_RETURN(Options options, ParseOptions(args.config_path, args.sets));
   // No output may be an input; the inputs themselves are checked as they are read (the data
   // in TrainingSession::Create), all before any output is opened.
-  RETURN_IF_ERROR(CheckOutputsAreNotInputs(args.config_path, args.metrics_path, options));
+  RETURN_IF_ERROR(CheckOutputsAreNotInputs(
+      args.config_path, {{"--metrics", args.metrics_path}, {"--trace", args.trace_path}},
+      options));
   return RunRanksWithControl(options, [&](Communicator& communicator,
                                            Communicator& control) -> Status {
     const bool lead = communicator.rank() == 0;
@@ -104,7 +107,25 @@ Status RunTrain(const CommandArgs& args) {
       spdlog::info("ranks: {} ({}), run {}", communicator.world_size(), communicator.Describe(),
                    RunId());
     }
-    ASSIGN_OR_RETURN(auto session, TrainingSession::Create(options, &communicator));
+    ASSIGN_OR_RETURN(auto session, TrainingSession::Create(options, &communicator,
+                                                           !args.trace_path.empty()));
+    // The trace, whenever training ends (finished or stopped by a signal).
+    auto write_trace = [&]() -> Status {
+      if (args.trace_path.empty()) return absl::OkStatus();
+      const std::string path =
+          TracePathOfRank(args.trace_path, communicator.rank(), communicator.world_size());
+      RETURN_IF_ERROR(session->WriteTrace(path));
+      const Trace& trace = *session->trace();
+      if (lead) {
+        spdlog::info("trace: {}{} ({} events, steps {}){}", path,
+                     communicator.world_size() > 1 ? " and one file per other rank" : "",
+                     trace.events(), options.train.trace_steps,
+                     trace.dropped() > 0
+                         ? absl::StrCat("; truncated: ", trace.dropped(), " events past the bound")
+                         : std::string());
+      }
+      return absl::OkStatus();
+    };
     std::string last_checkpoint = session->resumed_from();
     std::unique_ptr<MetricsWriter> metrics;
     if (lead) {
@@ -138,6 +159,7 @@ Status RunTrain(const CommandArgs& args) {
           saved = " (written on SIGTERM)";
         }
         RETURN_IF_ERROR(session->Finish());
+        RETURN_IF_ERROR(write_trace());
         if (lead) {
           SetInterruptSummary(absl::StrCat(
               "interrupted by ", SignalName(stop), " after step ", step, " of ",
@@ -167,7 +189,8 @@ Status RunTrain(const CommandArgs& args) {
                      FormatBytes(report.device.peak_bytes), FormatBytes(report.host.peak_bytes));
       }
     }
-    return session->Finish();
+    RETURN_IF_ERROR(session->Finish());
+    return write_trace();
   });
 }
 

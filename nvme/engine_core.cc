@@ -93,8 +93,11 @@ ChunkedEngine::ChunkedEngine(std::string engine_name, const IoEngineOptions& opt
   transfer_pool_.reserve(options.queue_depth);
   for (uint32_t i = 0; i < options.queue_depth; ++i) {
     transfer_pool_.push_back(std::make_unique<Transfer>());
+    transfer_pool_.back()->slot = i;
     free_transfers_.push_back(transfer_pool_.back().get());
   }
+  std::reverse(free_transfers_.begin(), free_transfers_.end());  // slot 0 is taken first
+  slot_tracks_.assign(options.queue_depth, -1);
 }
 
 ChunkedEngine::~ChunkedEngine() {
@@ -225,7 +228,9 @@ void ChunkedEngine::Pump() {
     const OpenedFile& file = files_[request.file.id];
     Transfer* transfer = free_transfers_.back();
     free_transfers_.pop_back();
+    const uint32_t slot = transfer->slot;
     *transfer = Transfer();
+    transfer->slot = slot;
     transfer->extent = extent;
     transfer->op = request.op;
     transfer->file = request.file;
@@ -242,6 +247,11 @@ void ChunkedEngine::Pump() {
   if (batch.empty()) return;
   in_backend_ += batch.size();
   stats_.transfers_issued += batch.size();
+  if (options_.trace != nullptr && options_.trace->recording()) {
+    const auto now = std::chrono::steady_clock::now();
+    for (Transfer* transfer : batch) transfer->started = now;
+    options_.trace->Counter(options_.trace_name + " in flight", now, in_backend_);
+  }
   backend_->Start(batch);
 }
 
@@ -264,8 +274,26 @@ std::string ChunkedEngine::Describe(const Transfer& transfer) const {
   return text;
 }
 
+void ChunkedEngine::TraceAttempt(const Transfer& transfer) {
+  Trace* trace = options_.trace;
+  // An attempt started before the trace began recording has no start time.
+  if (trace == nullptr || !trace->recording() ||
+      transfer.started == std::chrono::steady_clock::time_point()) {
+    return;
+  }
+  int& track = slot_tracks_[transfer.slot];
+  if (track < 0) track = trace->Track(absl::StrCat(options_.trace_name, " slot ", transfer.slot));
+  const auto now = std::chrono::steady_clock::now();
+  trace->Span(track, IoOpName(transfer.op), "nvme", transfer.started, now,
+              {{"bytes", std::to_string(transfer.length)},
+               {"file", FileName(transfer.file)},
+               {"offset", std::to_string(transfer.offset)}});
+  trace->Counter(options_.trace_name + " in flight", now, in_backend_);
+}
+
 void ChunkedEngine::ProcessResult(Transfer* transfer, int64_t result) {
   --in_backend_;
+  TraceAttempt(*transfer);
   if (options_.test_transfer_hook) {
     RawTransfer raw{transfer->op, transfer->file, transfer->offset, transfer->length,
                     transfer->attempt};

@@ -38,6 +38,8 @@ struct Transfer {
   uint32_t attempts_without_progress = 0;
   uint64_t moved = 0;      // bytes of this piece done
   uint64_t alignment = 1;  // kDirectIoAlignment for O_DIRECT files
+  uint32_t slot = 0;       // its place in the engine's pool: the trace's track
+  std::chrono::steady_clock::time_point started;  // the current attempt's start
 };
 
 struct RawResult {
@@ -112,6 +114,8 @@ class ChunkedEngine final : public IoEngine {
   void ProcessResult(Transfer* transfer, int64_t result);
   // Ends a piece; completes its extent when it was the last one.
   void FinishPiece(Transfer* transfer);
+  // The trace (when recording): the attempt that just came back, and what is in flight.
+  void TraceAttempt(const Transfer& transfer);
   void FailPiece(Transfer* transfer, Status status);
   std::string Describe(const Transfer& transfer) const;
   size_t MoveReady(std::vector<IoCompletion>* completions);
@@ -130,6 +134,7 @@ class ChunkedEngine final : public IoEngine {
   std::vector<std::unique_ptr<Transfer>> transfer_pool_;
   std::vector<Transfer*> free_transfers_;
   uint32_t in_backend_ = 0;
+  std::vector<int> slot_tracks_;  // the trace's track of each slot (-1: not yet made)
   std::deque<IoCompletion> ready_;
 };
 

@@ -39,6 +39,7 @@
 #include "absl/types/span.h"
 #include "core/options.h"
 #include "core/status.h"
+#include "core/trace.h"
 
 namespace strata::nvme {
 
@@ -133,6 +134,14 @@ struct IoEngineOptions {
   // request). Where the kernel refuses (ENOMEM/EPERM: the memlock limit) the engine falls
   // back to unregistered buffers and records why in info(). Default true.
   bool register_buffers = true;
+
+  // --- observability ---
+  // A timeline trace (core/trace.h; must outlive the engine): each transfer's attempt as a
+  // span on the track "<trace_name> slot <k>" of the request slot it holds (slots never
+  // overlap), and the transfers in flight as the counter "<trace_name> in flight".
+  // Default none.
+  Trace* trace = nullptr;
+  std::string trace_name = "nvme";
 
   // --- robustness ---
   // Consecutive attempts of one request that move no byte (-EAGAIN, short transfers too

@@ -176,7 +176,15 @@ Status Engine::RunStage(int stage, bool backward, int* access) {
       RETURN_IF_ERROR(schedule_->BeforeBackward(stage, u));
     }
   }
-  RETURN_IF_ERROR(backward ? model_->Backward(stage, ctx_) : model_->Forward(stage, ctx_));
+  std::string units;
+  for (const int u : spec.units) {
+    absl::StrAppend(&units, units.empty() ? "" : " ", model_->units()[u].name());
+  }
+  {
+    StreamLabel label(*compute_, absl::StrCat(backward ? "backward " : "forward ", units),
+                      backward ? "backward" : "forward");
+    RETURN_IF_ERROR(backward ? model_->Backward(stage, ctx_) : model_->Forward(stage, ctx_));
+  }
   for (size_t i = 0; i < spec.units.size(); ++i) {
     const int u = spec.units[i];
     if (backward) RETURN_IF_ERROR(schedule_->AfterBackward(stage, u));

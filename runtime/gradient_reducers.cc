@@ -91,6 +91,7 @@ class AllReduceReducer : public ReducerBase {
   Status UnitDone(int unit) override {
     UnitState& state = (*ctx_.units)[unit];
     RETURN_IF_ERROR(streams_->CommWaitsCompute());
+    StreamLabel label(*ctx_.comm, "reduce " + (*ctx_.layouts)[unit].name(), "comm");
     RETURN_IF_ERROR(ctx_.communicator->AllReduce(state.grads.data(), state.padded_elements,
                                                  ctx_.dtype, *ctx_.comm));
     ASSIGN_OR_RETURN(Stream* reader, home_->Add(unit, state.grads.data(), *ctx_.comm));
@@ -206,6 +207,7 @@ class ReduceScatterReducer : public ReducerBase, public RangedReduction {
     UnitState& state = (*ctx_.units)[unit];
     const int rank = ctx_.communicator->rank();
     void* own = ElementAt(full, rank * state.shard_elements, DTypeBytes(ctx_.dtype));
+    StreamLabel label(*ctx_.comm, "reduce " + (*ctx_.layouts)[unit].name(), "comm");
     RETURN_IF_ERROR(ctx_.communicator->ReduceScatter(full, own, state.shard_elements, ctx_.dtype,
                                                      *ctx_.comm));
     return home_->Add(unit, own, *ctx_.comm);

@@ -39,6 +39,7 @@ class PrefetchExecutor : public ParamGatherer {
       }
     } else {
       ++stats_.deviations;
+      TraceDeviation(access, unit, "access off the plan's trace");
     }
     RETURN_IF_ERROR(IssueDeferred());
     // A planned fetch still waiting for a read buffer is needed now: issue the waiting ones
@@ -53,7 +54,10 @@ class PrefetchExecutor : public ParamGatherer {
     }
     auto it = resident_.find(unit);
     if (it == resident_.end()) {
-      if (planned) ++stats_.deviations;  // the plan should have fetched it
+      if (planned) {  // the plan should have fetched it
+        ++stats_.deviations;
+        TraceDeviation(access, unit, "not fetched ahead");
+      }
       RETURN_IF_ERROR(Fetch(unit));
       it = resident_.find(unit);
       it->second.on_demand = true;
@@ -116,6 +120,16 @@ class PrefetchExecutor : public ParamGatherer {
     return absl::OkStatus();
   }
 
+  // A deviation from the plan, as an instant on the trace's "prefetch" track.
+  void TraceDeviation(int access, int unit, const char* why) {
+    Trace* trace = ctx_.device->trace();
+    if (trace == nullptr || !trace->recording()) return;
+    trace->Instant(trace->Track("prefetch"), "deviation", Trace::Clock::now(),
+                   {{"unit", (*ctx_.layouts)[unit].name()},
+                    {"access", std::to_string(access)},
+                    {"why", why}});
+  }
+
   Status Fetch(int unit, bool must = true) {
     if (resident_.count(unit)) return absl::OkStatus();
     if (params_->read_buffers() > 0 && !must) {
@@ -136,6 +150,11 @@ class PrefetchExecutor : public ParamGatherer {
     r.full = std::make_shared<Buffer>(std::move(full));
     ASSIGN_OR_RETURN(r.ready, ctx_.device->CreateEvent());
     const void* shard = params_->part(unit);
+    const std::string& name = (*ctx_.layouts)[unit].name();
+    StreamLabel comm_label(*ctx_.comm, "gather " + name, "comm");
+    StreamLabel copy_label(*ctx_.copy, "copy up " + name, "copy",
+                           {{"bytes", std::to_string(state.shard_elements *
+                                                     DTypeBytes(ctx_.dtype))}});
     if (params_->tier() == StateTier::kDevice) {
       // The shard is read in place, after the optimizer's last update of it.
       RETURN_IF_ERROR(fresh_->WaitOn(*ctx_.device, *ctx_.comm, unit));

@@ -67,6 +67,8 @@ StatusOr<std::unique_ptr<NvmeTier>> CreateNvmeTier(
   store.allow_memory_fs = options.zero.nvme_allow_memory_fs;
   store.engine.engine = options.nvme.engine;
   store.engine.queue_depth = options.nvme.queue_depth;
+  store.engine.trace = ctx.device->trace();
+  store.engine.trace_name = params ? "nvme params" : "nvme optimizer";
   std::vector<ExtentSpec> extents;
   for (size_t u = 0; u < ctx.layouts->size(); ++u) {
     const UnitLayout& unit = (*ctx.layouts)[u];

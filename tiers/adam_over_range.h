@@ -29,6 +29,8 @@ inline Status AdamOverRange(const HomeContext& ctx, Ops& ops, Stream& stream, in
                      const AdamParams& params, ShardRange range, size_t state_offset,
                      const AdamState& state, void* param_base) {
   const size_t element_bytes = DTypeBytes(ctx.dtype);
+  StreamLabel label(stream, "adam " + (*ctx.layouts)[unit].name(), "adam",
+                    {{"elements", std::to_string(range.end - range.begin)}});
   for (const TensorSpec& tensor : (*ctx.layouts)[unit].tensors()) {
     const size_t lo = std::max(range.begin, tensor.offset);
     const size_t hi = std::min(range.end, tensor.offset + tensor.numel);

@@ -1,0 +1,153 @@
+// See trace.h.
+#include "core/trace.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace strata {
+
+Trace::Trace(TraceOptions options) : options_(options), start_(Clock::now()) {}
+
+int Trace::Track(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto found = track_ids_.find(name);
+  if (found != track_ids_.end()) return found->second;
+  const int id = static_cast<int>(tracks_.size());
+  tracks_.push_back(name);
+  track_ids_[name] = id;
+  return id;
+}
+
+int64_t Trace::Since(Clock::time_point t) const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t - start_).count();
+}
+
+bool Trace::Admit() {
+  if (events_.size() < options_.max_events) return true;
+  ++dropped_;
+  return false;
+}
+
+void Trace::Span(int track, const std::string& name, const std::string& category,
+                 Clock::time_point begin, Clock::time_point end, Args args) {
+  if (!recording()) return;
+  const int64_t begin_ns = Since(begin);
+  const int64_t duration_ns = std::max<int64_t>(0, Since(end) - begin_ns);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!Admit()) return;
+  events_.push_back({'X', track, name, category, begin_ns, duration_ns, 0.0, std::move(args)});
+}
+
+void Trace::Instant(int track, const std::string& name, Clock::time_point at, Args args) {
+  if (!recording()) return;
+  const int64_t at_ns = Since(at);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!Admit()) return;
+  events_.push_back({'i', track, name, "", at_ns, 0, 0.0, std::move(args)});
+}
+
+void Trace::Counter(const std::string& name, Clock::time_point at, double value) {
+  if (!recording()) return;
+  const int64_t at_ns = Since(at);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!Admit()) return;
+  events_.push_back({'C', 0, name, "", at_ns, 0, value, {}});
+}
+
+uint64_t Trace::events() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return events_.size();
+}
+
+uint64_t Trace::dropped() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return dropped_;
+}
+
+std::string Trace::ToJson() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  nlohmann::json list = nlohmann::json::array();
+  const int pid = options_.rank;
+  list.push_back({{"ph", "M"}, {"pid", pid}, {"name", "process_name"},
+                  {"args", {{"name", absl::StrCat("rank ", pid)}}}});
+  for (size_t t = 0; t < tracks_.size(); ++t) {
+    list.push_back({{"ph", "M"}, {"pid", pid}, {"tid", t}, {"name", "thread_name"},
+                    {"args", {{"name", tracks_[t]}}}});
+    list.push_back({{"ph", "M"}, {"pid", pid}, {"tid", t}, {"name", "thread_sort_index"},
+                    {"args", {{"sort_index", t}}}});
+  }
+  // In time order (producers record when work ends, so the list is not).
+  std::vector<const Event*> order;
+  order.reserve(events_.size());
+  for (const Event& event : events_) order.push_back(&event);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Event* a, const Event* b) { return a->begin_ns < b->begin_ns; });
+  for (const Event* event : order) {
+    nlohmann::json item = {{"ph", std::string(1, event->phase)}, {"pid", pid},
+                           {"name", event->name}, {"ts", event->begin_ns / 1000.0}};
+    if (event->phase == 'C') {
+      item["args"] = {{"value", event->value}};
+      list.push_back(std::move(item));
+      continue;
+    }
+    item["tid"] = event->track;
+    if (event->phase == 'X') {
+      item["dur"] = event->duration_ns / 1000.0;
+      item["cat"] = event->category;
+    } else {
+      item["s"] = "t";  // an instant on its track
+    }
+    if (!event->args.empty()) {
+      nlohmann::json args = nlohmann::json::object();
+      for (const auto& [key, value] : event->args) args[key] = value;
+      item["args"] = std::move(args);
+    }
+    list.push_back(std::move(item));
+  }
+  nlohmann::json other = {{"rank", pid},
+                          {"events", events_.size()},
+                          {"max_events", options_.max_events},
+                          {"truncated", dropped_ > 0},
+                          {"dropped_events", dropped_}};
+  nlohmann::json root = {{"traceEvents", std::move(list)},
+                         {"displayTimeUnit", "ms"},
+                         {"otherData", std::move(other)}};
+  return root.dump();
+}
+
+Status Trace::Write(const std::string& path) const {
+  const std::string text = ToJson();
+  const std::string partial = path + ".partial";
+  std::FILE* file = std::fopen(partial.c_str(), "w");
+  if (file == nullptr) {
+    return absl::PermissionDeniedError(absl::StrCat("trace: cannot write ", partial));
+  }
+  const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
+  const bool closed = std::fclose(file) == 0;
+  if (!written || !closed || std::rename(partial.c_str(), path.c_str()) != 0) {
+    std::remove(partial.c_str());
+    return absl::DataLossError(absl::StrCat("trace: writing ", path, " failed (disk full?)"));
+  }
+  return absl::OkStatus();
+}
+
+TraceSpan::TraceSpan(Trace* trace, int track, std::string name, std::string category,
+                     Trace::Args args)
+    : trace_(trace != nullptr && trace->recording() ? trace : nullptr),
+      track_(track),
+      name_(std::move(name)),
+      category_(std::move(category)),
+      args_(std::move(args)) {
+  if (trace_ != nullptr) begin_ = Trace::Clock::now();
+}
+
+TraceSpan::~TraceSpan() {
+  if (trace_ != nullptr) {
+    trace_->Span(track_, name_, category_, begin_, Trace::Clock::now(), std::move(args_));
+  }
+}
+
+}  // namespace strata
