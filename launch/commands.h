@@ -42,6 +42,9 @@ struct SampleArgs {
 };
 Status RunSample(const SampleArgs& args);
 Status RunBenchTrain(const CommandArgs& args);
+// `strata report METRICS [--trace F] --out DIR` (launch/report.h): DIR/index.html.
+Status RunReport(const std::string& metrics_path, const std::string& trace_path,
+                 const std::string& out_dir);
 // `strata bench trace` (launch/bench_trace.cc): the trace's cost, off and on.
 Status RunBenchTrace(const CommandArgs& args);
 Status RunBenchZero(const CommandArgs& args);

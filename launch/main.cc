@@ -125,6 +125,13 @@ int main(int argc, char** argv) {
   sample->add_option("--config", sample_args.config_path, "JSON config: device.*, train.dtype");
   sample->add_option("--set", sample_args.sets, "device.backend=cuda, train.dtype=bf16, ...");
 
+  std::string report_metrics, report_trace, report_out;
+  CLI::App* report = app.add_subcommand(
+      "report", "an HTML page of plots (loss, step time, memory, NVMe, overlap) from a run");
+  report->add_option("metrics", report_metrics, "the run's --metrics file (JSONL)")->required();
+  report->add_option("--trace", report_trace, "the run's --trace file: per-step overlap");
+  report->add_option("--out", report_out, "directory for index.html")->required();
+
   CLI::App* bench = app.add_subcommand("bench", "benchmarks (figures as same-run ratios)");
   bench->require_subcommand(1);
   CLI::App* bench_train = bench->add_subcommand(
@@ -231,6 +238,7 @@ int main(int argc, char** argv) {
   else if (export_command->parsed()) {
     status = strata::RunExport(export_from, export_to, export_dtype, export_shard);
   }
+  else if (report->parsed()) status = strata::RunReport(report_metrics, report_trace, report_out);
   else if (bench_train->parsed()) status = strata::RunBenchTrain(args);
   else if (bench_trace->parsed()) {
     if (bench_trace->count("--steps") == 0) args.bench_steps = 20;

@@ -23,6 +23,8 @@ PACKAGES=(
   libicu-dev                                    # NFC normalizer of tokenizer.json (Qwen)
   libsentencepiece-dev sentencepiece            # SentencePiece models (spm_train: testdata)
   curl ca-certificates                          # GPT-2 files when npm is absent (below)
+  libjs-chart.js                                # strata report's plots (inlined in the page)
+  chromium-headless-shell                       # renders the report page in its test
 )
 
 missing=()
