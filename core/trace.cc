@@ -41,6 +41,15 @@ void Trace::Span(int track, const std::string& name, const std::string& category
   events_.push_back({'X', track, name, category, begin_ns, duration_ns, 0.0, std::move(args)});
 }
 
+void Trace::LateSpan(int track, const std::string& name, const std::string& category,
+                     Clock::time_point begin, Clock::time_point end, Args args) {
+  const int64_t begin_ns = Since(begin);
+  const int64_t duration_ns = std::max<int64_t>(0, Since(end) - begin_ns);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!Admit()) return;
+  events_.push_back({'X', track, name, category, begin_ns, duration_ns, 0.0, std::move(args)});
+}
+
 void Trace::Instant(int track, const std::string& name, Clock::time_point at, Args args) {
   if (!recording()) return;
   const int64_t at_ns = Since(at);

@@ -54,6 +54,11 @@ class Trace {
   // "stall", "comm", "copy", "nvme", "adam").
   void Span(int track, const std::string& name, const std::string& category,
             Clock::time_point begin, Clock::time_point end, Args args = {});
+  // The same, recorded whether or not the trace records now: for producers that learn a
+  // span's times only later (CUDA events resolved after the step) and checked that the
+  // trace recorded when the span began.
+  void LateSpan(int track, const std::string& name, const std::string& category,
+                Clock::time_point begin, Clock::time_point end, Args args = {});
   // A moment on `track` (a step boundary, a prefetch deviation).
   void Instant(int track, const std::string& name, Clock::time_point at, Args args = {});
   // A counter's value from `at` on (e.g. "nvme in flight" = 3).

@@ -182,6 +182,39 @@ trajectories() {
               exit (NR == 30 && w <= 1e-2) ? 0 : 1}'
 }
 
+# A traced stage-3 run on CUDA: the trace's compute spans come from CUDA events (device
+# time); each step's compute waits must sum to its compute_stall_ms within 1 ms.
+cuda_trace() {
+  local dir
+  dir="$(mktemp -d)"
+  "$KIT/bin/strata" train --set device.backend=cuda --set zero.stage=3 --set zero.world=1 \
+    --set train.steps=4 --set train.eval_every=0 --set train.trace_steps=2:3 \
+    --metrics "$dir/m.jsonl" --trace "$dir/t.json" || return 1
+  command -v python3 >/dev/null || { echo "no python3 to read the trace"; return 1; }
+  python3 - "$dir/t.json" "$dir/m.jsonl" <<'PY'
+import json, sys
+trace = json.load(open(sys.argv[1]))
+stall = {json.loads(l)["step"]: json.loads(l)["compute_stall_ms"] for l in open(sys.argv[2])}
+ev = trace["traceEvents"]
+names = {e["tid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+spans = [e for e in ev if e["ph"] == "X"]
+on = lambda t: sorted((e for e in spans if names[e["tid"]] == t), key=lambda e: e["ts"])
+compute, ok = on("compute"), True
+print("compute spans:", len(compute), "names:", sorted({e["name"] for e in compute})[:8])
+if not any(e["name"].startswith("forward ") for e in compute):
+    print("FAIL: no forward spans on compute"); ok = False
+for a, b in zip(compute, compute[1:]):
+    if b["ts"] < a["ts"] + a["dur"] - 0.001:
+        print("FAIL: overlap on compute:", a["name"], b["name"]); ok = False; break
+for s in on("steps"):
+    n = int(s["name"].split()[1])
+    w = sum(e["dur"] for e in compute if e["name"] == "wait" and s["ts"] <= e["ts"] <= s["ts"] + s["dur"]) / 1000
+    print(f"{s['name']}: waits {w:.3f} ms, compute_stall_ms {stall[n]:.3f}")
+    ok = ok and abs(w - stall[n]) <= 1.0
+sys.exit(0 if ok else 1)
+PY
+}
+
 # Each test of the trajectory binary in a process of its own.
 trajectory_tests() {
   local test failed=0
@@ -213,7 +246,7 @@ memcheck() {
 
 BENCH_LOG="$(mktemp)"
 export KIT BENCH_LOG
-export -f kit_loads gpu_test trajectories trajectory_tests bench memcheck
+export -f kit_loads gpu_test trajectories cuda_trace trajectory_tests bench memcheck
 
 main() {
   echo "strata GPU check$([ "$dry_run" -eq 1 ] && echo ' (dry run: every step is skipped)')"
@@ -245,6 +278,7 @@ main() {
   step "CUDA kernels against CPU references" 90 gpu_test cuda_ops_test
   step "30 steps CPU vs CUDA (fp32, bf16)" 90 trajectories
   step "30 steps CPU vs CUDA, llama-tiny" 45 trajectories --set model.preset=llama-tiny
+  step "trace on CUDA (device-time spans)" 30 cuda_trace
   step "NCCL loading" 20 gpu_test nccl_library_test
   step "NCCL communicator" 60 gpu_test nccl_communicator_test
   step "CPU-vs-CUDA trajectory tests" 120 trajectory_tests

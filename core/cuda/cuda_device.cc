@@ -8,6 +8,8 @@
 #include <cstdlib>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -67,9 +69,10 @@ using EventHandle = std::unique_ptr<CUevent_st, EventDeleter>;
 
 class CudaStream : public Stream {
  public:
-  CudaStream(int device_id, std::string name, StreamHandle handle, StreamRegistry* registry)
-      : device_id_(device_id), name_(std::move(name)), handle_(std::move(handle)),
-        registry_(registry) {
+  CudaStream(int device_id, std::string name, StreamHandle handle, StreamRegistry* registry,
+             const std::atomic<Trace*>* trace)
+      : device_id_(device_id), name_(std::move(name)), registry_(registry), trace_(trace),
+        handle_(std::move(handle)) {
     registry_->Add(this);
     HostWorkQueue::Hooks hooks;
     hooks.failed = [this] {
@@ -97,10 +100,13 @@ class CudaStream : public Stream {
     LogIfError(CUDA_STATUS(cudaStreamSynchronize(handle_.get()), Where("draining")));
     host_work_.reset();  // its worker has run everything the stream waited for
     registry_->Remove(this);
-    for (const auto& [before, after] : stalls_) {
-      cudaEventDestroy(before);
-      cudaEventDestroy(after);
+    ResolveMarks();  // every span whose end the stream reached
+    for (const Stall& stall : stalls_) {
+      cudaEventDestroy(stall.before);
+      cudaEventDestroy(stall.after);
     }
+    for (const Mark& mark : marks_) cudaEventDestroy(mark.event);
+    if (anchor_event_ != nullptr) cudaEventDestroy(anchor_event_);
     for (cudaEvent_t event : spare_events_) cudaEventDestroy(event);
   }
 
@@ -131,16 +137,32 @@ class CudaStream : public Stream {
                            absl::StrCat("synchronizing on ", Gpu(device_id_)));
     }
     if (!synced.ok()) RecordError(synced);
+    ResolveMarks();
     std::lock_guard<std::mutex> lock(mutex_);
     return first_error_;
   }
+
+  // The trace: a label change records a timing event (a mark) on the stream; the span of
+  // a label runs from its mark to the next one, in GPU time (events), turned into host
+  // time through an anchor event whose host time is known. Spans are written once both
+  // marks have completed (at Synchronize, or when stalls are read).
+  void SetTraceLabel(std::shared_ptr<const TraceLabel> label) override {
+    std::lock_guard<std::mutex> lock(stall_mutex_);
+    label_ = std::move(label);
+    if (Recording() != nullptr) AddMarkLocked(label_).IgnoreError();
+  }
+  std::shared_ptr<const TraceLabel> trace_label() const override {
+    std::lock_guard<std::mutex> lock(stall_mutex_);
+    return label_;
+  }
+  bool tracing() const override { return Recording() != nullptr; }
 
   const std::string& name() const override { return name_; }
   cudaStream_t native() const { return handle_.get(); }
 
   // Around each wait on another stream's event: a timing event before and after it on this
   // stream; the GPU time between them is the stall (0 where the event had completed).
-  Status WaitTimed(cudaEvent_t event) {
+  Status WaitTimed(cudaEvent_t event, const std::string& on) {
     cudaEvent_t before = nullptr, after = nullptr;
     {
       std::lock_guard<std::mutex> lock(stall_mutex_);
@@ -156,12 +178,17 @@ class CudaStream : public Stream {
         CUDA_RETURN_IF_ERROR(cudaEventCreate(slot), Where("creating a stall timer"));
       }
     }
+    const bool traced = Recording() != nullptr;
+    std::lock_guard<std::mutex> lock(stall_mutex_);
+    // Traced: the label's span pauses for the wait (a mark without label before it, one
+    // resuming the label after), so a "wait" span never overlaps it.
+    if (traced) RETURN_IF_ERROR(AddMarkLocked(nullptr));
     CUDA_RETURN_IF_ERROR(cudaEventRecord(before, handle_.get()), Where("timing a wait"));
     CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(handle_.get(), event, 0),
                          Where("waiting for an event"));
     CUDA_RETURN_IF_ERROR(cudaEventRecord(after, handle_.get()), Where("timing a wait"));
-    std::lock_guard<std::mutex> lock(stall_mutex_);
-    stalls_.push_back({before, after});
+    if (traced) RETURN_IF_ERROR(AddMarkLocked(label_));
+    stalls_.push_back({before, after, traced, on});
     return absl::OkStatus();
   }
 
@@ -169,14 +196,19 @@ class CudaStream : public Stream {
   double stalled_ms() const override {
     std::lock_guard<std::mutex> lock(stall_mutex_);
     if (cudaSetDevice(device_id_) != cudaSuccess) return stalled_ms_;
-    while (!stalls_.empty() && cudaEventQuery(stalls_.front().second) == cudaSuccess) {
+    while (!stalls_.empty() && cudaEventQuery(stalls_.front().after) == cudaSuccess) {
+      const Stall& stall = stalls_.front();
       float ms = 0.0f;
-      if (cudaEventElapsedTime(&ms, stalls_.front().first, stalls_.front().second) ==
-          cudaSuccess) {
+      if (cudaEventElapsedTime(&ms, stall.before, stall.after) == cudaSuccess) {
         stalled_ms_ += ms;
       }
-      spare_events_.push_back(stalls_.front().first);
-      spare_events_.push_back(stalls_.front().second);
+      Trace* trace = trace_->load();
+      if (stall.traced && trace != nullptr && anchor_event_ != nullptr) {
+        trace->LateSpan(Track(*trace), "wait", "stall", HostTime(stall.before),
+                        HostTime(stall.after), {{"for", stall.on}});
+      }
+      spare_events_.push_back(stall.before);
+      spare_events_.push_back(stall.after);
       stalls_.pop_front();
     }
     cudaGetLastError();  // a query's cudaErrorNotReady is not an error
@@ -200,6 +232,77 @@ class CudaStream : public Stream {
     CudaStream* stream;
     std::function<Status()> work;
   };
+  struct Stall {
+    cudaEvent_t before, after;
+    bool traced;     // shown as a "wait" span once resolved
+    std::string on;  // the stream that recorded the event waited for
+  };
+  struct Mark {
+    cudaEvent_t event;
+    std::shared_ptr<const TraceLabel> label;  // from here on; null: nothing labelled
+  };
+
+  Trace* Recording() const {
+    Trace* trace = trace_->load(std::memory_order_relaxed);
+    return trace != nullptr && trace->recording() ? trace : nullptr;
+  }
+  int Track(Trace& trace) const {
+    if (track_ < 0 || track_owner_ != &trace) {
+      track_ = trace.Track(name_);
+      track_owner_ = &trace;
+    }
+    return track_;
+  }
+  // Under stall_mutex_: a timing event from the pool (or a new one).
+  StatusOr<cudaEvent_t> TimingEventLocked() const {
+    if (!spare_events_.empty()) {
+      cudaEvent_t event = spare_events_.back();
+      spare_events_.pop_back();
+      return event;
+    }
+    cudaEvent_t event = nullptr;
+    CUDA_RETURN_IF_ERROR(cudaEventCreate(&event), Where("creating a trace timer"));
+    return event;
+  }
+  // Under stall_mutex_: a mark where `label` begins; the first one also anchors GPU time
+  // to host time (an event waited for at once, read against the host clock).
+  Status AddMarkLocked(std::shared_ptr<const TraceLabel> label) {
+    RETURN_IF_ERROR(Activate(device_id_));
+    if (anchor_event_ == nullptr) {
+      ASSIGN_OR_RETURN(anchor_event_, TimingEventLocked());
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(anchor_event_, handle_.get()), Where("anchoring the trace"));
+      CUDA_RETURN_IF_ERROR(cudaEventSynchronize(anchor_event_), Where("anchoring the trace"));
+      anchor_host_ = Trace::Clock::now();
+    }
+    ASSIGN_OR_RETURN(cudaEvent_t event, TimingEventLocked());
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(event, handle_.get()), Where("marking the trace"));
+    marks_.push_back({event, std::move(label)});
+    return absl::OkStatus();
+  }
+  // Host time of a completed timing event of this stream.
+  Trace::Clock::time_point HostTime(cudaEvent_t event) const {
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, anchor_event_, event);
+    return anchor_host_ + std::chrono::duration_cast<Trace::Clock::duration>(
+                              std::chrono::duration<double, std::milli>(ms));
+  }
+  // Spans between consecutive completed marks, written to the trace (late: recording may
+  // be off by now; every mark was made while it recorded).
+  void ResolveMarks() {
+    std::lock_guard<std::mutex> lock(stall_mutex_);
+    Trace* trace = trace_->load();
+    if (cudaSetDevice(device_id_) != cudaSuccess) return;
+    while (marks_.size() >= 2 && cudaEventQuery(marks_[1].event) == cudaSuccess) {
+      const Mark& first = marks_[0];
+      if (first.label != nullptr && trace != nullptr) {
+        trace->LateSpan(Track(*trace), first.label->name, first.label->category,
+                        HostTime(first.event), HostTime(marks_[1].event), first.label->args);
+      }
+      spare_events_.push_back(first.event);
+      marks_.pop_front();
+    }
+    cudaGetLastError();  // a query's cudaErrorNotReady is not an error
+  }
 
   // Runs on a CUDA-owned thread, in stream order. Must not call CUDA.
   static void CUDART_CB RunHostWork(void* data) {
@@ -219,7 +322,14 @@ class CudaStream : public Stream {
   Status first_error_;
   StreamRegistry* registry_;  // the device's; outlives the stream
   mutable std::mutex stall_mutex_;
-  mutable std::deque<std::pair<cudaEvent_t, cudaEvent_t>> stalls_;  // timed waits, in order
+  mutable std::deque<Stall> stalls_;  // timed waits, in order
+  const std::atomic<Trace*>* trace_;  // the device's
+  std::shared_ptr<const TraceLabel> label_;  // under stall_mutex_
+  std::deque<Mark> marks_;                   // under stall_mutex_
+  cudaEvent_t anchor_event_ = nullptr;       // GPU time 0 of this stream's trace
+  Trace::Clock::time_point anchor_host_;
+  mutable int track_ = -1;
+  mutable const Trace* track_owner_ = nullptr;
   mutable std::vector<cudaEvent_t> spare_events_;
   mutable double stalled_ms_ = 0.0;
   StreamHandle handle_;  // destroyed after the host work queue
@@ -248,7 +358,19 @@ class CudaEvent : public Event {
   cudaEvent_t native() const { return handle_.get(); }
   int device_id() const { return device_id_; }
 
+  // The stream of the latest Record (for the trace's wait spans).
+  std::string recorded_on() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return recorded_on_;
+  }
+  void set_recorded_on(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    recorded_on_ = name;
+  }
+
  private:
+  mutable std::mutex mutex_;
+  std::string recorded_on_;
   const int device_id_;
   EventHandle handle_;
 };
@@ -336,8 +458,11 @@ class CudaDevice : public Device {
                          absl::StrCat("creating stream '", name, "' on ", Gpu(device_id_)));
     return std::unique_ptr<Stream>(
         new CudaStream(device_id_, name, StreamHandle(stream, StreamDeleter{device_id_}),
-                       &streams_));
+                       &streams_, &trace_));
   }
+
+  void SetTrace(Trace* trace) override { trace_.store(trace); }
+  Trace* trace() const override { return trace_.load(); }
 
   StatusOr<std::unique_ptr<Event>> CreateEvent() override {
     RETURN_IF_ERROR(Activate(device_id_));
@@ -354,6 +479,7 @@ class CudaDevice : public Device {
     RETURN_IF_ERROR(Activate(device_id_));
     CUDA_RETURN_IF_ERROR(cudaEventRecord(cuda_event->native(), cuda_stream->native()),
                          cuda_stream->Where("recording an event"));
+    cuda_event->set_recorded_on(stream.name());
     return absl::OkStatus();
   }
 
@@ -362,7 +488,7 @@ class CudaDevice : public Device {
     ASSIGN_OR_RETURN(CudaStream * cuda_stream, Mine(stream));
     RETURN_IF_ERROR(Activate(device_id_));
     // An event never recorded counts as complete, as on the CPU backend.
-    return cuda_stream->WaitTimed(cuda_event->native());
+    return cuda_stream->WaitTimed(cuda_event->native(), cuda_event->recorded_on());
   }
 
   Status CopyAsync(void* dst, const void* src, size_t bytes, Stream& stream) override {
@@ -405,6 +531,7 @@ class CudaDevice : public Device {
   int device_id() const { return device_id_; }
 
  private:
+  std::atomic<Trace*> trace_{nullptr};  // see SetTrace
   // cudaMalloc guarantees 256-byte alignment; small blocks come out of shared 2 MiB pages
   // at finer steps. A block that misses 4 KiB is retried once with room to align inside.
   StatusOr<Block> AllocateDevice(size_t bytes, const std::string& context) {

@@ -316,5 +316,9 @@ TEST_F(CudaDeviceTest, HostWorkOfStreamsIsIndependent) {
   testing::ExpectHostWorkOfStreamsIsIndependent(*device_);
 }
 
+TEST_F(CudaDeviceTest, TracedStreamsShowLabelsAndWaits) {
+  testing::ExpectTracedStreamsShowLabelsAndWaits(*device_);
+}
+
 }  // namespace
 }  // namespace strata

@@ -1,6 +1,12 @@
 // See device_contract.h.
 #include "core/testing/device_contract.h"
 
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "core/trace.h"
+
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -105,5 +111,95 @@ void ExpectHostWorkOfStreamsIsIndependent(Device& device) {
   EXPECT_EQ(static_cast<unsigned char*>(back.data())[255], 7)
       << "device work enqueued by host work did not run";
 }
+
+namespace {
+
+// Spans of the track named `track` in a parsed trace, in time order.
+std::vector<nlohmann::json> SpansOn(const nlohmann::json& trace, const std::string& track) {
+  int tid = -1;
+  for (const auto& event : trace["traceEvents"]) {
+    if (event["ph"] == "M" && event["name"] == "thread_name" && event["args"]["name"] == track) {
+      tid = event["tid"];
+    }
+  }
+  std::vector<nlohmann::json> spans;
+  for (const auto& event : trace["traceEvents"]) {
+    if (event["ph"] == "X" && event["tid"] == tid) spans.push_back(event);
+  }
+  return spans;
+}
+
+Status Sleep(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void ExpectTracedStreamsShowLabelsAndWaits(Device& device_ref) {
+  Device* device = &device_ref;
+  Trace trace;
+  device->SetTrace(&trace);
+  ASSERT_OK_AND_ASSIGN(auto compute, device->CreateStream("compute"));
+  ASSERT_OK_AND_ASSIGN(auto comm, device->CreateStream("comm"));
+  ASSERT_OK_AND_ASSIGN(auto event, device->CreateEvent());
+  EXPECT_FALSE(compute->tracing());  // not recording yet
+  trace.SetRecording(true);
+  ASSERT_TRUE(compute->tracing());
+  {
+    StreamLabel outer(*comm, "gather h3", "comm");
+    StreamLabel inner(*comm, "all-gather", "comm", {{"bytes", "4096"}});
+    comm->EnqueueHost([] { return Sleep(30); });
+  }
+  ASSERT_OK(device->Record(*event, *comm));
+  {
+    StreamLabel label(*compute, "forward a", "compute");
+    for (int i = 0; i < 3; ++i) compute->EnqueueHost([] { return Sleep(2); });
+  }
+  ASSERT_OK(device->Wait(*compute, *event));
+  {
+    StreamLabel label(*compute, "forward b", "compute");
+    compute->EnqueueHost([] { return Sleep(1); });
+  }
+  ASSERT_OK(compute->Synchronize());
+  ASSERT_OK(comm->Synchronize());
+  const double stalled_ms = compute->stalled_ms();  // (CUDA: resolves the timed waits)
+  EXPECT_EQ(compute->trace_label(), nullptr);  // every label restored
+
+  const nlohmann::json parsed = nlohmann::json::parse(trace.ToJson());
+  const auto on_compute = SpansOn(parsed, "compute");
+  ASSERT_EQ(on_compute.size(), 3u) << parsed.dump(1);
+  EXPECT_EQ(on_compute[0]["name"], "forward a");  // three tasks, one span
+  EXPECT_GE(static_cast<double>(on_compute[0]["dur"]), 6000.0);
+  EXPECT_EQ(on_compute[1]["name"], "wait");
+  EXPECT_EQ(on_compute[1]["cat"], "stall");
+  EXPECT_EQ(on_compute[1]["args"]["for"], "comm");
+  EXPECT_NEAR(static_cast<double>(on_compute[1]["dur"]) / 1000.0, stalled_ms, 0.01);
+  EXPECT_GT(stalled_ms, 10.0);
+  EXPECT_EQ(on_compute[2]["name"], "forward b");
+  for (size_t i = 1; i < on_compute.size(); ++i) {  // never overlapping on one track
+    EXPECT_GE(static_cast<double>(on_compute[i]["ts"]),
+              static_cast<double>(on_compute[i - 1]["ts"]) +
+                  static_cast<double>(on_compute[i - 1]["dur"]) - 0.001);
+  }
+  const auto on_comm = SpansOn(parsed, "comm");
+  ASSERT_EQ(on_comm.size(), 1u);
+  EXPECT_EQ(on_comm[0]["name"], "all-gather");
+  EXPECT_EQ(on_comm[0]["args"]["bytes"], "4096");
+  EXPECT_EQ(on_comm[0]["args"]["for"], "gather h3");
+
+  // Off: labels are not even built, nothing more is recorded.
+  trace.SetRecording(false);
+  const uint64_t before = trace.events();
+  {
+    StreamLabel label(*compute, "forward c", "compute");
+    EXPECT_EQ(compute->trace_label(), nullptr);
+    compute->EnqueueHost([] { return Sleep(1); });
+  }
+  ASSERT_OK(compute->Synchronize());
+  EXPECT_EQ(trace.events(), before);
+  device->SetTrace(nullptr);
+}
+
 
 }  // namespace strata::testing

@@ -20,4 +20,11 @@ void ExpectNoReuseWhileAStreamIsBehind(Device& device);
 // device work; nothing hangs (a 20 s watchdog fails the test instead).
 void ExpectHostWorkOfStreamsIsIndependent(Device& device);
 
+// A traced device (Device::SetTrace): each stream's work shows under the label current
+// when it was enqueued (StreamLabel), consecutive work of one label as one span; a wait on
+// another stream's event shows as a "wait" span naming that stream, and the waits add up
+// to the stream's stalled_ms; nested labels name their outer one; nothing while the trace
+// is not recording.
+void ExpectTracedStreamsShowLabelsAndWaits(Device& device);
+
 }  // namespace strata::testing
