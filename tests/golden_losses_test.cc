@@ -13,9 +13,9 @@
 // kBf16Tolerance relative, and the test says so.
 //
 // To record anew (only when a change is meant to move the losses; say why in the commit):
-//   bazel build //tests:golden_losses_test && \
-//     STRATA_GOLDEN_RECORD=$PWD/tests/testdata/golden_losses.json \
-//     bazel-bin/tests/golden_losses_test
+//   bazel build //tests:golden_losses_test
+//   export STRATA_GOLDEN_RECORD=$PWD/tests/testdata/golden_losses.json
+//   bazel-bin/tests/golden_losses_test
 #include <gtest/gtest.h>
 
 #include <cmath>
