@@ -323,7 +323,11 @@ class CpuDevice : public Device {
     return it->second.tier;
   }
 
-  void SetTrace(Trace* trace) override { trace_.store(trace); }
+  void SetTrace(Trace* trace) override {
+    trace_.store(trace);
+    device_pool_.SetTrace(trace);
+    host_pool_.SetTrace(trace);
+  }
   Trace* trace() const override { return trace_.load(); }
 
   StatusOr<std::unique_ptr<Stream>> CreateStream(const std::string& name) override {

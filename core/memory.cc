@@ -107,6 +107,7 @@ Status MemoryPool::Reserve(StateKind kind, uint64_t bytes, const std::string& wh
   if (stats_.current_by_kind[k] > stats_.peak_by_kind[k]) {
     stats_.peak_by_kind[k] = stats_.current_by_kind[k];
   }
+  TraceBytes();
   return absl::OkStatus();
 }
 
@@ -114,6 +115,14 @@ void MemoryPool::Release(StateKind kind, uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.current_bytes -= bytes;
   stats_.current_by_kind[static_cast<int>(kind)] -= bytes;
+  TraceBytes();
+}
+
+void MemoryPool::TraceBytes() {
+  Trace* trace = trace_.load(std::memory_order_relaxed);
+  if (trace == nullptr || !trace->recording()) return;
+  trace->Counter(absl::StrCat(TierName(tier_), " tier bytes"), Trace::Clock::now(),
+                 static_cast<double>(stats_.current_bytes));
 }
 
 PoolStats MemoryPool::Stats() const {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "core/trace.h"
 
 namespace strata {
 
@@ -50,9 +52,14 @@ class MemoryPool {
   // Forgets peaks (sets them to the current values), e.g. after set-up.
   void ResetPeaks();
   Tier tier() const { return tier_; }
+  // While `trace` records, every change of the bytes in use is a counter "<tier> tier
+  // bytes" on it (null: none). `trace` must outlive the pool or be reset first.
+  void SetTrace(Trace* trace) { trace_.store(trace); }
 
  private:
+  void TraceBytes();  // under mutex_
   const Tier tier_;
+  std::atomic<Trace*> trace_{nullptr};
   const uint64_t capacity_bytes_;
   const std::string limit_key_;
   mutable std::mutex mutex_;

@@ -167,7 +167,14 @@ StatusOr<StepReport> TrainingSession::Step(int step) {
   report.lr = LearningRate(options_.train, step);
   const bool traced = trace_ != nullptr && step >= trace_steps_.first && step <= trace_steps_.second;
   const auto engine_start = std::chrono::steady_clock::now();
-  if (traced) trace_->SetRecording(true);
+  if (traced) {
+    trace_->SetRecording(true);
+    // Each tier's bytes from the step's start (the pools add a value at every change).
+    for (const Tier tier : {Tier::kDevice, Tier::kHost}) {
+      trace_->Counter(absl::StrCat(TierName(tier), " tier bytes"), engine_start,
+                      static_cast<double>(backend_.device->pool(tier).Stats().current_bytes));
+    }
+  }
   StatusOr<StepResult> result = engine_->TrainStep(micro_batches, report.lr, step);
   if (traced) {
     const int track = trace_->Track("steps");

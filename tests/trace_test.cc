@@ -141,6 +141,8 @@ void CheckRank(const RankTrace& rank, int rank_id) {
   EXPECT_GT(nvme_writes, 0);
   EXPECT_TRUE(counters.count("nvme optimizer in flight"));
   EXPECT_TRUE(counters.count("nvme params in flight"));
+  EXPECT_TRUE(counters.count("device tier bytes"));  // gathers come and go every step
+  EXPECT_TRUE(counters.count("host tier bytes"));
 
   // The compute stream's waits within each step = its compute_stall_ms, within 1 ms.
   for (const auto& step : spans["steps"]) {

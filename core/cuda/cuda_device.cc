@@ -461,7 +461,11 @@ class CudaDevice : public Device {
                        &streams_, &trace_));
   }
 
-  void SetTrace(Trace* trace) override { trace_.store(trace); }
+  void SetTrace(Trace* trace) override {
+    trace_.store(trace);
+    device_pool_.SetTrace(trace);
+    host_pool_.SetTrace(trace);
+  }
   Trace* trace() const override { return trace_.load(); }
 
   StatusOr<std::unique_ptr<Event>> CreateEvent() override {
