@@ -1,6 +1,8 @@
 // See trace.h.
 #include "core/trace.h"
 
+#include "core/atomic_file.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -128,19 +130,7 @@ std::string Trace::ToJson() const {
 }
 
 Status Trace::Write(const std::string& path) const {
-  const std::string text = ToJson();
-  const std::string partial = path + ".partial";
-  std::FILE* file = std::fopen(partial.c_str(), "w");
-  if (file == nullptr) {
-    return absl::PermissionDeniedError(absl::StrCat("trace: cannot write ", partial));
-  }
-  const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
-  const bool closed = std::fclose(file) == 0;
-  if (!written || !closed || std::rename(partial.c_str(), path.c_str()) != 0) {
-    std::remove(partial.c_str());
-    return absl::DataLossError(absl::StrCat("trace: writing ", path, " failed (disk full?)"));
-  }
-  return absl::OkStatus();
+  return Annotate(WriteFileAtomically(path, ToJson()), "trace");
 }
 
 TraceSpan::TraceSpan(Trace* trace, int track, std::string name, std::string category,

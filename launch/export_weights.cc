@@ -17,6 +17,7 @@
 #include "core/progress.h"
 #include "launch/checkpoint.h"
 #include "launch/llmc_model.h"
+#include "core/atomic_file.h"
 #include "models/create_model.h"
 #include "models/hf/hf_model.h"
 #include "models/hf/safetensors.h"
@@ -24,26 +25,9 @@
 namespace strata {
 namespace {
 
-// Writes `text` to `path` through a temporary file and a rename.
+// Writes `text` to `path` whole or not at all.
 Status WriteTextFile(const std::string& path, const std::string& text) {
-  const std::string partial = path + ".partial";
-  {
-    std::FILE* file = std::fopen(partial.c_str(), "wb");
-    if (file == nullptr) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("export: cannot create ", partial, ": ", std::strerror(errno)));
-    }
-    const bool ok = std::fwrite(text.data(), 1, text.size(), file) == text.size();
-    if (std::fclose(file) != 0 || !ok) {
-      std::remove(partial.c_str());
-      return absl::DataLossError(absl::StrCat("export: writing ", partial, " failed"));
-    }
-  }
-  if (std::rename(partial.c_str(), path.c_str()) != 0) {
-    std::remove(partial.c_str());
-    return absl::DataLossError(absl::StrCat("export: cannot rename ", partial, " to ", path));
-  }
-  return absl::OkStatus();
+  return Annotate(WriteFileAtomically(path, text), "export");
 }
 
 StatusOr<std::string> ExportHf(const OpenedCheckpoint& checkpoint, const std::string& dir,

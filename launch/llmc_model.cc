@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/atomic_file.h"
 #include "core/pread_fully.h"
 #include "core/progress.h"
 #include "models/create_model.h"
@@ -193,35 +194,22 @@ StatusOr<std::string> ExportLlmc(const OpenedCheckpoint& checkpoint, const std::
   header[5] = m.heads;
   header[6] = m.channels;
   header[7] = m.padded_vocab;
-  const std::string partial = path + ".partial";
-  std::FILE* file = std::fopen(partial.c_str(), "wb");
-  if (file == nullptr) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("export: cannot create ", partial, ": ", std::strerror(errno)));
-  }
-  bool ok = std::fwrite(header, sizeof(header), 1, file) == 1;
-  std::vector<float> values;
   uint64_t params = 0;
-  Status status = absl::OkStatus();
-  for (const LlmcTensor& piece : map) {
-    if (!ok || !status.ok()) break;
-    values.resize(piece.numel);
-    status = ReadCheckpointMaster(checkpoint, piece.unit,
-                                  model->units()[piece.unit].tensor(piece.tensor).offset,
-                                  piece.numel, values.data());
-    ok = status.ok() && std::fwrite(values.data(), 4, values.size(), file) == values.size();
-    params += piece.numel;
-  }
-  ok = std::fclose(file) == 0 && ok;
-  if (!status.ok() || !ok) {
-    std::remove(partial.c_str());
-    RETURN_IF_ERROR(status);
-    return absl::DataLossError(absl::StrCat("export: writing ", partial, " failed"));
-  }
-  if (std::rename(partial.c_str(), path.c_str()) != 0) {
-    std::remove(partial.c_str());
-    return absl::DataLossError(absl::StrCat("export: cannot rename ", partial, " to ", path));
-  }
+  RETURN_IF_ERROR(Annotate(
+      WriteFileAtomically(path, [&](int fd, const std::string& partial) -> Status {
+        RETURN_IF_ERROR(WriteAllBytes(fd, header, sizeof(header), partial));
+        std::vector<float> values;
+        for (const LlmcTensor& piece : map) {
+          values.resize(piece.numel);
+          RETURN_IF_ERROR(ReadCheckpointMaster(
+              checkpoint, piece.unit, model->units()[piece.unit].tensor(piece.tensor).offset,
+              piece.numel, values.data()));
+          RETURN_IF_ERROR(WriteAllBytes(fd, values.data(), values.size() * 4, partial));
+          params += piece.numel;
+        }
+        return absl::OkStatus();
+      }),
+      "export"));
   return absl::StrCat("exported ", checkpoint.path, " (", model->Describe(), ") to ", path,
                       ": llm.c version 3, ", params, " fp32 parameters");
 }

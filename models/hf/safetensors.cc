@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/atomic_file.h"
 #include "core/dtype.h"
 #include "core/pread_fully.h"
 
@@ -540,18 +541,6 @@ StatusOr<std::string> HeaderBytes(const std::string& path,
   return bytes + text;
 }
 
-Status WriteAll(int fd, const void* data, size_t size, const std::string& path) {
-  const auto* bytes = static_cast<const char*>(data);
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::write(fd, bytes + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return ErrnoError(n < 0 ? errno : EIO, "safetensors: writing " + path);
-    done += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
-}
-
 // Flushes the file or directory at `path` to the disk.
 Status SyncPath(const std::string& path) {
   ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -560,84 +549,41 @@ Status SyncPath(const std::string& path) {
   return absl::OkStatus();
 }
 
-std::string ParentDirectory(const std::string& path) {
-  const std::string parent = std::filesystem::path(path).parent_path().string();
-  return parent.empty() ? "." : parent;
-}
-
-// Writes the checked tensors into `path` (via path.partial, synced, renamed).
+// Writes the checked tensors into `path`, whole or not at all.
 Status WritePlannedFile(const std::string& path, const std::vector<PlannedTensor>& tensors,
                         StDType dtype, const std::map<std::string, std::string>& metadata) {
   ASSIGN_OR_RETURN(const std::string header, HeaderBytes(path, tensors, dtype, metadata));
-  const std::string partial = path + ".partial";
-  // Whatever fails below leaves no partial file behind.
-  struct PartialGuard {
-    const std::string& path;
-    bool armed = true;
-    ~PartialGuard() {
-      if (armed) ::unlink(path.c_str());
-    }
-  } guard{partial};
-  ScopedFd fd(::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) {
-    guard.armed = false;  // not ours to remove
-    return ErrnoError(errno, "safetensors: cannot create " + partial);
-  }
-  RETURN_IF_ERROR(WriteAll(fd.get(), header.data(), header.size(), partial));
-  std::vector<float> values;
-  std::vector<uint16_t> halves;
-  for (const PlannedTensor& planned : tensors) {
-    const StOutputTensor& tensor = *planned.tensor;
-    for (uint64_t begin = 0; begin < planned.numel; begin += kWritePieceElements) {
-      const uint64_t count = std::min(kWritePieceElements, planned.numel - begin);
-      values.resize(count);
-      RETURN_IF_ERROR(
-          Annotate(tensor.fill(begin, count, values.data()),
-                   absl::StrCat("safetensors: writing ", path, ": tensor '", tensor.name,
-                                "' elements [", begin, ", ", begin + count, ")")));
-      if (dtype == StDType::kF32) {
-        RETURN_IF_ERROR(WriteAll(fd.get(), values.data(), count * sizeof(float), partial));
-        continue;
+  return Annotate(WriteFileAtomically(path, [&](int fd, const std::string& partial) -> Status {
+    RETURN_IF_ERROR(WriteAllBytes(fd, header.data(), header.size(), partial));
+    std::vector<float> values;
+    std::vector<uint16_t> halves;
+    for (const PlannedTensor& planned : tensors) {
+      const StOutputTensor& tensor = *planned.tensor;
+      for (uint64_t begin = 0; begin < planned.numel; begin += kWritePieceElements) {
+        const uint64_t count = std::min(kWritePieceElements, planned.numel - begin);
+        values.resize(count);
+        RETURN_IF_ERROR(
+            Annotate(tensor.fill(begin, count, values.data()),
+                     absl::StrCat("writing ", path, ": tensor '", tensor.name, "' elements [",
+                                  begin, ", ", begin + count, ")")));
+        if (dtype == StDType::kF32) {
+          RETURN_IF_ERROR(WriteAllBytes(fd, values.data(), count * sizeof(float), partial));
+          continue;
+        }
+        halves.resize(count);
+        for (uint64_t i = 0; i < count; ++i) {
+          halves[i] = dtype == StDType::kBF16 ? ToBf16(values[i]).bits : FloatToHalf(values[i]);
+        }
+        RETURN_IF_ERROR(WriteAllBytes(fd, halves.data(), count * sizeof(uint16_t), partial));
       }
-      halves.resize(count);
-      for (uint64_t i = 0; i < count; ++i) {
-        halves[i] = dtype == StDType::kBF16 ? ToBf16(values[i]).bits : FloatToHalf(values[i]);
-      }
-      RETURN_IF_ERROR(WriteAll(fd.get(), halves.data(), count * sizeof(uint16_t), partial));
     }
-  }
-  if (::fsync(fd.get()) != 0) return ErrnoError(errno, "safetensors: syncing " + partial);
-  if (::close(fd.Release()) != 0) return ErrnoError(errno, "safetensors: closing " + partial);
-  if (::rename(partial.c_str(), path.c_str()) != 0) {
-    return ErrnoError(errno, absl::StrCat("safetensors: renaming ", partial, " to ", path));
-  }
-  guard.armed = false;
-  // The rename is durable once the directory is synced (best effort: the file is complete).
-  SyncPath(ParentDirectory(path)).IgnoreError();
-  return absl::OkStatus();
+    return absl::OkStatus();
+  }), "safetensors");
 }
 
-// Writes `text` to `path` via path.partial and a rename.
+// Writes `text` to `path` whole or not at all.
 Status WriteTextFile(const std::string& path, const std::string& text) {
-  const std::string partial = path + ".partial";
-  {
-    ScopedFd fd(::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (fd.get() < 0) return ErrnoError(errno, "safetensors: cannot create " + partial);
-    Status status = WriteAll(fd.get(), text.data(), text.size(), partial);
-    if (status.ok() && ::fsync(fd.get()) != 0) {
-      status = ErrnoError(errno, "safetensors: syncing " + partial);
-    }
-    if (!status.ok()) {
-      ::unlink(partial.c_str());
-      return status;
-    }
-  }
-  if (::rename(partial.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    ::unlink(partial.c_str());
-    return ErrnoError(error, absl::StrCat("safetensors: renaming ", partial, " to ", path));
-  }
-  return absl::OkStatus();
+  return Annotate(WriteFileAtomically(path, text), "safetensors");
 }
 
 // model-DDDDD-of-DDDDD.safetensors, the shard names this writer (and transformers) uses.
