@@ -168,7 +168,16 @@ Status RunTrain(const CommandArgs& args) {
         }
         return absl::CancelledError(absl::StrCat("stopped by ", SignalName(stop)));
       }
-      ASSIGN_OR_RETURN(StepReport report, session->Step(step));
+      StatusOr<StepReport> stepped = session->Step(step);
+      if (!stepped.ok()) {
+        // What was traced up to the failure is what a user debugging it wants to see.
+        if (Status written = write_trace(); !written.ok()) {
+          spdlog::warn("the trace of the failed run could not be written: {}",
+                       std::string(written.message()));
+        }
+        return stepped.status();
+      }
+      StepReport report = std::move(stepped).value();
       if (report.checkpoint) {
         last_checkpoint = *report.checkpoint;
         last_checkpoint_step = step + 1;

@@ -120,12 +120,15 @@ expect_text "No space left on device"
 [[ -f "$d/ck/step-2/checkpoint.json" ]] || fail "the earlier checkpoint is gone"
 expect_clean "$d"
 
-# 8. A corrupted (torn) extent is caught by its checksum, never trained on.
+# 8. A corrupted (torn) extent is caught by its checksum, never trained on; the trace of
+#    the steps before the failure is still written.
 begin torn_extent
 d="$T/torn_extent"
-run STRATA_FAULT_NVME=torn@3 "$strata" "${BASE[@]}" --set zero.nvme_dir="$d/swap"
+run STRATA_FAULT_NVME=torn@3 "$strata" "${BASE[@]}" --set zero.nvme_dir="$d/swap" \
+  --set train.trace_steps=1:100 --trace "$d/trace.json"
 expect_rc $? 1
 expect_text "checksum mismatch"
+grep -q '"name":"step 1"' "$d/trace.json" 2>/dev/null || fail "no trace of the steps before the failure"
 expect_clean "$d"
 
 # 9. An I/O error (EIO) on a write and on a read.
