@@ -133,20 +133,4 @@ Status Trace::Write(const std::string& path) const {
   return Annotate(WriteFileAtomically(path, ToJson()), "trace");
 }
 
-TraceSpan::TraceSpan(Trace* trace, int track, std::string name, std::string category,
-                     Trace::Args args)
-    : trace_(trace != nullptr && trace->recording() ? trace : nullptr),
-      track_(track),
-      name_(std::move(name)),
-      category_(std::move(category)),
-      args_(std::move(args)) {
-  if (trace_ != nullptr) begin_ = Trace::Clock::now();
-}
-
-TraceSpan::~TraceSpan() {
-  if (trace_ != nullptr) {
-    trace_->Span(track_, name_, category_, begin_, Trace::Clock::now(), std::move(args_));
-  }
-}
-
 }  // namespace strata

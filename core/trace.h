@@ -103,22 +103,4 @@ struct TraceLabel {
   Trace::Args args;      // bytes, units
 };
 
-// Spans of one producer on one track, begun and ended around its work: records nothing
-// when `trace` is null or not recording when the span began.
-class TraceSpan {
- public:
-  TraceSpan(Trace* trace, int track, std::string name, std::string category,
-            Trace::Args args = {});
-  ~TraceSpan();
-  TraceSpan(const TraceSpan&) = delete;
-  TraceSpan& operator=(const TraceSpan&) = delete;
-
- private:
-  Trace* trace_;
-  int track_;
-  std::string name_, category_;
-  Trace::Args args_;
-  Trace::Clock::time_point begin_;
-};
-
 }  // namespace strata

@@ -75,10 +75,8 @@ TEST(TraceTest, NothingWhileOff) {
   const int track = trace.Track("compute");
   const auto t0 = Trace::Clock::now();
   trace.Span(track, "x", "compute", t0, t0 + microseconds(5));
-  { TraceSpan span(&trace, track, "scoped", "compute"); }
   trace.SetRecording(true);
-  { TraceSpan span(&trace, track, "scoped", "compute"); }
-  { TraceSpan span(nullptr, track, "no trace", "compute"); }
+  trace.Span(track, "scoped", "compute", t0, t0 + microseconds(5));
   trace.SetRecording(false);
   trace.Instant(track, "late", t0);
   EXPECT_EQ(trace.events(), 1u);

@@ -31,13 +31,15 @@ double Median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
-// Microseconds per labelled span on a CPU stream (`recording`), or per enqueue with a
-// trace that is not recording: `rounds` labels of two empty tasks each.
-double MicrosecondsPerSpan(bool recording, int rounds) {
+enum class TraceMode { kNone, kOff, kOn };
+
+// Microseconds per label of two empty tasks on a CPU stream: without a trace (kNone), with
+// one not recording (kOff) or recording (kOn); the mean of `rounds`.
+double MicrosecondsPerSpan(TraceMode mode, int rounds) {
   auto device = CreateCpuDevice({});
   Trace trace;
-  device->SetTrace(&trace);
-  trace.SetRecording(recording);
+  if (mode != TraceMode::kNone) device->SetTrace(&trace);
+  trace.SetRecording(mode == TraceMode::kOn);
   auto stream = device->CreateStream("compute").value();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < rounds; ++i) {
@@ -94,22 +96,9 @@ Status RunBenchTrace(const CommandArgs& args) {
               events_per_step);
   // The direct measure, against a stream running the same empty work untraced.
   constexpr int kRounds = 20000;
-  const double plain_us = MicrosecondsPerSpan(false, kRounds);
-  auto untraced = [&] {  // no trace at all: the same loop on a plain device
-    auto device = CreateCpuDevice({});
-    auto stream = device->CreateStream("compute").value();
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < kRounds; ++i) {
-      StreamLabel label(*stream, "forward", "forward");
-      stream->EnqueueHost([] { return absl::OkStatus(); });
-      stream->EnqueueHost([] { return absl::OkStatus(); });
-    }
-    stream->Synchronize().IgnoreError();
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-               .count() / kRounds;
-  };
-  const double none_us = untraced();
-  const double recording_us = MicrosecondsPerSpan(true, kRounds);
+  const double none_us = MicrosecondsPerSpan(TraceMode::kNone, kRounds);
+  const double plain_us = MicrosecondsPerSpan(TraceMode::kOff, kRounds);
+  const double recording_us = MicrosecondsPerSpan(TraceMode::kOn, kRounds);
   std::printf("  per labelled span (2 tasks): %.2f us untraced, %.2f us not recording, "
               "%.2f us recording\n", none_us, plain_us, recording_us);
   const double off_direct = std::max(0.0, plain_us - none_us) * events_per_step / (base_ms * 1e3);

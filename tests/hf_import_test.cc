@@ -23,6 +23,7 @@
 #include "data/tokens.h"
 #include "launch/import_weights.h"
 #include "launch/options_parse.h"
+#include "models/create_model.h"
 #include "models/hf/hf_model.h"
 #include "models/hf/safetensors.h"
 #include "tests/engine_rig.h"
@@ -211,6 +212,71 @@ TEST(HfImportErrors, BadDirectoriesAreClearErrors) {
     EXPECT_THAT(status.message(), HasSubstr("truncated"));
     ASSERT_OK_AND_ASSIGN(const std::vector<float> after, rig->engine->ReadMaster(1));
     EXPECT_EQ(before, after);
+  }
+}
+
+// A GPT-2 shape whose Conv1D matrices (stored transposed) are larger than one 4 MiB read
+// task, so the importer splits them into bands of file rows on several threads: every
+// unit, whole and in a range starting and ending inside rows, equals a plain gather from
+// the file's values, exactly.
+TEST(HfWeightsFill, BandsAndRangesMatchAPlainGather) {
+  StatusOr<Options> parsed = ParseOptions(
+      "", {"model.preset=tiny", "model.layers=1", "model.channels=768", "model.heads=12"});
+  ASSERT_OK(parsed);
+  const ModelOptions model_options = ResolveModelOptions(parsed->model);
+  ASSERT_OK_AND_ASSIGN(auto model, CreateModel(model_options, Recompute::kNone, DType::kF32));
+  ASSERT_OK_AND_ASSIGN(const std::vector<HfTensor> map,
+                       HfTensorMap(model_options, model->units()));
+  // Integer values (exact in fp32), distinct per tensor and element.
+  auto value = [](size_t tensor, uint64_t i) {
+    return static_cast<float>((i * 7 + tensor * 131) % 4093) - 2046.0f;
+  };
+  std::vector<StOutputTensor> tensors;
+  bool banded = false;
+  for (size_t k = 0; k < map.size(); ++k) {
+    uint64_t numel = 1;
+    for (int64_t d : map[k].shape) numel *= static_cast<uint64_t>(d);
+    banded = banded || (map[k].transposed && numel * 4 > (uint64_t{4} << 20));
+    tensors.push_back({map[k].name, map[k].shape,
+                       [k, value](uint64_t begin, uint64_t count, float* out) {
+                         for (uint64_t i = 0; i < count; ++i) out[i] = value(k, begin + i);
+                         return absl::OkStatus();
+                       }});
+  }
+  ASSERT_TRUE(banded) << "no transposed matrix spans several read tasks";
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/banded";
+  std::filesystem::create_directories(dir);
+  ASSERT_OK(WriteSafetensorsDirectory(dir, tensors, StDType::kF32, uint64_t{5} << 30, {}).status());
+  std::ofstream(dir + "/config.json") << HfConfigJson(model_options, "float32");
+  ASSERT_OK_AND_ASSIGN(const HfWeights weights, HfWeights::Open(dir, model_options, *model));
+
+  for (size_t u = 0; u < model->units().size(); ++u) {
+    const UnitLayout& unit = model->units()[u];
+    std::vector<float> expected(unit.used_elements(), 0.0f);
+    for (size_t k = 0; k < map.size(); ++k) {
+      if (map[k].unit != static_cast<int>(u)) continue;
+      const TensorSpec& spec = unit.tensor(map[k].tensor);
+      const size_t cols = spec.shape.size() == 2 ? static_cast<size_t>(spec.shape[1]) : 1;
+      uint64_t numel = 1;
+      for (int64_t d : map[k].shape) numel *= static_cast<uint64_t>(d);
+      const size_t rows = numel / cols;
+      const size_t first = spec.offset + static_cast<size_t>(map[k].row_begin) * cols;
+      for (uint64_t i = 0; i < numel; ++i) {
+        // Transposed: the file holds [cols, rows], element i = (c, r).
+        const size_t at = map[k].transposed ? (i % rows) * cols + i / rows : i;
+        expected[first + at] = value(k, i);
+      }
+    }
+    const size_t n = expected.size();
+    for (const auto& [lo, hi] : std::vector<std::pair<size_t, size_t>>{{0, n},
+                                                                       {n / 3 + 5, 2 * n / 3 + 7}}) {
+      if (hi > n || lo >= hi) continue;
+      std::vector<float> got(hi - lo, -1.0f);
+      ASSERT_OK(weights.Fill(static_cast<int>(u), lo, hi, got.data(), nullptr));
+      for (size_t e = lo; e < hi; ++e) {
+        ASSERT_EQ(got[e - lo], expected[e]) << unit.name() << " element " << e;
+      }
+    }
   }
 }
 
