@@ -238,8 +238,29 @@ struct TiersOptions {
   uint64_t host_memory_limit = 0;
 };
 
+// LoRA (low-rank adapters): with lora.rank > 0 every base parameter is frozen (no
+// gradient sums, optimizer state or fp32 master) and each targeted projection W of every
+// block gains y += (alpha / rank) * B (A x), A [rank, in] and B [out, rank] trained
+// (models/common/lora.h).
+struct LoraOptions {
+  int rank = 0;         // lora.rank: adapter rank; 0 = no LoRA (full training).
+  float alpha = 16.0f;  // lora.alpha: the update is scaled by alpha / rank.
+  // lora.targets: comma-separated projections of every block, by strata's names (gpt:
+  // attn.qkv, attn.proj, mlp.fc, mlp.proj; llama: attn.q, attn.k, attn.v, attn.proj,
+  // mlp.gate, mlp.up, mlp.down) or Hugging Face/PEFT's (c_attn, c_proj, c_fc, q_proj,
+  // k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj), or "all"; "" = PEFT's default
+  // for the family (gpt: attn.qkv; llama: attn.q, attn.v).
+  std::string targets;
+  float dropout = 0.0f;  // lora.dropout: dropout on the adapters' input; in [0, 1).
+  // lora.base_tier: device | host | nvme: where the frozen base's params live between uses
+  // (host, nvme: zero.stage=3, gathered ahead like the trainable params), whatever the
+  // adapters' placement (zero.*).
+  StateTier base_tier = StateTier::kDevice;
+};
+
 struct Options {
   ModelOptions model;
+  LoraOptions lora;
   DataOptions data;
   TrainOptions train;
   DeviceOptions device;

@@ -36,6 +36,11 @@ class UnitLayout {
           float init_std = 0.0f);
 
   const std::string& name() const { return name_; }
+  // A frozen unit (a LoRA base) is read by compute but never trained: it has no gradient
+  // sums, no optimizer state and no fp32 master, only its compute-dtype params, placed
+  // apart from the trainable units' (lora.base_tier). Default: trainable.
+  bool trainable() const { return trainable_; }
+  void set_trainable(bool trainable) { trainable_ = trainable; }
   const std::vector<TensorSpec>& tensors() const { return tensors_; }
   const TensorSpec& tensor(int index) const { return tensors_[index]; }
   // Parameters that are real (excludes alignment gaps and padding).
@@ -50,6 +55,7 @@ class UnitLayout {
   std::string name_;
   std::vector<TensorSpec> tensors_;
   size_t used_elements_ = 0;
+  bool trainable_ = true;
 };
 
 }  // namespace strata

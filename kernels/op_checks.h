@@ -65,6 +65,19 @@ inline Status CheckRopeShape(const char* op, int B, int T, int NH, int NKV, int 
   return absl::OkStatus();
 }
 
+// A column slice [col, col + n) of N rows of `cols` elements (the LoRA ops): all four
+// non-negative and col + n <= cols; `cols_name` names the row width in the message.
+inline Status CheckColumnSlice(const char* op, const char* cols_name, int cols, int col, int N,
+                               int n) {
+  RETURN_IF_ERROR(CheckNonNegative(op, {{"N", N}, {"n", n}, {cols_name, cols}, {"col", col}}));
+  if (long{col} + n > cols) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": columns [col=", col, ", col + n=",
+                                                   long{col} + n, ") exceed ", cols_name, "=",
+                                                   cols));
+  }
+  return absl::OkStatus();
+}
+
 // Cross-entropy: N, V >= 0, V <= Vp, and some class when there are rows.
 inline Status CheckCrossEntropyShape(const char* op, int N, int V, int Vp) {
   RETURN_IF_ERROR(CheckNonNegative(op, {{"N", N}, {"V", V}, {"Vp", Vp}}));

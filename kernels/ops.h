@@ -59,7 +59,8 @@ class Ops {
   virtual Status MatmulForward(Stream& s, void* out, const void* inp, const void* weight,
                                const void* bias, int N, int C, int OC) = 0;
   // dinp[N,C] += dout * weight; dweight[OC,C] += dout^T * inp; dbias[OC] += sum_n dout.
-  // dinp and dbias may be null (skipped).
+  // dinp, dweight and dbias may be null (skipped): a null dweight (a frozen weight, e.g. the
+  // base of a LoRA model) skips the weight-gradient GEMM entirely; dinp is the same either way.
   virtual Status MatmulBackward(Stream& s, void* dinp, void* dweight, void* dbias,
                                 const void* dout, const void* inp, const void* weight, int N,
                                 int C, int OC) = 0;
@@ -122,6 +123,19 @@ class Ops {
   virtual Status Add(Stream& s, void* out, const void* a, const void* b, size_t n) = 0;
   // dst += src (compute dtype both).
   virtual Status Accumulate(Stream& s, void* dst, const void* src, size_t n) = 0;
+
+  // The LoRA update of a column slice of a (possibly fused) projection's output:
+  // dst[i, col + j] += alpha * src[i, j] for i < N, j < n (dst rows have dst_cols elements,
+  // src rows n; col + n <= dst_cols). Computed in fp32 (the product, then the sum; no FMA,
+  // so every backend gives the same bits), rounded once to the dtype. Other columns of dst
+  // are untouched.
+  virtual Status AddScaledColumns(Stream& s, void* dst, int dst_cols, int col, const void* src,
+                                  int N, int n, float alpha) = 0;
+  // Its backward: dst[i, j] = alpha * src[i, col + j] (src rows have src_cols elements, dst
+  // rows n; col + n <= src_cols). An exception to the accumulation rule: dst is OVERWRITTEN
+  // (it is the gradient of the adapter's own output, a scratch buffer, not a shared one).
+  virtual Status ScaledColumns(Stream& s, void* dst, const void* src, int src_cols, int col, int N,
+                               int n, float alpha) = 0;
 
   // Fused softmax + cross-entropy over rows of logits [N,Vp]: the softmax runs over the
   // first V (the real vocabulary, V <= Vp); columns [V, Vp) are padding (a padded

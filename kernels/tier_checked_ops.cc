@@ -156,6 +156,18 @@ class TierCheckedOps : public Ops {
     return ops_->Accumulate(s, dst, src, n);
   }
 
+  Status AddScaledColumns(Stream& s, void* dst, int dst_cols, int col, const void* src, int N,
+                          int n, float alpha) override {
+    RETURN_IF_ERROR(Check("AddScaledColumns", {{"dst", dst}, {"src", src}}));
+    return ops_->AddScaledColumns(s, dst, dst_cols, col, src, N, n, alpha);
+  }
+
+  Status ScaledColumns(Stream& s, void* dst, const void* src, int src_cols, int col, int N, int n,
+                       float alpha) override {
+    RETURN_IF_ERROR(Check("ScaledColumns", {{"dst", dst}, {"src", src}}));
+    return ops_->ScaledColumns(s, dst, src, src_cols, col, N, n, alpha);
+  }
+
   Status SoftmaxCrossEntropy(Stream& s, float* losses, void* logits, const int32_t* targets, int N,
                              int V, int Vp, float dloss) override {
     RETURN_IF_ERROR(Check("SoftmaxCrossEntropy",

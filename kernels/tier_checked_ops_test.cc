@@ -56,6 +56,16 @@ TEST_F(TierCheckedOpsTest, ABufferOfTheOtherTierIsRefusedNamingIt) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("Accumulate runs on the device tier, but src is in the host "
                                  "tier")));
+  EXPECT_THAT(device_ops_->AddScaledColumns(*stream_, on_device_.data(), 8, 2, on_host_.data(), 4,
+                                            5, 0.5f),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("AddScaledColumns runs on the device tier, but src is in the "
+                                 "host tier")));
+  EXPECT_THAT(device_ops_->ScaledColumns(*stream_, on_host_.data(), on_device_.data(), 8, 2, 4, 5,
+                                         0.5f),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("ScaledColumns runs on the device tier, but dst is in the host "
+                                 "tier")));
   // Inside a buffer, and several arguments at once.
   EXPECT_THAT(host_ops_->AdamW(*stream_, nullptr, on_device_.as<float>() + 3,
                                on_host_.as<float>(), on_host_.as<float>(),
@@ -65,6 +75,20 @@ TEST_F(TierCheckedOpsTest, ABufferOfTheOtherTierIsRefusedNamingIt) {
                                  "tier, v is in the device tier")));
   ASSERT_OK(stream_->Synchronize());
   EXPECT_EQ(on_device_.as<float>()[3], 0.0f) << "nothing may run after a refusal";
+}
+
+TEST_F(TierCheckedOpsTest, LoraOpsRunOnTheirTier) {
+  std::vector<float> own(20, 2.0f);  // N x n = 4 x 5
+  ASSERT_OK(device_ops_->AddScaledColumns(*stream_, on_device_.data(), 8, 2, own.data(), 4, 5,
+                                          0.5f));
+  ASSERT_OK(device_ops_->ScaledColumns(*stream_, on_device_.as<float>() + 40, on_device_.data(), 8,
+                                       2, 4, 5, 2.0f));
+  ASSERT_OK(stream_->Synchronize());
+  EXPECT_EQ(on_device_.as<float>()[1], 0.0f);
+  EXPECT_EQ(on_device_.as<float>()[2], 1.0f);   // row 0, column 2: 0 + 0.5 * 2
+  EXPECT_EQ(on_device_.as<float>()[30], 1.0f);  // row 3, column 6
+  EXPECT_EQ(on_device_.as<float>()[31], 0.0f);
+  EXPECT_EQ(on_device_.as<float>()[40], 2.0f);  // 2 * row 0, column 2
 }
 
 TEST_F(TierCheckedOpsTest, AFreedBufferIsNoLongerATier) {

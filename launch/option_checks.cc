@@ -109,6 +109,17 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
                         "train.checkpoint_dir to a directory");
   }
 
+  const LoraOptions& lora = options.lora;
+  in_range("lora.rank", lora.rank, 0, 4096);
+  expect(lora.alpha > 0, "lora.alpha", NumberText(lora.alpha), "> 0");
+  expect(lora.dropout >= 0 && lora.dropout < 1, "lora.dropout", NumberText(lora.dropout),
+         "a value in [0, 1)");
+  if (lora.dropout > 0) {
+    problems->push_back(absl::StrCat(
+        "lora.dropout: got ", NumberText(lora.dropout),
+        ", but dropout on the adapters is not implemented yet: set lora.dropout=0"));
+  }
+
   const DeviceOptions& device = options.device;
   in_range("device.threads", device.threads, 0, 1024);
 

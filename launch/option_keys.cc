@@ -149,6 +149,24 @@ const std::vector<KeySpec>& Keys() {
       {"train.trace_steps", +[](Options& o) { return &o.train.trace_steps; },
        "with strata train --trace FILE: the steps traced, A:B (1-based, inclusive); a "
        "bounded trace of a few steps after the first.", false},
+      {"lora.rank", +[](Options& o) { return &o.lora.rank; },
+       "LoRA adapter rank; 0 = full training; else the base is frozen and only the adapters "
+       "train; in [0, 4096].",
+       false},
+      {"lora.alpha", +[](Options& o) { return &o.lora.alpha; },
+       "LoRA scale numerator: the adapter's update is scaled by alpha / rank; > 0.", false},
+      {"lora.targets", +[](Options& o) { return &o.lora.targets; },
+       "comma-separated projections given adapters: gpt attn.qkv, attn.proj, mlp.fc, "
+       "mlp.proj; llama attn.q, attn.k, attn.v, attn.proj, mlp.gate, mlp.up, mlp.down; or "
+       "PEFT's names (c_attn, c_proj, c_fc, q_proj, k_proj, v_proj, o_proj, gate_proj, "
+       "up_proj, down_proj); all; \"\" = PEFT's default (gpt attn.qkv; llama attn.q,attn.v).",
+       false},
+      {"lora.dropout", +[](Options& o) { return &o.lora.dropout; },
+       "dropout on the adapters' input; in [0, 1).", false},
+      {"lora.base_tier", Enum(+[](Options& o) { return &o.lora.base_tier; }),
+       "where the frozen base's params live between uses: device | host | nvme (host, nvme: "
+       "zero.stage=3; independent of where the adapters and their optimizer live).",
+       false},
       {"device.backend", Enum(+[](Options& o) { return &o.device.backend; }),
        "compute backend: cpu | cuda (one GPU per local rank; needs a CUDA build).", false},
       {"device.memory_limit", +[](Options& o) { return &o.device.memory_limit; },

@@ -87,7 +87,8 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
                      CreateDeviceCommunicator(options, *session->backend_.device, *communicator));
   }
   ASSIGN_OR_RETURN(session->model_,
-                   CreateModel(options.model, options.train.recompute, options.train.dtype));
+                   CreateModel(options.model, options.train.recompute, options.train.dtype,
+                               options.lora));
   // Resuming or importing writes every unit's state: the model's random init would be
   // wasted.
   const bool import = options.train.resume.empty() && !options.model.from.empty();

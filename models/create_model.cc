@@ -20,9 +20,13 @@ ModelOptions ResolveModelOptions(const ModelOptions& model) {
 }
 
 StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options, Recompute recompute,
-                                             DType dtype) {
+                                             DType dtype, const LoraOptions& lora_options) {
   const ModelOptions m = ResolveModelOptions(options);
   const bool blocks = recompute == Recompute::kBlocks;
+  LoraConfig lora;
+  lora.rank = lora_options.rank;
+  lora.alpha = lora_options.alpha;
+  lora.targets = lora_options.targets;
   if (m.family == ModelFamily::kLlama) {
     LlamaConfig config;
     config.layers = m.layers;
@@ -37,6 +41,7 @@ StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options, Recomp
     config.norm_eps = m.norm_eps;
     config.tie_embeddings = m.tie_embeddings;
     config.recompute = blocks;
+    config.lora = lora;
     return CreateLlama(config, dtype);
   }
   if (m.kv_heads != m.heads || m.ffn_hidden != 4 * m.channels || !m.tie_embeddings) {
@@ -52,6 +57,7 @@ StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options, Recomp
   config.padded_vocab = m.padded_vocab;
   config.max_seq_len = m.max_seq_len;
   config.recompute = blocks;
+  config.lora = lora;
   return CreateGpt(config, dtype);
 }
 

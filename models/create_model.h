@@ -16,8 +16,9 @@ namespace strata {
 ModelOptions ResolveModelOptions(const ModelOptions& model);
 
 // The model of `model` (resolved here), computing in `dtype`, with activation recompute of
-// the blocks when `recompute` is kBlocks.
+// the blocks when `recompute` is kBlocks, and with `lora` (rank > 0) its base frozen and
+// low-rank adapters added (models/common/lora.h).
 StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& model, Recompute recompute,
-                                             DType dtype);
+                                             DType dtype, const LoraOptions& lora = {});
 
 }  // namespace strata

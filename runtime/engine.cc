@@ -109,7 +109,9 @@ Status Engine::Init(InitialState initial) {
   for (const UnitAccess& access : trace_) zero.trace.push_back(access.unit);
   ASSIGN_OR_RETURN(components_, MakeZeroComponents(options_, placement_, zero));
   const EngineStreams streams{compute_.get(), comm_.get(), copy_.get(), host_.get()};
-  ASSIGN_OR_RETURN(norm_, GradNorm::Create(device_, communicator_, streams, num_units));
+  std::vector<bool> frozen;
+  for (const UnitLayout& unit : layouts) frozen.push_back(!unit.trainable());
+  ASSIGN_OR_RETURN(norm_, GradNorm::Create(device_, communicator_, streams, frozen));
   schedule.device = device_;
   schedule.streams = streams;
   schedule.components = &components_;
@@ -171,7 +173,8 @@ Status Engine::RunStage(int stage, bool backward, int* access) {
   for (size_t i = 0; i < spec.units.size(); ++i) {
     const int u = spec.units[i];
     ASSIGN_OR_RETURN(ctx_.params[u], gatherer.Acquire(first_access + i, u));
-    if (backward) {
+    // A frozen unit's grads stay null: the model computes only its input gradients.
+    if (backward && model_->units()[u].trainable()) {
       ASSIGN_OR_RETURN(ctx_.grads[u], components_.reducer().Grads(u));
       RETURN_IF_ERROR(schedule_->BeforeBackward(stage, u));
     }
@@ -187,7 +190,9 @@ Status Engine::RunStage(int stage, bool backward, int* access) {
   }
   for (size_t i = 0; i < spec.units.size(); ++i) {
     const int u = spec.units[i];
-    if (backward) RETURN_IF_ERROR(schedule_->AfterBackward(stage, u));
+    if (backward && model_->units()[u].trainable()) {
+      RETURN_IF_ERROR(schedule_->AfterBackward(stage, u));
+    }
     RETURN_IF_ERROR(gatherer.Release(first_access + i, u));
     ctx_.params[u] = nullptr;
     ctx_.grads[u] = nullptr;
@@ -366,7 +371,32 @@ size_t Engine::StateElements(int unit) const {
   return components_.sharded_state() ? state.shard_elements : state.padded_elements;
 }
 
+Status Engine::CheckTrainable(int unit) const {
+  if (model_->units()[unit].trainable()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "unit '", model_->units()[unit].name(),
+      "' is frozen (a LoRA base): it has no master weights, optimizer state or gradients, "
+      "only its params (Engine::ReadParams)"));
+}
+
+StatusOr<std::vector<float>> Engine::ReadParams(int unit) {
+  RETURN_IF_ERROR(SyncStreams());
+  const UnitState& state = units_[unit];
+  const size_t n = components_.param_part_elements(unit);
+  std::vector<char> part(n * DTypeBytes(options_.train.dtype));
+  RETURN_IF_ERROR(components_.LoadParams(unit, part.data()));
+  std::vector<float> own(n);
+  RETURN_IF_ERROR(host_ops_->CastToFloat(*host_, own.data(), part.data(), n));
+  RETURN_IF_ERROR(host_->Synchronize());
+  traffic_counted_ = components_.traffic();  // not a step's traffic
+  if (n == state.padded_elements) return own;
+  std::vector<float> values;
+  RETURN_IF_ERROR(GatherInto(unit, own.data(), &values));
+  return values;
+}
+
 StatusOr<std::vector<float>> Engine::ReadMaster(int unit) {
+  RETURN_IF_ERROR(CheckTrainable(unit));
   RETURN_IF_ERROR(SyncStreams());
   std::vector<float> own(StateElements(unit));
   RETURN_IF_ERROR(components_.LoadOptimizerState(unit, own.data(), nullptr, nullptr));
@@ -374,6 +404,7 @@ StatusOr<std::vector<float>> Engine::ReadMaster(int unit) {
 }
 
 StatusOr<std::vector<float>> Engine::ReadGradients(int unit) {
+  RETURN_IF_ERROR(CheckTrainable(unit));
   RETURN_IF_ERROR(SyncStreams());
   std::vector<float> own(StateElements(unit));
   RETURN_IF_ERROR(components_.reducer().ReadSums(unit, own.data()));
@@ -387,6 +418,7 @@ StatusOr<Engine::UnitOptimizerState> Engine::ReadOptimizerState(int unit) {
 }
 
 Status Engine::ReadOptimizerState(int unit, UnitOptimizerState* out) {
+  RETURN_IF_ERROR(CheckTrainable(unit));
   RETURN_IF_ERROR(SyncStreams());
   const size_t n = StateElements(unit);
   std::vector<float>* arrays[3] = {&out->master, &out->exp_avg, &out->exp_avg_sq};
@@ -462,11 +494,16 @@ Status Engine::StoreUnitState(int unit, const UnitStateView& view) {
   RETURN_IF_ERROR(SyncStreams());
   const int rank = communicator_->rank();
   const ShardRange own = OwnedRange(state, rank);
-  // The optimizer state (full or own shard); moments not given start at zero.
-  const size_t offset = (components_.sharded_state() ? own.begin : 0) - view.begin;
-  auto part = [offset](const float* array) { return array == nullptr ? nullptr : array + offset; };
-  RETURN_IF_ERROR(components_.StoreOptimizerState(unit, part(view.master), part(view.exp_avg),
-                                                   part(view.exp_avg_sq)));
+  // The optimizer state (full or own shard); moments not given start at zero. A frozen
+  // unit has none: its params alone.
+  if (model_->units()[unit].trainable()) {
+    const size_t offset = (components_.sharded_state() ? own.begin : 0) - view.begin;
+    auto part = [offset](const float* array) {
+      return array == nullptr ? nullptr : array + offset;
+    };
+    RETURN_IF_ERROR(components_.StoreOptimizerState(unit, part(view.master), part(view.exp_avg),
+                                                     part(view.exp_avg_sq)));
+  }
   // The params this rank stores (the full unit, or its shard at stage 3), cast from fp32 on
   // the host (round to nearest even, as the device's cast), then put in place by their
   // home; fp32 params go to their home as they are.

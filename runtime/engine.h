@@ -103,7 +103,11 @@ class Engine {
   Status Finish() { return SyncStreams(); }
 
   // fp32 views of one unit for tests and checkpoints (full unit, padded length). With a
-  // sharded optimizer these gather the shards: every rank must call them together.
+  // sharded optimizer these gather the shards: every rank must call them together. A
+  // frozen unit (UnitLayout::trainable false: a LoRA base) has no master, gradients or
+  // optimizer state (FailedPrecondition); ReadParams reads any unit's compute-dtype params
+  // (widened to fp32; gathered where sharded).
+  StatusOr<std::vector<float>> ReadParams(int unit);
   StatusOr<std::vector<float>> ReadMaster(int unit);
   StatusOr<std::vector<float>> ReadGradients(int unit);
   // The unit's master weights and Adam moments (for checkpoints).
@@ -154,6 +158,8 @@ class Engine {
   Status RunStage(int stage, bool backward, int* access);
   // Mean of the per-rank means of this rank's losses_host_ over `micro_batches`.
   StatusOr<double> GlobalMeanLoss(int micro_batches);
+  // FailedPrecondition naming a frozen unit.
+  Status CheckTrainable(int unit) const;
   // The full unit from this rank's part of it (all ranks call together when sharded).
   StatusOr<std::vector<float>> ReadFull(int unit, std::vector<float> own_part);
   // The full unit from this rank's shard `own` into `out` (resized; all ranks together).

@@ -8,8 +8,10 @@
 namespace strata {
 
 StatusOr<std::unique_ptr<GradNorm>> GradNorm::Create(Device* device, Communicator* communicator,
-                                                     const EngineStreams& streams, int units) {
-  std::unique_ptr<GradNorm> norm(new GradNorm(device, communicator, streams, units));
+                                                     const EngineStreams& streams,
+                                                     std::vector<bool> frozen) {
+  const int units = static_cast<int>(frozen.size());
+  std::unique_ptr<GradNorm> norm(new GradNorm(device, communicator, streams, std::move(frozen)));
   // Per rank: each unit's main part, then the early part of a split unit (0 otherwise).
   const size_t bytes =
       static_cast<size_t>(communicator->world_size()) * 2 * units * sizeof(float);
@@ -19,6 +21,9 @@ StatusOr<std::unique_ptr<GradNorm>> GradNorm::Create(Device* device, Communicato
                    device->Allocate(Tier::kHost, StateKind::kWorkspace, bytes, "grad norms"));
   ASSIGN_OR_RETURN(norm->ready_, device->CreateEvent());
   ASSIGN_OR_RETURN(norm->join_, device->CreateEvent());
+  // A frozen unit's parts are never written: they stay 0.
+  RETURN_IF_ERROR(device->MemsetAsync(norm->parts_device_.data(), 0, bytes, *streams.host));
+  RETURN_IF_ERROR(streams.host->Synchronize());
   return norm;
 }
 
@@ -28,7 +33,7 @@ float* GradNorm::Slot(int unit, bool early) {
 }
 
 Status GradNorm::Begin() {
-  taken_.assign(units_, false);
+  taken_ = frozen_;  // nothing to take of a frozen unit
   return device_->MemsetAsync(Slot(0, /*early=*/true), 0, units_ * sizeof(float),
                               *streams_.host);
 }

@@ -26,8 +26,10 @@ struct EngineStreams {
 
 class GradNorm {
  public:
+  // `frozen[u]`: unit u has no gradients (a LoRA base); its part is 0. One entry per unit.
   static StatusOr<std::unique_ptr<GradNorm>> Create(Device* device, Communicator* communicator,
-                                                    const EngineStreams& streams, int units);
+                                                    const EngineStreams& streams,
+                                                    std::vector<bool> frozen);
 
   // A step's gradients begin: no part is taken; the early parts start at 0 (in the order
   // of the host stream, which writes them).
@@ -50,9 +52,11 @@ class GradNorm {
   static double ClipScale(double norm, double clip);
 
  private:
-  GradNorm(Device* device, Communicator* communicator, const EngineStreams& streams, int units)
-      : device_(device), communicator_(communicator), streams_(streams), units_(units),
-        taken_(units, false) {}
+  GradNorm(Device* device, Communicator* communicator, const EngineStreams& streams,
+           std::vector<bool> frozen)
+      : device_(device), communicator_(communicator), streams_(streams),
+        units_(static_cast<int>(frozen.size())), frozen_(std::move(frozen)),
+        taken_(units_, false) {}
   // This rank's slot of `unit`'s main (early = false) or early part.
   float* Slot(int unit, bool early);
 
@@ -60,6 +64,7 @@ class GradNorm {
   Communicator* communicator_;
   EngineStreams streams_;
   int units_;
+  std::vector<bool> frozen_;
   std::vector<bool> taken_;
   Buffer parts_device_;  // [world][2][units] fp32: main parts, then early parts
   Buffer parts_host_;

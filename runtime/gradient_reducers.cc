@@ -190,6 +190,7 @@ class ReduceScatterReducer : public ReducerBase, public RangedReduction {
     if (per_unit_) return absl::OkStatus();
     RETURN_IF_ERROR(streams_->CommWaitsCompute());
     for (size_t u = 0; u < ctx_.units->size(); ++u) {
+      if (!(*ctx_.layouts)[u].trainable()) continue;  // no gradients
       UnitState& state = (*ctx_.units)[u];
       ASSIGN_OR_RETURN(Stream* reader, ReduceInto(static_cast<int>(u), state.grads.data()));
       RETURN_IF_ERROR(streams_->Join(*ctx_.comm, *reader));

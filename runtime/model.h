@@ -27,7 +27,9 @@ struct StageSpec {
 
 // Everything a stage needs for one micro-batch. params[u] / grads[u] point to unit u's
 // full flat buffers (compute dtype) on the device tier; they are valid only for the units
-// of the stage being run. grads are accumulated into (+=), never overwritten.
+// of the stage being run. grads are accumulated into (+=), never overwritten; a frozen
+// unit's (UnitLayout::trainable false) is null: its backward computes input gradients
+// only.
 struct StepContext {
   Device* device = nullptr;
   Ops* ops = nullptr;

@@ -56,9 +56,24 @@ std::vector<std::string> PlacementProblems(const Options& options) {
         "zero.param_tier=device (got ", optimizer, ", ", OptionName(zero.grad_tier), ", ",
         OptionName(zero.param_tier), "): set those, or zero.param_update=exact"));
   }
+  const LoraOptions& lora = options.lora;
+  if (lora.base_tier != StateTier::kDevice && lora.rank == 0) {
+    problems.push_back(absl::StrCat(
+        "lora.base_tier=", OptionName(lora.base_tier),
+        " places a frozen LoRA base, but lora.rank is 0 (full training, nothing frozen): set "
+        "lora.rank > 0, or zero.param_tier for the params of full training"));
+  }
+  if (lora.base_tier != StateTier::kDevice && zero.stage != 3) {
+    problems.push_back(absl::StrCat(
+        "lora.base_tier=", OptionName(lora.base_tier), " needs zero.stage=3 (stage ",
+        zero.stage,
+        " keeps every unit's full parameters on the device; stage 3 gathers the base's "
+        "shards ahead of use): set zero.stage=3 or lora.base_tier=device"));
+  }
   const bool any_nvme = zero.optimizer_tier == StateTier::kNvme ||
                         zero.grad_tier == StateTier::kNvme ||
-                        zero.param_tier == StateTier::kNvme;
+                        zero.param_tier == StateTier::kNvme ||
+                        (lora.rank > 0 && lora.base_tier == StateTier::kNvme);
   if (any_nvme && zero.nvme_dir.empty()) {
     problems.push_back(
         "a tier is nvme but zero.nvme_dir is empty: set zero.nvme_dir to a directory on an "
@@ -84,6 +99,10 @@ StatusOr<Placement> ResolvePlacement(const Options& options, int world) {
   placement.optimizer = options.zero.optimizer_tier;
   placement.grads = options.zero.grad_tier;
   placement.params = placement.sharded_params() ? options.zero.param_tier : StateTier::kDevice;
+  placement.frozen = options.lora.rank > 0;
+  placement.frozen_params = placement.frozen && placement.sharded_params()
+                                ? options.lora.base_tier
+                                : StateTier::kDevice;
   placement.update = options.zero.param_update;
   placement.clipping = options.train.grad_clip > 0.0f;
   placement.early_step =

@@ -23,6 +23,10 @@ struct Placement {
   StateTier optimizer = StateTier::kDevice;
   StateTier grads = StateTier::kDevice;
   StateTier params = StateTier::kDevice;
+  // A frozen base (LoRA): units with no gradient sums and no optimizer state, whose params
+  // live in `frozen_params` (stage 3 only off the device), apart from the trainable ones.
+  bool frozen = false;
+  StateTier frozen_params = StateTier::kDevice;
   ParamUpdate update = ParamUpdate::kExact;
   bool clipping = false;  // train.grad_clip > 0: every sub-step waits for the global norm
 

@@ -155,7 +155,7 @@ class PrefetchExecutor : public ParamGatherer {
     StreamLabel copy_label(*ctx_.copy, "copy up " + name, "copy",
                            {{"bytes", std::to_string(state.shard_elements *
                                                      DTypeBytes(ctx_.dtype))}});
-    if (params_->tier() == StateTier::kDevice) {
+    if (params_->unit_tier(unit) == StateTier::kDevice) {
       // The shard is read in place, after the optimizer's last update of it.
       RETURN_IF_ERROR(fresh_->WaitOn(*ctx_.device, *ctx_.comm, unit));
       RETURN_IF_ERROR(ctx_.communicator->AllGather(shard, r.full->data(), state.shard_elements,
@@ -165,7 +165,7 @@ class PrefetchExecutor : public ParamGatherer {
       // read into a host buffer first), then gathered in place.
       void* own = ElementAt(r.full->data(), ctx_.communicator->rank() * state.shard_elements,
                             DTypeBytes(ctx_.dtype));
-      if (params_->tier() == StateTier::kNvme) {
+      if (params_->unit_tier(unit) == StateTier::kNvme) {
         ahead_.push_back(unit);
         fresh_->pending[unit] = nullptr;  // the tier orders the read after the write-back
       } else {

@@ -17,6 +17,9 @@ class ScheduleBase : public StepSchedule {
 
   Status BeforeBackward(int, int) override { return absl::OkStatus(); }
 
+  // A frozen unit (a LoRA base) has no gradients to reduce and no optimizer step.
+  bool Trainable(size_t unit) const { return ctx_.model->units()[unit].trainable(); }
+
   Status AfterBackward(int stage, int unit) override {
     if (stage != ctx_.last_backward_stage[unit]) return absl::OkStatus();
     GradientReducer& reducer = ctx_.components->reducer();
@@ -55,7 +58,7 @@ class TiedSplit {
     for (size_t u = 0; u < late_.size(); ++u) {
       late_[u].clear();
       early_[u].clear();
-      if (batch == nullptr) continue;
+      if (batch == nullptr || !ctx_.model->units()[u].trainable()) continue;
       if (ctx_.first_backward_stage[u] == ctx_.last_backward_stage[u]) continue;
       // The late ranges, and the rest of the unit (padding included), final earlier.
       std::vector<ShardRange> late;
@@ -169,7 +172,7 @@ class ExactSchedule : public ScheduleBase {
     // The remaining sub-steps in forward order, so the next forward's first units come
     // back first; their param copies (and stage 1-2 gathers) overlap with the next forward.
     for (size_t u = 0; u < stepped_.size(); ++u) {
-      if (stepped_[u]) continue;
+      if (stepped_[u] || !Trainable(u)) continue;
       if (early_allowed_ && scale != 1.0) {
         return absl::InternalError("early optimizer steps with clipping");
       }
@@ -269,6 +272,7 @@ class DelayedSchedule : public ScheduleBase {
     pending_params_.grad_scale =
         static_cast<float>(GradNorm::ClipScale(applied_norm_, ctx_.grad_clip));
     for (size_t u = 0; u < staged_.size(); ++u) {
+      if (!Trainable(u)) continue;
       RETURN_IF_ERROR(staged_steps_->StepStaged(static_cast<int>(u), pending_params_));
       staged_[u] = true;
     }

@@ -99,6 +99,7 @@ Status AllocateState(const ZeroContext& ctx, const StageLayout& layout,
   const Tier grads = MemoryTier(placement.grads);
   const Tier optimizer = MemoryTier(placement.optimizer);
   for (size_t u = 0; u < ctx.layouts->size(); ++u) {
+    if (!(*ctx.layouts)[u].trainable()) continue;  // frozen: its params alone
     UnitState& state = (*ctx.units)[u];
     const size_t n_state = layout.sharded_state ? state.shard_elements : state.padded_elements;
     const std::string& name = (*ctx.layouts)[u].name();
@@ -175,34 +176,64 @@ Status ZeroComponents::Assemble(const Options& options, const Placement& placeme
   const int world = context.communicator->world_size();
   context.units->clear();
   context.units->resize(context.layouts->size());
-  std::vector<size_t> shards, parts;
+  // Per unit: its shard, where it is trainable (the optimizer's and gradients' tiers keep
+  // those alone), and its param part.
+  std::vector<size_t> trainable_shards, frozen_shards, parts;
+  std::vector<bool> frozen;
   for (size_t u = 0; u < context.layouts->size(); ++u) {
     UnitState& state = (*context.units)[u];
-    state.padded_elements = (*context.layouts)[u].PaddedElements(world);
-    state.shard_elements = (*context.layouts)[u].ShardElements(world);
-    shards.push_back(state.shard_elements);
+    const UnitLayout& unit = (*context.layouts)[u];
+    state.padded_elements = unit.PaddedElements(world);
+    state.shard_elements = unit.ShardElements(world);
+    frozen.push_back(!unit.trainable());
+    trainable_shards.push_back(unit.trainable() ? state.shard_elements : 0);
+    frozen_shards.push_back(unit.trainable() ? 0 : state.shard_elements);
     parts.push_back(layout.full_params ? state.padded_elements : state.shard_elements);
   }
   const HomeContext& home = context;
   components.sharded_state_ = layout.sharded_state;
 
-  // The NVMe tiers: the optimizer's (and the gradient sums'), then the params' own.
-  std::vector<std::vector<NvmeChunk>> chunks;
+  // The NVMe tiers: the optimizer's (and the gradient sums'), then the params' own. Chunk
+  // ids of trainable units are the same in both; a frozen base's follow.
+  const size_t chunk_elements = options.nvme.chunk_bytes / 4;
+  std::vector<std::vector<NvmeChunk>> chunks = NvmeChunks(trainable_shards, chunk_elements);
   if (placement.optimizer == StateTier::kNvme) {
-    chunks = NvmeChunks(shards, options.nvme.chunk_bytes / 4);
     ASSIGN_OR_RETURN(components.nvme_,
                      CreateNvmeTier(options, context, /*params=*/false,
                                     placement.grads == StateTier::kNvme, chunks));
   }
-  if (placement.params == StateTier::kNvme) {
-    ASSIGN_OR_RETURN(std::unique_ptr<NvmeTier> tier,
-                     CreateNvmeTier(options, context, /*params=*/true, /*grads=*/false, chunks));
+  int trainable_chunks = 0;
+  for (const auto& unit_chunks : chunks) trainable_chunks += unit_chunks.size();
+  const std::vector<std::vector<NvmeChunk>> frozen_chunks =
+      NvmeChunks(frozen_shards, chunk_elements, trainable_chunks);
+  // The param home of the units `members` says (one home for all, or one per group).
+  auto make_param_home = [&](StateTier tier, auto members) -> StatusOr<std::unique_ptr<ParamHome>> {
+    if (tier == StateTier::kNvme) {
+      std::vector<std::vector<NvmeChunk>> mine(chunks.size());
+      for (size_t u = 0; u < mine.size(); ++u) {
+        if (members(u)) mine[u] = frozen[u] ? frozen_chunks[u] : chunks[u];
+      }
+      ASSIGN_OR_RETURN(std::unique_ptr<NvmeTier> nvme,
+                       CreateNvmeTier(options, context, /*params=*/true, /*grads=*/false, mine));
+      return ParamHome::CreateNvme(home, std::move(nvme), std::move(mine),
+                                   options.nvme.read_ahead_units);
+    }
+    std::vector<size_t> mine(parts.size(), 0);
+    for (size_t u = 0; u < mine.size(); ++u) {
+      if (members(u)) mine[u] = parts[u];
+    }
+    return ParamHome::CreateResident(home, MemoryTier(tier), mine);
+  };
+  if (!placement.frozen || placement.frozen_params == placement.params) {
     ASSIGN_OR_RETURN(components.param_home_,
-                     ParamHome::CreateNvme(home, std::move(tier), chunks,
-                                           options.nvme.read_ahead_units));
+                     make_param_home(placement.params, [](size_t) { return true; }));
   } else {
-    ASSIGN_OR_RETURN(components.param_home_,
-                     ParamHome::CreateResident(home, MemoryTier(placement.params), parts));
+    ASSIGN_OR_RETURN(std::unique_ptr<ParamHome> trainable,
+                     make_param_home(placement.params, [&](size_t u) { return !frozen[u]; }));
+    ASSIGN_OR_RETURN(std::unique_ptr<ParamHome> base,
+                     make_param_home(placement.frozen_params, [&](size_t u) { return frozen[u]; }));
+    components.param_home_ =
+        ParamHome::CreateSplit(std::move(trainable), std::move(base), frozen);
   }
   RETURN_IF_ERROR(AllocateState(context, layout, placement));
 

@@ -54,6 +54,7 @@ class ZeroComponents {
   // idle.
   size_t param_part_elements(int unit) const { return param_home_->part_elements(unit); }
   Status StoreParams(int unit, const void* values) { return param_home_->Store(unit, values); }
+  Status LoadParams(int unit, void* out) { return param_home_->Load(unit, out); }
   // Blocks until every write-back of state is on its tier; the first error, if any.
   Status Flush() { return optimizer_home_->Flush(); }
   NvmeTraffic traffic() const;

@@ -10,7 +10,8 @@ StatusOr<std::unique_ptr<EngineRig>> MakeEngineRig(const Options& options) {
   ASSIGN_OR_RETURN(rig->group, CreateLocalGroup(1, LocalGroupOptions{}));
   ASSIGN_OR_RETURN(rig->backend, CreateBackend(options));
   ASSIGN_OR_RETURN(rig->model,
-                   CreateModel(options.model, options.train.recompute, options.train.dtype));
+                   CreateModel(options.model, options.train.recompute, options.train.dtype,
+                               options.lora));
   ASSIGN_OR_RETURN(rig->engine, Engine::Create(options, rig->backend.device.get(),
                                                rig->backend.ops.get(),
                                                rig->backend.host_ops.get(), rig->model.get(),

@@ -37,6 +37,7 @@ class DeviceGradHome : public GradHome {
     RETURN_IF_ERROR(Join(*ctx_.device, *ctx_.comm, *ctx_.compute, *join_));
     RETURN_IF_ERROR(Join(*ctx_.device, *ctx_.comm, *ctx_.copy, *join_));
     for (UnitState& state : *ctx_.units) {
+      if (state.grad_accum.bytes() == 0) continue;  // a frozen unit
       RETURN_IF_ERROR(ctx_.device->MemsetAsync(state.grad_accum.data(), 0,
                                                state.grad_accum.bytes(), *ctx_.comm));
     }
@@ -199,6 +200,7 @@ StatusOr<std::unique_ptr<GradHome>> GradHome::Create(const HomeContext& ctx, Tie
     return std::unique_ptr<GradHome>(new DeviceGradHome(ctx, std::move(ready), std::move(join)));
   }
   for (size_t u = 0; u < units; ++u) {
+    if (!(*ctx.layouts)[u].trainable()) continue;  // no gradient sums
     const UnitState& state = (*ctx.units)[u];
     const size_t n = state.grad_accum.bytes() / sizeof(float);
     if (state.grad_accum.tier() != Tier::kHost ||

@@ -18,9 +18,9 @@ Status CheckHomeContext(const HomeContext& ctx) {
 }
 
 std::vector<std::vector<NvmeChunk>> NvmeChunks(const std::vector<size_t>& shard_elements,
-                                              size_t chunk_elements) {
+                                              size_t chunk_elements, int first_id) {
   std::vector<std::vector<NvmeChunk>> chunks(shard_elements.size());
-  int id = 0;
+  int id = first_id;
   for (size_t u = 0; u < shard_elements.size(); ++u) {
     for (size_t begin = 0; begin < shard_elements[u]; begin += chunk_elements) {
       chunks[u].push_back({id++, begin, std::min(shard_elements[u], begin + chunk_elements)});
@@ -37,6 +37,8 @@ Status CheckNvmeChunks(const HomeContext& ctx,
                                                    ctx.units->size()));
   }
   for (size_t u = 0; u < chunks.size(); ++u) {
+    // A frozen unit has no optimizer state or gradient sums to keep.
+    if (chunks[u].empty() && !(*ctx.layouts)[u].trainable()) continue;
     size_t at = 0;
     for (const NvmeChunk& chunk : chunks[u]) {
       if (chunk.begin != at || chunk.end <= chunk.begin) break;

@@ -43,14 +43,16 @@ struct NvmeChunk {
   size_t begin = 0;  // element range within the unit's shard
   size_t end = 0;
 };
-// The chunks of every unit, given each unit's shard length; ids are numbered in order.
+// The chunks of every unit, given each unit's shard length (0: none); ids are numbered in
+// order from `first_id`.
 // `chunk_elements` must be a multiple of 2048 (4 KiB of bf16), so that every chunk but a
 // shard's last starts and ends on a 4 KiB boundary in any dtype.
 std::vector<std::vector<NvmeChunk>> NvmeChunks(const std::vector<size_t>& shard_elements,
-                                              size_t chunk_elements);
+                                              size_t chunk_elements, int first_id = 0);
 
 // OK when `chunks` has one list per unit and each unit's chunks cover its shard
-// ([0, shard_elements), in order, without gaps); else InvalidArgument naming the unit.
+// ([0, shard_elements), in order, without gaps), a frozen unit's possibly none; else
+// InvalidArgument naming the unit.
 Status CheckNvmeChunks(const HomeContext& ctx, const std::vector<std::vector<NvmeChunk>>& chunks);
 
 }  // namespace strata

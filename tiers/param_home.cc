@@ -155,7 +155,59 @@ class NvmeParamHome : public ParamHome, public ParamWriteBack {
   size_t next_read_ = 0;
 };
 
+// Two homes, each keeping a group of units: the trainable units' and the frozen ones'.
+class SplitParamHome : public ParamHome {
+ public:
+  SplitParamHome(std::vector<size_t> part_elements, std::unique_ptr<ParamHome> trainable,
+                 std::unique_ptr<ParamHome> frozen, std::vector<bool> frozen_units)
+      : ParamHome(std::move(part_elements)), trainable_(std::move(trainable)),
+        frozen_(std::move(frozen)), frozen_units_(std::move(frozen_units)) {}
+
+  StateTier tier() const override { return trainable_->tier(); }
+  StateTier unit_tier(int unit) const override { return Of(unit).tier(); }
+  void* part(int unit) override { return Of(unit).part(unit); }
+  Status Store(int unit, const void* values) override { return Of(unit).Store(unit, values); }
+  Status Load(int unit, void* out) override { return Of(unit).Load(unit, out); }
+  Status CopyUp(int unit, void* dest, Stream& copy) override {
+    return Of(unit).CopyUp(unit, dest, copy);
+  }
+  int read_buffers() const override {
+    const int a = trainable_->read_buffers(), b = frozen_->read_buffers();
+    return a == 0 ? b : b == 0 ? a : std::min(a, b);
+  }
+  ParamWriteBack* write_back() override { return trainable_->write_back(); }
+  uint64_t bytes_read() const override {
+    return trainable_->bytes_read() + frozen_->bytes_read();
+  }
+  uint64_t bytes_written() const override {
+    return trainable_->bytes_written() + frozen_->bytes_written();
+  }
+  double busy_ms() const override { return trainable_->busy_ms() + frozen_->busy_ms(); }
+  Status Drain() override {
+    Status status = trainable_->Drain();
+    status.Update(frozen_->Drain());
+    return status;
+  }
+
+ private:
+  ParamHome& Of(int unit) const { return frozen_units_[unit] ? *frozen_ : *trainable_; }
+
+  std::unique_ptr<ParamHome> trainable_, frozen_;
+  std::vector<bool> frozen_units_;
+};
+
 }  // namespace
+
+std::unique_ptr<ParamHome> ParamHome::CreateSplit(std::unique_ptr<ParamHome> trainable,
+                                                  std::unique_ptr<ParamHome> frozen,
+                                                  std::vector<bool> frozen_units) {
+  std::vector<size_t> parts;
+  for (size_t u = 0; u < frozen_units.size(); ++u) {
+    parts.push_back((frozen_units[u] ? frozen : trainable)->part_elements(u));
+  }
+  return std::make_unique<SplitParamHome>(std::move(parts), std::move(trainable),
+                                          std::move(frozen), std::move(frozen_units));
+}
 
 StatusOr<std::unique_ptr<ParamHome>> ParamHome::CreateResident(
     const HomeContext& ctx, Tier tier, const std::vector<size_t>& part_elements) {
@@ -166,6 +218,10 @@ StatusOr<std::unique_ptr<ParamHome>> ParamHome::CreateResident(
   std::vector<Buffer> parts;
   Status status;
   for (size_t u = 0; u < part_elements.size() && status.ok(); ++u) {
+    if (part_elements[u] == 0) {  // not kept in this home
+      parts.emplace_back();
+      continue;
+    }
     StatusOr<Buffer> part = AllocateZeroedIn(ctx, tier, StateKind::kParams,
                                              part_elements[u] * DTypeBytes(ctx.dtype),
                                              (*ctx.layouts)[u].name() + " params");
@@ -190,11 +246,17 @@ StatusOr<std::unique_ptr<ParamHome>> ParamHome::CreateNvme(
   }
   std::vector<size_t> part_elements;
   uint64_t bytes = 4096;
+  bool any = false;
   for (const auto& unit_chunks : chunks) {
-    if (unit_chunks.empty()) return absl::InvalidArgumentError("a unit without chunks");
+    if (unit_chunks.empty()) {  // not kept in this home
+      part_elements.push_back(0);
+      continue;
+    }
+    any = true;
     part_elements.push_back(unit_chunks.back().end);
     bytes = std::max(bytes, NvmeParamHome::PaddedShardBytes(*tier, unit_chunks, ctx.dtype));
   }
+  if (!any) return absl::InvalidArgumentError("an nvme param home without any unit's chunks");
   std::vector<NvmeParamHome::ReadBuffer> reads(read_buffers);
   for (NvmeParamHome::ReadBuffer& read : reads) {
     ASSIGN_OR_RETURN(read.buffer, ctx.device->Allocate(Tier::kHost, StateKind::kParams, bytes,

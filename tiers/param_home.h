@@ -40,18 +40,28 @@ class ParamWriteBack {
 class ParamHome {
  public:
   // The parts in memory: unit u's part is `part_elements[u]` elements of ctx.dtype in
-  // `tier` (kDevice, or kHost for stage-3 shards), zeroed.
+  // `tier` (kDevice, or kHost for stage-3 shards), zeroed; 0: the unit is not kept here.
   static StatusOr<std::unique_ptr<ParamHome>> CreateResident(
       const HomeContext& ctx, Tier tier, const std::vector<size_t>& part_elements);
   // The shards on nvme: `tier` (owned) holds one kParams extent per chunk of `chunks`
-  // (each unit's chunks cover its whole shard); `read_buffers` (>= 1) host buffers of one
+  // (each unit's chunks cover its whole shard, or are none: the unit is not kept here);
+  // `read_buffers` (>= 1) host buffers of one
   // shard each carry CopyUp's reads.
   static StatusOr<std::unique_ptr<ParamHome>> CreateNvme(
       const HomeContext& ctx, std::unique_ptr<NvmeTier> tier,
       std::vector<std::vector<NvmeChunk>> chunks, int read_buffers);
+  // `trainable` keeps the trainable units and `frozen` the frozen ones (frozen_units[u]),
+  // each created with the other group's units left out (no part, no chunks): a frozen base
+  // placed apart from the trainable params (lora.base_tier). tier() is the trainable
+  // units' (the optimizer writes only theirs), unit_tier(u) each unit's.
+  static std::unique_ptr<ParamHome> CreateSplit(std::unique_ptr<ParamHome> trainable,
+                                                std::unique_ptr<ParamHome> frozen,
+                                                std::vector<bool> frozen_units);
   virtual ~ParamHome() = default;
 
   virtual StateTier tier() const = 0;
+  // Where unit `unit`'s part lives (tier(), but for a split home's frozen units).
+  virtual StateTier unit_tier(int unit) const { return (void)unit, tier(); }
   size_t part_elements(int unit) const { return part_elements_[unit]; }
   // The unit's part in memory (device or host tier, as tier() says), or null on nvme.
   virtual void* part(int unit) = 0;

@@ -93,8 +93,8 @@ class CpuOps : public Ops {
 
   Status MatmulBackward(Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
                         const void* inp, const void* weight, int N, int C, int OC) override {
+    // dweight may be null (a frozen weight): no weight gradient.
     RETURN_IF_ERROR(CheckNonNegative("MatmulBackward", {{"N", N}, {"C", C}, {"OC", OC}}));
-    RETURN_IF_ERROR(CheckNotNull("MatmulBackward", {{"dweight", dweight}}));
     return Launch(s, [=](auto tag) {
       using S = decltype(tag);
       cpu::MatmulBackward(As<S>(dinp), As<S>(dweight), As<S>(dbias), As<S>(dout), As<S>(inp),
@@ -211,6 +211,28 @@ class CpuOps : public Ops {
     return Launch(s, [=](auto tag) {
       using S = decltype(tag);
       cpu::Accumulate(As<S>(dst), As<S>(src), n);
+    });
+  }
+
+  Status AddScaledColumns(Stream& s, void* dst, int dst_cols, int col, const void* src, int N,
+                          int n, float alpha) override {
+    constexpr const char* kOp = "AddScaledColumns";
+    RETURN_IF_ERROR(CheckColumnSlice(kOp, "dst_cols", dst_cols, col, N, n));
+    if (long{N} * n > 0) RETURN_IF_ERROR(CheckNotNull(kOp, {{"dst", dst}, {"src", src}}));
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::AddScaledColumns(As<S>(dst), dst_cols, col, As<S>(src), N, n, alpha);
+    });
+  }
+
+  Status ScaledColumns(Stream& s, void* dst, const void* src, int src_cols, int col, int N, int n,
+                       float alpha) override {
+    constexpr const char* kOp = "ScaledColumns";
+    RETURN_IF_ERROR(CheckColumnSlice(kOp, "src_cols", src_cols, col, N, n));
+    if (long{N} * n > 0) RETURN_IF_ERROR(CheckNotNull(kOp, {{"dst", dst}, {"src", src}}));
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::ScaledColumns(As<S>(dst), As<S>(src), src_cols, col, N, n, alpha);
     });
   }
 

@@ -1,14 +1,16 @@
 // CpuOps through the Ops interface on a CPU device's stream, for both compute dtypes: a few
 // ops (encoder, layernorm forward/backward, matmul forward, attention forward/backward, GELU,
 // softmax + cross-entropy, AdamW, casts, sum of squares; LLaMA's RMSNorm, rotary embedding,
-// grouped-query attention, SwiGLU) give what the reference kernels give
-// when called directly; calls only enqueue (nothing changes before Synchronize); the
+// grouped-query attention, SwiGLU; the LoRA column-slice ops, and MatmulBackward with a null
+// dweight, a frozen weight) give what the reference kernels give when called directly; calls only enqueue (nothing changes before Synchronize); the
 // configured OpenMP thread count is in force on the stream's thread; bad sizes are
 // rejected before anything is enqueued.
 //
 // Tolerances, |got - ref| <= atol + rtol * |ref| elementwise, as the kernels' own tests:
 // float atol 1e-4, rtol 1e-4 (matmul via oneDNN: rtol 1e-4 over C = 67 products); bf16
 // atol 2e-3, rtol 1e-2 (one bf16 ulp is at most 2^-7 relative, plus fp32 differences).
+// The LoRA column-slice ops: exact (the same fp32 product and sum as the reference). dinp and
+// dbias of MatmulBackward with and without dweight: exact (the same GEMM and sums).
 #include "kernels/cpu/cpu_ops.h"
 
 #include <gmock/gmock.h>
@@ -42,6 +44,7 @@ using cpu::RandomFloats;
 using cpu::StorageTypes;
 using cpu::ToFloats;
 using cpu::ToStorage;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using testing::StatusIs;
 
@@ -310,6 +313,68 @@ TYPED_TEST(CpuOpsTest, LlamaOpsMatchReferences) {
   this->Expect(d_dgate_up, dgate_up, "swiglu dinp");
 }
 
+TYPED_TEST(CpuOpsTest, LoraColumnOpsMatchReferences) {
+  using T = TypeParam;
+  // Odd shapes: 5 rows, a slice of 7 columns from column 4 of rows of 13.
+  const int N = 5, cols = 13, col = 4, n = 7;
+  const float alpha = 0.75f;
+  const std::vector<T> dst0 = ToStorage<T>(RandomFloats(size_t(N) * cols, -1, 1, 40));
+  const std::vector<T> lora_out = ToStorage<T>(RandomFloats(size_t(N) * n, -1, 1, 41));
+  const std::vector<T> dout = ToStorage<T>(RandomFloats(size_t(N) * cols, -1, 1, 42));
+  const std::vector<T> dlora0 = ToStorage<T>(RandomFloats(size_t(N) * n, -1, 1, 43));
+  T* d_dst = this->Upload(dst0);
+  T* d_dlora = this->Upload(dlora0);  // prefilled: ScaledColumns overwrites
+  Ops& ops = *this->ops_;
+  Stream& s = *this->stream_;
+  ASSERT_OK(ops.AddScaledColumns(s, d_dst, cols, col, this->Upload(lora_out), N, n, alpha));
+  ASSERT_OK(ops.ScaledColumns(s, d_dlora, this->Upload(dout), cols, col, N, n, alpha));
+  this->Sync();
+
+  std::vector<T> dst = dst0, dlora = dlora0;
+  cpu::AddScaledColumnsReference(dst.data(), cols, col, lora_out.data(), N, n, alpha);
+  cpu::ScaledColumnsReference(dlora.data(), dout.data(), cols, col, N, n, alpha);
+  ExpectAllClose(ToFloats(d_dst, dst.size()), ToFloats(dst), 0.0f, 0.0f, "add scaled columns");
+  ExpectAllClose(ToFloats(d_dlora, dlora.size()), ToFloats(dlora), 0.0f, 0.0f, "scaled columns");
+  // The columns outside the slice are the prefill's.
+  EXPECT_EQ(Load(d_dst + 3), Load(&dst0[3]));
+  EXPECT_EQ(Load(d_dst + 4 * cols + 12), Load(&dst0[4 * cols + 12]));
+  EXPECT_NE(Load(d_dst + 4 * cols + 4), Load(&dst0[4 * cols + 4]));
+}
+
+TYPED_TEST(CpuOpsTest, MatmulBackwardWithoutDweightGivesTheSameDinpAndDbias) {
+  using T = TypeParam;
+  const int N = 14, C = 39, OC = 45;
+  const std::vector<T> inp = ToStorage<T>(RandomFloats(size_t(N) * C, -1, 1, 44));
+  const std::vector<T> weight = ToStorage<T>(RandomFloats(size_t(OC) * C, -0.3f, 0.3f, 45));
+  const std::vector<T> dout = ToStorage<T>(RandomFloats(size_t(N) * OC, -1, 1, 46));
+  const std::vector<T> dinp0 = ToStorage<T>(RandomFloats(size_t(N) * C, -1, 1, 47));
+  const std::vector<T> dbias0 = ToStorage<T>(RandomFloats(OC, -1, 1, 48));
+  const T* d_inp = this->Upload(inp);
+  const T* d_weight = this->Upload(weight);
+  const T* d_dout = this->Upload(dout);
+  T* d_dinp = this->Upload(dinp0);
+  T* d_dweight = this->Upload(std::vector<T>(size_t(OC) * C));
+  T* d_dbias = this->Upload(dbias0);
+  T* d_dinp_frozen = this->Upload(dinp0);
+  T* d_dbias_frozen = this->Upload(dbias0);
+  Ops& ops = *this->ops_;
+  Stream& s = *this->stream_;
+  ASSERT_OK(ops.MatmulBackward(s, d_dinp, d_dweight, d_dbias, d_dout, d_inp, d_weight, N, C, OC));
+  ASSERT_OK(ops.MatmulBackward(s, d_dinp_frozen, nullptr, d_dbias_frozen, d_dout, d_inp, d_weight,
+                               N, C, OC));
+  this->Sync();
+
+  ExpectAllClose(ToFloats(d_dinp_frozen, dinp0.size()), ToFloats(d_dinp, dinp0.size()), 0.0f,
+                 0.0f, "dinp with a null dweight");
+  ExpectAllClose(ToFloats(d_dbias_frozen, dbias0.size()), ToFloats(d_dbias, dbias0.size()), 0.0f,
+                 0.0f, "dbias with a null dweight");
+  std::vector<T> dinp = dinp0, dbias = dbias0;
+  cpu::MatmulBackwardReference(dinp.data(), static_cast<T*>(nullptr), dbias.data(), dout.data(),
+                               inp.data(), weight.data(), N, C, OC);
+  this->Expect(d_dinp_frozen, dinp, "matmul dinp (null dweight)");
+  this->Expect(d_dbias_frozen, dbias, "matmul dbias (null dweight)");
+}
+
 TYPED_TEST(CpuOpsTest, CallsOnlyEnqueueAndSetTheThreadCount) {
   using T = TypeParam;
   const size_t n = 67;
@@ -353,6 +418,20 @@ TEST(CpuOps, RejectsBadSizesBeforeEnqueueing) {
   Status negative =
       ops->LayerNormForward(*stream, buffer, buffer, buffer, buffer, buffer, buffer, -1, 13);
   EXPECT_THAT(negative, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("N=-1")));
+  // The LoRA ops: a slice past the row's end, a negative size, a null pointer.
+  Status past_end = ops->AddScaledColumns(*stream, buffer, 13, 7, buffer, 5, 7, 0.75f);
+  EXPECT_THAT(past_end, StatusIs(absl::StatusCode::kInvalidArgument,
+                                 AllOf(HasSubstr("AddScaledColumns"), HasSubstr("dst_cols=13"))));
+  Status past_src_end = ops->ScaledColumns(*stream, buffer, buffer, 10, 4, 5, 7, 0.75f);
+  EXPECT_THAT(past_src_end, StatusIs(absl::StatusCode::kInvalidArgument,
+                                     AllOf(HasSubstr("ScaledColumns"), HasSubstr("src_cols=10"))));
+  Status negative_n = ops->ScaledColumns(*stream, buffer, buffer, 13, 4, 5, -1, 0.75f);
+  EXPECT_THAT(negative_n, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("n=-1")));
+  Status negative_col = ops->AddScaledColumns(*stream, buffer, 13, -2, buffer, 5, 7, 0.75f);
+  EXPECT_THAT(negative_col, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("col=-2")));
+  Status null_src = ops->AddScaledColumns(*stream, buffer, 13, 4, nullptr, 5, 7, 0.75f);
+  EXPECT_THAT(null_src, StatusIs(absl::StatusCode::kInvalidArgument,
+                                 AllOf(HasSubstr("AddScaledColumns"), HasSubstr("src"))));
   AdamParams hp;
   hp.step = 0;
   EXPECT_EQ(ops->AdamW(*stream, nullptr, buffer, buffer, buffer, buffer, 4, hp).code(),

@@ -31,6 +31,15 @@ void ForEachChunk(size_t n, SpanFn span) {
   }
 }
 
+// Runs row(i) for each of N rows of n elements, in parallel when they hold more than one
+// chunk's worth of elements.
+template <typename RowFn>
+void ForEachRow(int N, int n, RowFn row) {
+  const bool parallel = static_cast<size_t>(N) * static_cast<size_t>(n) > kChunkElements;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int i = 0; i < N; ++i) row(i);
+}
+
 // tanh(u) = 1 - 2 / (1 + e^(2u)); saturates to +-1 correctly because ExpApprox saturates
 // at e^88 and flushes to 0 below e^-87.
 inline float TanhApprox(float u) { return 1.0f - 2.0f / (1.0f + ExpApprox(2.0f * u)); }
@@ -63,6 +72,21 @@ STRATA_CPU_SIMD_CLONES void GeluBackwardSpan(T* dinp, const T* inp, const T* dou
 template <typename T>
 STRATA_CPU_SIMD_CLONES void AddSpan(T* out, const T* a, const T* b, size_t n) {
   for (size_t i = 0; i < n; ++i) Store(out + i, Load(a + i) + Load(b + i));
+}
+
+// The LoRA row spans carry no STRATA_CPU_SIMD_CLONES, on purpose: in the AVX2 / AVX-512
+// clones GCC would fuse dst + alpha * src into an FMA (one rounding instead of two), and the
+// fast version would no longer be bit-identical to the reference and the CUDA kernel (which
+// rounds the product and the sum separately). Compiled for the baseline ISA (no FMA) they
+// still vectorise, and the ops are memory-bound, so wider vectors would gain little.
+template <typename T>
+void AddScaledSpan(T* dst, const T* src, size_t n, float alpha) {
+  for (size_t j = 0; j < n; ++j) Store(dst + j, Load(dst + j) + alpha * Load(src + j));
+}
+
+template <typename T>
+void ScaledSpan(T* dst, const T* src, size_t n, float alpha) {
+  for (size_t j = 0; j < n; ++j) Store(dst + j, alpha * Load(src + j));
 }
 
 template <typename T>
@@ -138,6 +162,29 @@ void AccumulateReference(T* dst, const T* src, size_t n) {
 }
 
 template <typename T>
+void AddScaledColumnsReference(T* dst, int dst_cols, int col, const T* src, int N, int n,
+                               float alpha) {
+  for (int64_t i = 0; i < N; ++i) {
+    T* dst_row = dst + i * dst_cols + col;
+    const T* src_row = src + i * n;
+    for (int j = 0; j < n; ++j) {
+      const float product = alpha * Load(src_row + j);
+      Store(dst_row + j, Load(dst_row + j) + product);
+    }
+  }
+}
+
+template <typename T>
+void ScaledColumnsReference(T* dst, const T* src, int src_cols, int col, int N, int n,
+                            float alpha) {
+  for (int64_t i = 0; i < N; ++i) {
+    const T* src_row = src + i * src_cols + col;
+    T* dst_row = dst + i * n;
+    for (int j = 0; j < n; ++j) Store(dst_row + j, alpha * Load(src_row + j));
+  }
+}
+
+template <typename T>
 void AccumulateToFloatReference(float* dst, const T* src, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] += Load(src + i);
 }
@@ -190,6 +237,22 @@ void Accumulate(T* dst, const T* src, size_t n) {
 }
 
 template <typename T>
+void AddScaledColumns(T* dst, int dst_cols, int col, const T* src, int N, int n, float alpha) {
+  ForEachRow(N, n, [=](int i) {
+    AddScaledSpan(dst + static_cast<size_t>(i) * dst_cols + col, src + static_cast<size_t>(i) * n,
+                  n, alpha);
+  });
+}
+
+template <typename T>
+void ScaledColumns(T* dst, const T* src, int src_cols, int col, int N, int n, float alpha) {
+  ForEachRow(N, n, [=](int i) {
+    ScaledSpan(dst + static_cast<size_t>(i) * n, src + static_cast<size_t>(i) * src_cols + col, n,
+               alpha);
+  });
+}
+
+template <typename T>
 void AccumulateToFloat(float* dst, const T* src, size_t n) {
   ForEachChunk(n, [=](size_t begin, size_t end) {
     AccumulateToFloatSpan(dst + begin, src + begin, end - begin);
@@ -230,6 +293,10 @@ void SumSquares(float* result, const float* x, size_t n) {
   template void Add<T>(T*, const T*, const T*, size_t);                   \
   template void AccumulateReference<T>(T*, const T*, size_t);             \
   template void Accumulate<T>(T*, const T*, size_t);                      \
+  template void AddScaledColumnsReference<T>(T*, int, int, const T*, int, int, float); \
+  template void AddScaledColumns<T>(T*, int, int, const T*, int, int, float);          \
+  template void ScaledColumnsReference<T>(T*, const T*, int, int, int, int, float);    \
+  template void ScaledColumns<T>(T*, const T*, int, int, int, int, float);             \
   template void AccumulateToFloatReference<T>(float*, const T*, size_t);  \
   template void AccumulateToFloat<T>(float*, const T*, size_t);           \
   template void CastFromFloatReference<T>(T*, const float*, size_t);      \

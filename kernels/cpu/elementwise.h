@@ -1,5 +1,5 @@
 // CPU elementwise kernels of kernels/ops.h: GELU forward/backward, residual add, gradient
-// accumulation (compute dtype and into fp32), casts between fp32 and the compute dtype, and
+// accumulation (compute dtype and into fp32), the LoRA column-slice update, casts between fp32 and the compute dtype, and
 // the fp64-accumulated sum of squares used by global-norm clipping. Each op has a plain
 // reference (`...Reference`, the specification) and a fast version (OpenMP over chunks,
 // vectorisable inner loops compiled for AVX-512 / AVX2 / baseline and chosen at run time).
@@ -87,6 +87,22 @@ template <typename T>
 void AccumulateReference(T* dst, const T* src, size_t n);
 template <typename T>
 void Accumulate(T* dst, const T* src, size_t n);
+
+// The LoRA column-slice ops (kernels/ops.h AddScaledColumns / ScaledColumns), over N rows:
+// dst[i, col + j] += alpha * src[i, j] for j < n (dst rows of dst_cols elements, src rows of
+// n), and its backward dst[i, j] = alpha * src[i, col + j] (src rows of src_cols, dst rows of
+// n; overwrites). col + n <= the row width. fp32 product, then the add, one rounding per
+// stored element; the fast versions are bit-identical to the references (see elementwise.cc).
+template <typename T>
+void AddScaledColumnsReference(T* dst, int dst_cols, int col, const T* src, int N, int n,
+                               float alpha);
+template <typename T>
+void AddScaledColumns(T* dst, int dst_cols, int col, const T* src, int N, int n, float alpha);
+template <typename T>
+void ScaledColumnsReference(T* dst, const T* src, int src_cols, int col, int N, int n,
+                            float alpha);
+template <typename T>
+void ScaledColumns(T* dst, const T* src, int src_cols, int col, int N, int n, float alpha);
 
 // dst (fp32) += src (storage type).
 template <typename T>

@@ -1,5 +1,6 @@
 // Elementwise CPU kernels: fast vs reference elementwise for float and bf16 storage at sizes
-// that are not multiples of the vector width, the chunk size or the thread count; the GELU
+// that are not multiples of the vector width, the chunk size or the thread count (the LoRA
+// column-slice ops on odd row widths and slices); the GELU
 // reference against finite differences and a value computed in double; accumulate
 // semantics; ExpApprox against std::exp.
 //
@@ -8,6 +9,7 @@
 //   bf16 GELU: atol 1e-6, rtol 8e-3 (two fp32 values a few ulp apart may round to adjacent
 //     bf16 values, one bf16 ulp is at most 2^-7 relative).
 //   Add, Accumulate, AccumulateToFloat, casts: exact (same fp32 operations, one rounding).
+//   AddScaledColumns, ScaledColumns: exact (fp32 product, then sum, no FMA on either side).
 //   SumSquares fast vs reference: rtol 1e-6 (both fp64 sums, rounded to fp32 once).
 //   GELU backward vs central finite differences of the fp32 forward (eps 1e-3):
 //     atol 1e-3, rtol 1e-2.
@@ -140,6 +142,68 @@ TYPED_TEST(ElementwiseTest, AccumulateAddsToDestination) {
       T expected;
       Store(&expected, Load(&prefill[i]) + Load(&src[i]));
       ASSERT_EQ(Load(&got[i]), Load(&expected)) << i;
+    }
+  }
+}
+
+// LoRA column slices [col, col + n) of N rows of `cols`: the odd shape of the op's
+// documentation, a slice from column 0 to the row's end, one ending at the row's end, a single
+// column, and one of more than a chunk's worth of elements (the parallel path).
+struct ColumnSlice {
+  int N, cols, col, n;
+};
+const ColumnSlice kSlices[] = {
+    {5, 13, 4, 7}, {3, 9, 0, 9}, {1, 17, 10, 7}, {4, 11, 5, 1}, {67, 1031, 300, 517}};
+constexpr float kLoraAlpha = 0.75f;
+
+std::string Describe(const ColumnSlice& slice) {
+  return "N=" + std::to_string(slice.N) + " cols=" + std::to_string(slice.cols) +
+         " col=" + std::to_string(slice.col) + " n=" + std::to_string(slice.n);
+}
+
+TYPED_TEST(ElementwiseTest, AddScaledColumnsUpdatesOnlyTheSlice) {
+  using T = TypeParam;
+  for (const ColumnSlice& c : kSlices) {
+    const std::vector<T> prefill = ToStorage<T>(RandomFloats(size_t(c.N) * c.cols, -2, 2, 40));
+    const std::vector<T> src = ToStorage<T>(RandomFloats(size_t(c.N) * c.n, -2, 2, 41));
+    std::vector<T> ref = prefill, got = prefill;
+    AddScaledColumnsReference(ref.data(), c.cols, c.col, src.data(), c.N, c.n, kLoraAlpha);
+    AddScaledColumns(got.data(), c.cols, c.col, src.data(), c.N, c.n, kLoraAlpha);
+    ExpectAllClose(ToFloats(got), ToFloats(ref), 0.0f, 0.0f, "add scaled columns " + Describe(c));
+    // Independent of the reference: inside the slice one fp32 product and add of the stored
+    // values, one rounding; outside it the prefill, untouched.
+    for (int i = 0; i < c.N; ++i) {
+      for (int k = 0; k < c.cols; ++k) {
+        const size_t at = size_t(i) * c.cols + k;
+        float expected = Load(&prefill[at]);
+        if (k >= c.col && k < c.col + c.n) {
+          T rounded;
+          Store(&rounded, expected + kLoraAlpha * Load(&src[size_t(i) * c.n + (k - c.col)]));
+          expected = Load(&rounded);
+        }
+        ASSERT_EQ(Load(&got[at]), expected) << Describe(c) << " row " << i << " column " << k;
+      }
+    }
+  }
+}
+
+TYPED_TEST(ElementwiseTest, ScaledColumnsOverwritesWithTheScaledSlice) {
+  using T = TypeParam;
+  for (const ColumnSlice& c : kSlices) {
+    const std::vector<T> src = ToStorage<T>(RandomFloats(size_t(c.N) * c.cols, -2, 2, 42));
+    // Prefilled: the op overwrites (it is not accumulating).
+    const std::vector<T> prefill = ToStorage<T>(RandomFloats(size_t(c.N) * c.n, -2, 2, 43));
+    std::vector<T> ref = prefill, got = prefill;
+    ScaledColumnsReference(ref.data(), src.data(), c.cols, c.col, c.N, c.n, kLoraAlpha);
+    ScaledColumns(got.data(), src.data(), c.cols, c.col, c.N, c.n, kLoraAlpha);
+    ExpectAllClose(ToFloats(got), ToFloats(ref), 0.0f, 0.0f, "scaled columns " + Describe(c));
+    for (int i = 0; i < c.N; ++i) {
+      for (int j = 0; j < c.n; ++j) {
+        T expected;
+        Store(&expected, kLoraAlpha * Load(&src[size_t(i) * c.cols + c.col + j]));
+        ASSERT_EQ(Load(&got[size_t(i) * c.n + j]), Load(&expected))
+            << Describe(c) << " row " << i << " column " << j;
+      }
     }
   }
 }

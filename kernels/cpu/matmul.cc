@@ -108,7 +108,7 @@ template <typename T>
 void BackwardReference(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                        int N, int C, int OC) {
   if (dinp != nullptr) BackwardInputReference(dinp, dout, weight, N, C, OC);
-  BackwardWeightReference(dweight, dout, inp, N, C, OC);
+  if (dweight != nullptr) BackwardWeightReference(dweight, dout, inp, N, C, OC);
   if (dbias != nullptr) BackwardBiasReference(dbias, dout, N, OC);
 }
 
@@ -346,7 +346,8 @@ void MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, 
     return BackwardReference(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
   if (dbias != nullptr) AccumulateColumnSums(dbias, dout, N, OC);
-  if (!RunGemm<T>(GemmKind::kBackwardWeight, N, C, OC, dout, inp, nullptr, dweight)) {
+  if (dweight != nullptr &&
+      !RunGemm<T>(GemmKind::kBackwardWeight, N, C, OC, dout, inp, nullptr, dweight)) {
     BackwardWeightReference(dweight, dout, inp, N, C, OC);
   }
   if (dinp != nullptr &&

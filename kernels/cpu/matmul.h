@@ -14,8 +14,8 @@ namespace strata::cpu {
 // out = inp * weight^T + bias (bias may be null).
 template <typename T>
 void MatmulForward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC);
-// dinp += dout * weight (skipped if null); dweight += dout^T * inp;
-// dbias += column sums of dout (skipped if null).
+// dinp += dout * weight (skipped if null); dweight += dout^T * inp (skipped if null: a
+// frozen weight, no GEMM); dbias += column sums of dout (skipped if null).
 template <typename T>
 void MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                     const T* weight, int N, int C, int OC);

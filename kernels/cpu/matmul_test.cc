@@ -216,6 +216,40 @@ TYPED_TEST(MatmulTest, BackwardAccumulatesLikeReference) {
   }
 }
 
+// A null dweight (a frozen weight: LoRA's base) skips the weight gradient; dinp and dbias are
+// the same bits as with a dweight (the same GEMM and column sums, independent of it), for
+// the fast version and the reference alike, and the fast one matches the reference.
+TYPED_TEST(MatmulTest, NullDweightLeavesDinpAndDbiasUnchanged) {
+  using T = TypeParam;
+  std::mt19937 rng(4321);
+  for (const Shape& s : kShapes) {
+    const std::vector<T> inp = Random<T>(size_t(s.n) * s.c, rng);
+    const std::vector<T> weight = Random<T>(size_t(s.oc) * s.c, rng);
+    const std::vector<T> dout = Random<T>(size_t(s.n) * s.oc, rng);
+    const std::vector<T> dinp0 = Random<T>(size_t(s.n) * s.c, rng);
+    const std::vector<T> dweight0 = Random<T>(size_t(s.oc) * s.c, rng);
+    const std::vector<T> dbias0 = Random<T>(s.oc, rng);
+    std::vector<T> dinp = dinp0, dweight = dweight0, dbias = dbias0;
+    std::vector<T> dinp_frozen = dinp0, dbias_frozen = dbias0;
+    std::vector<T> dinp_ref = dinp0, dbias_ref = dbias0;
+    MatmulBackward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
+                   weight.data(), s.n, s.c, s.oc);
+    MatmulBackward(dinp_frozen.data(), static_cast<T*>(nullptr), dbias_frozen.data(), dout.data(),
+                   inp.data(), weight.data(), s.n, s.c, s.oc);
+    MatmulBackwardReference(dinp_ref.data(), static_cast<T*>(nullptr), dbias_ref.data(),
+                            dout.data(), inp.data(), weight.data(), s.n, s.c, s.oc);
+    EXPECT_EQ(ToFloats(dinp_frozen), ToFloats(dinp)) << Describe("dinp, null dweight", s);
+    EXPECT_EQ(ToFloats(dbias_frozen), ToFloats(dbias)) << Describe("dbias, null dweight", s);
+    std::vector<float> dinp_mag = AbsFloats(dinp0);
+    std::vector<float> dbias_mag = AbsFloats(dbias0);
+    MatmulBackwardReference(dinp_mag.data(), static_cast<float*>(nullptr), dbias_mag.data(),
+                            AbsFloats(dout).data(), AbsFloats(inp).data(),
+                            AbsFloats(weight).data(), s.n, s.c, s.oc);
+    ExpectClose(dinp_frozen, dinp_ref, dinp_mag, s.oc, Describe("dinp vs reference", s));
+    ExpectClose(dbias_frozen, dbias_ref, dbias_mag, s.n, Describe("dbias vs reference", s));
+  }
+}
+
 // Several threads run the same cached primitives at once (each with its own buffers).
 TYPED_TEST(MatmulTest, ConcurrentCallersShareCachedPrimitives) {
   using T = TypeParam;

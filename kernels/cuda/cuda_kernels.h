@@ -93,6 +93,14 @@ Status GeluBackward(DType dtype, void* dinp, const void* inp, const void* dout, 
 Status Add(DType dtype, void* out, const void* a, const void* b, size_t n, cudaStream_t stream);
 Status Accumulate(DType dtype, void* dst, const void* src, size_t n, cudaStream_t stream);
 Status AccumulateToFloat(DType dtype, float* dst, const void* src, size_t n, cudaStream_t stream);
+// The LoRA column-slice ops, one thread per element of the N x n slice; the product and the
+// sum each rounded (__fmul_rn, __fadd_rn, no FMA), as the reference does: bit-identical.
+// AddScaledColumns: dst[i, col + j] += alpha * src[i, j] (dst rows of dst_cols elements).
+Status AddScaledColumns(DType dtype, void* dst, int dst_cols, int col, const void* src, int N,
+                        int n, float alpha, cudaStream_t stream);
+// ScaledColumns: dst[i, j] = alpha * src[i, col + j] (src rows of src_cols elements).
+Status ScaledColumns(DType dtype, void* dst, const void* src, int src_cols, int col, int N, int n,
+                     float alpha, cudaStream_t stream);
 Status CastFromFloat(DType dtype, void* dst, const float* src, size_t n, cudaStream_t stream);
 Status CastToFloat(DType dtype, float* dst, const void* src, size_t n, cudaStream_t stream);
 // fp64 partial sums of a fixed grid (independent of the GPU), then one block sums them in

@@ -140,10 +140,14 @@ class CudaOps : public Ops {
                         const void* inp, const void* weight, int N, int C, int OC) override {
     constexpr const char* kOp = "MatmulBackward";
     RETURN_IF_ERROR(CheckNonNegative(kOp, {{"N", N}, {"C", C}, {"OC", OC}}));
-    RETURN_IF_ERROR(CheckNotNull(kOp, {{"dweight", dweight}}));  // as the CPU backend
-    if (long{N} * C * OC > 0) {
-      RETURN_IF_ERROR(CheckNotNull(kOp, {{"dout", dout}, {"inp", inp}, {"weight", weight}}));
-    } else if (long{N} * OC > 0 && dbias != nullptr) {
+    // Every output may be null (skipped); a null dweight (a frozen weight) also means no
+    // inp is needed. Each GEMM needs its inputs.
+    if (long{N} * C * OC > 0 && (dinp != nullptr || dweight != nullptr)) {
+      RETURN_IF_ERROR(CheckNotNull(kOp, {{"dout", dout}}));
+      if (dinp != nullptr) RETURN_IF_ERROR(CheckNotNull(kOp, {{"weight", weight}}));
+      if (dweight != nullptr) RETURN_IF_ERROR(CheckNotNull(kOp, {{"inp", inp}}));
+    }
+    if (long{N} * OC > 0 && dbias != nullptr) {
       RETURN_IF_ERROR(CheckNotNull(kOp, {{"dout", dout}}));
     }
     ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
@@ -151,8 +155,10 @@ class CudaOps : public Ops {
       RETURN_IF_ERROR(GemmAccumulate(stream, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout,
                                      OC, dinp, C, "MatmulBackward: dinp += dout * weight"));
     }
-    RETURN_IF_ERROR(GemmAccumulate(stream, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC,
-                                   dweight, C, "MatmulBackward: dweight += dout^T * inp"));
+    if (dweight != nullptr) {
+      RETURN_IF_ERROR(GemmAccumulate(stream, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC,
+                                     dweight, C, "MatmulBackward: dweight += dout^T * inp"));
+    }
     if (dbias != nullptr) {
       RETURN_IF_ERROR(cuda_kernels::BiasBackward(dtype_, dbias, dout, N, OC, stream));
     }
@@ -287,6 +293,24 @@ class CudaOps : public Ops {
     if (n > 0) RETURN_IF_ERROR(CheckNotNull(kOp, {{"dst", dst}, {"src", src}}));
     ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
     return cuda_kernels::Accumulate(dtype_, dst, src, n, stream);
+  }
+
+  Status AddScaledColumns(Stream& s, void* dst, int dst_cols, int col, const void* src, int N,
+                          int n, float alpha) override {
+    constexpr const char* kOp = "AddScaledColumns";
+    RETURN_IF_ERROR(CheckColumnSlice(kOp, "dst_cols", dst_cols, col, N, n));
+    if (long{N} * n > 0) RETURN_IF_ERROR(CheckNotNull(kOp, {{"dst", dst}, {"src", src}}));
+    ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
+    return cuda_kernels::AddScaledColumns(dtype_, dst, dst_cols, col, src, N, n, alpha, stream);
+  }
+
+  Status ScaledColumns(Stream& s, void* dst, const void* src, int src_cols, int col, int N, int n,
+                       float alpha) override {
+    constexpr const char* kOp = "ScaledColumns";
+    RETURN_IF_ERROR(CheckColumnSlice(kOp, "src_cols", src_cols, col, N, n));
+    if (long{N} * n > 0) RETURN_IF_ERROR(CheckNotNull(kOp, {{"dst", dst}, {"src", src}}));
+    ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
+    return cuda_kernels::ScaledColumns(dtype_, dst, src, src_cols, col, N, n, alpha, stream);
   }
 
   Status SoftmaxCrossEntropy(Stream& s, float* losses, void* logits, const int32_t* targets, int N,

@@ -46,6 +46,7 @@ using cpu::RandomTokens;
 using cpu::StorageTypes;
 using cpu::ToFloats;
 using cpu::ToStorage;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using testing::StatusIs;
 
@@ -68,8 +69,8 @@ struct DTypeOf;
 template <>
 struct DTypeOf<float> {
   static constexpr DType kValue = DType::kF32;
-  // Add, Accumulate, casts, encoder (fp32 adds in the reference's order), AdamW (the
-  // reference's operations, each rounded, no FMA): bit-identical.
+  // Add, Accumulate, casts, encoder (fp32 adds in the reference's order), AdamW and the LoRA
+  // column-slice ops (the reference's operations, each rounded, no FMA): bit-identical.
   static constexpr Tolerance kExact{0.0f, 0.0f};
   // GELU, SwiGLU: one tanhf/coshf or expf per element, a few ulps. RoPE: the same fp32 angle
   // on both sides (inv_freq computed on the host as the reference does), then CUDA's sincosf
@@ -294,6 +295,8 @@ TYPED_TEST(CudaOpsTest, MatmulMatchesReference) {
   T* d_dweight = this->Upload(dweight0);
   T* d_dbias = this->Upload(dbias0);
   T* d_dweight_only = this->Upload(dweight0);  // dinp and dbias null: skipped
+  T* d_dinp_frozen = this->Upload(dinp0);      // dweight null (a frozen weight): skipped
+  T* d_dbias_frozen = this->Upload(dbias0);
   Stream& s = *this->stream_;
   Ops& ops = *this->ops_;
   ASSERT_OK(ops.MatmulForward(s, d_out, d_inp, d_weight, this->Upload(bias), N, C, OC));
@@ -301,6 +304,8 @@ TYPED_TEST(CudaOpsTest, MatmulMatchesReference) {
   ASSERT_OK(ops.MatmulBackward(s, d_dinp, d_dweight, d_dbias, d_dout, d_inp, d_weight, N, C, OC));
   ASSERT_OK(
       ops.MatmulBackward(s, nullptr, d_dweight_only, nullptr, d_dout, d_inp, d_weight, N, C, OC));
+  ASSERT_OK(ops.MatmulBackward(s, d_dinp_frozen, nullptr, d_dbias_frozen, d_dout, d_inp, d_weight,
+                               N, C, OC));
 
   std::vector<T> out(size_t(N) * OC), out_no_bias(size_t(N) * OC);
   cpu::MatmulForwardReference(out.data(), inp.data(), weight.data(), bias.data(), N, C, OC);
@@ -318,6 +323,13 @@ TYPED_TEST(CudaOpsTest, MatmulMatchesReference) {
   this->Expect(d_dweight, dweight, Tol::kMatmul, "matmul dweight");
   this->Expect(d_dbias, dbias, Tol::kReduction, "matmul dbias (sum over 37 rows)");
   this->Expect(d_dweight_only, dweight_only, Tol::kMatmul, "matmul dweight (dinp, dbias null)");
+  // A null dweight leaves dinp and dbias as they are with one: the same GEMM and column sums
+  // on the same stream, deterministic, so the same bits.
+  this->Expect(d_dinp_frozen, this->Download(d_dinp, dinp.size()), Tolerance{0.0f, 0.0f},
+               "matmul dinp (dweight null) vs with dweight");
+  this->Expect(d_dbias_frozen, this->Download(d_dbias, dbias.size()), Tolerance{0.0f, 0.0f},
+               "matmul dbias (dweight null) vs with dweight");
+  this->Expect(d_dinp_frozen, dinp, Tol::kMatmul, "matmul dinp (dweight null)");
 }
 
 TYPED_TEST(CudaOpsTest, AttentionMatchesReference) {
@@ -555,6 +567,41 @@ TYPED_TEST(CudaOpsTest, ElementwiseOpsMatchReferences) {
   this->Expect(d_accumulator, accumulator, Tolerance{0.0f, 0.0f}, "accumulate to float");
 }
 
+// The LoRA column-slice ops: the odd shape of the op's documentation, a slice from column 0
+// to the row's end, a single column, and 86,339 elements over 338 blocks whose edges fall
+// mid-row. Outside the slice, dst keeps the prefill (the reference's copy of it, compared
+// whole); ScaledColumns overwrites its prefilled dst.
+TYPED_TEST(CudaOpsTest, LoraColumnOpsMatchReferences) {
+  using T = TypeParam;
+  using Tol = DTypeOf<T>;
+  struct Slice {
+    int N, cols, col, n;
+  };
+  const float alpha = 0.75f;
+  for (const Slice& c : {Slice{5, 13, 4, 7}, Slice{3, 9, 0, 9}, Slice{4, 11, 5, 1},
+                         Slice{167, 1031, 300, 517}}) {
+    const std::string where = "N=" + std::to_string(c.N) + " cols=" + std::to_string(c.cols) +
+                              " col=" + std::to_string(c.col) + " n=" + std::to_string(c.n);
+    const std::vector<T> dst0 = ToStorage<T>(RandomFloats(size_t(c.N) * c.cols, -1, 1, 39));
+    const std::vector<T> lora_out = ToStorage<T>(RandomFloats(size_t(c.N) * c.n, -1, 1, 40));
+    const std::vector<T> dout = ToStorage<T>(RandomFloats(size_t(c.N) * c.cols, -1, 1, 41));
+    const std::vector<T> dlora0 = ToStorage<T>(RandomFloats(size_t(c.N) * c.n, -1, 1, 42));
+    T* d_dst = this->Upload(dst0);
+    T* d_dlora = this->Upload(dlora0);
+    Stream& s = *this->stream_;
+    ASSERT_OK(this->ops_->AddScaledColumns(s, d_dst, c.cols, c.col, this->Upload(lora_out), c.N,
+                                           c.n, alpha));
+    ASSERT_OK(
+        this->ops_->ScaledColumns(s, d_dlora, this->Upload(dout), c.cols, c.col, c.N, c.n, alpha));
+    std::vector<T> dst = dst0, dlora = dlora0;
+    cpu::AddScaledColumnsReference(dst.data(), c.cols, c.col, lora_out.data(), c.N, c.n, alpha);
+    cpu::ScaledColumnsReference(dlora.data(), dout.data(), c.cols, c.col, c.N, c.n, alpha);
+    // The reference's fp32 product and sum, each rounded (__fmul_rn, __fadd_rn): bit-identical.
+    this->Expect(d_dst, dst, Tol::kExact, "add scaled columns " + where);
+    this->Expect(d_dlora, dlora, Tol::kExact, "scaled columns " + where);
+  }
+}
+
 TYPED_TEST(CudaOpsTest, CastsRoundLikeTheHost) {
   using T = TypeParam;
   std::vector<float> values = RandomFloats(997, -100, 100, 28);
@@ -762,9 +809,17 @@ TEST(CudaOps, RejectsBadArgumentsBeforeEnqueueing) {
   const Status negative =
       ops.LayerNormForward(*stream, buffer, buffer, buffer, buffer, buffer, buffer, -1, 13);
   EXPECT_THAT(negative, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("N=-1")));
-  const Status no_dweight =
-      ops.MatmulBackward(*stream, buffer, nullptr, buffer, buffer, buffer, buffer, 2, 3, 4);
-  EXPECT_THAT(no_dweight, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dweight")));
+  const Status past_end = ops.AddScaledColumns(*stream, buffer, 13, 7, buffer, 5, 7, 0.75f);
+  EXPECT_THAT(past_end, StatusIs(absl::StatusCode::kInvalidArgument,
+                                 AllOf(HasSubstr("AddScaledColumns"), HasSubstr("dst_cols=13"))));
+  const Status past_src_end = ops.ScaledColumns(*stream, buffer, buffer, 10, 4, 5, 7, 0.75f);
+  EXPECT_THAT(past_src_end, StatusIs(absl::StatusCode::kInvalidArgument,
+                                     AllOf(HasSubstr("ScaledColumns"), HasSubstr("src_cols=10"))));
+  const Status negative_n = ops.AddScaledColumns(*stream, buffer, 13, 4, buffer, 5, -1, 0.75f);
+  EXPECT_THAT(negative_n, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("n=-1")));
+  const Status null_src = ops.ScaledColumns(*stream, buffer, nullptr, 13, 4, 5, 7, 0.75f);
+  EXPECT_THAT(null_src, StatusIs(absl::StatusCode::kInvalidArgument,
+                                 AllOf(HasSubstr("ScaledColumns"), HasSubstr("src"))));
   const Status null_input = ops.GeluForward(*stream, buffer, nullptr, 5);
   EXPECT_THAT(null_input, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("inp")));
   const Status no_classes =
@@ -785,6 +840,11 @@ TEST(CudaOps, RejectsBadArgumentsBeforeEnqueueing) {
   EXPECT_THAT(no_wpe, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a CUDA stream")));
   const Status no_dwpe = ops.EncoderBackward(*stream, buffer, nullptr, buffer, tokens, 1, 2, 3);
   EXPECT_THAT(no_dwpe,
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a CUDA stream")));
+  // A null dweight (a frozen weight) is well-formed too.
+  const Status no_dweight =
+      ops.MatmulBackward(*stream, buffer, nullptr, buffer, buffer, buffer, buffer, 2, 3, 4);
+  EXPECT_THAT(no_dweight,
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a CUDA stream")));
   EXPECT_OK(stream->Synchronize());  // nothing was enqueued
 }

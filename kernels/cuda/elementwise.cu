@@ -1,5 +1,6 @@
 // Elementwise CUDA kernels (cuda_kernels.h; specification: kernels/cpu/elementwise.h): GELU
-// forward/backward, residual add and gradient accumulation, fp32 <-> compute-dtype casts,
+// forward/backward, residual add and gradient accumulation, the LoRA column-slice update and
+// its backward, fp32 <-> compute-dtype casts,
 // each a grid-stride loop with one thread per element and one rounding per stored element;
 // and SumSquares, the fp64 sum behind global-norm clipping, over a fixed grid of
 // kSumSquaresBlocks x kThreads threads whatever the GPU, so its rounding depends on n only.
@@ -46,6 +47,27 @@ __global__ void GeluBackwardKernel(S* dinp, const S* inp, const S* dout, size_t 
 template <typename S>
 __global__ void AddKernel(S* out, const S* a, const S* b, size_t n) {
   STRATA_GRID_STRIDE_LOOP(i, n) DeviceStore(out + i, DeviceLoad(a + i) + DeviceLoad(b + i));
+}
+
+// LoRA: one thread per element of the N x n slice (i = row * n + j). The product and the
+// sum are rounded separately (no FMA contraction), as in the CPU reference.
+template <typename S>
+__global__ void AddScaledColumnsKernel(S* dst, int dst_cols, int col, const S* src, int n,
+                                       float alpha, size_t total) {
+  STRATA_GRID_STRIDE_LOOP(i, total) {
+    const size_t row = i / n, j = i % n;
+    S* target = dst + row * dst_cols + col + j;
+    DeviceStore(target, __fadd_rn(DeviceLoad(target), __fmul_rn(alpha, DeviceLoad(src + i))));
+  }
+}
+
+template <typename S>
+__global__ void ScaledColumnsKernel(S* dst, const S* src, int src_cols, int col, int n,
+                                    float alpha, size_t total) {
+  STRATA_GRID_STRIDE_LOOP(i, total) {
+    const size_t row = i / n, j = i % n;
+    DeviceStore(dst + i, __fmul_rn(alpha, DeviceLoad(src + row * src_cols + col + j)));
+  }
 }
 
 template <typename S>
@@ -122,6 +144,32 @@ Status Add(DType dtype, void* out, const void* a, const void* b, size_t n, cudaS
 
 Status Accumulate(DType dtype, void* dst, const void* src, size_t n, cudaStream_t stream) {
   return Add(dtype, dst, dst, src, n, stream);  // dst += src is out = a + b with out == a
+}
+
+Status AddScaledColumns(DType dtype, void* dst, int dst_cols, int col, const void* src, int N,
+                        int n, float alpha, cudaStream_t stream) {
+  const size_t total = static_cast<size_t>(N) * static_cast<size_t>(n);
+  if (total == 0) return absl::OkStatus();
+  DispatchStorage(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    AddScaledColumnsKernel<S><<<GridStrideBlocks(total, kThreads), kThreads, 0, stream>>>(
+        static_cast<S*>(dst), dst_cols, col, static_cast<const S*>(src), n, alpha, total);
+    return 0;
+  });
+  return LaunchStatus("AddScaledColumnsKernel", total);
+}
+
+Status ScaledColumns(DType dtype, void* dst, const void* src, int src_cols, int col, int N, int n,
+                     float alpha, cudaStream_t stream) {
+  const size_t total = static_cast<size_t>(N) * static_cast<size_t>(n);
+  if (total == 0) return absl::OkStatus();
+  DispatchStorage(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    ScaledColumnsKernel<S><<<GridStrideBlocks(total, kThreads), kThreads, 0, stream>>>(
+        static_cast<S*>(dst), static_cast<const S*>(src), src_cols, col, n, alpha, total);
+    return 0;
+  });
+  return LaunchStatus("ScaledColumnsKernel", total);
 }
 
 Status AccumulateToFloat(DType dtype, float* dst, const void* src, size_t n, cudaStream_t stream) {

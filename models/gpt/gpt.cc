@@ -22,9 +22,12 @@ struct BlockActivations {
       fch, fch_gelu, residual3;
 };
 
+enum LoraTarget { kLoraQkv, kLoraAttProj, kLoraFc, kLoraFcProj };
+constexpr char kGptLoraDefault[] = "attn.qkv";
+
 class Gpt : public DecoderBase {
  public:
-  Gpt(const GptConfig& config, DType dtype)
+  Gpt(const GptConfig& config, DType dtype, std::vector<int> lora_targets)
       : DecoderBase(dtype, config.vocab, config.padded_vocab, config.channels), config_(config) {
     const int C = config.channels, L = config.layers;
     const float std_residual = 0.02f / std::sqrt(2.0f * L);
@@ -53,8 +56,17 @@ class Gpt : public DecoderBase {
     final_norm.Add("lnf.bias", {C}, false, InitKind::kZeros);
     units_.push_back(final_norm);
 
+    if (config.lora.rank > 0) {
+      lora_ = LoraAdapters(config.lora, GptLoraTargets(config), std::move(lora_targets), L,
+                           dtype, &units_);
+    }
+
     stages_.push_back({"embed", {0}});
-    for (int l = 0; l < L; ++l) stages_.push_back({"block " + std::to_string(l), {l + 1}});
+    for (int l = 0; l < L; ++l) {
+      std::vector<int> units = {l + 1};
+      if (lora_.active()) units.push_back(lora_.unit(l));
+      stages_.push_back({"block " + std::to_string(l), units});
+    }
     stages_.push_back({"final_norm", {L + 1}});
     stages_.push_back({"lm_head", {0}});
   }
@@ -101,7 +113,10 @@ class Gpt : public DecoderBase {
     ASSIGN_OR_RETURN(dqkv_, act(N * 3 * C, dtype_, "d qkv"));
     ASSIGN_OR_RETURN(dfch_gelu_, act(N * 4 * C, dtype_, "d gelu"));
     ASSIGN_OR_RETURN(dfch_, act(N * 4 * C, dtype_, "d fc"));
-    return absl::OkStatus();
+    if (lora_.active()) {
+      ASSIGN_OR_RETURN(norm_sink_, act(2 * C, dtype_, "frozen norms' gradient sink"));
+    }
+    return lora_.Prepare(device, static_cast<int>(N), config_.layers);
   }
 
   Status Forward(int stage, const StepContext& ctx) override {
@@ -140,7 +155,7 @@ class Gpt : public DecoderBase {
     const size_t btc_bytes = static_cast<size_t>(N) * C * DTypeBytes(dtype_);
     if (stage == L + 2) {  // lm_head: logits already hold dloss * dlogits
       RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
-      return ops.MatmulBackward(s, dbtc_.data(), At(ctx.grads[0], 0, kWte), nullptr,
+      return ops.MatmulBackward(s, dbtc_.data(), Grad(ctx.grads[0], 0, kWte), nullptr,
                                 logits_.data(), lnf_.data(), At(ctx.params[0], 0, kWte), N, C,
                                 config_.padded_vocab);
     }
@@ -148,7 +163,8 @@ class Gpt : public DecoderBase {
       const void* p = ctx.params[stage];
       void* g = ctx.grads[stage];
       RETURN_IF_ERROR(device.MemsetAsync(dres_.data(), 0, btc_bytes, s));
-      return ops.LayerNormBackward(s, dres_.data(), At(g, stage, kLnfW), At(g, stage, kLnfB),
+      return ops.LayerNormBackward(s, dres_.data(), NormGrad(g, stage, kLnfW),
+                                   NormGrad(g, stage, kLnfB),
                                    dbtc_.data(), ResidualInput(L), At(p, stage, kLnfW),
                                    lnf_mean_.as<float>(), lnf_rstd_.as<float>(), N, C);
     }
@@ -163,40 +179,50 @@ class Gpt : public DecoderBase {
       const size_t n4 = static_cast<size_t>(N) * 4 * C;
       // residual3 = residual2 + proj(gelu(fc(ln2(residual2)))): dres flows to both.
       RETURN_IF_ERROR(device.MemsetAsync(dfch_gelu_.data(), 0, n4 * DTypeBytes(dtype_), s));
-      RETURN_IF_ERROR(ops.MatmulBackward(s, dfch_gelu_.data(), At(g, stage, kFcProjW),
-                                         At(g, stage, kFcProjB), dres_.data(),
+      RETURN_IF_ERROR(ops.MatmulBackward(s, dfch_gelu_.data(), Grad(g, stage, kFcProjW),
+                                         Grad(g, stage, kFcProjB), dres_.data(),
                                          a.fch_gelu.data(), At(p, stage, kFcProjW), N, 4 * C,
                                          C));
+      RETURN_IF_ERROR(lora_.Backward(ctx, l, kLoraFcProj, a.fch_gelu.data(), dres_.data(),
+                                     dfch_gelu_.data(), N));
       RETURN_IF_ERROR(device.MemsetAsync(dfch_.data(), 0, n4 * DTypeBytes(dtype_), s));
       RETURN_IF_ERROR(ops.GeluBackward(s, dfch_.data(), a.fch.data(), dfch_gelu_.data(), n4));
       RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
-      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), At(g, stage, kFcW),
-                                         At(g, stage, kFcB), dfch_.data(), a.ln2.data(),
+      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), Grad(g, stage, kFcW),
+                                         Grad(g, stage, kFcB), dfch_.data(), a.ln2.data(),
                                          At(p, stage, kFcW), N, C, 4 * C));
-      RETURN_IF_ERROR(ops.LayerNormBackward(s, dres_.data(), At(g, stage, kLn2W),
-                                            At(g, stage, kLn2B), dbtc_.data(),
+      RETURN_IF_ERROR(
+          lora_.Backward(ctx, l, kLoraFc, a.ln2.data(), dfch_.data(), dbtc_.data(), N));
+      RETURN_IF_ERROR(ops.LayerNormBackward(s, dres_.data(), NormGrad(g, stage, kLn2W),
+                                            NormGrad(g, stage, kLn2B), dbtc_.data(),
                                             a.residual2.data(), At(p, stage, kLn2W),
                                             a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), N,
                                             C));
       // residual2 = residual + proj(attention(qkv(ln1(residual)))).
       RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
-      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), At(g, stage, kAttProjW),
-                                         At(g, stage, kAttProjB), dres_.data(), a.atty.data(),
+      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), Grad(g, stage, kAttProjW),
+                                         Grad(g, stage, kAttProjB), dres_.data(), a.atty.data(),
                                          At(p, stage, kAttProjW), N, C, C));
+      RETURN_IF_ERROR(lora_.Backward(ctx, l, kLoraAttProj, a.atty.data(), dres_.data(),
+                                     dbtc_.data(), N));
       RETURN_IF_ERROR(device.MemsetAsync(dqkv_.data(), 0, 3 * btc_bytes, s));
       RETURN_IF_ERROR(ops.AttentionBackward(s, dqkv_.data(), dbtc_.data(), a.qkv.data(),
                                             a.atty.data(), a.att_stats.as<float>(), B, T, C,
                                             NH, NH));
       RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
-      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), At(g, stage, kQkvW),
-                                         At(g, stage, kQkvB), dqkv_.data(), a.ln1.data(),
+      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), Grad(g, stage, kQkvW),
+                                         Grad(g, stage, kQkvB), dqkv_.data(), a.ln1.data(),
                                          At(p, stage, kQkvW), N, C, 3 * C));
-      return ops.LayerNormBackward(s, dres_.data(), At(g, stage, kLn1W), At(g, stage, kLn1B),
+      RETURN_IF_ERROR(
+          lora_.Backward(ctx, l, kLoraQkv, a.ln1.data(), dqkv_.data(), dbtc_.data(), N));
+      return ops.LayerNormBackward(s, dres_.data(), NormGrad(g, stage, kLn1W),
+                                   NormGrad(g, stage, kLn1B),
                                    dbtc_.data(), ResidualInput(l), At(p, stage, kLn1W),
                                    a.ln1_mean.as<float>(), a.ln1_rstd.as<float>(), N, C);
     }
-    // embed
+    // embed (a frozen embedding has nothing to add to)
     void* g = ctx.grads[0];
+    if (g == nullptr) return absl::OkStatus();
     return ops.EncoderBackward(s, At(g, 0, kWte), At(g, 0, kWpe), dres_.data(), ctx.inputs, B, T,
                                C);
   }
@@ -220,7 +246,7 @@ class Gpt : public DecoderBase {
     ASSIGN_OR_RETURN(dec_fc_, act(4 * C, dtype_, "decode fc"));
     ASSIGN_OR_RETURN(dec_gelu_, act(4 * C, dtype_, "decode gelu"));
     ASSIGN_OR_RETURN(logits_, act(config_.padded_vocab, dtype_, "decode logits"));
-    return absl::OkStatus();
+    return lora_.PrepareDecode(device);
   }
 
   Status DecodeStep(const StepContext& ctx, int position) override {
@@ -249,18 +275,24 @@ class Gpt : public DecoderBase {
                                            At(p, u, kLn1W), At(p, u, kLn1B), 1, C));
       RETURN_IF_ERROR(ops.MatmulForward(s, qkv_row, dec_ln_.data(), At(p, u, kQkvW),
                                         At(p, u, kQkvB), 1, C, 3 * C));
+      RETURN_IF_ERROR(lora_.Forward(ctx, l, kLoraQkv, dec_ln_.data(), qkv_row, 1, true));
       RETURN_IF_ERROR(ops.AttentionDecode(s, dec_att_.data(), decode_cache_[l].data(),
                                           position + 1, C, NH, NH));
       RETURN_IF_ERROR(ops.MatmulForward(s, dec_tmp_.data(), dec_att_.data(), At(p, u, kAttProjW),
                                         At(p, u, kAttProjB), 1, C, C));
+      RETURN_IF_ERROR(
+          lora_.Forward(ctx, l, kLoraAttProj, dec_att_.data(), dec_tmp_.data(), 1, true));
       RETURN_IF_ERROR(ops.Add(s, dec_x_.data(), dec_x_.data(), dec_tmp_.data(), C));
       RETURN_IF_ERROR(ops.LayerNormForward(s, dec_ln_.data(), mean, rstd, dec_x_.data(),
                                            At(p, u, kLn2W), At(p, u, kLn2B), 1, C));
       RETURN_IF_ERROR(ops.MatmulForward(s, dec_fc_.data(), dec_ln_.data(), At(p, u, kFcW),
                                         At(p, u, kFcB), 1, C, 4 * C));
+      RETURN_IF_ERROR(lora_.Forward(ctx, l, kLoraFc, dec_ln_.data(), dec_fc_.data(), 1, true));
       RETURN_IF_ERROR(ops.GeluForward(s, dec_gelu_.data(), dec_fc_.data(), 4 * C));
       RETURN_IF_ERROR(ops.MatmulForward(s, dec_tmp_.data(), dec_gelu_.data(), At(p, u, kFcProjW),
                                         At(p, u, kFcProjB), 1, 4 * C, C));
+      RETURN_IF_ERROR(
+          lora_.Forward(ctx, l, kLoraFcProj, dec_gelu_.data(), dec_tmp_.data(), 1, true));
       RETURN_IF_ERROR(ops.Add(s, dec_x_.data(), dec_x_.data(), dec_tmp_.data(), C));
     }
     const void* pf = ctx.params[L + 1];
@@ -311,12 +343,14 @@ class Gpt : public DecoderBase {
                                          At(p, stage, kLn1W), At(p, stage, kLn1B), N, C));
     RETURN_IF_ERROR(ops.MatmulForward(s, a.qkv.data(), a.ln1.data(), At(p, stage, kQkvW),
                                       At(p, stage, kQkvB), N, C, 3 * C));
+    RETURN_IF_ERROR(lora_.Forward(ctx, l, kLoraQkv, a.ln1.data(), a.qkv.data(), N));
     RETURN_IF_ERROR(ops.AttentionForward(s, a.atty.data(), a.att_stats.as<float>(),
                                          a.qkv.data(), B, T, C, NH, NH));
     // residual2 temporarily holds the attention projection, then the residual sum.
     RETURN_IF_ERROR(ops.MatmulForward(s, a.residual2.data(), a.atty.data(),
                                       At(p, stage, kAttProjW), At(p, stage, kAttProjB), N, C,
                                       C));
+    RETURN_IF_ERROR(lora_.Forward(ctx, l, kLoraAttProj, a.atty.data(), a.residual2.data(), N));
     RETURN_IF_ERROR(ops.Add(s, a.residual2.data(), a.residual2.data(), residual,
                             static_cast<size_t>(N) * C));
     RETURN_IF_ERROR(ops.LayerNormForward(s, a.ln2.data(), a.ln2_mean.as<float>(),
@@ -324,13 +358,27 @@ class Gpt : public DecoderBase {
                                          At(p, stage, kLn2W), At(p, stage, kLn2B), N, C));
     RETURN_IF_ERROR(ops.MatmulForward(s, a.fch.data(), a.ln2.data(), At(p, stage, kFcW),
                                       At(p, stage, kFcB), N, C, 4 * C));
+    RETURN_IF_ERROR(lora_.Forward(ctx, l, kLoraFc, a.ln2.data(), a.fch.data(), N));
     RETURN_IF_ERROR(ops.GeluForward(s, a.fch_gelu.data(), a.fch.data(),
                                     static_cast<size_t>(N) * 4 * C));
     if (!output) return absl::OkStatus();
     void* out = blocks_[l].residual3.data();
     RETURN_IF_ERROR(ops.MatmulForward(s, out, a.fch_gelu.data(), At(p, stage, kFcProjW),
                                       At(p, stage, kFcProjB), N, 4 * C, C));
+    RETURN_IF_ERROR(lora_.Forward(ctx, l, kLoraFcProj, a.fch_gelu.data(), out, N));
     return ops.Add(s, out, out, a.residual2.data(), static_cast<size_t>(N) * C);
+  }
+
+  // A frozen unit's gradient (g null): no weight gradient (matmuls skip it), and the norms'
+  // into a sink nobody reads.
+  void* Grad(void* g, int unit, int tensor) const {
+    return g == nullptr ? nullptr : At(g, unit, tensor);
+  }
+  void* NormGrad(void* g, int unit, int tensor) {
+    if (g != nullptr) return At(g, unit, tensor);
+    return static_cast<char*>(norm_sink_.data()) +
+           (tensor == kLn1B || tensor == kLn2B || tensor == kLnfB ? config_.channels : 0) *
+               DTypeBytes(dtype_);
   }
 
   // Block l's activations: its own, or (recompute) the one scratch set every block's
@@ -350,9 +398,21 @@ class Gpt : public DecoderBase {
   Buffer dres_, dbtc_, dqkv_, dfch_gelu_, dfch_;
   std::vector<BlockActivations> blocks_;
   BlockActivations scratch_;  // recompute only
+  Buffer norm_sink_;           // frozen norms' gradients, never read
+  LoraAdapters lora_;
 };
 
 }  // namespace
+
+std::vector<LoraTargetSpec> GptLoraTargets(const GptConfig& config) {
+  const int C = config.channels;
+  return {
+      {"attn.qkv", {"c_attn"}, "attn.c_attn", C, 3 * C, 0, 3 * C},
+      {"attn.proj", {"c_proj"}, "attn.c_proj", C, C, 0, C},
+      {"mlp.fc", {"c_fc"}, "mlp.c_fc", C, 4 * C, 0, 4 * C},
+      {"mlp.proj", {"c_proj"}, "mlp.c_proj", 4 * C, C, 0, C},
+  };
+}
 
 Status ValidateGptConfig(const GptConfig& config) {
   std::vector<std::string> problems;
@@ -363,7 +423,12 @@ Status ValidateGptConfig(const GptConfig& config) {
 
 StatusOr<std::unique_ptr<Model>> CreateGpt(const GptConfig& config, DType dtype) {
   RETURN_IF_ERROR(ValidateGptConfig(config));
-  return std::unique_ptr<Model>(new Gpt(config, dtype));
+  std::vector<int> targets;
+  if (config.lora.rank > 0) {
+    ASSIGN_OR_RETURN(targets, ResolveLoraTargets(config.lora.targets, GptLoraTargets(config),
+                                                 kGptLoraDefault));
+  }
+  return std::unique_ptr<Model>(new Gpt(config, dtype, std::move(targets)));
 }
 
 }  // namespace strata

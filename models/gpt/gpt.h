@@ -11,6 +11,7 @@
 
 #include <memory>
 
+#include "models/common/lora.h"
 #include "runtime/model.h"
 
 namespace strata {
@@ -27,7 +28,13 @@ struct GptConfig {
   // one more block forward (less its last projection) per backward, block activations of
   // one block instead of L.
   bool recompute = false;
+  // Low-rank adapters (lora.*): rank 0 = none. Targets: attn.qkv (c_attn), attn.proj
+  // (c_proj), mlp.fc (c_fc), mlp.proj (c_proj); default attn.qkv.
+  LoraConfig lora;
 };
+
+// The projections of a GPT block that may take an adapter (models/common/lora.h).
+std::vector<LoraTargetSpec> GptLoraTargets(const GptConfig& config);
 
 Status ValidateGptConfig(const GptConfig& config);
 StatusOr<std::unique_ptr<Model>> CreateGpt(const GptConfig& config, DType dtype);

@@ -20,9 +20,12 @@ struct BlockActivations {
       residual3;
 };
 
+enum LoraTarget { kLoraQ, kLoraK, kLoraV, kLoraAttProj, kLoraGate, kLoraUp, kLoraDown };
+constexpr char kLlamaLoraDefault[] = "attn.q,attn.v";
+
 class Llama : public DecoderBase {
  public:
-  Llama(const LlamaConfig& config, DType dtype)
+  Llama(const LlamaConfig& config, DType dtype, std::vector<int> lora_targets)
       : DecoderBase(dtype, config.vocab, config.padded_vocab, config.channels), config_(config) {
     const int C = config.channels, L = config.layers, F = config.ffn_hidden;
     const int hs = C / config.heads;
@@ -52,8 +55,17 @@ class Llama : public DecoderBase {
       head_unit_ = L + 2;
     }
 
+    if (config.lora.rank > 0) {
+      lora_ = LoraAdapters(config.lora, LlamaLoraTargets(config), std::move(lora_targets), L,
+                           dtype, &units_);
+    }
+
     stages_.push_back({"embed", {0}});
-    for (int l = 0; l < L; ++l) stages_.push_back({"block " + std::to_string(l), {l + 1}});
+    for (int l = 0; l < L; ++l) {
+      std::vector<int> units = {l + 1};
+      if (lora_.active()) units.push_back(lora_.unit(l));
+      stages_.push_back({"block " + std::to_string(l), units});
+    }
     stages_.push_back({"final_norm", {L + 1}});
     stages_.push_back({"lm_head", {head_unit_}});
   }
@@ -95,7 +107,10 @@ class Llama : public DecoderBase {
     ASSIGN_OR_RETURN(dqkv_, act(N * QKV, dtype_, "d qkv"));
     ASSIGN_OR_RETURN(dswiglu_, act(N * F, dtype_, "d swiglu"));
     ASSIGN_OR_RETURN(dgate_up_, act(N * 2 * F, dtype_, "d gate_up"));
-    return absl::OkStatus();
+    if (lora_.active()) {
+      ASSIGN_OR_RETURN(norm_sink_, act(C, dtype_, "frozen norms' gradient sink"));
+    }
+    return lora_.Prepare(device, static_cast<int>(N), config_.layers);
   }
 
   Status Forward(int stage, const StepContext& ctx) override {
@@ -132,12 +147,14 @@ class Llama : public DecoderBase {
     const size_t btc_bytes = static_cast<size_t>(N) * C * bytes;
     if (stage == L + 2) {  // lm_head: logits already hold dloss * dlogits
       RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
-      return ops.MatmulBackward(s, dbtc_.data(), HeadWeight(ctx.grads), nullptr, logits_.data(),
+      void* dhead = ctx.grads[head_unit_] == nullptr ? nullptr : HeadWeight(ctx.grads);
+      return ops.MatmulBackward(s, dbtc_.data(), dhead, nullptr, logits_.data(),
                                 lnf_.data(), HeadWeight(ctx.params), N, C, config_.padded_vocab);
     }
     if (stage == L + 1) {  // final norm: starts the residual gradient
       RETURN_IF_ERROR(device.MemsetAsync(dres_.data(), 0, btc_bytes, s));
-      return ops.RmsNormBackward(s, dres_.data(), At(ctx.grads[stage], stage, kNorm), dbtc_.data(),
+      return ops.RmsNormBackward(s, dres_.data(), NormGrad(ctx.grads[stage], stage, kNorm),
+                                 dbtc_.data(),
                                  ResidualInput(L), At(ctx.params[stage], stage, kNorm),
                                  lnf_rstd_.as<float>(), N, C);
     }
@@ -149,25 +166,34 @@ class Llama : public DecoderBase {
       BlockActivations& a = Acts(l);
       // residual3 = residual2 + down(swiglu(gate_up(mlp_norm(residual2)))).
       RETURN_IF_ERROR(device.MemsetAsync(dswiglu_.data(), 0, static_cast<size_t>(N) * F * bytes, s));
-      RETURN_IF_ERROR(ops.MatmulBackward(s, dswiglu_.data(), At(g, stage, kDownW), nullptr,
+      RETURN_IF_ERROR(ops.MatmulBackward(s, dswiglu_.data(), Grad(g, stage, kDownW), nullptr,
                                          dres_.data(), a.swiglu.data(), At(p, stage, kDownW), N, F,
                                          C));
+      RETURN_IF_ERROR(lora_.Backward(ctx, l, kLoraDown, a.swiglu.data(), dres_.data(),
+                                     dswiglu_.data(), N));
       RETURN_IF_ERROR(
           device.MemsetAsync(dgate_up_.data(), 0, static_cast<size_t>(N) * 2 * F * bytes, s));
       RETURN_IF_ERROR(ops.SwiGluBackward(s, dgate_up_.data(), a.gate_up.data(), dswiglu_.data(), N,
                                          F));
       RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
-      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), At(g, stage, kGateUpW), nullptr,
+      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), Grad(g, stage, kGateUpW), nullptr,
                                          dgate_up_.data(), a.ln2.data(), At(p, stage, kGateUpW), N,
                                          C, 2 * F));
-      RETURN_IF_ERROR(ops.RmsNormBackward(s, dres_.data(), At(g, stage, kMlpNorm), dbtc_.data(),
+      for (int t : {kLoraGate, kLoraUp}) {
+        RETURN_IF_ERROR(
+            lora_.Backward(ctx, l, t, a.ln2.data(), dgate_up_.data(), dbtc_.data(), N));
+      }
+      RETURN_IF_ERROR(ops.RmsNormBackward(s, dres_.data(), NormGrad(g, stage, kMlpNorm),
+                                          dbtc_.data(),
                                           a.residual2.data(), At(p, stage, kMlpNorm),
                                           a.ln2_rstd.as<float>(), N, C));
       // residual2 = residual + proj(attention(rope(qkv(attn_norm(residual))))).
       RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
-      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), At(g, stage, kAttProjW), nullptr,
+      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), Grad(g, stage, kAttProjW), nullptr,
                                          dres_.data(), a.atty.data(), At(p, stage, kAttProjW), N, C,
                                          C));
+      RETURN_IF_ERROR(lora_.Backward(ctx, l, kLoraAttProj, a.atty.data(), dres_.data(),
+                                     dbtc_.data(), N));
       RETURN_IF_ERROR(device.MemsetAsync(dqkv_.data(), 0, static_cast<size_t>(N) * QKV * bytes, s));
       RETURN_IF_ERROR(ops.AttentionBackward(s, dqkv_.data(), dbtc_.data(), a.qkv.data(),
                                             a.atty.data(), a.att_stats.as<float>(), B, T, C, NH,
@@ -176,13 +202,17 @@ class Llama : public DecoderBase {
       RETURN_IF_ERROR(
           ops.RopeBackward(s, dqkv_.data(), B, T, NH, NKV, hs, config_.rope_theta, 0));
       RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
-      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), At(g, stage, kQkvW), nullptr,
+      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), Grad(g, stage, kQkvW), nullptr,
                                          dqkv_.data(), a.ln1.data(), At(p, stage, kQkvW), N, C,
                                          QKV));
-      return ops.RmsNormBackward(s, dres_.data(), At(g, stage, kAttnNorm), dbtc_.data(),
+      for (int t : {kLoraQ, kLoraK, kLoraV}) {
+        RETURN_IF_ERROR(lora_.Backward(ctx, l, t, a.ln1.data(), dqkv_.data(), dbtc_.data(), N));
+      }
+      return ops.RmsNormBackward(s, dres_.data(), NormGrad(g, stage, kAttnNorm), dbtc_.data(),
                                  ResidualInput(l), At(p, stage, kAttnNorm),
                                  a.ln1_rstd.as<float>(), N, C);
     }
+    if (ctx.grads[0] == nullptr) return absl::OkStatus();  // a frozen embedding
     return ops.EncoderBackward(s, At(ctx.grads[0], 0, kTokEmbed), nullptr, dres_.data(),
                                ctx.inputs, B, T, C);
   }
@@ -207,7 +237,7 @@ class Llama : public DecoderBase {
     ASSIGN_OR_RETURN(dec_gate_up_, act(2 * F, dtype_, "decode gate_up"));
     ASSIGN_OR_RETURN(dec_swiglu_, act(F, dtype_, "decode swiglu"));
     ASSIGN_OR_RETURN(logits_, act(config_.padded_vocab, dtype_, "decode logits"));
-    return absl::OkStatus();
+    return lora_.PrepareDecode(device);
   }
 
   Status DecodeStep(const StepContext& ctx, int position) override {
@@ -234,20 +264,30 @@ class Llama : public DecoderBase {
                                          At(p, u, kAttnNorm), 1, C, eps));
       RETURN_IF_ERROR(ops.MatmulForward(s, qkv_row, dec_ln_.data(), At(p, u, kQkvW), nullptr, 1, C,
                                         static_cast<int>(QKV)));
+      for (int t : {kLoraQ, kLoraK, kLoraV}) {
+        RETURN_IF_ERROR(lora_.Forward(ctx, l, t, dec_ln_.data(), qkv_row, 1, true));
+      }
       RETURN_IF_ERROR(
           ops.RopeForward(s, qkv_row, 1, 1, NH, NKV, hs, config_.rope_theta, position));
       RETURN_IF_ERROR(ops.AttentionDecode(s, dec_att_.data(), decode_cache_[l].data(),
                                           position + 1, C, NH, NKV));
       RETURN_IF_ERROR(ops.MatmulForward(s, dec_tmp_.data(), dec_att_.data(), At(p, u, kAttProjW),
                                         nullptr, 1, C, C));
+      RETURN_IF_ERROR(
+          lora_.Forward(ctx, l, kLoraAttProj, dec_att_.data(), dec_tmp_.data(), 1, true));
       RETURN_IF_ERROR(ops.Add(s, dec_x_.data(), dec_x_.data(), dec_tmp_.data(), C));
       RETURN_IF_ERROR(ops.RmsNormForward(s, dec_ln_.data(), rstd, dec_x_.data(),
                                          At(p, u, kMlpNorm), 1, C, eps));
       RETURN_IF_ERROR(ops.MatmulForward(s, dec_gate_up_.data(), dec_ln_.data(),
                                         At(p, u, kGateUpW), nullptr, 1, C, 2 * F));
+      for (int t : {kLoraGate, kLoraUp}) {
+        RETURN_IF_ERROR(lora_.Forward(ctx, l, t, dec_ln_.data(), dec_gate_up_.data(), 1, true));
+      }
       RETURN_IF_ERROR(ops.SwiGluForward(s, dec_swiglu_.data(), dec_gate_up_.data(), 1, F));
       RETURN_IF_ERROR(ops.MatmulForward(s, dec_tmp_.data(), dec_swiglu_.data(), At(p, u, kDownW),
                                         nullptr, 1, F, C));
+      RETURN_IF_ERROR(
+          lora_.Forward(ctx, l, kLoraDown, dec_swiglu_.data(), dec_tmp_.data(), 1, true));
       RETURN_IF_ERROR(ops.Add(s, dec_x_.data(), dec_x_.data(), dec_tmp_.data(), C));
     }
     RETURN_IF_ERROR(ops.RmsNormForward(s, dec_ln_.data(), rstd, dec_x_.data(),
@@ -311,27 +351,44 @@ class Llama : public DecoderBase {
                                        At(p, stage, kAttnNorm), N, C, eps));
     RETURN_IF_ERROR(ops.MatmulForward(s, a.qkv.data(), a.ln1.data(), At(p, stage, kQkvW), nullptr,
                                       N, C, QKV));
+    for (int t : {kLoraQ, kLoraK, kLoraV}) {  // before the rotation, as Hugging Face's
+      RETURN_IF_ERROR(lora_.Forward(ctx, l, t, a.ln1.data(), a.qkv.data(), N));
+    }
     RETURN_IF_ERROR(ops.RopeForward(s, a.qkv.data(), B, T, NH, NKV, hs, config_.rope_theta, 0));
     RETURN_IF_ERROR(ops.AttentionForward(s, a.atty.data(), a.att_stats.as<float>(), a.qkv.data(),
                                          B, T, C, NH, NKV));
     // residual2 temporarily holds the attention projection, then the residual sum.
     RETURN_IF_ERROR(ops.MatmulForward(s, a.residual2.data(), a.atty.data(),
                                       At(p, stage, kAttProjW), nullptr, N, C, C));
+    RETURN_IF_ERROR(lora_.Forward(ctx, l, kLoraAttProj, a.atty.data(), a.residual2.data(), N));
     RETURN_IF_ERROR(ops.Add(s, a.residual2.data(), a.residual2.data(), residual,
                             static_cast<size_t>(N) * C));
     RETURN_IF_ERROR(ops.RmsNormForward(s, a.ln2.data(), a.ln2_rstd.as<float>(), a.residual2.data(),
                                        At(p, stage, kMlpNorm), N, C, eps));
     RETURN_IF_ERROR(ops.MatmulForward(s, a.gate_up.data(), a.ln2.data(), At(p, stage, kGateUpW),
                                       nullptr, N, C, 2 * F));
+    for (int t : {kLoraGate, kLoraUp}) {
+      RETURN_IF_ERROR(lora_.Forward(ctx, l, t, a.ln2.data(), a.gate_up.data(), N));
+    }
     RETURN_IF_ERROR(ops.SwiGluForward(s, a.swiglu.data(), a.gate_up.data(), N, F));
     if (!output) return absl::OkStatus();
     void* out = blocks_[l].residual3.data();
     RETURN_IF_ERROR(ops.MatmulForward(s, out, a.swiglu.data(), At(p, stage, kDownW), nullptr, N,
                                       F, C));
+    RETURN_IF_ERROR(lora_.Forward(ctx, l, kLoraDown, a.swiglu.data(), out, N));
     return ops.Add(s, out, out, a.residual2.data(), static_cast<size_t>(N) * C);
   }
 
   BlockActivations& Acts(int l) { return config_.recompute ? scratch_ : blocks_[l]; }
+
+  // A frozen unit's gradient (g null): no weight gradient (matmuls skip it), and the
+  // norms' into a sink nobody reads.
+  void* Grad(void* g, int unit, int tensor) const {
+    return g == nullptr ? nullptr : At(g, unit, tensor);
+  }
+  void* NormGrad(void* g, int unit, int tensor) {
+    return g == nullptr ? norm_sink_.data() : At(g, unit, tensor);
+  }
 
   void* ResidualInput(int l) { return l == 0 ? encoded_.data() : blocks_[l - 1].residual3.data(); }
 
@@ -346,9 +403,25 @@ class Llama : public DecoderBase {
   Buffer dres_, dbtc_, dqkv_, dswiglu_, dgate_up_;
   std::vector<BlockActivations> blocks_;
   BlockActivations scratch_;  // recompute only
+  Buffer norm_sink_;           // frozen norms' gradients, never read
+  LoraAdapters lora_;
 };
 
 }  // namespace
+
+std::vector<LoraTargetSpec> LlamaLoraTargets(const LlamaConfig& config) {
+  const int C = config.channels, F = config.ffn_hidden;
+  const int kv = config.kv_heads * (C / config.heads), qkv = C + 2 * kv;
+  return {
+      {"attn.q", {"q_proj"}, "self_attn.q_proj", C, qkv, 0, C},
+      {"attn.k", {"k_proj"}, "self_attn.k_proj", C, qkv, C, kv},
+      {"attn.v", {"v_proj"}, "self_attn.v_proj", C, qkv, C + kv, kv},
+      {"attn.proj", {"o_proj"}, "self_attn.o_proj", C, C, 0, C},
+      {"mlp.gate", {"gate_proj"}, "mlp.gate_proj", C, 2 * F, 0, F},
+      {"mlp.up", {"up_proj"}, "mlp.up_proj", C, 2 * F, F, F},
+      {"mlp.down", {"down_proj"}, "mlp.down_proj", F, C, 0, C},
+  };
+}
 
 Status ValidateLlamaConfig(const LlamaConfig& config) {
   std::vector<std::string> problems;
@@ -373,7 +446,12 @@ Status ValidateLlamaConfig(const LlamaConfig& config) {
 
 StatusOr<std::unique_ptr<Model>> CreateLlama(const LlamaConfig& config, DType dtype) {
   RETURN_IF_ERROR(ValidateLlamaConfig(config));
-  return std::unique_ptr<Model>(new Llama(config, dtype));
+  std::vector<int> targets;
+  if (config.lora.rank > 0) {
+    ASSIGN_OR_RETURN(targets, ResolveLoraTargets(config.lora.targets, LlamaLoraTargets(config),
+                                                 kLlamaLoraDefault));
+  }
+  return std::unique_ptr<Model>(new Llama(config, dtype, std::move(targets)));
 }
 
 }  // namespace strata

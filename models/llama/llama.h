@@ -12,6 +12,7 @@
 
 #include <memory>
 
+#include "models/common/lora.h"
 #include "runtime/model.h"
 
 namespace strata {
@@ -29,7 +30,15 @@ struct LlamaConfig {
   float norm_eps = 1e-5f;
   bool tie_embeddings = false;
   bool recompute = false;  // as GptConfig::recompute
+  // Low-rank adapters (lora.*): rank 0 = none. Targets: attn.q (q_proj), attn.k (k_proj),
+  // attn.v (v_proj), attn.proj (o_proj), mlp.gate (gate_proj), mlp.up (up_proj), mlp.down
+  // (down_proj); default attn.q, attn.v (PEFT's). q, k, v are column slices of the fused
+  // qkv projection, gate and up of gate_up.
+  LoraConfig lora;
 };
+
+// The projections of a LLaMA block that may take an adapter (models/common/lora.h).
+std::vector<LoraTargetSpec> LlamaLoraTargets(const LlamaConfig& config);
 
 Status ValidateLlamaConfig(const LlamaConfig& config);
 StatusOr<std::unique_ptr<Model>> CreateLlama(const LlamaConfig& config, DType dtype);
