@@ -28,14 +28,17 @@
 #include "models/create_model.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
 
 namespace strata {
 namespace {
 
 constexpr const char* kFormat = "strata-checkpoint";
 // 2: checkpoint.json carries "checksum", the XXH3 of its own other fields; 1 (without it)
-// still loads.
-constexpr int kVersion = 2;
+// still loads. 3: "units" are the trainable units only, and a LoRA run's checkpoint has
+// "lora" {rank, alpha, targets} and "base" {from, seed, xxh3}.
+constexpr int kVersion = 3;
 constexpr int kOldestVersion = 1;
 
 Status Errno(int error, const std::string& what) {
@@ -248,7 +251,9 @@ std::string LatestCheckpoint(const std::string& dir) {
 
 uint64_t CheckpointBytes(const Model& model) {
   uint64_t bytes = 1 << 20;  // checkpoint.json and slack
-  for (const UnitLayout& unit : model.units()) bytes += 3 * unit.used_elements() * 4;
+  for (const UnitLayout& unit : model.units()) {
+    if (unit.trainable()) bytes += 3 * unit.used_elements() * 4;
+  }
   return bytes;
 }
 
@@ -294,8 +299,42 @@ Status CheckpointFaultPoint(int next_step, size_t unit) {
       absl::StrCat("STRATA_FAULT_CHECKPOINT='", text, "': unknown action '", action, "'"));
 }
 
+// The adapters' targets (strata names, in layout order) from the first trainable unit's
+// "<target>.lora_A" tensors.
+std::string LoraTargetsOf(const Model& model) {
+  std::vector<std::string> targets;
+  for (const UnitLayout& unit : model.units()) {
+    if (!unit.trainable()) continue;
+    for (const TensorSpec& tensor : unit.tensors()) {
+      if (absl::EndsWith(tensor.name, ".lora_A")) {
+        targets.push_back(tensor.name.substr(0, tensor.name.size() - 7));
+      }
+    }
+    break;
+  }
+  return absl::StrJoin(targets, ",");
+}
+
+StatusOr<std::string> BaseHash(Engine& engine, const Model& model) {
+  XXH3_state_t* hash = XXH3_createState();
+  XXH3_64bits_reset(hash);
+  const std::vector<UnitLayout>& units = model.units();
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (units[u].trainable()) continue;
+    StatusOr<std::vector<float>> params = engine.ReadParams(static_cast<int>(u));
+    if (!params.ok()) {
+      XXH3_freeState(hash);
+      return params.status();
+    }
+    XXH3_64bits_update(hash, params->data(), units[u].used_elements() * sizeof(float));
+  }
+  const std::string digest = Hex(XXH3_64bits_digest(hash));
+  XXH3_freeState(hash);
+  return digest;
+}
+
 StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,
-                                     int next_step, bool write) {
+                                     int next_step, bool write, const LoraBase* base) {
   namespace fs = std::filesystem;
   const fs::path dir = options.train.checkpoint_dir;
   const fs::path final_dir = dir / absl::StrCat("step-", next_step);
@@ -328,11 +367,22 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
                          {"next_step", next_step},
                          {"model", ModelJson(options.model)},
                          {"units", nlohmann::json::array()}};
+  if (options.lora.rank > 0) {
+    if (base == nullptr) return absl::InternalError("checkpoint: a LoRA run without its base");
+    meta["lora"] = {{"rank", options.lora.rank},
+                    {"alpha", absl::StrCat(options.lora.alpha)},
+                    {"targets", LoraTargetsOf(model)}};
+    meta["base"] = {{"from", base->from},
+                    {"seed", base->seed},
+                    {"dtype", DTypeName(base->dtype)},
+                    {"xxh3", base->xxh3}};
+  }
   const std::vector<UnitLayout>& units = model.units();
   std::optional<Progress> progress;
   if (write) progress.emplace(absl::StrCat("checkpoint step-", next_step), CheckpointBytes(model));
   Engine::UnitOptimizerState state;  // reused from unit to unit
   for (size_t u = 0; u < units.size(); ++u) {
+    if (!units[u].trainable()) continue;  // a LoRA base: referred to by its hash
     // Collective: every rank reads (gathers) the unit; rank 0 writes it.
     RETURN_IF_ERROR(engine.ReadOptimizerState(static_cast<int>(u), &state));
     if (!write) continue;
@@ -457,6 +507,17 @@ StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
     }
     model.tie_embeddings = key("tie_embeddings").get<bool>();
     opened.next_step = meta.at("next_step").get<int>();
+    if (meta.contains("lora")) {
+      const nlohmann::json& lora = meta.at("lora");
+      opened.lora.rank = lora.at("rank").get<int>();
+      opened.lora.alpha = std::stof(lora.at("alpha").get<std::string>());
+      opened.lora.targets = lora.at("targets").get<std::string>();
+      const nlohmann::json& base = meta.at("base");
+      opened.base.from = base.at("from").get<std::string>();
+      opened.base.seed = base.at("seed").get<uint64_t>();
+      opened.base.xxh3 = base.at("xxh3").get<std::string>();
+      ASSIGN_OR_RETURN(opened.base.dtype, ParseDType(base.at("dtype").get<std::string>()));
+    }
     for (const nlohmann::json& entry : meta.at("units")) {
       opened.units.push_back({entry.at("name").get<std::string>(),
                               path + "/" + entry.at("file").get<std::string>(),
@@ -510,10 +571,53 @@ Status ReadCheckpointMaster(const OpenedCheckpoint& checkpoint, int unit, size_t
 
 StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
                                           const Options& options, const std::string& where,
-                                          bool show_progress) {
+                                          bool show_progress, const LoraBase* base) {
   ASSIGN_OR_RETURN(ParsedMeta parsed, ParseCheckpoint(where));
   const std::string& path = parsed.opened.path;
-  const std::vector<UnitLayout>& units = model.units();
+  // The units a checkpoint holds: the trainable ones (a LoRA run's adapters).
+  std::vector<int> trainable;
+  for (size_t u = 0; u < model.units().size(); ++u) {
+    if (model.units()[u].trainable()) trainable.push_back(static_cast<int>(u));
+  }
+  std::vector<UnitLayout> units;
+  for (int u : trainable) units.push_back(model.units()[u]);
+  {
+    const LoraOptions& stored = parsed.opened.lora;
+    if (stored.rank != options.lora.rank) {
+      return absl::InvalidArgumentError(
+          stored.rank == 0
+              ? absl::StrCat("checkpoint: ", path, " is of full training (no LoRA) but lora.rank=",
+                             options.lora.rank, ": set lora.rank=0")
+              : absl::StrCat("checkpoint: ", path, " holds LoRA adapters of rank ", stored.rank,
+                             " but lora.rank=", options.lora.rank, ": set lora.rank=",
+                             stored.rank));
+    }
+    if (stored.rank > 0) {
+      if (absl::StrCat(stored.alpha) != absl::StrCat(options.lora.alpha)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint: ", path, " has lora.alpha=", stored.alpha, " but lora.alpha=",
+            options.lora.alpha, ": set lora.alpha to match"));
+      }
+      if (stored.targets != LoraTargetsOf(model)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint: ", path, " has adapters on ", stored.targets, " but lora.targets gives ",
+            LoraTargetsOf(model), ": set lora.targets=", stored.targets));
+      }
+      if (base == nullptr || base->xxh3 != parsed.opened.base.xxh3) {
+        const LoraBase& was = parsed.opened.base;
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint: ", path, " holds adapters of another base model (trained on ",
+            was.from.empty() ? absl::StrCat("random weights of seed ", was.seed) : was.from,
+            ", params XXH3 ", was.xxh3, "; this run's base: ",
+            base == nullptr ? std::string("none")
+                            : (base->from.empty() ? absl::StrCat("random weights of seed ",
+                                                                 base->seed)
+                                                  : base->from),
+            ", XXH3 ", base == nullptr ? "-" : base->xxh3,
+            "): set model.from (or train.seed) to the checkpoint's base"));
+      }
+    }
+  }
   const std::vector<OpenedCheckpoint::Unit>& files = parsed.opened.units;
   const int next_step = parsed.opened.next_step;
   {
@@ -567,14 +671,14 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
                                               "it was being loaded"));
     }
     size_t offset = 0;
-    const size_t padded = engine.PaddedElements(static_cast<int>(u));
+    const size_t padded = engine.PaddedElements(trainable[u]);
     for (std::vector<float>* array : {&state.master, &state.exp_avg, &state.exp_avg_sq}) {
       array->resize(padded);
       std::memcpy(array->data(), bytes.data() + offset, n * sizeof(float));
       std::fill(array->begin() + static_cast<ptrdiff_t>(n), array->end(), 0.0f);
       offset += n * sizeof(float);
     }
-    RETURN_IF_ERROR(engine.WriteOptimizerState(static_cast<int>(u), state));
+    RETURN_IF_ERROR(engine.WriteOptimizerState(trainable[u], state));
     if (loading) loading->Advance(bytes.size());
   }
   return LoadedCheckpoint{next_step, path};

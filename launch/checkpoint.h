@@ -34,10 +34,24 @@
 
 namespace strata {
 
+// A LoRA run's base, as its checkpoints refer to it (they hold the adapters alone): where it
+// came from (model.from, or "" with the seed of its random init) and the XXH3 (hex) of
+// its params as training used them (BaseHash).
+struct LoraBase {
+  std::string from;
+  uint64_t seed = 0;
+  DType dtype = DType::kF32;  // train.dtype: the params hashed are the base in this dtype
+  std::string xxh3;
+};
+// The XXH3 of every frozen unit's params (compute dtype widened to fp32, used elements, in
+// unit order). Collective (Engine::ReadParams gathers shards); one unit in memory at a time.
+StatusOr<std::string> BaseHash(Engine& engine, const Model& model);
+
 // Writes the state before step `next_step` to <options.train.checkpoint_dir>/step-<k>
 // (rank 0 writes when `write`, showing progress: core/progress.h); returns that path.
+// Only trainable units are written; a LoRA run (`base` given) records its base.
 StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,
-                                     int next_step, bool write);
+                                     int next_step, bool write, const LoraBase* base = nullptr);
 
 // The newest complete step-<k> directory under `dir`, or "".
 std::string LatestCheckpoint(const std::string& dir);
@@ -64,7 +78,11 @@ struct OpenedCheckpoint {
     size_t elements = 0;  // used elements (no world padding)
     std::string hash;     // XXH3 of the file, hex
   };
-  std::vector<Unit> units;
+  std::vector<Unit> units;  // the trainable units' (a LoRA checkpoint: the adapters')
+  // A LoRA checkpoint (version 3): lora.rank > 0, alpha and the targets (strata names,
+  // comma-separated), and its base.
+  LoraOptions lora;
+  LoraBase base;
 };
 StatusOr<OpenedCheckpoint> OpenCheckpoint(const std::string& path);
 // Every unit file's size and XXH3 against checkpoint.json (streamed, one unit in memory).
@@ -80,8 +98,11 @@ struct LoadedCheckpoint {
   std::string path;   // the step-<k> directory loaded
 };
 // With `show_progress` (one rank), verifying and loading show progress (core/progress.h).
+// A LoRA checkpoint loads only into a LoRA run of the same rank, alpha and targets whose
+// `base` hashes the same (its base is loaded first, from model.from or train.seed).
 StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
                                           const Options& options, const std::string& path,
-                                          bool show_progress = false);
+                                          bool show_progress = false,
+                                          const LoraBase* base = nullptr);
 
 }  // namespace strata

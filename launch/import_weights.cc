@@ -202,7 +202,9 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
   // One reader thread fills unit u + 1 while unit u is stored: two buffers of one unit's
   // range each, the reads overlapped with the engine's stores. The thread lives for the
   // whole import (its scratch for transposed matrices stays faulted in).
-  const int num_units = static_cast<int>(model.units().size());
+  // A LoRA model's adapters are not in the files: its base (the frozen units) alone.
+  const std::vector<int> todo = BaseUnits(model);
+  const int num_units = static_cast<int>(todo.size());
   std::vector<float> buffers[2];
   std::vector<Status> read_status(num_units);
   std::mutex mutex;
@@ -216,11 +218,11 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
         changed.wait(lock, [&] { return stop || u - stored < 2; });
         if (stop) return;
       }
-      const auto [begin, end] = engine.StoredRange(u);
+      const auto [begin, end] = engine.StoredRange(todo[u]);
       std::vector<float>& buffer = buffers[u % 2];
       buffer.resize(end - begin);
       read_status[u] =
-          weights.Fill(u, begin, end, buffer.data(), progress ? &*progress : nullptr);
+          weights.Fill(todo[u], begin, end, buffer.data(), progress ? &*progress : nullptr);
       std::lock_guard<std::mutex> lock(mutex);
       filled = u + 1;
       changed.notify_all();
@@ -234,7 +236,7 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
       changed.wait(lock, [&] { return filled > u; });
     }
     status = read_status[u];
-    if (status.ok()) status = engine.StoreUnitValues(u, buffers[u % 2].data());
+    if (status.ok()) status = engine.StoreUnitValues(todo[u], buffers[u % 2].data());
     std::lock_guard<std::mutex> lock(mutex);
     stored = u + 1;
     stop = !status.ok();

@@ -155,7 +155,9 @@ Status ImportLlmcWeights(const std::string& path, const ModelOptions& options,
   std::optional<Progress> progress;
   if (show_progress) progress.emplace("importing " + path, 0);
   Status status = absl::OkStatus();
-  for (size_t u = 0; u < model.units().size() && status.ok(); ++u) {
+  for (const int base_unit : BaseUnits(model)) {  // a LoRA model's adapters are not in it
+    if (!status.ok()) break;
+    const size_t u = static_cast<size_t>(base_unit);
     const UnitLayout& layout = model.units()[u];
     status = engine.LoadUnit(static_cast<int>(u), [&](size_t begin, size_t end, float* out) {
       std::fill(out, out + (end - begin), 0.0f);

@@ -40,6 +40,8 @@ const std::vector<std::string> kAllKeys = {
     "train.seed",         "train.eval_every",   "train.eval_batches",
     "train.log_every",    "train.recompute",    "train.checkpoint_dir", "train.checkpoint_every",
     "train.checkpoint_keep", "train.resume", "train.trace_steps",
+    "lora.rank",          "lora.alpha",         "lora.targets",       "lora.dropout",
+    "lora.base_tier",
     "device.backend",     "device.memory_limit",
     "device.threads",     "zero.stage",         "zero.world",
     "zero.comm_timeout_s", "zero.prefetch_bytes", "zero.optimizer_tier",
@@ -99,6 +101,11 @@ void ExpectOptionsEqual(const Options& got, const Options& want) {
   EXPECT_EQ(got.train.checkpoint_every, want.train.checkpoint_every);
   EXPECT_EQ(got.train.checkpoint_keep, want.train.checkpoint_keep);
   EXPECT_EQ(got.train.resume, want.train.resume);
+  EXPECT_EQ(got.lora.rank, want.lora.rank);
+  EXPECT_EQ(got.lora.alpha, want.lora.alpha);
+  EXPECT_EQ(got.lora.targets, want.lora.targets);
+  EXPECT_EQ(got.lora.dropout, want.lora.dropout);
+  EXPECT_EQ(got.lora.base_tier, want.lora.base_tier);
   EXPECT_EQ(got.device.backend, want.device.backend);
   EXPECT_EQ(got.device.memory_limit, want.device.memory_limit);
   EXPECT_EQ(got.device.threads, want.device.threads);
@@ -677,6 +684,8 @@ TEST(ValidatePlacement, RunnableCombinationsPass) {
       {},
       {"zero.stage=1", "zero.optimizer_tier=host", "zero.grad_tier=host"},
       {"zero.stage=2", "zero.optimizer_tier=host"},  // sums on the device, copied at the step
+      {"lora.rank=8", "zero.stage=3", "lora.base_tier=nvme", "zero.nvme_dir=/d"},
+      {"lora.rank=8", "zero.stage=3", "lora.base_tier=host", "zero.optimizer_tier=host"},
       {"zero.stage=3", "zero.optimizer_tier=host", "zero.grad_tier=host",
        "zero.param_tier=host"},
       {"zero.stage=3", "zero.optimizer_tier=nvme", "zero.param_tier=nvme", "zero.nvme_dir=/d"},
@@ -728,6 +737,15 @@ TEST(ValidatePlacement, EachImpossibleCombinationSaysWhatWouldWork) {
       {{"train.checkpoint_keep=-2"}, "train.checkpoint_keep: got -2, expected >= 0"},
       {{"train.recompute=all"}, "train.recompute: got 'all', expected none or blocks"},
       {{"zero.param_update=stale"}, "zero.param_update: got 'stale', expected exact or delayed"},
+      {{"lora.rank=-1"}, "lora.rank: got -1, expected in [0, 4096]"},
+      {{"lora.rank=4", "lora.alpha=0"}, "lora.alpha: got 0, expected > 0"},
+      {{"lora.rank=4", "lora.dropout=1"}, "lora.dropout: got 1, expected a value in [0, 1)"},
+      {{"lora.base_tier=nvme", "zero.stage=3", "zero.nvme_dir=/d"},
+       "lora.base_tier=nvme places a frozen LoRA base, but lora.rank is 0"},
+      {{"lora.rank=4", "lora.base_tier=host", "zero.stage=2"},
+       "lora.base_tier=host needs zero.stage=3"},
+      {{"lora.rank=4", "lora.base_tier=nvme", "zero.stage=3"}, "zero.nvme_dir is empty"},
+      {{"lora.base_tier=disk"}, "lora.base_tier: got 'disk', expected device, host or nvme"},
       {{"zero.stage=2", "zero.param_update=delayed"},
        "zero.param_update=delayed needs zero.optimizer_tier=host, zero.grad_tier=host and "
        "zero.param_tier=device (got device, device, device)"},

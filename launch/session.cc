@@ -90,13 +90,15 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
                    CreateModel(options.model, options.train.recompute, options.train.dtype,
                                options.lora));
   // Resuming or importing writes every unit's state: the model's random init would be
-  // wasted.
-  const bool import = options.train.resume.empty() && !options.model.from.empty();
+  // wasted. A LoRA run's checkpoints hold only the adapters: its base is imported (or
+  // initialised) even when it resumes, and its adapters start from the model's init.
+  const bool lora = options.lora.rank > 0;
+  const bool import = (options.train.resume.empty() || lora) && !options.model.from.empty();
   ASSIGN_OR_RETURN(session->engine_,
                    Engine::Create(options, session->backend_.device.get(),
                                   session->backend_.ops.get(), session->backend_.host_ops.get(),
                                   session->model_.get(), &session->engine_communicator(),
-                                  options.train.resume.empty() && !import
+                                  (options.train.resume.empty() || lora) && !import
                                       ? Engine::InitialState::kModelInit
                                       : Engine::InitialState::kLoadedLater));
   if (import) {
@@ -110,11 +112,30 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
             : ImportLlmcWeights(from.substr(5), options.model, *session->model_,
                                 *session->engine_, show);
     if (!imported.ok()) return session->AbortOnError(imported);
+    if (lora) {  // the adapters, from the model's init
+      const Model& model = *session->model_;
+      std::vector<float> values;
+      for (int u = 0; u < static_cast<int>(model.units().size()); ++u) {
+        if (!model.units()[u].trainable()) continue;
+        values.assign(session->engine_->PaddedElements(u), 0.0f);
+        model.InitUnit(u, options.train.seed, values.data());
+        Status written = session->engine_->WriteMaster(u, values);
+        if (!written.ok()) return session->AbortOnError(written);
+      }
+    }
+  }
+  // A LoRA run's checkpoints refer to its base by the hash of its params (one pass over
+  // them, only where checkpoints are written or read).
+  if (lora && (options.train.checkpoint_every > 0 || !options.train.resume.empty())) {
+    StatusOr<std::string> hash = BaseHash(*session->engine_, *session->model_);
+    if (!hash.ok()) return session->AbortOnError(hash.status());
+    session->lora_base_ =
+        LoraBase{options.model.from, options.train.seed, options.train.dtype, *hash};
   }
   if (!options.train.resume.empty()) {
     StatusOr<LoadedCheckpoint> loaded =
         LoadCheckpoint(*session->engine_, *session->model_, options, options.train.resume,
-                       communicator->rank() == 0);
+                       communicator->rank() == 0, lora ? &*session->lora_base_ : nullptr);
     if (!loaded.ok()) return session->AbortOnError(loaded.status());
     session->first_step_ = loaded->next_step;
     session->resumed_from_ = loaded->path;
@@ -211,7 +232,8 @@ StatusOr<StepReport> TrainingSession::Step(int step) {
 
 StatusOr<std::string> TrainingSession::Checkpoint(int next_step) {
   StatusOr<std::string> path =
-      SaveCheckpoint(*engine_, *model_, options_, next_step, communicator_->rank() == 0);
+      SaveCheckpoint(*engine_, *model_, options_, next_step, communicator_->rank() == 0,
+                     lora_base_ ? &*lora_base_ : nullptr);
   if (!path.ok()) return AbortOnError(path.status());
   return path;
 }

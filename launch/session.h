@@ -27,6 +27,7 @@
 #include "runtime/backend.h"
 #include "core/options.h"
 #include "core/trace.h"
+#include "launch/checkpoint.h"
 #include "runtime/engine.h"
 #include "runtime/model.h"
 
@@ -123,6 +124,9 @@ class TrainingSession {
   std::vector<Batch> batches_;  // grad_accum micro-batches of the current step
   int first_step_ = 0;
   std::string resumed_from_;
+  // A LoRA run's base as its checkpoints refer to it (set where checkpoints are written or
+  // read).
+  std::optional<LoraBase> lora_base_;
 };
 
 }  // namespace strata

@@ -81,4 +81,17 @@ class Model {
   virtual std::string Describe() const = 0;
 };
 
+// The units of the base model, which weights files hold (imports, exports): every unit, or
+// where some are frozen (LoRA: the base frozen, the adapters trainable) the frozen ones.
+inline std::vector<int> BaseUnits(const Model& model) {
+  const std::vector<UnitLayout>& units = model.units();
+  bool any_frozen = false;
+  for (const UnitLayout& unit : units) any_frozen = any_frozen || !unit.trainable();
+  std::vector<int> out;
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (!any_frozen || !units[u].trainable()) out.push_back(static_cast<int>(u));
+  }
+  return out;
+}
+
 }  // namespace strata

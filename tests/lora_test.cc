@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_join.h"
 #include "core/testing/status_matchers.h"
+#include "launch/checkpoint.h"
 #include "tests/engine_rig.h"
 #include "tests/placement_runs.h"
 
@@ -288,6 +289,45 @@ TEST(Lora, BaseOnNvmeStreamsFromTheDisk) {
   // Between steps the device keeps only the adapters' params.
   EXPECT_LT(on_nvme.device_setup.current_by_kind[static_cast<int>(StateKind::kParams)],
             on_device.device_setup.current_by_kind[static_cast<int>(StateKind::kParams)] / 4);
+}
+
+// A LoRA checkpoint holds the adapters (and their optimizer state) and refers to the base
+// by its hash: a resumed run continues the uninterrupted one bit for bit (the base loaded
+// again from its source), a checkpoint does not resume onto another base, and a full
+// training run refuses it.
+TEST(Lora, CheckpointsHoldTheAdaptersAndResume) {
+  const std::string dir = TestDir("lora_checkpoints");
+  std::vector<std::string> sets = {"lora.rank=4", "lora.targets=all",
+                                   "train.checkpoint_dir=" + dir, "train.checkpoint_every=3"};
+  const PlacementRun whole = TrainAllRanks(PlacementRunOptions(1, 2, sets, 6));
+  ASSERT_OK(whole.status);
+  ASSERT_EQ(whole.losses.size(), 6u);
+  ASSERT_OK_AND_ASSIGN(OpenedCheckpoint opened, OpenCheckpoint(dir + "/step-3"));
+  EXPECT_EQ(opened.lora.rank, 4);
+  EXPECT_EQ(opened.lora.targets, "attn.qkv,attn.proj,mlp.fc,mlp.proj");
+  EXPECT_EQ(opened.base.xxh3.size(), 16u);
+  ASSERT_EQ(opened.units.size(), 2u);  // the adapters of the two blocks alone
+  EXPECT_EQ(opened.units[0].name, "block 0 lora");
+
+  // Resumed at another stage: the same losses, bit for bit.
+  std::vector<std::string> resume = sets;
+  resume.push_back("train.resume=" + dir + "/step-3");
+  const PlacementRun resumed = TrainAllRanks(PlacementRunOptions(1, 3, resume, 6));
+  ASSERT_OK(resumed.status);
+  ASSERT_EQ(resumed.losses.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(resumed.losses[i], whole.losses[3 + i]) << i;
+
+  std::vector<std::string> other_base = resume;
+  other_base.push_back("train.seed=99");
+  EXPECT_THAT(TrainAllRanks(PlacementRunOptions(1, 2, other_base, 6)).status,
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("another base model")));
+  std::vector<std::string> full = {"train.resume=" + dir + "/step-3"};
+  EXPECT_THAT(TrainAllRanks(PlacementRunOptions(1, 2, full, 6)).status,
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("holds LoRA adapters")));
+  std::vector<std::string> other_rank = resume;
+  other_rank.push_back("lora.rank=2");
+  EXPECT_THAT(TrainAllRanks(PlacementRunOptions(1, 2, other_rank, 6)).status,
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lora.rank=4")));
 }
 
 TEST(Lora, BaseTierNeedsStageThreeAndLora) {

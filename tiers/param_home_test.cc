@@ -210,6 +210,37 @@ TEST_P(NvmeParamHomeTest, WriteBackAfterAnEventIsSeenByTheNextLoad) {
   EXPECT_EQ(home_->bytes_written() - written_before, write_back->ChunkBytes(chunk.id));
 }
 
+// A frozen base apart from the trainable params: unit 0 trainable on the device, unit 1
+// frozen on nvme (the other home of each left without that unit). Each unit round-trips
+// and copies up through its own home; tier() is the trainable units', unit_tier(u) each
+// unit's; the write-back is the trainable home's (none here), the traffic the nvme home's.
+TEST_P(NvmeParamHomeTest, SplitHomeRoutesEachUnitToItsGroup) {
+  ASSERT_OK_AND_ASSIGN(auto trainable, ParamHome::CreateResident(rig_->ctx(), Tier::kDevice,
+                                                                 {kPartElements[0], 0}));
+  EXPECT_EQ(trainable->part(1), nullptr);  // not kept there
+  std::vector<std::vector<NvmeChunk>> frozen_chunks = {{}, chunks_[1]};
+  ASSERT_OK_AND_ASSIGN(auto tier, MakeTier());
+  for (const NvmeChunk& chunk : chunks_[1]) {
+    padded_[chunk.id] = tier->PaddedBytes(chunk.id, ExtentKind::kParams);
+  }
+  ASSERT_OK_AND_ASSIGN(auto frozen,
+                       ParamHome::CreateNvme(rig_->ctx(), std::move(tier), frozen_chunks, 2));
+  EXPECT_EQ(frozen->part_elements(0), 0u);
+  home_ = ParamHome::CreateSplit(std::move(trainable), std::move(frozen), {false, true});
+  EXPECT_EQ(home_->tier(), StateTier::kDevice);
+  EXPECT_EQ(home_->unit_tier(0), StateTier::kDevice);
+  EXPECT_EQ(home_->unit_tier(1), StateTier::kNvme);
+  EXPECT_NE(home_->part(0), nullptr);
+  EXPECT_EQ(home_->part(1), nullptr);
+  EXPECT_EQ(home_->write_back(), nullptr);
+  EXPECT_EQ(home_->read_buffers(), 2);
+  ASSERT_NO_FATAL_FAILURE(CheckRoundTrips(*home_));
+  const uint64_t read_before = home_->bytes_read();
+  ASSERT_NO_FATAL_FAILURE(CheckCopyUps(*home_, {1, 0, 1}));
+  EXPECT_EQ(home_->bytes_read() - read_before, 2 * ExtentBytes(1));
+  ASSERT_OK(home_->Drain());
+}
+
 TEST_P(NvmeParamHomeTest, BadSetUpsAreRefused) {
   const struct {
     const char* what;
@@ -222,7 +253,7 @@ TEST_P(NvmeParamHomeTest, BadSetUpsAreRefused) {
        {chunks_[0]},
        2,
        "needs a tier, read buffers and every unit's chunks"},
-      {"a unit without chunks", {chunks_[0], {}}, 2, "a unit without chunks"},
+      {"no unit's chunks", {{}, {}}, 2, "without any unit's chunks"},
   };
   for (const auto& c : cases) {
     ASSERT_OK_AND_ASSIGN(auto tier, MakeTier());
