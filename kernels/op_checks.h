@@ -3,6 +3,7 @@
 // Thread-safety: plain functions.
 #pragma once
 
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -74,6 +75,21 @@ inline Status CheckColumnSlice(const char* op, const char* cols_name, int cols, 
     return absl::InvalidArgumentError(absl::StrCat(op, ": columns [col=", col, ", col + n=",
                                                    long{col} + n, ") exceed ", cols_name, "=",
                                                    cols));
+  }
+  return absl::OkStatus();
+}
+
+// Dropout: N, C, row0 >= 0 (row0 is a global sample row), T >= 1 positions per sample row,
+// and a drop probability p in [0, 1) (NaN is outside).
+inline Status CheckDropout(const char* op, int N, int C, int T, int64_t row0, float p) {
+  RETURN_IF_ERROR(CheckNonNegative(op, {{"N", N}, {"C", C}, {"row0", long{row0}}}));
+  if (T < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": T=", T, " positions per sample row must be >= 1"));
+  }
+  if (!(p >= 0.0f && p < 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": drop probability p=", p, " must be in [0, 1)"));
   }
   return absl::OkStatus();
 }

@@ -137,6 +137,19 @@ class Ops {
   virtual Status ScaledColumns(Stream& s, void* dst, const void* src, int src_cols, int col, int N,
                                int n, float alpha) = 0;
 
+  // LoRA dropout on an adapter's input: out[i, c] = in[i, c] * keep(i, c) / (1 - p) for rows
+  // i < N of C channels (accumulate: out[i, c] += that instead). keep is 0 with probability
+  // p and a function of (key, row0 + i / T, i % T, c) only: the global sample row, the
+  // position in it and the channel, so any split of the same rows over ranks and micro-
+  // batches draws the same mask. p in [0, 1); p == 0 copies (or adds) in unchanged.
+  // keep is DropoutKeep of kernels/dropout_mask.h on every backend. A kept element is the
+  // fp32 quotient in / (1 - p) (plus out, when accumulating), rounded once to the dtype; a
+  // dropped one contributes exactly 0 (a select, not a product: even for an inf or NaN
+  // input). out may be in itself (in place) but must not overlap it otherwise.
+  // Requires N, C, row0 >= 0 and T >= 1.
+  virtual Status Dropout(Stream& s, void* out, const void* in, int N, int C, int T, int64_t row0,
+                         float p, uint64_t key, bool accumulate) = 0;
+
   // Fused softmax + cross-entropy over rows of logits [N,Vp]: the softmax runs over the
   // first V (the real vocabulary, V <= Vp); columns [V, Vp) are padding (a padded
   // vocabulary, e.g. GPT-2's 50,257 in 50,304) and take no part. losses[n] =

@@ -168,6 +168,12 @@ class TierCheckedOps : public Ops {
     return ops_->ScaledColumns(s, dst, src, src_cols, col, N, n, alpha);
   }
 
+  Status Dropout(Stream& s, void* out, const void* in, int N, int C, int T, int64_t row0, float p,
+                 uint64_t key, bool accumulate) override {
+    RETURN_IF_ERROR(Check("Dropout", {{"out", out}, {"in", in}}));
+    return ops_->Dropout(s, out, in, N, C, T, row0, p, key, accumulate);
+  }
+
   Status SoftmaxCrossEntropy(Stream& s, float* losses, void* logits, const int32_t* targets, int N,
                              int V, int Vp, float dloss) override {
     RETURN_IF_ERROR(Check("SoftmaxCrossEntropy",

@@ -1,7 +1,7 @@
 // WithTierChecks on the CPU device: kernels of one tier run on their tier's buffers and on
 // memory the caller owns, and refuse a buffer of the other tier before anything is
 // enqueued, naming the op, the argument and its tier (also inside a buffer, not only at
-// its start).
+// its start); Dropout checks both its output and its input.
 #include "kernels/tier_checked_ops.h"
 
 #include <vector>
@@ -66,6 +66,14 @@ TEST_F(TierCheckedOpsTest, ABufferOfTheOtherTierIsRefusedNamingIt) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("ScaledColumns runs on the device tier, but dst is in the host "
                                  "tier")));
+  EXPECT_THAT(device_ops_->Dropout(*stream_, on_device_.data(), on_host_.data(), 4, 5, 2, 0, 0.5f,
+                                   7, false),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("Dropout runs on the device tier, but in is in the host tier")));
+  EXPECT_THAT(device_ops_->Dropout(*stream_, on_host_.as<float>() + 8, on_device_.data(), 4, 5, 2,
+                                   0, 0.5f, 7, true),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("Dropout runs on the device tier, but out is in the host tier")));
   // Inside a buffer, and several arguments at once.
   EXPECT_THAT(host_ops_->AdamW(*stream_, nullptr, on_device_.as<float>() + 3,
                                on_host_.as<float>(), on_host_.as<float>(),
@@ -89,6 +97,19 @@ TEST_F(TierCheckedOpsTest, LoraOpsRunOnTheirTier) {
   EXPECT_EQ(on_device_.as<float>()[30], 1.0f);  // row 3, column 6
   EXPECT_EQ(on_device_.as<float>()[31], 0.0f);
   EXPECT_EQ(on_device_.as<float>()[40], 2.0f);  // 2 * row 0, column 2
+}
+
+TEST_F(TierCheckedOpsTest, DropoutRunsOnItsTier) {
+  std::vector<float> own(20, 3.0f);  // N x C = 4 x 5
+  // p = 0: every element kept, divided by 1 - p = 1.
+  ASSERT_OK(
+      device_ops_->Dropout(*stream_, on_device_.data(), own.data(), 4, 5, 2, 0, 0.0f, 7, false));
+  ASSERT_OK(
+      host_ops_->Dropout(*stream_, on_host_.data(), on_host_.data(), 4, 5, 2, 0, 0.5f, 7, true));
+  ASSERT_OK(stream_->Synchronize());
+  EXPECT_EQ(on_device_.as<float>()[0], 3.0f);
+  EXPECT_EQ(on_device_.as<float>()[19], 3.0f);
+  EXPECT_EQ(on_device_.as<float>()[20], 0.0f);
 }
 
 TEST_F(TierCheckedOpsTest, AFreedBufferIsNoLongerATier) {

@@ -114,11 +114,6 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
   expect(lora.alpha > 0, "lora.alpha", NumberText(lora.alpha), "> 0");
   expect(lora.dropout >= 0 && lora.dropout < 1, "lora.dropout", NumberText(lora.dropout),
          "a value in [0, 1)");
-  if (lora.dropout > 0) {
-    problems->push_back(absl::StrCat(
-        "lora.dropout: got ", NumberText(lora.dropout),
-        ", but dropout on the adapters is not implemented yet: set lora.dropout=0"));
-  }
 
   const DeviceOptions& device = options.device;
   in_range("device.threads", device.threads, 0, 1024);

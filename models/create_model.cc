@@ -27,6 +27,7 @@ StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options, Recomp
   lora.rank = lora_options.rank;
   lora.alpha = lora_options.alpha;
   lora.targets = lora_options.targets;
+  lora.dropout = lora_options.dropout;
   if (m.family == ModelFamily::kLlama) {
     LlamaConfig config;
     config.layers = m.layers;

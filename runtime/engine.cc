@@ -17,6 +17,19 @@
 namespace strata {
 namespace {
 
+// Never 0 (0 = no dropout): SplitMix64 over the seed, the step and the micro-batch.
+uint64_t DropoutKey(uint64_t seed, int step, int micro_batch) {
+  auto mix = [](uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+  };
+  const uint64_t key =
+      mix(mix(seed ^ 0x6c6f7261ull) ^ (static_cast<uint64_t>(step) << 20 | micro_batch));
+  return key == 0 ? 1 : key;
+}
+
 double MillisecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
       .count();
@@ -156,6 +169,7 @@ Status Engine::Init(InitialState initial) {
   ctx_.grads.assign(num_units, nullptr);
   ctx_.batch = B;
   ctx_.seq_len = T;
+  ctx_.first_row = static_cast<int64_t>(communicator_->rank()) * B;
   ctx_.inputs = tokens_device_.as<int32_t>();
   ctx_.targets = tokens_device_.as<int32_t>() + B * T;
   RETURN_IF_ERROR(SyncStreams());
@@ -209,6 +223,12 @@ Status Engine::RunMicroBatch(const MicroBatch& batch, int index, float dloss,
   RETURN_IF_ERROR(device_->CopyAsync(const_cast<int32_t*>(ctx_.targets), batch.targets,
                                      token_bytes, *compute_));
   ctx_.dloss = dloss;
+  // A training micro-batch draws its dropout masks from (seed, step, micro-batch); the
+  // model keys each row by its global row, so every world size draws the same.
+  ctx_.dropout_key = 0;
+  if (dloss != 0.0f && options_.lora.dropout > 0.0f) {
+    ctx_.dropout_key = DropoutKey(options_.train.seed, dropout_step_, index);
+  }
   const int num_stages = static_cast<int>(model_->stages().size());
   int access = 0;
   auto start = std::chrono::steady_clock::now();
@@ -261,6 +281,7 @@ StatusOr<double> Engine::GlobalMeanLoss(int micro_batches) {
 }
 
 StatusOr<double> Engine::ComputeGradients(const std::vector<MicroBatch>& micro_batches) {
+  dropout_step_ = 0;
   return RunGradients(micro_batches, nullptr);
 }
 
@@ -310,6 +331,7 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   params.eps = options_.train.eps;
   params.weight_decay = options_.train.weight_decay;
   params.step = step + 1;
+  dropout_step_ = step;
   ASSIGN_OR_RETURN(result.loss, RunGradients(micro_batches, &params));
   result.forward_ms = last_forward_ms_;
   result.backward_ms = last_backward_ms_;

@@ -206,6 +206,7 @@ class Engine {
   Buffer loss_device_;      // [world] fp32: every rank's mean loss
   Buffer loss_host_;        // [world] fp32
   int tokens_per_micro_batch_ = 0;
+  int dropout_step_ = 0;  // the step whose micro-batches run (dropout keys)
   double last_forward_ms_ = 0.0;
   double last_backward_ms_ = 0.0;
   std::chrono::steady_clock::time_point backward_end_;

@@ -41,6 +41,11 @@ struct StepContext {
   int batch = 0;                     // B
   int seq_len = 0;                   // T
   float dloss = 0.0f;                // d(total loss)/d(loss of one token); 0 = no backward
+  // Dropout (LoRA's): the training micro-batch's key, a function of the seed, the step and
+  // the micro-batch only; 0 = no dropout (evaluation, generation). first_row: the global
+  // batch row of this rank's row 0, so masks follow the global sample whatever the split.
+  uint64_t dropout_key = 0;
+  int64_t first_row = 0;
 };
 
 class Model {

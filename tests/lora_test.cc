@@ -142,6 +142,58 @@ TEST_P(LoraFamilies, AdapterGradientsMatchFiniteDifferences) {
   EXPECT_EQ(checked, options.model.layers * (GetParam() == Family::kGpt ? 4 : 7) * 2 * 4);
 }
 
+// With lora.dropout, a training micro-batch's masks are a function of (seed, step, micro-
+// batch, global row, position, channel): ComputeGradients of the same batch draws the same
+// masks each time, so central differences of its loss check the adapters' gradients
+// through the dropout (the mask on A's input and on the input's gradient). Dropout changes
+// the loss (it is not a no-op) and evaluation draws none.
+TEST_P(LoraFamilies, DropoutGradientsMatchFiniteDifferences) {
+  Options options = TinyOptions(GetParam(), 2, "all");
+  options.lora.dropout = 0.3f;
+  ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(options));
+  RandomizeB(*rig);
+  const Batch batch = RandomBatch(options);
+  ASSERT_OK_AND_ASSIGN(const double loss, rig->engine->ComputeGradients({batch.micro()}));
+  ASSERT_OK_AND_ASSIGN(const double eval, rig->engine->EvalLoss(batch.micro()));
+  EXPECT_NE(loss, eval);
+  ASSERT_OK_AND_ASSIGN(const double again, rig->engine->ComputeGradients({batch.micro()}));
+  EXPECT_EQ(loss, again);
+  const auto& units = rig->model->units();
+  int checked = 0;
+  for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+    if (!units[u].trainable()) continue;
+    ASSERT_OK(rig->engine->ComputeGradients({batch.micro()}));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> grads, rig->engine->ReadGradients(u));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> master, rig->engine->ReadMaster(u));
+    for (const TensorSpec& tensor : units[u].tensors()) {
+      if (tensor.name.find("lora_A") == std::string::npos) continue;  // B does not see it
+      size_t largest = 0;
+      for (size_t i = 1; i < tensor.numel; ++i) {
+        if (std::fabs(grads[tensor.offset + i]) > std::fabs(grads[tensor.offset + largest])) {
+          largest = i;
+        }
+      }
+      for (size_t i : {largest, tensor.numel / 3}) {
+        const size_t index = tensor.offset + i;
+        const float step = 3e-3f;
+        std::vector<float> perturbed = master;
+        perturbed[index] = master[index] + step;
+        ASSERT_OK(rig->engine->WriteMaster(u, perturbed));
+        ASSERT_OK_AND_ASSIGN(double plus, rig->engine->ComputeGradients({batch.micro()}));
+        perturbed[index] = master[index] - step;
+        ASSERT_OK(rig->engine->WriteMaster(u, perturbed));
+        ASSERT_OK_AND_ASSIGN(double minus, rig->engine->ComputeGradients({batch.micro()}));
+        ASSERT_OK(rig->engine->WriteMaster(u, master));
+        const double numeric = (plus - minus) / (2.0 * step);
+        EXPECT_NEAR(grads[index], numeric, 1e-3 + 0.03 * std::fabs(numeric))
+            << units[u].name() << " " << tensor.name << "[" << i << "]";
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, options.model.layers * (GetParam() == Family::kGpt ? 4 : 7) * 2);
+}
+
 // B starts at zero: the adapted model's loss is its base's, bit for bit; the base units
 // get the same initial values as without LoRA.
 TEST_P(LoraFamilies, StartsEqualToTheBase) {
@@ -220,7 +272,8 @@ TEST(Lora, GradientAndOptimizerBytesAreTheAdaptersAlone) {
   }
 }
 
-// The reference is one rank at stage 0 with everything on the device. At one rank every
+// With dropout (its masks follow the global sample). The reference is one rank at stage 0
+// with everything on the device. At one rank every
 // stage and placement (the base on host or nvme behind stage 3's gathers, the adapters'
 // optimizer on host or nvme, recompute) gives the same losses bit for bit. Two ranks of
 // half the micro-batch train on the same global batch: their gradient reductions sum in
@@ -229,7 +282,8 @@ TEST(Lora, GradientAndOptimizerBytesAreTheAdaptersAlone) {
 TEST(Lora, PlacementsAndWorldSizesMatch) {
   for (const bool llama : {false, true}) {
     std::vector<std::string> base = {"lora.rank=4", "lora.alpha=8", "lora.targets=all",
-                                     "train.grad_clip=0", "zero.nvme_dir=" + TestDir("lora")};
+                                     "lora.dropout=0.1", "train.grad_clip=0",
+                                     "zero.nvme_dir=" + TestDir("lora")};
     if (llama) base.insert(base.begin(), TinyLlamaSets().begin(), TinyLlamaSets().end());
     struct Case {
       int world, stage;

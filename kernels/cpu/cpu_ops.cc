@@ -236,6 +236,17 @@ class CpuOps : public Ops {
     });
   }
 
+  Status Dropout(Stream& s, void* out, const void* in, int N, int C, int T, int64_t row0, float p,
+                 uint64_t key, bool accumulate) override {
+    constexpr const char* kOp = "Dropout";
+    RETURN_IF_ERROR(CheckDropout(kOp, N, C, T, row0, p));
+    if (long{N} * C > 0) RETURN_IF_ERROR(CheckNotNull(kOp, {{"out", out}, {"in", in}}));
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::Dropout(As<S>(out), As<S>(in), N, C, T, row0, p, key, accumulate);
+    });
+  }
+
   Status SoftmaxCrossEntropy(Stream& s, float* losses, void* logits, const int32_t* targets, int N,
                              int V, int Vp, float dloss) override {
     RETURN_IF_ERROR(CheckCrossEntropyShape("SoftmaxCrossEntropy", N, V, Vp));

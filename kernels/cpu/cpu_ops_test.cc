@@ -1,22 +1,24 @@
 // CpuOps through the Ops interface on a CPU device's stream, for both compute dtypes: a few
 // ops (encoder, layernorm forward/backward, matmul forward, attention forward/backward, GELU,
 // softmax + cross-entropy, AdamW, casts, sum of squares; LLaMA's RMSNorm, rotary embedding,
-// grouped-query attention, SwiGLU; the LoRA column-slice ops, and MatmulBackward with a null
-// dweight, a frozen weight) give what the reference kernels give when called directly; calls only enqueue (nothing changes before Synchronize); the
-// configured OpenMP thread count is in force on the stream's thread; bad sizes are
-// rejected before anything is enqueued.
+// grouped-query attention, SwiGLU; the LoRA column-slice ops and dropout, and MatmulBackward
+// with a null dweight, a frozen weight) give what the reference kernels give when called
+// directly; calls only enqueue (nothing changes before Synchronize); the configured OpenMP
+// thread count is in force on the stream's thread; bad sizes are rejected before anything is
+// enqueued.
 //
 // Tolerances, |got - ref| <= atol + rtol * |ref| elementwise, as the kernels' own tests:
 // float atol 1e-4, rtol 1e-4 (matmul via oneDNN: rtol 1e-4 over C = 67 products); bf16
 // atol 2e-3, rtol 1e-2 (one bf16 ulp is at most 2^-7 relative, plus fp32 differences).
-// The LoRA column-slice ops: exact (the same fp32 product and sum as the reference). dinp and
-// dbias of MatmulBackward with and without dweight: exact (the same GEMM and sums).
+// The LoRA column-slice ops and dropout: exact (the same fp32 operations as the reference).
+// dinp and dbias of MatmulBackward with and without dweight: exact (the same GEMM and sums).
 #include "kernels/cpu/cpu_ops.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -341,6 +343,41 @@ TYPED_TEST(CpuOpsTest, LoraColumnOpsMatchReferences) {
   EXPECT_NE(Load(d_dst + 4 * cols + 4), Load(&dst0[4 * cols + 4]));
 }
 
+// Dropout through the stream: overwriting, accumulating into a prefill, and the same two
+// sample rows as two calls (row0 = 5 and 6); all exactly the reference's bits.
+TYPED_TEST(CpuOpsTest, DropoutMatchesReference) {
+  using T = TypeParam;
+  const int T_len = 7, N = 2 * T_len, C = 13;
+  const int64_t row0 = 5;
+  const float p = 0.3f;
+  const uint64_t key = 0xda7a5eedull;
+  const std::vector<T> in = ToStorage<T>(RandomFloats(size_t(N) * C, -1, 1, 49));
+  const std::vector<T> prefill = ToStorage<T>(RandomFloats(size_t(N) * C, -1, 1, 50));
+  T* d_in = this->Upload(in);
+  T* d_out = this->Upload(prefill);
+  T* d_sum = this->Upload(prefill);
+  T* d_split = this->Upload(prefill);
+  Ops& ops = *this->ops_;
+  Stream& s = *this->stream_;
+  ASSERT_OK(ops.Dropout(s, d_out, d_in, N, C, T_len, row0, p, key, false));
+  ASSERT_OK(ops.Dropout(s, d_sum, d_in, N, C, T_len, row0, p, key, true));
+  ASSERT_OK(ops.Dropout(s, d_split, d_in, T_len, C, T_len, row0, p, key, false));
+  ASSERT_OK(ops.Dropout(s, d_split + T_len * C, d_in + T_len * C, T_len, C, T_len, row0 + 1, p, key,
+                        false));
+  this->Sync();
+
+  std::vector<T> out = prefill, sum = prefill;
+  cpu::DropoutReference(out.data(), in.data(), N, C, T_len, row0, p, key, false);
+  cpu::DropoutReference(sum.data(), in.data(), N, C, T_len, row0, p, key, true);
+  ExpectAllClose(ToFloats(d_out, out.size()), ToFloats(out), 0.0f, 0.0f, "dropout");
+  ExpectAllClose(ToFloats(d_sum, sum.size()), ToFloats(sum), 0.0f, 0.0f, "dropout accumulate");
+  ExpectAllClose(ToFloats(d_split, out.size()), ToFloats(out), 0.0f, 0.0f, "dropout in 2 calls");
+  size_t dropped = 0;
+  for (size_t at = 0; at < out.size(); ++at) dropped += Load(&out[at]) == 0.0f ? 1 : 0;
+  EXPECT_GT(dropped, 0u);
+  EXPECT_LT(dropped, out.size());
+}
+
 TYPED_TEST(CpuOpsTest, MatmulBackwardWithoutDweightGivesTheSameDinpAndDbias) {
   using T = TypeParam;
   const int N = 14, C = 39, OC = 45;
@@ -432,6 +469,29 @@ TEST(CpuOps, RejectsBadSizesBeforeEnqueueing) {
   Status null_src = ops->AddScaledColumns(*stream, buffer, 13, 4, nullptr, 5, 7, 0.75f);
   EXPECT_THAT(null_src, StatusIs(absl::StatusCode::kInvalidArgument,
                                  AllOf(HasSubstr("AddScaledColumns"), HasSubstr("src"))));
+  // Dropout: negative sizes and row0, no positions per sample row, p outside [0, 1), a null
+  // pointer (allowed when there are no elements).
+  EXPECT_THAT(
+      ops->Dropout(*stream, buffer, buffer, -1, 4, 2, 0, 0.5f, 1, false),
+      StatusIs(absl::StatusCode::kInvalidArgument, AllOf(HasSubstr("Dropout"), HasSubstr("N=-1"))));
+  EXPECT_THAT(ops->Dropout(*stream, buffer, buffer, 4, -3, 2, 0, 0.5f, 1, false),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("C=-3")));
+  EXPECT_THAT(ops->Dropout(*stream, buffer, buffer, 4, 4, 2, -1, 0.5f, 1, false),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("row0=-1")));
+  EXPECT_THAT(
+      ops->Dropout(*stream, buffer, buffer, 4, 4, 0, 0, 0.5f, 1, false),
+      StatusIs(absl::StatusCode::kInvalidArgument, AllOf(HasSubstr("Dropout"), HasSubstr("T=0"))));
+  for (float p : {1.0f, -0.25f, 1.5f, NAN}) {
+    EXPECT_THAT(
+        ops->Dropout(*stream, buffer, buffer, 4, 4, 2, 0, p, 1, false),
+        StatusIs(absl::StatusCode::kInvalidArgument, AllOf(HasSubstr("Dropout"), HasSubstr("p="))))
+        << p;
+  }
+  EXPECT_THAT(ops->Dropout(*stream, buffer, nullptr, 4, 4, 2, 0, 0.5f, 1, true),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("Dropout"), HasSubstr("null pointer in"))));
+  EXPECT_THAT(ops->Dropout(*stream, nullptr, buffer, 4, 4, 2, 0, 0.5f, 1, true),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("null pointer out")));
   AdamParams hp;
   hp.step = 0;
   EXPECT_EQ(ops->AdamW(*stream, nullptr, buffer, buffer, buffer, buffer, 4, hp).code(),

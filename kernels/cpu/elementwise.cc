@@ -3,12 +3,15 @@
 // the compiler vectorises for the ISA chosen at load time (STRATA_CPU_SIMD_CLONES).
 // The fast GELU replaces tanhf by 1 - 2 / (1 + e^(2u)) with ExpApprox, which vectorises;
 // its absolute error is about 1e-7, the same order as fp32 rounding of the result.
+// Dropout's mask is kernels/dropout_mask.h's, shared with the CUDA kernel.
 // Thread-safety: see elementwise.h.
 #include "kernels/cpu/elementwise.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
+
+#include "kernels/dropout_mask.h"
 
 namespace strata::cpu {
 namespace {
@@ -87,6 +90,23 @@ void AddScaledSpan(T* dst, const T* src, size_t n, float alpha) {
 template <typename T>
 void ScaledSpan(T* dst, const T* src, size_t n, float alpha) {
   for (size_t j = 0; j < n; ++j) Store(dst + j, alpha * Load(src + j));
+}
+
+// One row of Dropout: the row's hash is computed once, then one Mix per channel. No FMA to
+// fear here (a quotient, then a sum), so the clones give the reference's bits.
+template <typename T>
+STRATA_CPU_SIMD_CLONES void DropoutRowSpan(T* out, const T* in, int C, uint64_t row_hash, float p,
+                                           float keep_denominator, bool accumulate) {
+  if (accumulate) {
+    for (int c = 0; c < C; ++c) {
+      const float kept = DropoutKeepInRow(row_hash, c, p) ? Load(in + c) / keep_denominator : 0.0f;
+      Store(out + c, Load(out + c) + kept);
+    }
+  } else {
+    for (int c = 0; c < C; ++c) {
+      Store(out + c, DropoutKeepInRow(row_hash, c, p) ? Load(in + c) / keep_denominator : 0.0f);
+    }
+  }
 }
 
 template <typename T>
@@ -185,6 +205,20 @@ void ScaledColumnsReference(T* dst, const T* src, int src_cols, int col, int N, 
 }
 
 template <typename T>
+void DropoutReference(T* out, const T* in, int N, int C, int T_len, int64_t row0, float p,
+                      uint64_t key, bool accumulate) {
+  const float keep_denominator = 1.0f - p;
+  for (int64_t i = 0; i < N; ++i) {
+    for (int64_t c = 0; c < C; ++c) {
+      const size_t at = static_cast<size_t>(i * C + c);
+      const bool keep = DropoutKeep(key, row0 + i / T_len, i % T_len, c, p);
+      const float value = keep ? Load(in + at) / keep_denominator : 0.0f;
+      Store(out + at, accumulate ? Load(out + at) + value : value);
+    }
+  }
+}
+
+template <typename T>
 void AccumulateToFloatReference(float* dst, const T* src, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] += Load(src + i);
 }
@@ -253,6 +287,17 @@ void ScaledColumns(T* dst, const T* src, int src_cols, int col, int N, int n, fl
 }
 
 template <typename T>
+void Dropout(T* out, const T* in, int N, int C, int T_len, int64_t row0, float p, uint64_t key,
+             bool accumulate) {
+  const float keep_denominator = 1.0f - p;
+  ForEachRow(N, C, [=](int i) {
+    const size_t offset = static_cast<size_t>(i) * C;
+    DropoutRowSpan(out + offset, in + offset, C, DropoutRowHash(key, row0 + i / T_len, i % T_len),
+                   p, keep_denominator, accumulate);
+  });
+}
+
+template <typename T>
 void AccumulateToFloat(float* dst, const T* src, size_t n) {
   ForEachChunk(n, [=](size_t begin, size_t end) {
     AccumulateToFloatSpan(dst + begin, src + begin, end - begin);
@@ -284,24 +329,26 @@ void SumSquares(float* result, const float* x, size_t n) {
   *result = static_cast<float>(sum);
 }
 
-#define STRATA_INSTANTIATE(T)                                             \
-  template void GeluForwardReference<T>(T*, const T*, size_t);            \
-  template void GeluForward<T>(T*, const T*, size_t);                     \
-  template void GeluBackwardReference<T>(T*, const T*, const T*, size_t); \
-  template void GeluBackward<T>(T*, const T*, const T*, size_t);          \
-  template void AddReference<T>(T*, const T*, const T*, size_t);          \
-  template void Add<T>(T*, const T*, const T*, size_t);                   \
-  template void AccumulateReference<T>(T*, const T*, size_t);             \
-  template void Accumulate<T>(T*, const T*, size_t);                      \
-  template void AddScaledColumnsReference<T>(T*, int, int, const T*, int, int, float); \
-  template void AddScaledColumns<T>(T*, int, int, const T*, int, int, float);          \
-  template void ScaledColumnsReference<T>(T*, const T*, int, int, int, int, float);    \
-  template void ScaledColumns<T>(T*, const T*, int, int, int, int, float);             \
-  template void AccumulateToFloatReference<T>(float*, const T*, size_t);  \
-  template void AccumulateToFloat<T>(float*, const T*, size_t);           \
-  template void CastFromFloatReference<T>(T*, const float*, size_t);      \
-  template void CastFromFloat<T>(T*, const float*, size_t);               \
-  template void CastToFloatReference<T>(float*, const T*, size_t);        \
+#define STRATA_INSTANTIATE(T)                                                                     \
+  template void GeluForwardReference<T>(T*, const T*, size_t);                                    \
+  template void GeluForward<T>(T*, const T*, size_t);                                             \
+  template void GeluBackwardReference<T>(T*, const T*, const T*, size_t);                         \
+  template void GeluBackward<T>(T*, const T*, const T*, size_t);                                  \
+  template void AddReference<T>(T*, const T*, const T*, size_t);                                  \
+  template void Add<T>(T*, const T*, const T*, size_t);                                           \
+  template void AccumulateReference<T>(T*, const T*, size_t);                                     \
+  template void Accumulate<T>(T*, const T*, size_t);                                              \
+  template void AddScaledColumnsReference<T>(T*, int, int, const T*, int, int, float);            \
+  template void AddScaledColumns<T>(T*, int, int, const T*, int, int, float);                     \
+  template void ScaledColumnsReference<T>(T*, const T*, int, int, int, int, float);               \
+  template void ScaledColumns<T>(T*, const T*, int, int, int, int, float);                        \
+  template void DropoutReference<T>(T*, const T*, int, int, int, int64_t, float, uint64_t, bool); \
+  template void Dropout<T>(T*, const T*, int, int, int, int64_t, float, uint64_t, bool);          \
+  template void AccumulateToFloatReference<T>(float*, const T*, size_t);                          \
+  template void AccumulateToFloat<T>(float*, const T*, size_t);                                   \
+  template void CastFromFloatReference<T>(T*, const float*, size_t);                              \
+  template void CastFromFloat<T>(T*, const float*, size_t);                                       \
+  template void CastToFloatReference<T>(float*, const T*, size_t);                                \
   template void CastToFloat<T>(float*, const T*, size_t);
 STRATA_INSTANTIATE(float)
 STRATA_INSTANTIATE(bf16)

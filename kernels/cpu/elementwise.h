@@ -1,15 +1,17 @@
 // CPU elementwise kernels of kernels/ops.h: GELU forward/backward, residual add, gradient
-// accumulation (compute dtype and into fp32), the LoRA column-slice update, casts between fp32 and the compute dtype, and
-// the fp64-accumulated sum of squares used by global-norm clipping. Each op has a plain
-// reference (`...Reference`, the specification) and a fast version (OpenMP over chunks,
-// vectorisable inner loops compiled for AVX-512 / AVX2 / baseline and chosen at run time).
+// accumulation (compute dtype and into fp32), the LoRA column-slice update and LoRA dropout,
+// casts between fp32 and the compute dtype, and the fp64-accumulated sum of squares used by
+// global-norm clipping. Each op has a plain reference (`...Reference`, the specification)
+// and a fast version (OpenMP over chunks or rows, vectorisable inner loops compiled for
+// AVX-512 / AVX2 / baseline and chosen at run time).
 // T is the storage type, float or bf16; arithmetic is fp32 (fp64 for SumSquares), bf16 is
 // rounded to nearest even once per stored element.
 //
 // Also the vector-math helpers the other CPU kernels share (ExpApprox).
 //
 // Backward outputs ACCUMULATE (+=), as every backward op of kernels/ops.h. Add's `out` may
-// alias `a` or `b`; other outputs must not overlap their inputs.
+// alias `a` or `b`, Dropout's `out` may be its `in`; other outputs must not overlap their
+// inputs.
 // Thread-safety: reentrant; fast versions run an OpenMP parallel region on the calling
 // thread's pool (size: omp_get_max_threads()), references run on the calling thread.
 #pragma once
@@ -103,6 +105,20 @@ void ScaledColumnsReference(T* dst, const T* src, int src_cols, int col, int N, 
                             float alpha);
 template <typename T>
 void ScaledColumns(T* dst, const T* src, int src_cols, int col, int N, int n, float alpha);
+
+// Dropout (kernels/ops.h Dropout) over N rows of C channels, T positions per sample row, the
+// first row being global sample row row0: out[i, c] = keep ? in[i, c] / (1 - p) : 0, or
+// out[i, c] += that when accumulate; keep is DropoutKeep(key, row0 + i / T, i % T, c, p) of
+// kernels/dropout_mask.h. fp32 quotient (and sum), one rounding per stored element; the fast
+// version (parallel over rows, the row's hash computed once per row) is bit-identical to the
+// reference. out may be in (in place). T_len is the op's T: p in [0, 1), T_len >= 1 and
+// N, C, row0 >= 0.
+template <typename T>
+void DropoutReference(T* out, const T* in, int N, int C, int T_len, int64_t row0, float p,
+                      uint64_t key, bool accumulate);
+template <typename T>
+void Dropout(T* out, const T* in, int N, int C, int T_len, int64_t row0, float p, uint64_t key,
+             bool accumulate);
 
 // dst (fp32) += src (storage type).
 template <typename T>

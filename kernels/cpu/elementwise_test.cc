@@ -1,6 +1,8 @@
 // Elementwise CPU kernels: fast vs reference elementwise for float and bf16 storage at sizes
 // that are not multiples of the vector width, the chunk size or the thread count (the LoRA
-// column-slice ops on odd row widths and slices); the GELU
+// column-slice ops on odd row widths and slices; LoRA dropout on odd shapes and
+// probabilities, its mask's statistics, its independence of how rows are split over calls
+// and its dependence on the key); the GELU
 // reference against finite differences and a value computed in double; accumulate
 // semantics; ExpApprox against std::exp.
 //
@@ -10,6 +12,8 @@
 //     bf16 values, one bf16 ulp is at most 2^-7 relative).
 //   Add, Accumulate, AccumulateToFloat, casts: exact (same fp32 operations, one rounding).
 //   AddScaledColumns, ScaledColumns: exact (fp32 product, then sum, no FMA on either side).
+//   Dropout: exact (fp32 quotient, then sum, one rounding); its mask's statistics within 5
+//     binomial standard deviations (stated at each test).
 //   SumSquares fast vs reference: rtol 1e-6 (both fp64 sums, rounded to fp32 once).
 //   GELU backward vs central finite differences of the fp32 forward (eps 1e-3):
 //     atol 1e-3, rtol 1e-2.
@@ -26,6 +30,7 @@
 #include <vector>
 
 #include "kernels/cpu/kernel_test_util.h"
+#include "kernels/dropout_mask.h"
 
 namespace strata::cpu {
 namespace {
@@ -206,6 +211,211 @@ TYPED_TEST(ElementwiseTest, ScaledColumnsOverwritesWithTheScaledSlice) {
       }
     }
   }
+}
+
+// Dropout shapes: N rows of C channels, T_len positions per sample row, the first row being
+// global sample row row0. Odd sizes with a partial last sample row, one position per sample
+// row, a single channel, and more than a chunk's worth of elements (the parallel path) far
+// from row 0.
+struct DropoutShape {
+  int N, C, T_len;
+  int64_t row0;
+};
+const DropoutShape kDropoutShapes[] = {
+    {5, 13, 3, 0}, {14, 7, 7, 3}, {9, 1, 1, 11}, {4, 29, 1, 0}, {67, 517, 5, 1000003}};
+const float kDropProbabilities[] = {0.0f, 0.1f, 0.5f, 0.875f};
+constexpr uint64_t kDropoutKey = 0x5eed0f10aull;
+
+std::string Describe(const DropoutShape& shape, float p, bool accumulate) {
+  return "N=" + std::to_string(shape.N) + " C=" + std::to_string(shape.C) +
+         " T=" + std::to_string(shape.T_len) + " row0=" + std::to_string(shape.row0) +
+         " p=" + std::to_string(p) + (accumulate ? " accumulate" : " overwrite");
+}
+
+// n values with |x| in [0.25, 2) and random signs: never 0, so an output of 0 (without
+// accumulation) marks a dropped element.
+std::vector<float> NonZeroFloats(size_t n, uint32_t seed) {
+  std::vector<float> values = RandomFloats(n, 0.25f, 2.0f, seed);
+  const std::vector<float> signs = RandomFloats(n, -1.0f, 1.0f, seed + 1);
+  for (size_t i = 0; i < n; ++i) values[i] = signs[i] < 0.0f ? -values[i] : values[i];
+  return values;
+}
+
+// The mask the fast Dropout drew over N rows of C channels (true: kept), from its output
+// without accumulation of NonZeroFloats.
+template <typename T>
+std::vector<bool> DrawnMask(int N, int C, int T_len, int64_t row0, float p, uint64_t key) {
+  const std::vector<T> in = ToStorage<T>(NonZeroFloats(size_t(N) * C, 50));
+  std::vector<T> out(in.size());
+  Dropout(out.data(), in.data(), N, C, T_len, row0, p, key, /*accumulate=*/false);
+  std::vector<bool> kept(out.size());
+  for (size_t at = 0; at < out.size(); ++at) kept[at] = Load(&out[at]) != 0.0f;
+  return kept;
+}
+
+TYPED_TEST(ElementwiseTest, DropoutMatchesReferenceAndItsDefinition) {
+  using T = TypeParam;
+  for (const DropoutShape& d : kDropoutShapes) {
+    const size_t n = size_t(d.N) * d.C;
+    const std::vector<T> in = ToStorage<T>(NonZeroFloats(n, 44));
+    const std::vector<T> prefill = ToStorage<T>(RandomFloats(n, -2.0f, 2.0f, 46));
+    for (float p : kDropProbabilities) {
+      for (bool accumulate : {false, true}) {
+        const std::string what = Describe(d, p, accumulate);
+        std::vector<T> ref = prefill, got = prefill;
+        DropoutReference(ref.data(), in.data(), d.N, d.C, d.T_len, d.row0, p, kDropoutKey,
+                         accumulate);
+        Dropout(got.data(), in.data(), d.N, d.C, d.T_len, d.row0, p, kDropoutKey, accumulate);
+        ExpectAllClose(ToFloats(got), ToFloats(ref), 0.0f, 0.0f, "dropout " + what);
+        // Independent of the reference's loops: the mask of dropout_mask.h at (global row,
+        // position, channel); a kept element is the fp32 quotient in / (1 - p) (plus the
+        // prefill when accumulating) rounded once, a dropped one 0 (or the prefill, exactly).
+        for (int i = 0; i < d.N; ++i) {
+          for (int c = 0; c < d.C; ++c) {
+            const size_t at = size_t(i) * d.C + c;
+            const bool keep = DropoutKeep(kDropoutKey, d.row0 + i / d.T_len, i % d.T_len, c, p);
+            const float value = keep ? Load(&in[at]) / (1.0f - p) : 0.0f;
+            T expected;
+            Store(&expected, accumulate ? Load(&prefill[at]) + value : value);
+            ASSERT_EQ(Load(&got[at]), Load(&expected)) << what << " row " << i << " channel " << c;
+          }
+        }
+      }
+    }
+  }
+}
+
+TYPED_TEST(ElementwiseTest, DropoutWithoutProbabilityCopiesOrAdds) {
+  using T = TypeParam;
+  const DropoutShape d = kDropoutShapes[4];
+  const size_t n = size_t(d.N) * d.C;
+  const std::vector<T> in = ToStorage<T>(RandomFloats(n, -2.0f, 2.0f, 47));
+  const std::vector<T> prefill = ToStorage<T>(RandomFloats(n, -2.0f, 2.0f, 48));
+  std::vector<T> copied = prefill, added = prefill;
+  Dropout(copied.data(), in.data(), d.N, d.C, d.T_len, d.row0, 0.0f, kDropoutKey, false);
+  Dropout(added.data(), in.data(), d.N, d.C, d.T_len, d.row0, 0.0f, kDropoutKey, true);
+  for (size_t at = 0; at < n; ++at) {
+    ASSERT_EQ(Load(&copied[at]), Load(&in[at])) << at;
+    T sum;
+    Store(&sum, Load(&prefill[at]) + Load(&in[at]));
+    ASSERT_EQ(Load(&added[at]), Load(&sum)) << at;
+  }
+}
+
+TYPED_TEST(ElementwiseTest, DropoutInPlaceMatchesOutOfPlace) {
+  using T = TypeParam;
+  const DropoutShape d = kDropoutShapes[4];
+  const std::vector<T> in = ToStorage<T>(RandomFloats(size_t(d.N) * d.C, -2.0f, 2.0f, 49));
+  for (bool accumulate : {false, true}) {
+    std::vector<T> out_of_place = in, in_place = in;
+    Dropout(out_of_place.data(), in.data(), d.N, d.C, d.T_len, d.row0, 0.3f, kDropoutKey,
+            accumulate);
+    Dropout(in_place.data(), in_place.data(), d.N, d.C, d.T_len, d.row0, 0.3f, kDropoutKey,
+            accumulate);
+    ExpectAllClose(ToFloats(in_place), ToFloats(out_of_place), 0.0f, 0.0f,
+                   accumulate ? "in place, accumulating" : "in place");
+  }
+}
+
+// 250 rows of 400 channels (10 sample rows of 25 positions): 1e5 Bernoulli(p) draws if the
+// mask is what it claims. The dropped fraction of the whole is within 5 standard deviations
+// sqrt(p (1 - p) / 1e5) of p (0.0068 for p = 0.25), and of every row (400 draws) within 5 of
+// its own (0.108): a mask that ignored the channel would drop whole rows. No two rows and no
+// two channels draw the same mask: one that ignored the sample row, the position or the
+// channel would repeat rows (or channels).
+TYPED_TEST(ElementwiseTest, DropoutDropsAFractionPIndependently) {
+  using T = TypeParam;
+  const int N = 250, C = 400, T_len = 25;
+  for (float p : {0.25f, 0.5f, 0.8f}) {
+    const std::vector<bool> kept = DrawnMask<T>(N, C, T_len, 40, p, kDropoutKey);
+    const double n = double(N) * C;
+    size_t dropped = 0;
+    for (bool keep : kept) dropped += keep ? 0 : 1;
+    const double sigma = std::sqrt(p * (1.0 - p) / n);
+    EXPECT_LT(std::fabs(dropped / n - p), 5 * sigma) << "p=" << p << " dropped " << dropped;
+    const double row_sigma = std::sqrt(p * (1.0 - p) / C);
+    for (int i = 0; i < N; ++i) {
+      size_t row_dropped = 0;
+      for (int c = 0; c < C; ++c) row_dropped += kept[size_t(i) * C + c] ? 0 : 1;
+      ASSERT_LT(std::fabs(double(row_dropped) / C - p), 5 * row_sigma) << "p=" << p << " row " << i;
+    }
+    std::vector<std::vector<bool>> rows(N), channels(C, std::vector<bool>(N));
+    for (int i = 0; i < N; ++i) {
+      rows[i].assign(kept.begin() + size_t(i) * C, kept.begin() + size_t(i + 1) * C);
+      for (int c = 0; c < C; ++c) channels[c][i] = kept[size_t(i) * C + c];
+    }
+    std::sort(rows.begin(), rows.end());
+    std::sort(channels.begin(), channels.end());
+    EXPECT_EQ(std::adjacent_find(rows.begin(), rows.end()), rows.end()) << "p=" << p;
+    EXPECT_EQ(std::adjacent_find(channels.begin(), channels.end()), channels.end()) << "p=" << p;
+  }
+}
+
+TYPED_TEST(ElementwiseTest, DropoutKeptElementsAreTheQuotient) {
+  using T = TypeParam;
+  const int N = 250, C = 400, T_len = 25;
+  const float p = 0.25f;
+  const std::vector<T> in = ToStorage<T>(NonZeroFloats(size_t(N) * C, 51));
+  std::vector<T> out(in.size());
+  Dropout(out.data(), in.data(), N, C, T_len, 0, p, kDropoutKey, false);
+  for (size_t at = 0; at < out.size(); ++at) {
+    if (Load(&out[at]) == 0.0f) continue;  // dropped (NonZeroFloats are never 0)
+    T expected;
+    Store(&expected, Load(&in[at]) / 0.75f);
+    ASSERT_EQ(Load(&out[at]), Load(&expected)) << at;
+  }
+}
+
+// Two sample rows of T positions as one call (row0 = 0, N = 2T) and as two (row0 = 0 and
+// row0 = 1, N = T each), as two micro-batches or two ranks hold them: the same bits. And a
+// rank holding sample rows 3..4 of 5 draws the tail of the whole call.
+TYPED_TEST(ElementwiseTest, DropoutSplitOverCallsDrawsTheSameMask) {
+  using T = TypeParam;
+  const int T_len = 7, C = 13;
+  const float p = 0.5f;
+  const std::vector<T> in = ToStorage<T>(NonZeroFloats(size_t(5) * T_len * C, 52));
+  const size_t sample = size_t(T_len) * C;
+  for (bool accumulate : {false, true}) {
+    const std::vector<T> prefill = ToStorage<T>(RandomFloats(in.size(), -2.0f, 2.0f, 53));
+    std::vector<T> whole = prefill, split = prefill;
+    Dropout(whole.data(), in.data(), 5 * T_len, C, T_len, 0, p, kDropoutKey, accumulate);
+    Dropout(split.data(), in.data(), T_len, C, T_len, 0, p, kDropoutKey, accumulate);
+    Dropout(split.data() + sample, in.data() + sample, T_len, C, T_len, 1, p, kDropoutKey,
+            accumulate);
+    DropoutReference(split.data() + 2 * sample, in.data() + 2 * sample, T_len, C, T_len, 2, p,
+                     kDropoutKey, accumulate);
+    Dropout(split.data() + 3 * sample, in.data() + 3 * sample, 2 * T_len, C, T_len, 3, p,
+            kDropoutKey, accumulate);
+    ExpectAllClose(ToFloats(split), ToFloats(whole), 0.0f, 0.0f,
+                   accumulate ? "split calls, accumulating" : "split calls");
+  }
+  // The sample row counts, not where the rows sit in the call: sample row 1 alone at
+  // row0 = 0 draws sample row 0's mask, not its own.
+  std::vector<T> first(sample), shifted(sample);
+  Dropout(first.data(), in.data(), T_len, C, T_len, 0, p, kDropoutKey, false);
+  Dropout(shifted.data(), in.data(), T_len, C, T_len, 1, p, kDropoutKey, false);
+  size_t differ = 0;
+  for (size_t at = 0; at < sample; ++at) {
+    differ += (Load(&first[at]) == 0.0f) != (Load(&shifted[at]) == 0.0f) ? 1 : 0;
+  }
+  EXPECT_GT(differ, 0u) << "row0 did not change the mask";
+}
+
+// Another key: an independent mask, so the two disagree on a fraction 2 p (1 - p) of the
+// elements (0.375 for p = 0.25), within 5 standard deviations over 1e5 elements (0.0077).
+TYPED_TEST(ElementwiseTest, DropoutWithAnotherKeyDrawsAnotherMask) {
+  using T = TypeParam;
+  const int N = 250, C = 400, T_len = 25;
+  const float p = 0.25f;
+  const std::vector<bool> one = DrawnMask<T>(N, C, T_len, 0, p, kDropoutKey);
+  const std::vector<bool> other = DrawnMask<T>(N, C, T_len, 0, p, kDropoutKey + 1);
+  const std::vector<bool> same = DrawnMask<T>(N, C, T_len, 0, p, kDropoutKey);
+  EXPECT_EQ(one, same) << "the same key must draw the same mask";
+  size_t differ = 0;
+  for (size_t at = 0; at < one.size(); ++at) differ += one[at] != other[at] ? 1 : 0;
+  const double n = double(N) * C, expected = 2 * p * (1 - p);
+  EXPECT_LT(std::fabs(differ / n - expected), 5 * std::sqrt(expected * (1 - expected) / n))
+      << differ << " of " << n << " elements differ";
 }
 
 TYPED_TEST(ElementwiseTest, AccumulateToFloatAddsToFloatDestination) {

@@ -101,6 +101,12 @@ Status AddScaledColumns(DType dtype, void* dst, int dst_cols, int col, const voi
 // ScaledColumns: dst[i, j] = alpha * src[i, col + j] (src rows of src_cols elements).
 Status ScaledColumns(DType dtype, void* dst, const void* src, int src_cols, int col, int N, int n,
                      float alpha, cudaStream_t stream);
+// LoRA dropout (kernels/cpu/elementwise.h Dropout): one thread per element of the N x C
+// input, the mask of kernels/dropout_mask.h (the CPU's, bit for bit), the quotient and the
+// sum each rounded (__fdiv_rn, __fadd_rn), as the reference does: bit-identical. out may be
+// in. T >= 1.
+Status Dropout(DType dtype, void* out, const void* in, int N, int C, int T, int64_t row0, float p,
+               uint64_t key, bool accumulate, cudaStream_t stream);
 Status CastFromFloat(DType dtype, void* dst, const float* src, size_t n, cudaStream_t stream);
 Status CastToFloat(DType dtype, float* dst, const void* src, size_t n, cudaStream_t stream);
 // fp64 partial sums of a fixed grid (independent of the GPU), then one block sums them in

@@ -313,6 +313,15 @@ class CudaOps : public Ops {
     return cuda_kernels::ScaledColumns(dtype_, dst, src, src_cols, col, N, n, alpha, stream);
   }
 
+  Status Dropout(Stream& s, void* out, const void* in, int N, int C, int T, int64_t row0, float p,
+                 uint64_t key, bool accumulate) override {
+    constexpr const char* kOp = "Dropout";
+    RETURN_IF_ERROR(CheckDropout(kOp, N, C, T, row0, p));
+    if (long{N} * C > 0) RETURN_IF_ERROR(CheckNotNull(kOp, {{"out", out}, {"in", in}}));
+    ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
+    return cuda_kernels::Dropout(dtype_, out, in, N, C, T, row0, p, key, accumulate, stream);
+  }
+
   Status SoftmaxCrossEntropy(Stream& s, float* losses, void* logits, const int32_t* targets, int N,
                              int V, int Vp, float dloss) override {
     constexpr const char* kOp = "SoftmaxCrossEntropy";

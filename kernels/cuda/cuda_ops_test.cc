@@ -69,8 +69,9 @@ struct DTypeOf;
 template <>
 struct DTypeOf<float> {
   static constexpr DType kValue = DType::kF32;
-  // Add, Accumulate, casts, encoder (fp32 adds in the reference's order), AdamW and the LoRA
-  // column-slice ops (the reference's operations, each rounded, no FMA): bit-identical.
+  // Add, Accumulate, casts, encoder (fp32 adds in the reference's order), AdamW, the LoRA
+  // column-slice ops and dropout (the reference's operations, each rounded, no FMA; dropout's
+  // mask is one shared function): bit-identical.
   static constexpr Tolerance kExact{0.0f, 0.0f};
   // GELU, SwiGLU: one tanhf/coshf or expf per element, a few ulps. RoPE: the same fp32 angle
   // on both sides (inv_freq computed on the host as the reference does), then CUDA's sincosf
@@ -602,6 +603,74 @@ TYPED_TEST(CudaOpsTest, LoraColumnOpsMatchReferences) {
   }
 }
 
+// Dropout against the CPU reference, exact: the same mask (kernels/dropout_mask.h on both
+// sides) and the same fp32 quotient and sum, each rounded (__fdiv_rn, __fadd_rn). Shapes: odd
+// ones with a partial last sample row, one position per sample row, and 1e5 elements over
+// 391 blocks far from row 0 (p = 0.25 there: the dropped fraction within 5 binomial standard
+// deviations, 0.0068, of p); p = 0 is a plain copy (or add); overwriting and accumulating
+// into a prefill; two sample rows as one call and as two (row0 = 0 and 1) draw the same bits;
+// another key draws another mask.
+TYPED_TEST(CudaOpsTest, DropoutMatchesReference) {
+  using T = TypeParam;
+  using Tol = DTypeOf<T>;
+  struct Shape {
+    int N, C, T_len;
+    int64_t row0;
+    float p;
+  };
+  const uint64_t key = 0x5eed0f10aull;
+  Stream& s = *this->stream_;
+  for (const Shape& d :
+       {Shape{5, 13, 3, 0, 0.1f}, Shape{14, 7, 7, 3, 0.5f}, Shape{9, 1, 1, 11, 0.875f},
+        Shape{4, 29, 2, 0, 0.0f}, Shape{250, 400, 25, 1000003, 0.25f}}) {
+    const size_t n = size_t(d.N) * d.C;
+    const std::vector<T> in = ToStorage<T>(RandomFloats(n, 0.25f, 2.0f, 43));  // never 0
+    const std::vector<T> prefill = ToStorage<T>(RandomFloats(n, -1, 1, 44));
+    const T* d_in = this->Upload(in);
+    for (bool accumulate : {false, true}) {
+      const std::string where = "N=" + std::to_string(d.N) + " C=" + std::to_string(d.C) +
+                                " T=" + std::to_string(d.T_len) +
+                                " row0=" + std::to_string(d.row0) + " p=" + std::to_string(d.p) +
+                                (accumulate ? " accumulate" : "");
+      T* d_out = this->Upload(prefill);
+      ASSERT_OK(
+          this->ops_->Dropout(s, d_out, d_in, d.N, d.C, d.T_len, d.row0, d.p, key, accumulate));
+      std::vector<T> out = prefill;
+      cpu::DropoutReference(out.data(), in.data(), d.N, d.C, d.T_len, d.row0, d.p, key, accumulate);
+      this->Expect(d_out, out, Tol::kExact, "dropout " + where);
+      if (accumulate) continue;
+      size_t dropped = 0;
+      for (size_t at = 0; at < n; ++at) dropped += Load(&out[at]) == 0.0f ? 1 : 0;
+      if (d.p == 0.0f) {
+        EXPECT_EQ(ToFloats(this->Download(d_out, n)), ToFloats(in)) << "p = 0 copies " << where;
+      } else if (n >= 100000) {
+        EXPECT_LT(std::fabs(double(dropped) / n - d.p), 5 * std::sqrt(d.p * (1.0 - d.p) / n))
+            << where << ": dropped " << dropped;
+      }
+    }
+  }
+  // Two sample rows of 7 positions: one call, and two calls at row0 = 0 and row0 = 1.
+  const int T_len = 7, C = 13;
+  const size_t sample = size_t(T_len) * C;
+  const std::vector<T> in = ToStorage<T>(RandomFloats(2 * sample, 0.25f, 2.0f, 45));
+  const T* d_in = this->Upload(in);
+  T* d_whole = this->Upload(std::vector<T>(2 * sample));
+  T* d_split = this->Upload(std::vector<T>(2 * sample));
+  T* d_other_key = this->Upload(std::vector<T>(2 * sample));
+  ASSERT_OK(this->ops_->Dropout(s, d_whole, d_in, 2 * T_len, C, T_len, 0, 0.5f, key, false));
+  ASSERT_OK(this->ops_->Dropout(s, d_split, d_in, T_len, C, T_len, 0, 0.5f, key, false));
+  ASSERT_OK(this->ops_->Dropout(s, d_split + sample, d_in + sample, T_len, C, T_len, 1, 0.5f, key,
+                                false));
+  ASSERT_OK(
+      this->ops_->Dropout(s, d_other_key, d_in, 2 * T_len, C, T_len, 0, 0.5f, key + 1, false));
+  const std::vector<float> whole = ToFloats(this->Download(d_whole, 2 * sample));
+  EXPECT_EQ(ToFloats(this->Download(d_split, 2 * sample)), whole) << "split over two calls";
+  EXPECT_NE(ToFloats(this->Download(d_other_key, 2 * sample)), whole) << "another key";
+  std::vector<T> ref(2 * sample);
+  cpu::DropoutReference(ref.data(), in.data(), 2 * T_len, C, T_len, 0, 0.5f, key, false);
+  EXPECT_EQ(whole, ToFloats(ref));
+}
+
 TYPED_TEST(CudaOpsTest, CastsRoundLikeTheHost) {
   using T = TypeParam;
   std::vector<float> values = RandomFloats(997, -100, 100, 28);
@@ -820,6 +889,23 @@ TEST(CudaOps, RejectsBadArgumentsBeforeEnqueueing) {
   const Status null_src = ops.ScaledColumns(*stream, buffer, nullptr, 13, 4, 5, 7, 0.75f);
   EXPECT_THAT(null_src, StatusIs(absl::StatusCode::kInvalidArgument,
                                  AllOf(HasSubstr("ScaledColumns"), HasSubstr("src"))));
+  const Status dropout_negative = ops.Dropout(*stream, buffer, buffer, -1, 4, 2, 0, 0.5f, 1, false);
+  EXPECT_THAT(dropout_negative, StatusIs(absl::StatusCode::kInvalidArgument,
+                                         AllOf(HasSubstr("Dropout"), HasSubstr("N=-1"))));
+  const Status dropout_row0 = ops.Dropout(*stream, buffer, buffer, 4, 4, 2, -3, 0.5f, 1, false);
+  EXPECT_THAT(dropout_row0, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("row0=-3")));
+  const Status dropout_no_positions =
+      ops.Dropout(*stream, buffer, buffer, 4, 4, 0, 0, 0.5f, 1, false);
+  EXPECT_THAT(dropout_no_positions, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("T=0")));
+  for (float p : {1.0f, -0.25f, NAN}) {
+    const Status dropout_p = ops.Dropout(*stream, buffer, buffer, 4, 4, 2, 0, p, 1, false);
+    EXPECT_THAT(dropout_p, StatusIs(absl::StatusCode::kInvalidArgument,
+                                    AllOf(HasSubstr("Dropout"), HasSubstr("p="))))
+        << p;
+  }
+  const Status dropout_null = ops.Dropout(*stream, buffer, nullptr, 4, 4, 2, 0, 0.5f, 1, true);
+  EXPECT_THAT(dropout_null, StatusIs(absl::StatusCode::kInvalidArgument,
+                                     AllOf(HasSubstr("Dropout"), HasSubstr("null pointer in"))));
   const Status null_input = ops.GeluForward(*stream, buffer, nullptr, 5);
   EXPECT_THAT(null_input, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("inp")));
   const Status no_classes =

@@ -1,6 +1,6 @@
 // Elementwise CUDA kernels (cuda_kernels.h; specification: kernels/cpu/elementwise.h): GELU
 // forward/backward, residual add and gradient accumulation, the LoRA column-slice update and
-// its backward, fp32 <-> compute-dtype casts,
+// its backward, LoRA dropout (the mask of kernels/dropout_mask.h), fp32 <-> compute-dtype casts,
 // each a grid-stride loop with one thread per element and one rounding per stored element;
 // and SumSquares, the fp64 sum behind global-norm clipping, over a fixed grid of
 // kSumSquaresBlocks x kThreads threads whatever the GPU, so its rounding depends on n only.
@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/dropout_mask.h"
 
 namespace strata::cuda_kernels {
 namespace {
@@ -67,6 +68,21 @@ __global__ void ScaledColumnsKernel(S* dst, const S* src, int src_cols, int col,
   STRATA_GRID_STRIDE_LOOP(i, total) {
     const size_t row = i / n, j = i % n;
     DeviceStore(dst + i, __fmul_rn(alpha, DeviceLoad(src + row * src_cols + col + j)));
+  }
+}
+
+// Dropout: one thread per element of the N x C input (i = row * C + c); every thread hashes
+// its own (global row, position, channel), so no thread depends on another's work. The
+// quotient and the sum are rounded separately (no contraction), as in the CPU reference.
+template <typename S>
+__global__ void DropoutKernel(S* out, const S* in, int C, int T, int64_t row0, float p,
+                              float keep_denominator, uint64_t key, bool accumulate, size_t total) {
+  STRATA_GRID_STRIDE_LOOP(i, total) {
+    const int64_t row = static_cast<int64_t>(i / C);
+    const int64_t c = static_cast<int64_t>(i % C);
+    const bool keep = DropoutKeep(key, row0 + row / T, row % T, c, p);
+    const float value = keep ? __fdiv_rn(DeviceLoad(in + i), keep_denominator) : 0.0f;
+    DeviceStore(out + i, accumulate ? __fadd_rn(DeviceLoad(out + i), value) : value);
   }
 }
 
@@ -170,6 +186,21 @@ Status ScaledColumns(DType dtype, void* dst, const void* src, int src_cols, int 
     return 0;
   });
   return LaunchStatus("ScaledColumnsKernel", total);
+}
+
+Status Dropout(DType dtype, void* out, const void* in, int N, int C, int T, int64_t row0, float p,
+               uint64_t key, bool accumulate, cudaStream_t stream) {
+  const size_t total = static_cast<size_t>(N) * static_cast<size_t>(C);
+  if (total == 0) return absl::OkStatus();
+  const float keep_denominator = 1.0f - p;  // on the host, as the reference computes it
+  DispatchStorage(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    DropoutKernel<S><<<GridStrideBlocks(total, kThreads), kThreads, 0, stream>>>(
+        static_cast<S*>(out), static_cast<const S*>(in), C, T, row0, p, keep_denominator, key,
+        accumulate, total);
+    return 0;
+  });
+  return LaunchStatus("DropoutKernel", total);
 }
 
 Status AccumulateToFloat(DType dtype, float* dst, const void* src, size_t n, cudaStream_t stream) {

@@ -53,7 +53,7 @@ LoraAdapters::LoraAdapters(const LoraConfig& config, std::vector<LoraTargetSpec>
                            std::vector<int> targets, int layers, DType dtype,
                            std::vector<UnitLayout>* units)
     : rank_(config.rank), scale_(config.alpha / static_cast<float>(config.rank)),
-      dtype_(dtype), specs_(std::move(specs)), targets_(std::move(targets)),
+      dropout_(config.dropout), dtype_(dtype), specs_(std::move(specs)), targets_(std::move(targets)),
       tensor_of_(specs_.size(), -1) {
   for (UnitLayout& unit : *units) unit.set_trainable(false);
   first_unit_ = static_cast<int>(units->size());
@@ -67,6 +67,7 @@ LoraAdapters::LoraAdapters(const LoraConfig& config, std::vector<LoraTargetSpec>
       adapters.Add(spec.name + ".lora_B", {spec.n, rank_}, true, InitKind::kZeros);
       tensor_of_[t] = a;
       max_n_ = std::max(max_n_, spec.n);
+      max_in_ = std::max(max_in_, spec.in);
     }
     if (l == 0) {
       for (const TensorSpec& tensor : adapters.tensors()) offsets_.push_back(tensor.offset);
@@ -109,6 +110,13 @@ Status LoraAdapters::Prepare(Device& device, int rows, int layers) {
                                          "activation lora scratch"));
   ASSIGN_OR_RETURN(dh_, device.Allocate(Tier::kDevice, StateKind::kActivations, per * bytes,
                                         "activation lora d(A x)"));
+  if (dropout_ > 0.0f) {
+    const size_t in_bytes = static_cast<size_t>(rows) * max_in_ * bytes;
+    ASSIGN_OR_RETURN(xd_, device.Allocate(Tier::kDevice, StateKind::kActivations, in_bytes,
+                                          "activation lora dropped-out input"));
+    ASSIGN_OR_RETURN(dxd_, device.Allocate(Tier::kDevice, StateKind::kActivations, in_bytes,
+                                           "activation lora d(dropped-out input)"));
+  }
   return absl::OkStatus();
 }
 
@@ -120,6 +128,23 @@ Status LoraAdapters::PrepareDecode(Device& device) {
   ASSIGN_OR_RETURN(dec_tmp_, device.Allocate(Tier::kDevice, StateKind::kActivations,
                                              max_n_ * bytes, "decode lora scratch"));
   return absl::OkStatus();
+}
+
+uint64_t LoraAdapters::MaskKey(const StepContext& ctx, int layer, int target) const {
+  uint64_t x = ctx.dropout_key ^ (static_cast<uint64_t>(layer) << 32 | static_cast<uint32_t>(target));
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+StatusOr<const void*> LoraAdapters::DroppedInput(const StepContext& ctx, int layer, int target,
+                                                 const void* x, int rows) {
+  if (dropout_ <= 0.0f || ctx.dropout_key == 0) return x;
+  RETURN_IF_ERROR(ctx.ops->Dropout(*ctx.stream, xd_.data(), x, rows, specs_[target].in,
+                                   ctx.seq_len, ctx.first_row, dropout_,
+                                   MaskKey(ctx, layer, target), /*accumulate=*/false));
+  return static_cast<const void*>(xd_.data());
 }
 
 Status LoraAdapters::Forward(const StepContext& ctx, int layer, int target, const void* x,
@@ -140,6 +165,9 @@ Status LoraAdapters::Forward(const StepContext& ctx, int layer, int target, cons
   void* tmp = decode ? dec_tmp_.data() : tmp_.data();
   Ops& ops = *ctx.ops;
   Stream& s = *ctx.stream;
+  if (!decode) {
+    ASSIGN_OR_RETURN(x, DroppedInput(ctx, layer, target, x, rows));
+  }
   RETURN_IF_ERROR(ops.MatmulForward(s, h, x, A(ctx, layer, target), nullptr, rows, spec.in, rank_));
   RETURN_IF_ERROR(ops.MatmulForward(s, tmp, h, B(ctx, layer, target), nullptr, rows, rank_, spec.n));
   return ops.AddScaledColumns(s, out, spec.out_cols, spec.col, tmp, rows, spec.n, scale_);
@@ -162,8 +190,20 @@ Status LoraAdapters::Backward(const StepContext& ctx, int layer, int target, con
   RETURN_IF_ERROR(ctx.device->MemsetAsync(dh_.data(), 0, static_cast<size_t>(rows) * rank_ * bytes, s));
   RETURN_IF_ERROR(ops.MatmulBackward(s, dh_.data(), Grad(ctx, layer, target, true), nullptr,
                                      tmp_.data(), h, B(ctx, layer, target), rows, rank_, spec.n));
-  return ops.MatmulBackward(s, dx, Grad(ctx, layer, target, false), nullptr, dh_.data(), x,
-                            A(ctx, layer, target), rows, spec.in, rank_);
+  ASSIGN_OR_RETURN(const void* xd, DroppedInput(ctx, layer, target, x, rows));
+  if (xd == x) {
+    return ops.MatmulBackward(s, dx, Grad(ctx, layer, target, false), nullptr, dh_.data(), x,
+                              A(ctx, layer, target), rows, spec.in, rank_);
+  }
+  // Dropout: the same mask again (drawn from the same key), dA from the dropped-out input,
+  // and the input's gradient through the mask.
+  RETURN_IF_ERROR(ctx.device->MemsetAsync(
+      dxd_.data(), 0, static_cast<size_t>(rows) * spec.in * bytes, s));
+  RETURN_IF_ERROR(ops.MatmulBackward(s, dxd_.data(), Grad(ctx, layer, target, false), nullptr,
+                                     dh_.data(), xd, A(ctx, layer, target), rows, spec.in,
+                                     rank_));
+  return ops.Dropout(s, dx, dxd_.data(), rows, spec.in, ctx.seq_len, ctx.first_row, dropout_,
+                     MaskKey(ctx, layer, target), /*accumulate=*/true);
 }
 
 }  // namespace strata

@@ -35,6 +35,10 @@ struct LoraConfig {
   int rank = 0;  // 0: no LoRA
   float alpha = 16.0f;
   std::string targets;  // lora.targets text ("" = the family's default)
+  // lora.dropout: each target's input x is dropped out (kept values scaled by 1/(1-p))
+  // before A in training micro-batches (StepContext::dropout_key); a mask per block and
+  // target, a function of the global sample row, position and channel (Ops::Dropout).
+  float dropout = 0.0f;
 };
 
 // The indices into `specs` that `text` names (comma-separated strata names, aliases, or
@@ -85,8 +89,16 @@ class LoraAdapters {
   void* Grad(const StepContext& ctx, int layer, int target, bool b) const;
   size_t Offset(int target, bool b) const;
 
+  // The dropped-out input of `target` in block `layer` into xd_ (training with dropout);
+  // returns x itself where nothing is dropped.
+  StatusOr<const void*> DroppedInput(const StepContext& ctx, int layer, int target,
+                                     const void* x, int rows);
+  uint64_t MaskKey(const StepContext& ctx, int layer, int target) const;
+
   int rank_ = 0;
   float scale_ = 0.0f;
+  float dropout_ = 0.0f;
+  int max_in_ = 0;
   DType dtype_ = DType::kF32;
   std::vector<LoraTargetSpec> specs_;
   std::vector<int> targets_;
@@ -97,6 +109,8 @@ class LoraAdapters {
   Buffer h_;       // [layers][targets][rows, rank]: A x of each target, kept
   Buffer tmp_;     // [rows, max n]
   Buffer dh_;      // [rows, rank]
+  Buffer xd_;      // dropout: [rows, max in], a target's dropped-out input
+  Buffer dxd_;     // dropout: [rows, max in], its gradient
   Buffer dec_h_;   // [rank]
   Buffer dec_tmp_; // [max n]
   int rows_ = 0;
