@@ -86,8 +86,14 @@ class CpuEvent : public Event {
 
 class CpuStream : public Stream {
  public:
-  CpuStream(std::string name, StreamRegistry* registry, const std::atomic<Trace*>* trace)
-      : name_(std::move(name)), registry_(registry), trace_(trace), worker_([this] { Run(); }) {
+  // `item_delay`: each item waits this long before it runs (a dry run's streams: slower
+  // than the host that feeds them, as a real device's are, so buffers freed after a
+  // stream's work live as long as in a real run, as far as the limiters let the host run
+  // ahead).
+  CpuStream(std::string name, StreamRegistry* registry, const std::atomic<Trace*>* trace,
+            std::chrono::microseconds item_delay = std::chrono::microseconds(0))
+      : name_(std::move(name)), registry_(registry), trace_(trace), item_delay_(item_delay),
+        worker_([this] { Run(); }) {
     registry_->Add(this);
   }
   ~CpuStream() override {
@@ -202,6 +208,7 @@ class CpuStream : public Stream {
       lock.unlock();
       // A different label (or a record or wait) ends the span of the work before it.
       if (task.label != open_.label) CloseSpan();
+      if (item_delay_.count() > 0) std::this_thread::sleep_for(item_delay_);
       const auto start = std::chrono::steady_clock::now();
       Status status = skip ? absl::OkStatus() : task.work();
       const auto end = std::chrono::steady_clock::now();
@@ -227,6 +234,7 @@ class CpuStream : public Stream {
   const std::string name_;
   StreamRegistry* registry_;  // the device's; outlives the stream
   const std::atomic<Trace*>* trace_;  // the device's
+  const std::chrono::microseconds item_delay_;
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::condition_variable done_cv_;
@@ -265,15 +273,31 @@ StatusOr<RawBlock> AllocateAligned(size_t class_bytes) {
   return RawBlock{data, data, class_bytes};
 }
 
+// A dry run's stream items each wait this long (CpuStream::item_delay).
+constexpr int kDryItemDelayUs = 50;
+
+// A dry run's memory: address space only (no swap reserved, never touched).
+StatusOr<RawBlock> MapUntouched(size_t class_bytes) {
+  void* data = ::mmap(nullptr, class_bytes, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (data == MAP_FAILED) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("out of address space (", FormatBytes(class_bytes), ")"));
+  }
+  return RawBlock{data, data, class_bytes};
+}
+
 class CpuDevice : public Device {
  public:
   explicit CpuDevice(const CpuDeviceOptions& options)
-      : device_pool_(Tier::kDevice, options.device_memory_bytes, "device.memory_limit"),
+      : dry_run_(options.dry_run),
+        device_pool_(Tier::kDevice, options.device_memory_bytes, "device.memory_limit"),
         host_pool_(Tier::kHost, options.host_memory_bytes, "tiers.host_memory_limit") {
     for (Tier tier : {Tier::kDevice, Tier::kHost}) {
       BlockCache::Hooks hooks;
-      hooks.allocate = AllocateAligned;
-      hooks.free = [](const RawBlock& block) { std::free(block.base); };
+      hooks.allocate = dry_run_ ? MapUntouched : AllocateAligned;
+      hooks.free = dry_run_ ? +[](const RawBlock& block) { ::munmap(block.base, block.bytes); }
+                            : +[](const RawBlock& block) { std::free(block.base); };
       hooks.fence = [this] { return streams_.Fence(*this); };
       // A quarter of the tier, at most 4 GiB: enough for a step's transient buffers.
       const uint64_t capacity = pool(tier).Stats().capacity_bytes;
@@ -331,7 +355,8 @@ class CpuDevice : public Device {
   Trace* trace() const override { return trace_.load(); }
 
   StatusOr<std::unique_ptr<Stream>> CreateStream(const std::string& name) override {
-    return std::unique_ptr<Stream>(new CpuStream(name, &streams_, &trace_));
+    return std::unique_ptr<Stream>(new CpuStream(
+        name, &streams_, &trace_, std::chrono::microseconds(dry_run_ ? kDryItemDelayUs : 0)));
   }
   StatusOr<std::unique_ptr<Event>> CreateEvent() override {
     return std::unique_ptr<Event>(new CpuEvent());
@@ -376,7 +401,19 @@ class CpuDevice : public Device {
     return absl::OkStatus();
   }
 
+  bool dry_run() const override { return dry_run_; }
+  std::array<uint64_t, 3> dry_copy_bytes() const override {
+    return {dry_copies_[0].load(), dry_copies_[1].load(), dry_copies_[2].load()};
+  }
+
   Status CopyAsync(void* dst, const void* src, size_t bytes, Stream& stream) override {
+    if (dry_run_) {  // counted by direction (memory the device did not allocate: host)
+      const Tier to = TierOf(dst).value_or(Tier::kHost);
+      const Tier from = TierOf(src).value_or(Tier::kHost);
+      const int direction = to == from ? 2 : to == Tier::kDevice ? 0 : 1;
+      dry_copies_[direction] += bytes;
+      return absl::OkStatus();
+    }
     stream.EnqueueHost([dst, src, bytes] {
       if (bytes > 0) std::memcpy(dst, src, bytes);
       return absl::OkStatus();
@@ -385,6 +422,7 @@ class CpuDevice : public Device {
   }
 
   Status MemsetAsync(void* dst, int value, size_t bytes, Stream& stream) override {
+    if (dry_run_) return absl::OkStatus();
     stream.EnqueueHost([dst, value, bytes] {
       if (bytes > 0) std::memset(dst, value, bytes);
       return absl::OkStatus();
@@ -397,11 +435,13 @@ class CpuDevice : public Device {
   }
 
   std::string Describe() const override {
-    return absl::StrCat("cpu (device tier capped at ",
+    return absl::StrCat(dry_run_ ? "dry run: " : "", "cpu (device tier capped at ",
                         FormatBytes(device_pool_.Stats().capacity_bytes), ")");
   }
 
  private:
+  const bool dry_run_;
+  std::atomic<uint64_t> dry_copies_[3] = {0, 0, 0};
   StreamRegistry streams_;  // before the pools and caches: the fences use it
   std::atomic<Trace*> trace_{nullptr};
   MemoryPool device_pool_;

@@ -16,6 +16,12 @@ namespace strata {
 struct CpuDeviceOptions {
   uint64_t device_memory_bytes = 8ull << 30;  // device.memory_limit
   uint64_t host_memory_bytes = ~0ull >> 1;    // host tier capacity (tiers.host_memory_limit)
+  // A dry run (strata plan): every allocation is accounted in the pools as usual but is
+  // untouched virtual memory (mapped without reserving swap, so a plan for a machine
+  // larger than this one does not commit its memory); copies and memsets do nothing, the
+  // copies counted by direction (Device::dry_copy_bytes). Kernels must be counting ones
+  // (kernels/counting_ops.h).
+  bool dry_run = false;
 };
 
 std::unique_ptr<Device> CreateCpuDevice(const CpuDeviceOptions& options);

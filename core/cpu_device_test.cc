@@ -26,6 +26,36 @@ std::unique_ptr<Device> MakeDevice(uint64_t device_bytes = 1 << 20) {
   return CreateCpuDevice(options);
 }
 
+// A dry run accounts what it is asked for without committing memory: 1 TiB of device tier
+// on this machine; copies are counted by direction and move nothing; memsets do nothing.
+TEST(CpuDevice, DryRunAccountsWithoutMemory) {
+  CpuDeviceOptions options;
+  options.dry_run = true;
+  options.device_memory_bytes = 2ull << 40;
+  options.host_memory_bytes = 2ull << 40;
+  auto device = CreateCpuDevice(options);
+  EXPECT_TRUE(device->dry_run());
+  ASSERT_OK_AND_ASSIGN(auto stream, device->CreateStream("s"));
+  ASSERT_OK_AND_ASSIGN(Buffer big, device->Allocate(Tier::kDevice, StateKind::kParams,
+                                                    1ull << 40, "params"));
+  ASSERT_OK_AND_ASSIGN(Buffer host, device->Allocate(Tier::kHost, StateKind::kOptimizer,
+                                                     3ull << 30, "optimizer"));
+  EXPECT_EQ(device->pool(Tier::kDevice).Stats().current_bytes, 1ull << 40);
+  EXPECT_EQ(device->pool(Tier::kHost).Stats().peak_by_kind[static_cast<int>(StateKind::kOptimizer)],
+            3ull << 30);
+  std::vector<char> mine(4096, 'x');
+  ASSERT_OK(device->CopyAsync(big.data(), host.data(), 1000, *stream));
+  ASSERT_OK(device->CopyAsync(mine.data(), big.data(), 4096, *stream));
+  ASSERT_OK(device->CopyAsync(host.data(), mine.data(), 24, *stream));
+  ASSERT_OK(device->MemsetAsync(mine.data(), 0, mine.size(), *stream));
+  ASSERT_OK(stream->Synchronize());
+  EXPECT_EQ(device->dry_copy_bytes(), (std::array<uint64_t, 3>{1000, 4096, 24}));
+  EXPECT_EQ(mine[0], 'x');  // nothing written
+  // Over the capacity is refused as in a real run.
+  EXPECT_THAT(device->Allocate(Tier::kDevice, StateKind::kParams, 2ull << 40, "more"),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+}
+
 TEST(CpuDevice, StreamRunsWorkInOrder) {
   auto device = MakeDevice();
   ASSERT_OK_AND_ASSIGN(auto stream, device->CreateStream("compute"));

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <array>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -91,6 +92,13 @@ class Device {
   // device's streams or be reset to null first. Devices that cannot trace ignore it.
   virtual void SetTrace(Trace* trace) {}
   virtual Trace* trace() const { return nullptr; }
+
+  // True for a device that only accounts (a dry run: core/cpu_device.h): its buffers must
+  // not be read or written, so the NVMe tiers on it touch no disk either.
+  virtual bool dry_run() const { return false; }
+  // A dry run's copies so far by direction, in bytes (host_to_device, device_to_host,
+  // within a tier); zeros elsewhere.
+  virtual std::array<uint64_t, 3> dry_copy_bytes() const { return {0, 0, 0}; }
 };
 
 // Labels the work enqueued on `stream` within a scope (restoring the label before it):

@@ -28,6 +28,17 @@ struct GpuBenchArgs {
 
 Status RunTrain(const CommandArgs& args);
 
+// `strata plan` (launch/plan.h): the decision order's configurations for a job and machine.
+struct PlanArgs {
+  std::string config_path;        // --config FILE.json: the job
+  std::vector<std::string> sets;  // --set
+  std::string hardware = "probe";  // --hardware probe|FILE
+  bool reprobe = false;            // --reprobe: measure again instead of the cached probe
+  std::string save_hardware;       // --save-hardware FILE: the figures used, as a hardware file
+  std::string emit_path;           // --emit FILE.json: the recommended configuration
+};
+Status RunPlan(const PlanArgs& args);
+
 // `strata sample` (launch/sample.h): text from a checkpoint or a Hugging Face directory.
 struct SampleArgs {
   std::string from;                // --from CHECKPOINT|hf:DIR
@@ -53,10 +64,10 @@ Status RunBenchOffload(const CommandArgs& args);
 Status RunBenchInfinity(const CommandArgs& args, const std::string& dir);
 // One GPU, bf16: tokens/s and MFU on device, offloaded and (where it exists) NVMe params.
 Status RunBenchGpu(const CommandArgs& args, const GpuBenchArgs& gpu);
-// `strata export --from CHECKPOINT --to hf:DIR|llmc:FILE [--dtype fp32|bf16]
-// [--shard-size 5GiB]`: launch/export_weights.h.
+// `strata export --from CHECKPOINT --to hf:DIR|llmc:FILE|peft:DIR [--dtype fp32|bf16]
+// [--shard-size 5GiB] [--merge-lora]`: launch/export_weights.h.
 Status RunExport(const std::string& from, const std::string& to, DType dtype,
-                 const std::string& shard_size);
+                 const std::string& shard_size, bool merge_lora);
 // `strata bench import --dir DIR`: Hugging Face import MB/s against a sequential read of
 // the same files (launch/bench_import.cc).
 Status RunBenchImport(const CommandArgs& args, const std::string& dir);

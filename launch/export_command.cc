@@ -9,11 +9,12 @@
 namespace strata {
 
 Status RunExport(const std::string& from, const std::string& to, DType dtype,
-                 const std::string& shard_size) {
+                 const std::string& shard_size, bool merge_lora) {
   ExportRequest request;
   request.from = from;
   request.to = to;
   request.dtype = dtype;
+  request.merge_lora = merge_lora;
   StatusOr<uint64_t> shard = ParseBytes(shard_size);
   if (!shard.ok() || *shard == 0) {
     return absl::InvalidArgumentError(

@@ -92,13 +92,17 @@ int main(int argc, char** argv) {
   export_command->add_option("--from", export_from, "checkpoint: step-<k> directory or a "
                                                     "checkpoint_dir (its newest)")
       ->required();
-  export_command->add_option("--to", export_to, "hf:DIR (config.json + safetensors) or "
-                                                "llmc:FILE (llm.c GPT-2, fp32)")
+  export_command->add_option("--to", export_to, "hf:DIR (config.json + safetensors), "
+                                                "llmc:FILE (llm.c GPT-2, fp32) or, for LoRA "
+                                                "adapters, peft:DIR (PEFT's adapter files)")
       ->required();
-  export_command->add_option("--dtype", export_dtype, "hf: fp32 (exact) | bf16")
+  export_command->add_option("--dtype", export_dtype, "hf:, peft: fp32 (exact) | bf16")
       ->transform(CLI::CheckedTransformer(strata::OptionValues<strata::DType>()));
   export_command->add_option("--shard-size", export_shard,
                              "hf: larger models go into safetensors shards of this size");
+  bool export_merge_lora = false;
+  export_command->add_flag("--merge-lora", export_merge_lora,
+                           "a LoRA checkpoint to hf:DIR: its base with the adapters merged in");
 
   std::string tokenize_in, tokenize_out, tokenize_spec = "gpt2";
   CLI::App* tokenize = app.add_subcommand(
@@ -124,6 +128,19 @@ int main(int argc, char** argv) {
                      "else bytes");
   sample->add_option("--config", sample_args.config_path, "JSON config: device.*, train.dtype");
   sample->add_option("--set", sample_args.sets, "device.backend=cuda, train.dtype=bf16, ...");
+
+  strata::PlanArgs plan_args;
+  CLI::App* plan = app.add_subcommand(
+      "plan", "what fits this machine (or another), how fast, and which configuration to use");
+  plan->add_option("--config", plan_args.config_path, "JSON config of the job");
+  plan->add_option("--set", plan_args.sets, "section.key=value overrides of the job");
+  plan->add_option("--hardware", plan_args.hardware,
+                   "probe (measure this machine, cached) or a hardware FILE.json");
+  plan->add_flag("--reprobe", plan_args.reprobe, "measure again instead of the cached probe");
+  plan->add_option("--save-hardware", plan_args.save_hardware,
+                   "write the figures used as a hardware file (edit it to plan for another machine)");
+  plan->add_option("--emit", plan_args.emit_path,
+                   "write the recommended configuration as a config file strata train accepts");
 
   std::string report_metrics, report_trace, report_out;
   CLI::App* report = app.add_subcommand(
@@ -236,9 +253,11 @@ int main(int argc, char** argv) {
     status = strata::RunTokenize(tokenize_in, tokenize_out, tokenize_spec);
   }
   else if (export_command->parsed()) {
-    status = strata::RunExport(export_from, export_to, export_dtype, export_shard);
+    status = strata::RunExport(export_from, export_to, export_dtype, export_shard,
+                               export_merge_lora);
   }
   else if (report->parsed()) status = strata::RunReport(report_metrics, report_trace, report_out);
+  else if (plan->parsed()) status = strata::RunPlan(plan_args);
   else if (bench_train->parsed()) status = strata::RunBenchTrain(args);
   else if (bench_trace->parsed()) {
     if (bench_trace->count("--steps") == 0) args.bench_steps = 20;

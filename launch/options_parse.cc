@@ -444,6 +444,27 @@ std::string FormatResolved(const Options& options) {
   return out;
 }
 
+std::string FormatConfigJson(const Options& options) {
+  nlohmann::ordered_json config = nlohmann::ordered_json::object();
+  for (const KeySpec& spec : Keys()) {
+    const std::string name = spec.name;
+    const size_t dot = name.find('.');
+    const std::string section = name.substr(0, dot), key = name.substr(dot + 1);
+    const std::string text = ValueText(spec, options);
+    const std::string type = TypeName(spec);
+    nlohmann::ordered_json value;
+    if (type == "int" || type == "float" || type == "uint64") {
+      value = nlohmann::ordered_json::parse(text);
+    } else if (type == "bool") {
+      value = text == "true";
+    } else {
+      value = text;
+    }
+    config[section][key] = value;
+  }
+  return config.dump(2) + "\n";
+}
+
 StatusOr<std::pair<int, int>> ParseStepRange(const std::string& text) {
   const size_t colon = text.find(':');
   int first = 0, last = 0;

@@ -50,4 +50,8 @@ std::string DescribeKeys();
 // valid --set argument: ParseOptions("", lines) reproduces `options` exactly. Log it once.
 std::string FormatResolved(const Options& options);
 
+// Every key of `options` as a config file ParseOptions reads back to the same options:
+// {"section": {"key": value}}, numbers and booleans typed, sizes and enums as text.
+std::string FormatConfigJson(const Options& options);
+
 }  // namespace strata

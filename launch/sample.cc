@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "launch/checkpoint.h"
+#include "launch/export_weights.h"
 #include "launch/import_weights.h"
 #include "models/create_model.h"
 #include "models/hf/hf_model.h"
@@ -42,8 +44,20 @@ StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& source
   Options device_options = options;
   device_options.model = g->model_options_;
   ASSIGN_OR_RETURN(g->backend_, CreateBackend(device_options));
+  // A LoRA checkpoint runs unmerged: the model with its adapters, the base made again from
+  // its source (launch/export_weights.h) and checked against the checkpoint's hash.
+  const bool lora = checkpoint && checkpoint->lora.rank > 0;
   ASSIGN_OR_RETURN(g->model_,
-                   CreateModel(g->model_options_, Recompute::kNone, options.train.dtype));
+                   CreateModel(g->model_options_, Recompute::kNone, options.train.dtype,
+                               lora ? CheckpointLoraOptions(*checkpoint) : LoraOptions{}));
+  int first_adapter = 0;
+  std::optional<LoraBaseReader> base;
+  if (lora) {
+    ASSIGN_OR_RETURN(first_adapter, CheckAdapterUnits(*checkpoint, *g->model_));
+    ASSIGN_OR_RETURN(LoraBaseReader opened,
+                     LoraBaseReader::Open(*checkpoint, *g->model_, "sample"));
+    base.emplace(std::move(opened));
+  }
   Device& device = *g->backend_.device;
   ASSIGN_OR_RETURN(g->stream_, device.CreateStream("sample"));
   std::optional<HfWeights> weights;
@@ -56,13 +70,19 @@ StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& source
   const DType dtype = options.train.dtype;
   const auto& units = g->model_->units();
   std::vector<float> values;
+  BaseHasher base_hash;  // of a LoRA base, as its units go by (they come first, in order)
   for (size_t u = 0; u < units.size(); ++u) {
+    const int unit = static_cast<int>(u);
     const size_t n = units[u].used_elements();
     values.assign(n, 0.0f);
     if (weights) {
-      RETURN_IF_ERROR(weights->Fill(static_cast<int>(u), 0, n, values.data(), nullptr));
+      RETURN_IF_ERROR(weights->Fill(unit, 0, n, values.data(), nullptr));
+    } else if (base && unit < first_adapter) {
+      RETURN_IF_ERROR(base->Read(unit, &values));
+      base_hash.Add(values);
     } else {
-      RETURN_IF_ERROR(ReadCheckpointMaster(*checkpoint, static_cast<int>(u), 0, n, values.data()));
+      RETURN_IF_ERROR(ReadCheckpointMaster(*checkpoint, unit - first_adapter, 0, n,
+                                           values.data()));
     }
     ASSIGN_OR_RETURN(Buffer param, device.Allocate(Tier::kDevice, StateKind::kParams,
                                                    n * DTypeBytes(dtype), units[u].name()));
@@ -74,6 +94,11 @@ StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& source
                                                    staging.as<float>(), n));
     RETURN_IF_ERROR(g->stream_->Synchronize());
     g->params_.push_back(std::move(param));
+  }
+  if (base) {
+    RETURN_IF_ERROR(CheckLoraBaseHash(*checkpoint, *base, base_hash.Hex(), "sample"));
+    g->lora_ = absl::StrCat(" with LoRA adapters of rank ", checkpoint->lora.rank, " (",
+                            checkpoint->lora.targets, ") on ", base->Describe());
   }
   RETURN_IF_ERROR(g->model_->PrepareDecode(device, max_len));
   ASSIGN_OR_RETURN(g->token_, device.Allocate(Tier::kDevice, StateKind::kActivations,
@@ -119,7 +144,7 @@ StatusOr<std::vector<float>> Generator::Feed(int32_t token) {
 }
 
 std::string Generator::Describe() const {
-  return absl::StrCat(model_->Describe(), " on ", backend_.device->Describe());
+  return absl::StrCat(model_->Describe(), lora_, " on ", backend_.device->Describe());
 }
 
 Status ValidateSampling(const SamplingOptions& sampling) {

@@ -3,6 +3,9 @@
 // a KV cache (Model::PrepareDecode / DecodeStep: each new token costs one row of every
 // matrix and attention over the cached keys), and the next token drawn from the logits
 // (temperature, top-k, a seeded generator: the same seed gives the same text).
+// A LoRA checkpoint runs unmerged: its base made again from where training took it
+// (launch/export_weights.h LoraBaseReader), refused when it no longer hashes as it did,
+// and the adapters applied in every forward as in training.
 // Thread-safety: a Generator is driven by one thread.
 #pragma once
 
@@ -23,10 +26,10 @@ namespace strata {
 // A model ready to generate: weights on the device, an empty KV cache.
 class Generator {
  public:
-  // `source`: a checkpoint (step-<k> or a checkpoint_dir: its newest) or "hf:DIR". The
-  // model's shape comes from the source; `options` gives the backend (device.*) and
-  // train.dtype (the compute dtype). `max_len`: positions the cache holds (<= the model's
-  // max_seq_len).
+  // `source`: a checkpoint (step-<k> or a checkpoint_dir: its newest; a LoRA checkpoint
+  // with its base) or "hf:DIR". The model's shape comes from the source; `options` gives
+  // the backend (device.*) and train.dtype (the compute dtype). `max_len`: positions the
+  // cache holds (<= the model's max_seq_len).
   static StatusOr<std::unique_ptr<Generator>> Create(const std::string& source,
                                                      const Options& options, int max_len);
   ~Generator();
@@ -49,6 +52,7 @@ class Generator {
   Buffer token_, logits_f32_;
   StepContext ctx_;
   int position_ = 0, max_len_ = 0;
+  std::string lora_;  // a LoRA checkpoint's adapters and base, for Describe; else ""
 };
 
 // How the next token is drawn from logits: temperature 0 = the most likely (greedy);

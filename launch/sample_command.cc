@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "launch/checkpoint.h"
 #include "launch/commands.h"
 #include "launch/options_parse.h"
 #include "absl/strings/match.h"
@@ -30,6 +31,13 @@ Status RunSample(const SampleArgs& args) {
   if (spec.empty()) {
     Options with_source = options;
     with_source.model.from = absl::StartsWith(args.from, "hf:") ? args.from : "";
+    // A LoRA checkpoint's text is its base's: a Hugging Face base's tokenizer.
+    if (with_source.model.from.empty()) {
+      StatusOr<OpenedCheckpoint> checkpoint = OpenCheckpoint(args.from);
+      if (checkpoint.ok() && checkpoint->lora.rank > 0) {
+        with_source.model.from = checkpoint->base.from;
+      }
+    }
     spec = ResolvedTokenizerSpec(with_source);
   }
   ASSIGN_OR_RETURN(const std::unique_ptr<Tokenizer> tokenizer, OpenTokenizer(spec));

@@ -140,6 +140,8 @@ class Engine {
   // caller may read the next unit while this one is stored).
   Status StoreUnitValues(int unit, const float* values);
 
+  // Bytes of this rank's swap files (0 without nvme tiers).
+  uint64_t nvme_file_bytes() const { return components_.nvme_file_bytes(); }
   // The unit access trace of one micro-batch (forward then backward).
   const std::vector<UnitAccess>& trace() const { return trace_; }
   Stream& compute_stream() { return *compute_; }

@@ -65,6 +65,7 @@ StatusOr<std::unique_ptr<NvmeTier>> CreateNvmeTier(
   store.dir = options.zero.nvme_dir;
   store.rank = ctx.communicator->rank();
   store.allow_memory_fs = options.zero.nvme_allow_memory_fs;
+  store.dry_run = ctx.device->dry_run();  // a plan's dry run touches no disk
   store.engine.engine = options.nvme.engine;
   store.engine.queue_depth = options.nvme.queue_depth;
   store.engine.trace = ctx.device->trace();

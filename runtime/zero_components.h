@@ -58,6 +58,10 @@ class ZeroComponents {
   // Blocks until every write-back of state is on its tier; the first error, if any.
   Status Flush() { return optimizer_home_->Flush(); }
   NvmeTraffic traffic() const;
+  // Bytes of this rank's swap files (optimizer state, gradient sums, params).
+  uint64_t nvme_file_bytes() const {
+    return (nvme_ != nullptr ? nvme_->file_bytes() : 0) + param_home_->nvme_file_bytes();
+  }
 
  private:
   friend StatusOr<ZeroComponents> MakeZeroComponents(const Options&, const Placement&,

@@ -1,13 +1,6 @@
 // NvmeStore; see nvme_store.h.
 #include "tiers/nvme_store.h"
 
-#include <cstdlib>
-
-#include <optional>
-
-#include "core/progress.h"
-#include "nvme/fault_injection.h"
-
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -18,11 +11,16 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_join.h"
 #include "core/logging.h"
+#include "core/progress.h"
+#include "core/run_identity.h"
+#include "nvme/fault_injection.h"
 
 namespace strata {
 namespace {
@@ -47,6 +45,144 @@ std::chrono::milliseconds Remaining(Clock::time_point deadline) {
   return std::max(std::chrono::milliseconds(0),
                   std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()));
 }
+
+// The path SwapDirClaim::SwapPath gives (a dry run takes no claim, yet names the files the
+// real run would; the tests compare the two).
+std::string DrySwapPath(const NvmeStoreOptions& options, const char* role) {
+  return absl::StrFormat("%s/strata-%s-rank%d-%s.swap", options.dir, RunId(), options.rank, role);
+}
+
+// The engine of a dry run: every request completes at once and successfully, and no byte
+// moves; the buffers are never read or written, because a dry device's buffers are
+// address ranges with no memory behind them. Files are names only: OpenFile records one
+// and touches nothing. Requests are validated as the real engines do (an open file, a
+// length, a buffer, O_DIRECT alignment), so a dry run rejects what a real one would, and
+// the stats count the bytes a real engine would move.
+// Thread-safety: thread-compatible, like every IoEngine.
+class NullIoEngine final : public nvme::IoEngine {
+ public:
+  explicit NullIoEngine(const nvme::IoEngineOptions& options) {
+    info_.engine = "null";
+    info_.queue_depth = options.queue_depth;
+    info_.max_request_bytes = options.max_request_bytes;
+  }
+
+  StatusOr<nvme::FileHandle> OpenFile(const std::string& path,
+                                      const nvme::FileOptions& options) override {
+    files_.push_back({path, options.direct_io, /*open=*/true, /*outstanding=*/0});
+    return nvme::FileHandle{static_cast<int32_t>(files_.size() - 1)};
+  }
+
+  Status CloseFile(nvme::FileHandle file) override {
+    if (!IsOpen(file)) {
+      return absl::InvalidArgumentError(absl::StrCat("nvme: close of unknown file ", file.id));
+    }
+    if (files_[file.id].outstanding > 0) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("nvme: close of %s with %d extents outstanding", files_[file.id].path,
+                          files_[file.id].outstanding));
+    }
+    files_[file.id].open = false;
+    return Status();
+  }
+
+  std::string FileName(nvme::FileHandle file) const override {
+    if (!file.valid() || file.id >= static_cast<int32_t>(files_.size())) {
+      return absl::StrCat("<unknown file ", file.id, ">");
+    }
+    return files_[file.id].path;
+  }
+
+  Status RegisterBuffers(absl::Span<const nvme::BufferRegion> regions) override { return Status(); }
+  Status UnregisterBuffers() override { return Status(); }
+
+  Status Submit(absl::Span<const nvme::IoRequest> requests) override {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      Status valid = Validate(requests[i]);
+      if (!valid.ok()) {
+        return Annotate(valid, absl::StrFormat("nvme: request %d of a batch of %d (tag %d), "
+                                               "batch rejected",
+                                               i, requests.size(), requests[i].tag));
+      }
+    }
+    for (const nvme::IoRequest& request : requests) {
+      ++files_[request.file.id].outstanding;
+      ready_.push_back(nvme::IoCompletion{request.tag, Status(), request.op, request.file,
+                                          request.offset, request.length, request.length});
+      ++stats_.extents_completed;
+      stats_.transfers_issued +=
+          info_.max_request_bytes == 0
+              ? 1
+              : (request.length + info_.max_request_bytes - 1) / info_.max_request_bytes;
+      (request.op == nvme::IoOp::kRead ? stats_.bytes_read : stats_.bytes_written) +=
+          request.length;
+    }
+    return Status();
+  }
+
+  size_t Poll(std::vector<nvme::IoCompletion>* completions) override {
+    const size_t count = ready_.size();
+    for (nvme::IoCompletion& completion : ready_) {
+      --files_[completion.file.id].outstanding;
+      completions->push_back(std::move(completion));
+    }
+    ready_.clear();
+    return count;
+  }
+
+  // Everything outstanding is finished already: never waits.
+  Status Wait(size_t min_completions, std::chrono::milliseconds timeout,
+              std::vector<nvme::IoCompletion>* completions) override {
+    Poll(completions);
+    return Status();
+  }
+
+  Status Drain() override { return Status(); }
+  size_t Outstanding() const override { return ready_.size(); }
+  nvme::EngineInfo info() const override { return info_; }
+  nvme::EngineStats stats() const override { return stats_; }
+
+ private:
+  struct File {
+    std::string path;
+    bool direct = false;
+    bool open = false;
+    uint32_t outstanding = 0;
+  };
+
+  bool IsOpen(nvme::FileHandle file) const {
+    return file.valid() && file.id < static_cast<int32_t>(files_.size()) && files_[file.id].open;
+  }
+
+  Status Validate(const nvme::IoRequest& request) const {
+    if (!IsOpen(request.file)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "nvme: %s of unknown or closed file %d", nvme::IoOpName(request.op), request.file.id));
+    }
+    const File& file = files_[request.file.id];
+    auto invalid = [&](const std::string& why) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("nvme: %s of %s at offset %d, length %d: %s", nvme::IoOpName(request.op),
+                          file.path, request.offset, request.length, why));
+    };
+    if (request.length == 0) return invalid("length is zero");
+    if (request.buffer == nullptr) return invalid("buffer is null");
+    if (request.offset + request.length < request.offset) return invalid("extent overflows");
+    const uint64_t address = reinterpret_cast<uintptr_t>(request.buffer);
+    if (file.direct && (request.offset % kAlignment != 0 || request.length % kAlignment != 0 ||
+                        address % kAlignment != 0)) {
+      return invalid(absl::StrFormat(
+          "O_DIRECT needs offset, length and buffer address (0x%x) aligned to %d bytes", address,
+          kAlignment));
+    }
+    return Status();
+  }
+
+  nvme::EngineInfo info_;
+  nvme::EngineStats stats_;
+  std::vector<File> files_;  // index = FileHandle::id
+  std::deque<nvme::IoCompletion> ready_;
+};
 
 }  // namespace
 
@@ -104,28 +240,37 @@ StatusOr<std::unique_ptr<NvmeStore>> NvmeStore::Create(const NvmeStoreOptions& o
     return absl::InvalidArgumentError(absl::StrCat("nvme store: ", absl::StrJoin(problems, "; ")));
   }
 
-  // The directory.
-  struct stat dir_stat {};
-  if (::stat(options.dir.c_str(), &dir_stat) != 0) {
-    return ErrnoError(errno, absl::StrCat("nvme store: zero.nvme_dir ", options.dir));
-  }
-  if (!S_ISDIR(dir_stat.st_mode)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("nvme store: zero.nvme_dir ", options.dir, " is not a directory"));
-  }
-  if (::access(options.dir.c_str(), W_OK | X_OK) != 0) {
-    return ErrnoError(errno,
-                      absl::StrCat("nvme store: zero.nvme_dir ", options.dir, " is not writable"));
+  // The directory. A dry run leaves it alone: `strata plan` may run where it does not
+  // exist, and must not take the claim a live run on this machine may hold.
+  if (!options.dry_run) {
+    struct stat dir_stat {};
+    if (::stat(options.dir.c_str(), &dir_stat) != 0) {
+      return ErrnoError(errno, absl::StrCat("nvme store: zero.nvme_dir ", options.dir));
+    }
+    if (!S_ISDIR(dir_stat.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("nvme store: zero.nvme_dir ", options.dir, " is not a directory"));
+    }
+    if (::access(options.dir.c_str(), W_OK | X_OK) != 0) {
+      return ErrnoError(
+          errno, absl::StrCat("nvme store: zero.nvme_dir ", options.dir, " is not writable"));
+    }
   }
 
   // The layout: extents in declaration order, each at the end of its file.
   auto store = std::unique_ptr<NvmeStore>(new NvmeStore(options, nullptr));
-  ASSIGN_OR_RETURN(store->claim_,
-                   SwapDirClaim::Acquire({options.dir, options.rank, options.allow_memory_fs}));
   static const char* const kFileNames[kNumFileRoles] = {"params", "master", "moments",
                                                                 "grads"};
-  for (int role = 0; role < kNumFileRoles; ++role) {
-    store->files_[role].path = store->claim_->SwapPath(kFileNames[role]);
+  if (options.dry_run) {
+    for (int role = 0; role < kNumFileRoles; ++role) {
+      store->files_[role].path = DrySwapPath(options, kFileNames[role]);
+    }
+  } else {
+    ASSIGN_OR_RETURN(store->claim_,
+                     SwapDirClaim::Acquire({options.dir, options.rank, options.allow_memory_fs}));
+    for (int role = 0; role < kNumFileRoles; ++role) {
+      store->files_[role].path = store->claim_->SwapPath(kFileNames[role]);
+    }
   }
   uint64_t needed_bytes = 0;
   for (const ExtentSpec& spec : specs) {
@@ -152,13 +297,13 @@ StatusOr<std::unique_ptr<NvmeStore>> NvmeStore::Create(const NvmeStoreOptions& o
   }
 
   // Room for all of it, checked before anything is created (the claim has removed
-  // crashed runs' leftovers by now).
+  // crashed runs' leftovers by now). A dry run needs none.
   struct statvfs fs {};
-  if (::statvfs(options.dir.c_str(), &fs) != 0) {
+  if (!options.dry_run && ::statvfs(options.dir.c_str(), &fs) != 0) {
     return ErrnoError(errno, absl::StrCat("nvme store: statvfs of zero.nvme_dir ", options.dir));
   }
   const uint64_t free_bytes = uint64_t{fs.f_bavail} * fs.f_frsize;
-  if (needed_bytes > free_bytes) {
+  if (!options.dry_run && needed_bytes > free_bytes) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "nvme store: zero.nvme_dir %s has %d bytes free, but the swap files of rank %d need "
         "%d bytes (%d extents, each rounded up to %d bytes); free space there, choose another "
@@ -168,7 +313,9 @@ StatusOr<std::unique_ptr<NvmeStore>> NvmeStore::Create(const NvmeStoreOptions& o
 
   // The engine, then the files. From here on a failure removes what was created: the
   // store's destructor does it (keep_files is for stores Create returned).
-  if (options.engine_factory) {
+  if (options.dry_run) {
+    store->engine_ = std::make_unique<NullIoEngine>(options.engine);
+  } else if (options.engine_factory) {
     ASSIGN_OR_RETURN(store->engine_, options.engine_factory(options.engine));
   } else {
     StatusOr<std::unique_ptr<nvme::IoEngine>> engine = nvme::CreateIoEngine(options.engine);
@@ -190,12 +337,13 @@ StatusOr<std::unique_ptr<NvmeStore>> NvmeStore::Create(const NvmeStoreOptions& o
   }
   // Preallocating tens of GiB can take a while on some filesystems: rank 0 shows progress.
   std::optional<Progress> progress;
-  if (options.rank == 0) {
+  if (options.rank == 0 && !options.dry_run) {
     progress.emplace(absl::StrCat("creating swap files in ", options.dir), needed_bytes);
   }
   for (SwapFile& file : store->files_) {
     if (file.bytes == 0) continue;
-    file.created = true;  // open may create it even when a later step fails
+    // Open may create it even when a later step fails; the null engine creates nothing.
+    file.created = !options.dry_run;
     nvme::FileOptions file_options;
     if (progress) file_options.on_preallocated = [&](uint64_t bytes) { progress->Advance(bytes); };
     file_options.direct_io = true;
@@ -211,11 +359,18 @@ StatusOr<std::unique_ptr<NvmeStore>> NvmeStore::Create(const NvmeStoreOptions& o
                       absl::StrFormat("nvme store: creating swap file %s", file.path));
     }
     file.handle = *handle;
-    if (!options.keep_files) file.on_signal = RemoveOnSignal(file.path);
+    if (file.created && !options.keep_files) file.on_signal = RemoveOnSignal(file.path);
   }
   store->created_ = true;
-  spdlog::info("nvme store: rank {}: {} extents, {} bytes in {} ({} engine)", options.rank,
-               store->extents_.size(), needed_bytes, options.dir, store->engine_name());
+  if (options.dry_run) {
+    spdlog::info(
+        "nvme store: rank {}: dry run: {} extents, {} bytes of swap files in {} "
+        "(none created)",
+        options.rank, store->extents_.size(), needed_bytes, options.dir);
+  } else {
+    spdlog::info("nvme store: rank {}: {} extents, {} bytes in {} ({} engine)", options.rank,
+                 store->extents_.size(), needed_bytes, options.dir, store->engine_name());
+  }
   return store;
 }
 
@@ -292,7 +447,9 @@ StatusOr<uint64_t> NvmeStore::Submit(int unit, ExtentKind kind, bool write, void
     return absl::FailedPreconditionError(
         absl::StrFormat("%s: %d reads of this extent are in flight", what, extent.reads_in_flight));
   }
-  if (!write && extent.state == ExtentState::kNeverWritten) {
+  // A dry run's set-up stores nothing (a plan's state has no values): its extents read as
+  // if written.
+  if (!write && extent.state == ExtentState::kNeverWritten && !options_.dry_run) {
     return absl::DataLossError(what + ": the extent was never written");
   }
   if (!write && extent.state == ExtentState::kWriteFailed) {
@@ -310,7 +467,8 @@ StatusOr<uint64_t> NvmeStore::Submit(int unit, ExtentKind kind, bool write, void
   pending.blocking = blocking;
   // The buffer is the engine's until completion, so its hash now is the hash of what is
   // written (a caller that changes it meanwhile gets a checksum error on read, not silence).
-  if (write) pending.write_hash = XXH3_64bits(buffer, extent.logical_bytes);
+  // A dry run's buffer may have no memory behind it: not read, and no checksum.
+  if (write && !options_.dry_run) pending.write_hash = XXH3_64bits(buffer, extent.logical_bytes);
   const nvme::IoRequest request{write ? nvme::IoOp::kWrite : nvme::IoOp::kRead,
                                 file.handle,
                                 extent.offset,
@@ -367,7 +525,7 @@ void NvmeStore::Process(std::vector<nvme::IoCompletion>* raw) {
       --extent.reads_in_flight;
       if (!done.status.ok()) {
         status = Annotate(done.status, what);
-      } else {
+      } else if (!options_.dry_run) {  // a dry read brings no bytes to check
         const uint64_t read_hash = XXH3_64bits(pending.buffer, extent.logical_bytes);
         if (read_hash != extent.hash) {
           status = absl::DataLossError(absl::StrFormat(
@@ -489,7 +647,7 @@ std::vector<std::string> NvmeStore::files() const {
   return paths;
 }
 
-uint64_t NvmeStore::disk_bytes() const {
+uint64_t NvmeStore::file_bytes() const {
   uint64_t bytes = 0;
   for (const SwapFile& file : files_) bytes += file.bytes;
   return bytes;

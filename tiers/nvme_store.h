@@ -32,6 +32,14 @@
 // - Destruction drains every request in flight (their completions are dropped), closes
 //   the files and removes them unless keep_files. Buffers of requests in flight must
 //   outlive the store.
+// - Dry run (NvmeStoreOptions::dry_run, for `strata plan`): the same store without the
+//   disk. Nothing under the directory is looked at, claimed, created or preallocated, and
+//   the I/O engine is a null one that completes every request at once, successfully,
+//   moving no byte; the store itself never reads or writes a buffer (no checksums: a dry
+//   device's buffers are address ranges with no memory behind them). Everything else is
+//   the real store's: the layout (offsets, padded sizes, file names, file_bytes), the
+//   validation of requests (extents, alignment, conflicts, reads of extents never
+//   written) and the completions, so its callers move exactly the bytes they would.
 // Thread-safety: thread-compatible, like the IoEngine it drives: one thread at a time
 // calls a store (typically the rank's I/O or pipeline thread).
 #pragma once
@@ -75,7 +83,8 @@ using IoEngineFactory =
 
 struct NvmeStoreOptions {
   // Directory of the swap files (config key zero.nvme_dir). Must exist, be a directory
-  // and be writable, on a filesystem with O_DIRECT (not tmpfs). Required.
+  // and be writable, on a filesystem with O_DIRECT (not tmpfs). Required (a dry run
+  // only names files in it: there it need not exist).
   std::string dir;
   // This process's rank; file names carry it, so ranks may share a directory. Default 0.
   int rank = 0;
@@ -88,8 +97,11 @@ struct NvmeStoreOptions {
   nvme::IoEngineOptions engine;
   // Longest Wait/Read/Write blocks before failing with kDeadlineExceeded. Default 5 min.
   std::chrono::milliseconds wait_timeout = std::chrono::minutes(5);
-  // Test-only: when set, creates the engine instead of nvme::CreateIoEngine.
+  // Test-only: when set, creates the engine instead of nvme::CreateIoEngine. Not used in
+  // a dry run (an engine it creates would create the files).
   IoEngineFactory engine_factory;
+  // Dry run (`strata plan`): touch no disk; see "Dry run" above. Default false.
+  bool dry_run = false;
 };
 
 // Where an extent lives (for messages, tests and tools).
@@ -106,7 +118,8 @@ class NvmeStore {
   // and is a writable directory, checks with statvfs BEFORE creating anything that its
   // filesystem has room for every padded extent (else kResourceExhausted naming the dir,
   // the bytes needed and the bytes free), then creates and preallocates the files. On
-  // failure nothing it created is left behind.
+  // failure nothing it created is left behind. A dry run validates options and specs
+  // only, and creates nothing.
   static StatusOr<std::unique_ptr<NvmeStore>> Create(const NvmeStoreOptions& options,
                                                      const std::vector<ExtentSpec>& extents);
 
@@ -152,12 +165,14 @@ class NvmeStore {
   Status Read(int unit, ExtentKind kind, void* buffer);
 
   // Paths of the swap files, in the order params, master, moments, grads (those that
-  // exist).
+  // exist; in a dry run, those that would).
   std::vector<std::string> files() const;
-  // Bytes the swap files take on disk (their preallocated sizes).
-  uint64_t disk_bytes() const;
-  // The engine in use: "io_uring" or "pread".
+  // Total bytes of the swap files: their preallocated sizes, the padded extents (in a dry
+  // run, what the real store would preallocate).
+  uint64_t file_bytes() const;
+  // The engine in use: "io_uring" or "pread"; "null" in a dry run.
   std::string engine_name() const;
+  bool dry_run() const { return options_.dry_run; }
 
  private:
   enum class FileRole { kParams = 0, kMaster, kMoments, kGrads };

@@ -8,12 +8,11 @@
 // so a misplaced or stale byte is found.
 #include "tiers/nvme_store.h"
 
-#include "core/run_identity.h"
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,6 +25,7 @@
 #include <set>
 #include <vector>
 
+#include "core/run_identity.h"
 #include "core/testing/status_matchers.h"
 #include "nvme/fault_injection.h"
 #include "nvme/io_buffer.h"
@@ -218,7 +218,7 @@ TEST_P(NvmeStoreTest, RoundTripsOddSizesBitExactWithManyInFlight) {
     EXPECT_LT(padded - spec.bytes, kAlignment);
     padded_total += padded;
   }
-  EXPECT_EQ(store->disk_bytes(), padded_total);
+  EXPECT_EQ(store->file_bytes(), padded_total);
 
   ExtentBuffers buffers(*store, specs_);
   buffers.FillAll(1);
@@ -274,7 +274,7 @@ TEST_P(NvmeStoreTest, MasterWeightsHaveAFileOfTheirOwn) {
     EXPECT_EQ(static_cast<uint64_t>(info.st_size), bytes) << path << " is preallocated";
     total += bytes;
   }
-  EXPECT_EQ(store->disk_bytes(), total);
+  EXPECT_EQ(store->file_bytes(), total);
 
   // Only the param kind declared: only the params file exists.
   specs_ = {{0, "embedding", ExtentKind::kParams, 100}};
@@ -654,6 +654,202 @@ TEST_P(NvmeStoreTest, RejectsUndeclaredExtentsMisalignedBuffersAndConflicts) {
 
 INSTANTIATE_TEST_SUITE_P(Engines, NvmeStoreTest, ::testing::ValuesIn(nvme::testing::kTestedEngines),
                          nvme::testing::EngineParamName);
+
+// ---------------------------------------------------------------------------------------
+// Dry run: no disk touched, no buffer touched, the real store's layout and validation.
+
+// An address range with no memory behind it (PROT_NONE), like a dry device's buffers: any
+// read or write of it crashes the test.
+class Untouchable {
+ public:
+  explicit Untouchable(uint64_t bytes) : bytes_(bytes) {
+    void* data =
+        ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    EXPECT_NE(data, MAP_FAILED) << std::strerror(errno);
+    data_ = data == MAP_FAILED ? nullptr : static_cast<char*>(data);
+  }
+  ~Untouchable() {
+    if (data_ != nullptr) ::munmap(data_, bytes_);
+  }
+  char* data() { return data_; }
+
+ private:
+  char* data_ = nullptr;
+  uint64_t bytes_;
+};
+
+class NvmeStoreDryRunTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = nvme::testing::MakeTestDir();
+    specs_ = OddExtents();
+  }
+
+  NvmeStoreOptions Options(const std::string& dir, bool dry_run) const {
+    NvmeStoreOptions options;
+    options.dir = dir;
+    options.rank = 3;
+    options.dry_run = dry_run;
+    options.engine.engine = IoEngineKind::kPread;  // the real twins'
+    options.engine.max_request_bytes = 16 * kKiB;
+    options.wait_timeout = std::chrono::seconds(20);
+    return options;
+  }
+
+  std::string dir_;
+  std::vector<ExtentSpec> specs_;
+};
+
+TEST_F(NvmeStoreDryRunTest, CreatesNothingAndNeedsNoDirectory) {
+  const std::string missing = dir_ + "/does-not-exist";
+  std::vector<std::string> files;
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<NvmeStore> store,
+                         NvmeStore::Create(Options(missing, /*dry_run=*/true), specs_));
+    EXPECT_TRUE(store->dry_run());
+    EXPECT_EQ(store->engine_name(), "null");
+    files = store->files();
+    const std::string prefix = missing + "/strata-" + RunId() + "-rank3-";
+    EXPECT_EQ(files, (std::vector<std::string>{prefix + "params.swap", prefix + "master.swap",
+                                               prefix + "moments.swap", prefix + "grads.swap"}));
+    ExtentBuffers buffers(*store, specs_);
+    for (size_t i = 0; i < specs_.size(); ++i) {
+      ASSERT_OK(store->Write(specs_[i].unit, specs_[i].kind, buffers.at(i)));
+      ASSERT_OK(store->Read(specs_[i].unit, specs_[i].kind, buffers.at(i)));
+    }
+    EXPECT_FALSE(Exists(missing));
+    EXPECT_TRUE(ListDir(dir_).empty()) << "created " << ListDir(dir_)[0];
+  }
+  EXPECT_FALSE(Exists(missing));
+  EXPECT_TRUE(ListDir(dir_).empty()) << "created " << ListDir(dir_)[0];
+
+  // Over an existing directory, even with files kept: no lock file, no swap file.
+  NvmeStoreOptions options = Options(dir_, /*dry_run=*/true);
+  options.keep_files = true;
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<NvmeStore> store, NvmeStore::Create(options, specs_));
+    ExtentBuffers buffers(*store, specs_);
+    ASSERT_OK(store->Write(specs_[0].unit, specs_[0].kind, buffers.at(0)));
+    EXPECT_TRUE(ListDir(dir_).empty()) << "created " << ListDir(dir_)[0];
+  }
+  EXPECT_TRUE(ListDir(dir_).empty()) << "created " << ListDir(dir_)[0];
+
+  // Not even free space is asked for: a petabyte of state is planned, not refused.
+  specs_.push_back({3, "huge", ExtentKind::kMaster, 1ull << 50});
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<NvmeStore> huge,
+                       NvmeStore::Create(Options(missing, /*dry_run=*/true), specs_));
+  EXPECT_GT(huge->file_bytes(), 1ull << 50);
+  EXPECT_FALSE(Exists(missing));
+
+  // Configuration errors are still errors.
+  EXPECT_THAT(NvmeStore::Create(Options("", /*dry_run=*/true), specs_),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("zero.nvme_dir")));
+}
+
+TEST_F(NvmeStoreDryRunTest, LayoutIsTheRealStores) {
+  STRATA_SKIP_IF_UNAVAILABLE(IoEngineKind::kPread, dir_);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<NvmeStore> real,
+                       NvmeStore::Create(Options(dir_, /*dry_run=*/false), specs_));
+  const std::vector<std::string> listed = ListDir(dir_);  // the real files and lock
+  // A dry store of the same directory and rank beside a live one: no claim, no conflict.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<NvmeStore> dry,
+                       NvmeStore::Create(Options(dir_, /*dry_run=*/true), specs_));
+  EXPECT_EQ(ListDir(dir_), listed);
+  EXPECT_EQ(dry->files(), real->files());
+  EXPECT_EQ(dry->file_bytes(), real->file_bytes());
+  uint64_t on_disk = 0;
+  for (const std::string& path : real->files()) {
+    struct stat info {};
+    ASSERT_EQ(::stat(path.c_str(), &info), 0) << path;
+    on_disk += info.st_size;
+  }
+  EXPECT_EQ(dry->file_bytes(), on_disk);
+  for (const ExtentSpec& spec : specs_) {
+    ASSERT_OK_AND_ASSIGN(ExtentLocation real_location, real->Locate(spec.unit, spec.kind));
+    ASSERT_OK_AND_ASSIGN(ExtentLocation dry_location, dry->Locate(spec.unit, spec.kind));
+    EXPECT_EQ(dry_location.path, real_location.path);
+    EXPECT_EQ(dry_location.offset, real_location.offset);
+    EXPECT_EQ(dry_location.logical_bytes, real_location.logical_bytes);
+    EXPECT_EQ(dry_location.padded_bytes, real_location.padded_bytes);
+    EXPECT_EQ(dry->PaddedBytes(spec.unit, spec.kind), real->PaddedBytes(spec.unit, spec.kind));
+  }
+  dry.reset();
+  EXPECT_EQ(ListDir(dir_), listed) << "the dry store removed nothing of the live one's";
+}
+
+TEST_F(NvmeStoreDryRunTest, ReadsAndWritesTouchNoBuffer) {
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<NvmeStore> store,
+      NvmeStore::Create(Options(dir_ + "/does-not-exist", /*dry_run=*/true), specs_));
+  // Written and read back in patterns: a dry read leaves what the buffer held, padding
+  // included, and hands out no checksum error for it.
+  ExtentBuffers written(*store, specs_), read(*store, specs_);
+  written.FillAll(1);
+  read.FillAll(2);
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    ASSERT_OK(store->SubmitWrite(specs_[i].unit, specs_[i].kind, written.at(i), i));
+  }
+  EXPECT_EQ(store->in_flight(), specs_.size());
+  ASSERT_OK_AND_ASSIGN(std::vector<NvmeStore::Completion> done, store->Wait(specs_.size()));
+  ASSERT_EQ(done.size(), specs_.size());
+  for (const NvmeStore::Completion& completion : done) {
+    EXPECT_TRUE(completion.write);
+    EXPECT_OK(completion.status) << "tag " << completion.tag;
+  }
+  EXPECT_EQ(store->in_flight(), 0u);
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    ASSERT_OK(store->SubmitRead(specs_[i].unit, specs_[i].kind, read.at(i), 100 + i));
+  }
+  ASSERT_OK_AND_ASSIGN(done, store->Wait(specs_.size()));
+  ASSERT_EQ(done.size(), specs_.size());
+  for (const NvmeStore::Completion& completion : done) EXPECT_OK(completion.status);
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    ASSERT_OK(store->Read(specs_[i].unit, specs_[i].kind, read.at(i)));
+    EXPECT_EQ(read.Mismatch(i, 2), -1) << "extent " << i << " was written into";
+    EXPECT_EQ(written.Mismatch(i, 1), -1) << "extent " << i;
+  }
+
+  // Buffers with no memory behind them: neither read (no checksum of a write) nor written.
+  uint64_t total = 0;
+  for (const ExtentSpec& spec : specs_) total += store->PaddedBytes(spec.unit, spec.kind);
+  Untouchable nothing(total);
+  ASSERT_NE(nothing.data(), nullptr);
+  uint64_t offset = 0;
+  for (const ExtentSpec& spec : specs_) {
+    ASSERT_OK(store->Write(spec.unit, spec.kind, nothing.data() + offset));
+    ASSERT_OK(store->SubmitRead(spec.unit, spec.kind, nothing.data() + offset, 0));
+    ASSERT_OK(store->Read(spec.unit, spec.kind, nothing.data() + offset));
+    offset += store->PaddedBytes(spec.unit, spec.kind);
+  }
+  ASSERT_OK_AND_ASSIGN(done, store->Wait(1));
+  EXPECT_EQ(done.size(), specs_.size());
+  EXPECT_TRUE(store->Poll().empty());
+}
+
+TEST_F(NvmeStoreDryRunTest, RejectsWhatTheRealStoreRejects) {
+  specs_ = {{0, "embedding", ExtentKind::kParams, 5000},
+            {0, "embedding", ExtentKind::kMaster, 5000}};
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<NvmeStore> store,
+      NvmeStore::Create(Options(dir_ + "/does-not-exist", /*dry_run=*/true), specs_));
+  ExtentBuffers buffers(*store, specs_);
+  EXPECT_THAT(store->Read(0, ExtentKind::kMaster, buffers.at(1)),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("never written")));
+  EXPECT_THAT(store->Write(0, ExtentKind::kExpAvg, buffers.at(0)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unit 0 exp_avg")));
+  EXPECT_THAT(store->Write(0, ExtentKind::kMaster, buffers.at(1) + 512),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not aligned")));
+  ASSERT_OK(store->SubmitWrite(0, ExtentKind::kMaster, buffers.at(1), 1));
+  EXPECT_EQ(store->SubmitRead(0, ExtentKind::kMaster, buffers.at(1), 2).code(),
+            absl::StatusCode::kFailedPrecondition)
+      << "a write in flight, though the null engine finished it at once";
+  ASSERT_OK_AND_ASSIGN(std::vector<NvmeStore::Completion> done, store->Wait(1));
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].tag, 1u);
+  EXPECT_OK(done[0].status);
+  EXPECT_OK(store->Read(0, ExtentKind::kMaster, buffers.at(1)));
+  EXPECT_EQ(store->in_flight(), 0u);
+}
 
 }  // namespace
 }  // namespace strata

@@ -10,6 +10,8 @@
 // complete even on a failed stream, so such a write is never held forever.)
 // Errors: a failed request fails its ticket (Wait returns its status, naming unit, kind,
 // file and offset); the thread keeps serving other requests.
+// A tier over a dry-run store (NvmeStoreOptions::dry_run) works the same, its requests
+// completing as soon as they are submitted, without touching their buffers.
 // Thread-safety: every method may be called from any thread. Buffers must stay valid and
 // untouched until the ticket is done. Destruction drains everything posted (held writes
 // that were never released are dropped).
@@ -63,7 +65,10 @@ class NvmeTier {
   Status Drain();
 
   uint64_t PaddedBytes(int unit, ExtentKind kind) const { return store_->PaddedBytes(unit, kind); }
-  // Bytes moved so far, for benchmarks.
+  // Total bytes of the store's swap files (in a dry run, of those a real run would create).
+  uint64_t file_bytes() const { return store_->file_bytes(); }
+  // Bytes moved so far (in a dry run, those a real run would move), for benchmarks and
+  // `strata plan`.
   uint64_t bytes_read() const;
   uint64_t bytes_written() const;
   // Wall time so far with at least one request at the disk (the store), in ms.

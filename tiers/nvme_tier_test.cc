@@ -1,17 +1,23 @@
 // NvmeTier: posted reads and writes come back bit-exact through the I/O thread; requests
 // on one extent keep their posting order, also across a held write released later from
 // another thread; a failed request fails its ticket and Drain reports it; destruction
-// drops a held write never released (its bytes never reach the disk).
+// drops a held write never released (its bytes never reach the disk). A dry-run tier
+// (no disk) runs the same requests to the same outcomes and byte counters, touching no
+// buffer and creating nothing.
 #include "tiers/nvme_tier.h"
 
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "core/testing/status_matchers.h"
@@ -177,6 +183,165 @@ TEST_P(NvmeTierTest, DestructionDropsHeldWritesNeverReleased) {
 
 INSTANTIATE_TEST_SUITE_P(Engines, NvmeTierTest, ::testing::ValuesIn(nvme::testing::kTestedEngines),
                          nvme::testing::EngineParamName);
+
+// ---------------------------------------------------------------------------------------
+// Dry run: the tier over a store that touches no disk and no buffer.
+
+// An event the test completes by hand.
+class ManualEvent : public Event {
+ public:
+  Status Synchronize() override {
+    while (!done_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return Status();
+  }
+  bool Query() override { return done_; }
+  void Complete() { done_ = true; }
+
+ private:
+  std::atomic<bool> done_{false};
+};
+
+// What a script of requests did: every ticket's status in posting order, and the tier's
+// counters.
+struct ScriptResult {
+  std::vector<absl::StatusCode> statuses;
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+  uint64_t expected_read = 0;  // what the script's successful requests move
+  uint64_t expected_written = 0;
+};
+
+// Writes, reads, a read after a write's ticket, a write held on an event, a write held
+// for a Release, a read of an undeclared extent (fails), and Drain, over Extents(units,
+// bytes); `buffer(u, kind)` gives each extent's buffer.
+ScriptResult RunScript(NvmeTier* tier, int units,
+                       const std::function<void*(int unit, ExtentKind kind)>& buffer) {
+  ScriptResult result;
+  std::vector<NvmeTier::Ticket> tickets;
+  auto both = [&](int u) {
+    return std::vector<NvmeTier::Part>{{ExtentKind::kParams, buffer(u, ExtentKind::kParams)},
+                                       {ExtentKind::kMaster, buffer(u, ExtentKind::kMaster)}};
+  };
+  auto padded = [&](int u) {
+    return tier->PaddedBytes(u, ExtentKind::kParams) + tier->PaddedBytes(u, ExtentKind::kMaster);
+  };
+  const int last = units - 1;  // never written until the end
+  for (int u = 0; u < last; ++u) {
+    tickets.push_back(tier->Write(u, both(u)));
+    result.expected_written += padded(u);
+  }
+  for (int u = 0; u < last; ++u) {
+    tickets.push_back(tier->Read(u, both(u)));
+    result.expected_read += padded(u);
+  }
+  const NvmeTier::Ticket write =
+      tier->Write(0, {{ExtentKind::kMaster, buffer(0, ExtentKind::kMaster)}});
+  tickets.push_back(write);
+  tickets.push_back(
+      tier->ReadAfter(0, {{ExtentKind::kMaster, buffer(0, ExtentKind::kMaster)}}, write));
+  result.expected_written += tier->PaddedBytes(0, ExtentKind::kMaster);
+  result.expected_read += tier->PaddedBytes(0, ExtentKind::kMaster);
+
+  ManualEvent event;
+  const NvmeTier::Ticket on_event = tier->WriteAfter(1 % last, both(1 % last), &event);
+  tickets.push_back(on_event);
+  result.expected_written += padded(1 % last);
+  const NvmeTier::Ticket held = tier->Write(last, both(last), /*held=*/true);
+  tickets.push_back(held);
+  const NvmeTier::Ticket behind = tier->Read(last, both(last));  // sees the held write
+  tickets.push_back(behind);
+  result.expected_written += padded(last);
+  result.expected_read += padded(last);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(tier->Done(on_event)) << "a write held on an event ran before it";
+  EXPECT_FALSE(tier->Done(held)) << "a held write ran before its Release";
+  EXPECT_FALSE(tier->Done(behind)) << "a read ran before the held write ahead of it";
+  event.Complete();
+  EXPECT_OK(tier->Wait(on_event));
+  tier->Release(held);
+  EXPECT_OK(tier->Wait(behind));
+
+  // Refused by the store (no such extent): moves nothing.
+  Aligned spare(tier->PaddedBytes(0, ExtentKind::kParams));
+  tickets.push_back(tier->Read(units, {{ExtentKind::kParams, spare.data}}));
+  EXPECT_EQ(tier->Drain().code(), absl::StatusCode::kInvalidArgument);
+  for (NvmeTier::Ticket ticket : tickets) {
+    EXPECT_TRUE(tier->Done(ticket));
+    result.statuses.push_back(tier->Wait(ticket).code());
+  }
+  result.bytes_read = tier->bytes_read();
+  result.bytes_written = tier->bytes_written();
+  EXPECT_GE(tier->busy_ms(), 0.0);
+  return result;
+}
+
+TEST(NvmeTierDryRunTest, MovesTheRealTiersBytesAndTouchesNothing) {
+  const int units = 4;
+  const uint64_t bytes = 10001;  // not a multiple of 4 KiB: padded
+  const std::string dir = nvme::testing::MakeTestDir();
+  NvmeStoreOptions dry_options;
+  dry_options.dir = dir + "/does-not-exist";
+  dry_options.dry_run = true;
+  auto dry = MakeTier(IoEngineKind::kPread, units, bytes, dry_options);
+  ASSERT_NE(dry, nullptr);
+
+  // Every buffer an address range with no memory behind it, as a dry device gives: the
+  // tier, the store and the engine must neither read nor write them.
+  const uint64_t padded = dry->PaddedBytes(0, ExtentKind::kParams);
+  ASSERT_EQ(padded, 12288u);
+  const uint64_t region_bytes = 2 * units * padded;
+  void* region =
+      ::mmap(nullptr, region_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(region, MAP_FAILED) << std::strerror(errno);
+  const ScriptResult dry_result = RunScript(dry.get(), units, [&](int u, ExtentKind kind) -> void* {
+    return static_cast<char*>(region) + (2 * u + (kind == ExtentKind::kMaster)) * padded;
+  });
+  EXPECT_EQ(dry_result.bytes_read, dry_result.expected_read);
+  EXPECT_EQ(dry_result.bytes_written, dry_result.expected_written);
+  EXPECT_GT(dry_result.bytes_written, 0u);
+  const uint64_t dry_file_bytes = dry->file_bytes();
+  EXPECT_EQ(dry_file_bytes, 2 * units * padded);
+  dry.reset();
+  ::munmap(region, region_bytes);
+  EXPECT_FALSE(std::filesystem::exists(dry_options.dir));
+
+  // The same script on a real tier: the same outcomes and counters.
+  STRATA_SKIP_IF_UNAVAILABLE(IoEngineKind::kPread, dir);
+  NvmeStoreOptions real_options;
+  real_options.dir = dir;
+  auto real = MakeTier(IoEngineKind::kPread, units, bytes, real_options);
+  ASSERT_NE(real, nullptr);
+  std::vector<std::unique_ptr<Aligned>> buffers;
+  for (int i = 0; i < 2 * units; ++i) buffers.push_back(std::make_unique<Aligned>(padded));
+  const ScriptResult real_result = RunScript(real.get(), units, [&](int u, ExtentKind kind) {
+    return buffers[2 * u + (kind == ExtentKind::kMaster)]->data;
+  });
+  EXPECT_EQ(dry_result.statuses, real_result.statuses);
+  EXPECT_EQ(dry_result.bytes_read, real_result.bytes_read);
+  EXPECT_EQ(dry_result.bytes_written, real_result.bytes_written);
+  EXPECT_EQ(dry_file_bytes, real->file_bytes());
+}
+
+// A dry read leaves its buffer as it was (a real one fills it with what was written).
+TEST(NvmeTierDryRunTest, ReadsLeaveBuffersAsTheyWere) {
+  const uint64_t bytes = 5000;
+  NvmeStoreOptions options;
+  options.dir = nvme::testing::MakeTestDir() + "/does-not-exist";
+  options.dry_run = true;
+  auto tier = MakeTier(IoEngineKind::kPread, 1, bytes, options);
+  ASSERT_NE(tier, nullptr);
+  const uint64_t padded = tier->PaddedBytes(0, ExtentKind::kParams);
+  Aligned out(padded), in(padded);
+  nvme::testing::FillPattern(out.data, padded, 1, 0);
+  nvme::testing::FillPattern(in.data, padded, 2, 0);
+  ASSERT_OK(tier->Wait(tier->Write(0, {{ExtentKind::kParams, out.data}})));
+  ASSERT_OK(tier->Wait(tier->Read(0, {{ExtentKind::kParams, in.data}})));
+  EXPECT_EQ(nvme::testing::FirstMismatch(in.data, padded, 2, 0), -1);
+  EXPECT_EQ(nvme::testing::FirstMismatch(out.data, padded, 1, 0), -1);
+  EXPECT_OK(tier->Drain());
+  EXPECT_EQ(tier->bytes_read(), padded);
+  EXPECT_EQ(tier->bytes_written(), padded);
+}
 
 }  // namespace
 }  // namespace strata

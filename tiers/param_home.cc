@@ -72,6 +72,7 @@ class NvmeParamHome : public ParamHome, public ParamWriteBack {
   uint64_t bytes_read() const override { return tier_->bytes_read(); }
   uint64_t bytes_written() const override { return tier_->bytes_written(); }
   double busy_ms() const override { return tier_->busy_ms(); }
+  uint64_t nvme_file_bytes() const override { return tier_->file_bytes(); }
   Status Drain() override { return tier_->Drain(); }
 
   // Chunk by chunk through an aligned host buffer of the shard's padded size.
@@ -183,6 +184,9 @@ class SplitParamHome : public ParamHome {
     return trainable_->bytes_written() + frozen_->bytes_written();
   }
   double busy_ms() const override { return trainable_->busy_ms() + frozen_->busy_ms(); }
+  uint64_t nvme_file_bytes() const override {
+    return trainable_->nvme_file_bytes() + frozen_->nvme_file_bytes();
+  }
   Status Drain() override {
     Status status = trainable_->Drain();
     status.Update(frozen_->Drain());

@@ -86,6 +86,8 @@ class ParamHome {
   virtual uint64_t bytes_read() const { return 0; }
   virtual uint64_t bytes_written() const { return 0; }
   virtual double busy_ms() const { return 0.0; }
+  // Bytes of the swap file(s) the parts live in (0 where they are in memory).
+  virtual uint64_t nvme_file_bytes() const { return 0; }
   // Waits for every read and write-back posted so far; the first error since the last one.
   virtual Status Drain() { return absl::OkStatus(); }
 

@@ -1,0 +1,51 @@
+// The dry-run communicator: real argument checks, no data moved, ring bytes counted.
+#include "collectives/dry_communicator.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "core/cpu_device.h"
+#include "core/testing/status_matchers.h"
+
+namespace strata {
+namespace {
+
+using testing::StatusIs;
+
+TEST(DryCommunicator, CountsRingBytesAndMovesNothing) {
+  auto device = CreateCpuDevice({});
+  ASSERT_OK_AND_ASSIGN(auto stream, device->CreateStream("comm"));
+  DryCommunicator comm(1, 4);
+  EXPECT_EQ(comm.rank(), 1);
+  EXPECT_EQ(comm.world_size(), 4);
+  std::vector<float> data(400, 1.0f), out(400, 7.0f);
+  // All-reduce of 100 fp32: 2 * 3/4 * 400 bytes.
+  ASSERT_OK(comm.AllReduce(data.data(), 100, DType::kF32, *stream));
+  EXPECT_EQ(comm.bytes_sent(), 600u);
+  // All-gather of 100 per rank: 3 * 400 bytes; the output is untouched.
+  ASSERT_OK(comm.AllGather(data.data(), out.data(), 100, DType::kF32, *stream));
+  EXPECT_EQ(comm.bytes_sent(), 600u + 1200u);
+  ASSERT_OK(comm.ReduceScatter(data.data(), out.data(), 100, DType::kBF16, *stream));
+  EXPECT_EQ(comm.bytes_sent(), 600u + 1200u + 600u);
+  ASSERT_OK(stream->Synchronize());
+  for (float v : out) ASSERT_EQ(v, 7.0f);
+  EXPECT_EQ(comm.collectives(), 3u);
+  // Checked like a real one: a null buffer with a count is refused and not counted.
+  EXPECT_THAT(comm.AllReduce(nullptr, 10, DType::kF32, *stream),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(comm.collectives(), 3u);
+}
+
+TEST(DryCommunicator, OneRankSendsNothing) {
+  auto device = CreateCpuDevice({});
+  ASSERT_OK_AND_ASSIGN(auto stream, device->CreateStream("comm"));
+  DryCommunicator comm(0, 1);
+  std::vector<float> data(64);
+  ASSERT_OK(comm.AllReduce(data.data(), 64, DType::kF32, *stream));
+  ASSERT_OK(comm.Broadcast(data.data(), 64, DType::kF32, 0, *stream));
+  EXPECT_EQ(comm.bytes_sent(), 0u);
+}
+
+}  // namespace
+}  // namespace strata

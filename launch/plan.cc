@@ -1,0 +1,417 @@
+// See plan.h.
+#include "launch/plan.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "collectives/dry_communicator.h"
+#include "core/cpu_device.h"
+#include "launch/options_parse.h"
+#include "models/create_model.h"
+#include "runtime/engine.h"
+
+namespace strata {
+namespace {
+
+constexpr uint64_t kUnbounded = 1ull << 60;
+constexpr char kHardwareFormat[] = "strata-hardware";
+
+std::string GiB(uint64_t bytes) { return absl::StrFormat("%.2f GiB", bytes / double(1ull << 30)); }
+
+double Seconds(double amount, double rate) { return amount <= 0 ? 0.0 : rate > 0 ? amount / rate : INFINITY; }
+
+}  // namespace
+
+StatusOr<DryRunResult> DryRun(const Options& options, int world) {
+  CpuDeviceOptions device_options;
+  device_options.dry_run = true;
+  device_options.device_memory_bytes = kUnbounded;
+  device_options.host_memory_bytes = kUnbounded;
+  std::unique_ptr<Device> device = CreateCpuDevice(device_options);
+  CountingOps ops(options.train.dtype), host_ops(options.train.dtype);
+  DryCommunicator communicator(0, world);
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                   CreateModel(options.model, options.train.recompute, options.train.dtype,
+                               options.lora));
+  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                   Engine::Create(options, device.get(), &ops, &host_ops, model.get(),
+                                  &communicator, Engine::InitialState::kLoadedLater));
+  // The set-up's transient buffers (a unit's values go to its home through host buffers):
+  // the largest unit of each group (trainable, frozen) stored once, from untouched memory.
+  const auto& units = model->units();
+  for (const bool trainable : {true, false}) {
+    int largest = -1;
+    for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+      if (units[u].trainable() != trainable) continue;
+      if (largest < 0 || engine->PaddedElements(u) > engine->PaddedElements(largest)) largest = u;
+    }
+    if (largest < 0) continue;
+    const auto [begin, end] = engine->StoredRange(largest);
+    const size_t bytes = std::max<size_t>(4096, (end - begin) * sizeof(float));
+    void* values = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (values == MAP_FAILED) return absl::ResourceExhaustedError("dry run: no address space");
+    Status stored = engine->StoreUnitValues(largest, static_cast<const float*>(values));
+    ::munmap(values, bytes);
+    RETURN_IF_ERROR(stored);
+  }
+  DryRunResult result;
+  result.device_setup = device->pool(Tier::kDevice).Stats();
+  result.host_setup = device->pool(Tier::kHost).Stats();
+  result.nvme_file_bytes = engine->nvme_file_bytes();
+  const int B = options.train.micro_batch, T = options.train.seq_len;
+  const std::vector<int32_t> tokens(static_cast<size_t>(B) * T, 0);
+  std::vector<MicroBatch> batches(options.train.grad_accum, {tokens.data(), tokens.data()});
+  for (int step = 0; step < 2; ++step) {
+    if (step == 1) {  // count the second step alone
+      ops.Reset();
+      host_ops.Reset();
+    }
+    const std::array<uint64_t, 3> copies_before = device->dry_copy_bytes();
+    const uint64_t sent_before = communicator.bytes_sent();
+    ASSIGN_OR_RETURN(StepResult step_result, engine->TrainStep(batches, 1e-4f, step));
+    RETURN_IF_ERROR(engine->Finish());
+    if (step == 1) {
+      const std::array<uint64_t, 3> copies = device->dry_copy_bytes();
+      for (int k = 0; k < 3; ++k) result.copy_bytes[k] = copies[k] - copies_before[k];
+      result.network_bytes = communicator.bytes_sent() - sent_before;
+      result.nvme_read_bytes = step_result.nvme_read_bytes;
+      result.nvme_written_bytes = step_result.nvme_written_bytes;
+    }
+  }
+  result.device_ops = ops.counts();
+  result.host_ops = host_ops.counts();
+  result.device = device->pool(Tier::kDevice).Stats();
+  result.host = device->pool(Tier::kHost).Stats();
+  result.tokens = static_cast<uint64_t>(B) * T * options.train.grad_accum * world;
+  engine.reset();
+  return result;
+}
+
+StatusOr<Hardware> ParseHardware(const std::string& text, const std::string& where) {
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " is not valid JSON: ", e.what()));
+  }
+  if (!json.is_object() || json.value("format", "") != kHardwareFormat) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, " is not a strata hardware file (expected \"format\": \"", kHardwareFormat,
+        "\"; write one with strata plan --hardware probe --save-hardware FILE)"));
+  }
+  if (json.value("version", 0) != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": hardware format version ", json.value("version", 0),
+                     " (this strata reads version 1)"));
+  }
+  Hardware hw;
+  hw.source = where;
+  std::vector<std::string> problems;
+  struct Field {
+    const char* name;
+    double* rate = nullptr;
+    uint64_t* bytes = nullptr;
+    int* count = nullptr;
+  };
+  const std::vector<Field> fields = {
+      {"device_memory_bytes", nullptr, &hw.device_memory_bytes},
+      {"matmul_flops_fp32", &hw.matmul_flops_fp32},
+      {"matmul_flops_bf16", &hw.matmul_flops_bf16},
+      {"device_memory_bandwidth", &hw.device_memory_bandwidth},
+      {"host_memory_bytes", nullptr, &hw.host_memory_bytes},
+      {"host_to_device", &hw.host_to_device},
+      {"device_to_host", &hw.device_to_host},
+      {"cpu_adam_params", &hw.cpu_adam_params},
+      {"disk_read", &hw.disk_read},
+      {"disk_write", &hw.disk_write},
+      {"disk_free_bytes", nullptr, &hw.disk_free_bytes},
+      {"network", &hw.network},
+      {"nodes", nullptr, nullptr, &hw.nodes},
+      {"ranks_per_node", nullptr, nullptr, &hw.ranks_per_node},
+  };
+  std::set<std::string> known = {"format", "version", "backend", "source"};
+  for (const Field& field : fields) known.insert(field.name);
+  for (const auto& [key, value] : json.items()) {
+    if (known.count(key) == 0) {
+      std::vector<std::string> names(known.begin(), known.end());
+      problems.push_back(absl::StrCat("unknown field \"", key, "\" (known: ",
+                                      absl::StrJoin(names, ", "), ")"));
+    }
+  }
+  const std::string backend = json.value("backend", "cpu");
+  if (backend == "cpu" || backend == "cuda") {
+    hw.backend = backend == "cpu" ? BackendKind::kCpu : BackendKind::kCuda;
+  } else {
+    problems.push_back(absl::StrCat("backend: got \"", backend, "\", expected cpu or cuda"));
+  }
+  for (const Field& field : fields) {
+    if (!json.contains(field.name)) continue;
+    const nlohmann::json& value = json.at(field.name);
+    if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0) {
+      problems.push_back(absl::StrCat(field.name, ": got ", value.dump(),
+                                      ", expected a number >= 0"));
+      continue;
+    }
+    if (field.rate != nullptr) *field.rate = value.get<double>();
+    if (field.bytes != nullptr) *field.bytes = value.get<uint64_t>();
+    if (field.count != nullptr) {
+      if (!value.is_number_integer() || value.get<int64_t>() < 1 || value.get<int64_t>() > 65536) {
+        problems.push_back(absl::StrCat(field.name, ": got ", value.dump(),
+                                        ", expected an integer in [1, 65536]"));
+        continue;
+      }
+      *field.count = value.get<int>();
+    }
+  }
+  if (hw.device_memory_bytes == 0) problems.push_back("device_memory_bytes: missing or 0");
+  if (hw.host_memory_bytes == 0) problems.push_back("host_memory_bytes: missing or 0");
+  if (!problems.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ":\n  ", absl::StrJoin(problems, "\n  ")));
+  }
+  return hw;
+}
+
+std::string HardwareJson(const Hardware& hw) {
+  nlohmann::ordered_json json = {
+      {"format", kHardwareFormat},
+      {"version", 1},
+      {"source", hw.source},
+      {"backend", hw.backend == BackendKind::kCpu ? "cpu" : "cuda"},
+      {"device_memory_bytes", hw.device_memory_bytes},
+      {"matmul_flops_fp32", hw.matmul_flops_fp32},
+      {"matmul_flops_bf16", hw.matmul_flops_bf16},
+      {"device_memory_bandwidth", hw.device_memory_bandwidth},
+      {"host_memory_bytes", hw.host_memory_bytes},
+      {"host_to_device", hw.host_to_device},
+      {"device_to_host", hw.device_to_host},
+      {"cpu_adam_params", hw.cpu_adam_params},
+      {"disk_read", hw.disk_read},
+      {"disk_write", hw.disk_write},
+      {"disk_free_bytes", hw.disk_free_bytes},
+      {"network", hw.network},
+      {"nodes", hw.nodes},
+      {"ranks_per_node", hw.ranks_per_node},
+  };
+  return json.dump(2) + "\n";
+}
+
+std::vector<PlanConfig> DecisionOrder(const Options& job, int world) {
+  const std::string rank = absl::StrCat("lora.rank=", job.lora.rank > 0 ? job.lora.rank : 16);
+  const std::string nvme = "zero.nvme_dir=" + (job.zero.nvme_dir.empty() ? std::string("/tmp")
+                                                                         : job.zero.nvme_dir);
+  const std::string lora_stage = world > 1 ? "zero.stage=2" : "zero.stage=0";
+  const std::string full_stage = world > 1 ? "zero.stage=3" : "zero.stage=0";
+  const std::vector<std::string> device = {"zero.optimizer_tier=device", "zero.grad_tier=device",
+                                           "zero.param_tier=device", "lora.base_tier=device"};
+  auto with = [&](std::vector<std::string> sets) {
+    std::vector<std::string> out = device;
+    out.insert(out.end(), sets.begin(), sets.end());
+    return out;
+  };
+  return {
+      {"LoRA on the device", with({rank, lora_stage, "train.recompute=none"})},
+      {"LoRA + recompute", with({rank, lora_stage, "train.recompute=blocks"})},
+      {"full training on the device", with({"lora.rank=0", full_stage, "train.recompute=blocks"})},
+      {"optimizer on host",
+       with({"lora.rank=0", "zero.stage=2", "train.recompute=blocks", "zero.optimizer_tier=host"})},
+      {"+ gradients on host",
+       with({"lora.rank=0", "zero.stage=2", "train.recompute=blocks", "zero.optimizer_tier=host",
+             "zero.grad_tier=host"})},
+      {"+ params on host",
+       with({"lora.rank=0", "zero.stage=3", "train.recompute=blocks", "zero.optimizer_tier=host",
+             "zero.grad_tier=host", "zero.param_tier=host"})},
+      {"optimizer on NVMe",
+       with({"lora.rank=0", "zero.stage=3", "train.recompute=blocks", "zero.optimizer_tier=nvme",
+             "zero.grad_tier=host", "zero.param_tier=host", nvme})},
+      {"params on NVMe",
+       with({"lora.rank=0", "zero.stage=3", "train.recompute=blocks", "zero.optimizer_tier=nvme",
+             "zero.grad_tier=nvme", "zero.param_tier=nvme", nvme})},
+  };
+}
+
+StepPrediction PredictStep(const DryRunResult& dry, const Options& options,
+                           const Hardware& hw) {
+  StepPrediction p;
+  const double matmul = options.train.dtype == DType::kBF16 && hw.matmul_flops_bf16 > 0
+                            ? hw.matmul_flops_bf16
+                            : hw.matmul_flops_fp32;
+  const OpCounts& d = dry.device_ops;
+  const OpCounts& h = dry.host_ops;
+  // Attention runs at about half the GEMM rate (softmax between its two products).
+  p.compute_s = Seconds(d.matmul_flops, matmul) + Seconds(d.attention_flops, matmul / 2) +
+                Seconds(d.elementwise_bytes + 16.0 * d.adam_elements, hw.device_memory_bandwidth);
+  p.pcie_s = Seconds(dry.copy_bytes[0], hw.host_to_device) +
+             Seconds(dry.copy_bytes[1], hw.device_to_host);
+  p.adam_s = Seconds(h.adam_elements, hw.cpu_adam_params) +
+             Seconds(h.elementwise_bytes, hw.device_memory_bandwidth);
+  p.disk_s = Seconds(dry.nvme_read_bytes * double(hw.ranks_per_node), hw.disk_read) +
+             Seconds(dry.nvme_written_bytes * double(hw.ranks_per_node), hw.disk_write);
+  p.network_s = Seconds(dry.network_bytes, hw.network);
+  struct Term {
+    const char* name;
+    double seconds;
+  };
+  const std::vector<Term> terms = {{"compute", p.compute_s}, {"PCIe", p.pcie_s},
+                                   {"CPU Adam", p.adam_s},   {"disk", p.disk_s},
+                                   {"network", p.network_s}};
+  const bool early = options.zero.optimizer_tier != StateTier::kDevice &&
+                     options.train.grad_clip <= 0.0f;
+  if (hw.backend == BackendKind::kCpu) {
+    // One CPU plays the device and runs the CPU Adam and the copies: those add up; the disk
+    // (its own I/O thread) and the other ranks overlap with them.
+    p.seconds = std::max({p.compute_s + p.adam_s + p.pcie_s, p.disk_s, p.network_s});
+  } else {
+    // The GPU, the copy engines, the disk and the network run at once (the prefetch plan
+    // issues transfers ahead); the CPU Adam overlaps the backward only where it may step
+    // units early (no clipping), else it follows the backward.
+    const double overlapped = std::max({p.compute_s, p.pcie_s, p.disk_s, p.network_s});
+    p.seconds = early ? std::max(overlapped, p.adam_s) : overlapped + p.adam_s;
+  }
+  const Term* top = &terms[0];
+  for (const Term& term : terms) {
+    if (term.seconds > top->seconds) top = &term;
+  }
+  p.bottleneck = top->name;
+  return p;
+}
+
+StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hw) {
+  Plan plan;
+  for (const PlanConfig& config : DecisionOrder(job, world)) {
+    PlannedConfig planned;
+    planned.config = config;
+    // The job's options with the configuration's keys over them (text round trip: the
+    // same parser and checks as strata train).
+    std::vector<std::string> sets =
+        absl::StrSplit(FormatResolved(job), '\n', absl::SkipEmpty());
+    sets.insert(sets.end(), config.sets.begin(), config.sets.end());
+    StatusOr<Options> options = ParseOptions("", sets);
+    if (!options.ok()) {
+      planned.status = options.status();
+      plan.configs.push_back(std::move(planned));
+      continue;
+    }
+    planned.options = *options;
+    StatusOr<DryRunResult> dry = DryRun(planned.options, world);
+    if (!dry.ok()) {
+      planned.status = dry.status();
+      plan.configs.push_back(std::move(planned));
+      continue;
+    }
+    planned.dry = *dry;
+    const uint64_t device_peak = dry->device.peak_bytes;
+    const uint64_t host_peak =
+        dry->host.peak_bytes + (hw.backend == BackendKind::kCpu ? device_peak : 0);
+    const uint64_t host_share = hw.host_memory_bytes / std::max(1, hw.ranks_per_node);
+    const uint64_t disk_need = dry->nvme_file_bytes * std::max(1, hw.ranks_per_node);
+    std::vector<std::string> short_of;
+    if (device_peak > hw.device_memory_bytes) {
+      short_of.push_back(absl::StrCat("device needs ", GiB(device_peak), ", has ",
+                                      GiB(hw.device_memory_bytes)));
+    }
+    if (host_peak > host_share) {
+      short_of.push_back(absl::StrCat("host RAM needs ", GiB(host_peak), " per rank, has ",
+                                      GiB(host_share)));
+    }
+    if (disk_need > 0 && hw.disk_free_bytes > 0 && disk_need > hw.disk_free_bytes) {
+      short_of.push_back(absl::StrCat("NVMe needs ", GiB(disk_need), ", has ",
+                                      GiB(hw.disk_free_bytes), " free"));
+    }
+    planned.fits = short_of.empty();
+    planned.why_not = absl::StrJoin(short_of, "; ");
+    planned.rss_estimate = host_peak;
+    planned.step = PredictStep(*dry, planned.options, hw);
+    planned.tokens_per_s = planned.step.seconds > 0 ? dry->tokens / planned.step.seconds : 0;
+    if (planned.fits && plan.recommended < 0) {
+      plan.recommended = static_cast<int>(plan.configs.size());
+    }
+    plan.configs.push_back(std::move(planned));
+  }
+  // What to buy: configurations faster than the recommended one that do not fit, with the
+  // resource that is short.
+  const double best = plan.recommended >= 0 ? plan.configs[plan.recommended].step.seconds : 0;
+  for (const PlannedConfig& c : plan.configs) {
+    if (!c.status.ok() || c.fits) continue;
+    if (plan.recommended >= 0 && !(c.step.seconds < best)) continue;
+    std::string change;
+    const uint64_t device_peak = c.dry.device.peak_bytes;
+    if (device_peak > hw.device_memory_bytes) {
+      absl::StrAppend(&change, "+", GiB(device_peak - hw.device_memory_bytes), " GPU memory");
+    }
+    const uint64_t host_need =
+        (c.dry.host.peak_bytes + (hw.backend == BackendKind::kCpu ? device_peak : 0)) *
+        std::max(1, hw.ranks_per_node);
+    if (host_need > hw.host_memory_bytes) {
+      absl::StrAppend(&change, change.empty() ? "" : " and ", "+",
+                      GiB(host_need - hw.host_memory_bytes), " RAM");
+    }
+    if (change.empty()) continue;
+    if (plan.recommended >= 0) {
+      plan.advice.push_back(absl::StrFormat("%s: %s instead of %s, %.1fx faster", change,
+                                            c.config.name,
+                                            plan.configs[plan.recommended].config.name,
+                                            best / c.step.seconds));
+    } else {
+      plan.advice.push_back(absl::StrFormat("%s: %s would fit", change, c.config.name));
+    }
+  }
+  return plan;
+}
+
+std::string RenderPlan(const Plan& plan, const Hardware& hw) {
+  std::string out = absl::StrCat("plan for ", hw.source, " (", hw.backend == BackendKind::kCpu ? "cpu" : "cuda",
+                                 " backend; device ", GiB(hw.device_memory_bytes), ", RAM ",
+                                 GiB(hw.host_memory_bytes), ")\n");
+  absl::StrAppend(&out, absl::StrFormat("%-30s %11s %11s %11s %11s %5s %10s %10s  %s\n",
+                                        "configuration", "device", "pinned host", "RSS est.",
+                                        "NVMe files", "fits", "step s", "tokens/s",
+                                        "bound by"));
+  for (size_t i = 0; i < plan.configs.size(); ++i) {
+    const PlannedConfig& c = plan.configs[i];
+    const std::string name =
+        absl::StrCat(static_cast<int>(i) == plan.recommended ? "* " : "  ", c.config.name);
+    if (!c.status.ok()) {
+      absl::StrAppend(&out, absl::StrFormat("%-30s cannot run: %s\n", name, c.status.message()));
+      continue;
+    }
+    absl::StrAppend(
+        &out, absl::StrFormat("%-30s %11s %11s %11s %11s %5s %10.3f %10.0f  %s\n", name,
+                              GiB(c.dry.device.peak_bytes), GiB(c.dry.host.peak_bytes),
+                              GiB(c.rss_estimate), GiB(c.dry.nvme_file_bytes),
+                              c.fits ? "yes" : "no", c.step.seconds, c.tokens_per_s,
+                              c.step.bottleneck));
+    if (!c.fits) absl::StrAppend(&out, "      short: ", c.why_not, "\n");
+  }
+  if (plan.recommended >= 0) {
+    absl::StrAppend(&out, "recommended: ", plan.configs[plan.recommended].config.name, "\n");
+  } else {
+    absl::StrAppend(&out, "nothing fits this machine\n");
+  }
+  for (const std::string& line : plan.advice) absl::StrAppend(&out, "what to buy: ", line, "\n");
+  absl::StrAppend(&out,
+                  "memory: accounted by a dry run of the real set-up and two steps (device and "
+                  "pinned host peaks); RSS is an estimate (the pools, plus the process's own "
+                  "libraries and data, not counted)\n");
+  absl::StrAppend(&out,
+                  "time: counted work over the measured rates; not yet calibrated against "
+                  "measured steps (strata bench plan is not done): treat it as a ranking, not "
+                  "a promise\n");
+  if (hw.backend == BackendKind::kCuda) {
+    absl::StrAppend(&out, "time: GPU predictions are unverified until a GPU run checks them\n");
+  }
+  return out;
+}
+
+}  // namespace strata

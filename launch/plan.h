@@ -1,0 +1,103 @@
+// `strata plan`: what fits, how fast, and which configuration to use, in the decision order
+// of limited GPU memory (LoRA on the device; + recompute; full training on the device;
+// optimizer on host; + gradients; + params on host; optimizer on NVMe; params on NVMe).
+//
+// Memory comes from the code that allocates, not from a formula: each configuration runs
+// the real set-up and two training steps as a DRY RUN (DryRun): the CPU device in dry-run
+// mode (core/cpu_device.h: every buffer accounted in the tier pools, none backed by memory),
+// counting kernels (kernels/counting_ops.h), a communicator of a world that exists only on
+// paper (collectives/dry_communicator.h) and NVMe tiers that touch no disk. The pools' peaks
+// are the peaks a real run accounts; the counters give each step's work (FLOPs, Adam
+// elements, bytes copied between tiers, read and written on NVMe, sent over the network).
+//
+// Time comes from those counts over the machine's rates (Hardware: measured by a probe, or
+// given for a machine one does not have) and the overlaps the runtime does (PredictStep).
+// Thread-safety: plain functions; a dry run starts the CPU device's stream threads.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/memory.h"
+#include "core/options.h"
+#include "core/status.h"
+#include "kernels/counting_ops.h"
+
+namespace strata {
+
+// What a dry run of `options` at `world` ranks accounts and counts (rank 0's view; ranks
+// are symmetric).
+struct DryRunResult {
+  PoolStats device, host;       // peaks over the set-up and the steps
+  PoolStats device_setup, host_setup;  // after the set-up, before any step
+  uint64_t nvme_file_bytes = 0;  // this rank's swap files
+  // The second step's work (the first's differs: reads ahead, caches warming):
+  OpCounts device_ops, host_ops;
+  std::array<uint64_t, 3> copy_bytes{};  // host->device, device->host, within a tier
+  uint64_t nvme_read_bytes = 0, nvme_written_bytes = 0;
+  uint64_t network_bytes = 0;     // sent by this rank (ring collectives)
+  uint64_t tokens = 0;            // of the global batch
+};
+StatusOr<DryRunResult> DryRun(const Options& options, int world);
+
+// The machine a plan is for. Rates in bytes or FLOP per second; 0 = unknown (a resource
+// whose rate is unknown cannot be priced and says so).
+struct Hardware {
+  std::string source;  // "probe of <cpu>" or the file it came from
+  BackendKind backend = BackendKind::kCpu;
+  uint64_t device_memory_bytes = 0;  // per rank: a GPU's memory (cpu: device.memory_limit)
+  double matmul_flops_fp32 = 0, matmul_flops_bf16 = 0;  // per rank
+  double device_memory_bandwidth = 0;  // elementwise kernels
+  uint64_t host_memory_bytes = 0;      // RAM of a node usable by training
+  double host_to_device = 0, device_to_host = 0;  // per rank (PCIe; cpu: memcpy)
+  double cpu_adam_params = 0;  // params per second of the CPU Adam, one rank's share
+  double disk_read = 0, disk_write = 0;  // O_DIRECT, zero.nvme_dir's disk, per node
+  uint64_t disk_free_bytes = 0;
+  double network = 0;  // bytes per second a rank sends (collectives across ranks)
+  int nodes = 1;
+  int ranks_per_node = 1;
+};
+// A hardware file ({"format": "strata-hardware", "version": 1, ...} with the fields above
+// by name); unknown fields, impossible values and other formats are errors naming them.
+StatusOr<Hardware> ParseHardware(const std::string& json_text, const std::string& where);
+std::string HardwareJson(const Hardware& hardware);
+
+// One configuration of the decision order: its name and the --set lines that make it from
+// the job's options.
+struct PlanConfig {
+  std::string name;
+  std::vector<std::string> sets;
+};
+std::vector<PlanConfig> DecisionOrder(const Options& job, int world);
+
+// A step's predicted time and what bounds it.
+struct StepPrediction {
+  double seconds = 0;
+  std::string bottleneck;  // compute | PCIe | CPU Adam | disk | network
+  double compute_s = 0, pcie_s = 0, adam_s = 0, disk_s = 0, network_s = 0;
+};
+StepPrediction PredictStep(const DryRunResult& dry, const Options& options,
+                           const Hardware& hardware);
+
+struct PlannedConfig {
+  PlanConfig config;
+  Options options;      // the job with config.sets applied
+  Status status;        // the dry run's (a set-up this job cannot have)
+  DryRunResult dry;
+  bool fits = false;
+  std::string why_not;  // the tier that is short, and by how much
+  uint64_t rss_estimate = 0;
+  StepPrediction step;
+  double tokens_per_s = 0;
+};
+struct Plan {
+  std::vector<PlannedConfig> configs;
+  int recommended = -1;  // index of the first that fits, -1: none
+  std::vector<std::string> advice;  // what to buy / change
+};
+StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hardware);
+std::string RenderPlan(const Plan& plan, const Hardware& hardware);
+
+}  // namespace strata

@@ -1,0 +1,185 @@
+// The hardware probe of `strata plan --hardware probe`: this machine's rates, measured in a
+// few seconds with the kernels training uses (see plan.h).
+#include "launch/plan_probe.h"
+
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <functional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/cpu_info.h"
+#include "core/host_memory.h"
+#include "runtime/backend.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Runs `work` (which enqueues on `stream`) until `seconds` have passed (at least twice after
+// a warm-up); returns runs per second.
+StatusOr<double> RunsPerSecond(Stream& stream, double seconds,
+                               const std::function<Status()>& work) {
+  RETURN_IF_ERROR(work());
+  RETURN_IF_ERROR(stream.Synchronize());
+  int runs = 0;
+  const Clock::time_point start = Clock::now();
+  while (runs < 2 || SecondsSince(start) < seconds) {
+    RETURN_IF_ERROR(work());
+    RETURN_IF_ERROR(stream.Synchronize());
+    ++runs;
+  }
+  return runs / SecondsSince(start);
+}
+
+// GEMM rate of the backend's kernels in `dtype` at a transformer-like shape.
+StatusOr<double> MatmulFlops(const Options& job, DType dtype) {
+  Options options = job;
+  options.train.dtype = dtype;
+  options.device.backend = BackendKind::kCpu;
+  options.device.memory_limit = 256ull << 20;
+  options.tiers.host_memory_limit = 256ull << 20;
+  ASSIGN_OR_RETURN(Backend backend, CreateBackend(options));
+  ASSIGN_OR_RETURN(auto stream, backend.device->CreateStream("probe"));
+  const int N = 1024, C = 1024, OC = 1024;
+  const size_t bytes = DTypeBytes(dtype);
+  ASSIGN_OR_RETURN(Buffer out, backend.device->Allocate(Tier::kDevice, StateKind::kWorkspace,
+                                                        size_t(N) * OC * bytes, "probe out"));
+  ASSIGN_OR_RETURN(Buffer in, backend.device->Allocate(Tier::kDevice, StateKind::kWorkspace,
+                                                       size_t(N) * C * bytes, "probe in"));
+  ASSIGN_OR_RETURN(Buffer w, backend.device->Allocate(Tier::kDevice, StateKind::kWorkspace,
+                                                      size_t(OC) * C * bytes, "probe w"));
+  RETURN_IF_ERROR(backend.device->MemsetAsync(in.data(), 0, in.bytes(), *stream));
+  RETURN_IF_ERROR(backend.device->MemsetAsync(w.data(), 0, w.bytes(), *stream));
+  ASSIGN_OR_RETURN(const double runs, RunsPerSecond(*stream, 0.5, [&] {
+    return backend.ops->MatmulForward(*stream, out.data(), in.data(), w.data(), nullptr, N, C, OC);
+  }));
+  return runs * 2.0 * N * C * OC;
+}
+
+// The CPU Adam's params per second (fp32 params; the kernels the host tier uses).
+StatusOr<double> AdamRate(const Options& job) {
+  Options options = job;
+  options.train.dtype = DType::kF32;
+  options.device.backend = BackendKind::kCpu;
+  options.device.memory_limit = 64ull << 20;
+  options.tiers.host_memory_limit = 512ull << 20;
+  ASSIGN_OR_RETURN(Backend backend, CreateBackend(options));
+  ASSIGN_OR_RETURN(auto stream, backend.device->CreateStream("probe"));
+  const size_t n = 8u << 20;
+  std::vector<Buffer> arrays;
+  for (int k = 0; k < 5; ++k) {
+    ASSIGN_OR_RETURN(Buffer b, backend.device->Allocate(Tier::kHost, StateKind::kWorkspace,
+                                                        n * 4, "probe adam"));
+    std::memset(b.data(), 0, b.bytes());
+    arrays.push_back(std::move(b));
+  }
+  AdamParams hp;
+  ASSIGN_OR_RETURN(const double runs, RunsPerSecond(*stream, 0.5, [&] {
+    return backend.host_ops->AdamW(*stream, arrays[0].data(), arrays[1].as<float>(),
+                                   arrays[2].as<float>(), arrays[3].as<float>(),
+                                   arrays[4].as<float>(), n, hp);
+  }));
+  return runs * n;
+}
+
+// memcpy bytes per second (read + write counted once: the bytes a copy moves).
+double CopyRate() {
+  const size_t n = 128u << 20;
+  std::vector<char> a(n, 1), b(n, 2);
+  std::memcpy(b.data(), a.data(), n);
+  int runs = 0;
+  const Clock::time_point start = Clock::now();
+  while (runs < 3 || SecondsSince(start) < 0.3) {
+    std::memcpy((runs % 2 ? a : b).data(), (runs % 2 ? b : a).data(), n);
+    ++runs;
+  }
+  return runs * double(n) / SecondsSince(start);
+}
+
+// O_DIRECT sequential write then read of a 256 MiB file in `dir`, 4 MiB requests.
+Status DiskRates(const std::string& dir, double* read, double* write, uint64_t* free_bytes) {
+  struct statvfs fs {};
+  if (::statvfs(dir.c_str(), &fs) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("hardware probe: zero.nvme_dir ", dir,
+                                                   " cannot be measured: ", std::strerror(errno)));
+  }
+  *free_bytes = uint64_t{fs.f_bavail} * fs.f_frsize;
+  const std::string path = dir + "/.strata-probe-" + std::to_string(::getpid());
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("hardware probe: cannot open ", path,
+                                                   " with O_DIRECT: ", std::strerror(errno)));
+  }
+  const size_t request = 4u << 20, total = 256u << 20;
+  void* buffer = nullptr;
+  if (::posix_memalign(&buffer, 4096, request) != 0) {
+    ::close(fd);
+    ::unlink(path.c_str());
+    return absl::ResourceExhaustedError("hardware probe: no memory for the disk buffer");
+  }
+  std::memset(buffer, 7, request);
+  Status status;
+  Clock::time_point start = Clock::now();
+  for (size_t at = 0; at < total && status.ok(); at += request) {
+    if (::pwrite(fd, buffer, request, at) != static_cast<ssize_t>(request)) {
+      status = absl::InternalError(absl::StrCat("hardware probe: write to ", path, " failed"));
+    }
+  }
+  if (status.ok() && ::fdatasync(fd) != 0) status = absl::InternalError("fdatasync failed");
+  *write = total / SecondsSince(start);
+  start = Clock::now();
+  for (size_t at = 0; at < total && status.ok(); at += request) {
+    if (::pread(fd, buffer, request, at) != static_cast<ssize_t>(request)) {
+      status = absl::InternalError(absl::StrCat("hardware probe: read of ", path, " failed"));
+    }
+  }
+  *read = total / SecondsSince(start);
+  std::free(buffer);
+  ::close(fd);
+  ::unlink(path.c_str());
+  return status;
+}
+
+}  // namespace
+
+StatusOr<Hardware> ProbeHardware(const Options& job, int world) {
+  Hardware hw;
+  hw.source = absl::StrCat("probe of ", DescribeCpu());
+  hw.backend = BackendKind::kCpu;
+  const HostMemory memory = ProbeHostMemory();
+  ASSIGN_OR_RETURN(const TierCapacities capacities, ResolveTierCapacities(job, world, memory));
+  hw.device_memory_bytes = capacities.device_bytes;
+  hw.host_memory_bytes = memory.usable_bytes;
+  hw.ranks_per_node = world;
+  ASSIGN_OR_RETURN(hw.matmul_flops_fp32, MatmulFlops(job, DType::kF32));
+  ASSIGN_OR_RETURN(hw.matmul_flops_bf16, MatmulFlops(job, DType::kBF16));
+  ASSIGN_OR_RETURN(hw.cpu_adam_params, AdamRate(job));
+  hw.cpu_adam_params /= world;  // the ranks of a node share its cores
+  const double copy = CopyRate();
+  // On the CPU backend the device tier is RAM: its "PCIe" and elementwise rates are
+  // memcpy's; ranks on one node (threads) send to each other at memcpy speed too.
+  hw.device_memory_bandwidth = 2 * copy;
+  hw.host_to_device = hw.device_to_host = copy;
+  hw.network = copy;
+  if (!job.zero.nvme_dir.empty()) {
+    RETURN_IF_ERROR(DiskRates(job.zero.nvme_dir, &hw.disk_read, &hw.disk_write,
+                              &hw.disk_free_bytes));
+  }
+  return hw;
+}
+
+}  // namespace strata

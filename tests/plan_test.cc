@@ -1,0 +1,186 @@
+// strata plan: the dry run accounts what a real run accounts (device and host peaks within
+// 3% of a real run's, pairwise over both families, every stage, every placement, recompute
+// and LoRA); hardware files are checked; the plan recommends the first configuration of the
+// decision order that fits and says what would move it to a faster one; its emitted config
+// parses back to the same options.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "core/testing/status_matchers.h"
+#include "launch/options_parse.h"
+#include "launch/plan.h"
+#include "tests/placement_runs.h"
+
+namespace strata {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::StatusIs;
+
+// 3% of the measured peak, plus 20 KiB: on these tiny models (peaks of a few hundred KiB)
+// one small buffer freed a moment earlier or later in the real run (its timing decides
+// which transient buffers overlap) is 3% by itself; on a real model it is nothing.
+void ExpectWithin3Percent(uint64_t predicted, uint64_t measured, const std::string& what) {
+  EXPECT_LE(std::fabs(double(predicted) - double(measured)), 0.03 * double(measured) + 20480)
+      << what << ": predicted " << predicted << ", measured " << measured;
+}
+
+TEST(Plan, DryRunPeaksMatchRealRuns) {
+  struct Case {
+    int world, stage;
+    std::vector<std::string> sets;
+  };
+  const std::string nvme = "zero.nvme_dir=" + TestDir("plan");
+  std::vector<std::string> llama = TinyLlamaSets();
+  auto plus = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const std::vector<Case> cases = {
+      {1, 0, {}},
+      {1, 2, plus(llama, {"zero.optimizer_tier=host", "zero.grad_tier=host"})},
+      {2, 3, {"zero.optimizer_tier=nvme", "zero.grad_tier=nvme", "zero.param_tier=nvme", nvme}},
+      {2, 1, plus(llama, {"train.recompute=blocks", "zero.optimizer_tier=host"})},
+      {1, 3, plus(llama, {"lora.rank=4", "lora.base_tier=nvme", "lora.targets=all", nvme})},
+      {2, 2, {"lora.rank=8", "train.recompute=blocks"}},
+      {1, 3, {"zero.optimizer_tier=host", "zero.grad_tier=host", "zero.param_tier=host",
+              "train.grad_clip=0"}},
+  };
+  for (const Case& c : cases) {
+    const std::string what =
+        absl::StrCat("world ", c.world, " stage ", c.stage, " ", absl::StrJoin(c.sets, " "));
+    const Options options = PlacementRunOptions(c.world, c.stage, c.sets, 2);
+    const PlacementRun real = TrainAllRanks(options);
+    ASSERT_OK(real.status) << what;
+    ASSERT_OK_AND_ASSIGN(const DryRunResult dry, DryRun(options, c.world));
+    ExpectWithin3Percent(dry.device.peak_bytes, real.device.peak_bytes, what + " device");
+    ExpectWithin3Percent(dry.host.peak_bytes, real.host.peak_bytes, what + " host");
+    ExpectWithin3Percent(dry.device_setup.current_bytes, real.device_setup.current_bytes,
+                         what + " device after set-up");
+    EXPECT_GT(dry.device_ops.matmul_flops, 0) << what;
+    // NVMe traffic of a step: moved where a real run's steps move it (how much of it falls
+    // in a given step depends on the read-ahead's timing).
+    EXPECT_EQ(dry.nvme_read_bytes > 0, real.steps.back().nvme_read_bytes > 0) << what;
+    EXPECT_EQ(dry.nvme_written_bytes > 0, real.steps.back().nvme_written_bytes > 0) << what;
+    EXPECT_EQ(dry.network_bytes > 0, c.world > 1) << what;
+  }
+}
+
+// A dry run of a model far larger than this machine: nothing is committed (it would not
+// fit in this machine's RAM), the accounting is there.
+TEST(Plan, DryRunOfAnEightBillionModelCommitsNothing) {
+  ASSERT_OK_AND_ASSIGN(
+      const Options options,
+      ParseOptions("", {"model.preset=llama-8b", "train.seq_len=256", "train.micro_batch=1",
+                        "train.grad_accum=1", "zero.stage=3", "zero.optimizer_tier=nvme",
+                        "zero.grad_tier=nvme", "zero.param_tier=nvme",
+                        "zero.nvme_dir=/nonexistent/dir", "train.dtype=bf16",
+                        "device.threads=1"}));
+  ASSERT_OK_AND_ASSIGN(const DryRunResult dry, DryRun(options, 1));
+  // 8B params of bf16 in the swap file, fp32 master + moments + grads: ~ 8e9 * 18 bytes.
+  EXPECT_GT(dry.nvme_file_bytes, 8e9 * 17);
+  EXPECT_LT(dry.nvme_file_bytes, 8e9 * 19);
+  EXPECT_GT(dry.nvme_read_bytes, 8e9 * 2);  // every param read at least once a step
+  EXPECT_LT(dry.device.peak_bytes, 8e9);    // the device holds a few units at a time
+}
+
+std::string HardwareText(uint64_t device_bytes, uint64_t host_bytes) {
+  Hardware hw;
+  hw.source = "test machine";
+  hw.device_memory_bytes = device_bytes;
+  hw.host_memory_bytes = host_bytes;
+  hw.matmul_flops_fp32 = 1e11;
+  hw.matmul_flops_bf16 = 2e11;
+  hw.device_memory_bandwidth = 1e10;
+  hw.host_to_device = hw.device_to_host = 5e9;
+  hw.cpu_adam_params = 1e9;
+  hw.disk_read = 2e9;
+  hw.disk_write = 1e9;
+  hw.disk_free_bytes = 1ull << 40;
+  hw.network = 1e9;
+  return HardwareJson(hw);
+}
+
+TEST(Plan, HardwareFilesAreChecked) {
+  ASSERT_OK_AND_ASSIGN(Hardware hw, ParseHardware(HardwareText(1 << 30, 8ull << 30), "f.json"));
+  EXPECT_EQ(hw.device_memory_bytes, 1u << 30);
+  EXPECT_EQ(hw.disk_read, 2e9);
+  EXPECT_THAT(ParseHardware("{\"format\": \"other\"}", "f.json"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a strata hardware file")));
+  EXPECT_THAT(ParseHardware("not json", "f.json"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not valid JSON")));
+  std::string text = HardwareText(1 << 30, 8ull << 30);
+  std::string unknown = text;
+  unknown.replace(unknown.find("\"nodes\""), 7, "\"gpus\"");
+  EXPECT_THAT(ParseHardware(unknown, "f.json"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown field \"gpus\"")));
+  std::string negative = text;
+  negative.replace(negative.find("\"disk_read\": ") + 13, 0, "-");
+  EXPECT_THAT(ParseHardware(negative, "f.json"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("disk_read: got -")));
+  std::string version = text;
+  version.replace(version.find("\"version\": 1"), 12, "\"version\": 7");
+  EXPECT_THAT(ParseHardware(version, "f.json"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("version 7")));
+}
+
+// A GPU just large enough for LoRA: LoRA is recommended, full training on the device does
+// not fit and the plan says how much more GPU memory it would take; the emitted config
+// parses back to the recommended options. A machine too small for anything says so.
+TEST(Plan, RecommendsTheFirstThatFitsAndSaysWhatToBuy) {
+  const Options job = PlacementRunOptions(1, 0, {"model.layers=4", "model.channels=128"}, 2);
+  ASSERT_OK_AND_ASSIGN(const DryRunResult lora,
+                       DryRun(PlacementRunOptions(1, 0, {"model.layers=4", "model.channels=128",
+                                                         "lora.rank=16"},
+                                                  2),
+                              1));
+  ASSERT_OK_AND_ASSIGN(const DryRunResult full,
+                       DryRun(PlacementRunOptions(1, 0, {"model.layers=4", "model.channels=128",
+                                                         "train.recompute=blocks"},
+                                                  2),
+                              1));
+  ASSERT_LT(lora.device.peak_bytes, full.device.peak_bytes);
+  const uint64_t device = (lora.device.peak_bytes + full.device.peak_bytes) / 2;
+  ASSERT_OK_AND_ASSIGN(Hardware hw, ParseHardware(HardwareText(device, 64ull << 30), "hw"));
+  ASSERT_OK_AND_ASSIGN(const Plan plan, MakePlan(job, 1, hw));
+  ASSERT_EQ(plan.configs.size(), 8u);
+  ASSERT_GE(plan.recommended, 0);
+  EXPECT_EQ(plan.configs[plan.recommended].config.name, "LoRA on the device");
+  EXPECT_FALSE(plan.configs[2].fits) << plan.configs[2].why_not;
+  EXPECT_THAT(plan.configs[2].why_not, HasSubstr("device needs"));
+  for (const PlannedConfig& c : plan.configs) {
+    EXPECT_OK(c.status) << c.config.name;
+    EXPECT_GT(c.step.seconds, 0) << c.config.name;
+    EXPECT_GT(c.tokens_per_s, 0) << c.config.name;
+  }
+  const std::string text = RenderPlan(plan, hw);
+  EXPECT_THAT(text, HasSubstr("* LoRA on the device"));
+  EXPECT_THAT(text, HasSubstr("recommended: LoRA on the device"));
+  // The emitted config is the recommended options.
+  const std::string emitted = FormatConfigJson(plan.configs[plan.recommended].options);
+  const std::string path = TestDir("plan_emit") + "/plan.json";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(emitted.c_str(), f);
+    std::fclose(f);
+  }
+  ASSERT_OK_AND_ASSIGN(const Options back, ParseOptions(path, {}));
+  EXPECT_EQ(FormatResolved(back), FormatResolved(plan.configs[plan.recommended].options));
+  EXPECT_EQ(back.lora.rank, 16);
+
+  ASSERT_OK_AND_ASSIGN(Hardware tiny, ParseHardware(HardwareText(1 << 20, 1 << 30), "tiny"));
+  ASSERT_OK_AND_ASSIGN(const Plan none, MakePlan(job, 1, tiny));
+  EXPECT_EQ(none.recommended, -1);
+  EXPECT_THAT(RenderPlan(none, tiny), HasSubstr("nothing fits"));
+  ASSERT_FALSE(none.advice.empty());
+  EXPECT_THAT(none.advice[0], HasSubstr("GPU memory"));
+}
+
+}  // namespace
+}  // namespace strata
