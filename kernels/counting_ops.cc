@@ -56,6 +56,15 @@ Status CountingOps::Count(const OpCounts& work) {
   return absl::OkStatus();
 }
 
+Status CountingOps::CountShapes(const OpCounts& work,
+                                std::initializer_list<std::array<int, 6>> shapes) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const std::array<int, 6>& shape : shapes) counts_.shapes[shape] += 1;
+  }
+  return Count(work);
+}
+
 Status CountingOps::EncoderForward(Stream&, void*, const int32_t*, const void*, const void* wpe,
                                    int B, int T, int C) {
   RETURN_IF_ERROR(CheckNonNegative("EncoderForward", {{"B", B}, {"T", T}, {"C", C}}));
@@ -85,7 +94,8 @@ Status CountingOps::LayerNormBackward(Stream&, void*, void*, void*, const void*,
 Status CountingOps::MatmulForward(Stream&, void*, const void*, const void*, const void*, int N,
                                   int C, int OC) {
   RETURN_IF_ERROR(CheckNonNegative("MatmulForward", {{"N", N}, {"C", C}, {"OC", OC}}));
-  return Count(MatmulFlops(2.0 * N * C * OC));
+  return CountShapes(MatmulFlops(2.0 * N * C * OC),
+                     {{OpCounts::kMatmulForward, N, C, OC, 0, 0}});
 }
 
 Status CountingOps::MatmulBackward(Stream&, void* dinp, void* dweight, void* dbias, const void*,
@@ -96,19 +106,31 @@ Status CountingOps::MatmulBackward(Stream&, void* dinp, void* dweight, void* dbi
   if (dinp != nullptr) flops += gemm;
   if (dweight != nullptr) flops += gemm;  // null: a frozen weight, the GEMM is skipped
   if (dbias != nullptr) flops += static_cast<double>(N) * OC;
+  if (dinp != nullptr && dweight != nullptr) {
+    return CountShapes(MatmulFlops(flops), {{OpCounts::kMatmulDinp, N, C, OC, 0, 0},
+                                            {OpCounts::kMatmulDweight, N, C, OC, 0, 0}});
+  }
+  if (dinp != nullptr) {
+    return CountShapes(MatmulFlops(flops), {{OpCounts::kMatmulDinp, N, C, OC, 0, 0}});
+  }
+  if (dweight != nullptr) {
+    return CountShapes(MatmulFlops(flops), {{OpCounts::kMatmulDweight, N, C, OC, 0, 0}});
+  }
   return Count(MatmulFlops(flops));
 }
 
 Status CountingOps::AttentionForward(Stream&, void*, float*, const void*, int B, int T, int C,
                                      int NH, int NKV) {
   RETURN_IF_ERROR(CheckHeadShape("AttentionForward", B, T, C, NH, NKV));
-  return Count(AttentionFlops(AttentionForwardFlops(B, T, C)));
+  return CountShapes(AttentionFlops(AttentionForwardFlops(B, T, C)),
+                     {{OpCounts::kAttentionForward, B, T, C, NH, NKV}});
 }
 
 Status CountingOps::AttentionBackward(Stream&, void*, const void*, const void*, const void*,
                                       const float*, int B, int T, int C, int NH, int NKV) {
   RETURN_IF_ERROR(CheckHeadShape("AttentionBackward", B, T, C, NH, NKV));
-  return Count(AttentionFlops(2.5 * AttentionForwardFlops(B, T, C)));
+  return CountShapes(AttentionFlops(2.5 * AttentionForwardFlops(B, T, C)),
+                     {{OpCounts::kAttentionBackward, B, T, C, NH, NKV}});
 }
 
 Status CountingOps::AttentionDecode(Stream&, void*, const void*, int T, int C, int NH, int NKV) {

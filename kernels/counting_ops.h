@@ -46,7 +46,9 @@
 // counters are guarded by a mutex, so counts() is a consistent snapshot.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 
@@ -62,6 +64,13 @@ struct OpCounts {
   double adam_elements = 0;
   double elementwise_bytes = 0;
   uint64_t calls = 0;
+  // Calls per GEMM and attention shape, so that a plan can time each shape on the machine:
+  // {kind, sizes...}: kMatmulForward {N, C, OC}, kMatmulDinp and kMatmulDweight (the two
+  // GEMMs of a MatmulBackward) {N, C, OC}, kAttentionForward and kAttentionBackward
+  // {B, T, C, NH, NKV}; unused sizes 0.
+  enum ShapeKind { kMatmulForward, kMatmulDinp, kMatmulDweight, kAttentionForward,
+                   kAttentionBackward };
+  std::map<std::array<int, 6>, double> shapes;
 };
 
 class CountingOps : public Ops {
@@ -126,6 +135,8 @@ class CountingOps : public Ops {
  private:
   // Adds one accepted call and its work to the counters; returns OK.
   Status Count(const OpCounts& work);
+  // Count, with one call of each shape in `shapes` recorded.
+  Status CountShapes(const OpCounts& work, std::initializer_list<std::array<int, 6>> shapes);
   // The compute dtype's element size, as a double for the byte formulas.
   double D() const { return static_cast<double>(DTypeBytes(dtype_)); }
 

@@ -74,6 +74,31 @@ TEST_F(CountingOpsTest, MatmulBackwardCountsOnlyTheGradientsAskedFor) {
   EXPECT_EQ(f32_->counts().calls, 1u);  // a call that computes nothing is still a call
 }
 
+// The shapes a plan times: one entry per GEMM of a MatmulBackward (dinp, dweight) and per
+// attention call, counted per call.
+TEST_F(CountingOpsTest, ShapesAreRecordedPerGemmAndCall) {
+  ASSERT_OK(f32_->MatmulForward(stream_, Fake(0x1000), Fake(0x2000), Fake(0x3000), nullptr, 4,
+                                8, 16));
+  ASSERT_OK(f32_->MatmulForward(stream_, Fake(0x1000), Fake(0x2000), Fake(0x3000), nullptr, 4,
+                                8, 16));
+  ASSERT_OK(f32_->MatmulBackward(stream_, Fake(0x1000), nullptr, nullptr, Fake(0x4000),
+                                 Fake(0x5000), Fake(0x6000), 4, 8, 16));
+  ASSERT_OK(f32_->MatmulBackward(stream_, Fake(0x1000), Fake(0x2000), nullptr, Fake(0x4000),
+                                 Fake(0x5000), Fake(0x6000), 2, 3, 5));
+  ASSERT_OK(f32_->AttentionBackward(stream_, Fake(0x1000), Fake(0x2000), Fake(0x3000),
+                                    Fake(0x4000), FakeFloat(0x5000), 2, 4, 8, 2, 1));
+  const auto shapes = f32_->counts().shapes;
+  using S = std::array<int, 6>;
+  EXPECT_EQ(shapes.size(), 5u);
+  EXPECT_EQ(shapes.at(S{OpCounts::kMatmulForward, 4, 8, 16, 0, 0}), 2);
+  EXPECT_EQ(shapes.at(S{OpCounts::kMatmulDinp, 4, 8, 16, 0, 0}), 1);
+  EXPECT_EQ(shapes.at(S{OpCounts::kMatmulDinp, 2, 3, 5, 0, 0}), 1);
+  EXPECT_EQ(shapes.at(S{OpCounts::kMatmulDweight, 2, 3, 5, 0, 0}), 1);
+  EXPECT_EQ(shapes.at(S{OpCounts::kAttentionBackward, 2, 4, 8, 2, 1}), 1);
+  f32_->Reset();
+  EXPECT_TRUE(f32_->counts().shapes.empty());
+}
+
 TEST_F(CountingOpsTest, AttentionCountsTheCausalPairs) {
   // B=2, T=4, C=8 in NH=2 heads of hs=4: each (sequence, head) has 1+2+3+4 = 10 causal
   // pairs of 4*hs = 16 flops, so 2 * 2 * 10 * 16 = 640; GQA (NKV=1) does not change it.

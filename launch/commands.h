@@ -38,6 +38,8 @@ struct PlanArgs {
   std::string emit_path;           // --emit FILE.json: the recommended configuration
 };
 Status RunPlan(const PlanArgs& args);
+// `strata bench plan [--dir DIR]` (launch/bench_plan.cc): predicted vs measured steps.
+Status RunBenchPlan(const CommandArgs& args, const std::string& dir);
 
 // `strata sample` (launch/sample.h): text from a checkpoint or a Hugging Face directory.
 struct SampleArgs {

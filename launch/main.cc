@@ -158,6 +158,15 @@ int main(int argc, char** argv) {
   bench_train->add_option("--steps", args.bench_steps, "measured steps per dtype")
       ->check(CLI::Range(1, 1000));
 
+  std::string plan_dir;
+  CLI::App* bench_plan = bench->add_subcommand(
+      "plan", "strata plan's predicted step and peaks vs runs of each configuration (goal 20%)");
+  bench_plan->add_option("--config", args.config_path, "JSON config file");
+  bench_plan->add_option("--set", args.sets, "override one key (repeatable)");
+  bench_plan->add_option("--steps", args.bench_steps, "measured steps per configuration")
+      ->check(CLI::Range(1, 1000));
+  bench_plan->add_option("--dir", plan_dir, "zero.nvme_dir for the NVMe configurations");
+
   CLI::App* bench_trace = bench->add_subcommand(
       "trace", "the timeline trace's cost: step time without, off and on (goals <= 1%, 3%)");
   bench_trace->add_option("--config", args.config_path, "JSON config file");
@@ -259,6 +268,7 @@ int main(int argc, char** argv) {
   else if (report->parsed()) status = strata::RunReport(report_metrics, report_trace, report_out);
   else if (plan->parsed()) status = strata::RunPlan(plan_args);
   else if (bench_train->parsed()) status = strata::RunBenchTrain(args);
+  else if (bench_plan->parsed()) status = strata::RunBenchPlan(args, plan_dir);
   else if (bench_trace->parsed()) {
     if (bench_trace->count("--steps") == 0) args.bench_steps = 20;
     status = strata::RunBenchTrace(args);

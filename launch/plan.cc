@@ -17,6 +17,7 @@
 #include "collectives/dry_communicator.h"
 #include "core/cpu_device.h"
 #include "launch/options_parse.h"
+#include "launch/plan_probe.h"
 #include "models/create_model.h"
 #include "runtime/engine.h"
 
@@ -242,7 +243,8 @@ std::vector<PlanConfig> DecisionOrder(const Options& job, int world) {
 }
 
 StepPrediction PredictStep(const DryRunResult& dry, const Options& options,
-                           const Hardware& hw) {
+                           const Hardware& hw,
+                           const std::map<std::array<int, 6>, double>* shape_seconds) {
   StepPrediction p;
   const double matmul = options.train.dtype == DType::kBF16 && hw.matmul_flops_bf16 > 0
                             ? hw.matmul_flops_bf16
@@ -250,8 +252,13 @@ StepPrediction PredictStep(const DryRunResult& dry, const Options& options,
   const OpCounts& d = dry.device_ops;
   const OpCounts& h = dry.host_ops;
   // Attention runs at about half the GEMM rate (softmax between its two products).
-  p.compute_s = Seconds(d.matmul_flops, matmul) + Seconds(d.attention_flops, matmul / 2) +
-                Seconds(d.elementwise_bytes + 16.0 * d.adam_elements, hw.device_memory_bandwidth);
+  if (shape_seconds != nullptr) {  // each GEMM and attention shape timed on this machine
+    for (const auto& [shape, calls] : d.shapes) p.compute_s += calls * shape_seconds->at(shape);
+  } else {
+    p.compute_s = Seconds(d.matmul_flops, matmul) + Seconds(d.attention_flops, matmul / 2);
+  }
+  p.compute_s +=
+      Seconds(d.elementwise_bytes + 16.0 * d.adam_elements, hw.device_memory_bandwidth);
   p.pcie_s = Seconds(dry.copy_bytes[0], hw.host_to_device) +
              Seconds(dry.copy_bytes[1], hw.device_to_host);
   p.adam_s = Seconds(h.adam_elements, hw.cpu_adam_params) +
@@ -287,7 +294,7 @@ StepPrediction PredictStep(const DryRunResult& dry, const Options& options,
   return p;
 }
 
-StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hw) {
+StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hw, ShapeTimer* timer) {
   Plan plan;
   for (const PlanConfig& config : DecisionOrder(job, world)) {
     PlannedConfig planned;
@@ -332,7 +339,15 @@ StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hw) {
     planned.fits = short_of.empty();
     planned.why_not = absl::StrJoin(short_of, "; ");
     planned.rss_estimate = host_peak;
-    planned.step = PredictStep(*dry, planned.options, hw);
+    std::map<std::array<int, 6>, double> shape_seconds;
+    if (timer != nullptr) {
+      for (const auto& [shape, calls] : dry->device_ops.shapes) {
+        ASSIGN_OR_RETURN(shape_seconds[shape],
+                         timer->SecondsPerCall(planned.options.train.dtype, shape));
+      }
+    }
+    planned.step =
+        PredictStep(*dry, planned.options, hw, timer != nullptr ? &shape_seconds : nullptr);
     planned.tokens_per_s = planned.step.seconds > 0 ? dry->tokens / planned.step.seconds : 0;
     if (planned.fits && plan.recommended < 0) {
       plan.recommended = static_cast<int>(plan.configs.size());

@@ -17,6 +17,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -78,8 +79,12 @@ struct StepPrediction {
   std::string bottleneck;  // compute | PCIe | CPU Adam | disk | network
   double compute_s = 0, pcie_s = 0, adam_s = 0, disk_s = 0, network_s = 0;
 };
+// `shape_seconds` (may be null): seconds per call of each GEMM/attention shape of
+// dry.device_ops.shapes measured on this machine (ShapeTimer, launch/plan_probe.h); then
+// they price the device's GEMMs and attention instead of the hardware's FLOP rates.
 StepPrediction PredictStep(const DryRunResult& dry, const Options& options,
-                           const Hardware& hardware);
+                           const Hardware& hardware,
+                           const std::map<std::array<int, 6>, double>* shape_seconds = nullptr);
 
 struct PlannedConfig {
   PlanConfig config;
@@ -97,7 +102,11 @@ struct Plan {
   int recommended = -1;  // index of the first that fits, -1: none
   std::vector<std::string> advice;  // what to buy / change
 };
-StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hardware);
+// `timer` (may be null): this machine's shape timer, for a plan of this machine on the CPU
+// backend (the probe): every configuration's GEMM and attention shapes are timed.
+class ShapeTimer;
+StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hardware,
+                        ShapeTimer* timer = nullptr);
 std::string RenderPlan(const Plan& plan, const Hardware& hardware);
 
 }  // namespace strata

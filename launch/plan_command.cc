@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -65,7 +66,11 @@ Status RunPlan(const PlanArgs& args) {
   if (!args.save_hardware.empty()) {
     RETURN_IF_ERROR(WriteFileAtomically(args.save_hardware, HardwareJson(hardware)));
   }
-  ASSIGN_OR_RETURN(const Plan plan, MakePlan(job, world, hardware));
+  // Planning this machine's CPU backend: each GEMM and attention shape is timed here.
+  std::optional<ShapeTimer> timer;
+  if (args.hardware == "probe" && job.device.backend == BackendKind::kCpu) timer.emplace(job);
+  ASSIGN_OR_RETURN(const Plan plan,
+                   MakePlan(job, world, hardware, timer ? &*timer : nullptr));
   std::cout << RenderPlan(plan, hardware);
   if (!args.emit_path.empty()) {
     if (plan.recommended < 0) {

@@ -6,7 +6,9 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cpu_info.h"
 #include "core/host_memory.h"
+#include "kernels/counting_ops.h"
 #include "runtime/backend.h"
 
 namespace strata {
@@ -155,6 +158,99 @@ Status DiskRates(const std::string& dir, double* read, double* write, uint64_t* 
 }
 
 }  // namespace
+
+StatusOr<double> ShapeTimer::SecondsPerCall(DType dtype, const std::array<int, 6>& shape) {
+  const auto key = std::make_pair(static_cast<int>(dtype), shape);
+  if (auto it = seconds_.find(key); it != seconds_.end()) return it->second;
+  const int kind = shape[0];
+  const bool attention =
+      kind == OpCounts::kAttentionForward || kind == OpCounts::kAttentionBackward;
+  // Rows timed: scaled down past ~2e10 FLOPs (N for GEMMs, B for attention).
+  const double flops = attention ? 2.0 * shape[1] * shape[3] * double(shape[2]) * shape[2]
+                                 : 2.0 * shape[1] * double(shape[2]) * shape[3];
+  const int rows = shape[1];
+  const int timed_rows = std::max(1, std::min(rows, static_cast<int>(rows * 2e10 / std::max(flops, 1.0))));
+  Options options = job_;
+  options.train.dtype = dtype;
+  options.device.backend = BackendKind::kCpu;
+  size_t bytes = 0;
+  const size_t e = DTypeBytes(dtype);
+  if (attention) {
+    const size_t B = timed_rows, T = shape[2], C = shape[3], NH = shape[4], NKV = shape[5];
+    const size_t qkv = B * T * (C + 2 * NKV * (C / NH));
+    bytes = (2 * qkv + 3 * B * T * C) * e + B * NH * T * 4;
+  } else {
+    const size_t N = timed_rows, C = shape[2], OC = shape[3];
+    bytes = (2 * N * C + N * OC + 2 * OC * C) * e;
+  }
+  options.device.memory_limit = bytes + (64ull << 20);
+  options.tiers.host_memory_limit = 64ull << 20;
+  ASSIGN_OR_RETURN(Backend backend, CreateBackend(options));
+  ASSIGN_OR_RETURN(auto stream, backend.device->CreateStream("probe"));
+  std::vector<Buffer> buffers;
+  auto buffer = [&](size_t elements) -> StatusOr<void*> {
+    ASSIGN_OR_RETURN(Buffer b, backend.device->Allocate(Tier::kDevice, StateKind::kWorkspace,
+                                                        std::max<size_t>(elements * e, 64),
+                                                        "probe"));
+    RETURN_IF_ERROR(backend.device->MemsetAsync(b.data(), 0, b.bytes(), *stream));
+    buffers.push_back(std::move(b));
+    return buffers.back().data();
+  };
+  std::function<Status()> work;
+  Ops& ops = *backend.ops;
+  if (attention) {
+    const int B = timed_rows, T = shape[2], C = shape[3], NH = shape[4], NKV = shape[5];
+    const size_t qkv_elements = size_t(B) * T * (C + 2 * NKV * (C / NH));
+    ASSIGN_OR_RETURN(void* qkv, buffer(qkv_elements));
+    ASSIGN_OR_RETURN(void* dqkv, buffer(qkv_elements));
+    ASSIGN_OR_RETURN(void* out, buffer(size_t(B) * T * C));
+    ASSIGN_OR_RETURN(void* dout, buffer(size_t(B) * T * C));
+    ASSIGN_OR_RETURN(void* stats_raw, buffer(size_t(B) * NH * T * 4 / e + 1));
+    float* stats = static_cast<float*>(stats_raw);
+    RETURN_IF_ERROR(ops.AttentionForward(*stream, out, stats, qkv, B, T, C, NH, NKV));
+    work = kind == OpCounts::kAttentionForward
+               ? std::function<Status()>([&, B, T, C, NH, NKV, out, stats, qkv] {
+                   return ops.AttentionForward(*stream, out, stats, qkv, B, T, C, NH, NKV);
+                 })
+               : std::function<Status()>([&, B, T, C, NH, NKV, out, dout, stats, qkv, dqkv] {
+                   return ops.AttentionBackward(*stream, dqkv, dout, qkv, out, stats, B, T, C,
+                                                NH, NKV);
+                 });
+  } else {
+    const int N = timed_rows, C = shape[2], OC = shape[3];
+    ASSIGN_OR_RETURN(void* in, buffer(size_t(N) * C));
+    ASSIGN_OR_RETURN(void* out, buffer(size_t(N) * OC));
+    ASSIGN_OR_RETURN(void* weight, buffer(size_t(OC) * C));
+    ASSIGN_OR_RETURN(void* din, buffer(size_t(N) * C));
+    ASSIGN_OR_RETURN(void* dweight, buffer(size_t(OC) * C));
+    work = [&, N, C, OC, in, out, weight, din, dweight, kind]() -> Status {
+      if (kind == OpCounts::kMatmulForward) {
+        return ops.MatmulForward(*stream, out, in, weight, nullptr, N, C, OC);
+      }
+      // dinp += dout * W, or dweight += dout^T * inp (the other left out).
+      if (kind == OpCounts::kMatmulDinp) {
+        return ops.MatmulBackward(*stream, din, nullptr, nullptr, out, in, weight, N, C, OC);
+      }
+      return ops.MatmulBackward(*stream, nullptr, dweight, nullptr, out, in, weight, N, C, OC);
+    };
+  }
+  RETURN_IF_ERROR(stream->Synchronize());
+  // A first call (kernel set-up), then the best of a few, within ~0.3 s.
+  RETURN_IF_ERROR(work());
+  RETURN_IF_ERROR(stream->Synchronize());
+  double best = INFINITY, spent = 0;
+  for (int run = 0; run < 5 && (run < 1 || spent < 0.3); ++run) {
+    const Clock::time_point start = Clock::now();
+    RETURN_IF_ERROR(work());
+    RETURN_IF_ERROR(stream->Synchronize());
+    const double seconds = SecondsSince(start);
+    best = std::min(best, seconds);
+    spent += seconds;
+  }
+  const double per_call = best * rows / timed_rows;
+  seconds_[key] = per_call;
+  return per_call;
+}
 
 StatusOr<Hardware> ProbeHardware(const Options& job, int world) {
   Hardware hw;

@@ -5,11 +5,29 @@
 // Thread-safety: plain function (it creates CPU backends of its own).
 #pragma once
 
+#include <array>
+#include <map>
+#include <utility>
+
 #include "core/options.h"
 #include "launch/plan.h"
 
 namespace strata {
 
 StatusOr<Hardware> ProbeHardware(const Options& job, int world);
+
+// Seconds per call of each GEMM and attention shape a dry run counted
+// (OpCounts::shapes), timed on this machine with the CPU backend's kernels in `dtype`, each
+// shape once (cached). A shape of more than ~2e10 FLOPs is timed at fewer rows (N, or B for
+// attention) and scaled, since the rate barely changes past that size.
+class ShapeTimer {
+ public:
+  explicit ShapeTimer(const Options& job) : job_(job) {}
+  StatusOr<double> SecondsPerCall(DType dtype, const std::array<int, 6>& shape);
+
+ private:
+  Options job_;
+  std::map<std::pair<int, std::array<int, 6>>, double> seconds_;
+};
 
 }  // namespace strata

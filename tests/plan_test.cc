@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "core/testing/status_matchers.h"
 #include "launch/options_parse.h"
 #include "launch/plan.h"
+#include "launch/plan_probe.h"
 #include "tests/placement_runs.h"
 
 namespace strata {
@@ -87,6 +89,30 @@ TEST(Plan, DryRunOfAnEightBillionModelCommitsNothing) {
   EXPECT_LT(dry.nvme_file_bytes, 8e9 * 19);
   EXPECT_GT(dry.nvme_read_bytes, 8e9 * 2);  // every param read at least once a step
   EXPECT_LT(dry.device.peak_bytes, 8e9);    // the device holds a few units at a time
+}
+
+// The shape timer times each shape once on this machine's CPU kernels (cached after), and
+// a GEMM too large to time whole is timed at fewer rows and scaled.
+TEST(Plan, ShapeTimerTimesEachShapeOnce) {
+  const Options job = PlacementRunOptions(1, 0, {}, 2);
+  ShapeTimer timer(job);
+  const std::array<int, 6> small = {OpCounts::kMatmulForward, 64, 128, 256, 0, 0};
+  ASSERT_OK_AND_ASSIGN(const double first, timer.SecondsPerCall(DType::kF32, small));
+  EXPECT_GT(first, 0.0);
+  EXPECT_LT(first, 0.5);
+  ASSERT_OK_AND_ASSIGN(const double again, timer.SecondsPerCall(DType::kF32, small));
+  EXPECT_EQ(again, first);  // cached
+  // 2 * 65536 * 1024 * 1024 = 1.4e11 FLOPs: timed at ~1/7 of the rows, scaled back.
+  const std::array<int, 6> big = {OpCounts::kMatmulDinp, 65536, 1024, 1024, 0, 0};
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_OK_AND_ASSIGN(const double scaled, timer.SecondsPerCall(DType::kF32, big));
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GT(scaled, first * 100);
+  EXPECT_LT(took, scaled * 3) << "the big shape was timed whole";
+  const std::array<int, 6> attention = {OpCounts::kAttentionBackward, 2, 64, 128, 4, 2};
+  ASSERT_OK_AND_ASSIGN(const double att, timer.SecondsPerCall(DType::kF32, attention));
+  EXPECT_GT(att, 0.0);
 }
 
 std::string HardwareText(uint64_t device_bytes, uint64_t host_bytes) {

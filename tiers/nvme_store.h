@@ -38,8 +38,9 @@
 //   moving no byte; the store itself never reads or writes a buffer (no checksums: a dry
 //   device's buffers are address ranges with no memory behind them). Everything else is
 //   the real store's: the layout (offsets, padded sizes, file names, file_bytes), the
-//   validation of requests (extents, alignment, conflicts, reads of extents never
-//   written) and the completions, so its callers move exactly the bytes they would.
+//   validation of requests (extents, alignment, conflicts) and the completions, so its
+//   callers move exactly the bytes they would; an extent never written reads (a plan's
+//   set-up stores no values).
 // Thread-safety: thread-compatible, like the IoEngine it drives: one thread at a time
 // calls a store (typically the rank's I/O or pipeline thread).
 #pragma once
