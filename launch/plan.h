@@ -40,6 +40,7 @@ struct DryRunResult {
   uint64_t nvme_read_bytes = 0, nvme_written_bytes = 0;
   uint64_t network_bytes = 0;     // sent by this rank (ring collectives)
   uint64_t tokens = 0;            // of the global batch
+  uint64_t largest_unit_bytes = 0;  // fp32 values of the largest unit (init/import staging)
 };
 StatusOr<DryRunResult> DryRun(const Options& options, int world);
 
@@ -53,7 +54,7 @@ struct Hardware {
   double device_memory_bandwidth = 0;  // elementwise kernels
   uint64_t host_memory_bytes = 0;      // RAM of a node usable by training
   double host_to_device = 0, device_to_host = 0;  // per rank (PCIe; cpu: memcpy)
-  double cpu_adam_params = 0;  // params per second of the CPU Adam, one rank's share
+  double cpu_adam_params = 0;  // params per second of the CPU Adam on a node (its ranks share it)
   double disk_read = 0, disk_write = 0;  // O_DIRECT, zero.nvme_dir's disk, per node
   uint64_t disk_free_bytes = 0;
   double network = 0;  // bytes per second a rank sends (collectives across ranks)

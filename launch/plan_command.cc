@@ -44,13 +44,13 @@ Status RunPlan(const PlanArgs& args) {
   if (args.hardware == "probe") {
     // A probe of this machine, cached (keyed by the CPU, the memory and the nvme_dir).
     const std::string cache = HardwareCachePath();
-    const std::string key = absl::StrCat("probe of ", DescribeCpu());
+    const std::string key = ProbeSource(job);
     StatusOr<std::string> cached = ReadText(cache);
     StatusOr<Hardware> loaded = cached.ok() ? ParseHardware(*cached, cache)
                                             : StatusOr<Hardware>(cached.status());
-    if (!args.reprobe && loaded.ok() && loaded->source == key &&
-        (job.zero.nvme_dir.empty() || loaded->disk_read > 0)) {
+    if (!args.reprobe && loaded.ok() && loaded->source == key) {
       hardware = *loaded;
+      RETURN_IF_ERROR(FillMachineMemory(job, world, &hardware));
       std::cout << "hardware: cached probe " << cache << " (--reprobe measures again)\n";
     } else {
       std::cout << "hardware: probing this machine (a few seconds)...\n";

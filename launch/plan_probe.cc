@@ -252,28 +252,47 @@ StatusOr<double> ShapeTimer::SecondsPerCall(DType dtype, const std::array<int, 6
   return per_call;
 }
 
-StatusOr<Hardware> ProbeHardware(const Options& job, int world) {
-  Hardware hw;
-  hw.source = absl::StrCat("probe of ", DescribeCpu());
-  hw.backend = BackendKind::kCpu;
+Status FillMachineMemory(const Options& job, int world, Hardware* hw) {
   const HostMemory memory = ProbeHostMemory();
   ASSIGN_OR_RETURN(const TierCapacities capacities, ResolveTierCapacities(job, world, memory));
-  hw.device_memory_bytes = capacities.device_bytes;
-  hw.host_memory_bytes = memory.usable_bytes;
-  hw.ranks_per_node = world;
+  hw->device_memory_bytes = capacities.device_bytes;
+  hw->host_memory_bytes = memory.usable_bytes;
+  hw->ranks_per_node = world;
+  return absl::OkStatus();
+}
+
+std::string ProbeDiskDir(const Options& job) {
+  const char* tmp = std::getenv("TMPDIR");
+  return !job.zero.nvme_dir.empty() ? job.zero.nvme_dir
+                                    : (tmp != nullptr && *tmp ? tmp : "/tmp");
+}
+
+std::string ProbeSource(const Options& job) {
+  return absl::StrCat("probe of ", DescribeCpu(), ", disk of ", ProbeDiskDir(job));
+}
+
+StatusOr<Hardware> ProbeHardware(const Options& job, int world) {
+  Hardware hw;
+  hw.source = ProbeSource(job);
+  hw.backend = BackendKind::kCpu;
+  RETURN_IF_ERROR(FillMachineMemory(job, world, &hw));
   ASSIGN_OR_RETURN(hw.matmul_flops_fp32, MatmulFlops(job, DType::kF32));
   ASSIGN_OR_RETURN(hw.matmul_flops_bf16, MatmulFlops(job, DType::kBF16));
   ASSIGN_OR_RETURN(hw.cpu_adam_params, AdamRate(job));
-  hw.cpu_adam_params /= world;  // the ranks of a node share its cores
   const double copy = CopyRate();
   // On the CPU backend the device tier is RAM: its "PCIe" and elementwise rates are
   // memcpy's; ranks on one node (threads) send to each other at memcpy speed too.
   hw.device_memory_bandwidth = 2 * copy;
   hw.host_to_device = hw.device_to_host = copy;
   hw.network = copy;
-  if (!job.zero.nvme_dir.empty()) {
-    RETURN_IF_ERROR(DiskRates(job.zero.nvme_dir, &hw.disk_read, &hw.disk_write,
-                              &hw.disk_free_bytes));
+  // The disk of zero.nvme_dir, else of $TMPDIR (or /tmp); a directory without O_DIRECT
+  // (tmpfs) leaves the disk's rates unknown.
+  const std::string dir = ProbeDiskDir(job);
+  Status disk = DiskRates(dir, &hw.disk_read, &hw.disk_write, &hw.disk_free_bytes);
+  if (!disk.ok()) {
+    if (!job.zero.nvme_dir.empty()) return disk;
+    hw.disk_read = hw.disk_write = 0;
+    absl::StrAppend(&hw.source, " (no disk rates: ", dir, " has no O_DIRECT)");
   }
   return hw;
 }

@@ -15,6 +15,14 @@
 namespace strata {
 
 StatusOr<Hardware> ProbeHardware(const Options& job, int world);
+// The directory whose disk a probe measures (zero.nvme_dir, else $TMPDIR or /tmp), and the
+// probe's `source` text ("probe of <cpu>, disk of <dir>": a cached probe is reused only for
+// the same CPU and directory).
+std::string ProbeDiskDir(const Options& job);
+// This machine's memory for `job` at `world` ranks into *hw (device tier as the job
+// resolves it, usable RAM, ranks per node): a cached probe's rates with today's job.
+Status FillMachineMemory(const Options& job, int world, Hardware* hw);
+std::string ProbeSource(const Options& job);
 
 // Seconds per call of each GEMM and attention shape a dry run counted
 // (OpCounts::shapes), timed on this machine with the CPU backend's kernels in `dtype`, each

@@ -206,6 +206,23 @@ TEST(Plan, RecommendsTheFirstThatFitsAndSaysWhatToBuy) {
   EXPECT_THAT(RenderPlan(none, tiny), HasSubstr("nothing fits"));
   ASSERT_FALSE(none.advice.empty());
   EXPECT_THAT(none.advice[0], HasSubstr("GPU memory"));
+  EXPECT_THAT(RenderPlan(none, tiny), HasSubstr("smallest change: +"));
+  // A device that fits LoRA at one row but not at two: the job change comes first.
+  const Options two_rows = PlacementRunOptions(
+      1, 0, {"model.layers=4", "model.channels=128", "train.micro_batch=8"}, 2);
+  ASSERT_OK_AND_ASSIGN(const DryRunResult one_row,
+                       DryRun(PlacementRunOptions(1, 0, {"model.layers=4", "model.channels=128",
+                                                         "lora.rank=16", "train.micro_batch=1",
+                                                         "train.grad_accum=16"},
+                                                  2),
+                              1));
+  ASSERT_OK_AND_ASSIGN(Hardware narrow,
+                       ParseHardware(HardwareText(one_row.device.peak_bytes, 64ull << 30), "n"));
+  ASSERT_OK_AND_ASSIGN(const Plan smaller, MakePlan(two_rows, 1, narrow));
+  ASSERT_EQ(smaller.recommended, -1);
+  ASSERT_FALSE(smaller.advice.empty());
+  EXPECT_THAT(smaller.advice[0],
+              HasSubstr("train.micro_batch=1 with train.grad_accum=16 (the same batch): LoRA"));
 }
 
 }  // namespace
