@@ -3,6 +3,8 @@
 // product overflows. No pointer is dereferenced and the stream is never touched.
 #include "kernels/counting_ops.h"
 
+#include <cstdint>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/op_checks.h"
 
@@ -61,6 +63,7 @@ Status CountingOps::CountShapes(const OpCounts& work,
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const std::array<int, 6>& shape : shapes) counts_.shapes[shape] += 1;
+    counts_.shaped_bytes += work.elementwise_bytes;
   }
   return Count(work);
 }
@@ -82,13 +85,15 @@ Status CountingOps::EncoderBackward(Stream&, void*, void* dwpe, const void*, con
 Status CountingOps::LayerNormForward(Stream&, void*, float*, float*, const void*, const void*,
                                      const void*, int N, int C) {
   RETURN_IF_ERROR(CheckNonNegative("LayerNormForward", {{"N", N}, {"C", C}}));
-  return Count(Bytes(D() * (2.0 * N * C + 2.0 * C) + 2 * kFloatBytes * N));
+  return CountShapes(Bytes(D() * (2.0 * N * C + 2.0 * C) + 2 * kFloatBytes * N),
+                     {{OpCounts::kLayerNormForward, N, C, 0, 0, 0}});
 }
 
 Status CountingOps::LayerNormBackward(Stream&, void*, void*, void*, const void*, const void*,
                                       const void*, const float*, const float*, int N, int C) {
   RETURN_IF_ERROR(CheckNonNegative("LayerNormBackward", {{"N", N}, {"C", C}}));
-  return Count(Bytes(D() * (4.0 * N * C + 5.0 * C) + 2 * kFloatBytes * N));
+  return CountShapes(Bytes(D() * (4.0 * N * C + 5.0 * C) + 2 * kFloatBytes * N),
+                     {{OpCounts::kLayerNormBackward, N, C, 0, 0, 0}});
 }
 
 Status CountingOps::MatmulForward(Stream&, void*, const void*, const void*, const void*, int N,
@@ -174,11 +179,15 @@ Status CountingOps::SwiGluBackward(Stream&, void*, const void*, const void*, int
 }
 
 Status CountingOps::GeluForward(Stream&, void*, const void*, size_t n) {
-  return Count(Bytes(2.0 * D() * static_cast<double>(n)));
+  if (n > static_cast<size_t>(INT32_MAX)) return Count(Bytes(2.0 * D() * static_cast<double>(n)));
+  return CountShapes(Bytes(2.0 * D() * static_cast<double>(n)),
+                     {{OpCounts::kGeluForward, static_cast<int>(n), 0, 0, 0, 0}});
 }
 
 Status CountingOps::GeluBackward(Stream&, void*, const void*, const void*, size_t n) {
-  return Count(Bytes(4.0 * D() * static_cast<double>(n)));
+  if (n > static_cast<size_t>(INT32_MAX)) return Count(Bytes(4.0 * D() * static_cast<double>(n)));
+  return CountShapes(Bytes(4.0 * D() * static_cast<double>(n)),
+                     {{OpCounts::kGeluBackward, static_cast<int>(n), 0, 0, 0, 0}});
 }
 
 Status CountingOps::Add(Stream&, void*, const void*, const void*, size_t n) {
@@ -218,7 +227,8 @@ Status CountingOps::SoftmaxCrossEntropy(Stream&, float*, void*, const int32_t*, 
   RETURN_IF_ERROR(CheckCrossEntropyShape("SoftmaxCrossEntropy", N, V, Vp));
   double bytes = D() * N * V + 2 * kFloatBytes * N;  // logits read; targets read, losses written
   if (dloss != 0.0f) bytes += D() * N * Vp;          // the gradient written over the logits
-  return Count(Bytes(bytes));
+  return CountShapes(Bytes(bytes),
+                     {{OpCounts::kSoftmaxCrossEntropy, N, V, Vp, dloss != 0.0f ? 1 : 0, 0}});
 }
 
 Status CountingOps::AccumulateToFloat(Stream&, float*, const void*, size_t n) {

@@ -68,9 +68,16 @@ struct OpCounts {
   // {kind, sizes...}: kMatmulForward {N, C, OC}, kMatmulDinp and kMatmulDweight (the two
   // GEMMs of a MatmulBackward) {N, C, OC}, kAttentionForward and kAttentionBackward
   // {B, T, C, NH, NKV}; unused sizes 0.
+  // Also the elementwise ops whose time is compute, not memory traffic, on a CPU (the
+  // cross-entropy's exponentials over the vocabulary, GELU's tanh, layernorm):
+  // kSoftmaxCrossEntropy {N, V, Vp, with gradient 0/1}, kGeluForward and kGeluBackward {n},
+  // kLayerNormForward and kLayerNormBackward {N, C}; `shaped_bytes` is the part of
+  // elementwise_bytes these calls counted.
   enum ShapeKind { kMatmulForward, kMatmulDinp, kMatmulDweight, kAttentionForward,
-                   kAttentionBackward };
+                   kAttentionBackward, kSoftmaxCrossEntropy, kGeluForward, kGeluBackward,
+                   kLayerNormForward, kLayerNormBackward };
   std::map<std::array<int, 6>, double> shapes;
+  double shaped_bytes = 0;
 };
 
 class CountingOps : public Ops {

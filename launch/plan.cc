@@ -258,15 +258,21 @@ StepPrediction PredictStep(const DryRunResult& dry, const Options& options,
   const OpCounts& d = dry.device_ops;
   const OpCounts& h = dry.host_ops;
   // Attention runs at about half the GEMM rate (softmax between its two products).
-  if (shape_seconds != nullptr) {  // each GEMM and attention shape timed on this machine
+  double untimed_bytes = d.elementwise_bytes;
+  if (shape_seconds != nullptr) {  // each shape timed on this machine
     for (const auto& [shape, calls] : d.shapes) p.compute_s += calls * shape_seconds->at(shape);
+    untimed_bytes -= d.shaped_bytes;
   } else {
     p.compute_s = Seconds(d.matmul_flops, matmul) + Seconds(d.attention_flops, matmul / 2);
   }
-  p.compute_s +=
-      Seconds(d.elementwise_bytes + 16.0 * d.adam_elements, hw.device_memory_bandwidth);
+  p.compute_s += Seconds(untimed_bytes + 16.0 * d.adam_elements, hw.device_memory_bandwidth);
   p.pcie_s = Seconds(dry.copy_bytes[0], hw.host_to_device) +
              Seconds(dry.copy_bytes[1], hw.device_to_host);
+  // Copies within a tier (staging into the NVMe tiers' host buffers) run at memory speed;
+  // on the CPU backend they take the same cores.
+  if (hw.backend == BackendKind::kCpu) {
+    p.pcie_s += Seconds(dry.copy_bytes[2], hw.host_to_device);
+  }
   p.adam_s = Seconds(h.adam_elements, hw.cpu_adam_params / std::max(1, hw.ranks_per_node)) +
              Seconds(h.elementwise_bytes, hw.device_memory_bandwidth);
   p.disk_s = Seconds(dry.nvme_read_bytes * double(hw.ranks_per_node), hw.disk_read) +

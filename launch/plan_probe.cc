@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <functional>
 #include <vector>
 
@@ -113,7 +114,7 @@ double CopyRate() {
   return runs * double(n) / SecondsSince(start);
 }
 
-// O_DIRECT sequential write then read of a 256 MiB file in `dir`, 4 MiB requests.
+// O_DIRECT write then read of a 256 MiB file in `dir`, 4 MiB requests, four in flight.
 Status DiskRates(const std::string& dir, double* read, double* write, uint64_t* free_bytes) {
   struct statvfs fs {};
   if (::statvfs(dir.c_str(), &fs) != 0) {
@@ -128,30 +129,42 @@ Status DiskRates(const std::string& dir, double* read, double* write, uint64_t* 
                                                    " with O_DIRECT: ", std::strerror(errno)));
   }
   const size_t request = 4u << 20, total = 256u << 20;
-  void* buffer = nullptr;
-  if (::posix_memalign(&buffer, 4096, request) != 0) {
-    ::close(fd);
-    ::unlink(path.c_str());
-    return absl::ResourceExhaustedError("hardware probe: no memory for the disk buffer");
-  }
-  std::memset(buffer, 7, request);
-  Status status;
-  Clock::time_point start = Clock::now();
-  for (size_t at = 0; at < total && status.ok(); at += request) {
-    if (::pwrite(fd, buffer, request, at) != static_cast<ssize_t>(request)) {
-      status = absl::InternalError(absl::StrCat("hardware probe: write to ", path, " failed"));
+  // Four requests in flight (the NVMe tier keeps several at the disk): each thread its own
+  // aligned buffer and every fourth piece of the file.
+  constexpr int kInFlight = 4;
+  auto pass = [&](bool write) -> Status {
+    std::vector<std::thread> threads;
+    std::vector<Status> results(kInFlight);
+    for (int t = 0; t < kInFlight; ++t) {
+      threads.emplace_back([&, t] {
+        void* mine = nullptr;
+        if (::posix_memalign(&mine, 4096, request) != 0) {
+          results[t] = absl::ResourceExhaustedError("hardware probe: no memory for the disk");
+          return;
+        }
+        std::memset(mine, 7, request);
+        for (size_t at = t * request; at < total && results[t].ok(); at += kInFlight * request) {
+          const ssize_t done =
+              write ? ::pwrite(fd, mine, request, at) : ::pread(fd, mine, request, at);
+          if (done != static_cast<ssize_t>(request)) {
+            results[t] = absl::InternalError(absl::StrCat(
+                "hardware probe: ", write ? "write to " : "read of ", path, " failed"));
+          }
+        }
+        std::free(mine);
+      });
     }
-  }
+    for (std::thread& thread : threads) thread.join();
+    for (const Status& result : results) RETURN_IF_ERROR(result);
+    return absl::OkStatus();
+  };
+  Clock::time_point start = Clock::now();
+  Status status = pass(/*write=*/true);
   if (status.ok() && ::fdatasync(fd) != 0) status = absl::InternalError("fdatasync failed");
   *write = total / SecondsSince(start);
   start = Clock::now();
-  for (size_t at = 0; at < total && status.ok(); at += request) {
-    if (::pread(fd, buffer, request, at) != static_cast<ssize_t>(request)) {
-      status = absl::InternalError(absl::StrCat("hardware probe: read of ", path, " failed"));
-    }
-  }
+  if (status.ok()) status = pass(/*write=*/false);
   *read = total / SecondsSince(start);
-  std::free(buffer);
   ::close(fd);
   ::unlink(path.c_str());
   return status;
@@ -163,6 +176,7 @@ StatusOr<double> ShapeTimer::SecondsPerCall(DType dtype, const std::array<int, 6
   const auto key = std::make_pair(static_cast<int>(dtype), shape);
   if (auto it = seconds_.find(key); it != seconds_.end()) return it->second;
   const int kind = shape[0];
+  if (kind >= OpCounts::kSoftmaxCrossEntropy) return TimeElementwise(dtype, shape, key);
   const bool attention =
       kind == OpCounts::kAttentionForward || kind == OpCounts::kAttentionBackward;
   // Rows timed: scaled down past ~2e10 FLOPs (N for GEMMs, B for attention).
@@ -248,6 +262,92 @@ StatusOr<double> ShapeTimer::SecondsPerCall(DType dtype, const std::array<int, 6
     spent += seconds;
   }
   const double per_call = best * rows / timed_rows;
+  seconds_[key] = per_call;
+  return per_call;
+}
+
+StatusOr<double> ShapeTimer::TimeElementwise(DType dtype, const std::array<int, 6>& shape,
+                                             const std::pair<int, std::array<int, 6>>& key) {
+  const int kind = shape[0];
+  const size_t e = DTypeBytes(dtype);
+  // Rows timed: the shape's, or fewer past ~2^26 elements, scaled.
+  const bool rows_first = kind != OpCounts::kGeluForward && kind != OpCounts::kGeluBackward;
+  const size_t width = kind == OpCounts::kSoftmaxCrossEntropy ? shape[3]
+                       : rows_first                          ? shape[2]
+                                                             : 1;
+  const size_t rows = shape[1];
+  const size_t timed_rows =
+      std::max<size_t>(1, std::min(rows, (size_t{1} << 26) / std::max<size_t>(width, 1)));
+  const size_t n = timed_rows * width;
+  Options options = job_;
+  options.train.dtype = dtype;
+  options.device.backend = BackendKind::kCpu;
+  options.device.memory_limit = 4 * n * e + 8 * timed_rows * 4 + (64ull << 20);
+  options.tiers.host_memory_limit = 64ull << 20;
+  ASSIGN_OR_RETURN(Backend backend, CreateBackend(options));
+  ASSIGN_OR_RETURN(auto stream, backend.device->CreateStream("probe"));
+  std::vector<Buffer> buffers;
+  auto buffer = [&](size_t bytes) -> StatusOr<void*> {
+    ASSIGN_OR_RETURN(Buffer b, backend.device->Allocate(Tier::kDevice, StateKind::kWorkspace,
+                                                        std::max<size_t>(bytes, 64), "probe"));
+    RETURN_IF_ERROR(backend.device->MemsetAsync(b.data(), 0, b.bytes(), *stream));
+    buffers.push_back(std::move(b));
+    return buffers.back().data();
+  };
+  Ops& ops = *backend.ops;
+  std::function<Status()> work;
+  const int N = static_cast<int>(timed_rows);
+  if (kind == OpCounts::kSoftmaxCrossEntropy) {
+    const int V = shape[2], Vp = shape[3];
+    const float dloss = shape[4] != 0 ? 1e-3f : 0.0f;
+    ASSIGN_OR_RETURN(void* logits, buffer(n * e));
+    ASSIGN_OR_RETURN(void* losses, buffer(timed_rows * 4));
+    ASSIGN_OR_RETURN(void* targets, buffer(timed_rows * 4));
+    work = [&, N, V, Vp, dloss, logits, losses, targets] {
+      return ops.SoftmaxCrossEntropy(*stream, static_cast<float*>(losses), logits,
+                                     static_cast<const int32_t*>(targets), N, V, Vp, dloss);
+    };
+  } else if (!rows_first) {
+    ASSIGN_OR_RETURN(void* out, buffer(n * e));
+    ASSIGN_OR_RETURN(void* in, buffer(n * e));
+    ASSIGN_OR_RETURN(void* dout, buffer(n * e));
+    work = [&, n, out, in, dout, kind] {
+      return kind == OpCounts::kGeluForward ? ops.GeluForward(*stream, out, in, n)
+                                            : ops.GeluBackward(*stream, out, in, dout, n);
+    };
+  } else {
+    const int C = shape[2];
+    ASSIGN_OR_RETURN(void* out, buffer(n * e));
+    ASSIGN_OR_RETURN(void* in, buffer(n * e));
+    ASSIGN_OR_RETURN(void* dout, buffer(n * e));
+    ASSIGN_OR_RETURN(void* weight, buffer(C * e));
+    ASSIGN_OR_RETURN(void* bias, buffer(C * e));
+    ASSIGN_OR_RETURN(void* dweight, buffer(C * e));
+    ASSIGN_OR_RETURN(void* dbias, buffer(C * e));
+    ASSIGN_OR_RETURN(void* mean, buffer(timed_rows * 4));
+    ASSIGN_OR_RETURN(void* rstd, buffer(timed_rows * 4));
+    work = [&, N, C, out, in, dout, weight, bias, dweight, dbias, mean, rstd, kind] {
+      float* m = static_cast<float*>(mean);
+      float* r = static_cast<float*>(rstd);
+      return kind == OpCounts::kLayerNormForward
+                 ? ops.LayerNormForward(*stream, out, m, r, in, weight, bias, N, C)
+                 : ops.LayerNormBackward(*stream, out, dweight, dbias, dout, in, weight, m, r,
+                                         N, C);
+    };
+  }
+  RETURN_IF_ERROR(stream->Synchronize());
+  RETURN_IF_ERROR(work());
+  RETURN_IF_ERROR(stream->Synchronize());
+  double best = INFINITY, spent = 0;
+  for (int run = 0; run < 5 && (run < 1 || spent < 0.2); ++run) {
+    const Clock::time_point start = Clock::now();
+    RETURN_IF_ERROR(work());
+    RETURN_IF_ERROR(stream->Synchronize());
+    const double seconds = SecondsSince(start);
+    best = std::min(best, seconds);
+    spent += seconds;
+  }
+  const double per_call = best * double(rows) / double(timed_rows);
   seconds_[key] = per_call;
   return per_call;
 }

@@ -24,7 +24,8 @@ std::string ProbeDiskDir(const Options& job);
 Status FillMachineMemory(const Options& job, int world, Hardware* hw);
 std::string ProbeSource(const Options& job);
 
-// Seconds per call of each GEMM and attention shape a dry run counted
+// Seconds per call of each GEMM, attention and compute-bound elementwise shape a dry run
+// counted
 // (OpCounts::shapes), timed on this machine with the CPU backend's kernels in `dtype`, each
 // shape once (cached). A shape of more than ~2e10 FLOPs is timed at fewer rows (N, or B for
 // attention) and scaled, since the rate barely changes past that size.
@@ -34,6 +35,9 @@ class ShapeTimer {
   StatusOr<double> SecondsPerCall(DType dtype, const std::array<int, 6>& shape);
 
  private:
+  // The elementwise kinds (cross-entropy, GELU, layernorm), timed at up to 2^26 elements.
+  StatusOr<double> TimeElementwise(DType dtype, const std::array<int, 6>& shape,
+                                   const std::pair<int, std::array<int, 6>>& key);
   Options job_;
   std::map<std::pair<int, std::array<int, 6>>, double> seconds_;
 };
