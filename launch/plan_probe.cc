@@ -49,6 +49,24 @@ StatusOr<double> RunsPerSecond(Stream& stream, double seconds,
   return runs / SecondsSince(start);
 }
 
+// Seconds of one call of `work` (enqueued on `stream`): a first call (kernel set-up), then
+// the best of up to five within ~0.3 s.
+StatusOr<double> BestSeconds(Stream& stream, const std::function<Status()>& work) {
+  RETURN_IF_ERROR(stream.Synchronize());
+  RETURN_IF_ERROR(work());
+  RETURN_IF_ERROR(stream.Synchronize());
+  double best = INFINITY, spent = 0;
+  for (int run = 0; run < 5 && (run < 1 || spent < 0.3); ++run) {
+    const Clock::time_point start = Clock::now();
+    RETURN_IF_ERROR(work());
+    RETURN_IF_ERROR(stream.Synchronize());
+    const double seconds = SecondsSince(start);
+    best = std::min(best, seconds);
+    spent += seconds;
+  }
+  return best;
+}
+
 // GEMM rate of the backend's kernels in `dtype` at a transformer-like shape.
 StatusOr<double> MatmulFlops(const Options& job, DType dtype) {
   Options options = job;
@@ -248,19 +266,7 @@ StatusOr<double> ShapeTimer::SecondsPerCall(DType dtype, const std::array<int, 6
       return ops.MatmulBackward(*stream, nullptr, dweight, nullptr, out, in, weight, N, C, OC);
     };
   }
-  RETURN_IF_ERROR(stream->Synchronize());
-  // A first call (kernel set-up), then the best of a few, within ~0.3 s.
-  RETURN_IF_ERROR(work());
-  RETURN_IF_ERROR(stream->Synchronize());
-  double best = INFINITY, spent = 0;
-  for (int run = 0; run < 5 && (run < 1 || spent < 0.3); ++run) {
-    const Clock::time_point start = Clock::now();
-    RETURN_IF_ERROR(work());
-    RETURN_IF_ERROR(stream->Synchronize());
-    const double seconds = SecondsSince(start);
-    best = std::min(best, seconds);
-    spent += seconds;
-  }
+  ASSIGN_OR_RETURN(const double best, BestSeconds(*stream, work));
   const double per_call = best * rows / timed_rows;
   seconds_[key] = per_call;
   return per_call;
@@ -335,18 +341,7 @@ StatusOr<double> ShapeTimer::TimeElementwise(DType dtype, const std::array<int, 
                                          N, C);
     };
   }
-  RETURN_IF_ERROR(stream->Synchronize());
-  RETURN_IF_ERROR(work());
-  RETURN_IF_ERROR(stream->Synchronize());
-  double best = INFINITY, spent = 0;
-  for (int run = 0; run < 5 && (run < 1 || spent < 0.2); ++run) {
-    const Clock::time_point start = Clock::now();
-    RETURN_IF_ERROR(work());
-    RETURN_IF_ERROR(stream->Synchronize());
-    const double seconds = SecondsSince(start);
-    best = std::min(best, seconds);
-    spent += seconds;
-  }
+  ASSIGN_OR_RETURN(const double best, BestSeconds(*stream, work));
   const double per_call = best * double(rows) / double(timed_rows);
   seconds_[key] = per_call;
   return per_call;
