@@ -83,8 +83,9 @@ StatusOr<DryRunResult> DryRun(const Options& options, int world) {
     }
     const std::array<uint64_t, 3> copies_before = device->dry_copy_bytes();
     const uint64_t sent_before = communicator.bytes_sent();
+    // Steps back to back, as a run makes them (a Finish between them would drop what the
+    // step end reads ahead for the next one).
     ASSIGN_OR_RETURN(StepResult step_result, engine->TrainStep(batches, 1e-4f, step));
-    RETURN_IF_ERROR(engine->Finish());
     if (step == 1) {
       const std::array<uint64_t, 3> copies = device->dry_copy_bytes();
       for (int k = 0; k < 3; ++k) result.copy_bytes[k] = copies[k] - copies_before[k];
@@ -93,6 +94,7 @@ StatusOr<DryRunResult> DryRun(const Options& options, int world) {
       result.nvme_written_bytes = step_result.nvme_written_bytes;
     }
   }
+  RETURN_IF_ERROR(engine->Finish());
   result.device_ops = ops.counts();
   result.host_ops = host_ops.counts();
   result.device = device->pool(Tier::kDevice).Stats();
