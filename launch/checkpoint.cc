@@ -315,22 +315,25 @@ std::string LoraTargetsOf(const Model& model) {
   return absl::StrJoin(targets, ",");
 }
 
+BaseHasher::BaseHasher() : state_(XXH3_createState(), [](XXH3_state_s* s) { XXH3_freeState(s); }) {
+  XXH3_64bits_reset(state_.get());
+}
+
+void BaseHasher::Add(const float* values, size_t count) {
+  XXH3_64bits_update(state_.get(), values, count * sizeof(float));
+}
+
+std::string BaseHasher::Hex() const { return strata::Hex(XXH3_64bits_digest(state_.get())); }
+
 StatusOr<std::string> BaseHash(Engine& engine, const Model& model) {
-  XXH3_state_t* hash = XXH3_createState();
-  XXH3_64bits_reset(hash);
+  BaseHasher hasher;
   const std::vector<UnitLayout>& units = model.units();
   for (size_t u = 0; u < units.size(); ++u) {
     if (units[u].trainable()) continue;
-    StatusOr<std::vector<float>> params = engine.ReadParams(static_cast<int>(u));
-    if (!params.ok()) {
-      XXH3_freeState(hash);
-      return params.status();
-    }
-    XXH3_64bits_update(hash, params->data(), units[u].used_elements() * sizeof(float));
+    ASSIGN_OR_RETURN(const std::vector<float> params, engine.ReadParams(static_cast<int>(u)));
+    hasher.Add(params.data(), units[u].used_elements());
   }
-  const std::string digest = Hex(XXH3_64bits_digest(hash));
-  XXH3_freeState(hash);
-  return digest;
+  return hasher.Hex();
 }
 
 StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,

@@ -24,6 +24,7 @@
 // Both calls are collective: every rank of the engine calls them together.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,8 @@
 #include "core/status.h"
 #include "runtime/engine.h"
 #include "runtime/model.h"
+
+struct XXH3_state_s;
 
 namespace strata {
 
@@ -46,6 +49,18 @@ struct LoraBase {
 // The XXH3 of every frozen unit's params (compute dtype widened to fp32, used elements, in
 // unit order). Collective (Engine::ReadParams gathers shards); one unit in memory at a time.
 StatusOr<std::string> BaseHash(Engine& engine, const Model& model);
+// The same hash fed unit by unit from elsewhere (a base made again from its source: export,
+// sample): each base unit's used elements, in unit order.
+class BaseHasher {
+ public:
+  BaseHasher();
+  void Add(const float* values, size_t count);
+  void Add(const std::vector<float>& values) { Add(values.data(), values.size()); }
+  std::string Hex() const;  // 16 hex digits
+
+ private:
+  std::unique_ptr<XXH3_state_s, void (*)(XXH3_state_s*)> state_;
+};
 
 // Writes the state before step `next_step` to <options.train.checkpoint_dir>/step-<k>
 // (rank 0 writes when `write`, showing progress: core/progress.h); returns that path.

@@ -1,7 +1,6 @@
 // See export_weights.h.
 #include "launch/export_weights.h"
 
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cmath>
@@ -425,18 +424,6 @@ Status LoraBaseReader::Read(int unit, std::vector<float>* values) const {
 
 std::string LoraBaseReader::Describe() const {
   return from_.empty() ? absl::StrCat("random weights of seed ", seed_) : from_;
-}
-
-BaseHasher::BaseHasher() : state_(XXH3_createState(), [](XXH3_state_s* s) { XXH3_freeState(s); }) {
-  XXH3_64bits_reset(state_.get());
-}
-
-void BaseHasher::Add(const std::vector<float>& values) {
-  XXH3_64bits_update(state_.get(), values.data(), values.size() * sizeof(float));
-}
-
-std::string BaseHasher::Hex() const {
-  return absl::StrFormat("%016x", XXH3_64bits_digest(state_.get()));
 }
 
 Status CheckLoraBaseHash(const OpenedCheckpoint& checkpoint, const LoraBaseReader& base,

@@ -8,7 +8,7 @@
 // W[col:col+n, :] += (alpha/rank) B A, in fp32). The base is made again from its source
 // (LoraBaseReader) and must hash as it did in training (checkpoint.base.xxh3) before
 // anything is written. Memory: one unit of the model at a time.
-// Thread-safety: plain functions; a LoraBaseReader and a BaseHasher are used by one thread.
+// Thread-safety: plain functions; a LoraBaseReader is used by one thread.
 #pragma once
 
 #include <cstdint>
@@ -22,8 +22,6 @@
 #include "launch/checkpoint.h"
 #include "launch/import_weights.h"
 #include "runtime/model.h"
-
-struct XXH3_state_s;
 
 namespace strata {
 
@@ -69,18 +67,6 @@ class LoraBaseReader {
   uint64_t seed_ = 0;
   DType dtype_ = DType::kF32;
   std::string from_;
-};
-
-// The XXH3 BaseHash computes (launch/checkpoint.h), fed unit by unit in unit order with
-// each base unit's used elements as training used them (LoraBaseReader::Read).
-class BaseHasher {
- public:
-  BaseHasher();
-  void Add(const std::vector<float>& values);
-  std::string Hex() const;  // 16 hex digits
-
- private:
-  std::unique_ptr<XXH3_state_s, void (*)(XXH3_state_s*)> state_;
 };
 
 // OK when `computed` (BaseHasher::Hex over every base unit) is the checkpoint's base hash;

@@ -13,18 +13,15 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/dropout_mask.h"
+
 
 namespace strata {
 namespace {
 
 // Never 0 (0 = no dropout): SplitMix64 over the seed, the step and the micro-batch.
 uint64_t DropoutKey(uint64_t seed, int step, int micro_batch) {
-  auto mix = [](uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-  };
+  auto mix = [](uint64_t x) { return DropoutMix(x + kDropoutGamma); };
   const uint64_t key =
       mix(mix(seed ^ 0x6c6f7261ull) ^ (static_cast<uint64_t>(step) << 20 | micro_batch));
   return key == 0 ? 1 : key;

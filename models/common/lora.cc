@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "kernels/dropout_mask.h"
 
 namespace strata {
 
@@ -130,12 +131,16 @@ Status LoraAdapters::PrepareDecode(Device& device) {
   return absl::OkStatus();
 }
 
+void* LoraAdapters::KeptAx(int layer, int target) {
+  const size_t slot = static_cast<size_t>(layer) * targets_.size() +
+                      (std::find(targets_.begin(), targets_.end(), target) - targets_.begin());
+  return static_cast<char*>(h_.data()) + slot * rows_ * rank_ * DTypeBytes(dtype_);
+}
+
 uint64_t LoraAdapters::MaskKey(const StepContext& ctx, int layer, int target) const {
-  uint64_t x = ctx.dropout_key ^ (static_cast<uint64_t>(layer) << 32 | static_cast<uint32_t>(target));
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
+  const uint64_t x =
+      ctx.dropout_key ^ (static_cast<uint64_t>(layer) << 32 | static_cast<uint32_t>(target));
+  return DropoutMix(x + kDropoutGamma);
 }
 
 StatusOr<const void*> LoraAdapters::DroppedInput(const StepContext& ctx, int layer, int target,
@@ -158,9 +163,7 @@ Status LoraAdapters::Forward(const StepContext& ctx, int layer, int target, cons
       return absl::FailedPreconditionError(absl::StrCat(
           "lora: ", rows, " rows, the activations were prepared for ", rows_));
     }
-    const size_t slot = static_cast<size_t>(layer) * targets_.size() +
-                        (std::find(targets_.begin(), targets_.end(), target) - targets_.begin());
-    h = static_cast<char*>(h_.data()) + slot * rows * rank_ * bytes;
+    h = KeptAx(layer, target);
   }
   void* tmp = decode ? dec_tmp_.data() : tmp_.data();
   Ops& ops = *ctx.ops;
@@ -178,9 +181,7 @@ Status LoraAdapters::Backward(const StepContext& ctx, int layer, int target, con
   if (!has(target)) return absl::OkStatus();
   const LoraTargetSpec& spec = specs_[target];
   const size_t bytes = DTypeBytes(dtype_);
-  const size_t slot = static_cast<size_t>(layer) * targets_.size() +
-                      (std::find(targets_.begin(), targets_.end(), target) - targets_.begin());
-  const void* h = static_cast<const char*>(h_.data()) + slot * rows * rank_ * bytes;
+  const void* h = KeptAx(layer, target);
   Ops& ops = *ctx.ops;
   Stream& s = *ctx.stream;
   // d(B h) = scale * dout's columns; then dB += d(B h)^T h, dh = d(B h) B; dA += dh^T x,

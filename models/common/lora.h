@@ -94,6 +94,8 @@ class LoraAdapters {
   StatusOr<const void*> DroppedInput(const StepContext& ctx, int layer, int target,
                                      const void* x, int rows);
   uint64_t MaskKey(const StepContext& ctx, int layer, int target) const;
+  // Block `layer`'s A x of `target`, kept from the forward for the backward.
+  void* KeptAx(int layer, int target);
 
   int rank_ = 0;
   float scale_ = 0.0f;
