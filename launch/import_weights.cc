@@ -13,9 +13,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/progress.h"
+#include "kernels/cpu/transpose.h"
 #include "models/create_model.h"
 #include "models/hf/hf_model.h"
 #include "models/hf/safetensors.h"
+#include "nvme/io_buffer.h"
 
 namespace strata {
 namespace {
@@ -39,23 +41,26 @@ int ReaderThreads() {
   return static_cast<int>(std::max(4u, std::thread::hardware_concurrency()));
 }
 
-// Source rows of a transposed matrix gathered per pass (their cache lines stay in L1).
-constexpr size_t kGatherRows = 64;
-
 // Destination elements [lo, hi) of a [rows, cols] matrix whose transpose ([cols, rows]) is
 // in the file: the part in columns [c0, c1), from `source` = the file's rows [c0, c1).
+// Whole rows through the tiled transpose; a partial first or last row (a stage-3 shard's
+// edge) element by element.
 void ScatterColumns(const float* source, size_t rows, size_t cols, size_t c0, size_t c1,
                     size_t lo, size_t hi, float* out) {
-  const size_t r_first = lo / cols, r_last = (hi - 1) / cols;
-  for (size_t g0 = c0; g0 < c1; g0 += kGatherRows) {
-    const size_t g1 = std::min(c1, g0 + kGatherRows);
-    for (size_t r = r_first; r <= r_last; ++r) {
-      const size_t row = r * cols;
-      const size_t from = std::max(g0, lo > row ? lo - row : 0);
-      const size_t to = std::min(g1, hi - row);
-      for (size_t c = from; c < to; ++c) out[row + c - lo] = source[(c - c0) * rows + r];
-    }
+  auto part_of_row = [&](size_t r) {
+    const size_t row = r * cols;
+    const size_t from = std::max(c0, lo > row ? lo - row : 0), to = std::min(c1, hi - row);
+    for (size_t c = from; c < to; ++c) out[row + c - lo] = source[(c - c0) * rows + r];
+  };
+  const size_t full_begin = (lo + cols - 1) / cols, full_end = hi / cols;
+  if (full_begin > full_end) {  // [lo, hi) inside one row
+    part_of_row(lo / cols);
+    return;
   }
+  if (lo < full_begin * cols) part_of_row(lo / cols);
+  if (full_end * cols < hi) part_of_row(full_end);
+  cpu::Transpose(source + full_begin, rows, c1 - c0, full_end - full_begin,
+                 out + (full_begin * cols + c0 - lo), cols);
 }
 
 }  // namespace
@@ -137,7 +142,7 @@ Status HfWeights::Fill(int unit, size_t begin, size_t end, float* out, Progress*
     size_t c0, c1;      // transposed: the file's rows [c0, c1)
   };
   std::vector<Task> tasks;
-  size_t covered = 0;
+  std::vector<std::pair<size_t, size_t>> covered;  // unit elements the tensors fill
   uint64_t bytes = 0;
   for (const Piece& piece : (*by_unit_)[unit]) {
     const TensorSpec& spec = layout.tensor(piece.map.tensor);
@@ -146,7 +151,7 @@ Status HfWeights::Fill(int unit, size_t begin, size_t end, float* out, Progress*
     const size_t dest_begin = spec.offset + static_cast<size_t>(piece.map.row_begin) * cols;
     const size_t lo = std::max(begin, dest_begin), hi = std::min(end, dest_begin + rows * cols);
     if (lo >= hi) continue;
-    covered += hi - lo;
+    covered.emplace_back(lo, hi);
     const size_t element_bytes = StDTypeBytes(piece.file->dtype);
     if (!piece.map.transposed) {
       const size_t step = std::max<size_t>(1, kTaskBytes / element_bytes);
@@ -166,7 +171,13 @@ Status HfWeights::Fill(int unit, size_t begin, size_t end, float* out, Progress*
     bytes += piece.file->bytes;
   }
   // Zero where no tensor lands (gaps, padding, padded vocabulary rows); tensors never overlap.
-  if (covered < end - begin) std::fill(out, out + (end - begin), 0.0f);
+  std::sort(covered.begin(), covered.end());
+  size_t next = begin;
+  for (const auto& [lo, hi] : covered) {
+    std::fill(out + (next - begin), out + (lo - begin), 0.0f);
+    next = hi;
+  }
+  std::fill(out + (next - begin), out + (end - begin), 0.0f);
 
   std::vector<Status> failures(tasks.size());
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ReaderThreads()) if (tasks.size() > 1)
@@ -180,14 +191,13 @@ Status HfWeights::Fill(int unit, size_t begin, size_t end, float* out, Progress*
     }
     const TensorSpec& spec = layout.tensor(task.piece->map.tensor);
     const size_t cols = static_cast<size_t>(spec.shape[1]), rows = file.numel / cols;
-    // Per thread, kept: a fresh vector would fault its pages in on every task.
-    thread_local std::vector<float> band;
-    band.resize((task.c1 - task.c0) * rows);
-    failures[t] = set.ReadFloats(file, task.c0 * rows, band.size(), band.data());
-    if (failures[t].ok()) {
-      ScatterColumns(band.data(), rows, cols, task.c0, task.c1, task.lo, task.hi,
-                     dest + task.lo);
+    // Scattered from where the read put the file's rows (no copy between).
+    StatusOr<const float*> band = set.ReadFloatsView(file, task.c0 * rows, (task.c1 - task.c0) * rows);
+    if (!band.ok()) {
+      failures[t] = band.status();
+      continue;
     }
+    ScatterColumns(*band, rows, cols, task.c0, task.c1, task.lo, task.hi, dest + task.lo);
   }
   for (const Status& failure : failures) RETURN_IF_ERROR(failure);
   if (progress != nullptr) progress->Advance(bytes);
@@ -201,11 +211,24 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
   if (show_progress) progress.emplace("importing " + dir, weights.bytes());
   // One reader thread fills unit u + 1 while unit u is stored: two buffers of one unit's
   // range each, the reads overlapped with the engine's stores. The thread lives for the
-  // whole import (its scratch for transposed matrices stays faulted in).
+  // whole import (its readers' bounce buffers stay faulted in).
   // A LoRA model's adapters are not in the files: its base (the frozen units) alone.
   const std::vector<int> todo = BaseUnits(model);
   const int num_units = static_cast<int>(todo.size());
-  std::vector<float> buffers[2];
+  // On 2 MiB pages (fewer faults; O_DIRECT into them is faster), not zeroed: Fill writes
+  // every element. Sized for the largest unit; pages are committed as units touch them.
+  size_t largest = 1;
+  for (const int unit : todo) {
+    const auto [begin, end] = engine.StoredRange(unit);
+    largest = std::max(largest, end - begin);
+  }
+  nvme::IoBufferOptions unpopulated;
+  unpopulated.populate = false;
+  nvme::IoBuffer buffers[2];
+  for (nvme::IoBuffer& buffer : buffers) {
+    ASSIGN_OR_RETURN(buffer, nvme::IoBuffer::Allocate(largest * sizeof(float), unpopulated));
+  }
+  auto values = [&](int u) { return reinterpret_cast<float*>(buffers[u % 2].data()); };
   std::vector<Status> read_status(num_units);
   std::mutex mutex;
   std::condition_variable changed;
@@ -219,10 +242,8 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
         if (stop) return;
       }
       const auto [begin, end] = engine.StoredRange(todo[u]);
-      std::vector<float>& buffer = buffers[u % 2];
-      buffer.resize(end - begin);
       read_status[u] =
-          weights.Fill(todo[u], begin, end, buffer.data(), progress ? &*progress : nullptr);
+          weights.Fill(todo[u], begin, end, values(u), progress ? &*progress : nullptr);
       std::lock_guard<std::mutex> lock(mutex);
       filled = u + 1;
       changed.notify_all();
@@ -236,7 +257,7 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
       changed.wait(lock, [&] { return filled > u; });
     }
     status = read_status[u];
-    if (status.ok()) status = engine.StoreUnitValues(todo[u], buffers[u % 2].data());
+    if (status.ok()) status = engine.StoreUnitValues(todo[u], values(u));
     std::lock_guard<std::mutex> lock(mutex);
     stored = u + 1;
     stop = !status.ok();

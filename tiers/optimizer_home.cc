@@ -10,7 +10,10 @@
 namespace strata {
 namespace {
 
-// Master out of / into a unit's state buffers (any tier), through the compute stream.
+// Master out of / into a unit's state buffers (any tier): out through the compute stream;
+// in, the master through the compute stream and the moments through the comm stream (idle
+// outside a step), so that the two run side by side (a CPU device's streams are one thread
+// each: an import's stores then use two cores).
 Status CopyStateOut(const HomeContext& ctx, int unit, float* master, float* exp_avg,
                     float* exp_avg_sq) {
   const UnitState& state = (*ctx.units)[unit];
@@ -23,12 +26,12 @@ Status CopyStateOut(const HomeContext& ctx, int unit, float* master, float* exp_
   return ctx.compute->Synchronize();
 }
 
-Status Zero(const HomeContext& ctx, Buffer& buffer) {
+Status Zero(const HomeContext& ctx, Buffer& buffer, Stream& stream) {
   if (buffer.tier() == Tier::kHost) {
     std::memset(buffer.data(), 0, buffer.bytes());
     return absl::OkStatus();
   }
-  return ctx.device->MemsetAsync(buffer.data(), 0, buffer.bytes(), *ctx.compute);
+  return ctx.device->MemsetAsync(buffer.data(), 0, buffer.bytes(), stream);
 }
 
 Status CopyStateIn(const HomeContext& ctx, int unit, const float* master,
@@ -37,13 +40,14 @@ Status CopyStateIn(const HomeContext& ctx, int unit, const float* master,
   const std::pair<const float*, Buffer*> arrays[] = {
       {master, &state.master}, {exp_avg, &state.exp_avg}, {exp_avg_sq, &state.exp_avg_sq}};
   for (const auto& [values, buffer] : arrays) {
+    Stream& stream = buffer == &state.master ? *ctx.compute : *ctx.comm;
     if (values == nullptr) {
-      RETURN_IF_ERROR(Zero(ctx, *buffer));
+      RETURN_IF_ERROR(Zero(ctx, *buffer, stream));
     } else {
-      RETURN_IF_ERROR(
-          ctx.device->CopyAsync(buffer->data(), values, buffer->bytes(), *ctx.compute));
+      RETURN_IF_ERROR(ctx.device->CopyAsync(buffer->data(), values, buffer->bytes(), stream));
     }
   }
+  RETURN_IF_ERROR(ctx.comm->Synchronize());
   return ctx.compute->Synchronize();
 }
 

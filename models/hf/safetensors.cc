@@ -23,6 +23,7 @@
 #include "core/atomic_file.h"
 #include "core/dtype.h"
 #include "core/pread_fully.h"
+#include "nvme/io_buffer.h"
 
 // The header length and the elements are little-endian on disk and are used in place.
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -70,38 +71,45 @@ constexpr uint64_t kDirectAlign = 4096;
 // Reads below this go through the page cache (a header, a norm's weights).
 constexpr uint64_t kDirectMinBytes = uint64_t{256} << 10;
 
-// Bytes [offset, offset + size) of the file behind `direct_fd` into
-// `out` through an aligned bounce buffer, kept per thread. False where O_DIRECT fails: the
-// caller reads the range through the page cache instead (and reports any error there).
-bool ReadDirect(int direct_fd, uint64_t offset, uint64_t size, void* out) {
-  struct Bounce {
-    ~Bounce() { std::free(data); }
-    void* data = nullptr;
-    uint64_t bytes = 0;
-  };
-  thread_local Bounce bounce;
+// Bytes [offset, offset + size) of the file behind `direct_fd`, read into an aligned bounce
+// buffer kept per thread: returns where they start in it (valid until this thread's next
+// read), or null where O_DIRECT fails: the caller reads the range through the page cache
+// instead (and reports any error there).
+const char* ReadDirectView(int direct_fd, uint64_t offset, uint64_t size) {
+  // On 2 MiB pages: a virtual disk's O_DIRECT reads into 4 KiB pages run several times
+  // slower (a request carries a limited number of memory segments; shared/MACHINE.md).
+  thread_local nvme::IoBuffer bounce;
   const uint64_t begin = offset & ~(kDirectAlign - 1);
   const uint64_t end = (offset + size + kDirectAlign - 1) & ~(kDirectAlign - 1);
-  if (bounce.bytes < end - begin) {
-    std::free(bounce.data);
-    bounce.data = std::aligned_alloc(kDirectAlign, end - begin);
-    bounce.bytes = bounce.data == nullptr ? 0 : end - begin;
-    if (bounce.data == nullptr) return false;
+  if (bounce.bytes() < end - begin) {
+    bounce = nvme::IoBuffer();
+    nvme::IoBufferOptions options;
+    options.populate = false;  // the reads fault it in (and no smaps measuring per thread)
+    StatusOr<nvme::IoBuffer> grown = nvme::IoBuffer::Allocate(end - begin, options);
+    if (!grown.ok()) return nullptr;
+    bounce = std::move(*grown);
   }
   // The last block may pass the end of the file: O_DIRECT then reads short, which is
   // fine as long as the asked-for bytes arrived.
   const uint64_t needed = offset + size - begin;
   uint64_t got = 0;
   while (got < needed) {
-    const ssize_t n = ::pread(direct_fd, static_cast<char*>(bounce.data) + got, end - begin - got,
+    const ssize_t n = ::pread(direct_fd, bounce.data() + got, end - begin - got,
                               static_cast<off_t>(begin + got));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
+    if (n <= 0) return nullptr;
     got += static_cast<uint64_t>(n);
     if (got % kDirectAlign != 0) break;  // short: the file's end
   }
-  if (got < needed) return false;
-  std::memcpy(out, static_cast<const char*>(bounce.data) + (offset - begin), size);
+  if (got < needed) return nullptr;
+  return bounce.data() + (offset - begin);
+}
+
+// ReadDirectView copied into `out`; false where O_DIRECT fails.
+bool ReadDirect(int direct_fd, uint64_t offset, uint64_t size, void* out) {
+  const char* view = ReadDirectView(direct_fd, offset, size);
+  if (view == nullptr) return false;
+  std::memcpy(out, view, size);
   return true;
 }
 
@@ -777,10 +785,8 @@ const StTensor* SafetensorsSet::Find(const std::string& name) const {
   return it != tensors_.end() && it->name == name ? &*it : nullptr;
 }
 
-Status SafetensorsSet::ReadFloats(const StTensor& tensor, uint64_t begin, uint64_t count,
-                                  float* out) const {
-  const auto file = files_.find(tensor.file);
-  if (file == files_.end()) {
+Status SafetensorsSet::CheckRead(const StTensor& tensor, uint64_t begin, uint64_t count) const {
+  if (files_.find(tensor.file) == files_.end()) {
     return absl::InvalidArgumentError(absl::StrCat("safetensors: tensor '", tensor.name,
                                                    "' names file ", tensor.file,
                                                    ", which is not part of this set"));
@@ -790,6 +796,32 @@ Status SafetensorsSet::ReadFloats(const StTensor& tensor, uint64_t begin, uint64
                                               tensor.name, "': elements [", begin, ", ",
                                               begin + count, ") are outside its ", tensor.numel));
   }
+  return absl::OkStatus();
+}
+
+StatusOr<const float*> SafetensorsSet::ReadFloatsView(const StTensor& tensor, uint64_t begin,
+                                                      uint64_t count) const {
+  RETURN_IF_ERROR(CheckRead(tensor, begin, count));
+  const FileHandle& handle = *files_.find(tensor.file)->second;
+  const uint64_t offset = tensor.offset + begin * sizeof(float);
+  const uint64_t size = count * sizeof(float);
+  // fp32 read with O_DIRECT: the elements are used where they land (when float-aligned).
+  if (tensor.dtype == StDType::kF32 && handle.direct_fd() >= 0 && size >= kDirectMinBytes) {
+    const char* view = ReadDirectView(handle.direct_fd(), offset, size);
+    if (view != nullptr && reinterpret_cast<uintptr_t>(view) % alignof(float) == 0) {
+      return reinterpret_cast<const float*>(view);
+    }
+  }
+  thread_local std::vector<float> floats;
+  if (floats.size() < count) floats.resize(count);
+  RETURN_IF_ERROR(ReadFloats(tensor, begin, count, floats.data()));
+  return static_cast<const float*>(floats.data());
+}
+
+Status SafetensorsSet::ReadFloats(const StTensor& tensor, uint64_t begin, uint64_t count,
+                                  float* out) const {
+  RETURN_IF_ERROR(CheckRead(tensor, begin, count));
+  const auto file = files_.find(tensor.file);
   const FileHandle& handle = *file->second;
   const int fd = handle.fd();
   // A piece through O_DIRECT where it is large and the file allows it, else (or where

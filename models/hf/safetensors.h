@@ -80,8 +80,16 @@ class SafetensorsSet {
   // bytes, in pieces of at most 4 MiB (memory stays bounded for any count). Errors name the
   // file and tensor; a file shorter than its header promised is DataLoss ("truncated").
   Status ReadFloats(const StTensor& tensor, uint64_t begin, uint64_t count, float* out) const;
+  // The same elements as fp32 in a buffer of the calling thread's, valid until this thread's
+  // next ReadFloats or ReadFloatsView: F32 read with O_DIRECT is used where it lands (no
+  // copy; the caller transposes or scatters from it). The buffers grow to the largest
+  // request: callers bound `count`.
+  StatusOr<const float*> ReadFloatsView(const StTensor& tensor, uint64_t begin,
+                                        uint64_t count) const;
 
  private:
+  // The tensor is of this set and [begin, begin + count) inside it.
+  Status CheckRead(const StTensor& tensor, uint64_t begin, uint64_t count) const;
   class FileHandle;  // an open, read-only file descriptor
   std::vector<StTensor> tensors_;
   std::map<std::string, std::string> metadata_;

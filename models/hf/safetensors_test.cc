@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/dtype.h"
@@ -764,6 +765,12 @@ TEST(SafetensorsTest, LargeReadsBypassThePageCache) {
   std::vector<float> got(numel - 2);
   ASSERT_OK(set.ReadFloats(tensor, 1, numel - 2, got.data()));  // unaligned both ends
   for (uint64_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], static_cast<float>(i + 1)) << i;
+  // The view of the same elements, where the direct read landed (and after a shorter
+  // read by the same thread: the view is of the latest read).
+  ASSERT_OK_AND_ASSIGN(const float* view, set.ReadFloatsView(tensor, 3, numel - 4));
+  for (uint64_t i = 0; i < numel - 4; ++i) ASSERT_EQ(view[i], static_cast<float>(i + 3)) << i;
+  ASSERT_OK_AND_ASSIGN(view, set.ReadFloatsView(tensor, 1000, 70000));
+  for (uint64_t i = 0; i < 70000; ++i) ASSERT_EQ(view[i], static_cast<float>(i + 1000)) << i;
   const auto [after, all] = CachedPages(path);
   EXPECT_LE(after, before + all / 10) << "the read went through the page cache";
   // A cut file: the direct read comes up short and the page-cache read says where it ends.
@@ -771,8 +778,43 @@ TEST(SafetensorsTest, LargeReadsBypassThePageCache) {
   got.resize(numel);
   EXPECT_THAT(set.ReadFloats(tensor, 0, numel, got.data()),
               StatusIs(absl::StatusCode::kDataLoss, AllOf(HasSubstr("'big'"), HasSubstr("truncated"))));
+  EXPECT_THAT(set.ReadFloatsView(tensor, 0, numel).status(),
+              StatusIs(absl::StatusCode::kDataLoss, AllOf(HasSubstr("'big'"), HasSubstr("truncated"))));
   ASSERT_OK(set.ReadFloats(tensor, 7, numel - 9, got.data()));  // ends before the cut
   for (uint64_t i = 0; i < numel - 9; ++i) ASSERT_EQ(got[i], static_cast<float>(i + 7)) << i;
+}
+
+// ReadFloatsView gives what ReadFloats gives, element for element, for every dtype, small
+// reads (page cache) and large ones (O_DIRECT where the file system allows), and refuses a
+// range outside the tensor as ReadFloats does.
+TEST(SafetensorsTest, ReadFloatsViewMatchesReadFloats) {
+  const uint64_t numel = 300000;  // 1.2 MB of F32, 600 KB of BF16/F16: above the direct size
+  StOutputTensor big{"big", {static_cast<int64_t>(numel)}, [](uint64_t begin, uint64_t count,
+                                                             float* out) {
+                       for (uint64_t i = 0; i < count; ++i) {
+                         out[i] = static_cast<float>((begin + i) % 1000) * 0.25f - 100.0f;
+                       }
+                       return absl::OkStatus();
+                     }};
+  const std::vector<float> small = Values(5);
+  for (const StDType dtype : {StDType::kF32, StDType::kBF16, StDType::kF16}) {
+    const std::string path = TempPath(absl::StrCat("view", static_cast<int>(dtype), ".safetensors"));
+    ASSERT_OK(WriteSafetensors(path, {FromVector("a_small", {5}, &small), big}, dtype, {}));
+    ASSERT_OK_AND_ASSIGN(const SafetensorsSet set, SafetensorsSet::OpenFile(path));
+    for (const auto& [name, begin, count] :
+         {std::tuple<std::string, uint64_t, uint64_t>{"a_small", 1, 3}, {"big", 0, numel},
+          {"big", 17, numel - 40}, {"big", 5, 9}}) {
+      const StTensor& tensor = *set.Find(name);
+      std::vector<float> want(count);
+      ASSERT_OK(set.ReadFloats(tensor, begin, count, want.data()));
+      ASSERT_OK_AND_ASSIGN(const float* view, set.ReadFloatsView(tensor, begin, count));
+      for (uint64_t i = 0; i < count; ++i) {
+        ASSERT_EQ(view[i], want[i]) << name << " [" << begin << ", +" << count << ") element " << i;
+      }
+    }
+    EXPECT_THAT(set.ReadFloatsView(*set.Find("big"), numel - 2, 3).status(),
+                StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("'big'")));
+  }
 }
 
 TEST(SafetensorsTest, TruncatedFiles) {
