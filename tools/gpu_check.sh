@@ -12,7 +12,8 @@
 #   5. NCCL: its loading, and the communicator test (its two-rank cases need 2 GPUs)
 #   6. the CPU-vs-CUDA trajectory tests, one process per test so one hang cannot eat the rest
 #   7. `strata bench gpu` for gpt2-124m, then gpt2-1.5b with an explicit host memory limit
-#   8. compute-sanitizer memcheck of the kernel tests, if time is left
+#   8. `strata bench import` into a CUDA engine (the import-rate goal where stores are DMA)
+#   9. compute-sanitizer memcheck of the kernel tests, if time is left
 # Everything it prints goes to $OUT/gpu_check.txt (or ./gpu_check_results.txt where OUT is
 # unset), headed by the date and the kit's manifest. It ends with one line per step
 # (PASS / FAIL / TIMEOUT / SKIP and seconds) and the benchmark's goal lines. The whole run
@@ -237,6 +238,18 @@ bench() {
   return "$status"
 }
 
+# The Hugging Face import into a CUDA engine against the disk's sequential read (its files
+# under the checkout: a disk); the goal line goes to $BENCH_LOG too. On the CPU backend here
+# the engine's own state writes share two CPUs' memory bandwidth with the reading.
+import_bench() {
+  local dir status
+  dir="$(mktemp -d "$PWD/.gpu-bench-import.XXXXXX")"
+  "$KIT/bin/strata" bench import --dir "$dir" --set device.backend=cuda 2>&1 | tee -a "$BENCH_LOG"
+  status=${PIPESTATUS[0]}
+  rm -rf "$dir"
+  return "$status"
+}
+
 memcheck() {
   local sanitizer
   sanitizer="$(command -v compute-sanitizer || ls "${CUDA_PATH:-/usr/local/cuda}"/bin/compute-sanitizer 2>/dev/null)"
@@ -246,7 +259,7 @@ memcheck() {
 
 BENCH_LOG="$(mktemp)"
 export KIT BENCH_LOG
-export -f kit_loads gpu_test trajectories cuda_trace trajectory_tests bench memcheck
+export -f kit_loads gpu_test trajectories cuda_trace trajectory_tests bench import_bench memcheck
 
 main() {
   echo "strata GPU check$([ "$dry_run" -eq 1 ] && echo ' (dry run: every step is skipped)')"
@@ -285,6 +298,7 @@ main() {
   step "bench gpu: gpt2-124m" 120 bench --presets gpt2-124m --nvme-presets gpt2-124m
   step "bench gpu: gpt2-1.5b" 150 bench --presets gpt2-1.5b --nvme-presets "" \
     --set tiers.host_memory_limit=64GiB
+  step "bench import on CUDA" 45 import_bench
   step "compute-sanitizer memcheck (kernels)" 90 memcheck
 
   echo
