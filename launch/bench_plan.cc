@@ -10,8 +10,8 @@
 // each run is compared with the mean of the predictions of the probes just before and just
 // after it (the plan's own first prediction is printed beside it, and how far the two
 // bracketing probes differ: the machine's drift during the run). A run that drifted more
-// than 10% is repeated (three attempts at most; the steadiest is kept, marked "!" when
-// still unsteady).
+// than 10%, or whose steps spread more than that, is repeated (three attempts at most; the
+// steadiest is kept, marked "!" when still unsteady).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -31,8 +31,9 @@
 namespace strata {
 namespace {
 
-// Bracketing probes further apart than this (as a ratio of their predictions) mean the
-// machine changed speed during the run; such a run is repeated, up to kAttempts in all.
+// Bracketing probes further apart than this (as a ratio of their predictions), or a run's
+// steps spread wider (upper quartile / lower quartile), mean the machine changed speed
+// during the run; such a run is repeated, up to kAttempts in all.
 constexpr double kSteady = 0.10;
 constexpr int kAttempts = 3;
 
@@ -85,13 +86,14 @@ Status RunBenchPlan(const CommandArgs& args, const std::string& dir) {
     }
     Options options = c.options;
     options.train.steps = 1 + args.bench_steps;
-    // A run whose bracketing probes differ by more than kSteady saw the machine change speed:
-    // it is run again (up to kAttempts in all), and the steadiest attempt is kept.
+    // A run whose bracketing probes differ by more than kSteady, or whose own steps spread
+    // more than that (upper quartile / lower), saw the machine change speed: it is run
+    // again (up to kAttempts in all), and the steadiest attempt is kept.
     struct Attempt {
-      double median_s = 0, first = 0, last = 0;
+      double median_s = 0, spread = 1, first = 0, last = 0;  // spread: steps' q3 / q1
       PoolStats device, host;
       double drift() const { return last / first; }
-      double unsteadiness() const { return std::fabs(std::log(drift())); }
+      double unsteadiness() const { return std::max(std::fabs(std::log(drift())), std::log(spread)); }
     };
     std::optional<Attempt> kept;
     for (int attempt = 0; attempt < kAttempts; ++attempt) {
@@ -109,6 +111,7 @@ Status RunBenchPlan(const CommandArgs& args, const std::string& dir) {
       ASSIGN_OR_RETURN(Probe after, probe());
       std::sort(ms.begin(), ms.end());
       run.median_s = ms[ms.size() / 2] / 1000.0;
+      run.spread = ms[3 * (ms.size() - 1) / 4] / ms[(ms.size() - 1) / 4];
       run.first = predict(c, before);
       run.last = predict(c, after);
       before = std::move(after);
@@ -130,7 +133,8 @@ Status RunBenchPlan(const CommandArgs& args, const std::string& dir) {
   }
   std::printf("(predicted: the mean of the probes before and after the run; ratio = measured / "
               "predicted step; first: the plan's prediction from the first probe; drift: the "
-              "after probe's prediction / the before probe's, ! past 10%% after three attempts; "
+              "after probe's prediction / the before probe's, ! when it or the steps' quartiles "
+              "stayed more than 10%% apart after three attempts; "
               "device, host = predicted / measured peak)\n");
   std::printf("goal: every step within 20%% of its prediction: %s (%d of %d)\n",
               met == measured ? "met" : "NOT met", met, measured);

@@ -268,7 +268,10 @@ int main(int argc, char** argv) {
   else if (report->parsed()) status = strata::RunReport(report_metrics, report_trace, report_out);
   else if (plan->parsed()) status = strata::RunPlan(plan_args);
   else if (bench_train->parsed()) status = strata::RunBenchTrain(args);
-  else if (bench_plan->parsed()) status = strata::RunBenchPlan(args, plan_dir);
+  else if (bench_plan->parsed()) {
+    if (bench_plan->count("--steps") == 0) args.bench_steps = 8;  // quartiles of its steps
+    status = strata::RunBenchPlan(args, plan_dir);
+  }
   else if (bench_trace->parsed()) {
     if (bench_trace->count("--steps") == 0) args.bench_steps = 20;
     status = strata::RunBenchTrace(args);

@@ -92,6 +92,8 @@ StatusOr<DryRunResult> DryRun(const Options& options, int world) {
       result.network_bytes = communicator.bytes_sent() - sent_before;
       result.nvme_read_bytes = step_result.nvme_read_bytes;
       result.nvme_written_bytes = step_result.nvme_written_bytes;
+      result.param_nvme_read_bytes = step_result.param_nvme_read_bytes;
+      result.param_nvme_written_bytes = step_result.param_nvme_written_bytes;
     }
   }
   RETURN_IF_ERROR(engine->Finish());
@@ -277,8 +279,15 @@ StepPrediction PredictStep(const DryRunResult& dry, const Options& options,
   }
   p.adam_s = Seconds(h.adam_elements, hw.cpu_adam_params / std::max(1, hw.ranks_per_node)) +
              Seconds(h.elementwise_bytes, hw.device_memory_bandwidth);
-  p.disk_s = Seconds(dry.nvme_read_bytes * double(hw.ranks_per_node), hw.disk_read) +
-             Seconds(dry.nvme_written_bytes * double(hw.ranks_per_node), hw.disk_write);
+  // The disk: the optimizer's phase waits for the reads of its state (and of the gradients
+  // on NVMe); the params' reads ahead of the forward and backward and every write-back
+  // (queued, finished under the next step's compute) overlap the compute.
+  const double ranks = hw.ranks_per_node;
+  const double state_disk_s =
+      Seconds((dry.nvme_read_bytes - dry.param_nvme_read_bytes) * ranks, hw.disk_read);
+  const double param_disk_s = Seconds(dry.param_nvme_read_bytes * ranks, hw.disk_read) +
+                              Seconds(dry.nvme_written_bytes * ranks, hw.disk_write);
+  p.disk_s = param_disk_s + state_disk_s;
   p.network_s = Seconds(dry.network_bytes, hw.network);
   struct Term {
     const char* name;
@@ -287,18 +296,23 @@ StepPrediction PredictStep(const DryRunResult& dry, const Options& options,
   const std::vector<Term> terms = {{"compute", p.compute_s}, {"PCIe", p.pcie_s},
                                    {"CPU Adam", p.adam_s},   {"disk", p.disk_s},
                                    {"network", p.network_s}};
+  // Early: the optimizer steps units during the backward (state off the device, no
+  // clipping); else its phase follows the backward, and its CPU Adam and its state's reads
+  // (pipelined chunk by chunk) are added to the step.
   const bool early = options.zero.optimizer_tier != StateTier::kDevice &&
                      options.train.grad_clip <= 0.0f;
   if (hw.backend == BackendKind::kCpu) {
     // One CPU plays the device and runs the CPU Adam and the copies: those add up; the disk
     // (its own I/O thread) and the other ranks overlap with them.
-    p.seconds = std::max({p.compute_s + p.adam_s + p.pcie_s, p.disk_s, p.network_s});
+    p.seconds = early ? std::max({p.compute_s + p.adam_s + p.pcie_s, p.disk_s, p.network_s})
+                      : std::max({p.compute_s + p.pcie_s, param_disk_s, p.network_s}) +
+                            std::max(p.adam_s, state_disk_s);
   } else {
     // The GPU, the copy engines, the disk and the network run at once (the prefetch plan
-    // issues transfers ahead); the CPU Adam overlaps the backward only where it may step
-    // units early (no clipping), else it follows the backward.
-    const double overlapped = std::max({p.compute_s, p.pcie_s, p.disk_s, p.network_s});
-    p.seconds = early ? std::max(overlapped, p.adam_s) : overlapped + p.adam_s;
+    // issues transfers ahead).
+    p.seconds = early ? std::max({p.compute_s, p.pcie_s, p.disk_s, p.network_s, p.adam_s})
+                      : std::max({p.compute_s, p.pcie_s, param_disk_s, p.network_s}) +
+                            std::max(p.adam_s, state_disk_s);
   }
   const Term* top = &terms[0];
   for (const Term& term : terms) {

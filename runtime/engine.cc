@@ -344,6 +344,9 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   const NvmeTraffic now = components_.traffic();
   result.nvme_read_bytes = now.read_bytes - traffic_counted_.read_bytes;
   result.nvme_written_bytes = now.written_bytes - traffic_counted_.written_bytes;
+  result.param_nvme_read_bytes = now.param_read_bytes - traffic_counted_.param_read_bytes;
+  result.param_nvme_written_bytes =
+      now.param_written_bytes - traffic_counted_.param_written_bytes;
   result.nvme_busy_ms = now.busy_ms - traffic_counted_.busy_ms;
   result.param_nvme_busy_ms = now.param_busy_ms - traffic_counted_.param_busy_ms;
   traffic_counted_ = now;

@@ -51,6 +51,10 @@ struct StepResult {
   // steps count too; state read-outs and loads do not).
   uint64_t nvme_read_bytes = 0;
   uint64_t nvme_written_bytes = 0;
+  // Of those, the params' (read ahead of the forward and backward; the rest is the
+  // optimizer's state and the gradients).
+  uint64_t param_nvme_read_bytes = 0;
+  uint64_t param_nvme_written_bytes = 0;
   // Units whose optimizer sub-step was split this step: the elements final before the
   // unit's last backward stage stepped during the rest of backward, the rest after it
   // (a tied embedding on one rank with the optimizer and grads on the host, no clipping).

@@ -164,8 +164,10 @@ NvmeTraffic ZeroComponents::traffic() const {
     traffic.written_bytes += nvme_->bytes_written();
     traffic.busy_ms = nvme_->busy_ms();
   }
-  traffic.read_bytes += param_home_->bytes_read();
-  traffic.written_bytes += param_home_->bytes_written();
+  traffic.param_read_bytes = param_home_->bytes_read();
+  traffic.param_written_bytes = param_home_->bytes_written();
+  traffic.read_bytes += traffic.param_read_bytes;
+  traffic.written_bytes += traffic.param_written_bytes;
   traffic.param_busy_ms = param_home_->busy_ms();
   return traffic;
 }

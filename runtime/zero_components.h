@@ -22,8 +22,10 @@ namespace strata {
 // NVMe traffic of a rank so far: the optimizer's tier (state and gradient sums) and the
 // params' tier, bytes moved and time with requests at the disk.
 struct NvmeTraffic {
-  uint64_t read_bytes = 0;
+  uint64_t read_bytes = 0;     // every tier's
   uint64_t written_bytes = 0;
+  uint64_t param_read_bytes = 0;  // the params' tier's alone (part of the above)
+  uint64_t param_written_bytes = 0;
   double busy_ms = 0.0;        // the optimizer's tier
   double param_busy_ms = 0.0;  // the params' tier
 };

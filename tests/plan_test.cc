@@ -69,6 +69,11 @@ TEST(Plan, DryRunPeaksMatchRealRuns) {
     // in a given step depends on the read-ahead's timing).
     EXPECT_EQ(dry.nvme_read_bytes > 0, real.steps.back().nvme_read_bytes > 0) << what;
     EXPECT_EQ(dry.nvme_written_bytes > 0, real.steps.back().nvme_written_bytes > 0) << what;
+    // The params' share of it: where params are on NVMe, and never more than the whole.
+    EXPECT_EQ(dry.param_nvme_read_bytes > 0, real.steps.back().param_nvme_read_bytes > 0)
+        << what;
+    EXPECT_LE(dry.param_nvme_read_bytes, dry.nvme_read_bytes) << what;
+    EXPECT_LE(dry.param_nvme_written_bytes, dry.nvme_written_bytes) << what;
     EXPECT_EQ(dry.network_bytes > 0, c.world > 1) << what;
   }
 }
@@ -93,6 +98,48 @@ TEST(Plan, DryRunOfAnEightBillionModelCommitsNothing) {
 
 // The shape timer times each shape once on this machine's CPU kernels (cached after), and
 // a GEMM too large to time whole is timed at fewer rows and scaled.
+// The step model's overlaps on the CPU backend, from counts and rates chosen so that each
+// term is a round number of seconds: with clipping the optimizer's phase (its CPU Adam or
+// the reads of its state, whichever is longer) follows the compute, which the params'
+// reads and every write-back overlap; without clipping (and state off the device) the
+// optimizer steps during the backward: the CPU's work adds up, the disk overlaps it.
+TEST(Plan, PredictStepOverlapsAsTheRuntimeDoes) {
+  Hardware hw;
+  hw.backend = BackendKind::kCpu;
+  hw.matmul_flops_fp32 = 1e9;
+  hw.device_memory_bandwidth = 1e9;
+  hw.host_to_device = hw.device_to_host = 1e9;
+  hw.cpu_adam_params = 1e6;
+  hw.disk_read = 1e9;
+  hw.disk_write = 0.5e9;
+  hw.network = 1e9;
+  hw.ranks_per_node = 1;
+  DryRunResult dry;
+  dry.device_ops.matmul_flops = 2e9;     // compute 2 s
+  dry.host_ops.adam_elements = 0.5e6;    // CPU Adam 0.5 s
+  dry.nvme_read_bytes = 1.5e9;           // 1 s of params + 0.5 s of state
+  dry.param_nvme_read_bytes = 1e9;
+  dry.nvme_written_bytes = 0.25e9;       // 0.5 s of write-back
+  Options options;
+  options.zero.optimizer_tier = StateTier::kNvme;
+  options.train.grad_clip = 1.0f;
+  StepPrediction p = PredictStep(dry, options, hw);
+  EXPECT_NEAR(p.compute_s, 2.0, 1e-9);
+  EXPECT_NEAR(p.adam_s, 0.5, 1e-9);
+  EXPECT_NEAR(p.disk_s, 2.0, 1e-9);  // 1 + 0.5 read, 0.5 written
+  EXPECT_NEAR(p.seconds, 2.0 + 0.5, 1e-9);  // max(2, 1 + 0.5) + max(0.5, 0.5)
+  dry.nvme_read_bytes = 3e9;  // the state's reads now 2 s: the optimizer's phase waits
+  p = PredictStep(dry, options, hw);
+  EXPECT_NEAR(p.seconds, 2.0 + 2.0, 1e-9);
+  options.train.grad_clip = 0.0f;  // early: CPU work adds up, the disk (3.5 s) overlaps
+  p = PredictStep(dry, options, hw);
+  EXPECT_NEAR(p.seconds, 3.5, 1e-9);
+  dry.nvme_read_bytes = 1.5e9;
+  p = PredictStep(dry, options, hw);
+  EXPECT_NEAR(p.seconds, 2.5, 1e-9);  // compute 2 + Adam 0.5 > disk 2
+  EXPECT_EQ(p.bottleneck, "compute");
+}
+
 TEST(Plan, ShapeTimerTimesEachShapeOnce) {
   const Options job = PlacementRunOptions(1, 0, {}, 2);
   ShapeTimer timer(job);
