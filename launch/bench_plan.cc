@@ -93,7 +93,9 @@ Status RunBenchPlan(const CommandArgs& args, const std::string& dir) {
       double median_s = 0, spread = 1, first = 0, last = 0;  // spread: steps' q3 / q1
       PoolStats device, host;
       double drift() const { return last / first; }
-      double unsteadiness() const { return std::max(std::fabs(std::log(drift())), std::log(spread)); }
+      double unsteadiness() const {
+        return std::max(std::fabs(std::log(drift())), std::log(spread));
+      }
     };
     std::optional<Attempt> kept;
     for (int attempt = 0; attempt < kAttempts; ++attempt) {

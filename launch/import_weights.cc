@@ -192,7 +192,8 @@ Status HfWeights::Fill(int unit, size_t begin, size_t end, float* out, Progress*
     const TensorSpec& spec = layout.tensor(task.piece->map.tensor);
     const size_t cols = static_cast<size_t>(spec.shape[1]), rows = file.numel / cols;
     // Scattered from where the read put the file's rows (no copy between).
-    StatusOr<const float*> band = set.ReadFloatsView(file, task.c0 * rows, (task.c1 - task.c0) * rows);
+    StatusOr<const float*> band =
+        set.ReadFloatsView(file, task.c0 * rows, (task.c1 - task.c0) * rows);
     if (!band.ok()) {
       failures[t] = band.status();
       continue;

@@ -779,7 +779,8 @@ TEST(SafetensorsTest, LargeReadsBypassThePageCache) {
   EXPECT_THAT(set.ReadFloats(tensor, 0, numel, got.data()),
               StatusIs(absl::StatusCode::kDataLoss, AllOf(HasSubstr("'big'"), HasSubstr("truncated"))));
   EXPECT_THAT(set.ReadFloatsView(tensor, 0, numel).status(),
-              StatusIs(absl::StatusCode::kDataLoss, AllOf(HasSubstr("'big'"), HasSubstr("truncated"))));
+              StatusIs(absl::StatusCode::kDataLoss,
+                       AllOf(HasSubstr("'big'"), HasSubstr("truncated"))));
   ASSERT_OK(set.ReadFloats(tensor, 7, numel - 9, got.data()));  // ends before the cut
   for (uint64_t i = 0; i < numel - 9; ++i) ASSERT_EQ(got[i], static_cast<float>(i + 7)) << i;
 }
@@ -798,7 +799,8 @@ TEST(SafetensorsTest, ReadFloatsViewMatchesReadFloats) {
                      }};
   const std::vector<float> small = Values(5);
   for (const StDType dtype : {StDType::kF32, StDType::kBF16, StDType::kF16}) {
-    const std::string path = TempPath(absl::StrCat("view", static_cast<int>(dtype), ".safetensors"));
+    const std::string path =
+        TempPath(absl::StrCat("view", static_cast<int>(dtype), ".safetensors"));
     ASSERT_OK(WriteSafetensors(path, {FromVector("a_small", {5}, &small), big}, dtype, {}));
     ASSERT_OK_AND_ASSIGN(const SafetensorsSet set, SafetensorsSet::OpenFile(path));
     for (const auto& [name, begin, count] :
