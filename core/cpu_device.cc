@@ -255,22 +255,49 @@ class CpuStream : public Stream {
 constexpr size_t kAlignment = 4096;
 constexpr size_t kHugePageBytes = 2u << 20;
 
-// Memory from aligned_alloc through a BlockCache per tier, so a steady-state step makes no
-// allocator call (the counter the CUDA device keeps for cudaMalloc/cudaFree, checked here).
-// Blocks of 2 MiB and more sit on 2 MiB boundaries with transparent huge pages asked for:
+// Memory through a BlockCache per tier, so a steady-state step makes no allocator call (the
+// counter the CUDA device keeps for cudaMalloc/cudaFree, checked here). Blocks of 2 MiB and
+// more are mappings of their own on 2 MiB boundaries with transparent huge pages asked for:
 // direct I/O into them (the NVMe tier's host buffers) runs about 2-3x faster than into
-// 4 KiB pages on these machines, and big state arrays take fewer TLB misses.
+// 4 KiB pages on these machines, and big state arrays take fewer TLB misses. (Not
+// aligned_alloc: once a process has freed large blocks, malloc serves later ones from its
+// heap, already faulted in 4 KiB pages, where the advice comes too late; a second engine in
+// one process then read its NVMe state several times slower.) Smaller blocks come from
+// aligned_alloc.
 StatusOr<RawBlock> AllocateAligned(size_t class_bytes) {
-  const size_t alignment = class_bytes >= kHugePageBytes ? kHugePageBytes : kAlignment;
-  void* data = std::aligned_alloc(alignment, class_bytes);
+  if (class_bytes >= kHugePageBytes) {
+    // Mapped with room to align, the slack on both sides given back.
+    const size_t reserve = class_bytes + kHugePageBytes;
+    void* mapping =
+        ::mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mapping == MAP_FAILED) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("out of system memory (", FormatBytes(class_bytes), ")"));
+    }
+    const uintptr_t start = reinterpret_cast<uintptr_t>(mapping);
+    const uintptr_t aligned = (start + kHugePageBytes - 1) & ~uintptr_t{kHugePageBytes - 1};
+    if (aligned > start) ::munmap(mapping, aligned - start);
+    const uintptr_t end = aligned + class_bytes;
+    if (start + reserve > end) ::munmap(reinterpret_cast<void*>(end), start + reserve - end);
+    void* data = reinterpret_cast<void*>(aligned);
+    ::madvise(data, class_bytes, MADV_HUGEPAGE);  // advice only: failure changes nothing
+    return RawBlock{data, data, class_bytes};
+  }
+  void* data = std::aligned_alloc(kAlignment, class_bytes);
   if (data == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("out of system memory (", FormatBytes(class_bytes), ")"));
   }
-  if (alignment == kHugePageBytes) {
-    ::madvise(data, class_bytes, MADV_HUGEPAGE);  // advice only: failure changes nothing
-  }
   return RawBlock{data, data, class_bytes};
+}
+
+// Gives back what AllocateAligned returned.
+void FreeAligned(const RawBlock& block) {
+  if (block.bytes >= kHugePageBytes) {
+    ::munmap(block.base, block.bytes);
+  } else {
+    std::free(block.base);
+  }
 }
 
 // A dry run's stream items each wait this long (CpuStream::item_delay).
@@ -297,7 +324,7 @@ class CpuDevice : public Device {
       BlockCache::Hooks hooks;
       hooks.allocate = dry_run_ ? MapUntouched : AllocateAligned;
       hooks.free = dry_run_ ? +[](const RawBlock& block) { ::munmap(block.base, block.bytes); }
-                            : +[](const RawBlock& block) { std::free(block.base); };
+                            : FreeAligned;
       hooks.fence = [this] { return streams_.Fence(*this); };
       // A quarter of the tier, at most 4 GiB: enough for a step's transient buffers.
       const uint64_t capacity = pool(tier).Stats().capacity_bytes;
