@@ -261,9 +261,9 @@ constexpr size_t kHugePageBytes = 2u << 20;
 // direct I/O into them (the NVMe tier's host buffers) runs about 2-3x faster than into
 // 4 KiB pages on these machines, and big state arrays take fewer TLB misses. (Not
 // aligned_alloc: once a process has freed large blocks, malloc serves later ones from its
-// heap, already faulted in 4 KiB pages, where the advice comes too late; a second engine in
-// one process then read its NVMe state several times slower.) Smaller blocks come from
-// aligned_alloc.
+// heap, already faulted in 4 KiB pages, where the advice comes too late, and a second engine
+// in one process, as in `strata bench plan`, could get its NVMe buffers there.) Smaller
+// blocks come from aligned_alloc.
 StatusOr<RawBlock> AllocateAligned(size_t class_bytes) {
   if (class_bytes >= kHugePageBytes) {
     // Mapped with room to align, the slack on both sides given back.
