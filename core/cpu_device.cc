@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "core/aligned_mapping.h"
 #include "core/block_cache.h"
 #include "core/stream_registry.h"
 
@@ -266,20 +267,11 @@ constexpr size_t kHugePageBytes = 2u << 20;
 // blocks come from aligned_alloc.
 StatusOr<RawBlock> AllocateAligned(size_t class_bytes) {
   if (class_bytes >= kHugePageBytes) {
-    // Mapped with room to align, the slack on both sides given back.
-    const size_t reserve = class_bytes + kHugePageBytes;
-    void* mapping =
-        ::mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mapping == MAP_FAILED) {
+    void* data = MapAligned(class_bytes, kHugePageBytes);
+    if (data == nullptr) {
       return absl::ResourceExhaustedError(
           absl::StrCat("out of system memory (", FormatBytes(class_bytes), ")"));
     }
-    const uintptr_t start = reinterpret_cast<uintptr_t>(mapping);
-    const uintptr_t aligned = (start + kHugePageBytes - 1) & ~uintptr_t{kHugePageBytes - 1};
-    if (aligned > start) ::munmap(mapping, aligned - start);
-    const uintptr_t end = aligned + class_bytes;
-    if (start + reserve > end) ::munmap(reinterpret_cast<void*>(end), start + reserve - end);
-    void* data = reinterpret_cast<void*>(aligned);
     ::madvise(data, class_bytes, MADV_HUGEPAGE);  // advice only: failure changes nothing
     return RawBlock{data, data, class_bytes};
   }

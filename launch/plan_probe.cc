@@ -68,27 +68,48 @@ StatusOr<double> BestSeconds(Stream& stream, const std::function<Status()>& work
   return best;
 }
 
-// GEMM rate of the backend's kernels in `dtype` at a transformer-like shape.
-StatusOr<double> MatmulFlops(const Options& job, DType dtype) {
+// The CPU backend of `job` in `dtype`, capped at `device_bytes` of device tier (64 MiB of
+// host), with one stream and zeroed device buffers that live as long as it: what a probe
+// times kernels on.
+struct KernelRig {
+  Backend backend;
+  std::unique_ptr<Stream> stream;
+  std::vector<Buffer> buffers;
+
+  // A zeroed device buffer of `bytes` (at least 64).
+  StatusOr<void*> Zeroed(size_t bytes) {
+    ASSIGN_OR_RETURN(Buffer b, backend.device->Allocate(Tier::kDevice, StateKind::kWorkspace,
+                                                        std::max<size_t>(bytes, 64), "probe"));
+    RETURN_IF_ERROR(backend.device->MemsetAsync(b.data(), 0, b.bytes(), *stream));
+    buffers.push_back(std::move(b));
+    return buffers.back().data();
+  }
+};
+
+StatusOr<std::unique_ptr<KernelRig>> MakeKernelRig(const Options& job, DType dtype,
+                                                   uint64_t device_bytes) {
   Options options = job;
   options.train.dtype = dtype;
   options.device.backend = BackendKind::kCpu;
-  options.device.memory_limit = 256ull << 20;
-  options.tiers.host_memory_limit = 256ull << 20;
-  ASSIGN_OR_RETURN(Backend backend, CreateBackend(options));
-  ASSIGN_OR_RETURN(auto stream, backend.device->CreateStream("probe"));
+  options.device.memory_limit = device_bytes;
+  options.tiers.host_memory_limit = 64ull << 20;
+  auto rig = std::make_unique<KernelRig>();
+  ASSIGN_OR_RETURN(rig->backend, CreateBackend(options));
+  ASSIGN_OR_RETURN(rig->stream, rig->backend.device->CreateStream("probe"));
+  return rig;
+}
+
+// GEMM rate of the backend's kernels in `dtype` at a transformer-like shape.
+StatusOr<double> MatmulFlops(const Options& job, DType dtype) {
+  ASSIGN_OR_RETURN(auto rig, MakeKernelRig(job, dtype, 256ull << 20));
   const int N = 1024, C = 1024, OC = 1024;
   const size_t bytes = DTypeBytes(dtype);
-  ASSIGN_OR_RETURN(Buffer out, backend.device->Allocate(Tier::kDevice, StateKind::kWorkspace,
-                                                        size_t(N) * OC * bytes, "probe out"));
-  ASSIGN_OR_RETURN(Buffer in, backend.device->Allocate(Tier::kDevice, StateKind::kWorkspace,
-                                                       size_t(N) * C * bytes, "probe in"));
-  ASSIGN_OR_RETURN(Buffer w, backend.device->Allocate(Tier::kDevice, StateKind::kWorkspace,
-                                                      size_t(OC) * C * bytes, "probe w"));
-  RETURN_IF_ERROR(backend.device->MemsetAsync(in.data(), 0, in.bytes(), *stream));
-  RETURN_IF_ERROR(backend.device->MemsetAsync(w.data(), 0, w.bytes(), *stream));
-  ASSIGN_OR_RETURN(const double runs, RunsPerSecond(*stream, 0.5, [&] {
-    return backend.ops->MatmulForward(*stream, out.data(), in.data(), w.data(), nullptr, N, C, OC);
+  ASSIGN_OR_RETURN(void* out, rig->Zeroed(size_t(N) * OC * bytes));
+  ASSIGN_OR_RETURN(void* in, rig->Zeroed(size_t(N) * C * bytes));
+  ASSIGN_OR_RETURN(void* w, rig->Zeroed(size_t(OC) * C * bytes));
+  Stream& stream = *rig->stream;
+  ASSIGN_OR_RETURN(const double runs, RunsPerSecond(stream, 0.5, [&] {
+    return rig->backend.ops->MatmulForward(stream, out, in, w, nullptr, N, C, OC);
   }));
   return runs * 2.0 * N * C * OC;
 }
@@ -205,9 +226,6 @@ StatusOr<double> ShapeTimer::SecondsPerCall(DType dtype, const std::array<int, 6
                                  : 2.0 * shape[1] * double(shape[2]) * shape[3];
   const int rows = shape[1];
   const int timed_rows = std::max(1, std::min(rows, static_cast<int>(rows * 2e10 / std::max(flops, 1.0))));
-  Options options = job_;
-  options.train.dtype = dtype;
-  options.device.backend = BackendKind::kCpu;
   size_t bytes = 0;
   const size_t e = DTypeBytes(dtype);
   if (attention) {
@@ -218,21 +236,11 @@ StatusOr<double> ShapeTimer::SecondsPerCall(DType dtype, const std::array<int, 6
     const size_t N = timed_rows, C = shape[2], OC = shape[3];
     bytes = (2 * N * C + N * OC + 2 * OC * C) * e;
   }
-  options.device.memory_limit = bytes + (64ull << 20);
-  options.tiers.host_memory_limit = 64ull << 20;
-  ASSIGN_OR_RETURN(Backend backend, CreateBackend(options));
-  ASSIGN_OR_RETURN(auto stream, backend.device->CreateStream("probe"));
-  std::vector<Buffer> buffers;
-  auto buffer = [&](size_t elements) -> StatusOr<void*> {
-    ASSIGN_OR_RETURN(Buffer b, backend.device->Allocate(Tier::kDevice, StateKind::kWorkspace,
-                                                        std::max<size_t>(elements * e, 64),
-                                                        "probe"));
-    RETURN_IF_ERROR(backend.device->MemsetAsync(b.data(), 0, b.bytes(), *stream));
-    buffers.push_back(std::move(b));
-    return buffers.back().data();
-  };
+  ASSIGN_OR_RETURN(auto rig, MakeKernelRig(job_, dtype, bytes + (64ull << 20)));
+  std::unique_ptr<Stream>& stream = rig->stream;
+  auto buffer = [&](size_t elements) { return rig->Zeroed(elements * e); };
   std::function<Status()> work;
-  Ops& ops = *backend.ops;
+  Ops& ops = *rig->backend.ops;
   if (attention) {
     const int B = timed_rows, T = shape[2], C = shape[3], NH = shape[4], NKV = shape[5];
     const size_t qkv_elements = size_t(B) * T * (C + 2 * NKV * (C / NH));
@@ -288,22 +296,11 @@ StatusOr<double> ShapeTimer::TimeElementwise(DType dtype, const std::array<int, 
   const size_t timed_rows =
       std::max<size_t>(1, std::min(rows, (size_t{1} << 26) / std::max<size_t>(width, 1)));
   const size_t n = timed_rows * width;
-  Options options = job_;
-  options.train.dtype = dtype;
-  options.device.backend = BackendKind::kCpu;
-  options.device.memory_limit = 4 * n * e + 8 * timed_rows * 4 + (64ull << 20);
-  options.tiers.host_memory_limit = 64ull << 20;
-  ASSIGN_OR_RETURN(Backend backend, CreateBackend(options));
-  ASSIGN_OR_RETURN(auto stream, backend.device->CreateStream("probe"));
-  std::vector<Buffer> buffers;
-  auto buffer = [&](size_t bytes) -> StatusOr<void*> {
-    ASSIGN_OR_RETURN(Buffer b, backend.device->Allocate(Tier::kDevice, StateKind::kWorkspace,
-                                                        std::max<size_t>(bytes, 64), "probe"));
-    RETURN_IF_ERROR(backend.device->MemsetAsync(b.data(), 0, b.bytes(), *stream));
-    buffers.push_back(std::move(b));
-    return buffers.back().data();
-  };
-  Ops& ops = *backend.ops;
+  ASSIGN_OR_RETURN(auto rig,
+                   MakeKernelRig(job_, dtype, 4 * n * e + 8 * timed_rows * 4 + (64ull << 20)));
+  std::unique_ptr<Stream>& stream = rig->stream;
+  auto buffer = [&](size_t bytes) { return rig->Zeroed(bytes); };
+  Ops& ops = *rig->backend.ops;
   std::function<Status()> work;
   const int N = static_cast<int>(timed_rows);
   if (kind == OpCounts::kSoftmaxCrossEntropy) {

@@ -11,6 +11,8 @@
 #include <sstream>
 #include <utility>
 
+#include "core/aligned_mapping.h"
+
 namespace strata::nvme {
 namespace {
 
@@ -71,26 +73,15 @@ StatusOr<IoBuffer> IoBuffer::Allocate(uint64_t bytes, const IoBufferOptions& opt
 
   if (options.huge_pages) {
     mapped = RoundUp(bytes, kHugePageBytes);
-    // Map with room to align to 2 MiB, then give back the slack, keeping one guard page.
-    const uint64_t reserve = mapped + kHugePageBytes + kGuardBytes;
-    void* base =
-        ::mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED) {
+    // Aligned to 2 MiB, with one guard page after the data.
+    data = static_cast<char*>(MapAligned(mapped + kGuardBytes, kHugePageBytes));
+    if (data == nullptr) {
       buffer.note_ = absl::StrFormat(
           "mmap of %d bytes for 2 MiB alignment failed (%s); "
           "using 4 KiB pages",
-          reserve, std::strerror(errno));
+          mapped + kGuardBytes, std::strerror(errno));
     } else {
-      const uint64_t base_address = reinterpret_cast<uintptr_t>(base);
-      const uint64_t aligned = RoundUp(base_address, kHugePageBytes);
-      if (aligned > base_address) ::munmap(base, aligned - base_address);
-      const uint64_t guard = aligned + mapped;
-      const uint64_t tail = guard + kGuardBytes;
-      if (base_address + reserve > tail) {
-        ::munmap(reinterpret_cast<void*>(tail), base_address + reserve - tail);
-      }
-      ::mprotect(reinterpret_cast<void*>(guard), kGuardBytes, PROT_NONE);
-      data = reinterpret_cast<char*>(aligned);
+      ::mprotect(data + mapped, kGuardBytes, PROT_NONE);
       if (::madvise(data, mapped, MADV_HUGEPAGE) != 0) {
         buffer.note_ = absl::StrFormat(
             "madvise(MADV_HUGEPAGE): %s (transparent huge pages "
