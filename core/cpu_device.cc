@@ -421,6 +421,7 @@ class CpuDevice : public Device {
   }
 
   bool dry_run() const override { return dry_run_; }
+  bool HostAccessible(Tier) const override { return !dry_run_; }  // both tiers are host memory
   std::array<uint64_t, 3> dry_copy_bytes() const override {
     return {dry_copies_[0].load(), dry_copies_[1].load(), dry_copies_[2].load()};
   }

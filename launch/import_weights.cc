@@ -210,26 +210,33 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
   ASSIGN_OR_RETURN(const HfWeights weights, HfWeights::Open(dir, options, model));
   std::optional<Progress> progress;
   if (show_progress) progress.emplace("importing " + dir, weights.bytes());
-  // One reader thread fills unit u + 1 while unit u is stored: two buffers of one unit's
-  // range each, the reads overlapped with the engine's stores. The thread lives for the
-  // whole import (its readers' bounce buffers stay faulted in).
+  // One reader thread fills unit u + 1 while unit u is stored, the reads overlapped with
+  // the engine's stores. Each unit's values land straight in its fp32 master where the
+  // engine allows (Engine::ImportTarget), else in one of two buffers of one unit's range.
+  // The thread lives for the whole import (its readers' bounce buffers stay faulted in).
   // A LoRA model's adapters are not in the files: its base (the frozen units) alone.
   const std::vector<int> todo = BaseUnits(model);
   const int num_units = static_cast<int>(todo.size());
-  // On 2 MiB pages (fewer faults; O_DIRECT into them is faster), not zeroed: Fill writes
-  // every element. Sized for the largest unit; pages are committed as units touch them.
-  size_t largest = 1;
-  for (const int unit : todo) {
-    const auto [begin, end] = engine.StoredRange(unit);
-    largest = std::max(largest, end - begin);
+  RETURN_IF_ERROR(engine.Finish());  // nothing in flight touches a target
+  std::vector<float*> targets(num_units);
+  size_t largest = 0;  // of the units without a target
+  for (int u = 0; u < num_units; ++u) {
+    targets[u] = engine.ImportTarget(todo[u]);
+    const auto [begin, end] = engine.StoredRange(todo[u]);
+    if (targets[u] == nullptr) largest = std::max(largest, end - begin);
   }
+  // On 2 MiB pages (fewer faults; O_DIRECT into them is faster), not zeroed: Fill writes
+  // every element. Pages are committed as units touch them.
   nvme::IoBufferOptions unpopulated;
   unpopulated.populate = false;
   nvme::IoBuffer buffers[2];
   for (nvme::IoBuffer& buffer : buffers) {
+    if (largest == 0) break;
     ASSIGN_OR_RETURN(buffer, nvme::IoBuffer::Allocate(largest * sizeof(float), unpopulated));
   }
-  auto values = [&](int u) { return reinterpret_cast<float*>(buffers[u % 2].data()); };
+  auto values = [&](int u) {
+    return targets[u] != nullptr ? targets[u] : reinterpret_cast<float*>(buffers[u % 2].data());
+  };
   std::vector<Status> read_status(num_units);
   std::mutex mutex;
   std::condition_variable changed;
@@ -239,7 +246,9 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
     for (int u = 0; u < num_units; ++u) {
       {
         std::unique_lock<std::mutex> lock(mutex);
-        changed.wait(lock, [&] { return stop || u - stored < 2; });
+        // A unit read into a buffer waits until the buffer's previous unit is stored; one
+        // read into its master need not wait.
+        changed.wait(lock, [&] { return stop || targets[u] != nullptr || u - stored < 2; });
         if (stop) return;
       }
       const auto [begin, end] = engine.StoredRange(todo[u]);

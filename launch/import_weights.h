@@ -45,7 +45,8 @@ class HfWeights {
 
 // Loads `dir` into every unit of `engine` (which runs `model`, made from `options`): Open,
 // then each unit's stored range, the next unit read on a second thread while one is
-// stored (two units' ranges in memory). Nothing is written when Open fails.
+// stored: straight into each unit's master where the engine allows it (ImportTarget),
+// else through two buffers of one unit's range. Nothing is written when Open fails.
 // `show_progress`: a progress line for long imports.
 Status ImportHfWeights(const std::string& dir, const ModelOptions& options, const Model& model,
                        Engine& engine, bool show_progress);

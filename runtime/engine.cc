@@ -493,9 +493,29 @@ std::pair<size_t, size_t> Engine::StoredRange(int unit) const {
 
 Status Engine::LoadUnit(int unit, const UnitFill& fill) {
   const auto [begin, end] = StoredRange(unit);
+  RETURN_IF_ERROR(SyncStreams());
+  if (float* target = ImportTarget(unit)) {  // straight into the master
+    RETURN_IF_ERROR(fill(begin, end, target));
+    return StoreUnitValues(unit, target);
+  }
   std::vector<float> values(end - begin);
   RETURN_IF_ERROR(fill(begin, end, values.data()));
   return StoreUnitValues(unit, values.data());
+}
+
+float* Engine::ImportTarget(int unit) const {
+  const UnitState& state = units_[unit];
+  if (!model_->units()[unit].trainable() || state.master.empty() ||
+      !device_->HostAccessible(state.master.tier())) {
+    return nullptr;
+  }
+  const auto [begin, end] = StoredRange(unit);
+  const ShardRange own = OwnedRange(state, communicator_->rank());
+  const size_t master_begin = components_.sharded_state() ? own.begin : 0;
+  if (master_begin != begin || state.master.bytes() != (end - begin) * sizeof(float)) {
+    return nullptr;  // the master is a shard of the range (stages 1-2 on several ranks)
+  }
+  return state.master.as<float>();
 }
 
 Status Engine::StoreUnitValues(int unit, const float* values) {

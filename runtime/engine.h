@@ -133,8 +133,9 @@ class Engine {
   // asking only for the elements this rank stores: the whole unit where its params are
   // replicated (stages 0-2), else its own shard (stage 3 with a sharded optimizer). `fill`
   // writes elements [begin, end) of the unit's flat fp32 values (padding included: zero)
-  // to out[0, end - begin). Memory: one such range, never the model. Ranks need not call
-  // it together (no collective).
+  // to out[0, end - begin): the unit's master itself where ImportTarget allows (a failed
+  // fill then leaves it part-written), else one range of memory, never the model. Ranks
+  // need not call it together (no collective).
   using UnitFill = std::function<Status(size_t begin, size_t end, float* out)>;
   Status LoadUnit(int unit, const UnitFill& fill);
   // The element range [begin, end) of `unit` this rank stores, which LoadUnit asks for:
@@ -143,6 +144,13 @@ class Engine {
   // LoadUnit with the values already at hand: `values` holds StoredRange(unit) (so a
   // caller may read the next unit while this one is stored).
   Status StoreUnitValues(int unit, const float* values);
+  // Where an importer may write StoredRange(unit) directly, or null: the unit's fp32
+  // master itself, where it is trainable, holds exactly that range (stage 0 or 3, or any
+  // stage on one rank), and sits in memory the host can write (a host-tier optimizer, or
+  // any tier of a CPU device). StoreUnitValues(unit, ImportTarget(unit)) then stores the
+  // params and zeroes the moments without copying the master: one pass less over the
+  // model, and no buffer of the importer's own. Written after Finish(), before the next step.
+  float* ImportTarget(int unit) const;
 
   // Bytes of this rank's swap files (0 without nvme tiers).
   uint64_t nvme_file_bytes() const { return components_.nvme_file_bytes(); }

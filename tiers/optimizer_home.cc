@@ -43,7 +43,7 @@ Status CopyStateIn(const HomeContext& ctx, int unit, const float* master,
     Stream& stream = buffer == &state.master ? *ctx.compute : *ctx.comm;
     if (values == nullptr) {
       RETURN_IF_ERROR(Zero(ctx, *buffer, stream));
-    } else {
+    } else if (values != buffer->data()) {  // else already in place (Engine::ImportTarget)
       RETURN_IF_ERROR(ctx.device->CopyAsync(buffer->data(), values, buffer->bytes(), stream));
     }
   }
