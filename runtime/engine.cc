@@ -553,6 +553,18 @@ Status Engine::StoreUnitState(int unit, const UnitStateView& view) {
   const bool full = param_elements == state.padded_elements;
   const float* param_src = view.master + ((full ? 0 : own.begin) - view.begin);
   if (options_.train.dtype == DType::kF32) return components_.StoreParams(unit, param_src);
+  if (device_->TierOf(param_src) == Tier::kDevice) {
+    // The master itself, written in place on a CPU device (ImportTarget): host kernels
+    // may not read the device tier, so the device's cast writes the part in place (an
+    // optimizer on the device has its params there too).
+    void* part = components_.param_part(unit);
+    if (part == nullptr || device_->TierOf(part) != Tier::kDevice) {
+      return absl::InternalError(absl::StrCat("unit ", unit, ": a master on the device with "
+                                              "params off it"));
+    }
+    RETURN_IF_ERROR(ops_->CastFromFloat(*compute_, part, param_src, param_elements));
+    return compute_->Synchronize();
+  }
   const size_t bytes = param_elements * DTypeBytes(options_.train.dtype);
   // Reused from unit to unit: a fresh vector would zero and fault in its pages every time.
   if (store_host_.size() < bytes) store_host_.resize(bytes);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/dtype.h"
 #include "core/testing/status_matchers.h"
 #include "data/tokens.h"
 #include "launch/import_weights.h"
@@ -163,47 +164,65 @@ TEST_P(HfImportRanks, ShardedLoadOnNvmeGivesTheSameLoss) {
 // Where the engine allows (its fp32 master holds the rank's stored range in memory the host
 // writes: here the CPU device, one rank), the import writes each unit's values straight
 // into the master; elsewhere (optimizer on NVMe) through buffers of its own. Both give the
-// same master and params, bit for bit, and zeroed moments, also when the import follows a
-// training step (the step's moments and its pending update must not survive).
+// same master and params, bit for bit (fp32 and bf16 params: a CPU device's master on the
+// device tier is cast by the device's kernels), and zeroed moments, also when the import
+// follows a training step (the step's moments and its pending update must not survive).
 TEST(HfImportTargets, MastersTakeTheValuesWhereTheEngineAllows) {
   const std::string dir = HfFixture("gpt2-tiny");
-  std::vector<std::vector<float>> masters[2], params[2];
-  for (int nvme = 0; nvme < 2; ++nvme) {
-    std::vector<std::string> sets = {"zero.stage=1"};  // one rank: its shard is the unit
-    if (nvme) sets = {"zero.stage=1", "zero.optimizer_tier=nvme", "zero.nvme_dir=" + TestDir("targets-swap")};
-    const Options options = ImportOptions(dir, sets);
-    ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(options));
-    const size_t units = rig->model->units().size();
-    for (size_t u = 0; u < units; ++u) {
-      EXPECT_EQ(rig->engine->ImportTarget(static_cast<int>(u)) != nullptr, !nvme) << u;
+  for (const char* dtype : {"fp32", "bf16"}) {
+    SCOPED_TRACE(dtype);
+    std::vector<std::vector<float>> masters[2], params[2];
+    for (int nvme = 0; nvme < 2; ++nvme) {
+      // One rank: stage 1's shard is the whole unit.
+      std::vector<std::string> sets = {"zero.stage=1", std::string("train.dtype=") + dtype};
+      if (nvme) {
+        sets.insert(sets.end(), {"zero.optimizer_tier=nvme",
+                                 "zero.nvme_dir=" + TestDir("targets-swap")});
+      }
+      const Options options = ImportOptions(dir, sets);
+      ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(options));
+      const size_t units = rig->model->units().size();
+      for (size_t u = 0; u < units; ++u) {
+        EXPECT_EQ(rig->engine->ImportTarget(static_cast<int>(u)) != nullptr, !nvme) << u;
+      }
+      // A step first, so moments and master hold something else.
+      std::vector<int32_t> tokens(32);
+      for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7) % 96);
+      ASSERT_OK(rig->engine->TrainStep({{tokens.data(), tokens.data()}}, 1e-2f, 1).status());
+      ASSERT_OK(ImportHfWeights(dir, options.model, *rig->model, *rig->engine, false));
+      for (size_t u = 0; u < units; ++u) {
+        const int unit = static_cast<int>(u);
+        ASSERT_OK_AND_ASSIGN(Engine::UnitOptimizerState state,
+                             rig->engine->ReadOptimizerState(unit));
+        const std::vector<float> zeros(state.master.size(), 0.0f);
+        EXPECT_EQ(state.exp_avg, zeros) << u;
+        EXPECT_EQ(state.exp_avg_sq, zeros) << u;
+        ASSERT_OK_AND_ASSIGN(std::vector<float> unit_params, rig->engine->ReadParams(unit));
+        // The params are the master's values in the compute dtype.
+        ASSERT_EQ(unit_params.size(), state.master.size());
+        for (size_t i = 0; i < unit_params.size(); ++i) {
+          const float want = options.train.dtype == DType::kF32
+                                 ? state.master[i]
+                                 : ToFloat(ToBf16(state.master[i]));
+          if (unit_params[i] != want) {
+            ADD_FAILURE() << "unit " << u << " param " << i << ": " << unit_params[i]
+                          << ", the master's " << state.master[i];
+            break;
+          }
+        }
+        masters[nvme].push_back(std::move(state.master));
+        params[nvme].push_back(std::move(unit_params));
+      }
     }
-    // A step first, so moments and master hold something else.
-    std::vector<int32_t> tokens(32);
-    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7) % 96);
-    ASSERT_OK(rig->engine->TrainStep({{tokens.data(), tokens.data()}}, 1e-2f, 1).status());
-    ASSERT_OK(ImportHfWeights(dir, options.model, *rig->model, *rig->engine, false));
-    for (size_t u = 0; u < units; ++u) {
-      const int unit = static_cast<int>(u);
-      ASSERT_OK_AND_ASSIGN(Engine::UnitOptimizerState state,
-                           rig->engine->ReadOptimizerState(unit));
-      EXPECT_EQ(std::count(state.exp_avg.begin(), state.exp_avg.end(), 0.0f),
-                static_cast<long>(state.exp_avg.size())) << u;
-      EXPECT_EQ(std::count(state.exp_avg_sq.begin(), state.exp_avg_sq.end(), 0.0f),
-                static_cast<long>(state.exp_avg_sq.size())) << u;
-      masters[nvme].push_back(state.master);
-      ASSERT_OK_AND_ASSIGN(std::vector<float> unit_params, rig->engine->ReadParams(unit));
-      EXPECT_EQ(unit_params, state.master) << u;  // fp32 params are the master's values
-      params[nvme].push_back(std::move(unit_params));
-    }
+    EXPECT_EQ(masters[0], masters[1]);
+    EXPECT_EQ(params[0], params[1]);
+    // The values are the file's, not the step's: one tensor checked against the file.
+    ASSERT_OK_AND_ASSIGN(const SafetensorsSet set, SafetensorsSet::OpenDirectory(dir));
+    const std::vector<float> wte = ReadAll(set, "transformer.wte.weight");
+    ASSERT_FALSE(masters[0].empty());
+    ASSERT_GE(masters[0][0].size(), wte.size());
+    EXPECT_TRUE(std::equal(wte.begin(), wte.end(), masters[0][0].begin()));
   }
-  EXPECT_EQ(masters[0], masters[1]);
-  EXPECT_EQ(params[0], params[1]);
-  // The values are the file's, not the step's: one tensor checked against the file.
-  ASSERT_OK_AND_ASSIGN(const SafetensorsSet set, SafetensorsSet::OpenDirectory(dir));
-  const std::vector<float> wte = ReadAll(set, "transformer.wte.weight");
-  ASSERT_FALSE(masters[0].empty());
-  ASSERT_GE(masters[0][0].size(), wte.size());
-  EXPECT_TRUE(std::equal(wte.begin(), wte.end(), masters[0][0].begin()));
 }
 
 // Copies fixture `name` to a temporary directory, so a test can damage it.

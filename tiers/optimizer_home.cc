@@ -34,13 +34,18 @@ Status Zero(const HomeContext& ctx, Buffer& buffer, Stream& stream) {
   return ctx.device->MemsetAsync(buffer.data(), 0, buffer.bytes(), stream);
 }
 
+// Moments not given are zeroed, unless `moments_zero` says they still are (zeroed since
+// the unit's last step); it says so afterwards exactly when no moments were given.
 Status CopyStateIn(const HomeContext& ctx, int unit, const float* master,
-                   const float* exp_avg, const float* exp_avg_sq) {
+                   const float* exp_avg, const float* exp_avg_sq, bool* moments_zero) {
   UnitState& state = (*ctx.units)[unit];
   const std::pair<const float*, Buffer*> arrays[] = {
       {master, &state.master}, {exp_avg, &state.exp_avg}, {exp_avg_sq, &state.exp_avg_sq}};
+  const bool still_zero = *moments_zero;
+  *moments_zero = exp_avg == nullptr && exp_avg_sq == nullptr;
   for (const auto& [values, buffer] : arrays) {
     Stream& stream = buffer == &state.master ? *ctx.compute : *ctx.comm;
+    if (values == nullptr && buffer != &state.master && still_zero) continue;
     if (values == nullptr) {
       RETURN_IF_ERROR(Zero(ctx, *buffer, stream));
     } else if (values != buffer->data()) {  // else already in place (Engine::ImportTarget)
@@ -58,7 +63,8 @@ class ResidentOptimizerHome : public OptimizerHome {
  public:
   ResidentOptimizerHome(const HomeContext& ctx, GradHome* grads, ParamHome* params,
                         std::vector<std::unique_ptr<Event>> ready, Stream* stream)
-      : ctx_(ctx), grads_(grads), params_(params), ready_(std::move(ready)), stream_(stream) {}
+      : ctx_(ctx), grads_(grads), params_(params), ready_(std::move(ready)), stream_(stream),
+        moments_zero_(ctx.units->size(), true) {}
   Event& params_ready(int unit) override { return *ready_[unit]; }
   Status WaitSteps() override { return stream_->Synchronize(); }
   double busy_ms() const override { return timer_.ms(); }
@@ -68,7 +74,10 @@ class ResidentOptimizerHome : public OptimizerHome {
   Status StoreState(int unit, const float* master, const float* exp_avg,
                     const float* exp_avg_sq) override {
     if (master == nullptr) return absl::InvalidArgumentError("StoreState needs a master");
-    return CopyStateIn(ctx_, unit, master, exp_avg, exp_avg_sq);
+    bool zero = moments_zero_[unit];
+    Status status = CopyStateIn(ctx_, unit, master, exp_avg, exp_avg_sq, &zero);
+    moments_zero_[unit] = zero && status.ok();
+    return status;
   }
   Status Flush() override { return absl::OkStatus(); }  // nothing is written back
 
@@ -79,6 +88,10 @@ class ResidentOptimizerHome : public OptimizerHome {
   std::vector<std::unique_ptr<Event>> ready_;  // params in place
   Stream* stream_;
   StreamTimer timer_;
+  // Per unit: its Adam moments are zero (they come zeroed from AllocateState, and stay so
+  // until a step; a store without moments then need not zero them again: an import's
+  // stores write the master and params alone). Cleared by every step of the unit.
+  std::vector<bool> moments_zero_;
 };
 
 // AdamW with the backend's kernels on the compute stream.
@@ -93,6 +106,7 @@ class DeviceOptimizerHome : public ResidentOptimizerHome {
               void* param_dest) override {
     Stream& compute = *ctx_.compute;
     RETURN_IF_ERROR(ctx_.device->Wait(compute, grads_->ready(unit)));
+    moments_zero_[unit] = false;
     timer_.Start(compute);
     UnitState& state = (*ctx_.units)[unit];
     RETURN_IF_ERROR(AdamOverRange(ctx_, *ctx_.ops, compute, unit, params, range, state_offset,
@@ -165,6 +179,7 @@ class HostOptimizerHome : public ResidentOptimizerHome, public StagedOptimizerHo
       RETURN_IF_ERROR(device.Wait(host, grads_->ready(unit)));
     }
     const size_t element_bytes = DTypeBytes(ctx_.dtype);
+    moments_zero_[unit] = false;
     timer_.Start(host);
     for (const ShardRange& range : ranges) {
       RETURN_IF_ERROR(AdamOverRange(ctx_, *ctx_.host_ops, host, unit, params, range,

@@ -26,7 +26,8 @@ class StagedOptimizerHome;
 
 class OptimizerHome {
  public:
-  // master/exp_avg/exp_avg_sq must already be allocated in `tier`, and, for the host
+  // master/exp_avg/exp_avg_sq must already be allocated in `tier`, the moments zeroed
+  // (a store without moments leaves them as they are until the unit's first step), and, for the host
   // tier, the host staging buffers the placement needs (see tiers/unit_state.h). The
   // updated params go to `params`' parts (an optimizer on the device needs them on the
   // device). `grads` and `params` must outlive the home.

@@ -452,6 +452,23 @@ TEST_P(OptimizerHomeTest, StoreAndLoadStateRoundTrip) {
     std::vector<float> master(n, -1.0f);
     ASSERT_OK(homes->optimizer->LoadState(u, master.data(), nullptr, nullptr));
     EXPECT_TRUE(BitsEqual(inputs.initial[0].master.data(), master.data(), n));
+    // Zeroed moments stay zero through another store without them; a step makes them
+    // nonzero, and the next store without moments zeroes them again (a memory home skips
+    // the zeroing only while no step has run since).
+    ASSERT_OK(homes->optimizer->StoreState(u, inputs.initial[1].master.data(), nullptr, nullptr));
+    ASSERT_OK_AND_ASSIGN(loaded, homes->Read(u));
+    EXPECT_TRUE(BitsEqual(zeros, loaded.exp_avg));
+    EXPECT_TRUE(BitsEqual(zeros, loaded.exp_avg_sq));
+    const Inputs stepped(*homes->rig, 1);
+    ASSERT_OK(homes->RunStep(stepped, 0));
+    ASSERT_OK_AND_ASSIGN(loaded, homes->Read(u));
+    EXPECT_FALSE(BitsEqual(zeros, loaded.exp_avg));
+    EXPECT_FALSE(BitsEqual(zeros, loaded.exp_avg_sq));
+    ASSERT_OK(homes->optimizer->StoreState(u, inputs.initial[0].master.data(), nullptr, nullptr));
+    ASSERT_OK_AND_ASSIGN(loaded, homes->Read(u));
+    EXPECT_TRUE(BitsEqual(inputs.initial[0].master.data(), loaded.master.data(), n));
+    EXPECT_TRUE(BitsEqual(zeros, loaded.exp_avg));
+    EXPECT_TRUE(BitsEqual(zeros, loaded.exp_avg_sq));
   }
 }
 
