@@ -90,6 +90,9 @@ NvmeTier::Ticket NvmeTier::Post(int unit, bool write, std::vector<Part> parts, b
     if (first_error_.ok()) first_error_ = request.status;
     return ticket;
   }
+  for (const Part& part : request.parts) {  // counted when posted: see bytes_read()
+    (write ? bytes_written_ : bytes_read_) += store_->PaddedBytes(unit, part.kind);
+  }
   queue_.push_back(std::move(request));
   work_cv_.notify_all();
   return ticket;
@@ -215,9 +218,6 @@ void NvmeTier::Loop() {
         if (!status.ok()) {
           request.status.Update(status);
           ++request.completed;  // never in flight
-        } else {
-          const uint64_t bytes = store_->PaddedBytes(request.unit, part.kind);
-          (request.write ? bytes_written_ : bytes_read_) += bytes;
         }
       }
       // Submitted every part (some may have failed to submit).
