@@ -39,6 +39,9 @@ struct DryRunResult {
   std::array<uint64_t, 3> copy_bytes{};  // host->device, device->host, within a tier
   uint64_t nvme_read_bytes = 0, nvme_written_bytes = 0;
   uint64_t param_nvme_read_bytes = 0, param_nvme_written_bytes = 0;  // the params' part
+  // Params on NVMe: this rank's bytes of the first unit the forward needs, which no read
+  // ahead can bring before the step (they are written back at the end of the previous one).
+  uint64_t first_param_read_bytes = 0;
   uint64_t network_bytes = 0;     // sent by this rank (ring collectives)
   uint64_t tokens = 0;            // of the global batch
   uint64_t largest_unit_bytes = 0;  // fp32 values of the largest unit (init/import staging)

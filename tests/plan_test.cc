@@ -106,7 +106,8 @@ TEST(Plan, DryRunOfAnEightBillionModelCommitsNothing) {
 // term is a round number of seconds: with clipping the optimizer's phase (its CPU Adam or
 // the reads of its state, whichever is longer) follows the compute, which the params'
 // reads and every write-back overlap; without clipping (and state off the device) the
-// optimizer steps during the backward: the CPU's work adds up, the disk overlaps it.
+// optimizer steps during the backward: the CPU's work adds up, the disk overlaps it. With
+// params on NVMe the first unit's read and copy up open the step.
 TEST(Plan, PredictStepOverlapsAsTheRuntimeDoes) {
   Hardware hw;
   hw.backend = BackendKind::kCpu;
@@ -132,6 +133,11 @@ TEST(Plan, PredictStepOverlapsAsTheRuntimeDoes) {
   EXPECT_NEAR(p.adam_s, 0.5, 1e-9);
   EXPECT_NEAR(p.disk_s, 2.0, 1e-9);  // 1 + 0.5 read, 0.5 written
   EXPECT_NEAR(p.seconds, 2.0 + 0.5, 1e-9);  // max(2, 1 + 0.5) + max(0.5, 0.5)
+  // The first unit's params (0.1 GB) read and copied up before the forward: 0.1 + 0.1 s.
+  dry.first_param_read_bytes = 0.1e9;
+  p = PredictStep(dry, options, hw);
+  EXPECT_NEAR(p.seconds, 2.0 + 0.5 + 0.2, 1e-9);
+  dry.first_param_read_bytes = 0;
   dry.nvme_read_bytes = 3e9;  // the state's reads now 2 s: the optimizer's phase waits
   p = PredictStep(dry, options, hw);
   EXPECT_NEAR(p.seconds, 2.0 + 2.0, 1e-9);
