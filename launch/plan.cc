@@ -292,13 +292,24 @@ StepPrediction PredictStep(const DryRunResult& dry, const Options& options,
   const double param_disk_s = Seconds(dry.param_nvme_read_bytes * ranks, hw.disk_read) +
                               Seconds(dry.nvme_written_bytes * ranks, hw.disk_write);
   p.disk_s = param_disk_s + state_disk_s;
+  // Early: the optimizer steps units during the backward (state off the device, no
+  // clipping); else its phase follows the backward, and its CPU Adam and its state's reads
+  // (pipelined chunk by chunk) are added to the step.
+  const bool early = options.zero.optimizer_tier != StateTier::kDevice &&
+                     options.train.grad_clip <= 0.0f;
   // With params on NVMe the step opens with its first unit's read and copy up, exposed: the
-  // unit was written back at the end of the previous step, and its read follows that.
-  const double first_read_s =
-      dry.first_param_read_bytes > 0
-          ? Seconds(dry.first_param_read_bytes * ranks, hw.disk_read) +
-                Seconds(dry.first_param_read_bytes, hw.host_to_device)
-          : 0.0;
+  // params tier orders a read after every write-back posted before it, and the unit was
+  // written back at the end of the previous step. Early, it is the backward's last unit
+  // (the rest were written back under the backward); else the optimizer's phase steps in
+  // forward order and every unit's write-back is posted in it, while its disk is busy with
+  // the state: all of them come before the read.
+  double first_read_s = 0.0;
+  if (dry.first_param_read_bytes > 0) {
+    const double written = early ? dry.first_param_read_bytes : dry.param_nvme_written_bytes;
+    first_read_s = Seconds(written * ranks, hw.disk_write) +
+                   Seconds(dry.first_param_read_bytes * ranks, hw.disk_read) +
+                   Seconds(dry.first_param_read_bytes, hw.host_to_device);
+  }
   p.network_s = Seconds(dry.network_bytes, hw.network);
   struct Term {
     const char* name;
@@ -307,11 +318,6 @@ StepPrediction PredictStep(const DryRunResult& dry, const Options& options,
   const std::vector<Term> terms = {{"compute", p.compute_s}, {"PCIe", p.pcie_s},
                                    {"CPU Adam", p.adam_s},   {"disk", p.disk_s},
                                    {"network", p.network_s}};
-  // Early: the optimizer steps units during the backward (state off the device, no
-  // clipping); else its phase follows the backward, and its CPU Adam and its state's reads
-  // (pipelined chunk by chunk) are added to the step.
-  const bool early = options.zero.optimizer_tier != StateTier::kDevice &&
-                     options.train.grad_clip <= 0.0f;
   if (hw.backend == BackendKind::kCpu) {
     // One CPU plays the device and runs the CPU Adam and the copies: those add up; the disk
     // (its own I/O thread) and the other ranks overlap with them.

@@ -133,11 +133,19 @@ TEST(Plan, PredictStepOverlapsAsTheRuntimeDoes) {
   EXPECT_NEAR(p.adam_s, 0.5, 1e-9);
   EXPECT_NEAR(p.disk_s, 2.0, 1e-9);  // 1 + 0.5 read, 0.5 written
   EXPECT_NEAR(p.seconds, 2.0 + 0.5, 1e-9);  // max(2, 1 + 0.5) + max(0.5, 0.5)
-  // The first unit's params (0.1 GB) read and copied up before the forward: 0.1 + 0.1 s.
+  // Params on NVMe: the first unit's params (0.1 GB) read and copied up before the forward
+  // (0.1 + 0.1 s), after every param write-back of the optimizer's phase (0.2 GB: 0.4 s).
   dry.first_param_read_bytes = 0.1e9;
+  dry.param_nvme_written_bytes = 0.2e9;
   p = PredictStep(dry, options, hw);
-  EXPECT_NEAR(p.seconds, 2.0 + 0.5 + 0.2, 1e-9);
+  EXPECT_NEAR(p.seconds, 2.0 + 0.5 + 0.4 + 0.2, 1e-9);
+  // Early: only the first unit's write-back (0.1 GB: 0.2 s) comes before its read.
+  options.train.grad_clip = 0.0f;
+  p = PredictStep(dry, options, hw);
+  EXPECT_NEAR(p.seconds, std::max(2.0 + 0.5, 2.0) + 0.2 + 0.2, 1e-9);
+  options.train.grad_clip = 1.0f;
   dry.first_param_read_bytes = 0;
+  dry.param_nvme_written_bytes = 0;
   dry.nvme_read_bytes = 3e9;  // the state's reads now 2 s: the optimizer's phase waits
   p = PredictStep(dry, options, hw);
   EXPECT_NEAR(p.seconds, 2.0 + 2.0, 1e-9);
