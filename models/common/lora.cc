@@ -156,7 +156,6 @@ Status LoraAdapters::Forward(const StepContext& ctx, int layer, int target, cons
                              void* out, int rows, bool decode) {
   if (!has(target)) return absl::OkStatus();
   const LoraTargetSpec& spec = specs_[target];
-  const size_t bytes = DTypeBytes(dtype_);
   void* h = decode ? dec_h_.data() : nullptr;
   if (!decode) {
     if (rows != rows_) {
