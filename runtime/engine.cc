@@ -493,8 +493,8 @@ std::pair<size_t, size_t> Engine::StoredRange(int unit) const {
 
 Status Engine::LoadUnit(int unit, const UnitFill& fill) {
   const auto [begin, end] = StoredRange(unit);
-  RETURN_IF_ERROR(SyncStreams());
-  if (float* target = ImportTarget(unit)) {  // straight into the master
+  if (float* target = ImportTarget(unit)) {  // straight into the master, once it is idle
+    RETURN_IF_ERROR(SyncStreams());
     RETURN_IF_ERROR(fill(begin, end, target));
     return StoreUnitValues(unit, target);
   }

@@ -34,18 +34,15 @@ Status Zero(const HomeContext& ctx, Buffer& buffer, Stream& stream) {
   return ctx.device->MemsetAsync(buffer.data(), 0, buffer.bytes(), stream);
 }
 
-// Moments not given are zeroed, unless `moments_zero` says they still are (zeroed since
-// the unit's last step); it says so afterwards exactly when no moments were given.
+// Moments not given are zeroed, unless `moments_zero` says they still are.
 Status CopyStateIn(const HomeContext& ctx, int unit, const float* master,
-                   const float* exp_avg, const float* exp_avg_sq, bool* moments_zero) {
+                   const float* exp_avg, const float* exp_avg_sq, bool moments_zero) {
   UnitState& state = (*ctx.units)[unit];
   const std::pair<const float*, Buffer*> arrays[] = {
       {master, &state.master}, {exp_avg, &state.exp_avg}, {exp_avg_sq, &state.exp_avg_sq}};
-  const bool still_zero = *moments_zero;
-  *moments_zero = exp_avg == nullptr && exp_avg_sq == nullptr;
   for (const auto& [values, buffer] : arrays) {
     Stream& stream = buffer == &state.master ? *ctx.compute : *ctx.comm;
-    if (values == nullptr && buffer != &state.master && still_zero) continue;
+    if (values == nullptr && buffer != &state.master && moments_zero) continue;
     if (values == nullptr) {
       RETURN_IF_ERROR(Zero(ctx, *buffer, stream));
     } else if (values != buffer->data()) {  // else already in place (Engine::ImportTarget)
@@ -74,9 +71,8 @@ class ResidentOptimizerHome : public OptimizerHome {
   Status StoreState(int unit, const float* master, const float* exp_avg,
                     const float* exp_avg_sq) override {
     if (master == nullptr) return absl::InvalidArgumentError("StoreState needs a master");
-    bool zero = moments_zero_[unit];
-    Status status = CopyStateIn(ctx_, unit, master, exp_avg, exp_avg_sq, &zero);
-    moments_zero_[unit] = zero && status.ok();
+    Status status = CopyStateIn(ctx_, unit, master, exp_avg, exp_avg_sq, moments_zero_[unit]);
+    moments_zero_[unit] = status.ok() && exp_avg == nullptr && exp_avg_sq == nullptr;
     return status;
   }
   Status Flush() override { return absl::OkStatus(); }  // nothing is written back
