@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_join.h"
 #include "collectives/reduce.h"
+#include "collectives/start_watch.h"
 
 namespace strata {
 namespace {
@@ -100,9 +101,11 @@ class Hub {
 
   // Fails the group with `status` (the first failure is kept): every waiting and later
   // collective of every rank fails with it.
-  void FailGroup(const Status& status) {
+  void FailGroup(const Status& status) { FailCall(status, kNoSequence); }
+  // The same, caused by this rank's collective of `sequence`.
+  void FailCall(const Status& status, uint64_t sequence) {
     std::lock_guard<std::mutex> lock(mutex_);
-    Fail(status, kNoSequence);
+    Fail(status, sequence);
   }
 
   int world_size() const { return world_size_; }
@@ -218,6 +221,7 @@ struct RankState {
   std::shared_ptr<Hub> hub;
   int rank = 0;
   std::atomic<uint64_t> next_to_run{0};
+  std::unique_ptr<StartWatch> watch;  // fails the group when a collective never starts
 };
 
 class LocalCommunicator : public CheckedCommunicator {
@@ -238,20 +242,29 @@ class LocalCommunicator : public CheckedCommunicator {
                Stream& stream) override {
     const Arrival arrival{call, input, output};
     std::shared_ptr<RankState> state = state_;
+    state->watch->Issued(call, stream.name());
     stream.EnqueueHost([state, arrival]() -> Status {
-      // Sequence numbers are taken in issue order; running in another order means the
-      // collectives went to several unordered streams, which would pair the wrong rounds.
-      const uint64_t expected = state->next_to_run.fetch_add(1);
-      if (expected != arrival.call.sequence) {
-        Status status = absl::FailedPreconditionError(absl::StrCat(
-            "local rank ", state->rank, ": ", DescribeCall(arrival.call), " ran before #", expected,
-            "; issue every collective of a communicator on one stream"));
-        state->hub->FailGroup(status);
-        return status;
-      }
-      return state->hub->Run(state->rank, arrival);
+      state->watch->Started(arrival.call.sequence);
+      Status status = Run(*state, arrival);
+      state->watch->Finished(arrival.call.sequence);
+      return status;
     });
     return absl::OkStatus();
+  }
+
+  // Runs one collective on the stream's worker, after checking it runs in issue order.
+  static Status Run(RankState& state, const Arrival& arrival) {
+    // Sequence numbers are taken in issue order; running in another order means the
+    // collectives went to several unordered streams, which would pair the wrong rounds.
+    const uint64_t expected = state.next_to_run.fetch_add(1);
+    if (expected != arrival.call.sequence) {
+      Status status = absl::FailedPreconditionError(absl::StrCat(
+          "local rank ", state.rank, ": ", DescribeCall(arrival.call), " ran before #", expected,
+          "; issue every collective of a communicator on one stream"));
+      state.hub->FailGroup(status);
+      return status;
+    }
+    return state.hub->Run(state.rank, arrival);
   }
 
   std::shared_ptr<RankState> state_;
@@ -275,6 +288,9 @@ StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateLocalGroup(
     auto state = std::make_shared<RankState>();
     state->hub = hub;
     state->rank = rank;
+    state->watch = std::make_unique<StartWatch>(
+        absl::StrCat("local rank ", rank, " of ", world_size), options.timeout_s,
+        [hub](const Status& status, uint64_t sequence) { hub->FailCall(status, sequence); });
     group.push_back(std::make_unique<LocalCommunicator>(std::move(state)));
   }
   return group;

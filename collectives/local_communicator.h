@@ -9,7 +9,9 @@
 //
 // Failure: a rank that waits longer than `timeout_s` for the others fails the group with
 // kDeadlineExceeded naming the operation, its sequence number and the ranks that did not
-// arrive; Abort(reason) fails it with kAborted naming the aborting rank and the reason;
+// arrive; a collective that has not started timeout_s after its issue (queued on its stream
+// behind work that never finishes) fails it naming the call and the stream
+// (start_watch.h); Abort(reason) fails it with kAborted naming the aborting rank and the reason;
 // ranks that issue different collectives fail it with kInvalidArgument naming both calls.
 // Every waiting rank wakes at once with that error, and every later collective fails at
 // once with it. A collective whose ranks all arrived always completes (its copies are

@@ -19,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include "collectives/stuck_stream_check.h"
 #include "collectives/test_pattern.h"
 #include "core/cpu_device.h"
 #include "core/testing/status_matchers.h"
@@ -57,6 +58,7 @@ class Group {
   int size() const { return static_cast<int>(comms_.size()); }
   Communicator& comm(int rank) { return *comms_[rank]; }
   Stream& stream(int rank) { return *streams_[rank]; }
+  Device& device() { return *device_; }
   // Synchronizes every rank's stream; returns each one's status.
   std::vector<Status> SyncAll() {
     std::vector<Status> statuses;
@@ -511,6 +513,13 @@ TEST(LocalCommunicator, RanksAsThreadsShareOneNode) {
     EXPECT_EQ(group[r]->local_rank(), r);
     EXPECT_EQ(group[r]->local_size(), 3);
   }
+}
+
+// The body nccl_communicator_test runs on CUDA: a collective queued behind work that never
+// finishes fails after the timeout, naming itself.
+TEST(LocalCommunicator, CollectiveBehindStuckWorkFailsNamingItself) {
+  Group group(1, /*timeout_s=*/1.0);
+  ExpectCollectiveBehindStuckWorkFails(group.device(), group.comm(0), group.stream(0), 1.0);
 }
 
 }  // namespace

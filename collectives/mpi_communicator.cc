@@ -42,6 +42,7 @@ class MpiCommunicator : public CheckedCommunicator {
                Stream& stream) override {
     const Job job{call, input, output};
     std::shared_ptr<State> state = state_;
+    state->Issued(call, stream.name());
     stream.EnqueueHost([state, job] { return state->Run(job); });
     return absl::OkStatus();
   }

@@ -44,7 +44,8 @@ namespace strata {
 
 struct MpiOptions {
   // zero.comm_timeout_s: how long one collective may take before it fails with
-  // kDeadlineExceeded naming the ranks that did not answer. Must be > 0.
+  // kDeadlineExceeded naming the ranks that did not answer, and how long one may wait on
+  // its stream to start (start_watch.h; the peers are told). Must be > 0.
   double timeout_s = 300.0;
 
   // Performance: the most scratch memory one reduction uses (received chunks waiting to be

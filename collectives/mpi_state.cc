@@ -215,6 +215,7 @@ class State::Exchange {
 };
 
 State::~State() {
+  watch_.reset();  // no failure from its thread while the communicator closes
   if (comm_ == MPI_COMM_NULL) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -260,6 +261,9 @@ Status State::Open() {
   MPI_RETURN_IF_ERROR(MPI_Irecv(abort_inbox_.data(), kAbortMessageBytes, MPI_CHAR, MPI_ANY_SOURCE,
                                 kAbortTag, comm_, &abort_receive_),
                       context);
+  watch_ = std::make_unique<StartWatch>(
+      Who(), options_.timeout_s,
+      [this](const Status& status, uint64_t sequence) { FailAndTell(status, sequence); });
   return absl::OkStatus();
 }
 
@@ -275,17 +279,28 @@ Status State::Run(const Job& job) {
          call.sequence);
     return Failed(call);
   }
+  if (watch_ != nullptr) watch_->Started(call.sequence);
   Status status = RunChecked(job);
+  if (watch_ != nullptr) watch_->Finished(call.sequence);
   running_ = false;
   SetReportText("outside any collective");
   return status;
 }
 
 void State::Abort(const std::string& reason) {
+  FailAndTell(absl::AbortedError(absl::StrCat("MPI rank ", rank_, " aborted the group: ", reason)),
+              kNoSequence);
+}
+
+void State::Issued(const CollectiveCall& call, const std::string& stream) {
+  if (watch_ != nullptr) watch_->Issued(call, stream);
+}
+
+void State::FailAndTell(const Status& status, uint64_t sequence) {
   if (abort_called_.exchange(true)) return;
-  std::string message = absl::StrCat("MPI rank ", rank_, " aborted the group: ", reason);
+  std::string message(status.message());
   message.resize(std::min(message.size(), kAbortMessageBytes - 1));
-  Fail(absl::AbortedError(message), kNoSequence);
+  Fail(Status(status.code(), message), sequence);
   abort_outbox_ = message;  // stays alive (and unchanged) for the sends below
   auto lock = process_->Lock();
   for (int peer = 0; peer < size_; ++peer) {

@@ -17,11 +17,13 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "collectives/communicator.h"
+#include "collectives/start_watch.h"
 #include "collectives/mpi_communicator.h"
 #include "collectives/mpi_process.h"
 
@@ -61,6 +63,11 @@ class State {
   // Fails this communicator with kAborted and sends the reason to every peer (best effort).
   void Abort(const std::string& reason);
 
+  // The collective `call` was enqueued on the stream named `stream`: followed until it
+  // starts (one that never starts fails the communicator after the timeout, telling the
+  // peers; see start_watch.h).
+  void Issued(const CollectiveCall& call, const std::string& stream);
+
  private:
   static constexpr uint64_t kNoSequence = ~0ull;
 
@@ -72,6 +79,8 @@ class State {
 
   // Keeps the first failure; marks the process failed (no MPI_Finalize at exit).
   void Fail(const Status& status, uint64_t sequence);
+  // Fail, then sends the message to every peer through the abort channel (once).
+  void FailAndTell(const Status& status, uint64_t sequence);
   Status Failed(const CollectiveCall& call);
   // kAborted once this rank or a peer aborted the group.
   Status CheckAborted(const CollectiveCall& call);
@@ -111,6 +120,7 @@ class State {
   std::atomic<uint64_t> next_to_run_{0};
   std::atomic<bool> running_{false};
   std::vector<char> scratch_;  // used by the running collective only
+  std::unique_ptr<StartWatch> watch_;  // made by Open; stopped first by the destructor
 };
 
 }  // namespace mpi_internal

@@ -76,6 +76,8 @@ struct InFlight {
   cudaEvent_t end = nullptr;    // recorded just after its last
   bool started = false;
   Clock::time_point started_at;
+  Clock::time_point waiting_since;  // issue, or the previous collective's end if later
+  std::string stream;               // the strata stream it was issued on
 };
 
 class NcclCommunicator : public Communicator {
@@ -309,6 +311,8 @@ class NcclCommunicator : public Communicator {
       if (!outcome_->failed.load() && !empty) {
         InFlight flight;
         flight.call = call;
+        flight.waiting_since = Clock::now();
+        flight.stream = stream.name();
         Status status = CreateEvents(flight);
         if (status.ok()) {
           status = CUDA_STATUS(cudaEventRecord(flight.start, cuda_stream), Who("recording"));
@@ -464,6 +468,11 @@ class NcclCommunicator : public Communicator {
         // Done, or the communicator was aborted (its kernels end; nothing to watch).
         DestroyEvents(oldest);
         in_flight_.pop_front();
+        // The next one waited behind this one until now: only time after counts.
+        if (!in_flight_.empty()) {
+          in_flight_.front().waiting_since =
+              std::max(in_flight_.front().waiting_since, Clock::now());
+        }
         continue;
       }
       Status problem;
@@ -482,6 +491,15 @@ class NcclCommunicator : public Communicator {
             " s (zero.comm_timeout_s) of starting on the GPU; the NCCL communicator was "
             "aborted. NCCL cannot tell which rank is missing: one died, hangs, or stopped "
             "issuing collectives (see the other ranks' errors)")));
+      }
+      if (problem.ok() && !oldest.started &&
+          Clock::now() - oldest.waiting_since > Seconds(options_.timeout_s)) {
+        problem = absl::DeadlineExceededError(Who(absl::StrCat(
+            DescribeCall(oldest.call), " issued on stream '", oldest.stream,
+            "' did not start within ", options_.timeout_s,
+            " s (zero.comm_timeout_s): the work queued before it on that stream has not "
+            "finished (a kernel or host task that hangs, or a wait for an event that is never "
+            "recorded); the NCCL communicator was aborted")));
       }
       const CollectiveCall call = oldest.call;
       lock.unlock();

@@ -18,9 +18,10 @@
 // (accounted as workspace), at most max_scratch_bytes; larger reductions run in segments.
 //
 // Failure: a watchdog thread follows every collective with two events (start, end). A
-// collective still running timeout_s after it STARTED on the GPU (time queued behind other
-// work does not count), or an asynchronous NCCL error (ncclCommGetAsyncError), fails the
-// communicator: the error is recorded and ncclCommAbort ends the kernels, so the stream
+// collective still running timeout_s after it STARTED on the GPU, one that has not started
+// timeout_s after its issue (queued behind work that never finishes; time behind an earlier
+// collective of this communicator does not count), or an asynchronous NCCL error
+// (ncclCommGetAsyncError), fails the communicator: the error is recorded and ncclCommAbort ends the kernels, so the stream
 // moves on and its next host work returns the error (sticky), naming the operation and its
 // sequence number. NCCL cannot tell which peer is missing; the message says so and the
 // other ranks' errors name theirs. Abort(reason) aborts this rank's communicator; peers

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "collectives/local_communicator.h"
+#include "collectives/stuck_stream_check.h"
 #include "collectives/test_pattern.h"
 #include "core/cpu_device.h"
 #include "core/cuda/cuda_device.h"
@@ -306,6 +307,17 @@ TEST(NcclCommunicator, AbortFailsLaterCollectivesAndStreamsMustBeCuda) {
   status = ranks.stream(0).Synchronize();
   EXPECT_THAT(status, StatusIs(absl::StatusCode::kAborted,
                                HasSubstr("aborted the group: out of memory in step 3")));
+}
+
+// The body local_communicator_test runs on the CPU device.
+TEST(NcclCommunicator, CollectiveBehindStuckWorkFailsNamingItself) {
+  const std::string reason = NoGpuReason();
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  NcclOptions options;
+  options.timeout_s = 1;
+  World ranks(1, options);
+  ASSERT_TRUE(ranks.ok());
+  ExpectCollectiveBehindStuckWorkFails(ranks.device(0), ranks.comm(0), ranks.stream(0), 1.0);
 }
 
 // Runs everywhere: no GPU call is made before the device is checked.
