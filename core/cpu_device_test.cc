@@ -292,6 +292,11 @@ TEST(CpuDevice, NoReuseWhileAStreamIsBehind) {
   testing::ExpectNoReuseWhileAStreamIsBehind(*device);
 }
 
+TEST(CpuDevice, IdleTimeCountsStarvationAndStalls) {
+  auto device = CreateCpuDevice({});
+  testing::ExpectIdleTimeCountsStarvationAndStalls(*device);
+}
+
 TEST(CpuDevice, HostWorkOfStreamsIsIndependent) {
   auto device = CreateCpuDevice({});
   testing::ExpectHostWorkOfStreamsIsIndependent(*device);

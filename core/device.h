@@ -11,6 +11,7 @@
 // events must not outlive the Device that made them.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <array>
 #include <functional>
@@ -41,6 +42,11 @@ class Stream {
   // wall time it gives the time the stream sat idle or starved. Backends that cannot
   // observe it from the host report 0.
   virtual double busy_ms() const { return 0.0; }
+  // Total time this stream had nothing to run, in ms, where the backend measures it
+  // directly (CUDA: its stalls, plus the GPU time it sat drained after the host thread that
+  // feeds it blocked in the device, until that thread fed it again); nullopt where only
+  // busy_ms is known (the CPU device). IdleMeter below takes either.
+  virtual std::optional<double> idle_ms() const { return std::nullopt; }
 
   // The timeline trace (core/trace.h): work enqueued from now on is shown under `label` on
   // this stream's track (consecutive work of one label as one span), until the label
@@ -50,6 +56,27 @@ class Stream {
   virtual std::shared_ptr<const TraceLabel> trace_label() const { return nullptr; }
   // True while the device's trace records (labels are only built then).
   virtual bool tracing() const { return false; }
+};
+
+// A stream's idle time over a window of the host's wall time: from construction to the
+// call. Measured idle time where the stream has it, else the wall time minus the time the
+// stream was busy (0 where the stream reports neither).
+class IdleMeter {
+ public:
+  explicit IdleMeter(const Stream& stream)
+      : stream_(stream), busy_before_(stream.busy_ms()), idle_before_(stream.idle_ms()) {}
+  double IdleMs(double wall_ms) const {
+    if (idle_before_.has_value()) {
+      return std::max(0.0, stream_.idle_ms().value_or(*idle_before_) - *idle_before_);
+    }
+    const double busy = stream_.busy_ms() - busy_before_;
+    return busy > 0.0 ? std::max(0.0, wall_ms - busy) : 0.0;
+  }
+
+ private:
+  const Stream& stream_;
+  const double busy_before_;
+  const std::optional<double> idle_before_;
 };
 
 class Event {

@@ -25,6 +25,12 @@ class StreamRegistry {
     std::lock_guard<std::mutex> lock(mutex_);
     streams_.erase(stream);
   }
+  // Calls fn on every live stream, under the registry's lock (a stream cannot leave meanwhile).
+  void ForEach(const std::function<void(Stream&)>& fn) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (Stream* stream : streams_) fn(*stream);
+  }
+
   // Records an event of `device` on every live stream now; the predicate is true once all
   // have completed. An event that cannot be made or recorded makes the fence wait for
   // nothing on that stream (the stream has failed; its work is skipped).

@@ -319,7 +319,7 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   const GatherStats gather_before = components_.gatherer().stats();
   const double stall_before = compute_->stalled_ms();
   const double busy_before = stepper.busy_ms();
-  const double compute_busy_before = compute_->busy_ms();
+  const IdleMeter compute_idle(*compute_);
   const uint64_t driver_calls_before = device_->driver_calls();
   AdamParams params;
   params.lr = lr;
@@ -332,11 +332,7 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   ASSIGN_OR_RETURN(result.loss, RunGradients(micro_batches, &params));
   result.forward_ms = last_forward_ms_;
   result.backward_ms = last_backward_ms_;
-  const double compute_busy = compute_->busy_ms() - compute_busy_before;
-  if (compute_busy > 0.0) {
-    result.compute_idle_ms =
-        std::max(0.0, result.forward_ms + result.backward_ms - compute_busy);
-  }
+  result.compute_idle_ms = compute_idle.IdleMs(result.forward_ms + result.backward_ms);
   ASSIGN_OR_RETURN(result.grad_norm, schedule_->FinishStep(params));
   RETURN_IF_ERROR(compute_->Synchronize());
   result.optimizer_exposed_ms = MillisecondsSince(backward_end_);

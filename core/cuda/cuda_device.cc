@@ -16,6 +16,7 @@
 #include <vector>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "core/block_cache.h"
@@ -106,11 +107,17 @@ class CudaStream : public Stream {
       cudaEventDestroy(stall.after);
     }
     for (const Mark& mark : marks_) cudaEventDestroy(mark.event);
+    for (const Gap& gap : gaps_) {
+      cudaEventDestroy(gap.drain);
+      cudaEventDestroy(gap.resume);
+    }
+    if (drain_ != nullptr) cudaEventDestroy(drain_);
     if (anchor_event_ != nullptr) cudaEventDestroy(anchor_event_);
     for (cudaEvent_t event : spare_events_) cudaEventDestroy(event);
   }
 
   void EnqueueHost(std::function<Status()> work) override {
+    Feeding();
     if (host_work_ != nullptr) {
       Status enqueued = Activate(device_id_);
       if (enqueued.ok()) enqueued = host_work_->Enqueue(std::move(work));
@@ -131,6 +138,9 @@ class CudaStream : public Stream {
   }
 
   Status Synchronize() override {
+    registry_->ForEach([this](Stream& other) {
+      if (&other != this) static_cast<CudaStream&>(other).MarkDrain();
+    });
     Status synced = Activate(device_id_);
     if (synced.ok()) {
       synced = CUDA_STATUS(cudaStreamSynchronize(handle_.get()),
@@ -192,6 +202,64 @@ class CudaStream : public Stream {
     return absl::OkStatus();
   }
 
+  // Idle time: the thread that feeds the stream (the last to enqueue on it) may block in the
+  // device (an event's or another stream's Synchronize) while the stream runs dry. There a
+  // timing event (the drain mark) goes on the stream; when that thread feeds it again, a
+  // second one (resume) goes right before the new work. The GPU time between the two is
+  // time the stream ran nothing (about 0 when work was still queued at the resume).
+  // Called before every enqueue on the stream.
+  void Feeding() {
+    feeder_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    if (!drain_pending_.load(std::memory_order_acquire)) return;
+    std::lock_guard<std::mutex> lock(stall_mutex_);
+    if (drain_ == nullptr || !Activate(device_id_).ok()) return;
+    StatusOr<cudaEvent_t> resume = TimingEventLocked();
+    if (!resume.ok() || cudaEventRecord(*resume, handle_.get()) != cudaSuccess) {
+      cudaGetLastError();
+      if (resume.ok()) spare_events_.push_back(*resume);
+      return;  // the gap goes uncounted; the next drain mark starts afresh
+    }
+    gaps_.push_back({drain_, *resume});
+    drain_ = nullptr;
+    drain_pending_.store(false, std::memory_order_release);
+  }
+  // The calling thread is about to block in the device: a drain mark if it feeds this stream.
+  void MarkDrain() {
+    if (feeder_.load(std::memory_order_relaxed) != std::this_thread::get_id() ||
+        drain_pending_.load(std::memory_order_acquire)) {
+      return;
+    }
+    std::lock_guard<std::mutex> lock(stall_mutex_);
+    if (drain_ != nullptr || !Activate(device_id_).ok()) return;
+    StatusOr<cudaEvent_t> drain = TimingEventLocked();
+    if (!drain.ok()) return;
+    if (cudaEventRecord(*drain, handle_.get()) != cudaSuccess) {
+      cudaGetLastError();
+      spare_events_.push_back(*drain);
+      return;
+    }
+    drain_ = *drain;
+    drain_pending_.store(true, std::memory_order_release);
+  }
+  // Stalls plus the drained gaps whose resume the stream has reached.
+  std::optional<double> idle_ms() const override {
+    const double stalled = stalled_ms();
+    std::lock_guard<std::mutex> lock(stall_mutex_);
+    if (cudaSetDevice(device_id_) == cudaSuccess) {
+      while (!gaps_.empty() && cudaEventQuery(gaps_.front().resume) == cudaSuccess) {
+        float ms = 0.0f;
+        if (cudaEventElapsedTime(&ms, gaps_.front().drain, gaps_.front().resume) == cudaSuccess) {
+          starved_ms_ += ms;
+        }
+        spare_events_.push_back(gaps_.front().drain);
+        spare_events_.push_back(gaps_.front().resume);
+        gaps_.pop_front();
+      }
+      cudaGetLastError();  // a query's cudaErrorNotReady is not an error
+    }
+    return stalled + starved_ms_;
+  }
+
   // The stalls measured so far: every timed wait whose end has been reached.
   double stalled_ms() const override {
     std::lock_guard<std::mutex> lock(stall_mutex_);
@@ -236,6 +304,9 @@ class CudaStream : public Stream {
     cudaEvent_t before, after;
     bool traced;     // shown as a "wait" span once resolved
     std::string on;  // the stream that recorded the event waited for
+  };
+  struct Gap {
+    cudaEvent_t drain, resume;  // see Feeding
   };
   struct Mark {
     cudaEvent_t event;
@@ -332,16 +403,23 @@ class CudaStream : public Stream {
   mutable const Trace* track_owner_ = nullptr;
   mutable std::vector<cudaEvent_t> spare_events_;
   mutable double stalled_ms_ = 0.0;
+  std::atomic<std::thread::id> feeder_{};     // the thread that last enqueued work
+  std::atomic<bool> drain_pending_{false};    // drain_ is recorded, its resume not yet
+  cudaEvent_t drain_ = nullptr;               // under stall_mutex_
+  mutable std::deque<Gap> gaps_;              // under stall_mutex_, in order
+  mutable double starved_ms_ = 0.0;           // under stall_mutex_
   StreamHandle handle_;  // destroyed after the host work queue
   std::unique_ptr<HostWorkQueue> host_work_;  // null: cudaLaunchHostFunc (see host_work.h)
 };
 
 class CudaEvent : public Event {
  public:
-  CudaEvent(int device_id, EventHandle handle)
-      : device_id_(device_id), handle_(std::move(handle)) {}
+  CudaEvent(int device_id, EventHandle handle, StreamRegistry* streams)
+      : device_id_(device_id), streams_(streams), handle_(std::move(handle)) {}
 
   Status Synchronize() override {
+    // The waiting thread may leave the streams it feeds to run dry (idle time).
+    streams_->ForEach([](Stream& stream) { static_cast<CudaStream&>(stream).MarkDrain(); });
     RETURN_IF_ERROR(Activate(device_id_));
     CUDA_RETURN_IF_ERROR(cudaEventSynchronize(handle_.get()),
                          absl::StrCat("waiting for an event of ", Gpu(device_id_)));
@@ -372,6 +450,7 @@ class CudaEvent : public Event {
   mutable std::mutex mutex_;
   std::string recorded_on_;
   const int device_id_;
+  StreamRegistry* streams_;  // the device's; outlives the event
   EventHandle handle_;
 };
 
@@ -474,13 +553,14 @@ class CudaDevice : public Device {
     CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
                          absl::StrCat("creating an event on ", Gpu(device_id_)));
     return std::unique_ptr<Event>(
-        new CudaEvent(device_id_, EventHandle(event, EventDeleter{device_id_})));
+        new CudaEvent(device_id_, EventHandle(event, EventDeleter{device_id_}), &streams_));
   }
 
   Status Record(Event& event, Stream& stream) override {
     ASSIGN_OR_RETURN(CudaEvent * cuda_event, Mine(event));
     ASSIGN_OR_RETURN(CudaStream * cuda_stream, Mine(stream));
     RETURN_IF_ERROR(Activate(device_id_));
+    cuda_stream->Feeding();
     CUDA_RETURN_IF_ERROR(cudaEventRecord(cuda_event->native(), cuda_stream->native()),
                          cuda_stream->Where("recording an event"));
     cuda_event->set_recorded_on(stream.name());
@@ -491,6 +571,7 @@ class CudaDevice : public Device {
     ASSIGN_OR_RETURN(CudaEvent * cuda_event, Mine(event));
     ASSIGN_OR_RETURN(CudaStream * cuda_stream, Mine(stream));
     RETURN_IF_ERROR(Activate(device_id_));
+    cuda_stream->Feeding();
     // An event never recorded counts as complete, as on the CPU backend.
     return cuda_stream->WaitTimed(cuda_event->native(), cuda_event->recorded_on());
   }
@@ -499,6 +580,7 @@ class CudaDevice : public Device {
     if (bytes == 0) return absl::OkStatus();
     ASSIGN_OR_RETURN(CudaStream * cuda_stream, Mine(stream));
     RETURN_IF_ERROR(Activate(device_id_));
+    cuda_stream->Feeding();
     // cudaMemcpyDefault: unified addressing tells the direction from the pointers.
     CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_stream->native()),
@@ -511,6 +593,7 @@ class CudaDevice : public Device {
     if (bytes == 0) return absl::OkStatus();
     ASSIGN_OR_RETURN(CudaStream * cuda_stream, Mine(stream));
     RETURN_IF_ERROR(Activate(device_id_));
+    cuda_stream->Feeding();
     const std::string context = cuda_stream->Where(absl::StrCat(
         "setting ", FormatBytes(bytes), " (", bytes, " bytes) at ", Address(dst), " to ", value));
     cudaPointerAttributes attributes{};
@@ -694,6 +777,7 @@ StatusOr<cudaStream_t> NativeStream(Stream& stream) {
     return absl::InvalidArgumentError(
         absl::StrCat("stream '", stream.name(), "' is not a CUDA stream"));
   }
+  cuda_stream->Feeding();  // the caller enqueues work on it next
   return cuda_stream->native();
 }
 

@@ -312,6 +312,10 @@ TEST_F(CudaDeviceTest, NoReuseWhileAStreamIsBehind) {
   testing::ExpectNoReuseWhileAStreamIsBehind(*device_);
 }
 
+TEST_F(CudaDeviceTest, IdleTimeCountsStarvationAndStalls) {
+  testing::ExpectIdleTimeCountsStarvationAndStalls(*device_);
+}
+
 TEST_F(CudaDeviceTest, HostWorkOfStreamsIsIndependent) {
   testing::ExpectHostWorkOfStreamsIsIndependent(*device_);
 }

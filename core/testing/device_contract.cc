@@ -112,6 +112,40 @@ void ExpectHostWorkOfStreamsIsIndependent(Device& device) {
       << "device work enqueued by host work did not run";
 }
 
+void ExpectIdleTimeCountsStarvationAndStalls(Device& device) {
+  using std::chrono::milliseconds;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Stream> compute, device.CreateStream("compute"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Stream> other, device.CreateStream("other"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> read, device.CreateEvent());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> copied, device.CreateEvent());
+  auto sleep = [](int ms) {
+    return [ms] {
+      std::this_thread::sleep_for(milliseconds(ms));
+      return absl::OkStatus();
+    };
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const IdleMeter meter(*compute);
+  // Starved: compute has 30 ms of work; this thread then blocks 120 ms on the other stream.
+  compute->EnqueueHost(sleep(30));
+  other->EnqueueHost(sleep(120));
+  ASSERT_OK(device.Record(*read, *other));
+  ASSERT_OK(read->Synchronize());
+  // Stalled: compute waits 40 ms on the other stream's event, then works 20 ms.
+  other->EnqueueHost(sleep(40));
+  ASSERT_OK(device.Record(*copied, *other));
+  ASSERT_OK(device.Wait(*compute, *copied));
+  compute->EnqueueHost(sleep(20));
+  ASSERT_OK(compute->Synchronize());
+  const double wall =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const double idle = meter.IdleMs(wall);
+  // About 90 ms starved and 40 ms stalled; the stream worked at least 50 ms of the wall time.
+  EXPECT_GE(idle, 100.0) << "wall " << wall << " ms";
+  EXPECT_LE(idle, wall - 45.0) << "wall " << wall << " ms";
+  ASSERT_OK(other->Synchronize());
+}
+
 namespace {
 
 // Spans of the track named `track` in a parsed trace, in time order.

@@ -20,6 +20,11 @@ void ExpectNoReuseWhileAStreamIsBehind(Device& device);
 // device work; nothing hangs (a 20 s watchdog fails the test instead).
 void ExpectHostWorkOfStreamsIsIndependent(Device& device);
 
+// A stream's idle time over a window (IdleMeter): the time it sat drained while the thread
+// feeding it blocked on another stream's event, plus the time it waited on an event, within
+// bounds wide enough for a loaded machine (sleeps of 30-120 ms).
+void ExpectIdleTimeCountsStarvationAndStalls(Device& device);
+
 // A traced device (Device::SetTrace): each stream's work shows under the label current
 // when it was enqueued (StreamLabel), consecutive work of one label as one span; a wait on
 // another stream's event shows as a "wait" span naming that stream, and the waits add up
