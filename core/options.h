@@ -19,6 +19,8 @@ namespace strata {
 
 // device.backend.
 enum class BackendKind { kCpu, kCuda };
+// device.cuda_attention.
+enum class CudaAttentionKind { kGemm, kFlash };
 // Where one kind of training state lives (zero.optimizer_tier, grad_tier, param_tier).
 enum class StateTier { kDevice, kHost, kNvme };
 // zero.param_update.
@@ -44,6 +46,10 @@ struct OptionNames<DType> {
 template <>
 struct OptionNames<BackendKind> {
   static constexpr std::array<const char*, 2> kNames = {"cpu", "cuda"};
+};
+template <>
+struct OptionNames<CudaAttentionKind> {
+  static constexpr std::array<const char*, 2> kNames = {"gemm", "flash"};
 };
 template <>
 struct OptionNames<StateTier> {
@@ -174,6 +180,9 @@ struct DeviceOptions {
   // cuda, min(8 GiB, half the rank's share of usable RAM) on cpu (runtime/backend.h).
   uint64_t memory_limit = 0;
   int threads = 0;                 // device.threads: CPU kernel threads; 0 = all cores.
+  // device.cuda_attention: gemm (cuBLAS GEMMs, tensor cores in bf16, T x T scores in
+  // scratch) | flash (tiled kernels on CUDA cores, no scratch, head size <= 128).
+  CudaAttentionKind cuda_attention = CudaAttentionKind::kGemm;
 };
 
 struct ZeroOptions {

@@ -174,6 +174,11 @@ const std::vector<KeySpec>& Keys() {
        "GPU's memory; cpu: min(8GiB, half the rank's share of usable RAM)).", true},
       {"device.threads", +[](Options& o) { return &o.device.threads; },
        "CPU kernel threads; 0 = all cores; in [0, 1024].", false},
+      {"device.cuda_attention", Enum(+[](Options& o) { return &o.device.cuda_attention; }),
+       "CUDA attention kernels: gemm (every product a cuBLAS GEMM, on tensor cores in bf16; "
+       "T x T scores per head in scratch, up to 256 MiB a call) | flash (tiled kernels on "
+       "CUDA cores; no scratch; head size <= 128).",
+       false},
       {"zero.stage", +[](Options& o) { return &o.zero.stage; },
        "ZeRO stage: 0 replicated, 1 optimizer sharded, 2 + gradients, 3 + parameters.", false},
       {"zero.world", +[](Options& o) { return &o.zero.world; },

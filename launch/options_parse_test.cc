@@ -43,7 +43,7 @@ const std::vector<std::string> kAllKeys = {
     "lora.rank",          "lora.alpha",         "lora.targets",       "lora.dropout",
     "lora.base_tier",
     "device.backend",     "device.memory_limit",
-    "device.threads",     "zero.stage",         "zero.world",
+    "device.threads",     "device.cuda_attention", "zero.stage", "zero.world",
     "zero.comm_timeout_s", "zero.prefetch_bytes", "zero.optimizer_tier",
     "zero.grad_tier",     "zero.param_tier",    "zero.param_update", "zero.nvme_dir", "zero.nvme_allow_memory_fs",
     "tiers.host_memory_limit", "nvme.engine",   "nvme.read_ahead_units",
@@ -109,6 +109,7 @@ void ExpectOptionsEqual(const Options& got, const Options& want) {
   EXPECT_EQ(got.device.backend, want.device.backend);
   EXPECT_EQ(got.device.memory_limit, want.device.memory_limit);
   EXPECT_EQ(got.device.threads, want.device.threads);
+  EXPECT_EQ(got.device.cuda_attention, want.device.cuda_attention);
   EXPECT_EQ(got.zero.stage, want.zero.stage);
   EXPECT_EQ(got.zero.world, want.zero.world);
   EXPECT_EQ(got.zero.comm_timeout_s, want.zero.comm_timeout_s);
@@ -288,6 +289,7 @@ TEST(ParseOptions, EveryKeyThroughSet) {
                                                "device.backend=cpu",
                                                "device.memory_limit=512MiB",
                                                "device.threads=3",
+                                               "device.cuda_attention=flash",
                                                "zero.stage=2",
                                                "zero.world=3",
                                                "zero.comm_timeout_s=7.5",
@@ -325,7 +327,7 @@ TEST(ParseOptions, EveryKeyThroughSet) {
   want.train.eval_every = 0;
   want.train.eval_batches = 2;
   want.train.log_every = 10;
-  want.device = {BackendKind::kCpu, 512ull << 20, 3};
+  want.device = {BackendKind::kCpu, 512ull << 20, 3, CudaAttentionKind::kFlash};
   want.zero = {3, 3, 7.5f, 64ull << 20, StateTier::kHost, StateTier::kHost, StateTier::kHost};
   want.tiers.host_memory_limit = 3ull << 30;
   ExpectOptionsEqual(*parsed, want);
@@ -482,6 +484,7 @@ TEST(ParseOptions, RangeChecksNameKeyValueAndBound) {
       {"train.log_every=0", "train.log_every: got 0, expected >= 1"},
       {"device.threads=-1", "device.threads: got -1, expected in [0, 1024]"},
       {"device.backend=tpu", "device.backend: got 'tpu', expected cpu or cuda"},
+      {"device.cuda_attention=fast", "device.cuda_attention: got 'fast', expected gemm or flash"},
       {"zero.stage=4", "zero.stage: got 4, expected 0, 1, 2 or 3"},
       {"zero.stage=-1", "zero.stage: got -1, expected 0, 1, 2 or 3"},
       {"zero.world=0", "zero.world: got 0, expected a rank count in [1, 64]"},

@@ -69,6 +69,18 @@ Status AttentionBackward(DType dtype, void* dqkv, const void* dout, const void* 
                          const void* out, const float* stats, int B, int T, int C, int NH, int NKV,
                          cudaStream_t stream);
 
+// The row kernels of the GEMM attention (kernels/attention_gemm.h AttentionGemmBackend's
+// SoftmaxRows, SoftmaxBackwardRows and AddFloatRows, same arguments): one block per row.
+Status AttentionSoftmaxRows(DType dtype, void* p, float* stats, int64_t stats_stride,
+                            const float* scores, int heads, int T, cudaStream_t stream);
+Status AttentionSoftmaxBackwardRows(DType dtype, void* p, void* ds, const float* scores,
+                                    const float* dp, const float* stats, int64_t stats_stride,
+                                    const void* dout, const void* out, int64_t row_stride,
+                                    int64_t head_stride, int hs, int heads, int T,
+                                    cudaStream_t stream);
+Status AttentionAddFloatRows(DType dtype, void* dst, int64_t row_stride, int64_t head_stride,
+                             const float* src, int heads, int T, int hs, cudaStream_t stream);
+
 // --- rotary position embedding (kernels/cpu/rope.h), in place on the q and k heads of
 // qkv [B,T,(NH + 2*NKV) * hs]; direction +1 is RopeForward, -1 RopeBackward (the inverse
 // rotation). hs even, hs <= kMaxRopeHeadSize.

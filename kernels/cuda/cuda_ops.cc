@@ -16,12 +16,14 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <initializer_list>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
 
+#include "kernels/attention_gemm.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "core/cuda/cuda_native.h"
 #include "core/cuda/cuda_status.h"
@@ -53,7 +55,7 @@ Status CublasStatus(cublasStatus_t status, const char* call, const std::string& 
 
 class CudaOps : public Ops {
  public:
-  explicit CudaOps(DType dtype) : dtype_(dtype) {}
+  CudaOps(DType dtype, CudaAttention attention) : dtype_(dtype), attention_(attention) {}
 
   ~CudaOps() override {
     for (const auto& [stream, entry] : handles_) {
@@ -174,6 +176,12 @@ class CudaOps : public Ops {
       if (C > 0) RETURN_IF_ERROR(CheckNotNull(kOp, {{"out", out}, {"qkv", qkv}}));
     }
     ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
+    if (GemmAttention(C)) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ASSIGN_OR_RETURN(cublasHandle_t handle, HandleLocked(stream));
+      CublasAttention backend(handle, stream);
+      return AttentionForwardByGemm(backend, dtype_, out, stats, qkv, B, T, C, NH, NKV);
+    }
     return cuda_kernels::AttentionForward(dtype_, out, stats, qkv, B, T, C, NH, NKV, stream);
   }
 
@@ -197,6 +205,13 @@ class CudaOps : public Ops {
           kOp, {{"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv}, {"out", out}, {"stats", stats}}));
     }
     ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
+    if (GemmAttention(C)) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ASSIGN_OR_RETURN(cublasHandle_t handle, HandleLocked(stream));
+      CublasAttention backend(handle, stream);
+      return AttentionBackwardByGemm(backend, dtype_, dqkv, dout, qkv, out, stats, B, T, C, NH,
+                                     NKV);
+    }
     return cuda_kernels::AttentionBackward(dtype_, dqkv, dout, qkv, out, stats, B, T, C, NH, NKV,
                                            stream);
   }
@@ -384,13 +399,15 @@ class CudaOps : public Ops {
     int device;  // the GPU the handle was created on
   };
 
-  // The shared head-shape checks, then the CUDA kernels' limit on the head size.
-  static Status CheckAttentionShape(const char* op, int B, int T, int C, int NH, int NKV) {
+  // The shared head-shape checks, then the flash kernels' limit on the head size (the GEMM
+  // attention has none).
+  Status CheckAttentionShape(const char* op, int B, int T, int C, int NH, int NKV) const {
     RETURN_IF_ERROR(CheckHeadShape(op, B, T, C, NH, NKV));
-    if (C / NH > cuda_kernels::kMaxAttentionHeadSize) {
+    if (!GemmAttention(C) && C / NH > cuda_kernels::kMaxAttentionHeadSize) {
       return absl::UnimplementedError(absl::StrCat(
           op, ": head size C/NH=", C / NH, " is over ", cuda_kernels::kMaxAttentionHeadSize,
-          ", the most the CUDA attention kernels support"));
+          ", the most the CUDA flash attention kernels support (device.cuda_attention=gemm "
+          "has no limit)"));
     }
     return absl::OkStatus();
   }
@@ -470,18 +487,80 @@ class CudaOps : public Ops {
     return absl::OkStatus();
   }
 
+  // The GEMM attention on one stream: cuBLAS through this stream's handle, the row kernels
+  // of cuda_kernels.h, stream-ordered scratch. Used under mutex_ (the handle).
+  class CublasAttention : public AttentionGemmBackend {
+   public:
+    CublasAttention(cublasHandle_t handle, cudaStream_t stream) : handle_(handle), stream_(stream) {}
+    ~CublasAttention() override { Release(); }
+
+    Status Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const void* a, int lda,
+                int64_t sa, const void* b, int ldb, int64_t sb, float beta, void* c, int ldc,
+                int64_t sc, int batch, DType ab, DType c_type) override {
+      if (m == 0 || n == 0 || batch == 0) return absl::OkStatus();
+      auto type = [](DType t) { return t == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF; };
+      CUBLAS_RETURN_IF_ERROR(
+          cublasGemmStridedBatchedEx(handle_, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                     tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, a, type(ab),
+                                     lda, sa, b, type(ab), ldb, sb, &beta, c, type(c_type), ldc,
+                                     sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          absl::StrCat("attention GEMM (m=", m, ", n=", n, ", k=", k, ", batch=", batch, ", ",
+                       DTypeName(ab), " -> ", DTypeName(c_type), ")"));
+      return absl::OkStatus();
+    }
+    Status SoftmaxRows(DType dtype, void* p, float* stats, int64_t stats_stride,
+                       const float* scores, int heads, int T) override {
+      return cuda_kernels::AttentionSoftmaxRows(dtype, p, stats, stats_stride, scores, heads, T,
+                                                stream_);
+    }
+    Status SoftmaxBackwardRows(DType dtype, void* p, void* ds, const float* scores,
+                               const float* dp, const float* stats, int64_t stats_stride,
+                               const void* dout, const void* out, int64_t row_stride,
+                               int64_t head_stride, int hs, int heads, int T) override {
+      return cuda_kernels::AttentionSoftmaxBackwardRows(dtype, p, ds, scores, dp, stats,
+                                                        stats_stride, dout, out, row_stride,
+                                                        head_stride, hs, heads, T, stream_);
+    }
+    Status AddFloatRows(DType dtype, void* dst, int64_t row_stride, int64_t head_stride,
+                        const float* src, int heads, int T, int hs) override {
+      return cuda_kernels::AttentionAddFloatRows(dtype, dst, row_stride, head_stride, src, heads,
+                                                 T, hs, stream_);
+    }
+    StatusOr<void*> Scratch(size_t bytes) override {
+      Release();
+      CUDA_RETURN_IF_ERROR(cudaMallocAsync(&scratch_, std::max<size_t>(bytes, 1), stream_),
+                           absl::StrCat("allocating ", FormatBytes(bytes),
+                                        " of attention scores (device.cuda_attention=flash "
+                                        "needs none)"));
+      return scratch_;
+    }
+    void Release() override {
+      if (scratch_ != nullptr) cudaFreeAsync(scratch_, stream_);
+      scratch_ = nullptr;
+    }
+
+   private:
+    cublasHandle_t handle_;
+    cudaStream_t stream_;
+    void* scratch_ = nullptr;
+  };
+
+  // True where the GEMM attention runs: chosen, and the head size is not 0.
+  bool GemmAttention(int C) const { return attention_ == CudaAttention::kGemm && C > 0; }
+
   const DType dtype_;
+  const CudaAttention attention_;
   std::mutex mutex_;  // guards handles_ and the use of each handle
   std::unordered_map<cudaStream_t, HandleEntry> handles_;
 };
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Ops>> CreateCudaOps(DType dtype) {
+StatusOr<std::unique_ptr<Ops>> CreateCudaOps(DType dtype, CudaAttention attention) {
   if (dtype != DType::kF32 && dtype != DType::kBF16) {
     return absl::InvalidArgumentError("CreateCudaOps: compute dtype must be fp32 or bf16");
   }
-  return std::unique_ptr<Ops>(new CudaOps(dtype));
+  return std::unique_ptr<Ops>(new CudaOps(dtype, attention));
 }
 
 }  // namespace strata

@@ -14,8 +14,10 @@
 // has run a GEMM on (created on first use, with cuBLAS's default workspace, and destroyed
 // with the object), guarded by a mutex that is also held while a GEMM is enqueued. Destroy
 // the Ops object before those streams and their CUDA Device: the handles are bound to them.
-// Memory outside the Device's pools: the cuBLAS handles' workspaces, and small stream-ordered
-// scratch (cudaMallocAsync) for SumSquares and the parameter-gradient sums.
+// Memory outside the Device's pools: the cuBLAS handles' workspaces, small stream-ordered
+// scratch (cudaMallocAsync) for SumSquares and the parameter-gradient sums, and the GEMM
+// attention's score matrices (up to 256 MiB per call, more where one head's T x T scores
+// need it).
 //
 // This header builds everywhere; where strata is built without CUDA (no toolkit, or
 // --config=nocuda) CreateCudaOps returns kUnimplemented.
@@ -29,8 +31,20 @@
 
 namespace strata {
 
+// Which attention kernels run (device.cuda_attention).
+enum class CudaAttention {
+  // kernels/attention_gemm.h: every product a cuBLAS strided-batched GEMM (tensor cores in
+  // bf16), T x T scores per head in stream-ordered scratch (chunks of heads within 256 MiB
+  // per call, at least one head), softmax in row kernels.
+  kGemm,
+  // attention.cu: tiled flash-style kernels on CUDA cores; no T x T scratch; head size
+  // <= 128.
+  kFlash,
+};
+
 // Ops for CUDA streams in compute dtype `dtype` (fp32 or bf16). Creates no CUDA state until
 // the first call.
-StatusOr<std::unique_ptr<Ops>> CreateCudaOps(DType dtype);
+StatusOr<std::unique_ptr<Ops>> CreateCudaOps(DType dtype,
+                                             CudaAttention attention = CudaAttention::kGemm);
 
 }  // namespace strata

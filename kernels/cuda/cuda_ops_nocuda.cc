@@ -5,7 +5,7 @@
 
 namespace strata {
 
-StatusOr<std::unique_ptr<Ops>> CreateCudaOps(DType) {
+StatusOr<std::unique_ptr<Ops>> CreateCudaOps(DType, CudaAttention) {
   return absl::UnimplementedError(
       "CUDA kernels are not available: strata was built without CUDA (no CUDA toolkit at "
       "build time, or --config=nocuda); rebuild on a machine with the toolkit");

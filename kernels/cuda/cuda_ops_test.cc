@@ -127,6 +127,9 @@ class CudaOpsTest : public ::testing::Test {
     ASSERT_OK(ops);
     ops_ = std::move(ops).value();
     ASSERT_EQ(ops_->dtype(), Tol::kValue);
+    auto flash = CreateCudaOps(Tol::kValue, CudaAttention::kFlash);
+    ASSERT_OK(flash);
+    flash_ops_ = std::move(flash).value();
   }
 
   // A device-tier copy of `values` (at least one element's worth of memory); the buffer
@@ -182,6 +185,7 @@ class CudaOpsTest : public ::testing::Test {
   std::unique_ptr<Stream> stream_;
   std::vector<Buffer> buffers_;
   std::unique_ptr<Ops> ops_;  // destroyed first: it holds cuBLAS handles of the device
+  std::unique_ptr<Ops> flash_ops_;  // device.cuda_attention=flash; ops_: gemm, the default
 };
 TYPED_TEST_SUITE(CudaOpsTest, StorageTypes);
 
@@ -343,13 +347,27 @@ TYPED_TEST(CudaOpsTest, AttentionMatchesReference) {
   // three 32-row tiles with a partial last one, and 128 (the largest supported; over 48 KiB
   // of shared memory). Grouped-query: 6 query heads on 2 key/value heads (groups of 3) at
   // hs = 13, on 3 (groups of 2) at hs = 64, and on 1 (multi-query) at hs = 128.
-  for (const Shape& shape :
-       {Shape{2, 45, 39, 3, 3}, Shape{1, 77, 128, 2, 2}, Shape{2, 33, 128, 1, 1},
-        Shape{2, 45, 78, 6, 2}, Shape{1, 77, 384, 6, 3}, Shape{1, 33, 768, 6, 1}}) {
+  // Each shape through both implementations (GEMMs on tensor cores, and the flash kernels),
+  // and a head size over the flash kernels' limit (160) through the GEMMs only.
+  for (const auto& [shape, ops] : std::vector<std::pair<Shape, Ops*>>{
+           {Shape{2, 45, 39, 3, 3}, this->ops_.get()},
+           {Shape{1, 77, 128, 2, 2}, this->ops_.get()},
+           {Shape{2, 33, 128, 1, 1}, this->ops_.get()},
+           {Shape{2, 45, 78, 6, 2}, this->ops_.get()},
+           {Shape{1, 77, 384, 6, 3}, this->ops_.get()},
+           {Shape{1, 33, 768, 6, 1}, this->ops_.get()},
+           {Shape{1, 40, 320, 2, 1}, this->ops_.get()},
+           {Shape{2, 45, 39, 3, 3}, this->flash_ops_.get()},
+           {Shape{1, 77, 128, 2, 2}, this->flash_ops_.get()},
+           {Shape{2, 33, 128, 1, 1}, this->flash_ops_.get()},
+           {Shape{2, 45, 78, 6, 2}, this->flash_ops_.get()},
+           {Shape{1, 77, 384, 6, 3}, this->flash_ops_.get()},
+           {Shape{1, 33, 768, 6, 1}, this->flash_ops_.get()}}) {
     const int B = shape.B, T_len = shape.T, C = shape.C, NH = shape.NH, NKV = shape.NKV;
     const std::string where = "B=" + std::to_string(B) + " T=" + std::to_string(T_len) +
                               " C=" + std::to_string(C) + " NH=" + std::to_string(NH) +
-                              " NKV=" + std::to_string(NKV);
+                              " NKV=" + std::to_string(NKV) +
+                              (ops == this->ops_.get() ? " (gemm)" : " (flash)");
     const size_t rows = size_t(B) * T_len, num_stats = size_t(B) * NH * T_len;
     const size_t qkv_width = size_t(C) + 2 * size_t(NKV) * (C / NH);
     const std::vector<T> qkv = ToStorage<T>(RandomFloats(rows * qkv_width, -1, 1, 21));
@@ -372,12 +390,12 @@ TYPED_TEST(CudaOpsTest, AttentionMatchesReference) {
     const T* d_ref_out = this->Upload(out);
     const float* d_ref_stats = this->Upload(stats);
     Stream& s = *this->stream_;
-    ASSERT_OK(this->ops_->AttentionForward(s, d_out, d_stats, d_qkv, B, T_len, C, NH, NKV));
+    ASSERT_OK(ops->AttentionForward(s, d_out, d_stats, d_qkv, B, T_len, C, NH, NKV));
     // The backward gets the reference's forward results, so it is checked on its own.
-    ASSERT_OK(this->ops_->AttentionBackward(s, d_dqkv, d_dout, d_qkv, d_ref_out, d_ref_stats, B,
-                                            T_len, C, NH, NKV));
-    ASSERT_OK(this->ops_->AttentionBackward(s, d_dqkv_again, d_dout, d_qkv, d_ref_out, d_ref_stats,
-                                            B, T_len, C, NH, NKV));
+    ASSERT_OK(ops->AttentionBackward(s, d_dqkv, d_dout, d_qkv, d_ref_out, d_ref_stats, B, T_len,
+                                     C, NH, NKV));
+    ASSERT_OK(ops->AttentionBackward(s, d_dqkv_again, d_dout, d_qkv, d_ref_out, d_ref_stats, B,
+                                     T_len, C, NH, NKV));
     this->Expect(d_out, out, Tol::kAttention, "attention out " + where);
     this->Expect(d_stats, stats, kStatsTolerance, "attention stats " + where);
     this->Expect(d_dqkv, dqkv, Tol::kAttention, "attention dqkv " + where);
@@ -848,9 +866,16 @@ TEST(CudaOps, RejectsBadArgumentsBeforeEnqueueing) {
 
   const Status bad_heads = ops.AttentionForward(*stream, buffer, buffer, buffer, 1, 2, 13, 3, 3);
   EXPECT_THAT(bad_heads, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NH=3")));
+  // Head size 129: over the flash kernels' limit; the GEMM attention (the default) takes it
+  // and gets as far as the stream.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Ops> flash, CreateCudaOps(DType::kF32, CudaAttention::kFlash));
   const Status big_heads =
-      ops.AttentionBackward(*stream, buffer, buffer, buffer, buffer, buffer, 1, 2, 258, 2, 2);
+      flash->AttentionBackward(*stream, buffer, buffer, buffer, buffer, buffer, 1, 2, 258, 2, 2);
   EXPECT_THAT(big_heads, StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("129")));
+  const Status big_heads_gemm =
+      ops.AttentionBackward(*stream, buffer, buffer, buffer, buffer, buffer, 1, 2, 258, 2, 2);
+  EXPECT_THAT(big_heads_gemm,
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a CUDA stream")));
   const Status bad_groups = ops.AttentionForward(*stream, buffer, buffer, buffer, 1, 2, 12, 6, 4);
   EXPECT_THAT(bad_groups, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NKV=4")));
   const Status no_kv_heads =
