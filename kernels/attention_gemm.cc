@@ -54,7 +54,33 @@ Status Scores(AttentionGemmBackend& backend, DType dtype, const Shape& s, const 
                       DType::kF32);
 }
 
+// The backward's scratch: sections for scores and dP (fp32, T x T per head of a chunk), the
+// dK and dV sums (fp32, every key/value head), P and dS (dtype).
+struct BackwardScratch {
+  int chunk;
+  size_t matrix32, sums, matrix;
+  size_t total() const { return 2 * matrix32 + 2 * sums + 2 * matrix; }
+};
+
+BackwardScratch BackwardLayout(DType dtype, const Shape& s, size_t budget) {
+  const size_t TT = static_cast<size_t>(s.T) * s.T;
+  const size_t per_head = TT * 2 * (sizeof(float) + DTypeBytes(dtype));
+  const int chunk = static_cast<int>(
+      std::max<size_t>(1, std::min<size_t>(budget / std::max<size_t>(1, per_head), s.NKV)));
+  BackwardScratch layout;
+  layout.chunk = chunk;
+  layout.matrix32 = Aligned(sizeof(float) * TT * chunk);
+  layout.sums = Aligned(sizeof(float) * static_cast<size_t>(s.NKV) * s.T * s.hs);
+  layout.matrix = Aligned(DTypeBytes(dtype) * TT * chunk);
+  return layout;
+}
+
 }  // namespace
+
+size_t AttentionGemmScratchBytes(DType dtype, int T, int C, int NH, int NKV, size_t budget) {
+  if (T <= 0 || NH <= 0 || NKV <= 0 || C <= 0) return 0;
+  return BackwardLayout(dtype, MakeShape(1, T, C, NH, NKV), budget).total();
+}
 
 Status AttentionForwardByGemm(AttentionGemmBackend& backend, DType dtype, void* out, float* stats,
                               const void* qkv, int B, int T, int C, int NH, int NKV) {
@@ -103,14 +129,10 @@ Status AttentionBackwardByGemm(AttentionGemmBackend& backend, DType dtype, void*
   if (B == 0 || T == 0) return absl::OkStatus();
   const Shape s = MakeShape(B, T, C, NH, NKV);
   const int64_t TT = static_cast<int64_t>(T) * T;
-  const size_t per_head = static_cast<size_t>(TT) * 2 * (sizeof(float) + DTypeBytes(dtype));
-  const int chunk = HeadsPerChunk(backend, s, per_head);
-  const int64_t kv_elements = static_cast<int64_t>(NKV) * T * s.hs;  // one of dK, dV (fp32)
-  // Sections: scores, dP (fp32, T x T per head of a chunk); dK, dV sums (fp32); P, dS (dtype).
-  const size_t matrix32 = Aligned(sizeof(float) * TT * chunk);
-  const size_t sums = Aligned(sizeof(float) * kv_elements);
-  const size_t matrix = Aligned(DTypeBytes(dtype) * TT * chunk);
-  StatusOr<void*> scratch = backend.Scratch(2 * matrix32 + 2 * sums + 2 * matrix);
+  const BackwardScratch layout = BackwardLayout(dtype, s, backend.scratch_budget());
+  const int chunk = layout.chunk;
+  const size_t matrix32 = layout.matrix32, sums = layout.sums, matrix = layout.matrix;
+  StatusOr<void*> scratch = backend.Scratch(layout.total());
   if (!scratch.ok()) return scratch.status();
   char* base = static_cast<char*>(*scratch);
   float* scores = reinterpret_cast<float*>(base);

@@ -70,6 +70,11 @@ class AttentionGemmBackend {
   virtual size_t scratch_budget() const { return size_t{256} << 20; }
 };
 
+// The most scratch one call takes for these shapes (the backward's): what a planner adds to
+// the device's memory, since it comes from outside the device tier's pool.
+size_t AttentionGemmScratchBytes(DType dtype, int T, int C, int NH, int NKV,
+                                 size_t budget = size_t{256} << 20);
+
 // As kernels/cpu/attention.h AttentionForward / AttentionBackward (shapes already checked:
 // C % NH == 0, NH % NKV == 0, sizes >= 0).
 Status AttentionForwardByGemm(AttentionGemmBackend& backend, DType dtype, void* out, float* stats,

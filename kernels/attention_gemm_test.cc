@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -111,6 +112,7 @@ class LoopBackend : public AttentionGemmBackend {
   }
 
   StatusOr<void*> Scratch(size_t bytes) override {
+    largest_scratch_ = std::max(largest_scratch_, bytes);
     // Poisoned: every element the order reads must have been written first.
     scratch_.assign(bytes / sizeof(float) + 1, std::nanf(""));
     return static_cast<void*>(scratch_.data());
@@ -118,11 +120,13 @@ class LoopBackend : public AttentionGemmBackend {
   void Release() override { scratch_.clear(); }
   size_t scratch_budget() const override { return budget_; }
   int gemms() const { return gemms_; }
+  size_t largest_scratch() const { return largest_scratch_; }
 
  private:
   const size_t budget_;
   std::vector<float> scratch_;
   int gemms_ = 0;
+  size_t largest_scratch_ = 0;
 };
 
 template <typename T>
@@ -188,6 +192,16 @@ TEST(AttentionGemm, ChunksTheHeadsUnderTheBudget) {
                   .ok());
   EXPECT_EQ(small.gemms(), 8);
   EXPECT_EQ(large.gemms(), 2);
+  // What a planner is told equals what the backward asks for.
+  std::vector<float> dqkv(qkv.size()), dout(out.size(), 0.25f);
+  for (LoopBackend* backend : {&small, &large}) {
+    ASSERT_TRUE(AttentionBackwardByGemm(*backend, DType::kF32, dqkv.data(), dout.data(),
+                                        qkv.data(), out.data(), stats.data(), B, T, C, NH, NKV)
+                    .ok());
+    EXPECT_EQ(backend->largest_scratch(),
+              AttentionGemmScratchBytes(DType::kF32, T, C, NH, NKV, backend->scratch_budget()));
+  }
+  EXPECT_LT(small.largest_scratch(), large.largest_scratch());
 }
 
 }  // namespace

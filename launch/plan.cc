@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "collectives/dry_communicator.h"
 #include "core/cpu_device.h"
+#include "kernels/attention_gemm.h"
 #include "launch/options_parse.h"
 #include "launch/plan_probe.h"
 #include "models/create_model.h"
@@ -365,7 +366,15 @@ StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hw, Shape
       continue;
     }
     planned.dry = *dry;
-    const uint64_t device_peak = dry->device.peak_bytes;
+    if (hw.backend == BackendKind::kCuda &&
+        planned.options.device.cuda_attention == CudaAttentionKind::kGemm) {
+      // The GEMM attention's score matrices come from outside the device tier's pool.
+      const ModelOptions& m = planned.options.model;
+      planned.dry.device.peak_bytes += AttentionGemmScratchBytes(
+          planned.options.train.dtype, planned.options.train.seq_len, m.channels, m.heads,
+          m.kv_heads > 0 ? m.kv_heads : m.heads);
+    }
+    const uint64_t device_peak = planned.dry.device.peak_bytes;
     const uint64_t host_peak =
         dry->host.peak_bytes + (hw.backend == BackendKind::kCpu ? device_peak : 0);
     const uint64_t host_share = hw.host_memory_bytes / std::max(1, hw.ranks_per_node);

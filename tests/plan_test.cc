@@ -14,8 +14,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "core/testing/status_matchers.h"
+#include "kernels/attention_gemm.h"
 #include "launch/options_parse.h"
 #include "launch/plan.h"
+#include "kernels/attention_gemm.h"
 #include "launch/plan_probe.h"
 #include "tests/placement_runs.h"
 
@@ -288,6 +290,28 @@ TEST(Plan, RecommendsTheFirstThatFitsAndSaysWhatToBuy) {
   ASSERT_FALSE(smaller.advice.empty());
   EXPECT_THAT(smaller.advice[0],
               HasSubstr("train.micro_batch=1 with train.grad_accum=16 (the same batch): LoRA"));
+}
+
+// On CUDA the GEMM attention's scratch (outside the device tier's pool) is added to what each
+// configuration needs on the device; the flash kernels need none.
+TEST(Plan, CudaCountsTheGemmAttentionScratch) {
+  Options job = PlacementRunOptions(1, 0, {"model.layers=2", "model.channels=128"}, 2);
+  ASSERT_OK_AND_ASSIGN(Hardware hw, ParseHardware(HardwareText(64ull << 30, 64ull << 30), "hw"));
+  hw.backend = BackendKind::kCuda;
+  ASSERT_OK_AND_ASSIGN(const Plan gemm, MakePlan(job, 1, hw));
+  job.device.cuda_attention = CudaAttentionKind::kFlash;
+  ASSERT_OK_AND_ASSIGN(const Plan flash, MakePlan(job, 1, hw));
+  ASSERT_EQ(gemm.configs.size(), flash.configs.size());
+  const size_t scratch =
+      AttentionGemmScratchBytes(job.train.dtype, job.train.seq_len, job.model.channels,
+                                job.model.heads, job.model.heads);
+  ASSERT_GT(scratch, 0u);
+  for (size_t i = 0; i < gemm.configs.size(); ++i) {
+    ASSERT_OK(gemm.configs[i].status) << gemm.configs[i].config.name;
+    EXPECT_EQ(gemm.configs[i].dry.device.peak_bytes,
+              flash.configs[i].dry.device.peak_bytes + scratch)
+        << gemm.configs[i].config.name;
+  }
 }
 
 }  // namespace
