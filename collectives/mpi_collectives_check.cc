@@ -71,7 +71,7 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
     }
   }
   if (flags.mode != "check" && flags.mode != "die" && flags.mode != "hang" &&
-      flags.mode != "abort") {
+      flags.mode != "abort" && flags.mode != "stuck") {
     return absl::InvalidArgumentError(absl::StrCat("unknown --mode=", flags.mode));
   }
   return flags;
@@ -248,7 +248,21 @@ int RunFailure(Communicator& comm, Stream& stream, const Flags& flags) {
   const int rank = comm.rank();
   constexpr size_t kCount = 1000;
   for (int step = 0; step < 1000; ++step) {
-    if (rank == flags.victim && step == flags.at) {
+    if (flags.mode == "stuck" && step == flags.at) {
+      if (rank == flags.victim) {
+        // Work on the collectives' stream that does not finish: the all-reduce below never
+        // starts, and the victim's start watch fails it after --timeout_s, telling the peers.
+        std::fprintf(stderr, "rank %d: victim (--mode=stuck) at all_reduce #%d\n", rank, step);
+        stream.EnqueueHost([] {
+          std::this_thread::sleep_for(std::chrono::seconds(60));
+          return absl::OkStatus();
+        });
+      } else {
+        // The peers arrive later, so the victim's watch fires before their own timeout.
+        std::this_thread::sleep_for(std::chrono::duration<double>(flags.timeout_s * 0.7));
+      }
+    }
+    if (rank == flags.victim && step == flags.at && flags.mode != "stuck") {
       std::fprintf(stderr, "rank %d: victim (--mode=%s) at all_reduce #%d\n", rank,
                    flags.mode.c_str(), step);
       if (flags.mode == "die") {

@@ -12,6 +12,10 @@
 #   abort:         rank 1 calls Abort(reason) -> the others fail at once (timeout 60 s not
 #                  reached) with ABORTED naming rank 1 and the reason, in all_reduce #3 or,
 #                  for a rank still finishing #2, in #2.
+#   stuck:         rank 1's stream runs work that does not finish, so its all_reduce #3 never
+#                  starts -> after --timeout_s its start watch logs it and tells the peers,
+#                  which fail naming rank 1's stuck collective (they arrive late on purpose,
+#                  so their own timeout comes second).
 # Usage (from Bazel): mpi_failure_test.sh <path of mpi_collectives_check>
 set -uo pipefail
 
@@ -95,6 +99,17 @@ for survivor in 0 2; do
   pattern="ABORTED: stream 'comm': MPI rank $survivor of 3: all_reduce #[23] \(1000 x fp32\)"
   grep -qE "$pattern: $ABORTED" "$log" ||
     fail "abort: rank $survivor did not report rank 1's abort"
+done
+
+run stuck -- --mode=stuck --victim=1 --at=3 --timeout_s=3
+[ "$status" -ne 0 ] || fail "stuck: mpirun exited 0"
+expect_faster_than stuck 20
+readonly STUCK="MPI rank 1 of 3: all_reduce #3 (1000 x fp32) issued on stream 'comm' did not \
+start within 3 s"
+expect_in_log stuck "DEADLINE_EXCEEDED: $STUCK"  # the victim's own log line
+for survivor in 0 2; do
+  expect_in_log stuck "rank $survivor: collective failed after"
+  expect_in_log stuck "MPI rank $survivor of 3: all_reduce #3 (1000 x fp32): $STUCK"
 done
 
 if [ "$failures" -ne 0 ]; then

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/logging.h"
 
 namespace strata {
 
@@ -71,6 +72,8 @@ void StartWatch::Watch() {
     failed_ = true;
     pending_.clear();
     lock.unlock();
+    // Logged here: the thread that issued it may be blocked behind the same stuck work.
+    spdlog::error("{}", status.ToString());
     fail_(status, sequence);
     lock.lock();
   }

@@ -9,7 +9,8 @@
 // one has its own timeout. A pending call's clock starts at its issue or at the previous
 // collective's end, whichever is later.
 // Thread-safety: thread-safe. The watch runs one thread (started at the first Issued);
-// `fail` is called on it, without the watch's lock held, at most once.
+// `fail` is called on it, without the watch's lock held, at most once, after the error is
+// logged (the issuing thread may be stuck behind the same work).
 #pragma once
 
 #include <chrono>
