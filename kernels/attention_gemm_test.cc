@@ -136,13 +136,19 @@ TYPED_TEST_SUITE(AttentionGemmTest, cpu::StorageTypes);
 TYPED_TEST(AttentionGemmTest, MatchesTheCpuReference) {
   using T = TypeParam;
   constexpr DType kType = std::is_same_v<T, float> ? DType::kF32 : DType::kBF16;
-  const float atol = kType == DType::kF32 ? 2e-5f : 4e-3f;
-  const float rtol = kType == DType::kF32 ? 2e-4f : 2e-2f;
+  // cuda_ops_test's attention tolerances. In bf16 the backward's P and dS are rounded to
+  // bf16 before their GEMMs (tensor cores take bf16 operands; FlashAttention does the same),
+  // one rounding more than the reference: dS sums to 0 over a row, so dq and dk lose more
+  // (kAttentionGemmGrad there too).
+  const float atol = kType == DType::kF32 ? 5e-5f : 2e-3f;
+  const float rtol = kType == DType::kF32 ? 5e-4f : 1e-2f;
+  const float grad_atol = kType == DType::kF32 ? atol : 8e-3f;
+  const float grad_rtol = kType == DType::kF32 ? rtol : 2e-2f;
   struct Shape {
     int B, T, C, NH, NKV;
   };
   for (const Shape& shape : {Shape{2, 9, 39, 3, 3}, Shape{1, 17, 64, 2, 2}, Shape{2, 11, 78, 6, 2},
-                             Shape{1, 13, 96, 6, 3}, Shape{2, 7, 48, 4, 1}}) {
+                             Shape{1, 13, 96, 6, 3}, Shape{2, 7, 48, 4, 1}, Shape{1, 77, 384, 6, 3}}) {
     // A budget of one head's score matrices splits the heads into chunks; a large one does not.
     for (const size_t budget : {size_t{1}, size_t{64} << 20}) {
       const int B = shape.B, TT = shape.T, C = shape.C, NH = shape.NH, NKV = shape.NKV;
@@ -171,7 +177,7 @@ TYPED_TEST(AttentionGemmTest, MatchesTheCpuReference) {
                       .ok());
       cpu::ExpectAllClose(cpu::ToFloats(got_out), cpu::ToFloats(out), atol, rtol, "out " + where);
       cpu::ExpectAllClose(got_stats, stats, 1e-5f, 1e-5f, "stats " + where);
-      cpu::ExpectAllClose(cpu::ToFloats(got_dqkv), cpu::ToFloats(dqkv), atol, rtol,
+      cpu::ExpectAllClose(cpu::ToFloats(got_dqkv), cpu::ToFloats(dqkv), grad_atol, grad_rtol,
                           "dqkv " + where);
     }
   }
