@@ -239,6 +239,15 @@ bench() {
   return "$status"
 }
 
+# The same gpt2-124m placements with the CUDA-core flash attention instead of the GEMM one
+# (tensor cores), for the comparison; its lines are prefixed "flash:" and stay out of the
+# summary's goal lines.
+bench_flash() {
+  "$KIT/bin/strata" bench gpu --steps 5 --presets gpt2-124m --nvme-presets "" \
+    --set device.cuda_attention=flash 2>&1 | sed 's/^/flash: /'
+  return "${PIPESTATUS[0]}"
+}
+
 # The Hugging Face import into a CUDA engine against the disk's sequential read (its files
 # under the checkout: a disk); the goal line goes to $BENCH_LOG too. On the CPU backend here
 # the engine's own state writes share two CPUs' memory bandwidth with the reading. Twice:
@@ -266,7 +275,7 @@ memcheck() {
 
 BENCH_LOG="$(mktemp)"
 export KIT BENCH_LOG
-export -f kit_loads gpu_test trajectories cuda_trace trajectory_tests bench import_bench memcheck
+export -f kit_loads gpu_test trajectories cuda_trace trajectory_tests bench bench_flash import_bench memcheck
 
 main() {
   echo "strata GPU check$([ "$dry_run" -eq 1 ] && echo ' (dry run: every step is skipped)')"
@@ -305,6 +314,7 @@ main() {
   step "bench gpu: gpt2-124m" 120 bench --presets gpt2-124m --nvme-presets gpt2-124m
   step "bench gpu: gpt2-1.5b" 150 bench --presets gpt2-1.5b --nvme-presets "" \
     --set tiers.host_memory_limit=64GiB
+  step "bench gpu: gpt2-124m, flash attention" 60 bench_flash
   step "bench import on CUDA" 75 import_bench
   step "compute-sanitizer memcheck (kernels)" 90 memcheck
 

@@ -8,7 +8,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 readonly STEPS=("kit loads" "CUDA device tests" "CUDA kernels against CPU references"
                 "30 steps CPU vs CUDA" "trace on CUDA" "NCCL loading" "NCCL communicator"
                 "CPU-vs-CUDA trajectory tests" "bench gpu: gpt2-124m" "bench gpu: gpt2-1.5b"
-                "bench import on CUDA" "compute-sanitizer memcheck")
+                "bench gpu: gpt2-124m, flash attention" "bench import on CUDA"
+                "compute-sanitizer memcheck")
 export OUT="$TEST_TMPDIR/out"
 
 began=$(date +%s)
