@@ -258,9 +258,9 @@ class LocalCommunicator : public CheckedCommunicator {
     // collectives went to several unordered streams, which would pair the wrong rounds.
     const uint64_t expected = state.next_to_run.fetch_add(1);
     if (expected != arrival.call.sequence) {
-      Status status = absl::FailedPreconditionError(absl::StrCat(
-          "local rank ", state.rank, ": ", DescribeCall(arrival.call), " ran before #", expected,
-          "; issue every collective of a communicator on one stream"));
+      Status status = absl::FailedPreconditionError(
+          absl::StrCat("local rank ", state.rank, ": ", DescribeCall(arrival.call), " ran before #",
+                       expected, "; issue every collective of a communicator on one stream"));
       state.hub->FailGroup(status);
       return status;
     }

@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "collectives/communicator.h"
-#include "collectives/start_watch.h"
 #include "collectives/mpi_communicator.h"
 #include "collectives/mpi_process.h"
+#include "collectives/start_watch.h"
 
 namespace strata {
 namespace mpi_internal {

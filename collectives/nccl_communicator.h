@@ -21,10 +21,10 @@
 // collective still running timeout_s after it STARTED on the GPU, one that has not started
 // timeout_s after its issue (queued behind work that never finishes; time behind an earlier
 // collective of this communicator does not count), or an asynchronous NCCL error
-// (ncclCommGetAsyncError), fails the communicator: the error is recorded and ncclCommAbort ends the kernels, so the stream
-// moves on and its next host work returns the error (sticky), naming the operation and its
-// sequence number. NCCL cannot tell which peer is missing; the message says so and the
-// other ranks' errors name theirs. Abort(reason) aborts this rank's communicator; peers
+// (ncclCommGetAsyncError), fails the communicator: the error is recorded and ncclCommAbort ends the
+// kernels, so the stream moves on and its next host work returns the error (sticky), naming the
+// operation and its sequence number. NCCL cannot tell which peer is missing; the message says so
+// and the other ranks' errors name theirs. Abort(reason) aborts this rank's communicator; peers
 // then fail by their own timeout (or sooner if NCCL reports the remote error).
 // Destruction waits (up to timeout_s) for queued collectives, then finalizes and destroys
 // the NCCL communicator, or aborts it after a failure or a timeout.

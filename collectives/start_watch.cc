@@ -11,8 +11,8 @@ namespace strata {
 StartWatch::StartWatch(std::string who, double timeout_s,
                        std::function<void(const Status&, uint64_t sequence)> fail)
     : who_(std::move(who)),
-      timeout_(std::chrono::duration_cast<Clock::duration>(
-          std::chrono::duration<double>(timeout_s))),
+      timeout_(
+          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s))),
       fail_(std::move(fail)) {}
 
 StartWatch::~StartWatch() {
@@ -63,8 +63,7 @@ void StartWatch::Watch() {
     const double waited = std::chrono::duration<double>(Clock::now() - oldest.since).count();
     const Status status = absl::DeadlineExceededError(absl::StrCat(
         who_, ": ", DescribeCall(oldest.call), " issued on stream '", oldest.stream,
-        "' did not start within ",
-        std::chrono::duration<double>(timeout_).count(),
+        "' did not start within ", std::chrono::duration<double>(timeout_).count(),
         " s (zero.comm_timeout_s; waited ", absl::SixDigits(waited),
         " s): the work queued before it on that stream has not finished (a task that hangs, "
         "or a wait for an event that is never recorded)"));

@@ -16,10 +16,10 @@
 namespace strata {
 namespace {
 
+using std::chrono::milliseconds;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using testing::StatusIs;
-using std::chrono::milliseconds;
 
 struct Failures {
   std::mutex mutex;

@@ -46,10 +46,10 @@ void ExpectCollectiveBehindStuckWorkFails(Device& device, Communicator& communic
   ASSERT_OK(blocker->Synchronize());
   // Without the start watch the collective would now run and succeed.
   EXPECT_THAT(stream.Synchronize(),
-              testing::StatusIs(absl::StatusCode::kDeadlineExceeded,
-                                AllOf(HasSubstr("all_reduce #0 (16 x fp32)"),
-                                      HasSubstr("did not start within"),
-                                      HasSubstr(absl::StrCat("stream '", stream.name(), "'")))));
+              testing::StatusIs(
+                  absl::StatusCode::kDeadlineExceeded,
+                  AllOf(HasSubstr("all_reduce #0 (16 x fp32)"), HasSubstr("did not start within"),
+                        HasSubstr(absl::StrCat("stream '", stream.name(), "'")))));
 }
 
 }  // namespace strata

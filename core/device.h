@@ -12,8 +12,8 @@
 #pragma once
 
 #include <algorithm>
-#include <cstddef>
 #include <array>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <optional>

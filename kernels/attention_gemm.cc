@@ -44,14 +44,13 @@ int HeadsPerChunk(const AttentionGemmBackend& backend, const Shape& s, size_t by
 
 // S_h = scale Q_h K_g^T for the n heads g0.. of member m in batch row b (row-major T x T
 // at scores + x*T*T): column-major S^T = op_T(K^T) op_N(Q^T).
-Status Scores(AttentionGemmBackend& backend, DType dtype, const Shape& s, const void* qkv_b,
-              int m, int g0, int n, float* scores) {
+Status Scores(AttentionGemmBackend& backend, DType dtype, const Shape& s, const void* qkv_b, int m,
+              int g0, int n, float* scores) {
   const int64_t TT = static_cast<int64_t>(s.T) * s.T;
-  return backend.Gemm(true, false, s.T, s.T, s.hs, s.scale,
-                      At(qkv_b, s.C + static_cast<int64_t>(g0) * s.hs, dtype), s.rs, s.hs,
-                      At(qkv_b, (static_cast<int64_t>(g0) * s.G + m) * s.hs, dtype), s.rs,
-                      static_cast<int64_t>(s.G) * s.hs, 0.0f, scores, s.T, TT, n, dtype,
-                      DType::kF32);
+  return backend.Gemm(
+      true, false, s.T, s.T, s.hs, s.scale, At(qkv_b, s.C + static_cast<int64_t>(g0) * s.hs, dtype),
+      s.rs, s.hs, At(qkv_b, (static_cast<int64_t>(g0) * s.G + m) * s.hs, dtype), s.rs,
+      static_cast<int64_t>(s.G) * s.hs, 0.0f, scores, s.T, TT, n, dtype, DType::kF32);
 }
 
 // The backward's scratch: sections for scores and dP (fp32, T x T per head of a chunk), the
@@ -153,9 +152,8 @@ Status AttentionBackwardByGemm(AttentionGemmBackend& backend, DType dtype, void*
         const int64_t h0 = static_cast<int64_t>(g0) * s.G + m;
         const void* q = At(qkv_b, h0 * s.hs, dtype);
         const void* k = At(qkv_b, C + static_cast<int64_t>(g0) * s.hs, dtype);
-        const void* v =
-            At(qkv_b, C + static_cast<int64_t>(NKV) * s.hs + static_cast<int64_t>(g0) * s.hs,
-               dtype);
+        const void* v = At(
+            qkv_b, C + static_cast<int64_t>(NKV) * s.hs + static_cast<int64_t>(g0) * s.hs, dtype);
         const void* dout_h = At(dout, out_b + h0 * s.hs, dtype);
         const void* out_h = At(out, out_b + h0 * s.hs, dtype);
         float* dk_g = dk + static_cast<int64_t>(g0) * T * s.hs;
@@ -180,15 +178,15 @@ Status AttentionBackwardByGemm(AttentionGemmBackend& backend, DType dtype, void*
         }
         // dK_g (+)= scale dS_h^T Q_h: the same with Q and dS.
         if (status.ok()) {
-          status = backend.Gemm(false, true, s.hs, T, T, s.scale, q, s.rs, group_stride, dscores,
-                                T, TT, first, dk_g, s.hs, static_cast<int64_t>(T) * s.hs, n, dtype,
+          status = backend.Gemm(false, true, s.hs, T, T, s.scale, q, s.rs, group_stride, dscores, T,
+                                TT, first, dk_g, s.hs, static_cast<int64_t>(T) * s.hs, n, dtype,
                                 DType::kF32);
         }
         // dQ_h += scale dS_h K_g: column-major dQ^T += op_N(K^T) op_N(dS^T).
         if (status.ok()) {
-          status = backend.Gemm(false, false, s.hs, T, T, s.scale, k, s.rs, s.hs, dscores, T, TT,
-                                1.0f, At(dqkv_b, h0 * s.hs, dtype), s.rs, group_stride, n, dtype,
-                                dtype);
+          status =
+              backend.Gemm(false, false, s.hs, T, T, s.scale, k, s.rs, s.hs, dscores, T, TT, 1.0f,
+                           At(dqkv_b, h0 * s.hs, dtype), s.rs, group_stride, n, dtype, dtype);
         }
       }
     }

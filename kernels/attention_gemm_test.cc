@@ -44,8 +44,10 @@ class LoopBackend : public AttentionGemmBackend {
         for (int i = 0; i < m; ++i) {
           float sum = 0.0f;
           for (int p = 0; p < k; ++p) {
-            const float av = LoadAs(a, x * sa + (ta ? i * int64_t{lda} + p : p * int64_t{lda} + i), ab);
-            const float bv = LoadAs(b, x * sb + (tb ? p * int64_t{ldb} + j : j * int64_t{ldb} + p), ab);
+            const float av =
+                LoadAs(a, x * sa + (ta ? i * int64_t{lda} + p : p * int64_t{lda} + i), ab);
+            const float bv =
+                LoadAs(b, x * sb + (tb ? p * int64_t{ldb} + j : j * int64_t{ldb} + p), ab);
             sum += av * bv;
           }
           const int64_t at = x * sc + j * int64_t{ldc} + i;
@@ -57,8 +59,8 @@ class LoopBackend : public AttentionGemmBackend {
     return absl::OkStatus();
   }
 
-  Status SoftmaxRows(DType dtype, void* p, float* stats, int64_t stats_stride,
-                     const float* scores, int heads, int T) override {
+  Status SoftmaxRows(DType dtype, void* p, float* stats, int64_t stats_stride, const float* scores,
+                     int heads, int T) override {
     for (int x = 0; x < heads; ++x) {
       for (int i = 0; i < T; ++i) {
         const float* row = scores + (int64_t{x} * T + i) * T;
@@ -76,10 +78,10 @@ class LoopBackend : public AttentionGemmBackend {
     return absl::OkStatus();
   }
 
-  Status SoftmaxBackwardRows(DType dtype, void* p, void* ds, const float* scores,
-                             const float* dp, const float* stats, int64_t stats_stride,
-                             const void* dout, const void* out, int64_t row_stride,
-                             int64_t head_stride, int hs, int heads, int T) override {
+  Status SoftmaxBackwardRows(DType dtype, void* p, void* ds, const float* scores, const float* dp,
+                             const float* stats, int64_t stats_stride, const void* dout,
+                             const void* out, int64_t row_stride, int64_t head_stride, int hs,
+                             int heads, int T) override {
     for (int x = 0; x < heads; ++x) {
       for (int i = 0; i < T; ++i) {
         float d = 0.0f;
@@ -147,8 +149,9 @@ TYPED_TEST(AttentionGemmTest, MatchesTheCpuReference) {
   struct Shape {
     int B, T, C, NH, NKV;
   };
-  for (const Shape& shape : {Shape{2, 9, 39, 3, 3}, Shape{1, 17, 64, 2, 2}, Shape{2, 11, 78, 6, 2},
-                             Shape{1, 13, 96, 6, 3}, Shape{2, 7, 48, 4, 1}, Shape{1, 77, 384, 6, 3}}) {
+  for (const Shape& shape :
+       {Shape{2, 9, 39, 3, 3}, Shape{1, 17, 64, 2, 2}, Shape{2, 11, 78, 6, 2},
+        Shape{1, 13, 96, 6, 3}, Shape{2, 7, 48, 4, 1}, Shape{1, 77, 384, 6, 3}}) {
     // A budget of one head's score matrices splits the heads into chunks; a large one does not.
     for (const size_t budget : {size_t{1}, size_t{64} << 20}) {
       const int B = shape.B, TT = shape.T, C = shape.C, NH = shape.NH, NKV = shape.NKV;
@@ -172,8 +175,8 @@ TYPED_TEST(AttentionGemmTest, MatchesTheCpuReference) {
                                          qkv.data(), B, TT, C, NH, NKV)
                       .ok());
       // The backward gets the reference's forward results, so it is checked on its own.
-      ASSERT_TRUE(AttentionBackwardByGemm(backend, kType, got_dqkv.data(), dout.data(),
-                                          qkv.data(), out.data(), stats.data(), B, TT, C, NH, NKV)
+      ASSERT_TRUE(AttentionBackwardByGemm(backend, kType, got_dqkv.data(), dout.data(), qkv.data(),
+                                          out.data(), stats.data(), B, TT, C, NH, NKV)
                       .ok());
       cpu::ExpectAllClose(cpu::ToFloats(got_out), cpu::ToFloats(out), atol, rtol, "out " + where);
       cpu::ExpectAllClose(got_stats, stats, 1e-5f, 1e-5f, "stats " + where);
@@ -190,19 +193,19 @@ TEST(AttentionGemm, ChunksTheHeadsUnderTheBudget) {
   std::vector<float> qkv(size_t(B) * T * (C + 2 * NKV * (C / NH)), 0.5f), out(size_t(B) * T * C);
   std::vector<float> stats(size_t(B) * NH * T);
   LoopBackend small(1), large(size_t{1} << 20);
-  ASSERT_TRUE(AttentionForwardByGemm(small, DType::kF32, out.data(), stats.data(), qkv.data(), B,
-                                     T, C, NH, NKV)
+  ASSERT_TRUE(AttentionForwardByGemm(small, DType::kF32, out.data(), stats.data(), qkv.data(), B, T,
+                                     C, NH, NKV)
                   .ok());
-  ASSERT_TRUE(AttentionForwardByGemm(large, DType::kF32, out.data(), stats.data(), qkv.data(), B,
-                                     T, C, NH, NKV)
+  ASSERT_TRUE(AttentionForwardByGemm(large, DType::kF32, out.data(), stats.data(), qkv.data(), B, T,
+                                     C, NH, NKV)
                   .ok());
   EXPECT_EQ(small.gemms(), 8);
   EXPECT_EQ(large.gemms(), 2);
   // What a planner is told equals what the backward asks for.
   std::vector<float> dqkv(qkv.size()), dout(out.size(), 0.25f);
   for (LoopBackend* backend : {&small, &large}) {
-    ASSERT_TRUE(AttentionBackwardByGemm(*backend, DType::kF32, dqkv.data(), dout.data(),
-                                        qkv.data(), out.data(), stats.data(), B, T, C, NH, NKV)
+    ASSERT_TRUE(AttentionBackwardByGemm(*backend, DType::kF32, dqkv.data(), dout.data(), qkv.data(),
+                                        out.data(), stats.data(), B, T, C, NH, NKV)
                     .ok());
     EXPECT_EQ(backend->largest_scratch(),
               AttentionGemmScratchBytes(DType::kF32, T, C, NH, NKV, backend->scratch_budget()));

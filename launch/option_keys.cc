@@ -57,8 +57,8 @@ const std::vector<KeySpec>& Keys() {
        "key/value heads of grouped-query attention (llama); 0 = model.heads; must divide "
        "model.heads (gpt: 0 or model.heads).",
        false},
-      {"model.channels", +[](Options& o) { return &o.model.channels; }, "embedding width C; in [1, 1048576].",
-       false},
+      {"model.channels", +[](Options& o) { return &o.model.channels; },
+       "embedding width C; in [1, 1048576].", false},
       {"model.ffn_hidden", +[](Options& o) { return &o.model.ffn_hidden; },
        "MLP inner width; 0 = the family's (gpt 4C; llama 8C/3 rounded up to a multiple of "
        "64); in [0, 4194304] (gpt: 0 or 4C).",
@@ -71,8 +71,7 @@ const std::vector<KeySpec>& Keys() {
        "in the loss); 0 = model.vocab rounded up to a multiple of 64; else >= model.vocab.",
        false},
       {"model.max_seq_len", +[](Options& o) { return &o.model.max_seq_len; },
-       "longest sequence (gpt: rows of the position embedding); >= train.seq_len, <= 2^20.",
-       false},
+       "longest sequence (gpt: rows of the position embedding); >= train.seq_len, <= 2^20.", false},
       {"model.rope_theta", +[](Options& o) { return &o.model.rope_theta; },
        "rotary embedding base (llama); > 0.", false},
       {"model.norm_eps", +[](Options& o) { return &o.model.norm_eps; },
@@ -137,18 +136,20 @@ const std::vector<KeySpec>& Keys() {
        false},
       {"train.checkpoint_dir", +[](Options& o) { return &o.train.checkpoint_dir; },
        "directory of checkpoints (<dir>/step-<k>: fp32 master and Adam moments of every "
-       "unit, independent of stage, placement and world size).", false},
-      {"train.checkpoint_every", +[](Options& o) { return &o.train.checkpoint_every; },
-       "write a checkpoint after every N steps (and after the last); 0 = never; >= 0.",
+       "unit, independent of stage, placement and world size).",
        false},
+      {"train.checkpoint_every", +[](Options& o) { return &o.train.checkpoint_every; },
+       "write a checkpoint after every N steps (and after the last); 0 = never; >= 0.", false},
       {"train.checkpoint_keep", +[](Options& o) { return &o.train.checkpoint_keep; },
        "keep only the newest N checkpoints in train.checkpoint_dir; 0 = all; >= 0.", false},
       {"train.resume", +[](Options& o) { return &o.train.resume; },
        "a checkpoint (<dir>/step-<k>) to resume from, at step k, or a checkpoint_dir (its "
-       "newest); \"\" = start fresh.", false},
+       "newest); \"\" = start fresh.",
+       false},
       {"train.trace_steps", +[](Options& o) { return &o.train.trace_steps; },
        "with strata train --trace FILE: the steps traced, A:B (1-based, inclusive); a "
-       "bounded trace of a few steps after the first.", false},
+       "bounded trace of a few steps after the first.",
+       false},
       {"lora.rank", +[](Options& o) { return &o.lora.rank; },
        "LoRA adapter rank; 0 = full training; else the base is frozen and only the adapters "
        "train; in [0, 4096].",
@@ -171,7 +172,8 @@ const std::vector<KeySpec>& Keys() {
        "compute backend: cpu | cuda (one GPU per local rank; needs a CUDA build).", false},
       {"device.memory_limit", +[](Options& o) { return &o.device.memory_limit; },
        "device-tier capacity: bytes or a size like 512MiB, 2GiB; 0 = automatic (cuda: the "
-       "GPU's memory; cpu: min(8GiB, half the rank's share of usable RAM)).", true},
+       "GPU's memory; cpu: min(8GiB, half the rank's share of usable RAM)).",
+       true},
       {"device.threads", +[](Options& o) { return &o.device.threads; },
        "CPU kernel threads; 0 = all cores; in [0, 1024].", false},
       {"device.cuda_attention", Enum(+[](Options& o) { return &o.device.cuda_attention; }),

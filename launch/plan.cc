@@ -6,9 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -370,9 +369,9 @@ StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hw, Shape
         planned.options.device.cuda_attention == CudaAttentionKind::kGemm) {
       // The GEMM attention's score matrices come from outside the device tier's pool.
       const ModelOptions& m = planned.options.model;
-      planned.dry.device.peak_bytes += AttentionGemmScratchBytes(
-          planned.options.train.dtype, planned.options.train.seq_len, m.channels, m.heads,
-          m.kv_heads > 0 ? m.kv_heads : m.heads);
+      planned.dry.device.peak_bytes +=
+          AttentionGemmScratchBytes(planned.options.train.dtype, planned.options.train.seq_len,
+                                    m.channels, m.heads, m.kv_heads > 0 ? m.kv_heads : m.heads);
     }
     const uint64_t device_peak = planned.dry.device.peak_bytes;
     const uint64_t host_peak =

@@ -53,10 +53,10 @@ StatusOr<Backend> CreateCudaBackend(const Options& options, int local_rank, int 
   }
   Backend backend;
   backend.device = std::move(*device);
-  StatusOr<std::unique_ptr<Ops>> ops = CreateCudaOps(
-      options.train.dtype, options.device.cuda_attention == CudaAttentionKind::kFlash
-                               ? CudaAttention::kFlash
-                               : CudaAttention::kGemm);
+  StatusOr<std::unique_ptr<Ops>> ops =
+      CreateCudaOps(options.train.dtype, options.device.cuda_attention == CudaAttentionKind::kFlash
+                                             ? CudaAttention::kFlash
+                                             : CudaAttention::kGemm);
   if (!ops.ok()) return CudaUnavailable(ops.status(), "creating the CUDA kernels");
   backend.ops = std::move(*ops);
   ASSIGN_OR_RETURN(backend.host_ops, CreateCpuOps(options.train.dtype, options.device.threads));

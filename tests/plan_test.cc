@@ -3,6 +3,8 @@
 // and LoRA); hardware files are checked; the plan recommends the first configuration of the
 // decision order that fits and says what would move it to a faster one; its emitted config
 // parses back to the same options.
+#include "launch/plan.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -16,8 +18,6 @@
 #include "core/testing/status_matchers.h"
 #include "kernels/attention_gemm.h"
 #include "launch/options_parse.h"
-#include "launch/plan.h"
-#include "kernels/attention_gemm.h"
 #include "launch/plan_probe.h"
 #include "tests/placement_runs.h"
 
@@ -302,9 +302,8 @@ TEST(Plan, CudaCountsTheGemmAttentionScratch) {
   job.device.cuda_attention = CudaAttentionKind::kFlash;
   ASSERT_OK_AND_ASSIGN(const Plan flash, MakePlan(job, 1, hw));
   ASSERT_EQ(gemm.configs.size(), flash.configs.size());
-  const size_t scratch =
-      AttentionGemmScratchBytes(job.train.dtype, job.train.seq_len, job.model.channels,
-                                job.model.heads, job.model.heads);
+  const size_t scratch = AttentionGemmScratchBytes(
+      job.train.dtype, job.train.seq_len, job.model.channels, job.model.heads, job.model.heads);
   ASSERT_GT(scratch, 0u);
   for (size_t i = 0; i < gemm.configs.size(); ++i) {
     ASSERT_OK(gemm.configs[i].status) << gemm.configs[i].config.name;

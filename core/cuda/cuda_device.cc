@@ -5,26 +5,25 @@
 #include <cuda_runtime_api.h>
 #include <sys/mman.h>
 
-#include <cstdlib>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <vector>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "core/block_cache.h"
-#include "core/logging.h"
-#include "core/stream_registry.h"
 #include "core/cuda/cuda_native.h"
 #include "core/cuda/cuda_status.h"
 #include "core/cuda/host_work.h"
+#include "core/logging.h"
+#include "core/stream_registry.h"
 
 namespace strata {
 namespace {
@@ -403,11 +402,11 @@ class CudaStream : public Stream {
   mutable const Trace* track_owner_ = nullptr;
   mutable std::vector<cudaEvent_t> spare_events_;
   mutable double stalled_ms_ = 0.0;
-  std::atomic<std::thread::id> feeder_{};     // the thread that last enqueued work
-  std::atomic<bool> drain_pending_{false};    // drain_ is recorded, its resume not yet
-  cudaEvent_t drain_ = nullptr;               // under stall_mutex_
-  mutable std::deque<Gap> gaps_;              // under stall_mutex_, in order
-  mutable double starved_ms_ = 0.0;           // under stall_mutex_
+  std::atomic<std::thread::id> feeder_{};   // the thread that last enqueued work
+  std::atomic<bool> drain_pending_{false};  // drain_ is recorded, its resume not yet
+  cudaEvent_t drain_ = nullptr;             // under stall_mutex_
+  mutable std::deque<Gap> gaps_;            // under stall_mutex_, in order
+  mutable double starved_ms_ = 0.0;         // under stall_mutex_
   StreamHandle handle_;  // destroyed after the host work queue
   std::unique_ptr<HostWorkQueue> host_work_;  // null: cudaLaunchHostFunc (see host_work.h)
 };

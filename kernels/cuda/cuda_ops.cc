@@ -10,7 +10,6 @@
 // to `out` pre-filled with the broadcast bias, so product and bias are summed in fp32 and
 // rounded once, as the CPU reference does. Compute type CUBLAS_COMPUTE_32F (no TF32).
 // Thread-safety: see cuda_ops.h.
-#include "kernels/op_checks.h"
 #include "kernels/cuda/cuda_ops.h"
 
 #include <cublas_v2.h>
@@ -23,10 +22,11 @@
 #include <unordered_map>
 #include <utility>
 
-#include "kernels/attention_gemm.h"
-#include "kernels/cuda/cuda_kernels.h"
 #include "core/cuda/cuda_native.h"
 #include "core/cuda/cuda_status.h"
+#include "kernels/attention_gemm.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/op_checks.h"
 
 namespace strata {
 namespace {
@@ -491,7 +491,8 @@ class CudaOps : public Ops {
   // of cuda_kernels.h, stream-ordered scratch. Used under mutex_ (the handle).
   class CublasAttention : public AttentionGemmBackend {
    public:
-    CublasAttention(cublasHandle_t handle, cudaStream_t stream) : handle_(handle), stream_(stream) {}
+    CublasAttention(cublasHandle_t handle, cudaStream_t stream)
+        : handle_(handle), stream_(stream) {}
     ~CublasAttention() override { Release(); }
 
     Status Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const void* a, int lda,
@@ -502,8 +503,8 @@ class CudaOps : public Ops {
       CUBLAS_RETURN_IF_ERROR(
           cublasGemmStridedBatchedEx(handle_, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                                      tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, a, type(ab),
-                                     lda, sa, b, type(ab), ldb, sb, &beta, c, type(c_type), ldc,
-                                     sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                                     lda, sa, b, type(ab), ldb, sb, &beta, c, type(c_type), ldc, sc,
+                                     batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
           absl::StrCat("attention GEMM (m=", m, ", n=", n, ", k=", k, ", batch=", batch, ", ",
                        DTypeName(ab), " -> ", DTypeName(c_type), ")"));
       return absl::OkStatus();
@@ -513,18 +514,18 @@ class CudaOps : public Ops {
       return cuda_kernels::AttentionSoftmaxRows(dtype, p, stats, stats_stride, scores, heads, T,
                                                 stream_);
     }
-    Status SoftmaxBackwardRows(DType dtype, void* p, void* ds, const float* scores,
-                               const float* dp, const float* stats, int64_t stats_stride,
-                               const void* dout, const void* out, int64_t row_stride,
-                               int64_t head_stride, int hs, int heads, int T) override {
+    Status SoftmaxBackwardRows(DType dtype, void* p, void* ds, const float* scores, const float* dp,
+                               const float* stats, int64_t stats_stride, const void* dout,
+                               const void* out, int64_t row_stride, int64_t head_stride, int hs,
+                               int heads, int T) override {
       return cuda_kernels::AttentionSoftmaxBackwardRows(dtype, p, ds, scores, dp, stats,
                                                         stats_stride, dout, out, row_stride,
                                                         head_stride, hs, heads, T, stream_);
     }
     Status AddFloatRows(DType dtype, void* dst, int64_t row_stride, int64_t head_stride,
                         const float* src, int heads, int T, int hs) override {
-      return cuda_kernels::AttentionAddFloatRows(dtype, dst, row_stride, head_stride, src, heads,
-                                                 T, hs, stream_);
+      return cuda_kernels::AttentionAddFloatRows(dtype, dst, row_stride, head_stride, src, heads, T,
+                                                 hs, stream_);
     }
     StatusOr<void*> Scratch(size_t bytes) override {
       Release();

@@ -7,9 +7,9 @@
 // points to device memory holding elements of that dtype. Size errors (negative sizes, C not
 // a multiple of NH or NH of NKV, an odd RoPE head size, V over Vp, a required pointer that is
 // null) and a Stream of another backend are returned at once as InvalidArgument, an attention
-// head size over 128 or a RoPE one over 256 as Unimplemented, and nothing is enqueued; launch and cuBLAS errors are returned as Status; faults while a
-// kernel runs surface at the stream's next Synchronize. All reductions run in a fixed
-// order: results are deterministic run to run.
+// head size over 128 or a RoPE one over 256 as Unimplemented, and nothing is enqueued; launch and
+// cuBLAS errors are returned as Status; faults while a kernel runs surface at the stream's next
+// Synchronize. All reductions run in a fixed order: results are deterministic run to run.
 // Thread-safety: as Ops: usable from any thread. It keeps one cuBLAS handle per stream it
 // has run a GEMM on (created on first use, with cuBLAS's default workspace, and destroyed
 // with the object), guarded by a mutex that is also held while a GEMM is enqueued. Destroy

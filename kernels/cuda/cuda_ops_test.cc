@@ -354,20 +354,20 @@ TYPED_TEST(CudaOpsTest, AttentionMatchesReference) {
   // hs = 13, on 3 (groups of 2) at hs = 64, and on 1 (multi-query) at hs = 128.
   // Each shape through both implementations (GEMMs on tensor cores, and the flash kernels),
   // and a head size over the flash kernels' limit (160) through the GEMMs only.
-  for (const auto& [shape, ops] : std::vector<std::pair<Shape, Ops*>>{
-           {Shape{2, 45, 39, 3, 3}, this->ops_.get()},
-           {Shape{1, 77, 128, 2, 2}, this->ops_.get()},
-           {Shape{2, 33, 128, 1, 1}, this->ops_.get()},
-           {Shape{2, 45, 78, 6, 2}, this->ops_.get()},
-           {Shape{1, 77, 384, 6, 3}, this->ops_.get()},
-           {Shape{1, 33, 768, 6, 1}, this->ops_.get()},
-           {Shape{1, 40, 320, 2, 1}, this->ops_.get()},
-           {Shape{2, 45, 39, 3, 3}, this->flash_ops_.get()},
-           {Shape{1, 77, 128, 2, 2}, this->flash_ops_.get()},
-           {Shape{2, 33, 128, 1, 1}, this->flash_ops_.get()},
-           {Shape{2, 45, 78, 6, 2}, this->flash_ops_.get()},
-           {Shape{1, 77, 384, 6, 3}, this->flash_ops_.get()},
-           {Shape{1, 33, 768, 6, 1}, this->flash_ops_.get()}}) {
+  for (const auto& [shape, ops] :
+       std::vector<std::pair<Shape, Ops*>>{{Shape{2, 45, 39, 3, 3}, this->ops_.get()},
+                                           {Shape{1, 77, 128, 2, 2}, this->ops_.get()},
+                                           {Shape{2, 33, 128, 1, 1}, this->ops_.get()},
+                                           {Shape{2, 45, 78, 6, 2}, this->ops_.get()},
+                                           {Shape{1, 77, 384, 6, 3}, this->ops_.get()},
+                                           {Shape{1, 33, 768, 6, 1}, this->ops_.get()},
+                                           {Shape{1, 40, 320, 2, 1}, this->ops_.get()},
+                                           {Shape{2, 45, 39, 3, 3}, this->flash_ops_.get()},
+                                           {Shape{1, 77, 128, 2, 2}, this->flash_ops_.get()},
+                                           {Shape{2, 33, 128, 1, 1}, this->flash_ops_.get()},
+                                           {Shape{2, 45, 78, 6, 2}, this->flash_ops_.get()},
+                                           {Shape{1, 77, 384, 6, 3}, this->flash_ops_.get()},
+                                           {Shape{1, 33, 768, 6, 1}, this->flash_ops_.get()}}) {
     const int B = shape.B, T_len = shape.T, C = shape.C, NH = shape.NH, NKV = shape.NKV;
     const std::string where = "B=" + std::to_string(B) + " T=" + std::to_string(T_len) +
                               " C=" + std::to_string(C) + " NH=" + std::to_string(NH) +
@@ -397,14 +397,13 @@ TYPED_TEST(CudaOpsTest, AttentionMatchesReference) {
     Stream& s = *this->stream_;
     ASSERT_OK(ops->AttentionForward(s, d_out, d_stats, d_qkv, B, T_len, C, NH, NKV));
     // The backward gets the reference's forward results, so it is checked on its own.
-    ASSERT_OK(ops->AttentionBackward(s, d_dqkv, d_dout, d_qkv, d_ref_out, d_ref_stats, B, T_len,
-                                     C, NH, NKV));
+    ASSERT_OK(ops->AttentionBackward(s, d_dqkv, d_dout, d_qkv, d_ref_out, d_ref_stats, B, T_len, C,
+                                     NH, NKV));
     ASSERT_OK(ops->AttentionBackward(s, d_dqkv_again, d_dout, d_qkv, d_ref_out, d_ref_stats, B,
                                      T_len, C, NH, NKV));
     this->Expect(d_out, out, Tol::kAttention, "attention out " + where);
     this->Expect(d_stats, stats, kStatsTolerance, "attention stats " + where);
-    this->Expect(d_dqkv, dqkv,
-                 ops == this->ops_.get() ? Tol::kAttentionGemmGrad : Tol::kAttention,
+    this->Expect(d_dqkv, dqkv, ops == this->ops_.get() ? Tol::kAttentionGemmGrad : Tol::kAttention,
                  "attention dqkv " + where);
     // Query heads that share a key/value head add into the same dk/dv in a fixed order:
     // a second run gives the same bits.
@@ -875,7 +874,8 @@ TEST(CudaOps, RejectsBadArgumentsBeforeEnqueueing) {
   EXPECT_THAT(bad_heads, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NH=3")));
   // Head size 129: over the flash kernels' limit; the GEMM attention (the default) takes it
   // and gets as far as the stream.
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Ops> flash, CreateCudaOps(DType::kF32, CudaAttention::kFlash));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Ops> flash,
+                       CreateCudaOps(DType::kF32, CudaAttention::kFlash));
   const Status big_heads =
       flash->AttentionBackward(*stream, buffer, buffer, buffer, buffer, buffer, 1, 2, 258, 2, 2);
   EXPECT_THAT(big_heads, StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("129")));
