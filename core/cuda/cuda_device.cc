@@ -559,7 +559,8 @@ class CudaDevice : public Device {
     ASSIGN_OR_RETURN(CudaEvent * cuda_event, Mine(event));
     ASSIGN_OR_RETURN(CudaStream * cuda_stream, Mine(stream));
     RETURN_IF_ERROR(Activate(device_id_));
-    cuda_stream->Feeding();
+    // Not Feeding(): a record enqueues no work, and any thread records (the block cache's
+    // fences record on every stream), which would take the stream from its feeder.
     CUDA_RETURN_IF_ERROR(cudaEventRecord(cuda_event->native(), cuda_stream->native()),
                          cuda_stream->Where("recording an event"));
     cuda_event->set_recorded_on(stream.name());
@@ -754,6 +755,17 @@ StatusOr<std::unique_ptr<Device>> CreateCudaDevice(const CudaDeviceOptions& opti
   CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes),
                        absl::StrCat("reading the free memory of ", Gpu(device_id)));
 
+  // Stream-ordered scratch (cudaMallocAsync: the GEMM attention's score matrices, the
+  // column sums) comes from the GPU's default pool, which by default hands its memory back
+  // at every synchronisation and maps it afresh in the next step; keep up to 1 GiB.
+  cudaMemPool_t scratch_pool = nullptr;
+  uint64_t keep_bytes = uint64_t{1} << 30;
+  if (cudaDeviceGetDefaultMemPool(&scratch_pool, device_id) != cudaSuccess ||
+      cudaMemPoolSetAttribute(scratch_pool, cudaMemPoolAttrReleaseThreshold, &keep_bytes) !=
+          cudaSuccess) {
+    spdlog::warn("{}: the stream-ordered scratch pool keeps no memory between steps: {}",
+                 Gpu(device_id), cudaGetErrorString(cudaGetLastError()));
+  }
   const uint64_t capacity_bytes = std::min<uint64_t>(options.device_memory_bytes, free_bytes);
   std::string description =
       absl::StrCat("cuda:", device_id, " (", properties.name, ", sm_", properties.major,
