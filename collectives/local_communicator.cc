@@ -246,7 +246,7 @@ class LocalCommunicator : public CheckedCommunicator {
     stream.EnqueueHost([state, arrival]() -> Status {
       state->watch->Started(arrival.call.sequence);
       Status status = Run(*state, arrival);
-      state->watch->Finished(arrival.call.sequence);
+      state->watch->Finished();
       return status;
     });
     return absl::OkStatus();

@@ -281,7 +281,7 @@ Status State::Run(const Job& job) {
   }
   if (watch_ != nullptr) watch_->Started(call.sequence);
   Status status = RunChecked(job);
-  if (watch_ != nullptr) watch_->Finished(call.sequence);
+  if (watch_ != nullptr) watch_->Finished();
   running_ = false;
   SetReportText("outside any collective");
   return status;

@@ -39,7 +39,7 @@ void StartWatch::Started(uint64_t sequence) {
   cv_.notify_all();
 }
 
-void StartWatch::Finished(uint64_t sequence) {
+void StartWatch::Finished() {
   std::lock_guard<std::mutex> lock(mutex_);
   running_ = false;
   const Clock::time_point now = Clock::now();

@@ -40,9 +40,10 @@ class StartWatch {
 
   // `call` was enqueued on the stream named `stream` (in sequence order).
   void Issued(const CollectiveCall& call, const std::string& stream);
-  // The collective of `sequence` began to run (earlier ones have too) / has ended.
+  // The collective of `sequence` began to run (earlier ones have too).
   void Started(uint64_t sequence);
-  void Finished(uint64_t sequence);
+  // The collective that started last has ended.
+  void Finished();
 
  private:
   struct Pending {

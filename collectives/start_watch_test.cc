@@ -5,7 +5,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <thread>
@@ -68,11 +67,11 @@ TEST(StartWatch, CallsThatStartInTimeOrWaitBehindARunningCollectiveDoNotFail) {
   std::this_thread::sleep_for(milliseconds(50));
   watch.Started(0);
   std::this_thread::sleep_for(milliseconds(450));
-  watch.Finished(0);
+  watch.Finished();
   // #1's clock restarted at #0's end.
   std::this_thread::sleep_for(milliseconds(50));
   watch.Started(2);  // #1 and #2 both started (in order)
-  watch.Finished(2);
+  watch.Finished();
   std::this_thread::sleep_for(milliseconds(300));
   EXPECT_EQ(failures.count(), 0u);
   // A later call left pending still fails.

@@ -36,9 +36,9 @@ Shape MakeShape(int B, int T, int C, int NH, int NKV) {
 // operands).
 size_t Aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// Key/value heads per chunk: score matrices of `bytes_per_head` each within the budget.
-int HeadsPerChunk(const AttentionGemmBackend& backend, const Shape& s, size_t bytes_per_head) {
-  const size_t fit = backend.scratch_budget() / std::max<size_t>(1, bytes_per_head);
+// Key/value heads per chunk: score matrices of `bytes_per_head` each within `budget`.
+int HeadsPerChunk(size_t budget, const Shape& s, size_t bytes_per_head) {
+  const size_t fit = budget / std::max<size_t>(1, bytes_per_head);
   return static_cast<int>(std::max<size_t>(1, std::min<size_t>(fit, s.NKV)));
 }
 
@@ -63,9 +63,7 @@ struct BackwardScratch {
 
 BackwardScratch BackwardLayout(DType dtype, const Shape& s, size_t budget) {
   const size_t TT = static_cast<size_t>(s.T) * s.T;
-  const size_t per_head = TT * 2 * (sizeof(float) + DTypeBytes(dtype));
-  const int chunk = static_cast<int>(
-      std::max<size_t>(1, std::min<size_t>(budget / std::max<size_t>(1, per_head), s.NKV)));
+  const int chunk = HeadsPerChunk(budget, s, TT * 2 * (sizeof(float) + DTypeBytes(dtype)));
   BackwardScratch layout;
   layout.chunk = chunk;
   layout.matrix32 = Aligned(sizeof(float) * TT * chunk);
@@ -87,12 +85,11 @@ Status AttentionForwardByGemm(AttentionGemmBackend& backend, DType dtype, void* 
   const Shape s = MakeShape(B, T, C, NH, NKV);
   const int64_t TT = static_cast<int64_t>(T) * T;
   const size_t per_head = static_cast<size_t>(TT) * (sizeof(float) + DTypeBytes(dtype));
-  const int chunk = HeadsPerChunk(backend, s, per_head);
+  const int chunk = HeadsPerChunk(backend.scratch_budget(), s, per_head);
   const size_t scores_bytes = Aligned(sizeof(float) * TT * chunk);
-  StatusOr<void*> scratch = backend.Scratch(scores_bytes + DTypeBytes(dtype) * TT * chunk);
-  if (!scratch.ok()) return scratch.status();
-  float* scores = static_cast<float*>(*scratch);
-  void* probs = static_cast<char*>(*scratch) + scores_bytes;
+  ASSIGN_OR_RETURN(void* scratch, backend.Scratch(scores_bytes + DTypeBytes(dtype) * TT * chunk));
+  float* scores = static_cast<float*>(scratch);
+  void* probs = static_cast<char*>(scratch) + scores_bytes;
   Status status;
   for (int b = 0; b < B && status.ok(); ++b) {
     const void* qkv_b = At(qkv, static_cast<int64_t>(b) * T * s.rs, dtype);
@@ -131,9 +128,8 @@ Status AttentionBackwardByGemm(AttentionGemmBackend& backend, DType dtype, void*
   const BackwardScratch layout = BackwardLayout(dtype, s, backend.scratch_budget());
   const int chunk = layout.chunk;
   const size_t matrix32 = layout.matrix32, sums = layout.sums, matrix = layout.matrix;
-  StatusOr<void*> scratch = backend.Scratch(layout.total());
-  if (!scratch.ok()) return scratch.status();
-  char* base = static_cast<char*>(*scratch);
+  ASSIGN_OR_RETURN(void* scratch, backend.Scratch(layout.total()));
+  char* base = static_cast<char*>(scratch);
   float* scores = reinterpret_cast<float*>(base);
   float* dprobs = reinterpret_cast<float*>(base + matrix32);
   float* dk = reinterpret_cast<float*>(base + 2 * matrix32);

@@ -324,15 +324,14 @@ StepPrediction PredictStep(const DryRunResult& dry, const Options& options,
     p.seconds = early ? std::max({p.compute_s + p.adam_s + p.pcie_s, p.disk_s, p.network_s})
                       : std::max({p.compute_s + p.pcie_s, param_disk_s, p.network_s}) +
                             std::max(p.adam_s, state_disk_s);
-    p.seconds += first_read_s;
   } else {
     // The GPU, the copy engines, the disk and the network run at once (the prefetch plan
     // issues transfers ahead).
     p.seconds = early ? std::max({p.compute_s, p.pcie_s, p.disk_s, p.network_s, p.adam_s})
                       : std::max({p.compute_s, p.pcie_s, param_disk_s, p.network_s}) +
                             std::max(p.adam_s, state_disk_s);
-    p.seconds += first_read_s;
   }
+  p.seconds += first_read_s;
   const Term* top = &terms[0];
   for (const Term& term : terms) {
     if (term.seconds > top->seconds) top = &term;

@@ -212,12 +212,8 @@ class CudaStream : public Stream {
     if (!drain_pending_.load(std::memory_order_acquire)) return;
     std::lock_guard<std::mutex> lock(stall_mutex_);
     if (drain_ == nullptr || !Activate(device_id_).ok()) return;
-    StatusOr<cudaEvent_t> resume = TimingEventLocked();
-    if (!resume.ok() || cudaEventRecord(*resume, handle_.get()) != cudaSuccess) {
-      cudaGetLastError();
-      if (resume.ok()) spare_events_.push_back(*resume);
-      return;  // the gap goes uncounted; the next drain mark starts afresh
-    }
+    StatusOr<cudaEvent_t> resume = RecordTimingEventLocked("timing a resume");
+    if (!resume.ok()) return;  // the gap goes uncounted; the next drain mark starts afresh
     gaps_.push_back({drain_, *resume});
     drain_ = nullptr;
     drain_pending_.store(false, std::memory_order_release);
@@ -230,13 +226,8 @@ class CudaStream : public Stream {
     }
     std::lock_guard<std::mutex> lock(stall_mutex_);
     if (drain_ != nullptr || !Activate(device_id_).ok()) return;
-    StatusOr<cudaEvent_t> drain = TimingEventLocked();
+    StatusOr<cudaEvent_t> drain = RecordTimingEventLocked("timing a drain");
     if (!drain.ok()) return;
-    if (cudaEventRecord(*drain, handle_.get()) != cudaSuccess) {
-      cudaGetLastError();
-      spare_events_.push_back(*drain);
-      return;
-    }
     drain_ = *drain;
     drain_pending_.store(true, std::memory_order_release);
   }
@@ -334,6 +325,16 @@ class CudaStream : public Stream {
     CUDA_RETURN_IF_ERROR(cudaEventCreate(&event), Where("creating a trace timer"));
     return event;
   }
+  // Under stall_mutex_: a timing event from the pool recorded on the stream now (on
+  // failure it goes back to the pool and the error is cleared and returned).
+  StatusOr<cudaEvent_t> RecordTimingEventLocked(const char* what) const {
+    ASSIGN_OR_RETURN(cudaEvent_t event, TimingEventLocked());
+    const cudaError_t recorded = cudaEventRecord(event, handle_.get());
+    if (recorded == cudaSuccess) return event;
+    cudaGetLastError();
+    spare_events_.push_back(event);
+    return CudaStatus(recorded, "cudaEventRecord", __FILE__, __LINE__, Where(what));
+  }
   // Under stall_mutex_: a mark where `label` begins; the first one also anchors GPU time
   // to host time (an event waited for at once, read against the host clock).
   Status AddMarkLocked(std::shared_ptr<const TraceLabel> label) {
@@ -344,8 +345,7 @@ class CudaStream : public Stream {
       CUDA_RETURN_IF_ERROR(cudaEventSynchronize(anchor_event_), Where("anchoring the trace"));
       anchor_host_ = Trace::Clock::now();
     }
-    ASSIGN_OR_RETURN(cudaEvent_t event, TimingEventLocked());
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(event, handle_.get()), Where("marking the trace"));
+    ASSIGN_OR_RETURN(cudaEvent_t event, RecordTimingEventLocked("marking the trace"));
     marks_.push_back({event, std::move(label)});
     return absl::OkStatus();
   }
