@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/rope.h"
 
 namespace strata {
 
@@ -46,6 +47,10 @@ struct OptionNames<DType> {
 template <>
 struct OptionNames<BackendKind> {
   static constexpr std::array<const char*, 2> kNames = {"cpu", "cuda"};
+};
+template <>
+struct OptionNames<RopeScaling> {
+  static constexpr std::array<const char*, 3> kNames = {"none", "linear", "llama3"};
 };
 template <>
 struct OptionNames<CudaAttentionKind> {
@@ -113,7 +118,10 @@ struct ModelOptions {
   int vocab = 50304;       // model.vocab: real vocabulary; token ids must be < vocab.
   int padded_vocab = 0;    // model.padded_vocab: embedding rows; 0 = vocab rounded up to 64.
   int max_seq_len = 256;   // model.max_seq_len: longest sequence (gpt: position embedding rows).
-  float rope_theta = 10000.0f;  // model.rope_theta: rotary base (llama).
+  // model.rope_theta, model.rope_scaling (none | linear | llama3) and its model.rope_factor,
+  // rope_low_freq_factor, rope_high_freq_factor, rope_original_max_seq_len: the rotary
+  // embedding (llama; core/rope.h).
+  RopeSpec rope;
   float norm_eps = 1e-5f;       // model.norm_eps: RMSNorm epsilon (llama; gpt's layernorm: 1e-5).
   bool tie_embeddings = true;   // model.tie_embeddings: LM head = token embedding (gpt: always).
 };

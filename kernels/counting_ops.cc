@@ -156,15 +156,15 @@ Status CountingOps::RmsNormBackward(Stream&, void*, void*, const void*, const vo
   return Count(Bytes(D() * (4.0 * N * C + 3.0 * C) + kFloatBytes * N));
 }
 
-Status CountingOps::RopeForward(Stream&, void*, int B, int T, int NH, int NKV, int hs, float theta,
-                                int position0) {
-  RETURN_IF_ERROR(CheckRopeShape("RopeForward", B, T, NH, NKV, hs, theta, position0));
+Status CountingOps::RopeForward(Stream&, void*, int B, int T, int NH, int NKV, int hs,
+                                const RopeSpec& rope, int position0) {
+  RETURN_IF_ERROR(CheckRopeShape("RopeForward", B, T, NH, NKV, hs, rope, position0));
   return Count(Bytes(2.0 * D() * B * T * (static_cast<double>(NH) + NKV) * hs));
 }
 
-Status CountingOps::RopeBackward(Stream&, void*, int B, int T, int NH, int NKV, int hs, float theta,
-                                 int position0) {
-  RETURN_IF_ERROR(CheckRopeShape("RopeBackward", B, T, NH, NKV, hs, theta, position0));
+Status CountingOps::RopeBackward(Stream&, void*, int B, int T, int NH, int NKV, int hs,
+                                 const RopeSpec& rope, int position0) {
+  RETURN_IF_ERROR(CheckRopeShape("RopeBackward", B, T, NH, NKV, hs, rope, position0));
   return Count(Bytes(2.0 * D() * B * T * (static_cast<double>(NH) + NKV) * hs));
 }
 

@@ -113,10 +113,10 @@ class CountingOps : public Ops {
                         int N, int C, float eps) override;
   Status RmsNormBackward(Stream& s, void* dinp, void* dweight, const void* dout, const void* inp,
                          const void* weight, const float* rstd, int N, int C) override;
-  Status RopeForward(Stream& s, void* qkv, int B, int T, int NH, int NKV, int hs, float theta,
-                     int position0) override;
-  Status RopeBackward(Stream& s, void* dqkv, int B, int T, int NH, int NKV, int hs, float theta,
-                      int position0) override;
+  Status RopeForward(Stream& s, void* qkv, int B, int T, int NH, int NKV, int hs,
+                     const RopeSpec& rope, int position0) override;
+  Status RopeBackward(Stream& s, void* dqkv, int B, int T, int NH, int NKV, int hs,
+                      const RopeSpec& rope, int position0) override;
   Status SwiGluForward(Stream& s, void* out, const void* inp, int N, int F) override;
   Status SwiGluBackward(Stream& s, void* dinp, const void* inp, const void* dout, int N,
                         int F) override;

@@ -193,8 +193,8 @@ int CallEveryOp(Ops& ops, Stream& s) {
       ops.AttentionDecode(s, p, c, 4, 8, 2, 1),
       ops.RmsNormForward(s, p, f, c, c, 8, 8, 1e-5f),
       ops.RmsNormBackward(s, p, p, c, c, c, f, 8, 8),
-      ops.RopeForward(s, p, 2, 4, 2, 1, 4, 10000.0f, 0),
-      ops.RopeBackward(s, p, 2, 4, 2, 1, 4, 10000.0f, 3),
+      ops.RopeForward(s, p, 2, 4, 2, 1, 4, RopeSpec{}, 0),
+      ops.RopeBackward(s, p, 2, 4, 2, 1, 4, RopeSpec{}, 3),
       ops.SwiGluForward(s, p, c, 8, 8),
       ops.SwiGluBackward(s, p, c, c, 8, 8),
       ops.GeluForward(s, p, c, 64),
@@ -285,7 +285,7 @@ TEST_F(CountingOpsTest, BadArgumentsAreRefusedAsTheCpuOpsRefuseThem) {
       {"decode of no keys",
        [&](Ops& o) { return o.AttentionDecode(stream_, Fake(0x1000), Fake(0x2000), 0, 8, 2, 1); }},
       {"odd head size",
-       [&](Ops& o) { return o.RopeForward(stream_, Fake(0x1000), 1, 4, 2, 1, 5, 10000.0f, 0); }},
+       [&](Ops& o) { return o.RopeForward(stream_, Fake(0x1000), 1, 4, 2, 1, 5, RopeSpec{}, 0); }},
       {"slice past the row",
        [&](Ops& o) {
          return o.AddScaledColumns(stream_, Fake(0x1000), 16, 10, Fake(0x2000), 4, 8, 0.5f);

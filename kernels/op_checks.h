@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/rope.h"
 #include "core/status.h"
 
 namespace strata {
@@ -51,17 +52,17 @@ inline Status CheckHeadShape(const char* op, int B, int T, int C, int NH, int NK
   return absl::OkStatus();
 }
 
-// Rotary embedding: head shapes as CheckHeadShape with C = NH * hs, hs even, theta > 0,
-// position0 >= 0.
-inline Status CheckRopeShape(const char* op, int B, int T, int NH, int NKV, int hs, float theta,
-                             int position0) {
+// Rotary embedding: head shapes as CheckHeadShape with C = NH * hs, hs even, the rope's
+// fields in range (CheckRopeSpec), position0 >= 0.
+inline Status CheckRopeShape(const char* op, int B, int T, int NH, int NKV, int hs,
+                             const RopeSpec& rope, int position0) {
   RETURN_IF_ERROR(CheckNonNegative(op, {{"hs", hs}, {"position0", position0}}));
   RETURN_IF_ERROR(CheckHeadShape(op, B, T, NH * hs, NH, NKV));
   if (hs % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": head size hs=", hs, " must be even"));
   }
-  if (!(theta > 0.0f)) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": theta=", theta, " must be > 0"));
+  if (Status valid = CheckRopeSpec(rope); !valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", valid.message()));
   }
   return absl::OkStatus();
 }

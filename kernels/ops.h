@@ -19,6 +19,7 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "core/rope.h"
 #include "core/status.h"
 
 namespace strata {
@@ -97,15 +98,16 @@ class Ops {
   // Rotary position embedding, Hugging Face's "rotate half" layout, IN PLACE on the q and k
   // heads of qkv (layout as AttentionForward; v untouched): for each head and i < hs/2, the
   // pair (x_i, x_{i+hs/2}) of the token at position p = position0 + t is rotated by the
-  // angle p * theta^(-2i/hs). hs must be even.
+  // angle p * inv_freq_i, the inverse frequencies of `rope` (core/rope.h: theta^(-2i/hs),
+  // scaled as it says). hs must be even.
   virtual Status RopeForward(Stream& s, void* qkv, int B, int T, int NH, int NKV, int hs,
-                             float theta, int position0) = 0;
+                             const RopeSpec& rope, int position0) = 0;
   // The backward of RopeForward, IN PLACE on dqkv (an exception to the accumulation rule: a
   // rotation's gradient is the inverse rotation of the incoming gradient): rotates the q
   // and k parts of dqkv by the negative angles, turning the gradient w.r.t. the rotated
   // q, k into the gradient w.r.t. the unrotated ones.
   virtual Status RopeBackward(Stream& s, void* dqkv, int B, int T, int NH, int NKV, int hs,
-                              float theta, int position0) = 0;
+                              const RopeSpec& rope, int position0) = 0;
 
   // SwiGLU (LLaMA's MLP): inp [N,2F] per row (gate | up); out [N,F] = silu(gate) * up,
   // silu(x) = x / (1 + e^-x).

@@ -113,16 +113,16 @@ class TierCheckedOps : public Ops {
     return ops_->RmsNormBackward(s, dinp, dweight, dout, inp, weight, rstd, N, C);
   }
 
-  Status RopeForward(Stream& s, void* qkv, int B, int T, int NH, int NKV, int hs, float theta,
-                     int position0) override {
+  Status RopeForward(Stream& s, void* qkv, int B, int T, int NH, int NKV, int hs,
+                     const RopeSpec& rope, int position0) override {
     RETURN_IF_ERROR(Check("RopeForward", {{"qkv", qkv}}));
-    return ops_->RopeForward(s, qkv, B, T, NH, NKV, hs, theta, position0);
+    return ops_->RopeForward(s, qkv, B, T, NH, NKV, hs, rope, position0);
   }
 
-  Status RopeBackward(Stream& s, void* dqkv, int B, int T, int NH, int NKV, int hs, float theta,
-                      int position0) override {
+  Status RopeBackward(Stream& s, void* dqkv, int B, int T, int NH, int NKV, int hs,
+                      const RopeSpec& rope, int position0) override {
     RETURN_IF_ERROR(Check("RopeBackward", {{"dqkv", dqkv}}));
-    return ops_->RopeBackward(s, dqkv, B, T, NH, NKV, hs, theta, position0);
+    return ops_->RopeBackward(s, dqkv, B, T, NH, NKV, hs, rope, position0);
   }
 
   Status SwiGluForward(Stream& s, void* out, const void* inp, int N, int F) override {

@@ -37,8 +37,9 @@ namespace {
 constexpr const char* kFormat = "strata-checkpoint";
 // 2: checkpoint.json carries "checksum", the XXH3 of its own other fields; 1 (without it)
 // still loads. 3: "units" are the trainable units only, and a LoRA run's checkpoint has
-// "lora" {rank, alpha, targets} and "base" {from, seed, xxh3}.
-constexpr int kVersion = 3;
+// "lora" {rank, alpha, targets} and "base" {from, seed, xxh3}. 4: "model" has
+// "rope_scaling" (absent before: none).
+constexpr int kVersion = 4;
 constexpr int kOldestVersion = 1;
 
 Status Errno(int error, const std::string& what) {
@@ -46,8 +47,19 @@ Status Errno(int error, const std::string& what) {
 }
 
 // The model's shape (resolved: no "0 = default" values), as checkpoint.json records it.
-// rope_theta and norm_eps are written as text (shortest round trip) so that they compare
-// exactly.
+// rope_theta, norm_eps and the rope scaling's factors are written as text (shortest round
+// trip) so that they compare exactly; rope_scaling is null for none.
+nlohmann::json RopeScalingJson(const RopeSpec& rope) {
+  if (rope.scaling == RopeScaling::kNone) return nullptr;
+  nlohmann::json out = {{"type", OptionName(rope.scaling)}, {"factor", absl::StrCat(rope.factor)}};
+  if (rope.scaling == RopeScaling::kLlama3) {
+    out["low_freq_factor"] = absl::StrCat(rope.low_freq_factor);
+    out["high_freq_factor"] = absl::StrCat(rope.high_freq_factor);
+    out["original_max_seq_len"] = rope.original_max_seq_len;
+  }
+  return out;
+}
+
 nlohmann::json ModelJson(const ModelOptions& options) {
   const ModelOptions model = ResolveModelOptions(options);
   return {{"family", OptionName(model.family)},
@@ -59,8 +71,9 @@ nlohmann::json ModelJson(const ModelOptions& options) {
           {"vocab", model.vocab},
           {"padded_vocab", model.padded_vocab},
           {"max_seq_len", model.max_seq_len},
-          {"rope_theta", absl::StrCat(model.rope_theta)},
+          {"rope_theta", absl::StrCat(model.rope.theta)},
           {"norm_eps", absl::StrCat(model.norm_eps)},
+          {"rope_scaling", RopeScalingJson(model.rope)},
           {"tie_embeddings", model.tie_embeddings}};
 }
 
@@ -72,7 +85,7 @@ nlohmann::json ModelKeyBeforeItExisted(const std::string& key, const nlohmann::j
   if (key == "ffn_hidden") return 4 * stored.value("channels", -1);
   if (key == "padded_vocab") return stored.value("vocab", -1);
   if (key == "tie_embeddings") return true;
-  // rope_theta, norm_eps: a GPT does not use them; equal to any GPT's.
+  // rope_theta, norm_eps: a GPT does not use them; equal to any GPT's. rope_scaling: none.
   return nullptr;
 }
 
@@ -505,8 +518,23 @@ StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
     model.padded_vocab = key("padded_vocab").get<int>();
     model.max_seq_len = key("max_seq_len").get<int>();
     if (!key("rope_theta").is_null()) {
-      model.rope_theta = std::stof(key("rope_theta").get<std::string>());
+      model.rope.theta = std::stof(key("rope_theta").get<std::string>());
       model.norm_eps = std::stof(key("norm_eps").get<std::string>());
+    }
+    if (const nlohmann::json scaling = key("rope_scaling"); !scaling.is_null()) {
+      const std::string type = scaling.at("type").get<std::string>();
+      if (type == "linear") {
+        model.rope.scaling = RopeScaling::kLinear;
+      } else if (type == "llama3") {
+        model.rope.scaling = RopeScaling::kLlama3;
+        model.rope.low_freq_factor = std::stof(scaling.at("low_freq_factor").get<std::string>());
+        model.rope.high_freq_factor = std::stof(scaling.at("high_freq_factor").get<std::string>());
+        model.rope.original_max_seq_len = scaling.at("original_max_seq_len").get<int>();
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("checkpoint: ", meta_path, " has a rope scaling of type '", type, "'"));
+      }
+      model.rope.factor = std::stof(scaling.at("factor").get<std::string>());
     }
     model.tie_embeddings = key("tie_embeddings").get<bool>();
     opened.next_step = meta.at("next_step").get<int>();

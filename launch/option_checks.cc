@@ -41,7 +41,9 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
   if (model.padded_vocab != 0) {
     in_range("model.padded_vocab", model.padded_vocab, std::max(model.vocab, 1), 1073741824);
   }
-  expect(model.rope_theta > 0, "model.rope_theta", NumberText(model.rope_theta), "> 0");
+  if (Status rope = CheckRopeSpec(model.rope); !rope.ok()) {
+    problems->push_back(std::string(rope.message()));
+  }
   expect(model.norm_eps > 0, "model.norm_eps", NumberText(model.norm_eps), "> 0");
   if (model.heads >= 1 && model.channels >= 1) {
     expect(model.channels % model.heads == 0, "model.channels", NumberText(model.channels),
@@ -58,6 +60,9 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
                         ") for model.family=gpt"));
     expect(model.tie_embeddings, "model.tie_embeddings", "false",
            "true for model.family=gpt (GPT-2's LM head is its token embedding)");
+    expect(model.rope.scaling == RopeScaling::kNone, "model.rope_scaling",
+           OptionName(model.rope.scaling),
+           "none for model.family=gpt (it has no rotary embedding)");
   } else {
     if (model.kv_heads >= 1 && model.heads >= 1) {
       expect(model.heads % model.kv_heads == 0, "model.heads", NumberText(model.heads),

@@ -72,8 +72,26 @@ const std::vector<KeySpec>& Keys() {
        false},
       {"model.max_seq_len", +[](Options& o) { return &o.model.max_seq_len; },
        "longest sequence (gpt: rows of the position embedding); >= train.seq_len, <= 2^20.", false},
-      {"model.rope_theta", +[](Options& o) { return &o.model.rope_theta; },
+      {"model.rope_theta", +[](Options& o) { return &o.model.rope.theta; },
        "rotary embedding base (llama); > 0.", false},
+      {"model.rope_scaling", Enum(+[](Options& o) { return &o.model.rope.scaling; }),
+       "rotary frequency scaling (llama; Hugging Face's rope_scaling): none | linear "
+       "(frequencies / model.rope_factor) | llama3 (Llama 3.1/3.2: low frequencies / "
+       "model.rope_factor, high ones kept, a mix between; core/rope.h).",
+       false},
+      {"model.rope_factor", +[](Options& o) { return &o.model.rope.factor; },
+       "the scaling's factor (linear, llama3); > 0.", false},
+      {"model.rope_low_freq_factor", +[](Options& o) { return &o.model.rope.low_freq_factor; },
+       "llama3 scaling: wavelengths above model.rope_original_max_seq_len / this are divided; "
+       "> 0.",
+       false},
+      {"model.rope_high_freq_factor", +[](Options& o) { return &o.model.rope.high_freq_factor; },
+       "llama3 scaling: wavelengths below model.rope_original_max_seq_len / this are kept; > "
+       "model.rope_low_freq_factor.",
+       false},
+      {"model.rope_original_max_seq_len",
+       +[](Options& o) { return &o.model.rope.original_max_seq_len; },
+       "llama3 scaling: the context the model was first trained for; >= 1.", false},
       {"model.norm_eps", +[](Options& o) { return &o.model.norm_eps; },
        "RMSNorm epsilon (llama; gpt's layernorm uses 1e-5); > 0.", false},
       {"model.tie_embeddings", +[](Options& o) { return &o.model.tie_embeddings; },
@@ -256,8 +274,20 @@ ModelOptions Gpt(int layers, int heads, int channels, int vocab, int max_seq_len
   return m;
 }
 
+// Llama 3.1/3.2's rotary embedding: theta 500000, llama3 scaling from an 8192 context.
+RopeSpec Llama3Rope(float factor) {
+  RopeSpec rope;
+  rope.theta = 500000.0f;
+  rope.scaling = RopeScaling::kLlama3;
+  rope.factor = factor;
+  rope.low_freq_factor = 1.0f;
+  rope.high_freq_factor = 4.0f;
+  rope.original_max_seq_len = 8192;
+  return rope;
+}
+
 ModelOptions Llama(int layers, int heads, int kv_heads, int channels, int ffn_hidden, int vocab,
-                   int max_seq_len, float rope_theta, bool tie_embeddings) {
+                   int max_seq_len, const RopeSpec& rope, bool tie_embeddings) {
   ModelOptions m;
   m.family = ModelFamily::kLlama;
   m.layers = layers;
@@ -267,7 +297,7 @@ ModelOptions Llama(int layers, int heads, int kv_heads, int channels, int ffn_hi
   m.ffn_hidden = ffn_hidden;
   m.vocab = vocab;
   m.max_seq_len = max_seq_len;
-  m.rope_theta = rope_theta;
+  m.rope = rope;
   m.tie_embeddings = tie_embeddings;
   return m;
 }
@@ -278,13 +308,13 @@ const std::vector<Preset>& Presets() {
   static const auto* presets = new std::vector<Preset>{
       {"tiny", Gpt(2, 2, 64, 256, 64)},
       {"small", Gpt(4, 4, 256, 50304, 256)},
-      {"gpt2-124m", Gpt(12, 12, 768, 50257, 1024)},  // padded to 50,304
+      {"gpt2-124m", Gpt(12, 12, 768, 50257, 1024)},   // padded to 50,304
       {"gpt2-1.5b", Gpt(48, 25, 1600, 50257, 1024)},  // GPT-2 XL; the GPU benchmark's big model
-      {"llama-tiny", Llama(2, 4, 2, 64, 128, 256, 64, 10000.0f, false)},  // for tests
-      // Shapes of Llama 3.2 1B and Llama 3.1 8B (config only: no weights are embedded; the
-      // long-context "llama3" rope scaling is not implemented).
-      {"llama-1b", Llama(16, 32, 8, 2048, 8192, 128256, 131072, 500000.0f, true)},
-      {"llama-8b", Llama(32, 32, 8, 4096, 14336, 128256, 131072, 500000.0f, false)},
+      {"llama-tiny", Llama(2, 4, 2, 64, 128, 256, 64, RopeSpec{}, false)},  // for tests
+      // Shapes of Llama 3.2 1B and Llama 3.1 8B (config only: no weights are embedded),
+      // with their long-context "llama3" rope scaling.
+      {"llama-1b", Llama(16, 32, 8, 2048, 8192, 128256, 131072, Llama3Rope(32.0f), true)},
+      {"llama-8b", Llama(32, 32, 8, 4096, 14336, 128256, 131072, Llama3Rope(8.0f), false)},
   };
   return *presets;
 }

@@ -426,7 +426,7 @@ std::string DescribeKeys() {
         if (m.ffn_hidden != 0) absl::StrAppend(&out, ", ffn_hidden ", m.ffn_hidden);
         absl::StrAppend(&out, ", vocab ", m.vocab, ", max_seq_len ", m.max_seq_len);
         if (m.family == ModelFamily::kLlama) {
-          absl::StrAppend(&out, ", rope_theta ", m.rope_theta,
+          absl::StrAppend(&out, ", rope ", DescribeRope(m.rope),
                           m.tie_embeddings ? ", tied" : ", untied");
         }
         absl::StrAppend(&out, "\n");

@@ -39,6 +39,11 @@ const std::vector<std::string> kAllKeys = {
     "model.padded_vocab",
     "model.max_seq_len",
     "model.rope_theta",
+    "model.rope_scaling",
+    "model.rope_factor",
+    "model.rope_low_freq_factor",
+    "model.rope_high_freq_factor",
+    "model.rope_original_max_seq_len",
     "model.norm_eps",
     "model.tie_embeddings",
     "data.path",
@@ -121,7 +126,7 @@ void ExpectOptionsEqual(const Options& got, const Options& want) {
   EXPECT_EQ(got.model.kv_heads, want.model.kv_heads);
   EXPECT_EQ(got.model.ffn_hidden, want.model.ffn_hidden);
   EXPECT_EQ(got.model.padded_vocab, want.model.padded_vocab);
-  EXPECT_EQ(got.model.rope_theta, want.model.rope_theta);
+  EXPECT_EQ(got.model.rope, want.model.rope);
   EXPECT_EQ(got.model.norm_eps, want.model.norm_eps);
   EXPECT_EQ(got.model.tie_embeddings, want.model.tie_embeddings);
   EXPECT_EQ(got.data.path, want.data.path);
@@ -241,13 +246,15 @@ TEST(ParseOptions, LlamaPresetsSetEveryModelKey) {
   EXPECT_EQ(m.channels, 4096);
   EXPECT_EQ(m.ffn_hidden, 14336);
   EXPECT_EQ(m.vocab, 128256);
-  EXPECT_EQ(m.rope_theta, 500000.0f);
+  EXPECT_EQ(m.rope.theta, 500000.0f);
+  EXPECT_EQ(m.rope, (RopeSpec{500000.0f, RopeScaling::kLlama3, 8.0f, 1.0f, 4.0f, 8192}));
   EXPECT_FALSE(m.tie_embeddings);
   // A preset replaces the whole model: a GPT preset after it restores GPT's keys.
   parsed = ParseOptions("", {"model.preset=llama-1b"});
   ASSERT_OK(parsed);
   EXPECT_TRUE(parsed->model.tie_embeddings);
   EXPECT_EQ(parsed->model.layers, 16);
+  EXPECT_EQ(parsed->model.rope.factor, 32.0f);
 }
 
 TEST(ParseOptions, FamilyRulesAreChecked) {
@@ -267,6 +274,15 @@ TEST(ParseOptions, FamilyRulesAreChecked) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.padded_vocab")));
   EXPECT_THAT(ParseOptions("", {"model.preset=llama-tiny", "model.rope_theta=0"}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.rope_theta")));
+  EXPECT_THAT(
+      ParseOptions("", {"model.preset=llama-tiny", "model.rope_scaling=llama3",
+                        "model.rope_high_freq_factor=0.5"}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.rope_high_freq_factor")));
+  EXPECT_THAT(ParseOptions("", {"model.preset=llama-tiny", "model.rope_scaling=yarn"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.rope_scaling")));
+  // GPT has no rotary embedding to scale.
+  EXPECT_THAT(ParseOptions("", {"model.preset=tiny", "model.rope_scaling=linear"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.rope_scaling")));
 }
 
 TEST(ParseOptions, FilePresetThenFileKeysThenSets) {
@@ -312,6 +328,11 @@ TEST(ParseOptions, EveryKeyThroughSet) {
                                                "model.padded_vocab=320",
                                                "model.max_seq_len=128",
                                                "model.rope_theta=5e5",
+                                               "model.rope_scaling=llama3",
+                                               "model.rope_factor=16",
+                                               "model.rope_low_freq_factor=2",
+                                               "model.rope_high_freq_factor=8",
+                                               "model.rope_original_max_seq_len=4096",
                                                "model.norm_eps=1e-6",
                                                "model.tie_embeddings=false",
                                                "data.path=/data/a=b.txt",
@@ -353,7 +374,7 @@ TEST(ParseOptions, EveryKeyThroughSet) {
   want.model.kv_heads = 2;
   want.model.ffn_hidden = 200;
   want.model.padded_vocab = 320;
-  want.model.rope_theta = 5e5f;
+  want.model.rope = {5e5f, RopeScaling::kLlama3, 16.0f, 2.0f, 8.0f, 4096};
   want.model.norm_eps = 1e-6f;
   want.model.tie_embeddings = false;
   want.data = {"/data/a=b.txt", DataFormat::kAuto, 0.25};

@@ -38,7 +38,7 @@ StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options, Recomp
     config.vocab = m.vocab;
     config.padded_vocab = m.padded_vocab;
     config.max_seq_len = m.max_seq_len;
-    config.rope_theta = m.rope_theta;
+    config.rope = m.rope;
     config.norm_eps = m.norm_eps;
     config.tie_embeddings = m.tie_embeddings;
     config.recompute = blocks;

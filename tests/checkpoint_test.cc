@@ -97,11 +97,14 @@ TEST(Checkpoint, ResumesInAnyConfigurationWithTheSameLosses) {
 // (the same losses) and at world 2 stage 3 (within rounding); a GPT's run cannot resume it.
 TEST(Checkpoint, LlamaResumesInAnotherConfiguration) {
   const std::string dir = TestDir("checkpoints-llama");
-  std::vector<std::string> sets = TinyLlamaSets();
+  // With Llama 3's rope scaling, which the checkpoint records.
+  std::vector<std::string> scaled = TinyLlamaSets();
+  scaled.insert(scaled.end(), {"model.rope_scaling=llama3", "model.rope_original_max_seq_len=64"});
+  std::vector<std::string> sets = scaled;
   sets.insert(sets.end(), {"train.checkpoint_dir=" + dir, "train.checkpoint_every=3"});
   const PlacementRun written = TrainAllRanks(Make(1, 0, sets));
   ASSERT_OK(written.status);
-  std::vector<std::string> resume = TinyLlamaSets();
+  std::vector<std::string> resume = scaled;
   resume.push_back("train.resume=" + dir + "/step-3");
   std::vector<std::string> nvme = resume;
   nvme.insert(nvme.end(), {"zero.optimizer_tier=nvme", "zero.param_tier=nvme",
@@ -116,6 +119,11 @@ TEST(Checkpoint, LlamaResumesInAnotherConfiguration) {
     EXPECT_NEAR(world2.losses[i], written.losses[3 + i], 1e-5 * std::abs(written.losses[3 + i]))
         << "step " << 3 + i;
   }
+  std::vector<std::string> unscaled = TinyLlamaSets();
+  unscaled.push_back("train.resume=" + dir + "/step-3");
+  EXPECT_THAT(TrainAllRanks(Make(1, 3, unscaled)).status,
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("rope_scaling={\"factor\":\"8\",\"high_freq_factor\":\"4\"")));
   const PlacementRun gpt = TrainAllRanks(Make(1, 0, {"train.resume=" + dir + "/step-3"}));
   EXPECT_THAT(gpt.status, StatusIs(absl::StatusCode::kInvalidArgument,
                                    HasSubstr("family=llama but model.family=gpt")));

@@ -264,6 +264,33 @@ TEST(HfImportErrors, BadDirectoriesAreClearErrors) {
                 StatusIs(absl::StatusCode::kInvalidArgument,
                          HasSubstr("field 'attention_bias' is true")));
   }
+  // Rotary scalings: llama3 read with every factor; one strata does not implement, and a
+  // llama3 scaling without its original context, refused naming the field.
+  {
+    ASSERT_OK_AND_ASSIGN(const Options tied,
+                         ParseOptions("", {"model.from=hf:" + HfFixture("llama-tiny-tied")}));
+    EXPECT_EQ(tied.model.rope, (RopeSpec{10000.0f, RopeScaling::kLlama3, 8.0f, 1.0f, 4.0f, 128}));
+    const std::string dir = CopyFixture("llama-tiny-tied", "hf-yarn");
+    std::ifstream in(dir + "/config.json");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    in.close();
+    const size_t at = text.find("\"rope_type\": \"llama3\"");
+    ASSERT_NE(at, std::string::npos);
+    std::string yarn = text;
+    yarn.replace(at, 21, "\"rope_type\": \"yarn\"");
+    std::ofstream(dir + "/config.json") << yarn;
+    EXPECT_THAT(ParseOptions("", {"model.from=hf:" + dir}),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("field 'rope_scaling' has rope_type \"yarn\"")));
+    const size_t original = text.find("\"original_max_position_embeddings\"");
+    ASSERT_NE(original, std::string::npos);
+    std::string lacking = text;
+    lacking.replace(original, 34, "\"original_context\"");
+    std::ofstream(dir + "/config.json") << lacking;
+    EXPECT_THAT(ParseOptions("", {"model.from=hf:" + dir}),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("lacks the number 'original_max_position_embeddings'")));
+  }
   // A missing directory and a wrong prefix.
   EXPECT_THAT(ParseOptions("", {"model.from=hf:/nonexistent"}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("config.json not found")));

@@ -39,7 +39,7 @@ Options TinyOptions(Family family, int rank, const std::string& targets) {
     options.model.heads = 4;
     options.model.kv_heads = 2;
     options.model.ffn_hidden = 24;
-    options.model.rope_theta = 500.0f;
+    options.model.rope.theta = 500.0f;
     options.model.tie_embeddings = false;
   }
   options.lora.rank = rank;

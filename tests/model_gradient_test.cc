@@ -33,7 +33,7 @@ Options TinyOptions(DType dtype, Tiny model = Tiny::kGpt) {
     options.model.kv_heads = 2;
     options.model.ffn_hidden = 24;
     options.model.vocab = 30;  // padded to 64
-    options.model.rope_theta = 500.0f;  // angles that differ visibly across 8 positions
+    options.model.rope.theta = 500.0f;  // angles that differ visibly across 8 positions
     options.model.tie_embeddings = model == Tiny::kLlamaTied;
   }
   options.train.micro_batch = 2;

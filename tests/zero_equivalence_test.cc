@@ -101,7 +101,7 @@ TEST(ZeroEquivalence, LlamaStagesAndWorldSizesMatchSingleRankStage0) {
     options.model.kv_heads = 2;
     options.model.vocab = 250;
     options.model.tie_embeddings = false;
-    options.model.rope_theta = 500.0f;
+    options.model.rope.theta = 500.0f;
     EXPECT_OK(ValidateOptions(options));
     return options;
   };

@@ -98,7 +98,21 @@ LLAMA_CONFIG = {
     "vocab_size": 100,
 }
 
-LLAMA_TIED_CONFIG = dict(LLAMA_CONFIG, tie_word_embeddings=True, num_key_value_heads=1)
+# Tied like Llama 3.2 1B, with its "llama3" rope scaling; an original context of 128 puts
+# the 4 frequency pairs of head_dim 8 in all three of its bands (kept, mixed, divided).
+LLAMA_TIED_CONFIG = dict(
+    LLAMA_CONFIG,
+    tie_word_embeddings=True,
+    num_key_value_heads=1,
+    max_position_embeddings=512,
+    rope_scaling={
+        "factor": 8.0,
+        "high_freq_factor": 4.0,
+        "low_freq_factor": 1.0,
+        "original_max_position_embeddings": 128,
+        "rope_type": "llama3",
+    },
+)
 
 
 # ---------------------------------------------------------------- safetensors I/O
@@ -301,13 +315,40 @@ def gpt2_forward(config, params, input_ids, attention=causal_attention, lm_head=
 # ---------------------------------------------------------------- LLaMA
 
 
+def rope_inverse_frequencies(config):
+    """inv_freq [head_dim / 2] in float32, as transformers' modeling_rope_utils computes it:
+    the default parameters, then the "linear" or "llama3" scaling of config["rope_scaling"]
+    (same operations in the same order, on float32 tensors with Python scalars)."""
+    head_dim = config["head_dim"]
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
+    inv_freq = 1.0 / (config["rope_theta"] ** exponents)
+    scaling = config.get("rope_scaling")
+    kind = None if scaling is None else scaling.get("rope_type", scaling.get("type"))
+    if kind in (None, "default"):
+        return inv_freq
+    factor = scaling["factor"]
+    if kind == "linear":
+        return inv_freq / factor
+    assert kind == "llama3", kind
+    low_freq_factor = scaling["low_freq_factor"]
+    high_freq_factor = scaling["high_freq_factor"]
+    old_context_len = scaling["original_max_position_embeddings"]
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth_factor = (old_context_len / wavelen - low_freq_factor) / (
+        high_freq_factor - low_freq_factor)
+    smoothed_inv_freq = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama
+    is_medium_freq = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)
+
+
 def rope_tables(config, seq_len, angle_dtype=torch.float64):
     """cos, sin [T, head_dim] in float64. inv_freq is computed in float32 as
     LlamaRotaryEmbedding does; the angles and their cos/sin in `angle_dtype`
     (Hugging Face itself uses float32 there; float64 is the exact value)."""
-    head_dim = config["head_dim"]
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
-    inv_freq = 1.0 / (config["rope_theta"] ** exponents)
+    inv_freq = rope_inverse_frequencies(config)
     assert inv_freq.dtype == torch.float32
     angles = torch.arange(seq_len, dtype=angle_dtype)[:, None] * inv_freq.to(angle_dtype)[None, :]
     doubled = torch.cat((angles, angles), dim=-1)
@@ -450,6 +491,32 @@ def check_rope_relative_positions(config):
           "RoPE: rotate-half layout pairs dimension i with i + head_dim/2")
 
 
+def check_rope_scaling(config):
+    """A llama3 scaling's frequencies against a scalar float64 loop over its three bands."""
+    scaling = config.get("rope_scaling")
+    if scaling is None:
+        return
+    got = rope_inverse_frequencies(config).double()
+    head_dim, theta = config["head_dim"], config["rope_theta"]
+    context, factor = scaling["original_max_position_embeddings"], scaling["factor"]
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    bands = set()
+    for i in range(head_dim // 2):
+        plain = theta ** (-2.0 * i / head_dim)
+        wavelength = 2 * math.pi / plain
+        if wavelength < context / high:
+            want, band = plain, "kept"
+        elif wavelength > context / low:
+            want, band = plain / factor, "divided"
+        else:
+            mix = (context / wavelength - low) / (high - low)
+            want, band = (1 - mix) * plain / factor + mix * plain, "mixed"
+        bands.add(band)
+        check(abs(got[i].item() - want) <= 1e-6 * want,
+              f"llama3 rope: pair {i} ({band}) {got[i].item():.7g} vs {want:.7g}")
+    check(bands == {"kept", "mixed", "divided"}, f"llama3 rope: pairs in every band {bands}")
+
+
 # ---------------------------------------------------------------- models
 
 
@@ -547,6 +614,7 @@ def main():
     torch.set_num_threads(1)  # one summation order, so reruns are byte-identical
 
     check_rope_relative_positions(LLAMA_CONFIG)
+    check_rope_scaling(LLAMA_TIED_CONFIG)
     losses = {}
     for seed, (name, config) in enumerate((("gpt2-tiny", GPT2_CONFIG),
                                            ("llama-tiny", LLAMA_CONFIG),

@@ -151,21 +151,21 @@ class CpuOps : public Ops {
     });
   }
 
-  Status RopeForward(Stream& s, void* qkv, int B, int T, int NH, int NKV, int hs, float theta,
-                     int position0) override {
-    RETURN_IF_ERROR(CheckRopeShape("RopeForward", B, T, NH, NKV, hs, theta, position0));
+  Status RopeForward(Stream& s, void* qkv, int B, int T, int NH, int NKV, int hs,
+                     const RopeSpec& rope, int position0) override {
+    RETURN_IF_ERROR(CheckRopeShape("RopeForward", B, T, NH, NKV, hs, rope, position0));
     return Launch(s, [=](auto tag) {
       using S = decltype(tag);
-      cpu::Rope(As<S>(qkv), B, T, NH, NKV, hs, theta, position0, +1);
+      cpu::Rope(As<S>(qkv), B, T, NH, NKV, hs, rope, position0, +1);
     });
   }
 
-  Status RopeBackward(Stream& s, void* dqkv, int B, int T, int NH, int NKV, int hs, float theta,
-                      int position0) override {
-    RETURN_IF_ERROR(CheckRopeShape("RopeBackward", B, T, NH, NKV, hs, theta, position0));
+  Status RopeBackward(Stream& s, void* dqkv, int B, int T, int NH, int NKV, int hs,
+                      const RopeSpec& rope, int position0) override {
+    RETURN_IF_ERROR(CheckRopeShape("RopeBackward", B, T, NH, NKV, hs, rope, position0));
     return Launch(s, [=](auto tag) {
       using S = decltype(tag);
-      cpu::Rope(As<S>(dqkv), B, T, NH, NKV, hs, theta, position0, -1);
+      cpu::Rope(As<S>(dqkv), B, T, NH, NKV, hs, rope, position0, -1);
     });
   }
 

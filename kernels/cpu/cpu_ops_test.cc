@@ -250,7 +250,10 @@ TYPED_TEST(CpuOpsTest, LlamaOpsMatchReferences) {
   using T = TypeParam;
   const int B = 2, T_len = 7, NH = 4, NKV = 2, hs = 6, C = NH * hs, N = B * T_len, F = 11, V = 13;
   const int QKV = C + 2 * NKV * hs;
-  const float theta = 500000.0f, eps = 1e-5f;
+  const float eps = 1e-5f;
+  RopeSpec rope;  // Llama 3.1's
+  rope.theta = 500000.0f;
+  rope.scaling = RopeScaling::kLlama3;
   std::vector<int32_t> tokens(N);
   for (int i = 0; i < N; ++i) tokens[i] = (i * 5) % V;
   const std::vector<T> wte = ToStorage<T>(RandomFloats(size_t(V) * C, -1, 1, 30));
@@ -279,10 +282,10 @@ TYPED_TEST(CpuOpsTest, LlamaOpsMatchReferences) {
   ASSERT_OK(ops.RmsNormForward(s, d_norm, d_rstd, d_encoded, this->Upload(weight), N, C, eps));
   ASSERT_OK(ops.RmsNormBackward(s, d_dinp, d_dweight, d_dout, d_encoded, this->Upload(weight),
                                 d_rstd, N, C));
-  ASSERT_OK(ops.RopeForward(s, d_qkv, B, T_len, NH, NKV, hs, theta, 0));
+  ASSERT_OK(ops.RopeForward(s, d_qkv, B, T_len, NH, NKV, hs, rope, 0));
   ASSERT_OK(ops.AttentionForward(s, d_att, d_stats, d_qkv, B, T_len, C, NH, NKV));
   ASSERT_OK(ops.AttentionBackward(s, d_dqkv, d_dout, d_qkv, d_att, d_stats, B, T_len, C, NH, NKV));
-  ASSERT_OK(ops.RopeBackward(s, d_dqkv, B, T_len, NH, NKV, hs, theta, 0));
+  ASSERT_OK(ops.RopeBackward(s, d_dqkv, B, T_len, NH, NKV, hs, rope, 0));
   ASSERT_OK(ops.SwiGluForward(s, d_swiglu, this->Upload(gate_up), N, F));
   ASSERT_OK(ops.SwiGluBackward(s, d_dgate_up, this->Upload(gate_up), this->Upload(dmlp), N, F));
   this->Sync();
@@ -300,12 +303,12 @@ TYPED_TEST(CpuOpsTest, LlamaOpsMatchReferences) {
   this->Expect(d_dweight, dweight, "rmsnorm dweight");
   std::vector<T> qkv = qkv0, att(size_t(N) * C), dqkv(size_t(N) * QKV);
   std::vector<float> stats(size_t(B) * NH * T_len);
-  cpu::RopeReference(qkv.data(), B, T_len, NH, NKV, hs, theta, 0, 1);
+  cpu::RopeReference(qkv.data(), B, T_len, NH, NKV, hs, rope, 0, 1);
   this->Expect(d_qkv, qkv, "rotated qkv");
   cpu::AttentionForwardReference(att.data(), stats.data(), qkv.data(), B, T_len, C, NH, NKV);
   cpu::AttentionBackwardReference(dqkv.data(), dout.data(), qkv.data(), att.data(), stats.data(),
                                   B, T_len, C, NH, NKV);
-  cpu::RopeReference(dqkv.data(), B, T_len, NH, NKV, hs, theta, 0, -1);
+  cpu::RopeReference(dqkv.data(), B, T_len, NH, NKV, hs, rope, 0, -1);
   this->Expect(d_att, att, "gqa attention out");
   this->Expect(d_dqkv, dqkv, "gqa dqkv (unrotated)");
   std::vector<T> swiglu(size_t(N) * F), dgate_up(size_t(N) * 2 * F);
@@ -448,7 +451,7 @@ TEST(CpuOps, RejectsBadSizesBeforeEnqueueing) {
   EXPECT_THAT(bad_heads, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NH=3")));
   Status bad_groups = ops->AttentionForward(*stream, buffer, buffer, buffer, 1, 2, 12, 3, 2);
   EXPECT_THAT(bad_groups, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NKV=2")));
-  Status odd_head = ops->RopeForward(*stream, buffer, 1, 2, 2, 2, 3, 10000.0f, 0);
+  Status odd_head = ops->RopeForward(*stream, buffer, 1, 2, 2, 2, 3, RopeSpec{}, 0);
   EXPECT_THAT(odd_head, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("hs=3")));
   Status padded = ops->SoftmaxCrossEntropy(*stream, buffer, buffer, nullptr, 1, 9, 8, 1.0f);
   EXPECT_THAT(padded, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Vp=8")));

@@ -32,14 +32,9 @@ STRATA_CPU_SIMD_CLONES void RotateRow(Storage* row, const float* cos_row, const 
 }  // namespace
 
 void RopeTable(std::vector<float>& cos_table, std::vector<float>& sin_table, int T, int hs,
-               float theta, int position0) {
+               const RopeSpec& rope, int position0) {
   const int half = hs / 2;
-  std::vector<float> inv_freq(half);
-  for (int i = 0; i < half; ++i) {
-    // As transformers' default rope: 1 / theta^(arange(0, hs, 2) / hs), in fp32.
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(hs);
-    inv_freq[i] = 1.0f / std::pow(theta, exponent);
-  }
+  const std::vector<float> inv_freq = RopeInverseFrequencies(rope, hs);
   cos_table.resize(static_cast<size_t>(T) * half);
   sin_table.resize(cos_table.size());
   for (int t = 0; t < T; ++t) {
@@ -53,10 +48,10 @@ void RopeTable(std::vector<float>& cos_table, std::vector<float>& sin_table, int
 }
 
 template <typename Storage>
-void RopeReference(Storage* qkv, int B, int T, int NH, int NKV, int hs, float theta,
+void RopeReference(Storage* qkv, int B, int T, int NH, int NKV, int hs, const RopeSpec& rope,
                    int position0, int direction) {
   std::vector<float> cos_table, sin_table;
-  RopeTable(cos_table, sin_table, T, hs, theta, position0);
+  RopeTable(cos_table, sin_table, T, hs, rope, position0);
   const int half = hs / 2;
   const size_t row_stride = static_cast<size_t>(NH + 2 * NKV) * hs;
   const float sign = direction >= 0 ? 1.0f : -1.0f;
@@ -78,10 +73,10 @@ void RopeReference(Storage* qkv, int B, int T, int NH, int NKV, int hs, float th
 }
 
 template <typename Storage>
-void Rope(Storage* qkv, int B, int T, int NH, int NKV, int hs, float theta, int position0,
+void Rope(Storage* qkv, int B, int T, int NH, int NKV, int hs, const RopeSpec& rope, int position0,
           int direction) {
   std::vector<float> cos_table, sin_table;
-  RopeTable(cos_table, sin_table, T, hs, theta, position0);
+  RopeTable(cos_table, sin_table, T, hs, rope, position0);
   const int half = hs / 2;
   const size_t row_stride = static_cast<size_t>(NH + 2 * NKV) * hs;
   const float sign = direction >= 0 ? 1.0f : -1.0f;
@@ -94,9 +89,9 @@ void Rope(Storage* qkv, int B, int T, int NH, int NKV, int hs, float theta, int 
   }
 }
 
-#define STRATA_INSTANTIATE(S)                                                        \
-  template void RopeReference<S>(S*, int, int, int, int, int, float, int, int); \
-  template void Rope<S>(S*, int, int, int, int, int, float, int, int);
+#define STRATA_INSTANTIATE(S)                                                             \
+  template void RopeReference<S>(S*, int, int, int, int, int, const RopeSpec&, int, int); \
+  template void Rope<S>(S*, int, int, int, int, int, const RopeSpec&, int, int);
 STRATA_INSTANTIATE(float)
 STRATA_INSTANTIATE(bf16)
 #undef STRATA_INSTANTIATE

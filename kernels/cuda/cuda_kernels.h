@@ -84,7 +84,7 @@ Status AttentionAddFloatRows(DType dtype, void* dst, int64_t row_stride, int64_t
 // --- rotary position embedding (kernels/cpu/rope.h), in place on the q and k heads of
 // qkv [B,T,(NH + 2*NKV) * hs]; direction +1 is RopeForward, -1 RopeBackward (the inverse
 // rotation). hs even, hs <= kMaxRopeHeadSize.
-Status Rope(DType dtype, void* qkv, int B, int T, int NH, int NKV, int hs, float theta,
+Status Rope(DType dtype, void* qkv, int B, int T, int NH, int NKV, int hs, const RopeSpec& rope,
             int position0, int direction, cudaStream_t stream);
 
 // --- SwiGLU (kernels/cpu/swiglu.h): inp / dinp [N,2F] rows (gate | up), out / dout [N,F].

@@ -247,20 +247,20 @@ class CudaOps : public Ops {
                                          stream);
   }
 
-  Status RopeForward(Stream& s, void* qkv, int B, int T, int NH, int NKV, int hs, float theta,
-                     int position0) override {
+  Status RopeForward(Stream& s, void* qkv, int B, int T, int NH, int NKV, int hs,
+                     const RopeSpec& rope, int position0) override {
     constexpr const char* kOp = "RopeForward";
-    RETURN_IF_ERROR(CheckRopeArguments(kOp, qkv, B, T, NH, NKV, hs, theta, position0));
+    RETURN_IF_ERROR(CheckRopeArguments(kOp, qkv, B, T, NH, NKV, hs, rope, position0));
     ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
-    return cuda_kernels::Rope(dtype_, qkv, B, T, NH, NKV, hs, theta, position0, +1, stream);
+    return cuda_kernels::Rope(dtype_, qkv, B, T, NH, NKV, hs, rope, position0, +1, stream);
   }
 
-  Status RopeBackward(Stream& s, void* dqkv, int B, int T, int NH, int NKV, int hs, float theta,
-                      int position0) override {
+  Status RopeBackward(Stream& s, void* dqkv, int B, int T, int NH, int NKV, int hs,
+                      const RopeSpec& rope, int position0) override {
     constexpr const char* kOp = "RopeBackward";
-    RETURN_IF_ERROR(CheckRopeArguments(kOp, dqkv, B, T, NH, NKV, hs, theta, position0));
+    RETURN_IF_ERROR(CheckRopeArguments(kOp, dqkv, B, T, NH, NKV, hs, rope, position0));
     ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
-    return cuda_kernels::Rope(dtype_, dqkv, B, T, NH, NKV, hs, theta, position0, -1, stream);
+    return cuda_kernels::Rope(dtype_, dqkv, B, T, NH, NKV, hs, rope, position0, -1, stream);
   }
 
   Status SwiGluForward(Stream& s, void* out, const void* inp, int N, int F) override {
@@ -414,8 +414,8 @@ class CudaOps : public Ops {
 
   // The shared RoPE shape checks, the CUDA kernel's limit on the head size, and the buffer.
   static Status CheckRopeArguments(const char* op, const void* qkv, int B, int T, int NH, int NKV,
-                                   int hs, float theta, int position0) {
-    RETURN_IF_ERROR(CheckRopeShape(op, B, T, NH, NKV, hs, theta, position0));
+                                   int hs, const RopeSpec& rope, int position0) {
+    RETURN_IF_ERROR(CheckRopeShape(op, B, T, NH, NKV, hs, rope, position0));
     if (hs > cuda_kernels::kMaxRopeHeadSize) {
       return absl::UnimplementedError(absl::StrCat(op, ": head size hs=", hs, " is over ",
                                                    cuda_kernels::kMaxRopeHeadSize,

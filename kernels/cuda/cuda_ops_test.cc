@@ -482,14 +482,15 @@ TYPED_TEST(CudaOpsTest, RopeMatchesReference) {
   using Tol = DTypeOf<T>;
   struct Shape {
     int B, T, NH, NKV, hs, position0;
-    float theta;
+    RopeSpec rope;
   };
   // hs = 14 (7 pairs, odd) with grouped heads from position 0; hs = 128 (LLaMA) from
-  // position 1000 with LLaMA 3's theta, where angles reach ~1e3 rad; multi-head hs = 256,
-  // the largest the kernel takes.
+  // position 1000 with Llama 3.1's theta and scaling, where angles reach ~1e3 rad;
+  // multi-head hs = 256, the largest the kernel takes.
+  const RopeSpec llama31{500000.0f, RopeScaling::kLlama3, 8.0f, 1.0f, 4.0f, 8192};
   for (const Shape& shape :
-       {Shape{2, 13, 6, 2, 14, 0, 10000.0f}, Shape{1, 37, 6, 3, 128, 1000, 500000.0f},
-        Shape{1, 5, 3, 3, 256, 7, 10000.0f}}) {
+       {Shape{2, 13, 6, 2, 14, 0, RopeSpec{}}, Shape{1, 37, 6, 3, 128, 1000, llama31},
+        Shape{1, 5, 3, 3, 256, 7, RopeSpec{}}}) {
     const int B = shape.B, T_len = shape.T, NH = shape.NH, NKV = shape.NKV, hs = shape.hs;
     const std::string where = "B=" + std::to_string(B) + " T=" + std::to_string(T_len) +
                               " NH=" + std::to_string(NH) + " NKV=" + std::to_string(NKV) +
@@ -501,12 +502,12 @@ TYPED_TEST(CudaOpsTest, RopeMatchesReference) {
     T* d_backward = this->Upload(qkv);
     Stream& s = *this->stream_;
     ASSERT_OK(
-        this->ops_->RopeForward(s, d_forward, B, T_len, NH, NKV, hs, shape.theta, shape.position0));
-    ASSERT_OK(this->ops_->RopeBackward(s, d_backward, B, T_len, NH, NKV, hs, shape.theta,
+        this->ops_->RopeForward(s, d_forward, B, T_len, NH, NKV, hs, shape.rope, shape.position0));
+    ASSERT_OK(this->ops_->RopeBackward(s, d_backward, B, T_len, NH, NKV, hs, shape.rope,
                                        shape.position0));
     std::vector<T> forward = qkv, backward = qkv;
-    cpu::RopeReference(forward.data(), B, T_len, NH, NKV, hs, shape.theta, shape.position0, +1);
-    cpu::RopeReference(backward.data(), B, T_len, NH, NKV, hs, shape.theta, shape.position0, -1);
+    cpu::RopeReference(forward.data(), B, T_len, NH, NKV, hs, shape.rope, shape.position0, +1);
+    cpu::RopeReference(backward.data(), B, T_len, NH, NKV, hs, shape.rope, shape.position0, -1);
     this->Expect(d_forward, forward, Tol::kElementwise, "rope forward " + where);
     this->Expect(d_backward, backward, Tol::kElementwise, "rope backward " + where);
     // v is not rotated: its bits stay as they were.
@@ -888,13 +889,13 @@ TEST(CudaOps, RejectsBadArgumentsBeforeEnqueueing) {
   const Status no_kv_heads =
       ops.AttentionBackward(*stream, buffer, buffer, buffer, buffer, buffer, 1, 2, 12, 6, 0);
   EXPECT_THAT(no_kv_heads, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NKV=0")));
-  const Status odd_rope = ops.RopeForward(*stream, buffer, 1, 2, 2, 1, 7, 10000.0f, 0);
+  const Status odd_rope = ops.RopeForward(*stream, buffer, 1, 2, 2, 1, 7, RopeSpec{}, 0);
   EXPECT_THAT(odd_rope, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("hs=7")));
-  const Status rope_groups = ops.RopeForward(*stream, buffer, 1, 2, 3, 2, 8, 10000.0f, 0);
+  const Status rope_groups = ops.RopeForward(*stream, buffer, 1, 2, 3, 2, 8, RopeSpec{}, 0);
   EXPECT_THAT(rope_groups, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NKV=2")));
-  const Status big_rope = ops.RopeBackward(*stream, buffer, 1, 2, 2, 1, 258, 10000.0f, 0);
+  const Status big_rope = ops.RopeBackward(*stream, buffer, 1, 2, 2, 1, 258, RopeSpec{}, 0);
   EXPECT_THAT(big_rope, StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("258")));
-  const Status no_theta = ops.RopeBackward(*stream, buffer, 1, 2, 2, 1, 8, 0.0f, 0);
+  const Status no_theta = ops.RopeBackward(*stream, buffer, 1, 2, 2, 1, 8, RopeSpec{0.0f}, 0);
   EXPECT_THAT(no_theta, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("theta")));
   const Status rms_negative =
       ops.RmsNormForward(*stream, buffer, buffer, buffer, buffer, 2, -1, 1e-5f);

@@ -2,13 +2,15 @@
 // place on the q and k heads of qkv: a grid-stride loop with one thread per rotated pair
 // (x_i, x_{i+hs/2}) of one head of one token.
 //
-// The inverse frequencies theta^(-2i/hs) are computed on the host with the same fp32
-// std::pow as cpu::RopeTable and passed by value: the angle position * inv_freq grows with
-// the position (~1e3..1e5 rad), so an ulp of difference in inv_freq (CUDA's powf is not
+// The inverse frequencies are computed on the host by the same function as cpu::RopeTable's
+// (RopeInverseFrequencies, core/rope.h) and passed by value: the angle position * inv_freq grows
+// with the position (~1e3..1e5 rad), so an ulp of difference in inv_freq (CUDA's powf is not
 // glibc's) would move it by far more than the cos/sin error. The angle is then the same
 // single fp32 product on both sides; only CUDA's sincosf (<= 2 ulp) differs from glibc's.
 // Thread-safety: launchers are reentrant.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_util.cuh"
@@ -47,17 +49,14 @@ __global__ void RopeKernel(S* qkv, InverseFrequencies inv_freq, int T, int heads
 
 }  // namespace
 
-Status Rope(DType dtype, void* qkv, int B, int T, int NH, int NKV, int hs, float theta,
+Status Rope(DType dtype, void* qkv, int B, int T, int NH, int NKV, int hs, const RopeSpec& rope,
             int position0, int direction, cudaStream_t stream) {
   const int half = hs / 2;
   const size_t total = static_cast<size_t>(B) * T * (NH + NKV) * half;
   if (total == 0) return absl::OkStatus();
   InverseFrequencies inv_freq{};
-  for (int i = 0; i < half; ++i) {
-    // As cpu::RopeTable (and transformers' default rope): 1 / theta^(2i / hs) in fp32.
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(hs);
-    inv_freq.values[i] = 1.0f / std::pow(theta, exponent);
-  }
+  const std::vector<float> frequencies = RopeInverseFrequencies(rope, hs);  // as cpu::RopeTable
+  std::copy(frequencies.begin(), frequencies.end(), inv_freq.values);
   const float sign = direction >= 0 ? 1.0f : -1.0f;
   const int row_stride = (NH + 2 * NKV) * hs;
   DispatchStorage(dtype, [&](auto tag) {

@@ -4,9 +4,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <type_traits>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/rope.h"
 
 namespace strata {
 namespace {
@@ -80,6 +82,51 @@ void ReadGpt2(const Json& c, ModelOptions* m, std::vector<std::string>* problems
   MustBe(c, "add_cross_attention", false, "strata's GPT is decoder-only", problems);
 }
 
+// config.json's rope_scaling (null: none): its rope_type (or the older key "type") "default",
+// "linear" {factor} or "llama3" {factor, low_freq_factor, high_freq_factor,
+// original_max_position_embeddings}; any other type is refused, naming it.
+void ReadRopeScaling(const Json& c, RopeSpec* rope, std::vector<std::string>* problems) {
+  auto it = c.find("rope_scaling");
+  if (it == c.end() || it->is_null()) return;
+  const Json& scaling = *it;
+  const std::string type_key =
+      scaling.is_object() && scaling.contains("rope_type") ? "rope_type" : "type";
+  if (!scaling.is_object() || !scaling.contains(type_key) || !scaling.at(type_key).is_string()) {
+    problems->push_back(absl::StrCat("field 'rope_scaling' is ", scaling.dump(),
+                                     ": expected null or an object with a string rope_type"));
+    return;
+  }
+  const std::string type = scaling.at(type_key).get<std::string>();
+  auto required = [&](const char* key, auto* out) {
+    if (!scaling.contains(key) || !scaling.at(key).is_number()) {
+      problems->push_back(
+          absl::StrCat("field 'rope_scaling' (", type, ") lacks the number '", key, "'"));
+      return;
+    }
+    *out = scaling.at(key).get<std::remove_pointer_t<decltype(out)>>();
+  };
+  if (type == "default") return;
+  if (type == "linear") {
+    rope->scaling = RopeScaling::kLinear;
+    required("factor", &rope->factor);
+  } else if (type == "llama3") {
+    rope->scaling = RopeScaling::kLlama3;
+    required("factor", &rope->factor);
+    required("low_freq_factor", &rope->low_freq_factor);
+    required("high_freq_factor", &rope->high_freq_factor);
+    required("original_max_position_embeddings", &rope->original_max_seq_len);
+  } else {
+    problems->push_back(absl::StrCat("field 'rope_scaling' has ", type_key, " \"", type,
+                                     "\": strata implements the default, \"linear\" and "
+                                     "\"llama3\" rotary scalings"));
+    return;
+  }
+  if (Status valid = CheckRopeSpec(*rope); !valid.ok()) {
+    problems->push_back(
+        absl::StrCat("field 'rope_scaling' is ", scaling.dump(), ": ", valid.message()));
+  }
+}
+
 void ReadLlama(const Json& c, ModelOptions* m, std::vector<std::string>* problems) {
   m->family = ModelFamily::kLlama;
   Required(c, "num_hidden_layers", &m->layers, problems);
@@ -91,8 +138,9 @@ void ReadLlama(const Json& c, ModelOptions* m, std::vector<std::string>* problem
   Field(c, "num_key_value_heads", &m->kv_heads, problems);
   m->max_seq_len = 2048;
   Field(c, "max_position_embeddings", &m->max_seq_len, problems);
-  m->rope_theta = 10000.0f;
-  Field(c, "rope_theta", &m->rope_theta, problems);
+  m->rope = RopeSpec{};
+  Field(c, "rope_theta", &m->rope.theta, problems);
+  ReadRopeScaling(c, &m->rope, problems);
   m->norm_eps = 1e-6f;
   Field(c, "rms_norm_eps", &m->norm_eps, problems);
   m->tie_embeddings = false;
@@ -100,10 +148,6 @@ void ReadLlama(const Json& c, ModelOptions* m, std::vector<std::string>* problem
   MustBe<std::string>(c, "hidden_act", "silu", "strata's LLaMA MLP is SwiGLU (silu)", problems);
   MustBe(c, "attention_bias", false, "strata's LLaMA attention has no biases", problems);
   MustBe(c, "mlp_bias", false, "strata's LLaMA MLP has no biases", problems);
-  if (c.contains("rope_scaling") && !c.at("rope_scaling").is_null()) {
-    problems->push_back(absl::StrCat("field 'rope_scaling' is ", c.at("rope_scaling").dump(),
-                                     ": rope scaling is not implemented (only plain RoPE)"));
-  }
   if (c.contains("head_dim") && !c.at("head_dim").is_null() && m->heads > 0) {
     int head_dim = 0;
     Field(c, "head_dim", &head_dim, problems);
@@ -171,6 +215,27 @@ StatusOr<ModelOptions> ReadHfConfig(const std::string& dir) {
   return model;
 }
 
+namespace {
+
+// The inverse of ReadRopeScaling.
+Json RopeScalingJson(const RopeSpec& rope) {
+  switch (rope.scaling) {
+    case RopeScaling::kNone:
+      return nullptr;
+    case RopeScaling::kLinear:
+      return {{"rope_type", "linear"}, {"factor", rope.factor}};
+    case RopeScaling::kLlama3:
+      return {{"rope_type", "llama3"},
+              {"factor", rope.factor},
+              {"low_freq_factor", rope.low_freq_factor},
+              {"high_freq_factor", rope.high_freq_factor},
+              {"original_max_position_embeddings", rope.original_max_seq_len}};
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 std::string HfConfigJson(const ModelOptions& m, const std::string& dtype_name) {
   Json c;
   if (m.family == ModelFamily::kGpt) {
@@ -199,12 +264,12 @@ std::string HfConfigJson(const ModelOptions& m, const std::string& dtype_name) {
          {"intermediate_size", m.ffn_hidden},
          {"vocab_size", m.vocab},
          {"max_position_embeddings", m.max_seq_len},
-         {"rope_theta", m.rope_theta},
+         {"rope_theta", m.rope.theta},
          {"rms_norm_eps", m.norm_eps},
          {"tie_word_embeddings", m.tie_embeddings},
          {"attention_bias", false},
          {"mlp_bias", false},
-         {"rope_scaling", nullptr},
+         {"rope_scaling", RopeScalingJson(m.rope)},
          {"torch_dtype", dtype_name}};
   }
   return c.dump(2) + "\n";

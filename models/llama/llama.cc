@@ -199,8 +199,7 @@ class Llama : public DecoderBase {
                                             a.atty.data(), a.att_stats.as<float>(), B, T, C, NH,
                                             NKV));
       // The attention saw the rotated q and k: turn their gradient back.
-      RETURN_IF_ERROR(
-          ops.RopeBackward(s, dqkv_.data(), B, T, NH, NKV, hs, config_.rope_theta, 0));
+      RETURN_IF_ERROR(ops.RopeBackward(s, dqkv_.data(), B, T, NH, NKV, hs, config_.rope, 0));
       RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
       RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), Grad(g, stage, kQkvW), nullptr,
                                          dqkv_.data(), a.ln1.data(), At(p, stage, kQkvW), N, C,
@@ -267,8 +266,7 @@ class Llama : public DecoderBase {
       for (int t : {kLoraQ, kLoraK, kLoraV}) {
         RETURN_IF_ERROR(lora_.Forward(ctx, l, t, dec_ln_.data(), qkv_row, 1, true));
       }
-      RETURN_IF_ERROR(
-          ops.RopeForward(s, qkv_row, 1, 1, NH, NKV, hs, config_.rope_theta, position));
+      RETURN_IF_ERROR(ops.RopeForward(s, qkv_row, 1, 1, NH, NKV, hs, config_.rope, position));
       RETURN_IF_ERROR(ops.AttentionDecode(s, dec_att_.data(), decode_cache_[l].data(),
                                           position + 1, C, NH, NKV));
       RETURN_IF_ERROR(ops.MatmulForward(s, dec_tmp_.data(), dec_att_.data(), At(p, u, kAttProjW),
@@ -312,10 +310,11 @@ class Llama : public DecoderBase {
   std::string Describe() const override {
     const std::string vocab = VocabText(config_.vocab, config_.padded_vocab);
     return absl::StrFormat(
-        "LLaMA L%d H%d KV%d C%d F%d V%s T%d theta %g, %s head, %.2fM parameters in %d units, %s",
+        "LLaMA L%d H%d KV%d C%d F%d V%s T%d rope %s, %s head, %.2fM parameters in %d units, %s",
         config_.layers, config_.heads, config_.kv_heads, config_.channels, config_.ffn_hidden,
-        vocab, config_.max_seq_len, config_.rope_theta, config_.tie_embeddings ? "tied" : "untied",
-        num_params() / 1e6, static_cast<int>(units_.size()), DTypeName(dtype_));
+        vocab, config_.max_seq_len, DescribeRope(config_.rope),
+        config_.tie_embeddings ? "tied" : "untied", num_params() / 1e6,
+        static_cast<int>(units_.size()), DTypeName(dtype_));
   }
 
  private:
@@ -354,7 +353,7 @@ class Llama : public DecoderBase {
     for (int t : {kLoraQ, kLoraK, kLoraV}) {  // before the rotation, as Hugging Face's
       RETURN_IF_ERROR(lora_.Forward(ctx, l, t, a.ln1.data(), a.qkv.data(), N));
     }
-    RETURN_IF_ERROR(ops.RopeForward(s, a.qkv.data(), B, T, NH, NKV, hs, config_.rope_theta, 0));
+    RETURN_IF_ERROR(ops.RopeForward(s, a.qkv.data(), B, T, NH, NKV, hs, config_.rope, 0));
     RETURN_IF_ERROR(ops.AttentionForward(s, a.atty.data(), a.att_stats.as<float>(), a.qkv.data(),
                                          B, T, C, NH, NKV));
     // residual2 temporarily holds the attention projection, then the residual sum.
@@ -429,7 +428,9 @@ Status ValidateLlamaConfig(const LlamaConfig& config) {
                     config.padded_vocab, config.max_seq_len, &problems);
   if (config.kv_heads < 1) problems.push_back("model.kv_heads must be >= 1");
   if (config.ffn_hidden < 1) problems.push_back("model.ffn_hidden must be >= 1");
-  if (!(config.rope_theta > 0.0f)) problems.push_back("model.rope_theta must be > 0");
+  if (Status rope = CheckRopeSpec(config.rope); !rope.ok()) {
+    problems.push_back(std::string(rope.message()));
+  }
   if (!(config.norm_eps > 0.0f)) problems.push_back("model.norm_eps must be > 0");
   if (config.heads >= 1 && config.channels % config.heads == 0 &&
       (config.channels / config.heads) % 2 != 0) {

@@ -12,6 +12,7 @@
 
 #include <memory>
 
+#include "core/rope.h"
 #include "models/common/lora.h"
 #include "runtime/model.h"
 
@@ -26,7 +27,7 @@ struct LlamaConfig {
   int vocab = 256;         // real vocabulary
   int padded_vocab = 256;  // rows of the embedding / LM head (>= vocab; extra rows stay zero)
   int max_seq_len = 64;    // longest sequence (no table depends on it)
-  float rope_theta = 10000.0f;
+  RopeSpec rope;           // theta and frequency scaling
   float norm_eps = 1e-5f;
   bool tie_embeddings = false;
   bool recompute = false;  // as GptConfig::recompute
