@@ -124,6 +124,7 @@ struct ModelOptions {
   RopeSpec rope;
   float norm_eps = 1e-5f;       // model.norm_eps: RMSNorm epsilon (llama; gpt's layernorm: 1e-5).
   bool tie_embeddings = true;   // model.tie_embeddings: LM head = token embedding (gpt: always).
+  bool qkv_bias = false;        // model.qkv_bias: q, k, v projections with a bias (llama: Qwen2).
 };
 
 struct DataOptions {

@@ -74,6 +74,7 @@ nlohmann::json ModelJson(const ModelOptions& options) {
           {"rope_theta", absl::StrCat(model.rope.theta)},
           {"norm_eps", absl::StrCat(model.norm_eps)},
           {"rope_scaling", RopeScalingJson(model.rope)},
+          {"qkv_bias", model.qkv_bias},
           {"tie_embeddings", model.tie_embeddings}};
 }
 
@@ -85,6 +86,7 @@ nlohmann::json ModelKeyBeforeItExisted(const std::string& key, const nlohmann::j
   if (key == "ffn_hidden") return 4 * stored.value("channels", -1);
   if (key == "padded_vocab") return stored.value("vocab", -1);
   if (key == "tie_embeddings") return true;
+  if (key == "qkv_bias") return false;
   // rope_theta, norm_eps: a GPT does not use them; equal to any GPT's. rope_scaling: none.
   return nullptr;
 }
@@ -537,6 +539,7 @@ StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
       model.rope.factor = std::stof(scaling.at("factor").get<std::string>());
     }
     model.tie_embeddings = key("tie_embeddings").get<bool>();
+    model.qkv_bias = key("qkv_bias").get<bool>();
     opened.next_step = meta.at("next_step").get<int>();
     if (meta.contains("lora")) {
       const nlohmann::json& lora = meta.at("lora");

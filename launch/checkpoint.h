@@ -7,9 +7,10 @@
 // elements (UnitLayout::used_elements, no world padding), one array after the other,
 // little-endian. checkpoint.json: {"format": "strata-checkpoint", "version": 4,
 // "next_step": k, "model": {family, layers, heads, kv_heads, channels, ffn_hidden, vocab,
-// padded_vocab, max_seq_len, rope_theta, norm_eps, rope_scaling, tie_embeddings} (keys a
-// checkpoint of an older strata lacks take the value a GPT of its shape had; version 4
-// added rope_scaling, so that an older strata refuses a scaled model), "units":
+// padded_vocab, max_seq_len, rope_theta, norm_eps, rope_scaling, tie_embeddings, qkv_bias}
+// (keys a checkpoint of an older strata lacks take the value a GPT of its shape had;
+// version 4 added rope_scaling and qkv_bias, so that an older strata refuses such a model),
+// "units":
 // [{"name", "elements", "file", "xxh3"}], "checksum"}, where "checksum" is the XXH3 (hex)
 // of the compact JSON of every other field (keys sorted): a corrupt checkpoint.json is
 // kDataLoss, never a misread. Version 1 (no checksum) still loads; others are refused

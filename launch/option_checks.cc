@@ -60,6 +60,8 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
                         ") for model.family=gpt"));
     expect(model.tie_embeddings, "model.tie_embeddings", "false",
            "true for model.family=gpt (GPT-2's LM head is its token embedding)");
+    expect(!model.qkv_bias, "model.qkv_bias", "true",
+           "false for model.family=gpt (GPT-2 has biases on every projection already)");
     expect(model.rope.scaling == RopeScaling::kNone, "model.rope_scaling",
            OptionName(model.rope.scaling),
            "none for model.family=gpt (it has no rotary embedding)");

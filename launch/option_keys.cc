@@ -96,6 +96,10 @@ const std::vector<KeySpec>& Keys() {
        "RMSNorm epsilon (llama; gpt's layernorm uses 1e-5); > 0.", false},
       {"model.tie_embeddings", +[](Options& o) { return &o.model.tie_embeddings; },
        "the LM head is the token embedding (gpt: must be true).", false},
+      {"model.qkv_bias", +[](Options& o) { return &o.model.qkv_bias; },
+       "the q, k and v projections have a bias (llama: Qwen2; gpt: must be false, its biases "
+       "are its own).",
+       false},
       {"data.path", +[](Options& o) { return &o.data.path; },
        "text file (byte-level tokens) or token file (llm.c GPT-2 uint16 or Llama 3 uint32, or "
        "strata's 2/4-byte format; data/README.md); empty = the embedded corpus.",

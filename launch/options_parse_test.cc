@@ -46,6 +46,7 @@ const std::vector<std::string> kAllKeys = {
     "model.rope_original_max_seq_len",
     "model.norm_eps",
     "model.tie_embeddings",
+    "model.qkv_bias",
     "data.path",
     "data.format",
     "data.tokenizer",
@@ -129,6 +130,7 @@ void ExpectOptionsEqual(const Options& got, const Options& want) {
   EXPECT_EQ(got.model.rope, want.model.rope);
   EXPECT_EQ(got.model.norm_eps, want.model.norm_eps);
   EXPECT_EQ(got.model.tie_embeddings, want.model.tie_embeddings);
+  EXPECT_EQ(got.model.qkv_bias, want.model.qkv_bias);
   EXPECT_EQ(got.data.path, want.data.path);
   EXPECT_EQ(got.data.val_fraction, want.data.val_fraction);
   EXPECT_EQ(got.train.steps, want.train.steps);
@@ -280,6 +282,8 @@ TEST(ParseOptions, FamilyRulesAreChecked) {
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.rope_high_freq_factor")));
   EXPECT_THAT(ParseOptions("", {"model.preset=llama-tiny", "model.rope_scaling=yarn"}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.rope_scaling")));
+  EXPECT_THAT(ParseOptions("", {"model.preset=tiny", "model.qkv_bias=true"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.qkv_bias")));
   // GPT has no rotary embedding to scale.
   EXPECT_THAT(ParseOptions("", {"model.preset=tiny", "model.rope_scaling=linear"}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.rope_scaling")));
@@ -335,6 +339,7 @@ TEST(ParseOptions, EveryKeyThroughSet) {
                                                "model.rope_original_max_seq_len=4096",
                                                "model.norm_eps=1e-6",
                                                "model.tie_embeddings=false",
+                                               "model.qkv_bias=true",
                                                "data.path=/data/a=b.txt",
                                                "data.val_fraction=0.25",
                                                "train.steps=7",
@@ -377,6 +382,7 @@ TEST(ParseOptions, EveryKeyThroughSet) {
   want.model.rope = {5e5f, RopeScaling::kLlama3, 16.0f, 2.0f, 8.0f, 4096};
   want.model.norm_eps = 1e-6f;
   want.model.tie_embeddings = false;
+  want.model.qkv_bias = true;
   want.data = {"/data/a=b.txt", DataFormat::kAuto, 0.25};
   want.train.steps = 7;
   want.train.micro_batch = 8;

@@ -41,6 +41,7 @@ StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options, Recomp
     config.rope = m.rope;
     config.norm_eps = m.norm_eps;
     config.tie_embeddings = m.tie_embeddings;
+    config.qkv_bias = m.qkv_bias;
     config.recompute = blocks;
     config.lora = lora;
     return CreateLlama(config, dtype);

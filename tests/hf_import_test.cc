@@ -59,7 +59,8 @@ std::vector<float> ReadAll(const SafetensorsSet& set, const std::string& name) {
 
 class HfImport : public ::testing::TestWithParam<std::string> {};
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfImport,
-                         ::testing::Values("gpt2-tiny", "llama-tiny", "llama-tiny-tied"),
+                         ::testing::Values("gpt2-tiny", "llama-tiny", "llama-tiny-tied",
+                                           "qwen2-tiny"),
                          [](const auto& info) { return HfFixtureTestName(info.param); });
 
 TEST_P(HfImport, MatchesTheReferenceImplementation) {
@@ -290,6 +291,29 @@ TEST(HfImportErrors, BadDirectoriesAreClearErrors) {
     EXPECT_THAT(ParseOptions("", {"model.from=hf:" + dir}),
                 StatusIs(absl::StatusCode::kInvalidArgument,
                          HasSubstr("lacks the number 'original_max_position_embeddings'")));
+  }
+  // Qwen2: read with its q/k/v biases; a sliding window it says it uses is refused (one it
+  // does not use, as the fixture's, is not).
+  {
+    ASSERT_OK_AND_ASSIGN(
+        const Options qwen,
+        ParseOptions("", {"model.from=hf:" + HfFixture("qwen2-tiny"), "train.seq_len=16"}));
+    EXPECT_TRUE(qwen.model.qkv_bias);
+    EXPECT_EQ(qwen.model.family, ModelFamily::kLlama);
+    const std::string dir = CopyFixture("qwen2-tiny", "hf-qwen-window");
+    std::ifstream in(dir + "/config.json");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    in.close();
+    const size_t at = text.find("\"use_sliding_window\": false");
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, 27, "\"use_sliding_window\": true");
+    const size_t window = text.find("\"sliding_window\": 16");
+    ASSERT_NE(window, std::string::npos);
+    text.replace(window, 20, "\"sliding_window\": 8");
+    std::ofstream(dir + "/config.json") << text;
+    EXPECT_THAT(
+        ParseOptions("", {"model.from=hf:" + dir, "train.seq_len=16"}),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("field 'sliding_window' is 8")));
   }
   // A missing directory and a wrong prefix.
   EXPECT_THAT(ParseOptions("", {"model.from=hf:/nonexistent"}),

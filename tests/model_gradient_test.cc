@@ -35,6 +35,7 @@ Options TinyOptions(DType dtype, Tiny model = Tiny::kGpt) {
     options.model.vocab = 30;  // padded to 64
     options.model.rope.theta = 500.0f;  // angles that differ visibly across 8 positions
     options.model.tie_embeddings = model == Tiny::kLlamaTied;
+    options.model.qkv_bias = model == Tiny::kLlamaTied;  // tied with q/k/v biases: Qwen2's shape
   }
   options.train.micro_batch = 2;
   options.train.seq_len = 8;

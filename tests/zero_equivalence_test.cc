@@ -102,6 +102,7 @@ TEST(ZeroEquivalence, LlamaStagesAndWorldSizesMatchSingleRankStage0) {
     options.model.vocab = 250;
     options.model.tie_embeddings = false;
     options.model.rope.theta = 500.0f;
+    options.model.qkv_bias = true;  // Qwen2's q/k/v biases: a 1-D tensor sharded with the rest
     EXPECT_OK(ValidateOptions(options));
     return options;
   };

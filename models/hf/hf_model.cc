@@ -157,7 +157,9 @@ void ReadLlama(const Json& c, ModelOptions* m, std::vector<std::string>* problem
                                        m->channels / m->heads, ")"));
     }
   }
-  if (c.contains("sliding_window") && !c.at("sliding_window").is_null()) {
+  bool sliding = true;  // LLaMA and Mistral: a sliding_window given is used
+  Field(c, "use_sliding_window", &sliding, problems);  // Qwen2's switch
+  if (sliding && c.contains("sliding_window") && !c.at("sliding_window").is_null()) {
     int window = 0;
     Field(c, "sliding_window", &window, problems);
     if (window < m->max_seq_len) {
@@ -200,11 +202,15 @@ StatusOr<ModelOptions> ReadHfConfig(const std::string& dir) {
     ReadGpt2(config, &model, &problems);
   } else if (model_type == "llama" || model_type == "mistral") {
     ReadLlama(config, &model, &problems);
+  } else if (model_type == "qwen2") {
+    // LLaMA's shape with a bias on the q, k and v projections (none on o_proj).
+    ReadLlama(config, &model, &problems);
+    model.qkv_bias = true;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": field 'model_type' is ",
         config.contains("model_type") ? config.at("model_type").dump() : std::string("missing"),
-        ": strata reads \"gpt2\" and the LLaMA family (\"llama\", \"mistral\")"));
+        ": strata reads \"gpt2\" and the LLaMA family (\"llama\", \"mistral\", \"qwen2\")"));
   }
   if (!problems.empty()) {
     std::string message =
@@ -271,6 +277,13 @@ std::string HfConfigJson(const ModelOptions& m, const std::string& dtype_name) {
          {"mlp_bias", false},
          {"rope_scaling", RopeScalingJson(m.rope)},
          {"torch_dtype", dtype_name}};
+    if (m.qkv_bias) {  // Qwen2: its q, k, v biases are not a config field
+      c["architectures"] = {"Qwen2ForCausalLM"};
+      c["model_type"] = "qwen2";
+      c["use_sliding_window"] = false;
+      c.erase("attention_bias");
+      c.erase("mlp_bias");
+    }
   }
   return c.dump(2) + "\n";
 }
@@ -330,6 +343,11 @@ StatusOr<std::vector<HfTensor>> HfTensorMap(const ModelOptions& m,
       add(h + "self_attn.k_proj.weight", {KV, C}, u, "attn.qkv.weight", C);
       add(h + "self_attn.v_proj.weight", {KV, C}, u, "attn.qkv.weight", C + KV);
       add(h + "self_attn.o_proj.weight", {C, C}, u, "attn.proj.weight");
+      if (m.qkv_bias) {
+        add(h + "self_attn.q_proj.bias", {C}, u, "attn.qkv.bias", 0);
+        add(h + "self_attn.k_proj.bias", {KV}, u, "attn.qkv.bias", C);
+        add(h + "self_attn.v_proj.bias", {KV}, u, "attn.qkv.bias", C + KV);
+      }
       add(h + "post_attention_layernorm.weight", {C}, u, "mlp_norm.weight");
       add(h + "mlp.gate_proj.weight", {F, C}, u, "mlp.gate_up.weight", 0);
       add(h + "mlp.up_proj.weight", {F, C}, u, "mlp.gate_up.weight", F);

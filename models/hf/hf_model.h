@@ -1,6 +1,6 @@
 // Hugging Face model directories for strata's two families: config.json to and from
-// ModelOptions (GPT-2 and LLaMA architectures; any other, or a field strata does not
-// implement, is refused naming the field), and the map between Hugging Face's tensor names
+// ModelOptions (GPT-2 and the LLaMA family: llama, mistral, qwen2; any other, or a field strata
+// does not implement, is refused naming the field), and the map between Hugging Face's tensor names
 // and strata's units (which rows of which unit tensor each Hugging Face tensor fills).
 //
 // Layout rules the map encodes:
@@ -9,7 +9,8 @@
 //    (GPT2Model); the LM head is tied (no lm_head.weight).
 //  - LLaMA's q_proj, k_proj and v_proj fill rows of strata's fused attn.qkv.weight in that
 //    order; gate_proj and up_proj fill mlp.gate_up.weight. Hugging Face's q/k weights are
-//    already in the rotate-half layout strata's rotary embedding uses.
+//    already in the rotate-half layout strata's rotary embedding uses. Qwen2's q/k/v biases
+//    fill attn.qkv.bias the same way (model.qkv_bias; exported as model_type qwen2).
 //  - Token embedding and LM head are [vocab, C] in Hugging Face and [padded_vocab, C] in
 //    strata: rows [vocab, padded_vocab) are zero.
 // Thread-safety: plain functions.

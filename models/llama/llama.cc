@@ -9,8 +9,8 @@
 namespace strata {
 namespace {
 
-// Tensor indices inside a block unit, in layout order.
-enum BlockTensor { kAttnNorm, kQkvW, kAttProjW, kMlpNorm, kGateUpW, kDownW };
+// Tensor indices inside a block unit, in layout order (kQkvB only with qkv_bias).
+enum BlockTensor { kAttnNorm, kQkvW, kAttProjW, kMlpNorm, kGateUpW, kDownW, kQkvB };
 enum EmbedTensor { kTokEmbed };
 enum FinalTensor { kNorm };
 enum HeadTensor { kLmHead };
@@ -42,6 +42,7 @@ class Llama : public DecoderBase {
       block.Add("mlp_norm.weight", {C}, false, InitKind::kOnes);
       block.Add("mlp.gate_up.weight", {2 * F, C}, true, InitKind::kNormal, 0.02f);
       block.Add("mlp.down.weight", {C, F}, true, InitKind::kNormal, std_residual);
+      if (config.qkv_bias) block.Add("attn.qkv.bias", {qkv_rows}, false, InitKind::kZeros);
       units_.push_back(block);
     }
     UnitLayout final_norm("final norm");
@@ -201,7 +202,8 @@ class Llama : public DecoderBase {
       // The attention saw the rotated q and k: turn their gradient back.
       RETURN_IF_ERROR(ops.RopeBackward(s, dqkv_.data(), B, T, NH, NKV, hs, config_.rope, 0));
       RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
-      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), Grad(g, stage, kQkvW), nullptr,
+      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), Grad(g, stage, kQkvW),
+                                         config_.qkv_bias ? Grad(g, stage, kQkvB) : nullptr,
                                          dqkv_.data(), a.ln1.data(), At(p, stage, kQkvW), N, C,
                                          QKV));
       for (int t : {kLoraQ, kLoraK, kLoraV}) {
@@ -261,8 +263,8 @@ class Llama : public DecoderBase {
           static_cast<char*>(decode_cache_[l].data()) + static_cast<size_t>(position) * QKV * bytes;
       RETURN_IF_ERROR(ops.RmsNormForward(s, dec_ln_.data(), rstd, dec_x_.data(),
                                          At(p, u, kAttnNorm), 1, C, eps));
-      RETURN_IF_ERROR(ops.MatmulForward(s, qkv_row, dec_ln_.data(), At(p, u, kQkvW), nullptr, 1, C,
-                                        static_cast<int>(QKV)));
+      RETURN_IF_ERROR(ops.MatmulForward(s, qkv_row, dec_ln_.data(), At(p, u, kQkvW), QkvBias(p, u),
+                                        1, C, static_cast<int>(QKV)));
       for (int t : {kLoraQ, kLoraK, kLoraV}) {
         RETURN_IF_ERROR(lora_.Forward(ctx, l, t, dec_ln_.data(), qkv_row, 1, true));
       }
@@ -310,11 +312,12 @@ class Llama : public DecoderBase {
   std::string Describe() const override {
     const std::string vocab = VocabText(config_.vocab, config_.padded_vocab);
     return absl::StrFormat(
-        "LLaMA L%d H%d KV%d C%d F%d V%s T%d rope %s, %s head, %.2fM parameters in %d units, %s",
+        "LLaMA L%d H%d KV%d C%d F%d V%s T%d rope %s%s, %s head, %.2fM parameters in %d units, "
+        "%s",
         config_.layers, config_.heads, config_.kv_heads, config_.channels, config_.ffn_hidden,
         vocab, config_.max_seq_len, DescribeRope(config_.rope),
-        config_.tie_embeddings ? "tied" : "untied", num_params() / 1e6,
-        static_cast<int>(units_.size()), DTypeName(dtype_));
+        config_.qkv_bias ? ", qkv bias" : "", config_.tie_embeddings ? "tied" : "untied",
+        num_params() / 1e6, static_cast<int>(units_.size()), DTypeName(dtype_));
   }
 
  private:
@@ -348,8 +351,8 @@ class Llama : public DecoderBase {
     const float eps = config_.norm_eps;
     RETURN_IF_ERROR(ops.RmsNormForward(s, a.ln1.data(), a.ln1_rstd.as<float>(), residual,
                                        At(p, stage, kAttnNorm), N, C, eps));
-    RETURN_IF_ERROR(ops.MatmulForward(s, a.qkv.data(), a.ln1.data(), At(p, stage, kQkvW), nullptr,
-                                      N, C, QKV));
+    RETURN_IF_ERROR(ops.MatmulForward(s, a.qkv.data(), a.ln1.data(), At(p, stage, kQkvW),
+                                      QkvBias(p, stage), N, C, QKV));
     for (int t : {kLoraQ, kLoraK, kLoraV}) {  // before the rotation, as Hugging Face's
       RETURN_IF_ERROR(lora_.Forward(ctx, l, t, a.ln1.data(), a.qkv.data(), N));
     }
@@ -387,6 +390,11 @@ class Llama : public DecoderBase {
   }
   void* NormGrad(void* g, int unit, int tensor) {
     return g == nullptr ? norm_sink_.data() : At(g, unit, tensor);
+  }
+
+  // The qkv projection's bias (Qwen2), or null.
+  const void* QkvBias(const void* p, int unit) const {
+    return config_.qkv_bias ? At(p, unit, kQkvB) : nullptr;
   }
 
   void* ResidualInput(int l) { return l == 0 ? encoded_.data() : blocks_[l - 1].residual3.data(); }

@@ -30,6 +30,7 @@ struct LlamaConfig {
   RopeSpec rope;           // theta and frequency scaling
   float norm_eps = 1e-5f;
   bool tie_embeddings = false;
+  bool qkv_bias = false;   // the q, k, v projections have a bias (Qwen2)
   bool recompute = false;  // as GptConfig::recompute
   // Low-rank adapters (lora.*): rank 0 = none. Targets: attn.q (q_proj), attn.k (k_proj),
   // attn.v (v_proj), attn.proj (o_proj), mlp.gate (gate_proj), mlp.up (up_proj), mlp.down
