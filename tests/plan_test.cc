@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,35 @@ TEST(Plan, DryRunOfAnEightBillionModelCommitsNothing) {
   EXPECT_LT(dry.nvme_file_bytes, 8e9 * 19);
   EXPECT_GT(dry.nvme_read_bytes, 8e9 * 2);  // every param read at least once a step
   EXPECT_LT(dry.device.peak_bytes, 8e9);    // the device holds a few units at a time
+}
+
+// The peak resident set of this process since the last ResetPeakResident(), in bytes
+// (VmHWM; writing 5 to clear_refs resets it, Linux 4.0 on).
+void ResetPeakResident() { std::ofstream("/proc/self/clear_refs") << "5"; }
+double PeakResidentBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  while (status >> key) {
+    double kib = 0;
+    if (key == "VmHWM:" && status >> kib) return kib * 1024;
+  }
+  return 0;
+}
+
+// The host tier of a dry run is untouched too: a model whose offloaded state is ~3 GB
+// (gpt2-124m with optimizer, gradients and params on the host) does not raise the peak
+// resident set by more than the process's own working memory.
+TEST(Plan, DryRunWithHostStateCommitsNothing) {
+  ASSERT_OK_AND_ASSIGN(
+      const Options options,
+      ParseOptions("", {"model.preset=gpt2-124m", "train.seq_len=64", "train.micro_batch=1",
+                        "train.grad_accum=1", "zero.stage=3", "zero.optimizer_tier=host",
+                        "zero.grad_tier=host", "zero.param_tier=host", "device.threads=1"}));
+  ResetPeakResident();
+  const double before = PeakResidentBytes();
+  ASSERT_OK_AND_ASSIGN(const DryRunResult dry, DryRun(options, 1));
+  EXPECT_GT(dry.host.peak_bytes, 124e6 * 12);  // the accounting is there
+  EXPECT_LT(PeakResidentBytes() - before, 256e6) << "the dry run committed its host state";
 }
 
 // The shape timer times each shape once on this machine's CPU kernels (cached after), and

@@ -17,7 +17,10 @@ StatusOr<std::vector<std::unique_ptr<Event>>> MakeEvents(Device& device, size_t 
 StatusOr<Buffer> AllocateZeroedIn(const HomeContext& ctx, Tier tier, StateKind kind,
                                   size_t bytes, const std::string& what) {
   ASSIGN_OR_RETURN(Buffer buffer, ctx.device->Allocate(tier, kind, bytes, what));
-  if (tier == Tier::kHost) {
+  // Host memory the host may write is zeroed here; a dry run's (untouched address space,
+  // not host-accessible) goes to the device's memset, which only counts it: a memset here
+  // would commit the plan's whole host state.
+  if (tier == Tier::kHost && ctx.device->HostAccessible(Tier::kHost)) {
     std::memset(buffer.data(), 0, bytes);
   } else {
     RETURN_IF_ERROR(ctx.device->MemsetAsync(buffer.data(), 0, bytes, *ctx.compute));
