@@ -340,6 +340,59 @@ StepPrediction PredictStep(const DryRunResult& dry, const Options& options,
   return p;
 }
 
+void AddHardwareAdvice(Plan* plan, const Hardware& hw) {
+  // What to buy: configurations faster than the recommended one that do not fit, with the
+  // resources that are short (GPU memory, RAM, free disk for the swap files).
+  const double best = plan->recommended >= 0 ? plan->configs[plan->recommended].step.seconds : 0;
+  std::vector<uint64_t> shortfalls;  // per advice line: the bytes short
+  for (const PlannedConfig& c : plan->configs) {
+    if (!c.status.ok() || c.fits) continue;
+    if (plan->recommended >= 0 && !(c.step.seconds < best)) continue;
+    std::string change;
+    const uint64_t device_peak = c.dry.device.peak_bytes;
+    if (device_peak > hw.device_memory_bytes) {
+      absl::StrAppend(&change, "+", GiB(device_peak - hw.device_memory_bytes), " GPU memory");
+    }
+    const uint64_t host_need =
+        (c.dry.host.peak_bytes + (hw.backend == BackendKind::kCpu ? device_peak : 0)) *
+        std::max(1, hw.ranks_per_node);
+    if (host_need > hw.host_memory_bytes) {
+      absl::StrAppend(&change, change.empty() ? "" : " and ", "+",
+                      GiB(host_need - hw.host_memory_bytes), " RAM");
+    }
+    // As the fits check: the swap files of every rank of the node on the one disk.
+    const uint64_t disk_need = c.dry.nvme_file_bytes * std::max(1, hw.ranks_per_node);
+    const uint64_t disk_short =
+        disk_need > 0 && hw.disk_free_bytes > 0 && disk_need > hw.disk_free_bytes
+            ? disk_need - hw.disk_free_bytes
+            : 0;
+    if (disk_short > 0) {
+      absl::StrAppend(&change, change.empty() ? "" : " and ", "+", GiB(disk_short), " free NVMe");
+    }
+    if (change.empty()) continue;
+    shortfalls.push_back(
+        (device_peak > hw.device_memory_bytes ? device_peak - hw.device_memory_bytes : 0) +
+        (host_need > hw.host_memory_bytes ? host_need - hw.host_memory_bytes : 0) + disk_short);
+    if (plan->recommended >= 0) {
+      plan->advice.push_back(
+          absl::StrFormat("%s: %s instead of %s, %.1fx faster", change, c.config.name,
+                          plan->configs[plan->recommended].config.name, best / c.step.seconds));
+    } else {
+      plan->advice.push_back(absl::StrFormat("%s: %s would fit", change, c.config.name));
+    }
+  }
+  if (plan->recommended < 0) {
+    // Nothing fits: the smallest change first.
+    std::vector<size_t> order(plan->advice.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return shortfalls[a] < shortfalls[b]; });
+    std::vector<std::string> sorted;
+    for (size_t i : order) sorted.push_back(plan->advice[i]);
+    plan->advice = std::move(sorted);
+  }
+}
+
 StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hw, ShapeTimer* timer) {
   Plan plan;
   for (const PlanConfig& config : DecisionOrder(job, world)) {
@@ -412,48 +465,10 @@ StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hw, Shape
     }
     plan.configs.push_back(std::move(planned));
   }
-  // What to buy: configurations faster than the recommended one that do not fit, with the
-  // resource that is short.
-  const double best = plan.recommended >= 0 ? plan.configs[plan.recommended].step.seconds : 0;
-  std::vector<uint64_t> shortfalls;  // per advice line: the bytes short
-  for (const PlannedConfig& c : plan.configs) {
-    if (!c.status.ok() || c.fits) continue;
-    if (plan.recommended >= 0 && !(c.step.seconds < best)) continue;
-    std::string change;
-    const uint64_t device_peak = c.dry.device.peak_bytes;
-    if (device_peak > hw.device_memory_bytes) {
-      absl::StrAppend(&change, "+", GiB(device_peak - hw.device_memory_bytes), " GPU memory");
-    }
-    const uint64_t host_need =
-        (c.dry.host.peak_bytes + (hw.backend == BackendKind::kCpu ? device_peak : 0)) *
-        std::max(1, hw.ranks_per_node);
-    if (host_need > hw.host_memory_bytes) {
-      absl::StrAppend(&change, change.empty() ? "" : " and ", "+",
-                      GiB(host_need - hw.host_memory_bytes), " RAM");
-    }
-    if (change.empty()) continue;
-    shortfalls.push_back(
-        (device_peak > hw.device_memory_bytes ? device_peak - hw.device_memory_bytes : 0) +
-        (host_need > hw.host_memory_bytes ? host_need - hw.host_memory_bytes : 0));
-    if (plan.recommended >= 0) {
-      plan.advice.push_back(absl::StrFormat("%s: %s instead of %s, %.1fx faster", change,
-                                            c.config.name,
-                                            plan.configs[plan.recommended].config.name,
-                                            best / c.step.seconds));
-    } else {
-      plan.advice.push_back(absl::StrFormat("%s: %s would fit", change, c.config.name));
-    }
-  }
+  AddHardwareAdvice(&plan, hw);
   if (plan.recommended < 0) {
-    // Nothing fits: the smallest change of hardware first, then of the job (one row at a
-    // time, the same global batch through gradient accumulation).
-    std::vector<size_t> order(plan.advice.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(),
-              [&](size_t a, size_t b) { return shortfalls[a] < shortfalls[b]; });
-    std::vector<std::string> sorted;
-    for (size_t i : order) sorted.push_back(plan.advice[i]);
-    plan.advice = std::move(sorted);
+    // Nothing fits: a change of the job goes first where one does (one row at a time, the
+    // same global batch through gradient accumulation).
     if (job.train.micro_batch > 1) {
       Options smaller = job;
       smaller.train.grad_accum *= smaller.train.micro_batch;

@@ -113,5 +113,10 @@ class ShapeTimer;
 StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hardware,
                         ShapeTimer* timer = nullptr);
 std::string RenderPlan(const Plan& plan, const Hardware& hardware);
+// MakePlan's "what to buy" lines, appended to plan->advice (its configurations made and
+// `recommended` set): each configuration faster than the recommended one (any, where none
+// fits) that does not fit, with what is short: GPU memory, RAM, free disk for the swap
+// files. Where nothing fits, the smallest change (bytes short) first.
+void AddHardwareAdvice(Plan* plan, const Hardware& hardware);
 
 }  // namespace strata

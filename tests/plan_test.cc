@@ -132,6 +132,32 @@ TEST(Plan, DryRunWithHostStateCommitsNothing) {
   EXPECT_LT(PeakResidentBytes() - before, 256e6) << "the dry run committed its host state";
 }
 
+// The advice names every resource a configuration is short of, free disk for its swap
+// files too, and where nothing fits puts the smallest change first.
+TEST(Plan, AdviceNamesTheShortResourceDiskIncluded) {
+  Hardware hw;
+  hw.backend = BackendKind::kCuda;  // RAM is the host pool alone
+  hw.device_memory_bytes = 8ull << 30;
+  hw.host_memory_bytes = 16ull << 30;
+  hw.disk_free_bytes = 10ull << 30;
+  hw.ranks_per_node = 1;
+  Plan plan;
+  auto config = [](const char* name, uint64_t device, uint64_t host, uint64_t disk) {
+    PlannedConfig c;
+    c.config.name = name;
+    c.dry.device.peak_bytes = device;
+    c.dry.host.peak_bytes = host;
+    c.dry.nvme_file_bytes = disk;
+    return c;
+  };
+  plan.configs.push_back(config("on the device", 40ull << 30, 1ull << 30, 0));
+  plan.configs.push_back(config("on NVMe", 4ull << 30, 2ull << 30, 30ull << 30));
+  AddHardwareAdvice(&plan, hw);
+  ASSERT_EQ(plan.advice.size(), 2u);
+  EXPECT_EQ(plan.advice[0], "+20.00 GiB free NVMe: on NVMe would fit");  // 20 < 32 GiB short
+  EXPECT_EQ(plan.advice[1], "+32.00 GiB GPU memory: on the device would fit");
+}
+
 // The shape timer times each shape once on this machine's CPU kernels (cached after), and
 // a GEMM too large to time whole is timed at fewer rows and scaled.
 // The step model's overlaps on the CPU backend, from counts and rates chosen so that each
