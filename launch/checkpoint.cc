@@ -75,6 +75,7 @@ nlohmann::json ModelJson(const ModelOptions& options) {
           {"norm_eps", absl::StrCat(model.norm_eps)},
           {"rope_scaling", RopeScalingJson(model.rope)},
           {"qkv_bias", model.qkv_bias},
+          {"sliding_window", model.sliding_window},
           {"tie_embeddings", model.tie_embeddings}};
 }
 
@@ -87,6 +88,7 @@ nlohmann::json ModelKeyBeforeItExisted(const std::string& key, const nlohmann::j
   if (key == "padded_vocab") return stored.value("vocab", -1);
   if (key == "tie_embeddings") return true;
   if (key == "qkv_bias") return false;
+  if (key == "sliding_window") return 0;
   // rope_theta, norm_eps: a GPT does not use them; equal to any GPT's. rope_scaling: none.
   return nullptr;
 }
@@ -540,6 +542,7 @@ StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
     }
     model.tie_embeddings = key("tie_embeddings").get<bool>();
     model.qkv_bias = key("qkv_bias").get<bool>();
+    model.sliding_window = key("sliding_window").get<int>();
     opened.next_step = meta.at("next_step").get<int>();
     if (meta.contains("lora")) {
       const nlohmann::json& lora = meta.at("lora");

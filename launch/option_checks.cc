@@ -41,6 +41,7 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
   if (model.padded_vocab != 0) {
     in_range("model.padded_vocab", model.padded_vocab, std::max(model.vocab, 1), 1073741824);
   }
+  in_range("model.sliding_window", model.sliding_window, 0, 1048576);
   if (Status rope = CheckRopeSpec(model.rope); !rope.ok()) {
     problems->push_back(std::string(rope.message()));
   }
@@ -60,6 +61,8 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
                         ") for model.family=gpt"));
     expect(model.tie_embeddings, "model.tie_embeddings", "false",
            "true for model.family=gpt (GPT-2's LM head is its token embedding)");
+    expect(model.sliding_window == 0, "model.sliding_window", NumberText(model.sliding_window),
+           "0 for model.family=gpt");
     expect(!model.qkv_bias, "model.qkv_bias", "true",
            "false for model.family=gpt (GPT-2 has biases on every projection already)");
     expect(model.rope.scaling == RopeScaling::kNone, "model.rope_scaling",
@@ -89,6 +92,12 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
   if (train.seq_len >= 1) {
     expect(train.seq_len <= model.max_seq_len, "train.seq_len", NumberText(train.seq_len),
            absl::StrCat("<= model.max_seq_len (", model.max_seq_len, ")"));
+  }
+  if (model.sliding_window > 0) {
+    expect(train.seq_len <= model.sliding_window, "train.seq_len", NumberText(train.seq_len),
+           absl::StrCat("<= model.sliding_window (", model.sliding_window,
+                        "): strata's attention is full causal, the same as the model's "
+                        "sliding window only for sequences within it"));
   }
   in_range("train.grad_accum", train.grad_accum, 1, 65536);
   expect(train.lr > 0, "train.lr", NumberText(train.lr), "> 0");

@@ -96,6 +96,11 @@ const std::vector<KeySpec>& Keys() {
        "RMSNorm epsilon (llama; gpt's layernorm uses 1e-5); > 0.", false},
       {"model.tie_embeddings", +[](Options& o) { return &o.model.tie_embeddings; },
        "the LM head is the token embedding (gpt: must be true).", false},
+      {"model.sliding_window", +[](Options& o) { return &o.model.sliding_window; },
+       "the attention window the model was trained with (llama: Mistral's sliding_window); 0 "
+       "= none. strata's attention is full causal, the same as the window's for sequences "
+       "within it: train.seq_len (and a sample's length) must be <= it.",
+       false},
       {"model.qkv_bias", +[](Options& o) { return &o.model.qkv_bias; },
        "the q, k and v projections have a bias (llama: Qwen2; gpt: must be false, its biases "
        "are its own).",

@@ -46,6 +46,7 @@ const std::vector<std::string> kAllKeys = {
     "model.rope_original_max_seq_len",
     "model.norm_eps",
     "model.tie_embeddings",
+    "model.sliding_window",
     "model.qkv_bias",
     "data.path",
     "data.format",
@@ -131,6 +132,7 @@ void ExpectOptionsEqual(const Options& got, const Options& want) {
   EXPECT_EQ(got.model.norm_eps, want.model.norm_eps);
   EXPECT_EQ(got.model.tie_embeddings, want.model.tie_embeddings);
   EXPECT_EQ(got.model.qkv_bias, want.model.qkv_bias);
+  EXPECT_EQ(got.model.sliding_window, want.model.sliding_window);
   EXPECT_EQ(got.data.path, want.data.path);
   EXPECT_EQ(got.data.val_fraction, want.data.val_fraction);
   EXPECT_EQ(got.train.steps, want.train.steps);
@@ -284,6 +286,15 @@ TEST(ParseOptions, FamilyRulesAreChecked) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.rope_scaling")));
   EXPECT_THAT(ParseOptions("", {"model.preset=tiny", "model.qkv_bias=true"}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.qkv_bias")));
+  EXPECT_THAT(ParseOptions("", {"model.preset=tiny", "model.sliding_window=64"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.sliding_window")));
+  // A window shorter than the sequence: strata's full attention would differ from it.
+  EXPECT_THAT(
+      ParseOptions("", {"model.preset=llama-tiny", "model.sliding_window=16", "train.seq_len=32"}),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("expected <= model.sliding_window (16)")));
+  EXPECT_OK(
+      ParseOptions("", {"model.preset=llama-tiny", "model.sliding_window=32", "train.seq_len=32"}));
   // GPT has no rotary embedding to scale.
   EXPECT_THAT(ParseOptions("", {"model.preset=tiny", "model.rope_scaling=linear"}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.rope_scaling")));
@@ -339,6 +350,7 @@ TEST(ParseOptions, EveryKeyThroughSet) {
                                                "model.rope_original_max_seq_len=4096",
                                                "model.norm_eps=1e-6",
                                                "model.tie_embeddings=false",
+                                               "model.sliding_window=64",
                                                "model.qkv_bias=true",
                                                "data.path=/data/a=b.txt",
                                                "data.val_fraction=0.25",
@@ -383,6 +395,7 @@ TEST(ParseOptions, EveryKeyThroughSet) {
   want.model.norm_eps = 1e-6f;
   want.model.tie_embeddings = false;
   want.model.qkv_bias = true;
+  want.model.sliding_window = 64;
   want.data = {"/data/a=b.txt", DataFormat::kAuto, 0.25};
   want.train.steps = 7;
   want.train.micro_batch = 8;

@@ -40,6 +40,11 @@ StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& source
         "sample: ", max_len, " positions (prompt + new tokens) do not fit the model's ",
         g->model_options_.max_seq_len));
   }
+  if (const int window = g->model_options_.sliding_window; window > 0 && max_len > window) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sample: ", max_len, " positions (prompt + new tokens) exceed the model's sliding window ",
+        "of ", window, " (strata's attention is full causal, the same only within the window)"));
+  }
   g->max_len_ = max_len;
   Options device_options = options;
   device_options.model = g->model_options_;

@@ -292,14 +292,16 @@ TEST(HfImportErrors, BadDirectoriesAreClearErrors) {
                 StatusIs(absl::StatusCode::kInvalidArgument,
                          HasSubstr("lacks the number 'original_max_position_embeddings'")));
   }
-  // Qwen2: read with its q/k/v biases; a sliding window it says it uses is refused (one it
-  // does not use, as the fixture's, is not).
+  // Qwen2: read with its q/k/v biases; a sliding window it says it uses is kept
+  // (model.sliding_window) and holds train.seq_len to it (one it does not use, as the
+  // fixture's, is not kept).
   {
     ASSERT_OK_AND_ASSIGN(
         const Options qwen,
         ParseOptions("", {"model.from=hf:" + HfFixture("qwen2-tiny"), "train.seq_len=16"}));
     EXPECT_TRUE(qwen.model.qkv_bias);
     EXPECT_EQ(qwen.model.family, ModelFamily::kLlama);
+    EXPECT_EQ(qwen.model.sliding_window, 0);
     const std::string dir = CopyFixture("qwen2-tiny", "hf-qwen-window");
     std::ifstream in(dir + "/config.json");
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -311,9 +313,22 @@ TEST(HfImportErrors, BadDirectoriesAreClearErrors) {
     ASSERT_NE(window, std::string::npos);
     text.replace(window, 20, "\"sliding_window\": 8");
     std::ofstream(dir + "/config.json") << text;
-    EXPECT_THAT(
-        ParseOptions("", {"model.from=hf:" + dir, "train.seq_len=16"}),
-        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("field 'sliding_window' is 8")));
+    EXPECT_THAT(ParseOptions("", {"model.from=hf:" + dir, "train.seq_len=16"}),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("train.seq_len: got 16, expected <= model.sliding_window (8)")));
+    ASSERT_OK_AND_ASSIGN(const Options windowed,
+                         ParseOptions("", {"model.from=hf:" + dir, "train.seq_len=8"}));
+    EXPECT_EQ(windowed.model.sliding_window, 8);
+    // Exported back with its window: as Qwen2 (biases), and as Mistral without them.
+    for (const bool bias : {true, false}) {
+      ModelOptions model = windowed.model;
+      model.qkv_bias = bias;
+      const std::string out = TestDir(bias ? "hf-window-qwen" : "hf-window-mistral");
+      std::ofstream(out + "/config.json") << HfConfigJson(model, "float32");
+      ASSERT_OK_AND_ASSIGN(const ModelOptions back, ReadHfConfig(out));
+      EXPECT_EQ(back.sliding_window, 8) << bias;
+      EXPECT_EQ(back.qkv_bias, bias);
+    }
   }
   // A missing directory and a wrong prefix.
   EXPECT_THAT(ParseOptions("", {"model.from=hf:/nonexistent"}),

@@ -162,12 +162,12 @@ void ReadLlama(const Json& c, ModelOptions* m, std::vector<std::string>* problem
   if (sliding && c.contains("sliding_window") && !c.at("sliding_window").is_null()) {
     int window = 0;
     Field(c, "sliding_window", &window, problems);
-    if (window < m->max_seq_len) {
-      problems->push_back(
-          absl::StrCat("field 'sliding_window' is ", window,
-                       ": sliding-window attention is not implemented (it must be null or cover "
-                       "max_position_embeddings, ",
-                       m->max_seq_len, ")"));
+    // A window shorter than the context is kept: strata's full causal attention equals it
+    // for sequences within it, which the option checks hold train.seq_len to.
+    if (window < 1) {
+      problems->push_back(absl::StrCat("field 'sliding_window' is ", window, ": expected >= 1"));
+    } else if (window < m->max_seq_len) {
+      m->sliding_window = window;
     }
   }
 }
@@ -280,7 +280,14 @@ std::string HfConfigJson(const ModelOptions& m, const std::string& dtype_name) {
     if (m.qkv_bias) {  // Qwen2: its q, k, v biases are not a config field
       c["architectures"] = {"Qwen2ForCausalLM"};
       c["model_type"] = "qwen2";
-      c["use_sliding_window"] = false;
+      c["use_sliding_window"] = m.sliding_window > 0;
+      c["sliding_window"] = m.sliding_window > 0 ? Json(m.sliding_window) : Json(nullptr);
+      c.erase("attention_bias");
+      c.erase("mlp_bias");
+    } else if (m.sliding_window > 0) {  // Mistral: LLaMA's shape with a window
+      c["architectures"] = {"MistralForCausalLM"};
+      c["model_type"] = "mistral";
+      c["sliding_window"] = m.sliding_window;
       c.erase("attention_bias");
       c.erase("mlp_bias");
     }
