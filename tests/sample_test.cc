@@ -4,12 +4,16 @@
 // sequence (EvalLoss): |got - ref| <= 1e-5 + 1e-4 |ref| in fp32 (the same kernels, but one
 // row at a time: the matmuls sum in another order). Greedy generation is the argmax of
 // those logits; a draw is a function of the seed; bad sampling options are errors.
+#include "launch/sample.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,7 +22,6 @@
 #include "core/testing/status_matchers.h"
 #include "launch/import_weights.h"
 #include "launch/options_parse.h"
-#include "launch/sample.h"
 #include "models/create_model.h"
 #include "tests/engine_rig.h"
 #include "tests/hf_fixtures.h"
@@ -114,6 +117,27 @@ TEST(SampleSetup, TooLongForTheModelIsAClearError) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("do not fit")));
   EXPECT_THAT(Generator::Create("/nonexistent/checkpoint", Base({}), 4).status(),
               StatusIs(::testing::_, HasSubstr("/nonexistent/checkpoint")));
+}
+
+// A model with a sliding window (Mistral's) generates within it: strata's full attention
+// equals the window's only there.
+TEST(SampleSetup, LongerThanTheSlidingWindowIsAClearError) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/windowed";
+  std::filesystem::create_directories(dir);
+  const std::string from = HfFixture("llama-tiny");
+  std::filesystem::copy_file(from + "/model.safetensors", dir + "/model.safetensors",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::ifstream in(from + "/config.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = text.find("\"rope_theta\"");
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at, "\"sliding_window\": 8,\n  ");
+  std::ofstream(dir + "/config.json") << text;
+  EXPECT_THAT(Generator::Create("hf:" + dir, Base({"train.seq_len=8"}), 9).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sliding window of 8")));
+  ASSERT_OK_AND_ASSIGN(auto generator,
+                       Generator::Create("hf:" + dir, Base({"train.seq_len=8"}), 8));
+  EXPECT_EQ(generator->model_options().sliding_window, 8);
 }
 
 }  // namespace
