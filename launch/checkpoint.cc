@@ -38,7 +38,7 @@ constexpr const char* kFormat = "strata-checkpoint";
 // 2: checkpoint.json carries "checksum", the XXH3 of its own other fields; 1 (without it)
 // still loads. 3: "units" are the trainable units only, and a LoRA run's checkpoint has
 // "lora" {rank, alpha, targets} and "base" {from, seed, xxh3}. 4: "model" has
-// "rope_scaling" (absent before: none).
+// "rope_scaling", "qkv_bias" and "sliding_window" (absent before: none, false, 0).
 constexpr int kVersion = 4;
 constexpr int kOldestVersion = 1;
 
@@ -526,19 +526,21 @@ StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
       model.norm_eps = std::stof(key("norm_eps").get<std::string>());
     }
     if (const nlohmann::json scaling = key("rope_scaling"); !scaling.is_null()) {
+      // The type by the option's names (RopeScalingJson writes OptionName).
       const std::string type = scaling.at("type").get<std::string>();
-      if (type == "linear") {
-        model.rope.scaling = RopeScaling::kLinear;
-      } else if (type == "llama3") {
-        model.rope.scaling = RopeScaling::kLlama3;
-        model.rope.low_freq_factor = std::stof(scaling.at("low_freq_factor").get<std::string>());
-        model.rope.high_freq_factor = std::stof(scaling.at("high_freq_factor").get<std::string>());
-        model.rope.original_max_seq_len = scaling.at("original_max_seq_len").get<int>();
-      } else {
+      const auto& names = OptionNames<RopeScaling>::kNames;
+      const auto found = std::find(names.begin(), names.end(), type);
+      if (found == names.end() || found == names.begin()) {
         return absl::InvalidArgumentError(
             absl::StrCat("checkpoint: ", meta_path, " has a rope scaling of type '", type, "'"));
       }
+      model.rope.scaling = static_cast<RopeScaling>(found - names.begin());
       model.rope.factor = std::stof(scaling.at("factor").get<std::string>());
+      if (model.rope.scaling == RopeScaling::kLlama3) {
+        model.rope.low_freq_factor = std::stof(scaling.at("low_freq_factor").get<std::string>());
+        model.rope.high_freq_factor = std::stof(scaling.at("high_freq_factor").get<std::string>());
+        model.rope.original_max_seq_len = scaling.at("original_max_seq_len").get<int>();
+      }
     }
     model.tie_embeddings = key("tie_embeddings").get<bool>();
     model.qkv_bias = key("qkv_bias").get<bool>();

@@ -127,6 +127,23 @@ void ReadRopeScaling(const Json& c, RopeSpec* rope, std::vector<std::string>* pr
   }
 }
 
+// The inverse of ReadRopeScaling.
+Json RopeScalingJson(const RopeSpec& rope) {
+  switch (rope.scaling) {
+    case RopeScaling::kNone:
+      return nullptr;
+    case RopeScaling::kLinear:
+      return {{"rope_type", "linear"}, {"factor", rope.factor}};
+    case RopeScaling::kLlama3:
+      return {{"rope_type", "llama3"},
+              {"factor", rope.factor},
+              {"low_freq_factor", rope.low_freq_factor},
+              {"high_freq_factor", rope.high_freq_factor},
+              {"original_max_position_embeddings", rope.original_max_seq_len}};
+  }
+  return nullptr;
+}
+
 void ReadLlama(const Json& c, ModelOptions* m, std::vector<std::string>* problems) {
   m->family = ModelFamily::kLlama;
   Required(c, "num_hidden_layers", &m->layers, problems);
@@ -221,27 +238,6 @@ StatusOr<ModelOptions> ReadHfConfig(const std::string& dir) {
   return model;
 }
 
-namespace {
-
-// The inverse of ReadRopeScaling.
-Json RopeScalingJson(const RopeSpec& rope) {
-  switch (rope.scaling) {
-    case RopeScaling::kNone:
-      return nullptr;
-    case RopeScaling::kLinear:
-      return {{"rope_type", "linear"}, {"factor", rope.factor}};
-    case RopeScaling::kLlama3:
-      return {{"rope_type", "llama3"},
-              {"factor", rope.factor},
-              {"low_freq_factor", rope.low_freq_factor},
-              {"high_freq_factor", rope.high_freq_factor},
-              {"original_max_position_embeddings", rope.original_max_seq_len}};
-  }
-  return nullptr;
-}
-
-}  // namespace
-
 std::string HfConfigJson(const ModelOptions& m, const std::string& dtype_name) {
   Json c;
   if (m.family == ModelFamily::kGpt) {
@@ -277,19 +273,19 @@ std::string HfConfigJson(const ModelOptions& m, const std::string& dtype_name) {
          {"mlp_bias", false},
          {"rope_scaling", RopeScalingJson(m.rope)},
          {"torch_dtype", dtype_name}};
+    if (m.qkv_bias || m.sliding_window > 0) {  // Qwen2 or Mistral: no bias switches
+      c.erase("attention_bias");
+      c.erase("mlp_bias");
+    }
     if (m.qkv_bias) {  // Qwen2: its q, k, v biases are not a config field
       c["architectures"] = {"Qwen2ForCausalLM"};
       c["model_type"] = "qwen2";
       c["use_sliding_window"] = m.sliding_window > 0;
       c["sliding_window"] = m.sliding_window > 0 ? Json(m.sliding_window) : Json(nullptr);
-      c.erase("attention_bias");
-      c.erase("mlp_bias");
     } else if (m.sliding_window > 0) {  // Mistral: LLaMA's shape with a window
       c["architectures"] = {"MistralForCausalLM"};
       c["model_type"] = "mistral";
       c["sliding_window"] = m.sliding_window;
-      c.erase("attention_bias");
-      c.erase("mlp_bias");
     }
   }
   return c.dump(2) + "\n";
