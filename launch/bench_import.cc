@@ -140,11 +140,11 @@ Status RunBenchImport(const CommandArgs& args, const std::string& dir) {
   }
   std::printf("bench import: %s, %s\n", DescribeCpu().c_str(), model->Describe().c_str());
   ASSIGN_OR_RETURN(const std::vector<std::string> files,
-                   WriteSafetensorsDirectory(out, tensors, StDType::kF32, uint64_t{5} << 30,
+                   WriteSafetensorsDirectory(out, tensors, StDType::kBF16, uint64_t{5} << 30,
                                              {{"format", "pt"}}));
   {
     std::FILE* config = std::fopen((out + "/config.json").c_str(), "w");
-    const std::string text = HfConfigJson(model_options, "float32");
+    const std::string text = HfConfigJson(model_options, "bfloat16");
     if (config == nullptr) return absl::PermissionDeniedError("bench import: cannot write " + out);
     std::fwrite(text.data(), 1, text.size(), config);
     std::fclose(config);

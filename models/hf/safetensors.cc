@@ -23,6 +23,7 @@
 #include "core/atomic_file.h"
 #include "core/dtype.h"
 #include "core/pread_fully.h"
+#include "kernels/cpu/elementwise.h"
 #include "nvme/io_buffer.h"
 
 // The header length and the elements are little-endian on disk and are used in place.
@@ -111,6 +112,20 @@ bool ReadDirect(int direct_fd, uint64_t offset, uint64_t size, void* out) {
   if (view == nullptr) return false;
   std::memcpy(out, view, size);
   return true;
+}
+
+// `n` 16-bit values (BF16 or F16; any alignment) widened to fp32 into out: bf16 through the
+// CPU kernels' vectorised cast, f16 exactly (HalfToFloat keeps NaN payloads).
+void WidenHalves(StDType dtype, const char* halves, uint64_t n, float* out) {
+  if (dtype == StDType::kBF16 && reinterpret_cast<uintptr_t>(halves) % alignof(bf16) == 0) {
+    cpu::CastToFloat(out, reinterpret_cast<const bf16*>(halves), n);
+    return;
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    uint16_t bits;
+    std::memcpy(&bits, halves + i * sizeof(bits), sizeof(bits));
+    out[i] = dtype == StDType::kBF16 ? ToFloat(bf16{bits}) : HalfToFloat(bits);
+  }
 }
 
 // A file descriptor owned until released.
@@ -826,33 +841,36 @@ Status SafetensorsSet::ReadFloats(const StTensor& tensor, uint64_t begin, uint64
   const int fd = handle.fd();
   // A piece through O_DIRECT where it is large and the file allows it, else (or where
   // that fails) through the page cache, whose errors name the bytes.
-  auto read = [&](void* to, uint64_t size, uint64_t offset, const std::string& what) -> Status {
-    if (handle.direct_fd() >= 0 && size >= kDirectMinBytes &&
-        ReadDirect(handle.direct_fd(), offset, size, to)) {
-      return absl::OkStatus();
-    }
-    return PreadFully(fd, to, size, offset, what);
-  };
   const size_t element_bytes = StDTypeBytes(tensor.dtype);
   const uint64_t piece_elements = kPieceBytes / element_bytes;
-  std::vector<uint16_t> halves;
-  if (tensor.dtype != StDType::kF32) halves.resize(std::min(count, piece_elements));
   for (uint64_t done = 0; done < count;) {
     const uint64_t n = std::min(piece_elements, count - done);
     const uint64_t offset = tensor.offset + (begin + done) * element_bytes;
-    const std::string what = absl::StrCat(tensor.file, ": tensor '", tensor.name, "': bytes [",
-                                          offset, ", ", offset + n * element_bytes, ")");
+    const uint64_t size = n * element_bytes;
+    auto what = [&] {
+      return absl::StrCat("safetensors: ", tensor.file, ": tensor '", tensor.name, "': bytes [",
+                          offset, ", ", offset + size, ")");
+    };
     if (tensor.dtype == StDType::kF32) {
       // Same layout on disk and in memory (little-endian IEEE): read straight into out.
-      RETURN_IF_ERROR(read(out + done, n * element_bytes, offset, "safetensors: " + what));
-    } else {
-      RETURN_IF_ERROR(read(halves.data(), n * element_bytes, offset, "safetensors: " + what));
-      float* to = out + done;
-      if (tensor.dtype == StDType::kBF16) {
-        for (uint64_t i = 0; i < n; ++i) to[i] = ToFloat(bf16{halves[i]});
-      } else {
-        for (uint64_t i = 0; i < n; ++i) to[i] = HalfToFloat(halves[i]);
+      if (handle.direct_fd() < 0 || size < kDirectMinBytes ||
+          !ReadDirect(handle.direct_fd(), offset, size, out + done)) {
+        RETURN_IF_ERROR(PreadFully(fd, out + done, size, offset, what()));
       }
+    } else {
+      // 16-bit values widened where they land: in the O_DIRECT bounce buffer, else in a
+      // buffer of this thread's (no copy between, no fresh buffer per read).
+      const char* halves = nullptr;
+      if (handle.direct_fd() >= 0 && size >= kDirectMinBytes) {
+        halves = ReadDirectView(handle.direct_fd(), offset, size);
+      }
+      if (halves == nullptr) {
+        thread_local std::vector<uint16_t> staged;
+        if (staged.size() < n) staged.resize(n);
+        RETURN_IF_ERROR(PreadFully(fd, staged.data(), size, offset, what()));
+        halves = reinterpret_cast<const char*>(staged.data());
+      }
+      WidenHalves(tensor.dtype, halves, n, out + done);
     }
     done += n;
   }

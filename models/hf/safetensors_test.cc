@@ -5,9 +5,9 @@
 // message a user would see. Files go to TEST_TMPDIR.
 #include "models/hf/safetensors.h"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -25,6 +25,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/dtype.h"
 #include "core/testing/status_matchers.h"
 
@@ -284,6 +285,39 @@ TEST(SafetensorsTest, ReadsHandWrittenF16) {
   ASSERT_OK(set.ReadFloats(*tensor, 3, 2, pair));
   EXPECT_EQ(pair[0], std::ldexp(1.0f, -24));
   EXPECT_EQ(pair[1], inf);
+}
+
+// Large 16-bit reads (O_DIRECT where the file system allows) widen every bit pattern as the
+// scalar conversions do (ToFloat, HalfToFloat: NaN payloads kept), bit for bit, whether the
+// data lands 2-byte aligned in memory (the vectorised bf16 cast) or at an odd address (a
+// header of odd length: element by element).
+TEST(SafetensorsTest, LargeHalfReadsWidenEveryBitPattern) {
+  const uint64_t numel = 3 * 65536 + 11;  // 384 KiB per tensor: above the direct size
+  std::vector<uint16_t> bits(numel);
+  for (uint64_t i = 0; i < numel; ++i) bits[i] = static_cast<uint16_t>(i * 40503u);
+  for (const int pad : {0, 1}) {
+    const uint64_t bytes = numel * 2;
+    std::string header =
+        absl::StrCat(R"({"b":{"dtype":"BF16","shape":[)", numel, R"(],"data_offsets":[0,)", bytes,
+                     R"(]},"h":{"dtype":"F16",)", R"("shape":[)", numel, R"(],"data_offsets":[)",
+                     bytes, ",", 2 * bytes, "]}}");
+    header.append((header.size() % 2 == 0 ? 0 : 1) + pad, ' ');  // even, or odd with pad
+    const std::string path = WriteFile(TempPath(absl::StrCat("widen", pad, ".safetensors")),
+                                       Image(header, Bytes(bits) + Bytes(bits)));
+    ASSERT_OK_AND_ASSIGN(const SafetensorsSet set, SafetensorsSet::OpenFile(path));
+    EXPECT_EQ(set.Find("b")->offset % 2, static_cast<uint64_t>(pad));
+    for (const auto& [name, begin] :
+         {std::pair<std::string, uint64_t>{"b", 0}, {"b", 5}, {"h", 0}, {"h", 5}}) {
+      const uint64_t count = numel - begin - 3;
+      std::vector<float> got(count);
+      ASSERT_OK(set.ReadFloats(*set.Find(name), begin, count, got.data()));
+      for (uint64_t i = 0; i < count; ++i) {
+        const uint16_t b = bits[begin + i];
+        const float want = name == "b" ? ToFloat(bf16{b}) : HalfToFloat(b);
+        ASSERT_EQ(Bits(got[i]), Bits(want)) << name << " pad " << pad << " element " << begin + i;
+      }
+    }
+  }
 }
 
 TEST(SafetensorsTest, F16RoundTripRoundsToNearestEven) {
