@@ -1,6 +1,7 @@
-// `strata bench import --dir DIR`: Hugging Face import against the disk it reads from, in
-// one run. A model of the chosen shape (default gpt2-124m) is written to DIR as fp32
-// safetensors with random values and dropped from the page cache (fsync + fadvise); a
+// `strata bench import --dir DIR [--file-dtype fp32|bf16]`: Hugging Face import against the
+// disk it reads from, in one run. A model of the chosen shape (default gpt2-124m) is written
+// to DIR as safetensors of the chosen dtype (fp32 as GPT-2 ships, bf16 as the LLaMA family
+// does) with random values and dropped from the page cache (fsync + fadvise); a
 // one-rank engine on the CPU backend imports it once cold (its state memory touched for the
 // first time, as any set-up does), then five rounds alternate
 //   - the reference: the files read back sequentially in 16 MiB pieces with O_DIRECT, two
@@ -115,7 +116,7 @@ double Median(std::vector<double> values) {
 
 }  // namespace
 
-Status RunBenchImport(const CommandArgs& args, const std::string& dir) {
+Status RunBenchImport(const CommandArgs& args, const std::string& dir, DType file_dtype) {
   std::vector<std::string> sets = {"model.preset=gpt2-124m", "train.micro_batch=1",
                                    "train.seq_len=64"};
   sets.insert(sets.end(), args.sets.begin(), args.sets.end());
@@ -127,7 +128,7 @@ Status RunBenchImport(const CommandArgs& args, const std::string& dir) {
   std::filesystem::remove_all(out);
   std::filesystem::create_directories(out);
 
-  // 1. The model as fp32 safetensors, values from a cheap hash.
+  // 1. The model as safetensors of the chosen dtype, values from a cheap hash.
   std::vector<StOutputTensor> tensors;
   for (const HfTensor& entry : map) {
     tensors.push_back({entry.name, entry.shape, [](uint64_t begin, uint64_t count, float* values) {
@@ -140,11 +141,13 @@ Status RunBenchImport(const CommandArgs& args, const std::string& dir) {
   }
   std::printf("bench import: %s, %s\n", DescribeCpu().c_str(), model->Describe().c_str());
   ASSIGN_OR_RETURN(const std::vector<std::string> files,
-                   WriteSafetensorsDirectory(out, tensors, StDType::kBF16, uint64_t{5} << 30,
-                                             {{"format", "pt"}}));
+                   WriteSafetensorsDirectory(
+                       out, tensors, file_dtype == DType::kBF16 ? StDType::kBF16 : StDType::kF32,
+                       uint64_t{5} << 30, {{"format", "pt"}}));
   {
     std::FILE* config = std::fopen((out + "/config.json").c_str(), "w");
-    const std::string text = HfConfigJson(model_options, "bfloat16");
+    const std::string text =
+        HfConfigJson(model_options, file_dtype == DType::kBF16 ? "bfloat16" : "float32");
     if (config == nullptr) return absl::PermissionDeniedError("bench import: cannot write " + out);
     std::fwrite(text.data(), 1, text.size(), config);
     std::fclose(config);
@@ -157,8 +160,8 @@ Status RunBenchImport(const CommandArgs& args, const std::string& dir) {
   engine_options.model.from = "hf:" + out;
   ASSIGN_OR_RETURN(Backend backend, CreateBackend(engine_options));
   ASSIGN_OR_RETURN(auto group, CreateLocalGroup(1, LocalGroupOptions{}));
-  ASSIGN_OR_RETURN(auto engine_model,
-                   CreateModel(model_options, Recompute::kNone, engine_options.train.dtype));
+  ASSIGN_OR_RETURN(auto engine_model, CreateModel(model_options, Recompute::kNone,
+                                                  engine_options.train.dtype, engine_options.lora));
   ASSIGN_OR_RETURN(auto engine,
                    Engine::Create(engine_options, backend.device.get(), backend.ops.get(),
                                   backend.host_ops.get(), engine_model.get(), group[0].get(),
@@ -200,22 +203,32 @@ Status RunBenchImport(const CommandArgs& args, const std::string& dir) {
       bytes / *std::min_element(import_s.begin(), import_s.end()) / 1e6;
   const double cold_mb_s = bytes / cold_s / 1e6;
   double fill_s = 0, store_s = 0;
-  // The import's reading alone (every unit's values into one reused buffer, no engine):
-  // what the engine's stores add is the difference.
+  // The units the files hold (a LoRA model's base) and, for each, what the import does:
+  // fp32 values straight into the master (ImportTarget) or through a buffer; a bf16 file's
+  // bits straight into bf16 params (ImportParamTarget), with no fp32 values at all for a
+  // unit without optimizer state.
+  const std::vector<int> base = BaseUnits(*engine_model);
+  ASSIGN_OR_RETURN(const HfWeights weights, HfWeights::Open(out, model_options, *engine_model));
+  auto raw_params = [&](int unit) {
+    return weights.RawBf16(unit) && engine->ImportParamTarget(unit) != nullptr;
+  };
+  auto needs_values = [&](int unit) {
+    return !raw_params(unit) || engine_model->units()[unit].trainable();
+  };
+  // The import's reading alone (every unit into one reused buffer, no engine): what the
+  // engine's stores add is the difference.
   {
-    ASSIGN_OR_RETURN(const HfWeights weights, HfWeights::Open(out, model_options, *engine_model));
     size_t most = 0;
-    for (const UnitLayout& unit : engine_model->units()) {
-      most = std::max(most, unit.used_elements());
-    }
+    for (const int unit : base) most = std::max(most, engine_model->units()[unit].used_elements());
     std::vector<float> values(most);
+    std::vector<bf16> raw(most);
     std::vector<double> fills;
     for (int round = 0; round < kRounds; ++round) {
       const auto start = Clock::now();
-      for (size_t u = 0; u < engine_model->units().size(); ++u) {
-        RETURN_IF_ERROR(weights.Fill(static_cast<int>(u), 0,
-                                     engine_model->units()[u].used_elements(), values.data(),
-                                     nullptr));
+      for (const int unit : base) {
+        RETURN_IF_ERROR(weights.Fill(unit, 0, engine_model->units()[unit].used_elements(),
+                                     needs_values(unit) ? values.data() : nullptr, nullptr,
+                                     raw_params(unit) ? raw.data() : nullptr));
       }
       fills.push_back(std::chrono::duration<double>(Clock::now() - start).count());
       for (const std::string& file : files) DropFromCache(file);
@@ -226,32 +239,33 @@ Status RunBenchImport(const CommandArgs& args, const std::string& dir) {
     std::vector<double> stores;
     for (int round = 0; round < kRounds; ++round) {
       const auto start = Clock::now();
-      for (size_t u = 0; u < engine_model->units().size(); ++u) {
-        const int unit = static_cast<int>(u);
+      for (const int unit : base) {
         const auto [begin, end] = engine->StoredRange(unit);
         if (values.size() < end - begin) values.resize(end - begin);
         const float* target = engine->ImportTarget(unit);
-        RETURN_IF_ERROR(engine->StoreUnitValues(unit, target ? target : values.data()));
+        const float* from = target ? target : needs_values(unit) ? values.data() : nullptr;
+        RETURN_IF_ERROR(engine->StoreUnitValues(unit, from, raw_params(unit)));
       }
       stores.push_back(std::chrono::duration<double>(Clock::now() - start).count());
     }
     store_s = Median(stores);
   }
   size_t largest = 0;  // of the units read into a buffer (not straight into their master)
-  int straight = 0;
-  for (size_t u = 0; u < engine_model->units().size(); ++u) {
-    if (engine->ImportTarget(static_cast<int>(u)) != nullptr) {
+  int straight = 0, straight_params = 0;
+  for (const int unit : base) {
+    straight_params += raw_params(unit) ? 1 : 0;
+    if (engine->ImportTarget(unit) != nullptr || !needs_values(unit)) {
       ++straight;
       continue;
     }
-    largest = std::max(largest, engine_model->units()[u].used_elements() * sizeof(float));
+    largest = std::max(largest, engine_model->units()[unit].used_elements() * sizeof(float));
   }
   std::filesystem::remove_all(out);
 
   const double ratio = import_mb_s / read_mb_s, best_ratio = best_import_mb_s / best_read_mb_s;
   const char* dtype = DTypeName(engine_options.train.dtype);
-  std::printf("bench import: %.1f MB in %zu file(s), %d rounds (median / best)\n", bytes / 1e6,
-              files.size(), kRounds);
+  std::printf("bench import: %.1f MB of %s safetensors in %zu file(s), %d rounds (median / best)\n",
+              bytes / 1e6, DTypeName(file_dtype), files.size(), kRounds);
   std::printf("  sequential read (16 MiB pieces, 2 in flight, %s, 2 MiB pages): %8.1f / %8.1f "
               "MB/s\n",
               direct ? "O_DIRECT" : "page cache: O_DIRECT refused", read_mb_s, best_read_mb_s);
@@ -267,15 +281,28 @@ Status RunBenchImport(const CommandArgs& args, const std::string& dir) {
   std::printf("  reading alone (no engine):                    %8.1f MB/s, %.2f s (%.2f of the "
               "sequential read)\n",
               bytes / fill_s / 1e6, fill_s, bytes / fill_s / 1e6 / read_mb_s);
-  std::printf("  the engine's stores alone (no reading):       %8.1f MB/s, %.2f s\n",
-              bytes / store_s / 1e6, store_s);
-  if (largest == 0) {
-    std::printf("  importer memory: every unit read straight into its master (%d units); "
-                "one bounce buffer per reading thread\n", straight);
+  if (store_s >= 1e-3) {
+    std::printf("  the engine's stores alone (no reading):       %8.1f MB/s, %.2f s\n",
+                bytes / store_s / 1e6, store_s);
   } else {
-    std::printf("  importer memory: %d of %zu units straight into their master; the others "
-                "through two buffers of the largest one's range, %.1f MiB\n",
-                straight, engine_model->units().size(), largest / 1048576.0);
+    std::printf(
+        "  the engine's stores alone (no reading):       %.4f s (nothing to cast or copy)\n",
+        store_s);
+  }
+  if (largest == 0) {
+    std::printf(
+        "  importer memory: every unit read straight into its state (%d units); "
+        "one bounce buffer per reading thread\n",
+        straight);
+  } else {
+    std::printf(
+        "  importer memory: %d of %zu units straight into their state; the others "
+        "through two buffers of the largest one's range, %.1f MiB\n",
+        straight, base.size(), largest / 1048576.0);
+  }
+  if (straight_params > 0) {
+    std::printf("  bf16 params: %d of %zu units' straight from the files' bits (no cast)\n",
+                straight_params, base.size());
   }
   std::printf("warm import / sequential read: median %.2f, best %.2f (goal >= %.1f: %s)\n", ratio,
               best_ratio, kGoalImportVsRead, ratio >= kGoalImportVsRead ? "MET" : "NOT MET");

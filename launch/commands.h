@@ -70,9 +70,9 @@ Status RunBenchGpu(const CommandArgs& args, const GpuBenchArgs& gpu);
 // [--shard-size 5GiB] [--merge-lora]`: launch/export_weights.h.
 Status RunExport(const std::string& from, const std::string& to, DType dtype,
                  const std::string& shard_size, bool merge_lora);
-// `strata bench import --dir DIR`: Hugging Face import MB/s against a sequential read of
-// the same files (launch/bench_import.cc).
-Status RunBenchImport(const CommandArgs& args, const std::string& dir);
+// `strata bench import --dir DIR [--file-dtype fp32|bf16]`: Hugging Face import MB/s against
+// a sequential read of the same files, written in `file_dtype` (launch/bench_import.cc).
+Status RunBenchImport(const CommandArgs& args, const std::string& dir, DType file_dtype);
 // `strata bench nvme --dir DIR [--size 1GiB] [--engine auto]`: nvme/disk_bench.h.
 Status RunBenchNvme(const std::string& dir, const std::string& size, IoEngineKind engine);
 

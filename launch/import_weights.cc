@@ -133,7 +133,20 @@ StatusOr<HfWeights> HfWeights::Open(const std::string& dir, const ModelOptions& 
   return weights;
 }
 
-Status HfWeights::Fill(int unit, size_t begin, size_t end, float* out, Progress* progress) const {
+bool HfWeights::RawBf16(int unit) const {
+  for (const Piece& piece : (*by_unit_)[unit]) {
+    if (piece.file->dtype != StDType::kBF16 || piece.map.transposed) return false;
+  }
+  return true;
+}
+
+Status HfWeights::Fill(int unit, size_t begin, size_t end, float* out, Progress* progress,
+                       bf16* params) const {
+  if (params != nullptr ? !RawBf16(unit) : out == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("HfWeights::Fill: unit ", unit, ": ",
+                     params != nullptr ? "not all bf16 in place" : "nowhere to write"));
+  }
   const SafetensorsSet& set = *set_;
   const UnitLayout& layout = model_->units()[unit];
   // The work as tasks of about kTaskBytes, run on every core: a plain tensor's part in
@@ -177,17 +190,27 @@ Status HfWeights::Fill(int unit, size_t begin, size_t end, float* out, Progress*
   // Zero where no tensor lands (gaps, padding, padded vocabulary rows); tensors never overlap.
   std::sort(covered.begin(), covered.end());
   size_t next = begin;
+  auto zero = [&](size_t lo, size_t hi) {
+    if (out != nullptr) std::fill(out + (lo - begin), out + (hi - begin), 0.0f);
+    if (params != nullptr) std::fill(params + (lo - begin), params + (hi - begin), bf16{0});
+  };
   for (const auto& [lo, hi] : covered) {
-    std::fill(out + (next - begin), out + (lo - begin), 0.0f);
+    zero(next, lo);
     next = hi;
   }
-  std::fill(out + (next - begin), out + (end - begin), 0.0f);
+  zero(next, end);
 
   std::vector<Status> failures(tasks.size());
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ReaderThreads()) if (tasks.size() > 1)
   for (size_t t = 0; t < tasks.size(); ++t) {
     const Task& task = tasks[t];
     const StTensor& file = *task.piece->file;
+    const size_t at = task.dest_begin - begin + task.lo;  // of the task's first element
+    if (params != nullptr) {
+      failures[t] = set.ReadBf16(file, task.lo, task.hi - task.lo, params + at,
+                                 out != nullptr ? out + at : nullptr);
+      continue;
+    }
     float* dest = out + (task.dest_begin - begin);
     if (task.c1 == 0) {
       failures[t] = set.ReadFloats(file, task.lo, task.hi - task.lo, dest + task.lo);
@@ -217,17 +240,26 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
   // One reader thread fills unit u + 1 while unit u is stored, the reads overlapped with
   // the engine's stores. Each unit's values land straight in its fp32 master where the
   // engine allows (Engine::ImportTarget), else in one of two buffers of one unit's range.
+  // A unit all bf16 in its files, whose bf16 params the engine lets the host write
+  // (Engine::ImportParamTarget), has the files' bits copied there as they are read: no
+  // cast in the store (nor fp32 values at all for a frozen unit).
   // The thread lives for the whole import (its readers' bounce buffers stay faulted in).
   // A LoRA model's adapters are not in the files: its base (the frozen units) alone.
   const std::vector<int> todo = BaseUnits(model);
   const int num_units = static_cast<int>(todo.size());
   RETURN_IF_ERROR(engine.Finish());  // nothing in flight touches a target
   std::vector<float*> targets(num_units);
-  size_t largest = 0;  // of the units without a target
+  std::vector<bf16*> param_targets(num_units);  // a bf16 file's bits straight into params
+  std::vector<bool> buffered(num_units);        // fp32 values through one of the two buffers
+  size_t largest = 0;                           // of the buffered units
   for (int u = 0; u < num_units; ++u) {
     targets[u] = engine.ImportTarget(todo[u]);
+    if (weights.RawBf16(todo[u])) param_targets[u] = engine.ImportParamTarget(todo[u]);
+    // A unit without optimizer state (frozen) needs no fp32 values once its params are in.
+    const bool needs_values = param_targets[u] == nullptr || model.units()[todo[u]].trainable();
+    buffered[u] = targets[u] == nullptr && needs_values;
     const auto [begin, end] = engine.StoredRange(todo[u]);
-    if (targets[u] == nullptr) largest = std::max(largest, end - begin);
+    if (buffered[u]) largest = std::max(largest, end - begin);
   }
   // On 2 MiB pages (fewer faults; O_DIRECT into them is faster), not zeroed: Fill writes
   // every element. Pages are committed as units touch them.
@@ -238,8 +270,9 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
     if (largest == 0) break;
     ASSIGN_OR_RETURN(buffer, nvme::IoBuffer::Allocate(largest * sizeof(float), unpopulated));
   }
-  auto values = [&](int u) {
-    return targets[u] != nullptr ? targets[u] : reinterpret_cast<float*>(buffers[u % 2].data());
+  auto values = [&](int u) -> float* {
+    if (targets[u] != nullptr) return targets[u];
+    return buffered[u] ? reinterpret_cast<float*>(buffers[u % 2].data()) : nullptr;
   };
   std::vector<Status> read_status(num_units);
   std::mutex mutex;
@@ -252,12 +285,12 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
         std::unique_lock<std::mutex> lock(mutex);
         // A unit read into a buffer waits until the buffer's previous unit is stored; one
         // read into its master need not wait.
-        changed.wait(lock, [&] { return stop || targets[u] != nullptr || u - stored < 2; });
+        changed.wait(lock, [&] { return stop || !buffered[u] || u - stored < 2; });
         if (stop) return;
       }
       const auto [begin, end] = engine.StoredRange(todo[u]);
-      read_status[u] =
-          weights.Fill(todo[u], begin, end, values(u), progress ? &*progress : nullptr);
+      read_status[u] = weights.Fill(todo[u], begin, end, values(u), progress ? &*progress : nullptr,
+                                    param_targets[u]);
       std::lock_guard<std::mutex> lock(mutex);
       filled = u + 1;
       changed.notify_all();
@@ -271,7 +304,9 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
       changed.wait(lock, [&] { return filled > u; });
     }
     status = read_status[u];
-    if (status.ok()) status = engine.StoreUnitValues(todo[u], values(u));
+    if (status.ok()) {
+      status = engine.StoreUnitValues(todo[u], values(u), param_targets[u] != nullptr);
+    }
     std::lock_guard<std::mutex> lock(mutex);
     stored = u + 1;
     stop = !status.ok();

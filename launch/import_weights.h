@@ -30,8 +30,13 @@ class HfWeights {
                                   const Model& model);
   // Elements [begin, end) of unit `unit`'s flat fp32 values into out (zero where no tensor
   // lands: gaps, padding, padded vocabulary rows); `progress` (may be null) advances by
-  // the bytes read.
-  Status Fill(int unit, size_t begin, size_t end, float* out, Progress* progress) const;
+  // the bytes read. `params` (where not null; only for a unit with RawBf16): the same
+  // elements as bf16 (the files' own values) into params, and `out` may then be null.
+  Status Fill(int unit, size_t begin, size_t end, float* out, Progress* progress,
+              bf16* params = nullptr) const;
+  // Whether every tensor of `unit` is BF16 in its file and laid out as in the unit (not
+  // transposed): its bf16 params are then the files' bytes, copied without a cast.
+  bool RawBf16(int unit) const;
   uint64_t bytes() const { return bytes_; }  // of every tensor, in the files' dtypes
 
  private:
@@ -46,8 +51,9 @@ class HfWeights {
 // Loads `dir` into every unit of `engine` (which runs `model`, made from `options`): Open,
 // then each unit's stored range, the next unit read on a second thread while one is
 // stored: straight into each unit's master where the engine allows it (ImportTarget),
-// else through two buffers of one unit's range. Nothing is written when Open fails.
-// `show_progress`: a progress line for long imports.
+// else through two buffers of one unit's range; a bf16 file's values also straight into
+// a bf16 engine's params where it allows (ImportParamTarget), with no cast. Nothing is written when
+// Open fails. `show_progress`: a progress line for long imports.
 Status ImportHfWeights(const std::string& dir, const ModelOptions& options, const Model& model,
                        Engine& engine, bool show_progress);
 

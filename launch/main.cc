@@ -222,6 +222,12 @@ int main(int argc, char** argv) {
       ->required();
   bench_import->add_option("--config", args.config_path, "JSON config file");
   bench_import->add_option("--set", args.sets, "e.g. model.preset=llama-1b (default gpt2-124m)");
+  strata::DType import_file_dtype = strata::DType::kF32;
+  bench_import
+      ->add_option("--file-dtype", import_file_dtype,
+                   "the safetensors' dtype: fp32 (as GPT-2 ships) | bf16 (as the LLaMA family "
+                   "ships)")
+      ->transform(CLI::CheckedTransformer(strata::OptionValues<strata::DType>()));
 
   std::string nvme_dir;
   std::string nvme_size = "1GiB";
@@ -282,8 +288,8 @@ int main(int argc, char** argv) {
   else if (bench_gpu->parsed()) {
     if (bench_gpu->count("--steps") == 0) args.bench_steps = 5;
     status = strata::RunBenchGpu(args, gpu_args);
-  }
-  else if (bench_import->parsed()) status = strata::RunBenchImport(args, import_dir);
+  } else if (bench_import->parsed())
+    status = strata::RunBenchImport(args, import_dir, import_file_dtype);
   else if (bench_nvme->parsed()) status = strata::RunBenchNvme(nvme_dir, nvme_size, nvme_engine);
   else if (bench_adam->parsed()) status = strata::RunBenchAdam(adam_threads, adam_quick);
   if (status.code() == absl::StatusCode::kCancelled && strata::StopSignal() != 0) {

@@ -142,8 +142,11 @@ class Engine {
   // the whole unit, or its own shard.
   std::pair<size_t, size_t> StoredRange(int unit) const;
   // LoadUnit with the values already at hand: `values` holds StoredRange(unit) (so a
-  // caller may read the next unit while this one is stored).
-  Status StoreUnitValues(int unit, const float* values);
+  // caller may read the next unit while this one is stored). `params_in_place`: the
+  // caller wrote the unit's bf16 params into ImportParamTarget(unit) itself (values equal
+  // to `values` cast), so they are not cast again; `values` may then be null for a unit
+  // without optimizer state (frozen: a LoRA model's base).
+  Status StoreUnitValues(int unit, const float* values, bool params_in_place = false);
   // Where an importer may write StoredRange(unit) directly, or null: the unit's fp32
   // master itself, where it is trainable, holds exactly that range (stage 0 or 3, or any
   // stage on one rank), and sits in memory the host can write (a host-tier optimizer, or
@@ -151,6 +154,12 @@ class Engine {
   // params and zeroes the moments without copying the master: one pass less over the
   // model, and no buffer of the importer's own. Written after Finish(), before the next step.
   float* ImportTarget(int unit) const;
+  // Where an importer may write the unit's bf16 params for StoredRange(unit) directly (as
+  // raw bf16 values, e.g. a bf16 file's own bits), or null: a bf16 engine whose param part
+  // of the unit is exactly that range, in memory the host can write (the CPU device, or
+  // params on the host tier). Then StoreUnitValues(unit, values, true) skips their cast.
+  // Written after Finish(), before the next step.
+  bf16* ImportParamTarget(int unit) const;
 
   // Bytes of this rank's swap files (0 without nvme tiers).
   uint64_t nvme_file_bytes() const { return components_.nvme_file_bytes(); }
@@ -192,7 +201,9 @@ class Engine {
     const float* exp_avg_sq = nullptr;
     size_t begin = 0, end = 0;
   };
-  Status StoreUnitState(int unit, const UnitStateView& view);
+  // `params_in_place`: the params are there already (ImportParamTarget); the optimizer
+  // state alone.
+  Status StoreUnitState(int unit, const UnitStateView& view, bool params_in_place = false);
 
   Options options_;
   Placement placement_;  // resolved once in Init

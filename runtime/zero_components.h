@@ -57,7 +57,7 @@ class ZeroComponents {
   size_t param_part_elements(int unit) const { return param_home_->part_elements(unit); }
   Status StoreParams(int unit, const void* values) { return param_home_->Store(unit, values); }
   // The unit's param part in memory (device or host tier), or null on nvme.
-  void* param_part(int unit) { return param_home_->part(unit); }
+  void* param_part(int unit) const { return param_home_->part(unit); }
   Status LoadParams(int unit, void* out) { return param_home_->Load(unit, out); }
   // Blocks until every write-back of state is on its tier; the first error, if any.
   Status Flush() { return optimizer_home_->Flush(); }

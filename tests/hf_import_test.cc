@@ -230,6 +230,102 @@ TEST(HfImportTargets, MastersTakeTheValuesWhereTheEngineAllows) {
   }
 }
 
+// A bf16 copy of fixture `name` (its config.json, its weights rounded to bf16) in a
+// temporary directory: what the LLaMA family ships.
+std::string Bf16Copy(const std::string& name) {
+  const std::string dir = TestDir("bf16-" + name);
+  const std::string from = HfFixture(name);
+  std::filesystem::copy_file(from + "/config.json", dir + "/config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  StatusOr<SafetensorsSet> set = SafetensorsSet::OpenDirectory(from);
+  EXPECT_OK(set);
+  if (!set.ok()) return dir;
+  std::vector<StOutputTensor> tensors;
+  for (const StTensor& tensor : set->tensors()) {
+    const SafetensorsSet* source = &*set;
+    tensors.push_back(
+        {tensor.name, tensor.shape, [source, &tensor](uint64_t begin, uint64_t count, float* out) {
+           return source->ReadFloats(tensor, begin, count, out);
+         }});
+  }
+  EXPECT_OK(WriteSafetensorsDirectory(dir, tensors, StDType::kBF16, uint64_t{5} << 30, {}));
+  return dir;
+}
+
+// A bf16 file into a bf16 engine whose params the host can write (the CPU device; params
+// on the host tier) goes straight into those params as the file's bits
+// (Engine::ImportParamTarget), with no cast; where the params are on NVMe, through the
+// cast as before. Every placement ends with the same params and master, bit for bit,
+// the params equal to the file's values and zeroed moments, also after a step (stale
+// params would show). A LoRA model's frozen base takes the bits with no fp32 values at
+// all (no buffer), and equals the base of the cast path (base on NVMe).
+TEST(HfImportTargets, Bf16FilesGoStraightIntoBf16Params) {
+  const std::string dir = Bf16Copy("llama-tiny");
+  const std::string swap = "zero.nvme_dir=" + TestDir("bf16-params-swap");
+  struct Case {
+    const char* name;
+    std::vector<std::string> sets;
+    bool param_target;  // for every base unit
+  };
+  const std::vector<Case> cases = {
+      {"device", {"zero.stage=1"}, true},
+      {"params on NVMe (the cast)",
+       {"zero.stage=3", "zero.optimizer_tier=nvme", "zero.param_tier=nvme", swap},
+       false},
+      {"params on the host",
+       {"zero.stage=3", "zero.optimizer_tier=host", "zero.param_tier=host"},
+       true},
+      {"LoRA, base on the device", {"lora.rank=2"}, true},
+      {"LoRA, base on NVMe (the cast)",
+       {"lora.rank=2", "zero.stage=3", "lora.base_tier=nvme", swap},
+       false},
+  };
+  ASSERT_OK_AND_ASSIGN(const SafetensorsSet set, SafetensorsSet::OpenDirectory(dir));
+  const std::vector<float> embedding = ReadAll(set, "model.embed_tokens.weight");
+  std::vector<std::vector<float>> want_params, want_master;  // the first case's
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<std::string> sets = c.sets;
+    sets.push_back("train.dtype=bf16");
+    const Options options = ImportOptions(dir, sets);
+    ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(options));
+    const std::vector<int> base = BaseUnits(*rig->model);
+    for (const int unit : base) {
+      EXPECT_EQ(rig->engine->ImportParamTarget(unit) != nullptr, c.param_target) << unit;
+    }
+    std::vector<int32_t> tokens(32);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7) % 96);
+    ASSERT_OK(rig->engine->TrainStep({{tokens.data(), tokens.data()}}, 1e-1f, 1).status());
+    ASSERT_OK(ImportHfWeights(dir, options.model, *rig->model, *rig->engine, false));
+    for (const int unit : base) {
+      ASSERT_OK_AND_ASSIGN(std::vector<float> params, rig->engine->ReadParams(unit));
+      std::vector<float> master;
+      if (rig->model->units()[unit].trainable()) {
+        ASSERT_OK_AND_ASSIGN(Engine::UnitOptimizerState state,
+                             rig->engine->ReadOptimizerState(unit));
+        const std::vector<float> zeros(state.master.size(), 0.0f);
+        EXPECT_EQ(state.exp_avg, zeros) << unit;
+        EXPECT_EQ(state.exp_avg_sq, zeros) << unit;
+        EXPECT_EQ(state.master, params) << unit;  // bf16 values: exact in both
+        master = std::move(state.master);
+      }
+      if (unit == 0) {  // the embedding, against the file
+        ASSERT_GE(params.size(), embedding.size());
+        EXPECT_TRUE(std::equal(embedding.begin(), embedding.end(), params.begin()));
+      }
+      if (want_params.size() < base.size()) {
+        want_params.push_back(std::move(params));
+        want_master.push_back(std::move(master));
+        continue;
+      }
+      EXPECT_EQ(params, want_params[unit]) << unit;
+      if (!master.empty()) {
+        EXPECT_EQ(master, want_master[unit]) << unit;
+      }
+    }
+  }
+}
+
 // Copies fixture `name` to a temporary directory, so a test can damage it.
 std::string CopyFixture(const std::string& name, const std::string& as) {
   const std::string out = TestDir(as);

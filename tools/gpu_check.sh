@@ -260,7 +260,7 @@ import_bench() {
   "$KIT/bin/strata" bench import --dir "$dir" --set device.backend=cuda 2>&1 | tee -a "$BENCH_LOG"
   status=${PIPESTATUS[0]}
   "$KIT/bin/strata" bench import --dir "$dir" --set device.backend=cuda \
-    --set zero.optimizer_tier=host --set zero.stage=1 2>&1 | tee -a "$BENCH_LOG"
+    --set zero.optimizer_tier=host --set zero.stage=1 --file-dtype bf16 2>&1 | tee -a "$BENCH_LOG"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   rm -rf "$dir"
   return "$status"

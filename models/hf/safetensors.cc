@@ -877,6 +877,43 @@ Status SafetensorsSet::ReadFloats(const StTensor& tensor, uint64_t begin, uint64
   return absl::OkStatus();
 }
 
+Status SafetensorsSet::ReadBf16(const StTensor& tensor, uint64_t begin, uint64_t count, bf16* raw,
+                                float* widened) const {
+  RETURN_IF_ERROR(CheckRead(tensor, begin, count));
+  if (tensor.dtype != StDType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat("safetensors: ", tensor.file, ": tensor '",
+                                                   tensor.name, "' is ", StDTypeName(tensor.dtype),
+                                                   ", not BF16"));
+  }
+  const FileHandle& handle = *files_.find(tensor.file)->second;
+  constexpr uint64_t kPieceElements = kPieceBytes / sizeof(bf16);
+  // Widened in slices that stay in the core's cache after their copy.
+  constexpr uint64_t kSliceElements = uint64_t{16} << 10;
+  for (uint64_t done = 0; done < count;) {
+    const uint64_t n = std::min(kPieceElements, count - done);
+    const uint64_t offset = tensor.offset + (begin + done) * sizeof(bf16);
+    const uint64_t size = n * sizeof(bf16);
+    bf16* to = raw + done;
+    const char* view = nullptr;
+    if (handle.direct_fd() >= 0 && size >= kDirectMinBytes) {
+      view = ReadDirectView(handle.direct_fd(), offset, size);
+    }
+    if (view == nullptr) {  // straight into raw through the page cache
+      RETURN_IF_ERROR(
+          PreadFully(handle.fd(), to, size, offset,
+                     absl::StrCat("safetensors: ", tensor.file, ": tensor '", tensor.name,
+                                  "': bytes [", offset, ", ", offset + size, ")")));
+    }
+    for (uint64_t s = 0; s < n; s += kSliceElements) {
+      const uint64_t m = std::min(kSliceElements, n - s);
+      if (view != nullptr) std::memcpy(to + s, view + s * sizeof(bf16), m * sizeof(bf16));
+      if (widened != nullptr) cpu::CastToFloat(widened + done + s, to + s, m);
+    }
+    done += n;
+  }
+  return absl::OkStatus();
+}
+
 Status WriteSafetensors(const std::string& path, const std::vector<StOutputTensor>& tensors,
                         StDType dtype, const std::map<std::string, std::string>& metadata) {
   std::vector<PlannedTensor> planned;

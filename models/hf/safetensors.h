@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/status.h"
 
 namespace strata {
@@ -80,6 +81,11 @@ class SafetensorsSet {
   // bytes, in pieces of at most 4 MiB (memory stays bounded for any count). Errors name the
   // file and tensor; a file shorter than its header promised is DataLoss ("truncated").
   Status ReadFloats(const StTensor& tensor, uint64_t begin, uint64_t count, float* out) const;
+  // For a BF16 tensor: the same elements' raw bf16 values into raw[0, count) and, where
+  // `widened` is not null, as fp32 into widened[0, count) (what ReadFloats gives): one read
+  // for a bf16 engine's params and its fp32 master. Another dtype is InvalidArgument.
+  Status ReadBf16(const StTensor& tensor, uint64_t begin, uint64_t count, bf16* raw,
+                  float* widened) const;
   // The same elements as fp32 in a buffer of the calling thread's, valid until this thread's
   // next ReadFloats or ReadFloatsView: F32 read with O_DIRECT is used where it lands (no
   // copy; the caller transposes or scatters from it). The buffers grow to the largest
