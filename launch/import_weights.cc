@@ -48,13 +48,14 @@ int ReaderThreads() {
 // Destination elements [lo, hi) of a [rows, cols] matrix whose transpose ([cols, rows]) is
 // in the file: the part in columns [c0, c1), from `source` = the file's rows [c0, c1).
 // Whole rows through the tiled transpose; a partial first or last row (a stage-3 shard's
-// edge) element by element.
-void ScatterColumns(const float* source, size_t rows, size_t cols, size_t c0, size_t c1,
-                    size_t lo, size_t hi, float* out) {
+// edge) element by element. `source`: fp32, or bf16 widened on the way.
+template <typename T>
+void ScatterColumns(const T* source, size_t rows, size_t cols, size_t c0, size_t c1, size_t lo,
+                    size_t hi, float* out) {
   auto part_of_row = [&](size_t r) {
     const size_t row = r * cols;
     const size_t from = std::max(c0, lo > row ? lo - row : 0), to = std::min(c1, hi - row);
-    for (size_t c = from; c < to; ++c) out[row + c - lo] = source[(c - c0) * rows + r];
+    for (size_t c = from; c < to; ++c) out[row + c - lo] = Load(source + (c - c0) * rows + r);
   };
   const size_t full_begin = (lo + cols - 1) / cols, full_end = hi / cols;
   if (full_begin > full_end) {  // [lo, hi) inside one row
@@ -218,14 +219,22 @@ Status HfWeights::Fill(int unit, size_t begin, size_t end, float* out, Progress*
     }
     const TensorSpec& spec = layout.tensor(task.piece->map.tensor);
     const size_t cols = static_cast<size_t>(spec.shape[1]), rows = file.numel / cols;
-    // Scattered from where the read put the file's rows (no copy between).
-    StatusOr<const float*> band =
-        set.ReadFloatsView(file, task.c0 * rows, (task.c1 - task.c0) * rows);
-    if (!band.ok()) {
+    // Scattered from where the read put the file's rows (no copy between; bf16 widened in
+    // the transpose's registers).
+    const uint64_t first = task.c0 * rows, count = (task.c1 - task.c0) * rows;
+    if (file.dtype == StDType::kBF16) {
+      StatusOr<const bf16*> band = set.ReadBf16View(file, first, count);
       failures[t] = band.status();
+      if (band.ok()) {
+        ScatterColumns(*band, rows, cols, task.c0, task.c1, task.lo, task.hi, dest + task.lo);
+      }
       continue;
     }
-    ScatterColumns(*band, rows, cols, task.c0, task.c1, task.lo, task.hi, dest + task.lo);
+    StatusOr<const float*> band = set.ReadFloatsView(file, first, count);
+    failures[t] = band.status();
+    if (band.ok()) {
+      ScatterColumns(*band, rows, cols, task.c0, task.c1, task.lo, task.hi, dest + task.lo);
+    }
   }
   for (const Status& failure : failures) RETURN_IF_ERROR(failure);
   if (progress != nullptr) progress->Advance(bytes);

@@ -450,7 +450,7 @@ TEST(HfImportErrors, BadDirectoriesAreClearErrors) {
 // A GPT-2 shape whose Conv1D matrices (stored transposed) are larger than one 4 MiB read
 // task, so the importer splits them into bands of file rows on several threads: every
 // unit, whole and in a range starting and ending inside rows, equals a plain gather from
-// the file's values, exactly.
+// the file's values, exactly, in fp32 files and in bf16 ones.
 TEST(HfWeightsFill, BandsAndRangesMatchAPlainGather) {
   StatusOr<Options> parsed = ParseOptions(
       "", {"model.preset=tiny", "model.layers=1", "model.channels=768", "model.heads=12"});
@@ -468,7 +468,7 @@ TEST(HfWeightsFill, BandsAndRangesMatchAPlainGather) {
   for (size_t k = 0; k < map.size(); ++k) {
     uint64_t numel = 1;
     for (int64_t d : map[k].shape) numel *= static_cast<uint64_t>(d);
-    banded = banded || (map[k].transposed && numel * 4 > (uint64_t{4} << 20));
+    banded = banded || (map[k].transposed && numel * 2 > (uint64_t{4} << 20));
     tensors.push_back({map[k].name, map[k].shape,
                        [k, value](uint64_t begin, uint64_t count, float* out) {
                          for (uint64_t i = 0; i < count; ++i) out[i] = value(k, begin + i);
@@ -476,37 +476,45 @@ TEST(HfWeightsFill, BandsAndRangesMatchAPlainGather) {
                        }});
   }
   ASSERT_TRUE(banded) << "no transposed matrix spans several read tasks";
-  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/banded";
-  std::filesystem::create_directories(dir);
-  ASSERT_OK(WriteSafetensorsDirectory(dir, tensors, StDType::kF32, uint64_t{5} << 30, {}).status());
-  std::ofstream(dir + "/config.json") << HfConfigJson(model_options, "float32");
-  ASSERT_OK_AND_ASSIGN(const HfWeights weights, HfWeights::Open(dir, model_options, *model));
+  // fp32 files, and bf16 ones (the values rounded; transposed from the bf16 read itself).
+  for (const StDType dtype : {StDType::kF32, StDType::kBF16}) {
+    SCOPED_TRACE(StDTypeName(dtype));
+    const std::string dir =
+        std::string(std::getenv("TEST_TMPDIR")) + "/banded-" + StDTypeName(dtype);
+    std::filesystem::create_directories(dir);
+    ASSERT_OK(WriteSafetensorsDirectory(dir, tensors, dtype, uint64_t{5} << 30, {}).status());
+    std::ofstream(dir + "/config.json") << HfConfigJson(model_options, "float32");
+    ASSERT_OK_AND_ASSIGN(const HfWeights weights, HfWeights::Open(dir, model_options, *model));
+    auto stored = [&](size_t tensor, uint64_t i) {
+      return dtype == StDType::kF32 ? value(tensor, i) : ToFloat(ToBf16(value(tensor, i)));
+    };
 
-  for (size_t u = 0; u < model->units().size(); ++u) {
-    const UnitLayout& unit = model->units()[u];
-    std::vector<float> expected(unit.used_elements(), 0.0f);
-    for (size_t k = 0; k < map.size(); ++k) {
-      if (map[k].unit != static_cast<int>(u)) continue;
-      const TensorSpec& spec = unit.tensor(map[k].tensor);
-      const size_t cols = spec.shape.size() == 2 ? static_cast<size_t>(spec.shape[1]) : 1;
-      uint64_t numel = 1;
-      for (int64_t d : map[k].shape) numel *= static_cast<uint64_t>(d);
-      const size_t rows = numel / cols;
-      const size_t first = spec.offset + static_cast<size_t>(map[k].row_begin) * cols;
-      for (uint64_t i = 0; i < numel; ++i) {
-        // Transposed: the file holds [cols, rows], element i = (c, r).
-        const size_t at = map[k].transposed ? (i % rows) * cols + i / rows : i;
-        expected[first + at] = value(k, i);
+    for (size_t u = 0; u < model->units().size(); ++u) {
+      const UnitLayout& unit = model->units()[u];
+      std::vector<float> expected(unit.used_elements(), 0.0f);
+      for (size_t k = 0; k < map.size(); ++k) {
+        if (map[k].unit != static_cast<int>(u)) continue;
+        const TensorSpec& spec = unit.tensor(map[k].tensor);
+        const size_t cols = spec.shape.size() == 2 ? static_cast<size_t>(spec.shape[1]) : 1;
+        uint64_t numel = 1;
+        for (int64_t d : map[k].shape) numel *= static_cast<uint64_t>(d);
+        const size_t rows = numel / cols;
+        const size_t first = spec.offset + static_cast<size_t>(map[k].row_begin) * cols;
+        for (uint64_t i = 0; i < numel; ++i) {
+          // Transposed: the file holds [cols, rows], element i = (c, r).
+          const size_t at = map[k].transposed ? (i % rows) * cols + i / rows : i;
+          expected[first + at] = stored(k, i);
+        }
       }
-    }
-    const size_t n = expected.size();
-    for (const auto& [lo, hi] : std::vector<std::pair<size_t, size_t>>{{0, n},
-                                                                       {n / 3 + 5, 2 * n / 3 + 7}}) {
-      if (hi > n || lo >= hi) continue;
-      std::vector<float> got(hi - lo, -1.0f);
-      ASSERT_OK(weights.Fill(static_cast<int>(u), lo, hi, got.data(), nullptr));
-      for (size_t e = lo; e < hi; ++e) {
-        ASSERT_EQ(got[e - lo], expected[e]) << unit.name() << " element " << e;
+      const size_t n = expected.size();
+      for (const auto& [lo, hi] :
+           std::vector<std::pair<size_t, size_t>>{{0, n}, {n / 3 + 5, 2 * n / 3 + 7}}) {
+        if (hi > n || lo >= hi) continue;
+        std::vector<float> got(hi - lo, -1.0f);
+        ASSERT_OK(weights.Fill(static_cast<int>(u), lo, hi, got.data(), nullptr));
+        for (size_t e = lo; e < hi; ++e) {
+          ASSERT_EQ(got[e - lo], expected[e]) << unit.name() << " element " << e;
+        }
       }
     }
   }

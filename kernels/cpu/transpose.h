@@ -14,11 +14,21 @@
 
 #include <cstddef>
 
+#include "core/dtype.h"
+
 namespace strata::cpu {
 
 void TransposeReference(const float* source, size_t source_stride, size_t rows, size_t cols,
                         float* dest, size_t dest_stride);
 void Transpose(const float* source, size_t source_stride, size_t rows, size_t cols, float* dest,
+               size_t dest_stride);
+
+// The same from bf16 values, widened to fp32 (exactly) on the way: GPT-2's Conv1D matrices
+// in BF16 files, transposed from where the read put them. The fast version widens each
+// tile's rows in AVX2 registers (the reference's loop where the CPU has no AVX2).
+void TransposeReference(const bf16* source, size_t source_stride, size_t rows, size_t cols,
+                        float* dest, size_t dest_stride);
+void Transpose(const bf16* source, size_t source_stride, size_t rows, size_t cols, float* dest,
                size_t dest_stride);
 
 }  // namespace strata::cpu

@@ -877,6 +877,29 @@ Status SafetensorsSet::ReadFloats(const StTensor& tensor, uint64_t begin, uint64
   return absl::OkStatus();
 }
 
+StatusOr<const bf16*> SafetensorsSet::ReadBf16View(const StTensor& tensor, uint64_t begin,
+                                                   uint64_t count) const {
+  RETURN_IF_ERROR(CheckRead(tensor, begin, count));
+  if (tensor.dtype != StDType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat("safetensors: ", tensor.file, ": tensor '",
+                                                   tensor.name, "' is ", StDTypeName(tensor.dtype),
+                                                   ", not BF16"));
+  }
+  const FileHandle& handle = *files_.find(tensor.file)->second;
+  const uint64_t offset = tensor.offset + begin * sizeof(bf16);
+  const uint64_t size = count * sizeof(bf16);
+  if (handle.direct_fd() >= 0 && size >= kDirectMinBytes) {
+    const char* view = ReadDirectView(handle.direct_fd(), offset, size);
+    if (view != nullptr && reinterpret_cast<uintptr_t>(view) % alignof(bf16) == 0) {
+      return reinterpret_cast<const bf16*>(view);
+    }
+  }
+  thread_local std::vector<bf16> staged;
+  if (staged.size() < count) staged.resize(count);
+  RETURN_IF_ERROR(ReadBf16(tensor, begin, count, staged.data(), nullptr));
+  return static_cast<const bf16*>(staged.data());
+}
+
 Status SafetensorsSet::ReadBf16(const StTensor& tensor, uint64_t begin, uint64_t count, bf16* raw,
                                 float* widened) const {
   RETURN_IF_ERROR(CheckRead(tensor, begin, count));

@@ -86,6 +86,10 @@ class SafetensorsSet {
   // for a bf16 engine's params and its fp32 master. Another dtype is InvalidArgument.
   Status ReadBf16(const StTensor& tensor, uint64_t begin, uint64_t count, bf16* raw,
                   float* widened) const;
+  // A BF16 tensor's elements as they are, in a buffer of the calling thread's (the O_DIRECT
+  // read's own where it lands 2-byte aligned), valid until this thread's next read; for
+  // callers that widen on the way (a transpose). Another dtype is InvalidArgument.
+  StatusOr<const bf16*> ReadBf16View(const StTensor& tensor, uint64_t begin, uint64_t count) const;
   // The same elements as fp32 in a buffer of the calling thread's, valid until this thread's
   // next ReadFloats or ReadFloatsView: F32 read with O_DIRECT is used where it lands (no
   // copy; the caller transposes or scatters from it). The buffers grow to the largest
