@@ -326,6 +326,36 @@ TEST(HfImportTargets, Bf16FilesGoStraightIntoBf16Params) {
   }
 }
 
+// Two ranks, bf16 files into a bf16 engine: at stage 3 in memory each rank's param shard
+// takes its part of the files' bits straight (ImportParamTarget of a shard); the first
+// step's loss equals that of whole units (stage 0, also straight) and of the cast path
+// (params on NVMe), bit for bit: the same params.
+TEST(HfImportTargets, Bf16ShardsOfTwoRanksGiveTheSameLoss) {
+  const std::string dir = Bf16Copy("llama-tiny");
+  const std::string data = TestDir("hf-bf16-data") + "/tokens.bin";
+  std::vector<uint32_t> tokens(4096);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = (i * 37 + i / 7) % 96;
+  ASSERT_OK(WriteTokenFile(data, tokens, 96));
+  std::vector<double> losses[3];
+  for (int variant = 0; variant < 3; ++variant) {
+    std::vector<std::string> sets = {
+        "zero.world=2",           "zero.stage=3",     "train.micro_batch=1", "train.steps=1",
+        "zero.comm_timeout_s=60", "train.dtype=bf16", "data.path=" + data};
+    if (variant == 0) sets[1] = "zero.stage=0";
+    if (variant == 1) {
+      sets.insert(sets.end(), {"zero.optimizer_tier=nvme", "zero.param_tier=nvme",
+                               "zero.nvme_dir=" + TestDir("hf-bf16-swap")});
+    }
+    const PlacementRun run = TrainAllRanks(ImportOptions(dir, sets));
+    ASSERT_OK(run.status);
+    losses[variant] = run.losses;
+  }
+  ASSERT_EQ(losses[0].size(), 1u);
+  EXPECT_GT(losses[0][0], 4.0);
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_EQ(losses[0], losses[2]);
+}
+
 // Copies fixture `name` to a temporary directory, so a test can damage it.
 std::string CopyFixture(const std::string& name, const std::string& as) {
   const std::string out = TestDir(as);
