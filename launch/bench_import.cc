@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "collectives/local_communicator.h"
 #include "core/cpu_info.h"
 #include "launch/commands.h"
@@ -209,8 +210,8 @@ Status RunBenchImport(const CommandArgs& args, const std::string& dir, DType fil
   // unit without optimizer state.
   const std::vector<int> base = BaseUnits(*engine_model);
   ASSIGN_OR_RETURN(const HfWeights weights, HfWeights::Open(out, model_options, *engine_model));
-  auto raw_params = [&](int unit) {
-    return weights.RawBf16(unit) && engine->ImportParamTarget(unit) != nullptr;
+  auto raw_params = [&](int unit) {  // the bf16 params from the files' bits
+    return weights.RawBf16(unit) && engine->AcceptsBf16Params(unit);
   };
   auto needs_values = [&](int unit) {
     return !raw_params(unit) || engine_model->units()[unit].trainable();
@@ -244,21 +245,28 @@ Status RunBenchImport(const CommandArgs& args, const std::string& dir, DType fil
         if (values.size() < end - begin) values.resize(end - begin);
         const float* target = engine->ImportTarget(unit);
         const float* from = target ? target : needs_values(unit) ? values.data() : nullptr;
-        RETURN_IF_ERROR(engine->StoreUnitValues(unit, from, raw_params(unit)));
+        const bf16* in_place = engine->ImportParamTarget(unit);
+        const bf16* params = !raw_params(unit) ? nullptr : in_place ? in_place : raw.data();
+        RETURN_IF_ERROR(engine->StoreUnitValues(unit, from, params));
       }
       stores.push_back(std::chrono::duration<double>(Clock::now() - start).count());
     }
     store_s = Median(stores);
   }
-  size_t largest = 0;  // of the units read into a buffer (not straight into their master)
-  int straight = 0, straight_params = 0;
+  // The importer's buffers: fp32 values of units not read into their master, bf16 params
+  // of units whose params the host cannot write (two of each, of the largest range).
+  size_t largest = 0, largest_raw = 0;
+  int straight = 0, raw_units = 0, raw_in_place = 0;
   for (const int unit : base) {
-    straight_params += raw_params(unit) ? 1 : 0;
-    if (engine->ImportTarget(unit) != nullptr || !needs_values(unit)) {
-      ++straight;
-      continue;
-    }
-    largest = std::max(largest, engine_model->units()[unit].used_elements() * sizeof(float));
+    const bool in_place = engine->ImportParamTarget(unit) != nullptr;
+    raw_units += raw_params(unit) ? 1 : 0;
+    raw_in_place += raw_params(unit) && in_place ? 1 : 0;
+    const size_t elements = engine_model->units()[unit].used_elements();
+    const bool fp32_buffer = engine->ImportTarget(unit) == nullptr && needs_values(unit);
+    const bool raw_buffer = raw_params(unit) && !in_place;
+    if (fp32_buffer) largest = std::max(largest, elements * sizeof(float));
+    if (raw_buffer) largest_raw = std::max(largest_raw, elements * sizeof(bf16));
+    straight += fp32_buffer || raw_buffer ? 0 : 1;
   }
   std::filesystem::remove_all(out);
 
@@ -289,20 +297,32 @@ Status RunBenchImport(const CommandArgs& args, const std::string& dir, DType fil
         "  the engine's stores alone (no reading):       %.4f s (nothing to cast or copy)\n",
         store_s);
   }
-  if (largest == 0) {
+  if (largest == 0 && largest_raw == 0) {
     std::printf(
         "  importer memory: every unit read straight into its state (%d units); "
         "one bounce buffer per reading thread\n",
         straight);
   } else {
+    std::string buffers;
+    if (largest > 0) {
+      buffers =
+          absl::StrFormat("two of the largest range's fp32 values (%.1f MiB)", largest / 1048576.0);
+    }
+    if (largest_raw > 0) {
+      absl::StrAppend(
+          &buffers, buffers.empty() ? "" : " and ",
+          absl::StrFormat("two of its bf16 params (%.1f MiB)", largest_raw / 1048576.0));
+    }
     std::printf(
         "  importer memory: %d of %zu units straight into their state; the others "
-        "through two buffers of the largest one's range, %.1f MiB\n",
-        straight, base.size(), largest / 1048576.0);
+        "through buffers: %s\n",
+        straight, base.size(), buffers.c_str());
   }
-  if (straight_params > 0) {
-    std::printf("  bf16 params: %d of %zu units' straight from the files' bits (no cast)\n",
-                straight_params, base.size());
+  if (raw_units > 0) {
+    std::printf(
+        "  bf16 params: %d of %zu units' the files' bits as they are (no cast), %d "
+        "straight into the params, %d through two buffers of their own\n",
+        raw_units, base.size(), raw_in_place, raw_units - raw_in_place);
   }
   std::printf("warm import / sequential read: median %.2f, best %.2f (goal >= %.1f: %s)\n", ratio,
               best_ratio, kGoalImportVsRead, ratio >= kGoalImportVsRead ? "MET" : "NOT MET");

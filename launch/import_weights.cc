@@ -249,39 +249,57 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
   // One reader thread fills unit u + 1 while unit u is stored, the reads overlapped with
   // the engine's stores. Each unit's values land straight in its fp32 master where the
   // engine allows (Engine::ImportTarget), else in one of two buffers of one unit's range.
-  // A unit all bf16 in its files, whose bf16 params the engine lets the host write
-  // (Engine::ImportParamTarget), has the files' bits copied there as they are read: no
-  // cast in the store (nor fp32 values at all for a frozen unit).
+  // A unit all bf16 in its files, in a bf16 engine, has the files' bits copied into its
+  // params as they are read: straight where the host can write them
+  // (Engine::ImportParamTarget), else into two buffers of their own that the engine puts
+  // in their home as they are (params on NVMe or on a GPU): no cast in the store, nor fp32
+  // values at all for a frozen unit (a LoRA model's base).
   // The thread lives for the whole import (its readers' bounce buffers stay faulted in).
   // A LoRA model's adapters are not in the files: its base (the frozen units) alone.
   const std::vector<int> todo = BaseUnits(model);
   const int num_units = static_cast<int>(todo.size());
   RETURN_IF_ERROR(engine.Finish());  // nothing in flight touches a target
   std::vector<float*> targets(num_units);
-  std::vector<bf16*> param_targets(num_units);  // a bf16 file's bits straight into params
-  std::vector<bool> buffered(num_units);        // fp32 values through one of the two buffers
-  size_t largest = 0;                           // of the buffered units
+  // A bf16 file's bits as the unit's bf16 params: straight into them where the host can
+  // write them, else into one of two buffers of their own, stored as they are.
+  std::vector<bf16*> param_targets(num_units);
+  std::vector<bool> raw(num_units);           // the params from the files' bits (no cast)
+  std::vector<bool> buffered(num_units);      // fp32 values through one of the two buffers
+  std::vector<bool> raw_buffered(num_units);  // bf16 params through one of two buffers
+  size_t largest = 0, largest_raw = 0;        // of the buffered units
   for (int u = 0; u < num_units; ++u) {
-    targets[u] = engine.ImportTarget(todo[u]);
-    if (weights.RawBf16(todo[u])) param_targets[u] = engine.ImportParamTarget(todo[u]);
-    // A unit without optimizer state (frozen) needs no fp32 values once its params are in.
-    const bool needs_values = param_targets[u] == nullptr || model.units()[todo[u]].trainable();
-    buffered[u] = targets[u] == nullptr && needs_values;
     const auto [begin, end] = engine.StoredRange(todo[u]);
+    targets[u] = engine.ImportTarget(todo[u]);
+    raw[u] = weights.RawBf16(todo[u]) && engine.AcceptsBf16Params(todo[u]);
+    if (raw[u]) param_targets[u] = engine.ImportParamTarget(todo[u]);
+    raw_buffered[u] = raw[u] && param_targets[u] == nullptr;
+    // A unit without optimizer state (frozen) needs no fp32 values once its params are in.
+    const bool needs_values = !raw[u] || model.units()[todo[u]].trainable();
+    buffered[u] = targets[u] == nullptr && needs_values;
     if (buffered[u]) largest = std::max(largest, end - begin);
+    if (raw_buffered[u]) largest_raw = std::max(largest_raw, end - begin);
   }
   // On 2 MiB pages (fewer faults; O_DIRECT into them is faster), not zeroed: Fill writes
   // every element. Pages are committed as units touch them.
   nvme::IoBufferOptions unpopulated;
   unpopulated.populate = false;
-  nvme::IoBuffer buffers[2];
-  for (nvme::IoBuffer& buffer : buffers) {
-    if (largest == 0) break;
-    ASSIGN_OR_RETURN(buffer, nvme::IoBuffer::Allocate(largest * sizeof(float), unpopulated));
+  nvme::IoBuffer buffers[2], raw_buffers[2];
+  for (int i = 0; i < 2; ++i) {
+    if (largest > 0) {
+      ASSIGN_OR_RETURN(buffers[i], nvme::IoBuffer::Allocate(largest * sizeof(float), unpopulated));
+    }
+    if (largest_raw > 0) {
+      ASSIGN_OR_RETURN(raw_buffers[i],
+                       nvme::IoBuffer::Allocate(largest_raw * sizeof(bf16), unpopulated));
+    }
   }
   auto values = [&](int u) -> float* {
     if (targets[u] != nullptr) return targets[u];
     return buffered[u] ? reinterpret_cast<float*>(buffers[u % 2].data()) : nullptr;
+  };
+  auto params = [&](int u) -> bf16* {
+    if (param_targets[u] != nullptr) return param_targets[u];
+    return raw_buffered[u] ? reinterpret_cast<bf16*>(raw_buffers[u % 2].data()) : nullptr;
   };
   std::vector<Status> read_status(num_units);
   std::mutex mutex;
@@ -294,12 +312,13 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
         std::unique_lock<std::mutex> lock(mutex);
         // A unit read into a buffer waits until the buffer's previous unit is stored; one
         // read into its master need not wait.
-        changed.wait(lock, [&] { return stop || !buffered[u] || u - stored < 2; });
+        changed.wait(lock,
+                     [&] { return stop || (!buffered[u] && !raw_buffered[u]) || u - stored < 2; });
         if (stop) return;
       }
       const auto [begin, end] = engine.StoredRange(todo[u]);
-      read_status[u] = weights.Fill(todo[u], begin, end, values(u), progress ? &*progress : nullptr,
-                                    param_targets[u]);
+      read_status[u] =
+          weights.Fill(todo[u], begin, end, values(u), progress ? &*progress : nullptr, params(u));
       std::lock_guard<std::mutex> lock(mutex);
       filled = u + 1;
       changed.notify_all();
@@ -314,7 +333,7 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
     }
     status = read_status[u];
     if (status.ok()) {
-      status = engine.StoreUnitValues(todo[u], values(u), param_targets[u] != nullptr);
+      status = engine.StoreUnitValues(todo[u], values(u), params(u));
     }
     std::lock_guard<std::mutex> lock(mutex);
     stored = u + 1;

@@ -51,8 +51,9 @@ class HfWeights {
 // Loads `dir` into every unit of `engine` (which runs `model`, made from `options`): Open,
 // then each unit's stored range, the next unit read on a second thread while one is
 // stored: straight into each unit's master where the engine allows it (ImportTarget),
-// else through two buffers of one unit's range; a bf16 file's values also straight into
-// a bf16 engine's params where it allows (ImportParamTarget), with no cast. Nothing is written when
+// else through two buffers of one unit's range; a bf16 file's values also go to a bf16
+// engine's params as they are, with no cast (straight where the host can write them,
+// else through two buffers of their own). Nothing is written when
 // Open fails. `show_progress`: a progress line for long imports.
 Status ImportHfWeights(const std::string& dir, const ModelOptions& options, const Model& model,
                        Engine& engine, bool show_progress);

@@ -514,37 +514,41 @@ float* Engine::ImportTarget(int unit) const {
   return state.master.as<float>();
 }
 
-bf16* Engine::ImportParamTarget(int unit) const {
-  if (options_.train.dtype != DType::kBF16) return nullptr;
-  void* part = components_.param_part(unit);
-  if (part == nullptr) return nullptr;  // params on NVMe
-  const std::optional<Tier> tier = device_->TierOf(part);
-  if (!tier.has_value() || !device_->HostAccessible(*tier)) return nullptr;
+bool Engine::AcceptsBf16Params(int unit) const {
+  if (options_.train.dtype != DType::kBF16) return false;
   const auto [begin, end] = StoredRange(unit);
   const UnitState& state = units_[unit];
   const size_t param_elements = components_.param_part_elements(unit);
   const bool full = param_elements == state.padded_elements;
   const size_t param_begin = full ? 0 : OwnedRange(state, communicator_->rank()).begin;
-  if (param_begin != begin || param_elements != end - begin) return nullptr;
+  return param_begin == begin && param_elements == end - begin;
+}
+
+bf16* Engine::ImportParamTarget(int unit) const {
+  if (!AcceptsBf16Params(unit)) return nullptr;
+  void* part = components_.param_part(unit);
+  if (part == nullptr) return nullptr;  // params on NVMe
+  const std::optional<Tier> tier = device_->TierOf(part);
+  if (!tier.has_value() || !device_->HostAccessible(*tier)) return nullptr;
   return static_cast<bf16*>(part);
 }
 
-Status Engine::StoreUnitValues(int unit, const float* values, bool params_in_place) {
+Status Engine::StoreUnitValues(int unit, const float* values, const bf16* params) {
   const auto [begin, end] = StoredRange(unit);
-  if (params_in_place && ImportParamTarget(unit) == nullptr) {
+  if (params != nullptr && !AcceptsBf16Params(unit)) {
     return absl::InternalError(absl::StrCat("unit ", unit,
-                                            ": params said to be in place, but "
-                                            "the engine gives no param target"));
+                                            ": bf16 params given, but the "
+                                            "engine does not take them as they are"));
   }
-  if (values == nullptr && (!params_in_place || model_->units()[unit].trainable())) {
+  if (values == nullptr && (params == nullptr || model_->units()[unit].trainable())) {
     return absl::InternalError(absl::StrCat("unit ", unit, ": no values to store"));
   }
-  Status status = StoreUnitState(unit, {values, nullptr, nullptr, begin, end}, params_in_place);
+  Status status = StoreUnitState(unit, {values, nullptr, nullptr, begin, end}, params);
   traffic_counted_ = components_.traffic();  // not a step's traffic
   return status;
 }
 
-Status Engine::StoreUnitState(int unit, const UnitStateView& view, bool params_in_place) {
+Status Engine::StoreUnitState(int unit, const UnitStateView& view, const bf16* params) {
   UnitState& state = units_[unit];
   const auto [need_begin, need_end] = StoredRange(unit);
   if (view.begin > need_begin || view.end < need_end) {
@@ -568,7 +572,10 @@ Status Engine::StoreUnitState(int unit, const UnitStateView& view, bool params_i
   // The params this rank stores (the full unit, or its shard at stage 3), cast from fp32 on
   // the host (round to nearest even, as the device's cast), then put in place by their
   // home; fp32 params go to their home as they are.
-  if (params_in_place) return absl::OkStatus();  // written by the importer
+  if (params != nullptr) {  // as they are: in place already, or put in their home
+    if (params == ImportParamTarget(unit)) return absl::OkStatus();
+    return components_.StoreParams(unit, params);
+  }
   const size_t param_elements = components_.param_part_elements(unit);
   const bool full = param_elements == state.padded_elements;
   const float* param_src = view.master + ((full ? 0 : own.begin) - view.begin);

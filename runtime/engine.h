@@ -142,11 +142,15 @@ class Engine {
   // the whole unit, or its own shard.
   std::pair<size_t, size_t> StoredRange(int unit) const;
   // LoadUnit with the values already at hand: `values` holds StoredRange(unit) (so a
-  // caller may read the next unit while this one is stored). `params_in_place`: the
-  // caller wrote the unit's bf16 params into ImportParamTarget(unit) itself (values equal
-  // to `values` cast), so they are not cast again; `values` may then be null for a unit
-  // without optimizer state (frozen: a LoRA model's base).
-  Status StoreUnitValues(int unit, const float* values, bool params_in_place = false);
+  // caller may read the next unit while this one is stored). `params` (a bf16 engine,
+  // AcceptsBf16Params): the unit's bf16 params for that range as they are (a bf16 file's
+  // own bits: `values` rounded), not cast again: already in place where they are at
+  // ImportParamTarget(unit), else (host memory) put in their home as they are. `values`
+  // may then be null for a unit without optimizer state (frozen: a LoRA model's base).
+  Status StoreUnitValues(int unit, const float* values, const bf16* params = nullptr);
+  // Whether StoreUnitValues takes the unit's bf16 params as they are: a bf16 engine whose
+  // param part of the unit is exactly StoredRange(unit).
+  bool AcceptsBf16Params(int unit) const;
   // Where an importer may write StoredRange(unit) directly, or null: the unit's fp32
   // master itself, where it is trainable, holds exactly that range (stage 0 or 3, or any
   // stage on one rank), and sits in memory the host can write (a host-tier optimizer, or
@@ -155,9 +159,9 @@ class Engine {
   // model, and no buffer of the importer's own. Written after Finish(), before the next step.
   float* ImportTarget(int unit) const;
   // Where an importer may write the unit's bf16 params for StoredRange(unit) directly (as
-  // raw bf16 values, e.g. a bf16 file's own bits), or null: a bf16 engine whose param part
-  // of the unit is exactly that range, in memory the host can write (the CPU device, or
-  // params on the host tier). Then StoreUnitValues(unit, values, true) skips their cast.
+  // raw bf16 values, e.g. a bf16 file's own bits), or null: where AcceptsBf16Params and
+  // the part sits in memory the host can write (the CPU device, or params on the host
+  // tier). Then StoreUnitValues(unit, values, ImportParamTarget(unit)) copies nothing.
   // Written after Finish(), before the next step.
   bf16* ImportParamTarget(int unit) const;
 
@@ -201,9 +205,8 @@ class Engine {
     const float* exp_avg_sq = nullptr;
     size_t begin = 0, end = 0;
   };
-  // `params_in_place`: the params are there already (ImportParamTarget); the optimizer
-  // state alone.
-  Status StoreUnitState(int unit, const UnitStateView& view, bool params_in_place = false);
+  // `params`: the bf16 params as they are (StoreUnitValues), else cast from the master.
+  Status StoreUnitState(int unit, const UnitStateView& view, const bf16* params = nullptr);
 
   Options options_;
   Placement placement_;  // resolved once in Init

@@ -252,13 +252,13 @@ std::string Bf16Copy(const std::string& name) {
   return dir;
 }
 
-// A bf16 file into a bf16 engine whose params the host can write (the CPU device; params
-// on the host tier) goes straight into those params as the file's bits
-// (Engine::ImportParamTarget), with no cast; where the params are on NVMe, through the
-// cast as before. Every placement ends with the same params and master, bit for bit,
-// the params equal to the file's values and zeroed moments, also after a step (stale
+// A bf16 file into a bf16 engine goes to its params as the file's bits, with no cast:
+// straight into them where the host can write them (the CPU device; params on the host
+// tier: Engine::ImportParamTarget), else (params on NVMe) through the importer's bf16
+// buffers into their home. Every placement ends with the same params and master, bit for
+// bit, the params equal to the file's values and zeroed moments, also after a step (stale
 // params would show). A LoRA model's frozen base takes the bits with no fp32 values at
-// all (no buffer), and equals the base of the cast path (base on NVMe).
+// all. An fp32 engine takes no bf16 params (an error, not a silent cast).
 TEST(HfImportTargets, Bf16FilesGoStraightIntoBf16Params) {
   const std::string dir = Bf16Copy("llama-tiny");
   const std::string swap = "zero.nvme_dir=" + TestDir("bf16-params-swap");
@@ -269,14 +269,14 @@ TEST(HfImportTargets, Bf16FilesGoStraightIntoBf16Params) {
   };
   const std::vector<Case> cases = {
       {"device", {"zero.stage=1"}, true},
-      {"params on NVMe (the cast)",
+      {"params on NVMe (through buffers)",
        {"zero.stage=3", "zero.optimizer_tier=nvme", "zero.param_tier=nvme", swap},
        false},
       {"params on the host",
        {"zero.stage=3", "zero.optimizer_tier=host", "zero.param_tier=host"},
        true},
       {"LoRA, base on the device", {"lora.rank=2"}, true},
-      {"LoRA, base on NVMe (the cast)",
+      {"LoRA, base on NVMe (through buffers)",
        {"lora.rank=2", "zero.stage=3", "lora.base_tier=nvme", swap},
        false},
   };
@@ -292,6 +292,7 @@ TEST(HfImportTargets, Bf16FilesGoStraightIntoBf16Params) {
     const std::vector<int> base = BaseUnits(*rig->model);
     for (const int unit : base) {
       EXPECT_EQ(rig->engine->ImportParamTarget(unit) != nullptr, c.param_target) << unit;
+      EXPECT_TRUE(rig->engine->AcceptsBf16Params(unit)) << unit;
     }
     std::vector<int32_t> tokens(32);
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7) % 96);
@@ -324,12 +325,23 @@ TEST(HfImportTargets, Bf16FilesGoStraightIntoBf16Params) {
       }
     }
   }
+  const Options fp32 = ImportOptions(dir, {"train.dtype=fp32"});
+  ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(fp32));
+  EXPECT_FALSE(rig->engine->AcceptsBf16Params(0));
+  EXPECT_EQ(rig->engine->ImportParamTarget(0), nullptr);
+  const auto [begin, end] = rig->engine->StoredRange(0);
+  const std::vector<float> values(end - begin, 0.5f);
+  const std::vector<bf16> halves(end - begin, ToBf16(0.5f));
+  EXPECT_THAT(rig->engine->StoreUnitValues(0, values.data(), halves.data()),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("bf16 params")));
+  EXPECT_THAT(rig->engine->StoreUnitValues(0, nullptr),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("no values")));
 }
 
 // Two ranks, bf16 files into a bf16 engine: at stage 3 in memory each rank's param shard
 // takes its part of the files' bits straight (ImportParamTarget of a shard); the first
-// step's loss equals that of whole units (stage 0, also straight) and of the cast path
-// (params on NVMe), bit for bit: the same params.
+// step's loss equals that of whole units (stage 0, also straight) and of params on NVMe
+// (each rank's shard of the bits through the importer's buffers), bit for bit.
 TEST(HfImportTargets, Bf16ShardsOfTwoRanksGiveTheSameLoss) {
   const std::string dir = Bf16Copy("llama-tiny");
   const std::string data = TestDir("hf-bf16-data") + "/tokens.bin";
