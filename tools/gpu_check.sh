@@ -251,9 +251,10 @@ bench_flash() {
 # The Hugging Face import into a CUDA engine against the disk's sequential read (its files
 # under the checkout: a disk); the goal line goes to $BENCH_LOG too. On the CPU backend here
 # the engine's own state writes share two CPUs' memory bandwidth with the reading. Twice:
-# the optimizer on the device (values through the importer's buffers, copied up), then on
-# the host (values straight into the pinned master: Engine::ImportTarget, params copied up
-# from it).
+# the optimizer on the device (fp32 files: values through the importer's buffers, copied
+# up), then on the host with bf16 files (values straight into the pinned master:
+# Engine::ImportTarget; the files' bf16 bits copied up to the params from the importer's
+# buffers, no host cast).
 import_bench() {
   local dir status=0
   dir="$(mktemp -d "$PWD/.gpu-bench-import.XXXXXX")"
