@@ -53,8 +53,8 @@ class HfWeights {
 // stored: straight into each unit's master where the engine allows it (ImportTarget),
 // else through two buffers of one unit's range; a bf16 file's values also go to a bf16
 // engine's params as they are, with no cast (straight where the host can write them,
-// else through two buffers of their own). Nothing is written when
-// Open fails. `show_progress`: a progress line for long imports.
+// else through two buffers of their own). Nothing is written when Open fails.
+// `show_progress`: a progress line for long imports.
 Status ImportHfWeights(const std::string& dir, const ModelOptions& options, const Model& model,
                        Engine& engine, bool show_progress);
 

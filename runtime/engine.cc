@@ -536,9 +536,8 @@ bf16* Engine::ImportParamTarget(int unit) const {
 Status Engine::StoreUnitValues(int unit, const float* values, const bf16* params) {
   const auto [begin, end] = StoredRange(unit);
   if (params != nullptr && !AcceptsBf16Params(unit)) {
-    return absl::InternalError(absl::StrCat("unit ", unit,
-                                            ": bf16 params given, but the "
-                                            "engine does not take them as they are"));
+    return absl::InternalError(absl::StrCat(
+        "unit ", unit, ": bf16 params given, but the engine does not take them as they are"));
   }
   if (values == nullptr && (params == nullptr || model_->units()[unit].trainable())) {
     return absl::InternalError(absl::StrCat("unit ", unit, ": no values to store"));
@@ -569,13 +568,14 @@ Status Engine::StoreUnitState(int unit, const UnitStateView& view, const bf16* p
     RETURN_IF_ERROR(components_.StoreOptimizerState(unit, part(view.master), part(view.exp_avg),
                                                      part(view.exp_avg_sq)));
   }
-  // The params this rank stores (the full unit, or its shard at stage 3), cast from fp32 on
-  // the host (round to nearest even, as the device's cast), then put in place by their
-  // home; fp32 params go to their home as they are.
-  if (params != nullptr) {  // as they are: in place already, or put in their home
+  // bf16 params given as they are: in place already, or put in their home.
+  if (params != nullptr) {
     if (params == ImportParamTarget(unit)) return absl::OkStatus();
     return components_.StoreParams(unit, params);
   }
+  // The params this rank stores (the full unit, or its shard at stage 3), cast from fp32 on
+  // the host (round to nearest even, as the device's cast), then put in place by their
+  // home; fp32 params go to their home as they are.
   const size_t param_elements = components_.param_part_elements(unit);
   const bool full = param_elements == state.padded_elements;
   const float* param_src = view.master + ((full ? 0 : own.begin) - view.begin);

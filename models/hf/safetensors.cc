@@ -128,6 +128,19 @@ void WidenHalves(StDType dtype, const char* halves, uint64_t n, float* out) {
   }
 }
 
+// What a read of bytes [offset, offset + size) of `tensor` names in its errors.
+std::string BytesWhat(const StTensor& tensor, uint64_t offset, uint64_t size) {
+  return absl::StrCat("safetensors: ", tensor.file, ": tensor '", tensor.name, "': bytes [", offset,
+                      ", ", offset + size, ")");
+}
+
+Status CheckBf16(const StTensor& tensor) {
+  if (tensor.dtype == StDType::kBF16) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("safetensors: ", tensor.file, ": tensor '",
+                                                 tensor.name, "' is ", StDTypeName(tensor.dtype),
+                                                 ", not BF16"));
+}
+
 // A file descriptor owned until released.
 class ScopedFd {
  public:
@@ -847,15 +860,11 @@ Status SafetensorsSet::ReadFloats(const StTensor& tensor, uint64_t begin, uint64
     const uint64_t n = std::min(piece_elements, count - done);
     const uint64_t offset = tensor.offset + (begin + done) * element_bytes;
     const uint64_t size = n * element_bytes;
-    auto what = [&] {
-      return absl::StrCat("safetensors: ", tensor.file, ": tensor '", tensor.name, "': bytes [",
-                          offset, ", ", offset + size, ")");
-    };
     if (tensor.dtype == StDType::kF32) {
       // Same layout on disk and in memory (little-endian IEEE): read straight into out.
       if (handle.direct_fd() < 0 || size < kDirectMinBytes ||
           !ReadDirect(handle.direct_fd(), offset, size, out + done)) {
-        RETURN_IF_ERROR(PreadFully(fd, out + done, size, offset, what()));
+        RETURN_IF_ERROR(PreadFully(fd, out + done, size, offset, BytesWhat(tensor, offset, size)));
       }
     } else {
       // 16-bit values widened where they land: in the O_DIRECT bounce buffer, else in a
@@ -867,7 +876,8 @@ Status SafetensorsSet::ReadFloats(const StTensor& tensor, uint64_t begin, uint64
       if (halves == nullptr) {
         thread_local std::vector<uint16_t> staged;
         if (staged.size() < n) staged.resize(n);
-        RETURN_IF_ERROR(PreadFully(fd, staged.data(), size, offset, what()));
+        RETURN_IF_ERROR(
+            PreadFully(fd, staged.data(), size, offset, BytesWhat(tensor, offset, size)));
         halves = reinterpret_cast<const char*>(staged.data());
       }
       WidenHalves(tensor.dtype, halves, n, out + done);
@@ -880,34 +890,34 @@ Status SafetensorsSet::ReadFloats(const StTensor& tensor, uint64_t begin, uint64
 StatusOr<const bf16*> SafetensorsSet::ReadBf16View(const StTensor& tensor, uint64_t begin,
                                                    uint64_t count) const {
   RETURN_IF_ERROR(CheckRead(tensor, begin, count));
-  if (tensor.dtype != StDType::kBF16) {
-    return absl::InvalidArgumentError(absl::StrCat("safetensors: ", tensor.file, ": tensor '",
-                                                   tensor.name, "' is ", StDTypeName(tensor.dtype),
-                                                   ", not BF16"));
-  }
+  RETURN_IF_ERROR(CheckBf16(tensor));
   const FileHandle& handle = *files_.find(tensor.file)->second;
   const uint64_t offset = tensor.offset + begin * sizeof(bf16);
   const uint64_t size = count * sizeof(bf16);
+  const char* view = nullptr;
   if (handle.direct_fd() >= 0 && size >= kDirectMinBytes) {
-    const char* view = ReadDirectView(handle.direct_fd(), offset, size);
+    view = ReadDirectView(handle.direct_fd(), offset, size);
     if (view != nullptr && reinterpret_cast<uintptr_t>(view) % alignof(bf16) == 0) {
       return reinterpret_cast<const bf16*>(view);
     }
   }
+  // At an odd address (an odd header length), or through the page cache: in this thread's
+  // own buffer.
   thread_local std::vector<bf16> staged;
   if (staged.size() < count) staged.resize(count);
-  RETURN_IF_ERROR(ReadBf16(tensor, begin, count, staged.data(), nullptr));
+  if (view != nullptr) {
+    std::memcpy(staged.data(), view, size);
+  } else {
+    RETURN_IF_ERROR(
+        PreadFully(handle.fd(), staged.data(), size, offset, BytesWhat(tensor, offset, size)));
+  }
   return static_cast<const bf16*>(staged.data());
 }
 
 Status SafetensorsSet::ReadBf16(const StTensor& tensor, uint64_t begin, uint64_t count, bf16* raw,
                                 float* widened) const {
   RETURN_IF_ERROR(CheckRead(tensor, begin, count));
-  if (tensor.dtype != StDType::kBF16) {
-    return absl::InvalidArgumentError(absl::StrCat("safetensors: ", tensor.file, ": tensor '",
-                                                   tensor.name, "' is ", StDTypeName(tensor.dtype),
-                                                   ", not BF16"));
-  }
+  RETURN_IF_ERROR(CheckBf16(tensor));
   const FileHandle& handle = *files_.find(tensor.file)->second;
   constexpr uint64_t kPieceElements = kPieceBytes / sizeof(bf16);
   // Widened in slices that stay in the core's cache after their copy.
@@ -922,10 +932,7 @@ Status SafetensorsSet::ReadBf16(const StTensor& tensor, uint64_t begin, uint64_t
       view = ReadDirectView(handle.direct_fd(), offset, size);
     }
     if (view == nullptr) {  // straight into raw through the page cache
-      RETURN_IF_ERROR(
-          PreadFully(handle.fd(), to, size, offset,
-                     absl::StrCat("safetensors: ", tensor.file, ": tensor '", tensor.name,
-                                  "': bytes [", offset, ", ", offset + size, ")")));
+      RETURN_IF_ERROR(PreadFully(handle.fd(), to, size, offset, BytesWhat(tensor, offset, size)));
     }
     for (uint64_t s = 0; s < n; s += kSliceElements) {
       const uint64_t m = std::min(kSliceElements, n - s);

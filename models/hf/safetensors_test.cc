@@ -290,7 +290,8 @@ TEST(SafetensorsTest, ReadsHandWrittenF16) {
 // Large 16-bit reads (O_DIRECT where the file system allows) widen every bit pattern as the
 // scalar conversions do (ToFloat, HalfToFloat: NaN payloads kept), bit for bit, whether the
 // data lands 2-byte aligned in memory (the vectorised bf16 cast) or at an odd address (a
-// header of odd length: element by element).
+// header of odd length: element by element); ReadBf16 and ReadBf16View give the bf16 bits
+// as they are at either address, and refuse an F16 tensor.
 TEST(SafetensorsTest, LargeHalfReadsWidenEveryBitPattern) {
   const uint64_t numel = 3 * 65536 + 11;  // 384 KiB per tensor: above the direct size
   std::vector<uint16_t> bits(numel);
@@ -316,6 +317,28 @@ TEST(SafetensorsTest, LargeHalfReadsWidenEveryBitPattern) {
         const float want = name == "b" ? ToFloat(bf16{b}) : HalfToFloat(b);
         ASSERT_EQ(Bits(got[i]), Bits(want)) << name << " pad " << pad << " element " << begin + i;
       }
+      if (name == "h") {  // not BF16: no raw bf16 reads
+        bf16 raw[1];
+        EXPECT_THAT(set.ReadBf16(*set.Find(name), 0, 1, raw, nullptr),
+                    StatusIs(absl::StatusCode::kInvalidArgument,
+                             AllOf(HasSubstr("'h'"), HasSubstr("F16, not BF16"))));
+        EXPECT_THAT(set.ReadBf16View(*set.Find(name), 0, 1).status(),
+                    StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not BF16")));
+        continue;
+      }
+      // The raw bits as they are (with and without the fp32 values), and as a view.
+      std::vector<bf16> raw(count);
+      std::vector<float> widened(count);
+      ASSERT_OK(set.ReadBf16(*set.Find(name), begin, count, raw.data(), widened.data()));
+      ASSERT_OK_AND_ASSIGN(const bf16* view, set.ReadBf16View(*set.Find(name), begin, count));
+      for (uint64_t i = 0; i < count; ++i) {
+        ASSERT_EQ(raw[i].bits, bits[begin + i]) << "pad " << pad << " element " << begin + i;
+        ASSERT_EQ(view[i].bits, bits[begin + i]) << "pad " << pad << " element " << begin + i;
+        ASSERT_EQ(Bits(widened[i]), Bits(got[i])) << "pad " << pad << " element " << begin + i;
+      }
+      std::vector<bf16> raw_only(count);
+      ASSERT_OK(set.ReadBf16(*set.Find(name), begin, count, raw_only.data(), nullptr));
+      EXPECT_EQ(std::memcmp(raw_only.data(), raw.data(), count * sizeof(bf16)), 0);
     }
   }
 }
