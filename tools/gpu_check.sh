@@ -139,7 +139,9 @@ unpack_kit() {
 kit_loads() {
   local binary bad=0
   for binary in "$KIT"/bin/*; do
-    if ldd "$binary" | grep -q "not found"; then
+    # grep without -q reads all of ldd's output: with pipefail, a grep -q that stops at its
+    # first match can leave the writer a SIGPIPE and the test false.
+    if ldd "$binary" | grep "not found" >/dev/null; then
       echo "$(basename "$binary"): $(ldd "$binary" | grep 'not found' | tr '\n' ' ')"
       bad=1
     fi
@@ -323,7 +325,9 @@ main() {
   echo "=== summary ($(($(date +%s) - START_S))s of ${BUDGET_S}s) ==="
   printf '%s\n' "${SUMMARY[@]}"
   grep -E "^GPU:|(>=|<=).*(MET|not measured|not run)" "$BENCH_LOG" 2>/dev/null | head -20
-  if printf '%s\n' "${SUMMARY[@]}" | grep -qE '^(FAIL|TIMEOUT)'; then
+  # Not `| grep -q`: under pipefail, printf could take a SIGPIPE once grep has its first
+  # match (the missing kit's FAIL is the first line) and the check would not fail.
+  if printf '%s\n' "${SUMMARY[@]}" | grep -E '^(FAIL|TIMEOUT)' >/dev/null; then
     echo "GPU CHECK FAILED"
     return 1
   fi
