@@ -50,7 +50,7 @@ struct OptionNames<BackendKind> {
 };
 template <>
 struct OptionNames<RopeScaling> {
-  static constexpr std::array<const char*, 3> kNames = {"none", "linear", "llama3"};
+  static constexpr std::array<const char*, 4> kNames = {"none", "linear", "llama3", "dynamic"};
 };
 template <>
 struct OptionNames<CudaAttentionKind> {

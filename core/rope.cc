@@ -18,6 +18,7 @@ std::vector<float> RopeInverseFrequencies(const RopeSpec& rope, int hs) {
   }
   switch (rope.scaling) {
     case RopeScaling::kNone:
+    case RopeScaling::kDynamic:  // within original_max_seq_len: the default frequencies
       break;
     case RopeScaling::kLinear:
       for (float& f : inv_freq) f /= rope.factor;
@@ -54,6 +55,11 @@ Status CheckRopeSpec(const RopeSpec& rope) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.rope_factor=", rope.factor, " must be > 0"));
   }
+  if (rope.scaling == RopeScaling::kLinear) return absl::OkStatus();
+  if (rope.original_max_seq_len < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.rope_original_max_seq_len=", rope.original_max_seq_len, " must be >= 1"));
+  }
   if (rope.scaling != RopeScaling::kLlama3) return absl::OkStatus();
   if (!(rope.low_freq_factor > 0.0f)) {
     return absl::InvalidArgumentError(
@@ -63,10 +69,6 @@ Status CheckRopeSpec(const RopeSpec& rope) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.rope_high_freq_factor=", rope.high_freq_factor,
                      " must be > model.rope_low_freq_factor (", rope.low_freq_factor, ")"));
-  }
-  if (rope.original_max_seq_len < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.rope_original_max_seq_len=", rope.original_max_seq_len, " must be >= 1"));
   }
   return absl::OkStatus();
 }
@@ -79,6 +81,9 @@ std::string DescribeRope(const RopeSpec& rope) {
     absl::StrAppend(&text, ", llama3 scaling (factor ", rope.factor, ", low ", rope.low_freq_factor,
                     ", high ", rope.high_freq_factor, ", original ", rope.original_max_seq_len,
                     ")");
+  } else if (rope.scaling == RopeScaling::kDynamic) {
+    absl::StrAppend(&text, ", dynamic scaling (factor ", rope.factor, ", original ",
+                    rope.original_max_seq_len, ")");
   }
   return text;
 }

@@ -1,5 +1,5 @@
 // RopeInverseFrequencies against the formulas of rope.h evaluated in double, one case per
-// llama3 branch; CheckRopeSpec's errors name the key.
+// llama3 branch, dynamic equal to the default; CheckRopeSpec's errors name the key.
 #include "core/rope.h"
 
 #include <cmath>
@@ -52,6 +52,16 @@ TEST(RopeTest, Llama3KeepsHighDividesLowAndMixesBetween) {
   EXPECT_NEAR(got[3], Plain(3) / 8, 1e-6 * Plain(3));
 }
 
+// Dynamic NTK within its original context: the default frequencies, bit for bit.
+TEST(RopeTest, DynamicWithinItsContextIsTheDefault) {
+  RopeSpec rope;
+  rope.scaling = RopeScaling::kDynamic;
+  rope.factor = 2.0f;
+  rope.original_max_seq_len = 4096;
+  EXPECT_EQ(RopeInverseFrequencies(rope, 8), RopeInverseFrequencies(RopeSpec{}, 8));
+  EXPECT_EQ(DescribeRope(rope), "theta 10000, dynamic scaling (factor 2, original 4096)");
+}
+
 TEST(RopeTest, ChecksNameTheKey) {
   RopeSpec rope;
   EXPECT_OK(CheckRopeSpec(rope));
@@ -73,6 +83,17 @@ TEST(RopeTest, ChecksNameTheKey) {
   rope.original_max_seq_len = 0;
   EXPECT_THAT(CheckRopeSpec(rope), StatusIs(absl::StatusCode::kInvalidArgument,
                                             HasSubstr("model.rope_original_max_seq_len")));
+  rope = RopeSpec{};
+  rope.scaling = RopeScaling::kDynamic;
+  rope.high_freq_factor = 0.5f;  // unused by dynamic
+  EXPECT_OK(CheckRopeSpec(rope));
+  rope.original_max_seq_len = 0;
+  EXPECT_THAT(CheckRopeSpec(rope), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("model.rope_original_max_seq_len")));
+  rope.original_max_seq_len = 16;
+  rope.factor = 0;
+  EXPECT_THAT(CheckRopeSpec(rope),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.rope_factor")));
 }
 
 }  // namespace

@@ -55,6 +55,8 @@ nlohmann::json RopeScalingJson(const RopeSpec& rope) {
   if (rope.scaling == RopeScaling::kLlama3) {
     out["low_freq_factor"] = absl::StrCat(rope.low_freq_factor);
     out["high_freq_factor"] = absl::StrCat(rope.high_freq_factor);
+  }
+  if (rope.scaling == RopeScaling::kLlama3 || rope.scaling == RopeScaling::kDynamic) {
     out["original_max_seq_len"] = rope.original_max_seq_len;
   }
   return out;
@@ -539,6 +541,9 @@ StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
       if (model.rope.scaling == RopeScaling::kLlama3) {
         model.rope.low_freq_factor = std::stof(scaling.at("low_freq_factor").get<std::string>());
         model.rope.high_freq_factor = std::stof(scaling.at("high_freq_factor").get<std::string>());
+      }
+      if (model.rope.scaling == RopeScaling::kLlama3 ||
+          model.rope.scaling == RopeScaling::kDynamic) {
         model.rope.original_max_seq_len = scaling.at("original_max_seq_len").get<int>();
       }
     }

@@ -93,6 +93,13 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
     expect(train.seq_len <= model.max_seq_len, "train.seq_len", NumberText(train.seq_len),
            absl::StrCat("<= model.max_seq_len (", model.max_seq_len, ")"));
   }
+  if (model.rope.scaling == RopeScaling::kDynamic) {  // so every sequence stays within it
+    expect(model.max_seq_len <= model.rope.original_max_seq_len, "model.max_seq_len",
+           NumberText(model.max_seq_len),
+           absl::StrCat("<= model.rope_original_max_seq_len (", model.rope.original_max_seq_len,
+                        "): a dynamic rotary scaling turns by the default frequencies only "
+                        "within it, and strata does not raise them beyond"));
+  }
   if (model.sliding_window > 0) {
     expect(train.seq_len <= model.sliding_window, "train.seq_len", NumberText(train.seq_len),
            absl::StrCat("<= model.sliding_window (", model.sliding_window,

@@ -77,10 +77,12 @@ const std::vector<KeySpec>& Keys() {
       {"model.rope_scaling", Enum(+[](Options& o) { return &o.model.rope.scaling; }),
        "rotary frequency scaling (llama; Hugging Face's rope_scaling): none | linear "
        "(frequencies / model.rope_factor) | llama3 (Llama 3.1/3.2: low frequencies / "
-       "model.rope_factor, high ones kept, a mix between; core/rope.h).",
+       "model.rope_factor, high ones kept, a mix between) | dynamic (dynamic NTK: the default "
+       "frequencies within model.rope_original_max_seq_len, which model.max_seq_len must not "
+       "exceed; core/rope.h).",
        false},
       {"model.rope_factor", +[](Options& o) { return &o.model.rope.factor; },
-       "the scaling's factor (linear, llama3); > 0.", false},
+       "the scaling's factor (linear, llama3, dynamic); > 0.", false},
       {"model.rope_low_freq_factor", +[](Options& o) { return &o.model.rope.low_freq_factor; },
        "llama3 scaling: wavelengths above model.rope_original_max_seq_len / this are divided; "
        "> 0.",
@@ -91,7 +93,7 @@ const std::vector<KeySpec>& Keys() {
        false},
       {"model.rope_original_max_seq_len",
        +[](Options& o) { return &o.model.rope.original_max_seq_len; },
-       "llama3 scaling: the context the model was first trained for; >= 1.", false},
+       "llama3, dynamic scalings: the context the model was first trained for; >= 1.", false},
       {"model.norm_eps", +[](Options& o) { return &o.model.norm_eps; },
        "RMSNorm epsilon (llama; gpt's layernorm uses 1e-5); > 0.", false},
       {"model.tie_embeddings", +[](Options& o) { return &o.model.tie_embeddings; },

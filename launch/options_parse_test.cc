@@ -282,6 +282,15 @@ TEST(ParseOptions, FamilyRulesAreChecked) {
       ParseOptions("", {"model.preset=llama-tiny", "model.rope_scaling=llama3",
                         "model.rope_high_freq_factor=0.5"}),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.rope_high_freq_factor")));
+  // Dynamic NTK: the model's sequences within its original context (where it is the
+  // default; the model's max_seq_len bounds train.seq_len and sample lengths).
+  EXPECT_OK(ParseOptions("", {"model.preset=llama-tiny", "model.rope_scaling=dynamic",
+                              "model.rope_original_max_seq_len=64", "model.max_seq_len=64"}));
+  EXPECT_THAT(ParseOptions("", {"model.preset=llama-tiny", "model.rope_scaling=dynamic",
+                                "model.rope_original_max_seq_len=32", "model.max_seq_len=64"}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("model.max_seq_len"),
+                             HasSubstr("<= model.rope_original_max_seq_len (32)"))));
   EXPECT_THAT(ParseOptions("", {"model.preset=llama-tiny", "model.rope_scaling=yarn"}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.rope_scaling")));
   EXPECT_THAT(ParseOptions("", {"model.preset=tiny", "model.qkv_bias=true"}),

@@ -95,6 +95,7 @@ TEST(Checkpoint, ResumesInAnyConfigurationWithTheSameLosses) {
 
 // A LLaMA checkpoint written at world 1 stage 0 resumes at world 1 with everything on NVMe
 // (the same losses) and at world 2 stage 3 (within rounding); a GPT's run cannot resume it.
+// Its rope scaling (llama3, dynamic) is recorded and must match.
 TEST(Checkpoint, LlamaResumesInAnotherConfiguration) {
   const std::string dir = TestDir("checkpoints-llama");
   // With Llama 3's rope scaling, which the checkpoint records.
@@ -127,6 +128,25 @@ TEST(Checkpoint, LlamaResumesInAnotherConfiguration) {
   const PlacementRun gpt = TrainAllRanks(Make(1, 0, {"train.resume=" + dir + "/step-3"}));
   EXPECT_THAT(gpt.status, StatusIs(absl::StatusCode::kInvalidArgument,
                                    HasSubstr("family=llama but model.family=gpt")));
+  // A dynamic scaling is recorded with its original context: the same options resume it
+  // (the same losses), the llama3 ones do not.
+  const std::string dynamic_dir = TestDir("checkpoints-llama-dynamic");
+  std::vector<std::string> dynamic = TinyLlamaSets();
+  dynamic.insert(dynamic.end(), {"model.rope_scaling=dynamic", "model.rope_factor=2",
+                                 "model.max_seq_len=64", "model.rope_original_max_seq_len=64"});
+  std::vector<std::string> dynamic_sets = dynamic;
+  dynamic_sets.insert(dynamic_sets.end(),
+                      {"train.checkpoint_dir=" + dynamic_dir, "train.checkpoint_every=3"});
+  const PlacementRun dynamic_written = TrainAllRanks(Make(1, 0, dynamic_sets));
+  ASSERT_OK(dynamic_written.status);
+  dynamic.push_back("train.resume=" + dynamic_dir + "/step-3");
+  const PlacementRun dynamic_resumed = TrainAllRanks(Make(1, 3, dynamic));
+  ASSERT_OK(dynamic_resumed.status);
+  EXPECT_EQ(dynamic_resumed.losses, Tail(dynamic_written.losses, 3));
+  scaled.push_back("train.resume=" + dynamic_dir + "/step-3");
+  EXPECT_THAT(TrainAllRanks(Make(1, 3, scaled)).status,
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("\"original_max_seq_len\":64,\"type\":\"dynamic\"")));
 }
 
 // zero.param_update=delayed: a checkpoint puts the pending update in place first (as an

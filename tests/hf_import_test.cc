@@ -403,8 +403,9 @@ TEST(HfImportErrors, BadDirectoriesAreClearErrors) {
                 StatusIs(absl::StatusCode::kInvalidArgument,
                          HasSubstr("field 'attention_bias' is true")));
   }
-  // Rotary scalings: llama3 read with every factor; one strata does not implement, and a
-  // llama3 scaling without its original context, refused naming the field.
+  // Rotary scalings: llama3 read with every factor; dynamic read and written back; one
+  // strata does not implement, and a llama3 scaling without its original context (or a
+  // dynamic one without its factor), refused naming the field.
   {
     ASSERT_OK_AND_ASSIGN(const Options tied,
                          ParseOptions("", {"model.from=hf:" + HfFixture("llama-tiny-tied")}));
@@ -421,6 +422,29 @@ TEST(HfImportErrors, BadDirectoriesAreClearErrors) {
     EXPECT_THAT(ParseOptions("", {"model.from=hf:" + dir}),
                 StatusIs(absl::StatusCode::kInvalidArgument,
                          HasSubstr("field 'rope_scaling' has rope_type \"yarn\"")));
+    // Dynamic NTK: its original context is max_position_embeddings (here 512); exported
+    // back as it came.
+    std::string dynamic = text;
+    const size_t scaling = dynamic.find("\"rope_scaling\"");
+    ASSERT_NE(scaling, std::string::npos);
+    const size_t scaling_end = dynamic.find('}', scaling);
+    dynamic.replace(scaling, scaling_end + 1 - scaling,
+                    "\"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 2.0}");
+    std::ofstream(dir + "/config.json") << dynamic;
+    ASSERT_OK_AND_ASSIGN(const Options dyn, ParseOptions("", {"model.from=hf:" + dir}));
+    EXPECT_EQ(dyn.model.rope,
+              (RopeSpec{10000.0f, RopeScaling::kDynamic, 2.0f, 1.0f, 4.0f, dyn.model.max_seq_len}));
+    EXPECT_EQ(dyn.model.max_seq_len, 512);
+    std::ofstream(dir + "/config.json") << HfConfigJson(dyn.model, "float32");
+    ASSERT_OK_AND_ASSIGN(const Options again, ParseOptions("", {"model.from=hf:" + dir}));
+    EXPECT_EQ(again.model.rope, dyn.model.rope);
+    EXPECT_EQ(again.model.max_seq_len, 512);
+    std::string no_factor = dynamic;
+    no_factor.replace(no_factor.find(", \"factor\": 2.0"), 15, "");
+    std::ofstream(dir + "/config.json") << no_factor;
+    EXPECT_THAT(ParseOptions("", {"model.from=hf:" + dir}),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("field 'rope_scaling' (dynamic) lacks the number 'factor'")));
     const size_t original = text.find("\"original_max_position_embeddings\"");
     ASSERT_NE(original, std::string::npos);
     std::string lacking = text;

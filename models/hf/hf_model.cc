@@ -83,9 +83,11 @@ void ReadGpt2(const Json& c, ModelOptions* m, std::vector<std::string>* problems
 }
 
 // config.json's rope_scaling (null: none): its rope_type (or the older key "type") "default",
-// "linear" {factor} or "llama3" {factor, low_freq_factor, high_freq_factor,
-// original_max_position_embeddings}; any other type is refused, naming it.
-void ReadRopeScaling(const Json& c, RopeSpec* rope, std::vector<std::string>* problems) {
+// "linear" {factor}, "llama3" {factor, low_freq_factor, high_freq_factor,
+// original_max_position_embeddings} or "dynamic" {factor}, whose original context is the
+// config's max_position_embeddings (`max_pos`); any other type is refused, naming it.
+void ReadRopeScaling(const Json& c, int max_pos, RopeSpec* rope,
+                     std::vector<std::string>* problems) {
   auto it = c.find("rope_scaling");
   if (it == c.end() || it->is_null()) return;
   const Json& scaling = *it;
@@ -115,10 +117,14 @@ void ReadRopeScaling(const Json& c, RopeSpec* rope, std::vector<std::string>* pr
     required("low_freq_factor", &rope->low_freq_factor);
     required("high_freq_factor", &rope->high_freq_factor);
     required("original_max_position_embeddings", &rope->original_max_seq_len);
+  } else if (type == "dynamic") {
+    rope->scaling = RopeScaling::kDynamic;
+    required("factor", &rope->factor);
+    rope->original_max_seq_len = max_pos;
   } else {
     problems->push_back(absl::StrCat("field 'rope_scaling' has ", type_key, " \"", type,
-                                     "\": strata implements the default, \"linear\" and "
-                                     "\"llama3\" rotary scalings"));
+                                     "\": strata implements the default, \"linear\", "
+                                     "\"llama3\" and \"dynamic\" rotary scalings"));
     return;
   }
   if (Status valid = CheckRopeSpec(*rope); !valid.ok()) {
@@ -140,6 +146,8 @@ Json RopeScalingJson(const RopeSpec& rope) {
               {"low_freq_factor", rope.low_freq_factor},
               {"high_freq_factor", rope.high_freq_factor},
               {"original_max_position_embeddings", rope.original_max_seq_len}};
+    case RopeScaling::kDynamic:
+      return {{"rope_type", "dynamic"}, {"factor", rope.factor}};
   }
   return nullptr;
 }
@@ -157,7 +165,7 @@ void ReadLlama(const Json& c, ModelOptions* m, std::vector<std::string>* problem
   Field(c, "max_position_embeddings", &m->max_seq_len, problems);
   m->rope = RopeSpec{};
   Field(c, "rope_theta", &m->rope.theta, problems);
-  ReadRopeScaling(c, &m->rope, problems);
+  ReadRopeScaling(c, m->max_seq_len, &m->rope, problems);
   m->norm_eps = 1e-6f;
   Field(c, "rms_norm_eps", &m->norm_eps, problems);
   m->tie_embeddings = false;
@@ -273,6 +281,9 @@ std::string HfConfigJson(const ModelOptions& m, const std::string& dtype_name) {
          {"mlp_bias", false},
          {"rope_scaling", RopeScalingJson(m.rope)},
          {"torch_dtype", dtype_name}};
+    if (m.rope.scaling == RopeScaling::kDynamic) {  // its original context: max_position
+      c["max_position_embeddings"] = m.rope.original_max_seq_len;
+    }
     if (m.qkv_bias || m.sliding_window > 0) {  // Qwen2 or Mistral: no bias switches
       c.erase("attention_bias");
       c.erase("mlp_bias");
