@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -204,17 +205,14 @@ Status RunBenchImport(const CommandArgs& args, const std::string& dir, DType fil
       bytes / *std::min_element(import_s.begin(), import_s.end()) / 1e6;
   const double cold_mb_s = bytes / cold_s / 1e6;
   double fill_s = 0, store_s = 0;
-  // The units the files hold (a LoRA model's base) and, for each, what the import does:
-  // fp32 values straight into the master (ImportTarget) or through a buffer; a bf16 file's
-  // bits straight into bf16 params (ImportParamTarget), with no fp32 values at all for a
-  // unit without optimizer state.
+  // The units the files hold (a LoRA model's base) and, for each, what the import does
+  // (RouteUnit).
   const std::vector<int> base = BaseUnits(*engine_model);
   ASSIGN_OR_RETURN(const HfWeights weights, HfWeights::Open(out, model_options, *engine_model));
-  auto raw_params = [&](int unit) {  // the bf16 params from the files' bits
-    return weights.RawBf16(unit) && engine->AcceptsBf16Params(unit);
-  };
+  std::map<int, UnitImportRoute> routes;
+  for (const int unit : base) routes[unit] = RouteUnit(weights, *engine, *engine_model, unit);
   auto needs_values = [&](int unit) {
-    return !raw_params(unit) || engine_model->units()[unit].trainable();
+    return routes[unit].master != nullptr || routes[unit].fp32_buffer;
   };
   // The import's reading alone (every unit into one reused buffer, no engine): what the
   // engine's stores add is the difference.
@@ -229,7 +227,7 @@ Status RunBenchImport(const CommandArgs& args, const std::string& dir, DType fil
       for (const int unit : base) {
         RETURN_IF_ERROR(weights.Fill(unit, 0, engine_model->units()[unit].used_elements(),
                                      needs_values(unit) ? values.data() : nullptr, nullptr,
-                                     raw_params(unit) ? raw.data() : nullptr));
+                                     routes[unit].raw_params ? raw.data() : nullptr));
       }
       fills.push_back(std::chrono::duration<double>(Clock::now() - start).count());
       for (const std::string& file : files) DropFromCache(file);
@@ -243,10 +241,11 @@ Status RunBenchImport(const CommandArgs& args, const std::string& dir, DType fil
       for (const int unit : base) {
         const auto [begin, end] = engine->StoredRange(unit);
         if (values.size() < end - begin) values.resize(end - begin);
-        const float* target = engine->ImportTarget(unit);
-        const float* from = target ? target : needs_values(unit) ? values.data() : nullptr;
-        const bf16* in_place = engine->ImportParamTarget(unit);
-        const bf16* params = !raw_params(unit) ? nullptr : in_place ? in_place : raw.data();
+        const UnitImportRoute& route = routes[unit];
+        const float* from = route.master        ? route.master
+                            : route.fp32_buffer ? values.data()
+                                                : nullptr;
+        const bf16* params = route.params ? route.params : route.bf16_buffer ? raw.data() : nullptr;
         RETURN_IF_ERROR(engine->StoreUnitValues(unit, from, params));
       }
       stores.push_back(std::chrono::duration<double>(Clock::now() - start).count());
@@ -258,15 +257,13 @@ Status RunBenchImport(const CommandArgs& args, const std::string& dir, DType fil
   size_t largest = 0, largest_raw = 0;
   int straight = 0, raw_units = 0, raw_in_place = 0;
   for (const int unit : base) {
-    const bool in_place = engine->ImportParamTarget(unit) != nullptr;
-    raw_units += raw_params(unit) ? 1 : 0;
-    raw_in_place += raw_params(unit) && in_place ? 1 : 0;
+    const UnitImportRoute& route = routes[unit];
+    raw_units += route.raw_params ? 1 : 0;
+    raw_in_place += route.params != nullptr ? 1 : 0;
     const size_t elements = engine_model->units()[unit].used_elements();
-    const bool fp32_buffer = engine->ImportTarget(unit) == nullptr && needs_values(unit);
-    const bool raw_buffer = raw_params(unit) && !in_place;
-    if (fp32_buffer) largest = std::max(largest, elements * sizeof(float));
-    if (raw_buffer) largest_raw = std::max(largest_raw, elements * sizeof(bf16));
-    straight += fp32_buffer || raw_buffer ? 0 : 1;
+    if (route.fp32_buffer) largest = std::max(largest, elements * sizeof(float));
+    if (route.bf16_buffer) largest_raw = std::max(largest_raw, elements * sizeof(bf16));
+    straight += route.fp32_buffer || route.bf16_buffer ? 0 : 1;
   }
   std::filesystem::remove_all(out);
 
@@ -309,9 +306,9 @@ Status RunBenchImport(const CommandArgs& args, const std::string& dir, DType fil
           absl::StrFormat("two of the largest range's fp32 values (%.1f MiB)", largest / 1048576.0);
     }
     if (largest_raw > 0) {
-      absl::StrAppend(
-          &buffers, buffers.empty() ? "" : " and ",
-          absl::StrFormat("two of its bf16 params (%.1f MiB)", largest_raw / 1048576.0));
+      absl::StrAppend(&buffers, buffers.empty() ? "" : " and ",
+                      absl::StrFormat("two of the largest range's bf16 params (%.1f MiB)",
+                                      largest_raw / 1048576.0));
     }
     std::printf(
         "  importer memory: %d of %zu units straight into their state; the others "

@@ -241,6 +241,19 @@ Status HfWeights::Fill(int unit, size_t begin, size_t end, float* out, Progress*
   return absl::OkStatus();
 }
 
+UnitImportRoute RouteUnit(const HfWeights& weights, const Engine& engine, const Model& model,
+                          int unit) {
+  UnitImportRoute route;
+  route.master = engine.ImportTarget(unit);
+  route.raw_params = weights.RawBf16(unit) && engine.AcceptsBf16Params(unit);
+  if (route.raw_params) route.params = engine.ImportParamTarget(unit);
+  route.bf16_buffer = route.raw_params && route.params == nullptr;
+  // A unit without optimizer state (frozen) needs no fp32 values once its params are in.
+  const bool needs_values = !route.raw_params || model.units()[unit].trainable();
+  route.fp32_buffer = route.master == nullptr && needs_values;
+  return route;
+}
+
 Status ImportHfWeights(const std::string& dir, const ModelOptions& options, const Model& model,
                        Engine& engine, bool show_progress) {
   ASSIGN_OR_RETURN(const HfWeights weights, HfWeights::Open(dir, options, model));
@@ -259,25 +272,13 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
   const std::vector<int> todo = BaseUnits(model);
   const int num_units = static_cast<int>(todo.size());
   RETURN_IF_ERROR(engine.Finish());  // nothing in flight touches a target
-  std::vector<float*> targets(num_units);
-  // A bf16 file's bits as the unit's bf16 params: straight into them where the host can
-  // write them, else into one of two buffers of their own, stored as they are.
-  std::vector<bf16*> param_targets(num_units);
-  std::vector<bool> raw(num_units);           // the params from the files' bits (no cast)
-  std::vector<bool> buffered(num_units);      // fp32 values through one of the two buffers
-  std::vector<bool> raw_buffered(num_units);  // bf16 params through one of two buffers
-  size_t largest = 0, largest_raw = 0;        // of the buffered units
+  std::vector<UnitImportRoute> routes(num_units);
+  size_t largest = 0, largest_raw = 0;  // of the buffered units
   for (int u = 0; u < num_units; ++u) {
     const auto [begin, end] = engine.StoredRange(todo[u]);
-    targets[u] = engine.ImportTarget(todo[u]);
-    raw[u] = weights.RawBf16(todo[u]) && engine.AcceptsBf16Params(todo[u]);
-    if (raw[u]) param_targets[u] = engine.ImportParamTarget(todo[u]);
-    raw_buffered[u] = raw[u] && param_targets[u] == nullptr;
-    // A unit without optimizer state (frozen) needs no fp32 values once its params are in.
-    const bool needs_values = !raw[u] || model.units()[todo[u]].trainable();
-    buffered[u] = targets[u] == nullptr && needs_values;
-    if (buffered[u]) largest = std::max(largest, end - begin);
-    if (raw_buffered[u]) largest_raw = std::max(largest_raw, end - begin);
+    routes[u] = RouteUnit(weights, engine, model, todo[u]);
+    if (routes[u].fp32_buffer) largest = std::max(largest, end - begin);
+    if (routes[u].bf16_buffer) largest_raw = std::max(largest_raw, end - begin);
   }
   // On 2 MiB pages (fewer faults; O_DIRECT into them is faster), not zeroed: Fill writes
   // every element. Pages are committed as units touch them.
@@ -294,12 +295,12 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
     }
   }
   auto values = [&](int u) -> float* {
-    if (targets[u] != nullptr) return targets[u];
-    return buffered[u] ? reinterpret_cast<float*>(buffers[u % 2].data()) : nullptr;
+    if (routes[u].master != nullptr) return routes[u].master;
+    return routes[u].fp32_buffer ? reinterpret_cast<float*>(buffers[u % 2].data()) : nullptr;
   };
   auto params = [&](int u) -> bf16* {
-    if (param_targets[u] != nullptr) return param_targets[u];
-    return raw_buffered[u] ? reinterpret_cast<bf16*>(raw_buffers[u % 2].data()) : nullptr;
+    if (routes[u].params != nullptr) return routes[u].params;
+    return routes[u].bf16_buffer ? reinterpret_cast<bf16*>(raw_buffers[u % 2].data()) : nullptr;
   };
   std::vector<Status> read_status(num_units);
   std::mutex mutex;
@@ -312,8 +313,9 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
         std::unique_lock<std::mutex> lock(mutex);
         // A unit read into a buffer waits until the buffer's previous unit is stored; one
         // read into its master need not wait.
-        changed.wait(lock,
-                     [&] { return stop || (!buffered[u] && !raw_buffered[u]) || u - stored < 2; });
+        changed.wait(lock, [&] {
+          return stop || (!routes[u].fp32_buffer && !routes[u].bf16_buffer) || u - stored < 2;
+        });
         if (stop) return;
       }
       const auto [begin, end] = engine.StoredRange(todo[u]);

@@ -48,6 +48,20 @@ class HfWeights {
   uint64_t bytes_ = 0;
 };
 
+// Where ImportHfWeights puts one unit's values: fp32 straight into the master
+// (Engine::ImportTarget) or through the importer's fp32 buffers; a bf16 file's bits as the
+// bf16 params (in a bf16 engine), straight into them (Engine::ImportParamTarget) or through
+// its bf16 buffers, and then no fp32 values at all for a unit without optimizer state.
+struct UnitImportRoute {
+  float* master = nullptr;   // the fp32 values' destination in the engine, or null
+  bf16* params = nullptr;    // the bf16 params' destination in the engine, or null
+  bool raw_params = false;   // the params are the files' bits (no cast)
+  bool fp32_buffer = false;  // the fp32 values go through a buffer
+  bool bf16_buffer = false;  // the raw params go through a buffer
+};
+UnitImportRoute RouteUnit(const HfWeights& weights, const Engine& engine, const Model& model,
+                          int unit);
+
 // Loads `dir` into every unit of `engine` (which runs `model`, made from `options`): Open,
 // then each unit's stored range, the next unit read on a second thread while one is
 // stored: straight into each unit's master where the engine allows it (ImportTarget),
