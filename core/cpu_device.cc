@@ -310,6 +310,7 @@ class CpuDevice : public Device {
  public:
   explicit CpuDevice(const CpuDeviceOptions& options)
       : dry_run_(options.dry_run),
+        dry_run_of_gpu_(options.dry_run && options.dry_run_of_gpu),
         device_pool_(Tier::kDevice, options.device_memory_bytes, "device.memory_limit"),
         host_pool_(Tier::kHost, options.host_memory_bytes, "tiers.host_memory_limit") {
     for (Tier tier : {Tier::kDevice, Tier::kHost}) {
@@ -421,7 +422,9 @@ class CpuDevice : public Device {
   }
 
   bool dry_run() const override { return dry_run_; }
-  bool HostAccessible(Tier) const override { return !dry_run_; }  // both tiers are host memory
+  bool InHostMemory(Tier tier) const override {  // both tiers, unless modelling a GPU
+    return tier == Tier::kHost || !dry_run_of_gpu_;
+  }
   std::array<uint64_t, 3> dry_copy_bytes() const override {
     return {dry_copies_[0].load(), dry_copies_[1].load(), dry_copies_[2].load()};
   }
@@ -461,6 +464,7 @@ class CpuDevice : public Device {
 
  private:
   const bool dry_run_;
+  const bool dry_run_of_gpu_;
   std::atomic<uint64_t> dry_copies_[3] = {0, 0, 0};
   StreamRegistry streams_;  // before the pools and caches: the fences use it
   std::atomic<Trace*> trace_{nullptr};

@@ -22,6 +22,9 @@ struct CpuDeviceOptions {
   // copies counted by direction (Device::dry_copy_bytes). Kernels must be counting ones
   // (kernels/counting_ops.h).
   bool dry_run = false;
+  // A dry run of a GPU's set-up (strata plan for a CUDA machine): the device tier is then
+  // not host memory (Device::InHostMemory), as on the GPU. Ignored without dry_run.
+  bool dry_run_of_gpu = false;
 };
 
 std::unique_ptr<Device> CreateCpuDevice(const CpuDeviceOptions& options);

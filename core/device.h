@@ -123,11 +123,15 @@ class Device {
   // True for a device that only accounts (a dry run: core/cpu_device.h): its buffers must
   // not be read or written, so the NVMe tiers on it touch no disk either.
   virtual bool dry_run() const { return false; }
+  // True where a run's buffers of `tier` are host memory: pinned host memory, and every
+  // tier of a CPU device; a dry run answers for the device it models (a GPU's device tier
+  // is not). Plans ask it to know where a real run's importer writes (Engine::ImportsStraight).
+  virtual bool InHostMemory(Tier tier) const { return tier == Tier::kHost; }
   // True where the host may read and write this device's buffers of `tier` with plain
-  // loads and stores (once the streams that use them are idle): pinned host memory, and
-  // every tier of a CPU device that really allocates. An importer then writes values
-  // straight into their home (Engine::ImportTarget) instead of copying them there.
-  virtual bool HostAccessible(Tier tier) const { return tier == Tier::kHost && !dry_run(); }
+  // loads and stores (once the streams that use them are idle): InHostMemory, on a device
+  // that really allocates. An importer then writes values straight into their home
+  // (Engine::ImportTarget) instead of copying them there.
+  virtual bool HostAccessible(Tier tier) const { return InHostMemory(tier) && !dry_run(); }
   // A dry run's copies so far by direction, in bytes (host_to_device, device_to_host,
   // within a tier); zeros elsewhere.
   virtual std::array<uint64_t, 3> dry_copy_bytes() const { return {0, 0, 0}; }

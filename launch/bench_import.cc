@@ -206,13 +206,14 @@ Status RunBenchImport(const CommandArgs& args, const std::string& dir, DType fil
   const double cold_mb_s = bytes / cold_s / 1e6;
   double fill_s = 0, store_s = 0;
   // The units the files hold (a LoRA model's base) and, for each, what the import does
-  // (RouteUnit).
-  const std::vector<int> base = BaseUnits(*engine_model);
+  // (PlanImport).
   ASSIGN_OR_RETURN(const HfWeights weights, HfWeights::Open(out, model_options, *engine_model));
+  const ImportPlan plan = PlanImport(weights, *engine, *engine_model);
+  const std::vector<int>& base = plan.units;
   std::map<int, UnitImportRoute> routes;
-  for (const int unit : base) routes[unit] = RouteUnit(weights, *engine, *engine_model, unit);
+  for (size_t i = 0; i < base.size(); ++i) routes[base[i]] = plan.routes[i];
   auto needs_values = [&](int unit) {
-    return routes[unit].master != nullptr || routes[unit].fp32_buffer;
+    return routes[unit].master_straight || routes[unit].fp32_buffer;
   };
   // The import's reading alone (every unit into one reused buffer, no engine): what the
   // engine's stores add is the difference.
@@ -242,10 +243,12 @@ Status RunBenchImport(const CommandArgs& args, const std::string& dir, DType fil
         const auto [begin, end] = engine->StoredRange(unit);
         if (values.size() < end - begin) values.resize(end - begin);
         const UnitImportRoute& route = routes[unit];
-        const float* from = route.master        ? route.master
-                            : route.fp32_buffer ? values.data()
-                                                : nullptr;
-        const bf16* params = route.params ? route.params : route.bf16_buffer ? raw.data() : nullptr;
+        const float* from = route.master_straight ? engine->ImportTarget(unit)
+                            : route.fp32_buffer   ? values.data()
+                                                  : nullptr;
+        const bf16* params = route.params_straight ? engine->ImportParamTarget(unit)
+                             : route.bf16_buffer   ? raw.data()
+                                                   : nullptr;
         RETURN_IF_ERROR(engine->StoreUnitValues(unit, from, params));
       }
       stores.push_back(std::chrono::duration<double>(Clock::now() - start).count());
@@ -254,15 +257,12 @@ Status RunBenchImport(const CommandArgs& args, const std::string& dir, DType fil
   }
   // The importer's buffers: fp32 values of units not read into their master, bf16 params
   // of units whose params the host cannot write (two of each, of the largest range).
-  size_t largest = 0, largest_raw = 0;
+  const size_t largest = plan.largest_fp32 * sizeof(float);
+  const size_t largest_raw = plan.largest_bf16 * sizeof(bf16);
   int straight = 0, raw_units = 0, raw_in_place = 0;
-  for (const int unit : base) {
-    const UnitImportRoute& route = routes[unit];
+  for (const UnitImportRoute& route : plan.routes) {
     raw_units += route.raw_params ? 1 : 0;
-    raw_in_place += route.params != nullptr ? 1 : 0;
-    const size_t elements = engine_model->units()[unit].used_elements();
-    if (route.fp32_buffer) largest = std::max(largest, elements * sizeof(float));
-    if (route.bf16_buffer) largest_raw = std::max(largest_raw, elements * sizeof(bf16));
+    raw_in_place += route.params_straight ? 1 : 0;
     straight += route.fp32_buffer || route.bf16_buffer ? 0 : 1;
   }
   std::filesystem::remove_all(out);
@@ -315,6 +315,10 @@ Status RunBenchImport(const CommandArgs& args, const std::string& dir, DType fil
         "through buffers: %s\n",
         straight, base.size(), buffers.c_str());
   }
+  std::printf(
+      "  importer buffers in all: %.1f MiB with %d reading threads' bounce buffers "
+      "(ImportPlan::HostBytes, which strata plan's RSS counts)\n",
+      plan.HostBytes() / 1048576.0, plan.reader_threads);
   if (raw_units > 0) {
     std::printf(
         "  bf16 params: %d of %zu units' the files' bits as they are (no cast), %d "

@@ -41,6 +41,8 @@ constexpr size_t kTaskBytes = size_t{4} << 20;
 constexpr size_t kBandBytes = size_t{1} << 20;
 // Reads in flight: at least 4 even on few cores (a thread waiting on the disk needs no
 // core, and a disk reaches its rate only with several requests queued).
+// Alignment of O_DIRECT reads, which a bounce buffer may need on either side of a task.
+constexpr size_t kBounceAlign = 4096;
 int ReaderThreads() {
   return static_cast<int>(std::max(4u, std::thread::hardware_concurrency()));
 }
@@ -244,14 +246,34 @@ Status HfWeights::Fill(int unit, size_t begin, size_t end, float* out, Progress*
 UnitImportRoute RouteUnit(const HfWeights& weights, const Engine& engine, const Model& model,
                           int unit) {
   UnitImportRoute route;
-  route.master = engine.ImportTarget(unit);
+  route.master_straight = engine.ImportsStraight(unit);
   route.raw_params = weights.RawBf16(unit) && engine.AcceptsBf16Params(unit);
-  if (route.raw_params) route.params = engine.ImportParamTarget(unit);
-  route.bf16_buffer = route.raw_params && route.params == nullptr;
+  route.params_straight = route.raw_params && engine.ImportsParamsStraight(unit);
+  route.bf16_buffer = route.raw_params && !route.params_straight;
   // A unit without optimizer state (frozen) needs no fp32 values once its params are in.
   const bool needs_values = !route.raw_params || model.units()[unit].trainable();
-  route.fp32_buffer = route.master == nullptr && needs_values;
+  route.fp32_buffer = !route.master_straight && needs_values;
   return route;
+}
+
+uint64_t ImportPlan::HostBytes() const {
+  return 2 * (largest_fp32 * sizeof(float) + largest_bf16 * sizeof(bf16)) +
+         static_cast<uint64_t>(reader_threads) * (kTaskBytes + 2 * kBounceAlign);
+}
+
+ImportPlan PlanImport(const HfWeights& weights, const Engine& engine, const Model& model) {
+  ImportPlan plan;
+  plan.units = BaseUnits(model);
+  plan.reader_threads = ReaderThreads();
+  for (const int unit : plan.units) {
+    const auto [begin, end] = engine.StoredRange(unit);
+    plan.routes.push_back(RouteUnit(weights, engine, model, unit));
+    if (plan.routes.back().fp32_buffer)
+      plan.largest_fp32 = std::max(plan.largest_fp32, end - begin);
+    if (plan.routes.back().bf16_buffer)
+      plan.largest_bf16 = std::max(plan.largest_bf16, end - begin);
+  }
+  return plan;
 }
 
 Status ImportHfWeights(const std::string& dir, const ModelOptions& options, const Model& model,
@@ -269,39 +291,43 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
   // values at all for a frozen unit (a LoRA model's base).
   // The thread lives for the whole import (its readers' bounce buffers stay faulted in).
   // A LoRA model's adapters are not in the files: its base (the frozen units) alone.
-  const std::vector<int> todo = BaseUnits(model);
-  const int num_units = static_cast<int>(todo.size());
   RETURN_IF_ERROR(engine.Finish());  // nothing in flight touches a target
-  std::vector<UnitImportRoute> routes(num_units);
-  size_t largest = 0, largest_raw = 0;  // of the buffered units
-  for (int u = 0; u < num_units; ++u) {
-    const auto [begin, end] = engine.StoredRange(todo[u]);
-    routes[u] = RouteUnit(weights, engine, model, todo[u]);
-    if (routes[u].fp32_buffer) largest = std::max(largest, end - begin);
-    if (routes[u].bf16_buffer) largest_raw = std::max(largest_raw, end - begin);
-  }
+  const ImportPlan plan = PlanImport(weights, engine, model);
+  const std::vector<int>& todo = plan.units;
+  const std::vector<UnitImportRoute>& routes = plan.routes;
+  const int num_units = static_cast<int>(todo.size());
   // On 2 MiB pages (fewer faults; O_DIRECT into them is faster), not zeroed: Fill writes
   // every element. Pages are committed as units touch them.
   nvme::IoBufferOptions unpopulated;
   unpopulated.populate = false;
   nvme::IoBuffer buffers[2], raw_buffers[2];
   for (int i = 0; i < 2; ++i) {
-    if (largest > 0) {
-      ASSIGN_OR_RETURN(buffers[i], nvme::IoBuffer::Allocate(largest * sizeof(float), unpopulated));
+    if (plan.largest_fp32 > 0) {
+      ASSIGN_OR_RETURN(buffers[i],
+                       nvme::IoBuffer::Allocate(plan.largest_fp32 * sizeof(float), unpopulated));
     }
-    if (largest_raw > 0) {
+    if (plan.largest_bf16 > 0) {
       ASSIGN_OR_RETURN(raw_buffers[i],
-                       nvme::IoBuffer::Allocate(largest_raw * sizeof(bf16), unpopulated));
+                       nvme::IoBuffer::Allocate(plan.largest_bf16 * sizeof(bf16), unpopulated));
     }
   }
-  auto values = [&](int u) -> float* {
-    if (routes[u].master != nullptr) return routes[u].master;
-    return routes[u].fp32_buffer ? reinterpret_cast<float*>(buffers[u % 2].data()) : nullptr;
-  };
-  auto params = [&](int u) -> bf16* {
-    if (routes[u].params != nullptr) return routes[u].params;
-    return routes[u].bf16_buffer ? reinterpret_cast<bf16*>(raw_buffers[u % 2].data()) : nullptr;
-  };
+  // Each unit's destinations: its state itself, or one of the buffers.
+  std::vector<float*> values_at(num_units, nullptr);
+  std::vector<bf16*> params_at(num_units, nullptr);
+  for (int u = 0; u < num_units; ++u) {
+    const UnitImportRoute& route = routes[u];
+    values_at[u] = route.master_straight ? engine.ImportTarget(todo[u])
+                   : route.fp32_buffer   ? reinterpret_cast<float*>(buffers[u % 2].data())
+                                         : nullptr;
+    params_at[u] = route.params_straight ? engine.ImportParamTarget(todo[u])
+                   : route.bf16_buffer   ? reinterpret_cast<bf16*>(raw_buffers[u % 2].data())
+                                         : nullptr;
+    if ((route.master_straight && values_at[u] == nullptr) ||
+        (route.params_straight && params_at[u] == nullptr)) {
+      return absl::InternalError(
+          absl::StrCat("import: unit ", todo[u], " has no state the host can write (a dry run?)"));
+    }
+  }
   std::vector<Status> read_status(num_units);
   std::mutex mutex;
   std::condition_variable changed;
@@ -319,8 +345,8 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
         if (stop) return;
       }
       const auto [begin, end] = engine.StoredRange(todo[u]);
-      read_status[u] =
-          weights.Fill(todo[u], begin, end, values(u), progress ? &*progress : nullptr, params(u));
+      read_status[u] = weights.Fill(todo[u], begin, end, values_at[u],
+                                    progress ? &*progress : nullptr, params_at[u]);
       std::lock_guard<std::mutex> lock(mutex);
       filled = u + 1;
       changed.notify_all();
@@ -335,7 +361,7 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
     }
     status = read_status[u];
     if (status.ok()) {
-      status = engine.StoreUnitValues(todo[u], values(u), params(u));
+      status = engine.StoreUnitValues(todo[u], values_at[u], params_at[u]);
     }
     std::lock_guard<std::mutex> lock(mutex);
     stored = u + 1;

@@ -53,14 +53,29 @@ class HfWeights {
 // bf16 params (in a bf16 engine), straight into them (Engine::ImportParamTarget) or through
 // its bf16 buffers, and then no fp32 values at all for a unit without optimizer state.
 struct UnitImportRoute {
-  float* master = nullptr;   // the fp32 values' destination in the engine, or null
-  bf16* params = nullptr;    // the bf16 params' destination in the engine, or null
-  bool raw_params = false;   // the params are the files' bits (no cast)
-  bool fp32_buffer = false;  // the fp32 values go through a buffer
-  bool bf16_buffer = false;  // the raw params go through a buffer
+  bool master_straight = false;  // the fp32 values go into the master itself
+  bool raw_params = false;       // the bf16 params are the files' bits (no cast)
+  bool params_straight = false;  // ... written into the params themselves
+  bool fp32_buffer = false;      // the fp32 values go through a buffer
+  bool bf16_buffer = false;      // the raw params go through a buffer
 };
 UnitImportRoute RouteUnit(const HfWeights& weights, const Engine& engine, const Model& model,
                           int unit);
+
+// What an import of `weights` into `engine` does: each unit's route and the host memory
+// of the importer's own buffers. On a dry-run engine (strata plan) it is the plan of the
+// run that engine models.
+struct ImportPlan {
+  std::vector<int> units;               // those the files hold (BaseUnits), in import order
+  std::vector<UnitImportRoute> routes;  // per entry of units
+  size_t largest_fp32 = 0;              // elements of the largest range through fp32 buffers
+  size_t largest_bf16 = 0;              // ... through bf16 buffers
+  int reader_threads = 0;               // Fill's threads, each with a bounce buffer
+  // Two buffers of each kind (one unit read while another is stored) and the reading
+  // threads' bounce buffers.
+  uint64_t HostBytes() const;
+};
+ImportPlan PlanImport(const HfWeights& weights, const Engine& engine, const Model& model);
 
 // Loads `dir` into every unit of `engine` (which runs `model`, made from `options`): Open,
 // then each unit's stored range, the next unit read on a second thread while one is

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -34,9 +35,10 @@ double Seconds(double amount, double rate) { return amount <= 0 ? 0.0 : rate > 0
 
 }  // namespace
 
-StatusOr<DryRunResult> DryRun(const Options& options, int world) {
+StatusOr<DryRunResult> DryRun(const Options& options, int world, BackendKind backend) {
   CpuDeviceOptions device_options;
   device_options.dry_run = true;
+  device_options.dry_run_of_gpu = backend == BackendKind::kCuda;
   device_options.device_memory_bytes = kUnbounded;
   device_options.host_memory_bytes = kUnbounded;
   std::unique_ptr<Device> device = CreateCpuDevice(device_options);
@@ -70,6 +72,15 @@ StatusOr<DryRunResult> DryRun(const Options& options, int world) {
     RETURN_IF_ERROR(stored);
   }
   DryRunResult result;
+  result.staging_bytes = largest_unit_bytes;
+  if (absl::StartsWith(options.model.from, "hf:")) {
+    // The importer's buffers instead (its headers read, every tensor checked: a plan of
+    // damaged files fails as the run would).
+    ASSIGN_OR_RETURN(const HfWeights weights,
+                     HfWeights::Open(options.model.from.substr(3), options.model, *model));
+    result.import = PlanImport(weights, *engine, *model);
+    result.staging_bytes = result.import.HostBytes();
+  }
   result.device_setup = device->pool(Tier::kDevice).Stats();
   result.host_setup = device->pool(Tier::kHost).Stats();
   result.nvme_file_bytes = engine->nvme_file_bytes();
@@ -106,7 +117,6 @@ StatusOr<DryRunResult> DryRun(const Options& options, int world) {
   result.device = device->pool(Tier::kDevice).Stats();
   result.host = device->pool(Tier::kHost).Stats();
   result.tokens = static_cast<uint64_t>(B) * T * options.train.grad_accum * world;
-  result.largest_unit_bytes = largest_unit_bytes;
   engine.reset();
   return result;
 }
@@ -410,7 +420,7 @@ StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hw, Shape
       continue;
     }
     planned.options = *options;
-    StatusOr<DryRunResult> dry = DryRun(planned.options, world);
+    StatusOr<DryRunResult> dry = DryRun(planned.options, world, hw.backend);
     if (!dry.ok()) {
       planned.status = dry.status();
       plan.configs.push_back(std::move(planned));
@@ -445,9 +455,10 @@ StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hw, Shape
     }
     planned.fits = short_of.empty();
     planned.why_not = absl::StrJoin(short_of, "; ");
-    // RSS: the pools (RAM), the set-up's staging of one unit's fp32 values, and the
-    // process itself (libraries, kernels' scratch, data, threads: ~150 MiB here).
-    planned.rss_estimate = host_peak + dry->largest_unit_bytes + kProcessBytes;
+    // RSS: the pools (RAM), the set-up's staging (an import's buffers, or one unit's fp32
+    // values), and the process itself (libraries, kernels' scratch, data, threads: ~150 MiB
+    // here).
+    planned.rss_estimate = host_peak + dry->staging_bytes + kProcessBytes;
     std::map<std::array<int, 6>, double> shape_seconds;
     if (timer != nullptr) {
       for (const auto& [shape, calls] : dry->device_ops.shapes) {
@@ -526,7 +537,8 @@ std::string RenderPlan(const Plan& plan, const Hardware& hw) {
   absl::StrAppend(&out,
                   "memory: device and pinned host are the pools' peaks in a dry run of the "
                   "real set-up and two steps (within 3% of runs); RSS is an estimate (the "
-                  "RAM pools + one unit's fp32 staging + 150 MiB of process; gpt2-124m here: "
+                  "RAM pools + the set-up's staging (an import's buffers, else one unit's fp32 "
+                  "values) + 150 MiB of process; gpt2-124m here: "
                   "within 1%, the dataset's tokens not counted)\n");
   absl::StrAppend(&out,
                   "time: the dry run's counted work over the machine's rates (a probe times "

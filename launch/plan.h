@@ -25,6 +25,7 @@
 #include "core/options.h"
 #include "core/status.h"
 #include "kernels/counting_ops.h"
+#include "launch/import_weights.h"
 
 namespace strata {
 
@@ -44,9 +45,16 @@ struct DryRunResult {
   uint64_t first_param_read_bytes = 0;
   uint64_t network_bytes = 0;     // sent by this rank (ring collectives)
   uint64_t tokens = 0;            // of the global batch
-  uint64_t largest_unit_bytes = 0;  // fp32 values of the largest unit (init/import staging)
+  // Host memory the set-up stages values in beyond the pools: a Hugging Face import's own
+  // buffers (ImportPlan::HostBytes: the files' dtypes and the run's placements decide
+  // them), else one unit's fp32 values (the largest: init, llm.c import).
+  uint64_t staging_bytes = 0;
+  ImportPlan import;  // a Hugging Face import's (model.from=hf:DIR), else empty
 };
-StatusOr<DryRunResult> DryRun(const Options& options, int world);
+// `backend`: the device the dry run models (its buffers are always the CPU device's; on
+// CUDA the device tier is not host memory, which decides where an import writes).
+StatusOr<DryRunResult> DryRun(const Options& options, int world,
+                              BackendKind backend = BackendKind::kCpu);
 
 // The machine a plan is for. Rates in bytes or FLOP per second; 0 = unknown (a resource
 // whose rate is unknown cannot be priced and says so).

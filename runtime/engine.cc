@@ -499,19 +499,24 @@ Status Engine::LoadUnit(int unit, const UnitFill& fill) {
   return StoreUnitValues(unit, values.data());
 }
 
-float* Engine::ImportTarget(int unit) const {
+bool Engine::ImportsStraight(int unit) const {
   const UnitState& state = units_[unit];
   if (!model_->units()[unit].trainable() || state.master.empty() ||
-      !device_->HostAccessible(state.master.tier())) {
-    return nullptr;
+      !device_->InHostMemory(state.master.tier())) {
+    return false;
   }
   const auto [begin, end] = StoredRange(unit);
   const ShardRange own = OwnedRange(state, communicator_->rank());
   const size_t master_begin = components_.sharded_state() ? own.begin : 0;
-  if (master_begin != begin || state.master.bytes() != (end - begin) * sizeof(float)) {
-    return nullptr;  // the master is a shard of the range (stages 1-2 on several ranks)
+  // Not where the master is a shard of the range (stages 1-2 on several ranks).
+  return master_begin == begin && state.master.bytes() == (end - begin) * sizeof(float);
+}
+
+float* Engine::ImportTarget(int unit) const {
+  if (!ImportsStraight(unit) || !device_->HostAccessible(units_[unit].master.tier())) {
+    return nullptr;
   }
-  return state.master.as<float>();
+  return units_[unit].master.as<float>();
 }
 
 bool Engine::AcceptsBf16Params(int unit) const {
@@ -524,13 +529,17 @@ bool Engine::AcceptsBf16Params(int unit) const {
   return param_begin == begin && param_elements == end - begin;
 }
 
-bf16* Engine::ImportParamTarget(int unit) const {
-  if (!AcceptsBf16Params(unit)) return nullptr;
-  void* part = components_.param_part(unit);
-  if (part == nullptr) return nullptr;  // params on NVMe
+bool Engine::ImportsParamsStraight(int unit) const {
+  if (!AcceptsBf16Params(unit)) return false;
+  const void* part = components_.param_part(unit);
+  if (part == nullptr) return false;  // params on NVMe
   const std::optional<Tier> tier = device_->TierOf(part);
-  if (!tier.has_value() || !device_->HostAccessible(*tier)) return nullptr;
-  return static_cast<bf16*>(part);
+  return tier.has_value() && device_->InHostMemory(*tier);
+}
+
+bf16* Engine::ImportParamTarget(int unit) const {
+  if (!ImportsParamsStraight(unit) || device_->dry_run()) return nullptr;
+  return static_cast<bf16*>(components_.param_part(unit));
 }
 
 Status Engine::StoreUnitValues(int unit, const float* values, const bf16* params) {

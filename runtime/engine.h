@@ -158,12 +158,18 @@ class Engine {
   // params and zeroes the moments without copying the master: one pass less over the
   // model, and no buffer of the importer's own. Written after Finish(), before the next step.
   float* ImportTarget(int unit) const;
+  // Whether a run's importer writes StoredRange(unit) straight into the master (the
+  // conditions of ImportTarget, asked of where the master sits in a run: a dry run answers
+  // for the run it models, and its ImportTarget is null).
+  bool ImportsStraight(int unit) const;
   // Where an importer may write the unit's bf16 params for StoredRange(unit) directly (as
   // raw bf16 values, e.g. a bf16 file's own bits), or null: where AcceptsBf16Params and
   // the part sits in memory the host can write (the CPU device, or params on the host
   // tier). Then StoreUnitValues(unit, values, ImportParamTarget(unit)) copies nothing.
   // Written after Finish(), before the next step.
   bf16* ImportParamTarget(int unit) const;
+  // The same question for ImportParamTarget (a dry run answers for the run it models).
+  bool ImportsParamsStraight(int unit) const;
 
   // Bytes of this rank's swap files (0 without nvme tiers).
   uint64_t nvme_file_bytes() const { return components_.nvme_file_bytes(); }

@@ -25,6 +25,7 @@
 #include "data/tokens.h"
 #include "launch/import_weights.h"
 #include "launch/options_parse.h"
+#include "launch/plan.h"
 #include "models/create_model.h"
 #include "models/hf/hf_model.h"
 #include "models/hf/safetensors.h"
@@ -366,6 +367,88 @@ TEST(HfImportTargets, Bf16ShardsOfTwoRanksGiveTheSameLoss) {
   EXPECT_GT(losses[0][0], 4.0);
   EXPECT_EQ(losses[0], losses[1]);
   EXPECT_EQ(losses[0], losses[2]);
+}
+
+// strata plan's dry run knows what a real import will do (ImportPlan: each unit's route,
+// the importer's buffers, which its RSS estimate counts): on the CPU device its plan equals
+// the one PlanImport makes of a real engine, route by route, over placements that send
+// values straight or through buffers; a dry run modelling a GPU sends what sits in the
+// device tier through buffers (the master of a device optimizer, the params of any
+// trainable model) and what sits in pinned host memory straight, so its buffers are larger.
+TEST(HfImportTargets, PlansDryRunRoutesAsTheRunDoes) {
+  const std::string bf16_dir = Bf16Copy("llama-tiny");
+  const std::string swap = "zero.nvme_dir=" + TestDir("plan-routes-swap");
+  struct Case {
+    const char* name;
+    bool bf16_files;
+    std::vector<std::string> sets;
+  };
+  const std::vector<Case> cases = {
+      {"fp32 files, fp32 engine", false, {"zero.stage=1"}},
+      {"bf16 files, bf16 engine", true, {"train.dtype=bf16"}},
+      {"bf16 files, optimizer on NVMe",
+       true,
+       {"train.dtype=bf16", "zero.stage=3", "zero.optimizer_tier=nvme", swap}},
+      {"bf16 files, params on NVMe",
+       true,
+       {"train.dtype=bf16", "zero.stage=3", "zero.optimizer_tier=nvme", "zero.param_tier=nvme",
+        swap}},
+      {"bf16 files, optimizer and params on the host",
+       true,
+       {"train.dtype=bf16", "zero.stage=3", "zero.optimizer_tier=host", "zero.param_tier=host"}},
+      {"bf16 files, LoRA base on NVMe",
+       true,
+       {"train.dtype=bf16", "lora.rank=2", "zero.stage=3", "lora.base_tier=nvme", swap}},
+  };
+  auto routes_text = [](const ImportPlan& plan) {
+    std::string text;
+    for (size_t i = 0; i < plan.units.size(); ++i) {
+      const UnitImportRoute& r = plan.routes[i];
+      absl::StrAppend(&text, plan.units[i], ":", r.master_straight, r.raw_params, r.params_straight,
+                      r.fp32_buffer, r.bf16_buffer, " ");
+    }
+    return text;
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string dir = c.bf16_files ? bf16_dir : HfFixture("llama-tiny");
+    const Options options = ImportOptions(dir, c.sets);
+    ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(options));
+    ASSERT_OK_AND_ASSIGN(const HfWeights weights, HfWeights::Open(dir, options.model, *rig->model));
+    const ImportPlan real = PlanImport(weights, *rig->engine, *rig->model);
+    ASSERT_OK_AND_ASSIGN(const DryRunResult cpu, DryRun(options, 1, BackendKind::kCpu));
+    EXPECT_EQ(routes_text(cpu.import), routes_text(real));
+    EXPECT_EQ(cpu.import.largest_fp32, real.largest_fp32);
+    EXPECT_EQ(cpu.import.largest_bf16, real.largest_bf16);
+    EXPECT_EQ(cpu.staging_bytes, real.HostBytes());
+    ASSERT_FALSE(real.units.empty());
+
+    ASSERT_OK_AND_ASSIGN(const DryRunResult gpu, DryRun(options, 1, BackendKind::kCuda));
+    ASSERT_EQ(gpu.import.units, real.units);
+    const bool master_on_host = options.zero.optimizer_tier == StateTier::kHost;
+    const bool params_on_host = options.zero.param_tier == StateTier::kHost;
+    size_t largest = 0;
+    for (size_t i = 0; i < real.units.size(); ++i) {
+      const int unit = real.units[i];
+      const UnitImportRoute& r = gpu.import.routes[i];
+      SCOPED_TRACE(absl::StrCat("unit ", unit));
+      const bool trainable = rig->model->units()[unit].trainable();
+      // The master on the GPU, or on NVMe: through a buffer; in pinned host memory: straight.
+      EXPECT_EQ(r.master_straight, trainable && master_on_host);
+      EXPECT_EQ(r.fp32_buffer, !r.master_straight && (trainable || !r.raw_params));
+      EXPECT_EQ(r.raw_params, real.routes[i].raw_params);
+      EXPECT_EQ(r.params_straight, r.raw_params && params_on_host);
+      EXPECT_EQ(r.bf16_buffer, r.raw_params && !params_on_host);
+      const auto [begin, end] = rig->engine->StoredRange(unit);
+      if (r.fp32_buffer) largest = std::max(largest, end - begin);
+    }
+    EXPECT_EQ(gpu.import.largest_fp32, largest);
+    // More buffers where anything sits in the GPU's memory, the same where all is on NVMe
+    // or in pinned host memory.
+    EXPECT_EQ(gpu.staging_bytes > cpu.staging_bytes,
+              routes_text(gpu.import) != routes_text(cpu.import));
+    EXPECT_GE(gpu.staging_bytes, cpu.staging_bytes);
+  }
 }
 
 // Copies fixture `name` to a temporary directory, so a test can damage it.
