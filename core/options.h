@@ -112,6 +112,7 @@ struct ModelOptions {
   int layers = 4;          // model.layers: transformer blocks (units 1..L).
   int heads = 4;           // model.heads: attention (query) heads; must divide channels.
   int kv_heads = 0;        // model.kv_heads: key/value heads (llama); 0 = heads.
+  int head_dim = 0;        // model.head_dim: width of each head (llama); 0 = channels / heads.
   int channels = 256;      // model.channels: embedding width C.
   int ffn_hidden = 0;      // model.ffn_hidden: MLP inner width; 0 = the family's (4C; llama 8C/3
                            // rounded up to a multiple of 64).

@@ -38,8 +38,9 @@ constexpr const char* kFormat = "strata-checkpoint";
 // 2: checkpoint.json carries "checksum", the XXH3 of its own other fields; 1 (without it)
 // still loads. 3: "units" are the trainable units only, and a LoRA run's checkpoint has
 // "lora" {rank, alpha, targets} and "base" {from, seed, xxh3}. 4: "model" has
-// "rope_scaling", "qkv_bias" and "sliding_window" (absent before: none, false, 0).
-constexpr int kVersion = 4;
+// "rope_scaling", "qkv_bias" and "sliding_window" (absent before: none, false, 0). 5:
+// "model" has "head_dim" (absent before: channels / heads).
+constexpr int kVersion = 5;
 constexpr int kOldestVersion = 1;
 
 Status Errno(int error, const std::string& what) {
@@ -68,6 +69,7 @@ nlohmann::json ModelJson(const ModelOptions& options) {
           {"layers", model.layers},
           {"heads", model.heads},
           {"kv_heads", model.kv_heads},
+          {"head_dim", model.head_dim},
           {"channels", model.channels},
           {"ffn_hidden", model.ffn_hidden},
           {"vocab", model.vocab},
@@ -86,6 +88,10 @@ nlohmann::json ModelJson(const ModelOptions& options) {
 nlohmann::json ModelKeyBeforeItExisted(const std::string& key, const nlohmann::json& stored) {
   if (key == "family") return "gpt";
   if (key == "kv_heads") return stored.value("heads", -1);
+  if (key == "head_dim") {
+    const int heads = stored.value("heads", 0);
+    return heads > 0 ? stored.value("channels", -1) / heads : -1;
+  }
   if (key == "ffn_hidden") return 4 * stored.value("channels", -1);
   if (key == "padded_vocab") return stored.value("vocab", -1);
   if (key == "tie_embeddings") return true;
@@ -518,6 +524,7 @@ StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
     model.layers = key("layers").get<int>();
     model.heads = key("heads").get<int>();
     model.kv_heads = key("kv_heads").get<int>();
+    model.head_dim = key("head_dim").get<int>();
     model.channels = key("channels").get<int>();
     model.ffn_hidden = key("ffn_hidden").get<int>();
     model.vocab = key("vocab").get<int>();

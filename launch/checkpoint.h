@@ -5,13 +5,13 @@
 // Layout: <train.checkpoint_dir>/step-<k>/ holds checkpoint.json and unit-<u>.bin per
 // model unit: the unit's fp32 master weights, exp_avg and exp_avg_sq over its used
 // elements (UnitLayout::used_elements, no world padding), one array after the other,
-// little-endian. checkpoint.json: {"format": "strata-checkpoint", "version": 4,
-// "next_step": k, "model": {family, layers, heads, kv_heads, channels, ffn_hidden, vocab,
+// little-endian. checkpoint.json: {"format": "strata-checkpoint", "version": 5,
+// "next_step": k, "model": {family, layers, heads, kv_heads, head_dim, channels, ffn_hidden, vocab,
 // padded_vocab, max_seq_len, rope_theta, norm_eps, rope_scaling, tie_embeddings, qkv_bias,
 // sliding_window}
 // (keys a checkpoint of an older strata lacks take the value a GPT of its shape had;
-// version 4 added rope_scaling, qkv_bias and sliding_window, so that an older strata refuses such a
-// model), "units":
+// version 4 added rope_scaling, qkv_bias and sliding_window, version 5 head_dim, so that an
+// older strata refuses such a model), "units":
 // [{"name", "elements", "file", "xxh3"}], "checksum"}, where "checksum" is the XXH3 (hex)
 // of the compact JSON of every other field (keys sorted): a corrupt checkpoint.json is
 // kDataLoss, never a misread. Version 1 (no checksum) still loads; others are refused

@@ -121,14 +121,7 @@ StatusOr<std::string> ExportHf(const OpenedCheckpoint& checkpoint, const std::st
 
 // The projections of a block that may take an adapter, for the (resolved) model.
 std::vector<LoraTargetSpec> LoraSpecsOf(const ModelOptions& model) {
-  if (model.family == ModelFamily::kLlama) {
-    LlamaConfig config;
-    config.heads = model.heads;
-    config.kv_heads = model.kv_heads;
-    config.channels = model.channels;
-    config.ffn_hidden = model.ffn_hidden;
-    return LlamaLoraTargets(config);
-  }
+  if (model.family == ModelFamily::kLlama) return LlamaLoraTargets(LlamaConfigOf(model));
   GptConfig config;
   config.heads = model.heads;
   config.channels = model.channels;

@@ -37,6 +37,7 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
   in_range("model.vocab", model.vocab, 1, 1073741824);
   in_range("model.max_seq_len", model.max_seq_len, 1, 1048576);
   in_range("model.kv_heads", model.kv_heads, 0, 4096);
+  in_range("model.head_dim", model.head_dim, 0, 65536);
   in_range("model.ffn_hidden", model.ffn_hidden, 0, 4194304);
   if (model.padded_vocab != 0) {
     in_range("model.padded_vocab", model.padded_vocab, std::max(model.vocab, 1), 1073741824);
@@ -46,11 +47,15 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
     problems->push_back(std::string(rope.message()));
   }
   expect(model.norm_eps > 0, "model.norm_eps", NumberText(model.norm_eps), "> 0");
-  if (model.heads >= 1 && model.channels >= 1) {
+  if (model.heads >= 1 && model.channels >= 1 && model.head_dim == 0) {
     expect(model.channels % model.heads == 0, "model.channels", NumberText(model.channels),
-           absl::StrCat("a multiple of model.heads (", model.heads, ")"));
+           absl::StrCat("a multiple of model.heads (", model.heads,
+                        ") where model.head_dim is 0 (the head size)"));
   }
   if (model.family == ModelFamily::kGpt) {
+    expect(model.head_dim == 0 || model.head_dim * model.heads == model.channels, "model.head_dim",
+           NumberText(model.head_dim),
+           absl::StrCat("0 or model.channels / model.heads for model.family=gpt"));
     expect(model.kv_heads == 0 || model.kv_heads == model.heads, "model.kv_heads",
            NumberText(model.kv_heads),
            absl::StrCat("0 or model.heads (", model.heads,
@@ -73,7 +78,10 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
       expect(model.heads % model.kv_heads == 0, "model.heads", NumberText(model.heads),
              absl::StrCat("a multiple of model.kv_heads (", model.kv_heads, ")"));
     }
-    if (model.heads >= 1 && model.channels >= 1 && model.channels % model.heads == 0) {
+    if (model.head_dim > 0) {
+      expect(model.head_dim % 2 == 0, "model.head_dim", NumberText(model.head_dim),
+             "even (rotary embeddings turn pairs of a head's channels)");
+    } else if (model.heads >= 1 && model.channels >= 1 && model.channels % model.heads == 0) {
       expect((model.channels / model.heads) % 2 == 0, "model.channels",
              NumberText(model.channels),
              absl::StrCat("an even head size model.channels / model.heads (now ",

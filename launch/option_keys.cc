@@ -57,6 +57,11 @@ const std::vector<KeySpec>& Keys() {
        "key/value heads of grouped-query attention (llama); 0 = model.heads; must divide "
        "model.heads (gpt: 0 or model.heads).",
        false},
+      {"model.head_dim", +[](Options& o) { return &o.model.head_dim; },
+       "width of each attention head (llama: Hugging Face's head_dim, as Mistral Nemo and "
+       "Qwen3 set it apart from the channels); 0 = model.channels / model.heads, which must "
+       "then divide; even (rotary embeddings); gpt: 0 or model.channels / model.heads.",
+       false},
       {"model.channels", +[](Options& o) { return &o.model.channels; },
        "embedding width C; in [1, 1048576].", false},
       {"model.ffn_hidden", +[](Options& o) { return &o.model.ffn_hidden; },

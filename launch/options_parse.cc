@@ -422,6 +422,7 @@ std::string DescribeKeys() {
         absl::StrAppend(&out, "      ", preset.name, ": ", OptionName(m.family), ", layers ",
                         m.layers, ", heads ", m.heads);
         if (m.kv_heads != 0) absl::StrAppend(&out, ", kv_heads ", m.kv_heads);
+        if (m.head_dim != 0) absl::StrAppend(&out, ", head_dim ", m.head_dim);
         absl::StrAppend(&out, ", channels ", m.channels);
         if (m.ffn_hidden != 0) absl::StrAppend(&out, ", ffn_hidden ", m.ffn_hidden);
         absl::StrAppend(&out, ", vocab ", m.vocab, ", max_seq_len ", m.max_seq_len);

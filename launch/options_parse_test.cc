@@ -33,6 +33,7 @@ const std::vector<std::string> kAllKeys = {
     "model.layers",
     "model.heads",
     "model.kv_heads",
+    "model.head_dim",
     "model.channels",
     "model.ffn_hidden",
     "model.vocab",

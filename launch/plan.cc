@@ -430,10 +430,10 @@ StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hw, Shape
     if (hw.backend == BackendKind::kCuda &&
         planned.options.device.cuda_attention == CudaAttentionKind::kGemm) {
       // The GEMM attention's score matrices come from outside the device tier's pool.
-      const ModelOptions& m = planned.options.model;
+      const ModelOptions m = ResolveModelOptions(planned.options.model);
       planned.dry.device.peak_bytes +=
           AttentionGemmScratchBytes(planned.options.train.dtype, planned.options.train.seq_len,
-                                    m.channels, m.heads, m.kv_heads > 0 ? m.kv_heads : m.heads);
+                                    m.heads * m.head_dim, m.heads, m.kv_heads);
     }
     const uint64_t device_peak = planned.dry.device.peak_bytes;
     const uint64_t host_peak =

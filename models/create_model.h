@@ -6,14 +6,20 @@
 #include <memory>
 
 #include "core/options.h"
+#include "models/llama/llama.h"
 #include "runtime/model.h"
 
 namespace strata {
 
-// `model` with kv_heads, ffn_hidden and padded_vocab resolved (0 = the family's default:
-// heads; 4C for gpt, 8C/3 rounded up to a multiple of 64 for llama; vocab rounded up to a
-// multiple of 64). Everything that records or compares a model's shape uses these values.
+// `model` with kv_heads, head_dim, ffn_hidden and padded_vocab resolved (0 = the family's
+// default: heads; channels / heads; 4C for gpt, 8C/3 rounded up to a multiple of 64 for llama;
+// vocab rounded up to a multiple of 64). Everything that records or compares a model's shape uses
+// these values.
 ModelOptions ResolveModelOptions(const ModelOptions& model);
+
+// The LLaMA configuration of a llama-family `model` (resolved here), without recompute or
+// LoRA.
+LlamaConfig LlamaConfigOf(const ModelOptions& model);
 
 // The model of `model` (resolved here), computing in `dtype`, with activation recompute of
 // the blocks when `recompute` is kBlocks, and with `lora` (rank > 0) its base frozen and

@@ -65,7 +65,7 @@ echo '{"format": "strata-checkpoint", "version": 4,' > "$D/ck_json/step-2/checkp
 sed -i 's/"next_step": 2/"next_step": 1/' "$D/ck_sum/step-2/checkpoint.json"
 truncate -s -4 "$D/ck_unit/step-2/unit-0.bin"
 printf '\x7f' | dd of="$D/ck_bits/step-2/unit-1.bin" bs=1 seek=100 conv=notrunc status=none
-sed -i 's/"version": 4/"version": 99/' "$D/ck_version/step-2/checkpoint.json"
+sed -i -E 's/"version": [0-9]+/"version": 99/' "$D/ck_version/step-2/checkpoint.json"
 rm -f "$D/ck"/step-1/* 2>/dev/null; rm -rf "$D/ck/step-1" "$D"/ck_*/step-1
 # A directory a live run holds (another process keeps its lock).
 echo "strata run live99 rank 0: pid 1 on host elsewhere" > "$D/busy/strata-live99-rank0.lock"

@@ -33,12 +33,12 @@ namespace {
 using ::testing::HasSubstr;
 using testing::StatusIs;
 
-// Token data every fixture's vocabulary (96 or 100) can read.
+// Token data every fixture's vocabulary (64 to 100) can read.
 std::string TokenData() {
   const std::string path = TestDir("export-data") + "/tokens.bin";
   std::vector<uint32_t> tokens(4096);
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = (i * 31 + i / 5) % 96;
-  EXPECT_OK(WriteTokenFile(path, tokens, 96));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = (i * 31 + i / 5) % 64;
+  EXPECT_OK(WriteTokenFile(path, tokens, 64));
   return path;
 }
 
@@ -111,7 +111,7 @@ std::string ReadBytes(const std::string& path) {
 class HfExport : public ::testing::TestWithParam<std::string> {};
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfExport,
                          ::testing::Values("gpt2-tiny", "llama-tiny", "llama-tiny-tied",
-                                           "qwen2-tiny"),
+                                           "qwen2-tiny", "mistral-tiny-hd"),
                          [](const auto& info) { return HfFixtureTestName(info.param); });
 
 TEST_P(HfExport, ImportTrainExportImportIsExact) {

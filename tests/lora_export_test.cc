@@ -336,14 +336,15 @@ TEST_P(LoraExport, MergedWeightsAreTheBasePlusTheScaledProduct) {
   // of the MLP (in = 4C); LLaMA's k_proj (a slice of qkv after q) and up_proj (of gate_up,
   // after gate).
   const ModelOptions& m = checkpoint.model;
-  const int C = m.channels, KV = m.kv_heads * (C / m.heads), F = m.ffn_hidden;
+  const int C = m.channels, Q = m.heads * m.head_dim, KV = m.kv_heads * m.head_dim;
+  const int F = m.ffn_hidden;
   struct Check {
     std::string target, module, strata_tensor;
     int row, n;
   };
   std::vector<Check> checks;
   if (c.llama) {
-    checks.push_back({"attn.k", "self_attn.k_proj", "attn.qkv.weight", C, KV});
+    checks.push_back({"attn.k", "self_attn.k_proj", "attn.qkv.weight", Q, KV});
     checks.push_back({"mlp.up", "mlp.up_proj", "mlp.gate_up.weight", F, F});
   } else {
     checks.push_back({"attn.qkv", "attn.c_attn", "attn.qkv.weight", 0, 3 * C});

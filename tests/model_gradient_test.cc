@@ -1,6 +1,7 @@
 // Model gradients against finite differences, through the whole runtime (engine, stage-0
 // components, CPU kernels), for both families: a tiny GPT, a tiny LLaMA with grouped-query
-// attention, an untied head and a padded vocabulary, and the same LLaMA tied. In fp32, for
+// attention, an untied head and a padded vocabulary, and the same LLaMA tied (with q/k/v
+// biases and a head_dim of 6 against channels / heads = 4). In fp32, for
 // every tensor of every unit we check
 // the largest-gradient element and a few others: central differences of the mean loss
 // with step 3e-3 must match the analytic gradient within 1e-3 + 3% (fp32 loss rounding
@@ -36,6 +37,8 @@ Options TinyOptions(DType dtype, Tiny model = Tiny::kGpt) {
     options.model.rope.theta = 500.0f;  // angles that differ visibly across 8 positions
     options.model.tie_embeddings = model == Tiny::kLlamaTied;
     options.model.qkv_bias = model == Tiny::kLlamaTied;  // tied with q/k/v biases: Qwen2's shape
+    // ... and heads of their own width (Mistral Nemo's, Qwen3's head_dim): q is 24 wide.
+    if (model == Tiny::kLlamaTied) options.model.head_dim = 6;
   }
   options.train.micro_batch = 2;
   options.train.seq_len = 8;

@@ -30,9 +30,12 @@ Options PlacementRunOptions(int world, int stage, const std::vector<std::string>
 }
 
 const std::vector<std::string>& TinyLlamaSets() {
-  static const auto* sets = new std::vector<std::string>{
-      "model.family=llama", "model.heads=4",          "model.kv_heads=2",
-      "model.vocab=250",    "model.tie_embeddings=false", "model.rope_theta=500"};
+  static const auto* sets =
+      new std::vector<std::string>{
+          "model.family=llama",         "model.heads=4",
+          "model.kv_heads=2",           "model.vocab=250",
+          "model.tie_embeddings=false", "model.rope_theta=500",
+          "model.head_dim=12"};  // not channels / heads (8): q is 48 wide, as Qwen3 shapes it
   return *sets;
 }
 

@@ -31,8 +31,9 @@ struct PlacementRun {
 PlacementRun TrainAllRanks(const Options& options);
 
 // --set lines that turn PlacementRunOptions' GPT into a tiny LLaMA of the same width:
-// grouped-query attention (4 query heads, 2 key/value heads), an untied LM head and a
-// padded vocabulary (250 in 256). Append "model.tie_embeddings=true" for the tied variant.
+// grouped-query attention (4 query heads, 2 key/value heads) of head_dim 12 (not
+// channels / heads = 8), an untied LM head and a padded vocabulary (250 in 256). Append
+// "model.tie_embeddings=true" for the tied variant.
 const std::vector<std::string>& TinyLlamaSets();
 
 // A directory `name` under the test's temporary directory (TEST_TMPDIR, else /tmp),

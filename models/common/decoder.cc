@@ -93,7 +93,7 @@ size_t DecoderBase::num_params() const {
 }
 
 void CheckDecoderShape(int layers, int heads, int channels, int vocab, int padded_vocab,
-                       int max_seq_len, std::vector<std::string>* problems) {
+                       int max_seq_len, std::vector<std::string>* problems, bool own_head_dim) {
   if (layers < 1) problems->push_back("model.layers must be >= 1");
   if (heads < 1) problems->push_back("model.heads must be >= 1");
   if (channels < 1) problems->push_back("model.channels must be >= 1");
@@ -103,7 +103,7 @@ void CheckDecoderShape(int layers, int heads, int channels, int vocab, int padde
                                         padded_vocab, vocab));
   }
   if (max_seq_len < 1) problems->push_back("model.max_seq_len must be >= 1");
-  if (heads >= 1 && channels % heads != 0) {
+  if (!own_head_dim && heads >= 1 && channels % heads != 0) {
     problems->push_back(absl::StrFormat(
         "model.channels (%d) must be divisible by model.heads (%d)", channels, heads));
   }

@@ -65,10 +65,12 @@ class DecoderBase : public Model {
   int batch_ = 0, seq_len_ = 0;
 };
 
-// The shape checks both families share (layers, heads, channels divisible by heads, vocab,
+// The shape checks both families share (layers, heads, channels divisible by heads unless
+// the heads have a width of their own (`own_head_dim`: LLaMA's head_dim), vocab,
 // padded_vocab >= vocab, max_seq_len), appended to `problems` as "model.<key> ..." lines.
 void CheckDecoderShape(int layers, int heads, int channels, int vocab, int padded_vocab,
-                       int max_seq_len, std::vector<std::string>* problems);
+                       int max_seq_len, std::vector<std::string>* problems,
+                       bool own_head_dim = false);
 
 // OK when `problems` is empty, else kInvalidArgument: "invalid <what> configuration:" and
 // one problem per line.

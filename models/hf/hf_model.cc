@@ -173,14 +173,21 @@ void ReadLlama(const Json& c, ModelOptions* m, std::vector<std::string>* problem
   MustBe<std::string>(c, "hidden_act", "silu", "strata's LLaMA MLP is SwiGLU (silu)", problems);
   MustBe(c, "attention_bias", false, "strata's LLaMA attention has no biases", problems);
   MustBe(c, "mlp_bias", false, "strata's LLaMA MLP has no biases", problems);
-  if (c.contains("head_dim") && !c.at("head_dim").is_null() && m->heads > 0) {
-    int head_dim = 0;
-    Field(c, "head_dim", &head_dim, problems);
-    if (head_dim != m->channels / m->heads) {
-      problems->push_back(absl::StrCat("field 'head_dim' is ", head_dim,
-                                       ": strata needs hidden_size / num_attention_heads (",
-                                       m->channels / m->heads, ")"));
+  // Each head's width: head_dim where given (Mistral Nemo, Qwen3 set it apart from
+  // hidden_size / num_attention_heads, which transformers takes otherwise).
+  m->head_dim = 0;
+  if (c.contains("head_dim") && !c.at("head_dim").is_null()) {
+    Field(c, "head_dim", &m->head_dim, problems);
+    if (m->head_dim < 2 || m->head_dim % 2 != 0) {
+      problems->push_back(absl::StrCat("field 'head_dim' is ", m->head_dim,
+                                       ": expected an even width >= 2 (rotary embeddings)"));
+    } else if (m->heads > 0 && m->head_dim * m->heads == m->channels) {
+      m->head_dim = 0;  // the default: hidden_size / num_attention_heads
     }
+  } else if (m->heads > 0 && m->channels % m->heads != 0) {
+    problems->push_back(absl::StrCat("field 'hidden_size' (", m->channels,
+                                     ") is not a multiple of 'num_attention_heads' (", m->heads,
+                                     ") and there is no 'head_dim'"));
   }
   bool sliding = true;  // LLaMA and Mistral: a sliding_window given is used
   Field(c, "use_sliding_window", &sliding, problems);  // Qwen2's switch
@@ -231,6 +238,11 @@ StatusOr<ModelOptions> ReadHfConfig(const std::string& dir) {
     // LLaMA's shape with a bias on the q, k and v projections (none on o_proj).
     ReadLlama(config, &model, &problems);
     model.qkv_bias = true;
+  } else if (model_type == "qwen3" || model_type == "qwen3_moe") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": field 'model_type' is \"", model_type,
+        "\": Qwen3's attention normalises each q and k head (q_norm, k_norm), which strata's "
+        "LLaMA family does not implement yet"));
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": field 'model_type' is ",
@@ -270,6 +282,7 @@ std::string HfConfigJson(const ModelOptions& m, const std::string& dtype_name) {
          {"num_hidden_layers", m.layers},
          {"num_attention_heads", m.heads},
          {"num_key_value_heads", m.kv_heads},
+         {"head_dim", m.head_dim > 0 ? m.head_dim : m.channels / m.heads},
          {"hidden_size", m.channels},
          {"intermediate_size", m.ffn_hidden},
          {"vocab_size", m.vocab},
@@ -347,20 +360,21 @@ StatusOr<std::vector<HfTensor>> HfTensorMap(const ModelOptions& m,
     add(p + "ln_f.weight", {C}, static_cast<int>(L) + 1, "lnf.weight");
     add(p + "ln_f.bias", {C}, static_cast<int>(L) + 1, "lnf.bias");
   } else {
-    const int64_t hs = C / m.heads, KV = m.kv_heads * hs, F = m.ffn_hidden;
+    const int64_t hs = m.head_dim > 0 ? m.head_dim : C / m.heads;
+    const int64_t Q = m.heads * hs, KV = m.kv_heads * hs, F = m.ffn_hidden;
     add("model.embed_tokens.weight", {V, C}, 0, "tok_embeddings");
     for (int64_t l = 0; l < L; ++l) {
       const int u = static_cast<int>(l) + 1;
       const std::string h = absl::StrCat("model.layers.", l, ".");
       add(h + "input_layernorm.weight", {C}, u, "attn_norm.weight");
-      add(h + "self_attn.q_proj.weight", {C, C}, u, "attn.qkv.weight", 0);
-      add(h + "self_attn.k_proj.weight", {KV, C}, u, "attn.qkv.weight", C);
-      add(h + "self_attn.v_proj.weight", {KV, C}, u, "attn.qkv.weight", C + KV);
-      add(h + "self_attn.o_proj.weight", {C, C}, u, "attn.proj.weight");
+      add(h + "self_attn.q_proj.weight", {Q, C}, u, "attn.qkv.weight", 0);
+      add(h + "self_attn.k_proj.weight", {KV, C}, u, "attn.qkv.weight", Q);
+      add(h + "self_attn.v_proj.weight", {KV, C}, u, "attn.qkv.weight", Q + KV);
+      add(h + "self_attn.o_proj.weight", {C, Q}, u, "attn.proj.weight");
       if (m.qkv_bias) {
-        add(h + "self_attn.q_proj.bias", {C}, u, "attn.qkv.bias", 0);
-        add(h + "self_attn.k_proj.bias", {KV}, u, "attn.qkv.bias", C);
-        add(h + "self_attn.v_proj.bias", {KV}, u, "attn.qkv.bias", C + KV);
+        add(h + "self_attn.q_proj.bias", {Q}, u, "attn.qkv.bias", 0);
+        add(h + "self_attn.k_proj.bias", {KV}, u, "attn.qkv.bias", Q);
+        add(h + "self_attn.v_proj.bias", {KV}, u, "attn.qkv.bias", Q + KV);
       }
       add(h + "post_attention_layernorm.weight", {C}, u, "mlp_norm.weight");
       add(h + "mlp.gate_proj.weight", {F, C}, u, "mlp.gate_up.weight", 0);

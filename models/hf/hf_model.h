@@ -7,10 +7,11 @@
 //  - GPT-2's attention and MLP matrices are Conv1D, stored [in, out]: strata's [out, in] is
 //    their transpose. Names may carry the "transformer." prefix (GPT2LMHeadModel) or not
 //    (GPT2Model); the LM head is tied (no lm_head.weight).
-//  - LLaMA's q_proj, k_proj and v_proj fill rows of strata's fused attn.qkv.weight in that
-//    order; gate_proj and up_proj fill mlp.gate_up.weight. Hugging Face's q/k weights are
-//    already in the rotate-half layout strata's rotary embedding uses. Qwen2's q/k/v biases
-//    fill attn.qkv.bias the same way (model.qkv_bias; exported as model_type qwen2).
+//  - LLaMA's q_proj [H hs, C], k_proj and v_proj [KV hs, C] fill rows of strata's fused
+//    attn.qkv.weight in that order (hs: config.json's head_dim, else C / H); gate_proj and up_proj
+//    fill mlp.gate_up.weight. Hugging Face's q/k weights are already in the rotate-half layout
+//    strata's rotary embedding uses. Qwen2's q/k/v biases fill attn.qkv.bias the same way
+//    (model.qkv_bias; exported as model_type qwen2).
 //  - Token embedding and LM head are [vocab, C] in Hugging Face and [padded_vocab, C] in
 //    strata: rows [vocab, padded_vocab) are zero.
 // Thread-safety: plain functions.

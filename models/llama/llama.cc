@@ -28,8 +28,8 @@ class Llama : public DecoderBase {
   Llama(const LlamaConfig& config, DType dtype, std::vector<int> lora_targets)
       : DecoderBase(dtype, config.vocab, config.padded_vocab, config.channels), config_(config) {
     const int C = config.channels, L = config.layers, F = config.ffn_hidden;
-    const int hs = C / config.heads;
-    const int qkv_rows = C + 2 * config.kv_heads * hs;
+    const int hs = config.head_dim, Q = config.heads * hs;
+    const int qkv_rows = Q + 2 * config.kv_heads * hs;
     const float std_residual = 0.02f / std::sqrt(2.0f * L);
     UnitLayout embed("embedding");
     embed.Add("tok_embeddings", {config.padded_vocab, C}, true, InitKind::kNormal, 0.02f);
@@ -38,7 +38,7 @@ class Llama : public DecoderBase {
       UnitLayout block("block " + std::to_string(l));
       block.Add("attn_norm.weight", {C}, false, InitKind::kOnes);
       block.Add("attn.qkv.weight", {qkv_rows, C}, true, InitKind::kNormal, 0.02f);
-      block.Add("attn.proj.weight", {C, C}, true, InitKind::kNormal, std_residual);
+      block.Add("attn.proj.weight", {C, Q}, true, InitKind::kNormal, std_residual);
       block.Add("mlp_norm.weight", {C}, false, InitKind::kOnes);
       block.Add("mlp.gate_up.weight", {2 * F, C}, true, InitKind::kNormal, 0.02f);
       block.Add("mlp.down.weight", {C, F}, true, InitKind::kNormal, std_residual);
@@ -76,7 +76,7 @@ class Llama : public DecoderBase {
     seq_len_ = seq_len;
     const size_t N = static_cast<size_t>(batch) * seq_len, C = config_.channels;
     const size_t NH = config_.heads, V = config_.padded_vocab, F = config_.ffn_hidden;
-    const size_t QKV = C + 2 * static_cast<size_t>(config_.kv_heads) * HeadSize();
+    const size_t Q = QueryWidth(), QKV = Q + 2 * static_cast<size_t>(config_.kv_heads) * HeadSize();
     auto act = [&](size_t elements, DType type, const std::string& what) {
       return Activation(device, elements, type, what);
     };
@@ -91,7 +91,7 @@ class Llama : public DecoderBase {
       ASSIGN_OR_RETURN(a.ln1, act(N * C, dtype_, "attn norm"));
       ASSIGN_OR_RETURN(a.ln1_rstd, act(N, DType::kF32, "attn norm rstd"));
       ASSIGN_OR_RETURN(a.qkv, act(N * QKV, dtype_, "qkv"));
-      ASSIGN_OR_RETURN(a.atty, act(N * C, dtype_, "attention out"));
+      ASSIGN_OR_RETURN(a.atty, act(N * Q, dtype_, "attention out"));
       ASSIGN_OR_RETURN(a.att_stats, act(N * NH, DType::kF32, "attention stats"));
       ASSIGN_OR_RETURN(a.residual2, act(N * C, dtype_, "residual2"));
       ASSIGN_OR_RETURN(a.ln2, act(N * C, dtype_, "mlp norm"));
@@ -104,7 +104,7 @@ class Llama : public DecoderBase {
     ASSIGN_OR_RETURN(logits_, act(N * V, dtype_, "logits"));
     ASSIGN_OR_RETURN(losses_, act(N, DType::kF32, "losses"));
     ASSIGN_OR_RETURN(dres_, act(N * C, dtype_, "d residual"));
-    ASSIGN_OR_RETURN(dbtc_, act(N * C, dtype_, "d scratch [B,T,C]"));
+    ASSIGN_OR_RETURN(dbtc_, act(N * std::max(C, Q), dtype_, "d scratch [B,T,C or H hs]"));
     ASSIGN_OR_RETURN(dqkv_, act(N * QKV, dtype_, "d qkv"));
     ASSIGN_OR_RETURN(dswiglu_, act(N * F, dtype_, "d swiglu"));
     ASSIGN_OR_RETURN(dgate_up_, act(N * 2 * F, dtype_, "d gate_up"));
@@ -143,9 +143,10 @@ class Llama : public DecoderBase {
     Stream& s = *ctx.stream;
     const int B = ctx.batch, T = ctx.seq_len, C = config_.channels, F = config_.ffn_hidden;
     const int NH = config_.heads, NKV = config_.kv_heads, hs = HeadSize();
-    const int N = B * T, L = config_.layers, QKV = C + 2 * NKV * hs;
+    const int N = B * T, L = config_.layers, Q = QueryWidth(), QKV = Q + 2 * NKV * hs;
     const size_t bytes = DTypeBytes(dtype_);
     const size_t btc_bytes = static_cast<size_t>(N) * C * bytes;
+    const size_t btq_bytes = static_cast<size_t>(N) * Q * bytes;
     if (stage == L + 2) {  // lm_head: logits already hold dloss * dlogits
       RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
       void* dhead = ctx.grads[head_unit_] == nullptr ? nullptr : HeadWeight(ctx.grads);
@@ -189,15 +190,15 @@ class Llama : public DecoderBase {
                                           a.residual2.data(), At(p, stage, kMlpNorm),
                                           a.ln2_rstd.as<float>(), N, C));
       // residual2 = residual + proj(attention(rope(qkv(attn_norm(residual))))).
-      RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
+      RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btq_bytes, s));
       RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), Grad(g, stage, kAttProjW), nullptr,
-                                         dres_.data(), a.atty.data(), At(p, stage, kAttProjW), N, C,
+                                         dres_.data(), a.atty.data(), At(p, stage, kAttProjW), N, Q,
                                          C));
       RETURN_IF_ERROR(lora_.Backward(ctx, l, kLoraAttProj, a.atty.data(), dres_.data(),
                                      dbtc_.data(), N));
       RETURN_IF_ERROR(device.MemsetAsync(dqkv_.data(), 0, static_cast<size_t>(N) * QKV * bytes, s));
       RETURN_IF_ERROR(ops.AttentionBackward(s, dqkv_.data(), dbtc_.data(), a.qkv.data(),
-                                            a.atty.data(), a.att_stats.as<float>(), B, T, C, NH,
+                                            a.atty.data(), a.att_stats.as<float>(), B, T, Q, NH,
                                             NKV));
       // The attention saw the rotated q and k: turn their gradient back.
       RETURN_IF_ERROR(ops.RopeBackward(s, dqkv_.data(), B, T, NH, NKV, hs, config_.rope, 0));
@@ -219,8 +220,8 @@ class Llama : public DecoderBase {
   }
 
   Status PrepareDecode(Device& device, int max_len) override {
-    const size_t C = config_.channels, F = config_.ffn_hidden;
-    const size_t QKV = C + 2 * static_cast<size_t>(config_.kv_heads) * HeadSize();
+    const size_t C = config_.channels, F = config_.ffn_hidden, Q = QueryWidth();
+    const size_t QKV = Q + 2 * static_cast<size_t>(config_.kv_heads) * HeadSize();
     decode_len_ = max_len;
     auto act = [&](size_t elements, DType type, const std::string& what) {
       return Activation(device, elements, type, what);
@@ -233,7 +234,7 @@ class Llama : public DecoderBase {
     ASSIGN_OR_RETURN(dec_x_, act(C, dtype_, "decode residual"));
     ASSIGN_OR_RETURN(dec_ln_, act(C, dtype_, "decode norm"));
     ASSIGN_OR_RETURN(dec_rstd_, act(1, DType::kF32, "decode norm rstd"));
-    ASSIGN_OR_RETURN(dec_att_, act(C, dtype_, "decode attention"));
+    ASSIGN_OR_RETURN(dec_att_, act(Q, dtype_, "decode attention"));
     ASSIGN_OR_RETURN(dec_tmp_, act(C, dtype_, "decode projection"));
     ASSIGN_OR_RETURN(dec_gate_up_, act(2 * F, dtype_, "decode gate_up"));
     ASSIGN_OR_RETURN(dec_swiglu_, act(F, dtype_, "decode swiglu"));
@@ -249,8 +250,8 @@ class Llama : public DecoderBase {
     Ops& ops = *ctx.ops;
     Stream& s = *ctx.stream;
     const int C = config_.channels, F = config_.ffn_hidden, L = config_.layers;
-    const int NH = config_.heads, NKV = config_.kv_heads, hs = HeadSize();
-    const size_t QKV = C + 2 * static_cast<size_t>(NKV) * hs;
+    const int NH = config_.heads, NKV = config_.kv_heads, hs = HeadSize(), Q = QueryWidth();
+    const size_t QKV = Q + 2 * static_cast<size_t>(NKV) * hs;
     const size_t bytes = DTypeBytes(dtype_);
     const float eps = config_.norm_eps;
     float* rstd = dec_rstd_.as<float>();
@@ -269,10 +270,10 @@ class Llama : public DecoderBase {
         RETURN_IF_ERROR(lora_.Forward(ctx, l, t, dec_ln_.data(), qkv_row, 1, true));
       }
       RETURN_IF_ERROR(ops.RopeForward(s, qkv_row, 1, 1, NH, NKV, hs, config_.rope, position));
-      RETURN_IF_ERROR(ops.AttentionDecode(s, dec_att_.data(), decode_cache_[l].data(),
-                                          position + 1, C, NH, NKV));
+      RETURN_IF_ERROR(ops.AttentionDecode(s, dec_att_.data(), decode_cache_[l].data(), position + 1,
+                                          Q, NH, NKV));
       RETURN_IF_ERROR(ops.MatmulForward(s, dec_tmp_.data(), dec_att_.data(), At(p, u, kAttProjW),
-                                        nullptr, 1, C, C));
+                                        nullptr, 1, Q, C));
       RETURN_IF_ERROR(
           lora_.Forward(ctx, l, kLoraAttProj, dec_att_.data(), dec_tmp_.data(), 1, true));
       RETURN_IF_ERROR(ops.Add(s, dec_x_.data(), dec_x_.data(), dec_tmp_.data(), C));
@@ -312,12 +313,14 @@ class Llama : public DecoderBase {
   std::string Describe() const override {
     const std::string vocab = VocabText(config_.vocab, config_.padded_vocab);
     return absl::StrFormat(
-        "LLaMA L%d H%d KV%d C%d F%d V%s T%d rope %s%s, %s head, %.2fM parameters in %d units, "
+        "LLaMA L%d H%d KV%d%s C%d F%d V%s T%d rope %s%s, %s head, %.2fM parameters in %d units, "
         "%s",
-        config_.layers, config_.heads, config_.kv_heads, config_.channels, config_.ffn_hidden,
-        vocab, config_.max_seq_len, DescribeRope(config_.rope),
-        config_.qkv_bias ? ", qkv bias" : "", config_.tie_embeddings ? "tied" : "untied",
-        num_params() / 1e6, static_cast<int>(units_.size()), DTypeName(dtype_));
+        config_.layers, config_.heads, config_.kv_heads,
+        QueryWidth() == config_.channels ? "" : absl::StrCat(" hs", config_.head_dim).c_str(),
+        config_.channels, config_.ffn_hidden, vocab, config_.max_seq_len,
+        DescribeRope(config_.rope), config_.qkv_bias ? ", qkv bias" : "",
+        config_.tie_embeddings ? "tied" : "untied", num_params() / 1e6,
+        static_cast<int>(units_.size()), DTypeName(dtype_));
   }
 
  private:
@@ -326,7 +329,8 @@ class Llama : public DecoderBase {
     return {{0, kTokEmbed}, {head_unit_, kLmHead}};
   }
 
-  int HeadSize() const { return config_.channels / config_.heads; }
+  int HeadSize() const { return config_.head_dim; }
+  int QueryWidth() const { return config_.heads * config_.head_dim; }  // q's and the attention's
 
   // The LM head's matrix in `buffers` (params or grads): the embedding when tied.
   template <typename Ptr>
@@ -343,7 +347,7 @@ class Llama : public DecoderBase {
     Stream& s = *ctx.stream;
     const int B = ctx.batch, T = ctx.seq_len, C = config_.channels, F = config_.ffn_hidden;
     const int NH = config_.heads, NKV = config_.kv_heads, hs = HeadSize();
-    const int N = B * T, QKV = C + 2 * NKV * hs;
+    const int N = B * T, Q = QueryWidth(), QKV = Q + 2 * NKV * hs;
     const int l = stage - 1;
     const void* p = ctx.params[stage];
     BlockActivations& a = Acts(l);
@@ -357,11 +361,11 @@ class Llama : public DecoderBase {
       RETURN_IF_ERROR(lora_.Forward(ctx, l, t, a.ln1.data(), a.qkv.data(), N));
     }
     RETURN_IF_ERROR(ops.RopeForward(s, a.qkv.data(), B, T, NH, NKV, hs, config_.rope, 0));
-    RETURN_IF_ERROR(ops.AttentionForward(s, a.atty.data(), a.att_stats.as<float>(), a.qkv.data(),
-                                         B, T, C, NH, NKV));
+    RETURN_IF_ERROR(ops.AttentionForward(s, a.atty.data(), a.att_stats.as<float>(), a.qkv.data(), B,
+                                         T, Q, NH, NKV));
     // residual2 temporarily holds the attention projection, then the residual sum.
-    RETURN_IF_ERROR(ops.MatmulForward(s, a.residual2.data(), a.atty.data(),
-                                      At(p, stage, kAttProjW), nullptr, N, C, C));
+    RETURN_IF_ERROR(ops.MatmulForward(s, a.residual2.data(), a.atty.data(), At(p, stage, kAttProjW),
+                                      nullptr, N, Q, C));
     RETURN_IF_ERROR(lora_.Forward(ctx, l, kLoraAttProj, a.atty.data(), a.residual2.data(), N));
     RETURN_IF_ERROR(ops.Add(s, a.residual2.data(), a.residual2.data(), residual,
                             static_cast<size_t>(N) * C));
@@ -418,12 +422,13 @@ class Llama : public DecoderBase {
 
 std::vector<LoraTargetSpec> LlamaLoraTargets(const LlamaConfig& config) {
   const int C = config.channels, F = config.ffn_hidden;
-  const int kv = config.kv_heads * (C / config.heads), qkv = C + 2 * kv;
+  const int q = config.heads * config.head_dim, kv = config.kv_heads * config.head_dim;
+  const int qkv = q + 2 * kv;
   return {
-      {"attn.q", {"q_proj"}, "self_attn.q_proj", C, qkv, 0, C},
-      {"attn.k", {"k_proj"}, "self_attn.k_proj", C, qkv, C, kv},
-      {"attn.v", {"v_proj"}, "self_attn.v_proj", C, qkv, C + kv, kv},
-      {"attn.proj", {"o_proj"}, "self_attn.o_proj", C, C, 0, C},
+      {"attn.q", {"q_proj"}, "self_attn.q_proj", C, qkv, 0, q},
+      {"attn.k", {"k_proj"}, "self_attn.k_proj", C, qkv, q, kv},
+      {"attn.v", {"v_proj"}, "self_attn.v_proj", C, qkv, q + kv, kv},
+      {"attn.proj", {"o_proj"}, "self_attn.o_proj", q, C, 0, C},
       {"mlp.gate", {"gate_proj"}, "mlp.gate_proj", C, 2 * F, 0, F},
       {"mlp.up", {"up_proj"}, "mlp.up_proj", C, 2 * F, F, F},
       {"mlp.down", {"down_proj"}, "mlp.down_proj", F, C, 0, C},
@@ -432,19 +437,19 @@ std::vector<LoraTargetSpec> LlamaLoraTargets(const LlamaConfig& config) {
 
 Status ValidateLlamaConfig(const LlamaConfig& config) {
   std::vector<std::string> problems;
-  CheckDecoderShape(config.layers, config.heads, config.channels, config.vocab,
-                    config.padded_vocab, config.max_seq_len, &problems);
+  CheckDecoderShape(config.layers, config.heads, config.channels, config.vocab, config.padded_vocab,
+                    config.max_seq_len, &problems, /*own_head_dim=*/true);
   if (config.kv_heads < 1) problems.push_back("model.kv_heads must be >= 1");
   if (config.ffn_hidden < 1) problems.push_back("model.ffn_hidden must be >= 1");
   if (Status rope = CheckRopeSpec(config.rope); !rope.ok()) {
     problems.push_back(std::string(rope.message()));
   }
   if (!(config.norm_eps > 0.0f)) problems.push_back("model.norm_eps must be > 0");
-  if (config.heads >= 1 && config.channels % config.heads == 0 &&
-      (config.channels / config.heads) % 2 != 0) {
+  if (config.head_dim < 2 || config.head_dim % 2 != 0) {
     problems.push_back(absl::StrFormat(
-        "the head size model.channels / model.heads (%d) must be even for rotary embeddings",
-        config.channels / config.heads));
+        "the head size (model.head_dim, else model.channels / model.heads: %d) must be even and "
+        ">= 2 for rotary embeddings",
+        config.head_dim));
   }
   if (config.heads >= 1 && config.kv_heads >= 1 && config.heads % config.kv_heads != 0) {
     problems.push_back(absl::StrFormat("model.heads (%d) must be a multiple of model.kv_heads (%d)",

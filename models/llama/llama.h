@@ -5,7 +5,8 @@
 // attention with rotary position embeddings (Hugging Face's rotate-half layout) on q and k,
 // RMSNorm, SwiGLU MLP; no biases, no position embedding.
 // Fused matrices (one GEMM each): attn.qkv.weight [(H + 2 KV) hs, C] = (q_proj | k_proj |
-// v_proj), mlp.gate_up.weight [2F, C] = (gate_proj | up_proj).
+// v_proj), mlp.gate_up.weight [2F, C] = (gate_proj | up_proj); attn.proj.weight [C, H hs].
+// The head width hs is C / H in most models; Mistral Nemo and Qwen3 set it apart.
 // Initialisation as the GPT (std 0.02, output projections scaled by 1/sqrt(2L)); norms 1.
 // Thread-safety: as Model.
 #pragma once
@@ -22,7 +23,8 @@ struct LlamaConfig {
   int layers = 2;
   int heads = 4;
   int kv_heads = 2;        // key/value heads; divides heads
-  int channels = 64;       // C; heads * head size
+  int head_dim = 16;       // hs, each head's width (even); heads * hs need not be C
+  int channels = 64;       // C, the residual stream's width
   int ffn_hidden = 172;    // F, the MLP's inner width
   int vocab = 256;         // real vocabulary
   int padded_vocab = 256;  // rows of the embedding / LM head (>= vocab; extra rows stay zero)
