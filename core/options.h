@@ -126,6 +126,7 @@ struct ModelOptions {
   float norm_eps = 1e-5f;       // model.norm_eps: RMSNorm epsilon (llama; gpt's layernorm: 1e-5).
   bool tie_embeddings = true;   // model.tie_embeddings: LM head = token embedding (gpt: always).
   bool qkv_bias = false;        // model.qkv_bias: q, k, v projections with a bias (llama: Qwen2).
+  bool qk_norm = false;         // model.qk_norm: RMSNorm of each q and k head (llama: Qwen3).
   // model.sliding_window: the attention window the model was trained with (llama: Mistral's
   // sliding_window), 0 = none. strata's attention is full causal, which equals the window's
   // for sequences no longer than it: train.seq_len and sampling lengths must be <= it.

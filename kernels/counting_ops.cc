@@ -168,6 +168,12 @@ Status CountingOps::RopeBackward(Stream&, void*, int B, int T, int NH, int NKV, 
   return Count(Bytes(2.0 * D() * B * T * (static_cast<double>(NH) + NKV) * hs));
 }
 
+Status CountingOps::CopyHeads(Stream&, void*, void*, int N, int heads_per_row, int first, int count,
+                              int hs, bool) {
+  RETURN_IF_ERROR(CheckHeadsShape("CopyHeads", N, heads_per_row, first, count, hs));
+  return Count(Bytes(2.0 * D() * N * count * hs));
+}
+
 Status CountingOps::SwiGluForward(Stream&, void*, const void*, int N, int F) {
   RETURN_IF_ERROR(CheckNonNegative("SwiGluForward", {{"N", N}, {"F", F}}));
   return Count(Bytes(3.0 * D() * N * F));

@@ -30,6 +30,7 @@
 //     RmsNormBackward    D*(4*N*C + 3*C) + 4*N                (dout, inp, weight, rstd;
 //                                                             dinp, dweight +=)
 //     RopeForward/Backward  2*D*B*T*(NH + NKV)*hs             (q and k heads, in place)
+//     CopyHeads          2*D*N*count*hs                       (read one side, write the other)
 //     SwiGluForward      3*D*N*F        SwiGluBackward  7*D*N*F   (inp [N,2F], dout, dinp +=)
 //     GeluForward        2*D*n          GeluBackward    4*D*n
 //     Add                3*D*n          Accumulate      3*D*n
@@ -117,6 +118,8 @@ class CountingOps : public Ops {
                      const RopeSpec& rope, int position0) override;
   Status RopeBackward(Stream& s, void* dqkv, int B, int T, int NH, int NKV, int hs,
                       const RopeSpec& rope, int position0) override;
+  Status CopyHeads(Stream& s, void* qkv, void* rows, int N, int heads_per_row, int first, int count,
+                   int hs, bool to_rows) override;
   Status SwiGluForward(Stream& s, void* out, const void* inp, int N, int F) override;
   Status SwiGluBackward(Stream& s, void* dinp, const void* inp, const void* dout, int N,
                         int F) override;

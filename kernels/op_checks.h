@@ -67,6 +67,21 @@ inline Status CheckRopeShape(const char* op, int B, int T, int NH, int NKV, int 
   return absl::OkStatus();
 }
 
+// CopyHeads: non-negative sizes, heads [first, first + count) within heads_per_row.
+inline Status CheckHeadsShape(const char* op, int N, int heads_per_row, int first, int count,
+                              int hs) {
+  RETURN_IF_ERROR(CheckNonNegative(op, {{"N", N},
+                                        {"heads_per_row", heads_per_row},
+                                        {"first", first},
+                                        {"count", count},
+                                        {"hs", hs}}));
+  if (first + count > heads_per_row) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": heads [", first, ", ", first + count,
+                                                   ") outside the row's ", heads_per_row));
+  }
+  return absl::OkStatus();
+}
+
 // A column slice [col, col + n) of N rows of `cols` elements (the LoRA ops): all four
 // non-negative and col + n <= cols; `cols_name` names the row width in the message.
 inline Status CheckColumnSlice(const char* op, const char* cols_name, int cols, int col, int N,

@@ -109,6 +109,14 @@ class Ops {
   virtual Status RopeBackward(Stream& s, void* dqkv, int B, int T, int NH, int NKV, int hs,
                               const RopeSpec& rope, int position0) = 0;
 
+  // Copies attention heads between qkv [N, heads_per_row * hs] and rows of their own
+  // [N * count, hs]: heads [first, first + count) of each qkv row, row n's head first + j at
+  // rows[(n * count + j) * hs]; to_rows: qkv -> rows, else rows -> qkv (other heads
+  // untouched). Exact. So per-head operations over contiguous rows (Qwen3's q/k RMSNorm with
+  // RmsNorm*) run on a qkv buffer's heads.
+  virtual Status CopyHeads(Stream& s, void* qkv, void* rows, int N, int heads_per_row, int first,
+                           int count, int hs, bool to_rows) = 0;
+
   // SwiGLU (LLaMA's MLP): inp [N,2F] per row (gate | up); out [N,F] = silu(gate) * up,
   // silu(x) = x / (1 + e^-x).
   virtual Status SwiGluForward(Stream& s, void* out, const void* inp, int N, int F) = 0;

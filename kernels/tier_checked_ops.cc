@@ -125,6 +125,12 @@ class TierCheckedOps : public Ops {
     return ops_->RopeBackward(s, dqkv, B, T, NH, NKV, hs, rope, position0);
   }
 
+  Status CopyHeads(Stream& s, void* qkv, void* rows, int N, int heads_per_row, int first, int count,
+                   int hs, bool to_rows) override {
+    RETURN_IF_ERROR(Check("CopyHeads", {{"qkv", qkv}, {"rows", rows}}));
+    return ops_->CopyHeads(s, qkv, rows, N, heads_per_row, first, count, hs, to_rows);
+  }
+
   Status SwiGluForward(Stream& s, void* out, const void* inp, int N, int F) override {
     RETURN_IF_ERROR(Check("SwiGluForward", {{"out", out}, {"inp", inp}}));
     return ops_->SwiGluForward(s, out, inp, N, F);

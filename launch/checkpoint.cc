@@ -39,7 +39,7 @@ constexpr const char* kFormat = "strata-checkpoint";
 // still loads. 3: "units" are the trainable units only, and a LoRA run's checkpoint has
 // "lora" {rank, alpha, targets} and "base" {from, seed, xxh3}. 4: "model" has
 // "rope_scaling", "qkv_bias" and "sliding_window" (absent before: none, false, 0). 5:
-// "model" has "head_dim" (absent before: channels / heads).
+// "model" has "head_dim" and "qk_norm" (absent before: channels / heads, false).
 constexpr int kVersion = 5;
 constexpr int kOldestVersion = 1;
 
@@ -79,6 +79,7 @@ nlohmann::json ModelJson(const ModelOptions& options) {
           {"norm_eps", absl::StrCat(model.norm_eps)},
           {"rope_scaling", RopeScalingJson(model.rope)},
           {"qkv_bias", model.qkv_bias},
+          {"qk_norm", model.qk_norm},
           {"sliding_window", model.sliding_window},
           {"tie_embeddings", model.tie_embeddings}};
 }
@@ -96,6 +97,7 @@ nlohmann::json ModelKeyBeforeItExisted(const std::string& key, const nlohmann::j
   if (key == "padded_vocab") return stored.value("vocab", -1);
   if (key == "tie_embeddings") return true;
   if (key == "qkv_bias") return false;
+  if (key == "qk_norm") return false;
   if (key == "sliding_window") return 0;
   // rope_theta, norm_eps: a GPT does not use them; equal to any GPT's. rope_scaling: none.
   return nullptr;
@@ -556,6 +558,7 @@ StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
     }
     model.tie_embeddings = key("tie_embeddings").get<bool>();
     model.qkv_bias = key("qkv_bias").get<bool>();
+    model.qk_norm = key("qk_norm").get<bool>();
     model.sliding_window = key("sliding_window").get<int>();
     opened.next_step = meta.at("next_step").get<int>();
     if (meta.contains("lora")) {

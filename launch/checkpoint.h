@@ -10,8 +10,8 @@
 // padded_vocab, max_seq_len, rope_theta, norm_eps, rope_scaling, tie_embeddings, qkv_bias,
 // sliding_window}
 // (keys a checkpoint of an older strata lacks take the value a GPT of its shape had;
-// version 4 added rope_scaling, qkv_bias and sliding_window, version 5 head_dim, so that an
-// older strata refuses such a model), "units":
+// version 4 added rope_scaling, qkv_bias and sliding_window, version 5 head_dim and qk_norm, so
+// that an older strata refuses such a model), "units":
 // [{"name", "elements", "file", "xxh3"}], "checksum"}, where "checksum" is the XXH3 (hex)
 // of the compact JSON of every other field (keys sorted): a corrupt checkpoint.json is
 // kDataLoss, never a misread. Version 1 (no checksum) still loads; others are refused

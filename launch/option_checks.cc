@@ -70,6 +70,8 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
            "0 for model.family=gpt");
     expect(!model.qkv_bias, "model.qkv_bias", "true",
            "false for model.family=gpt (GPT-2 has biases on every projection already)");
+    expect(!model.qk_norm, "model.qk_norm", "true",
+           "false for model.family=gpt (Qwen3's per-head norms are llama's)");
     expect(model.rope.scaling == RopeScaling::kNone, "model.rope_scaling",
            OptionName(model.rope.scaling),
            "none for model.family=gpt (it has no rotary embedding)");
@@ -78,6 +80,9 @@ void CheckOptions(const Options& options, std::vector<std::string>* problems) {
       expect(model.heads % model.kv_heads == 0, "model.heads", NumberText(model.heads),
              absl::StrCat("a multiple of model.kv_heads (", model.kv_heads, ")"));
     }
+    expect(!(model.qk_norm && model.qkv_bias), "model.qk_norm", "true with model.qkv_bias",
+           "one of them (Qwen3 has q/k norms and no biases, Qwen2 biases and no norms; no "
+           "architecture has both, so such a model could not be exported)");
     if (model.head_dim > 0) {
       expect(model.head_dim % 2 == 0, "model.head_dim", NumberText(model.head_dim),
              "even (rotary embeddings turn pairs of a head's channels)");

@@ -112,6 +112,10 @@ const std::vector<KeySpec>& Keys() {
        "the q, k and v projections have a bias (llama: Qwen2; gpt: must be false, its biases "
        "are its own).",
        false},
+      {"model.qk_norm", +[](Options& o) { return &o.model.qk_norm; },
+       "each q and k head is RMSNormed over its model.head_dim channels before the rotation "
+       "(llama: Qwen3's q_norm and k_norm; not with model.qkv_bias; gpt: must be false).",
+       false},
       {"data.path", +[](Options& o) { return &o.data.path; },
        "text file (byte-level tokens) or token file (llm.c GPT-2 uint16 or Llama 3 uint32, or "
        "strata's 2/4-byte format; data/README.md); empty = the embedded corpus.",

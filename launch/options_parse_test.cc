@@ -49,6 +49,7 @@ const std::vector<std::string> kAllKeys = {
     "model.tie_embeddings",
     "model.sliding_window",
     "model.qkv_bias",
+    "model.qk_norm",
     "data.path",
     "data.format",
     "data.tokenizer",

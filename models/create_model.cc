@@ -38,6 +38,7 @@ LlamaConfig LlamaConfigOf(const ModelOptions& model) {
   config.norm_eps = m.norm_eps;
   config.tie_embeddings = m.tie_embeddings;
   config.qkv_bias = m.qkv_bias;
+  config.qk_norm = m.qk_norm;
   return config;
 }
 

@@ -152,9 +152,10 @@ TEST_P(GpuTraining, InfinityMatchesCpu) {
   }
 }
 
-// The LLaMA family (RMSNorm, rotary embedding, grouped-query attention, SwiGLU, untied head,
-// padded vocabulary) on CUDA against the CPU: on the device at stage 0 and stage 3 with
-// recompute, and with everything on NVMe.
+// The LLaMA family (RMSNorm, rotary embedding, grouped-query attention of a head_dim apart
+// from C / H, SwiGLU, untied head, padded vocabulary) on CUDA against the CPU: on the device
+// at stage 0, at stage 3 with recompute and Qwen3's q/k norms (CopyHeads + RmsNorm), and
+// with everything on NVMe.
 TEST_P(GpuTraining, LlamaMatchesCpu) {
   SKIP_WITHOUT_GPU(1);
   std::vector<std::string> llama = TinyLlamaSets();
@@ -163,7 +164,7 @@ TEST_P(GpuTraining, LlamaMatchesCpu) {
   extra.push_back("zero.stage=0");
   ExpectSameTrajectory(GetParam(), 1, extra);
   extra = llama;
-  extra.insert(extra.end(), {"zero.stage=3", "train.recompute=blocks"});
+  extra.insert(extra.end(), {"zero.stage=3", "train.recompute=blocks", "model.qk_norm=true"});
   ExpectSameTrajectory(GetParam(), 1, extra);
   extra = llama;
   extra.insert(extra.end(), {"zero.stage=3", "zero.optimizer_tier=nvme", "zero.param_tier=nvme",

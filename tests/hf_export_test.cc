@@ -111,7 +111,7 @@ std::string ReadBytes(const std::string& path) {
 class HfExport : public ::testing::TestWithParam<std::string> {};
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfExport,
                          ::testing::Values("gpt2-tiny", "llama-tiny", "llama-tiny-tied",
-                                           "qwen2-tiny", "mistral-tiny-hd"),
+                                           "qwen2-tiny", "mistral-tiny-hd", "qwen3-tiny"),
                          [](const auto& info) { return HfFixtureTestName(info.param); });
 
 TEST_P(HfExport, ImportTrainExportImportIsExact) {

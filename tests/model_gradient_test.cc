@@ -1,6 +1,7 @@
 // Model gradients against finite differences, through the whole runtime (engine, stage-0
 // components, CPU kernels), for both families: a tiny GPT, a tiny LLaMA with grouped-query
-// attention, an untied head and a padded vocabulary, and the same LLaMA tied (with q/k/v
+// attention, an untied head, Qwen3's q/k norms and a padded vocabulary, and the same LLaMA
+// tied (without the norms, with q/k/v
 // biases and a head_dim of 6 against channels / heads = 4). In fp32, for
 // every tensor of every unit we check
 // the largest-gradient element and a few others: central differences of the mean loss
@@ -36,6 +37,7 @@ Options TinyOptions(DType dtype, Tiny model = Tiny::kGpt) {
     options.model.vocab = 30;  // padded to 64
     options.model.rope.theta = 500.0f;  // angles that differ visibly across 8 positions
     options.model.tie_embeddings = model == Tiny::kLlamaTied;
+    options.model.qk_norm = model == Tiny::kLlama;       // untied with q/k norms: Qwen3's attention
     options.model.qkv_bias = model == Tiny::kLlamaTied;  // tied with q/k/v biases: Qwen2's shape
     // ... and heads of their own width (Mistral Nemo's, Qwen3's head_dim): q is 24 wide.
     if (model == Tiny::kLlamaTied) options.model.head_dim = 6;

@@ -58,7 +58,7 @@ std::vector<float> FullForwardLogits(const std::string& dir, const std::vector<i
 class Sample : public ::testing::TestWithParam<std::string> {};
 INSTANTIATE_TEST_SUITE_P(Fixtures, Sample,
                          ::testing::Values("gpt2-tiny", "llama-tiny", "llama-tiny-tied",
-                                           "qwen2-tiny", "mistral-tiny-hd"),
+                                           "qwen2-tiny", "mistral-tiny-hd", "qwen3-tiny"),
                          [](const auto& info) { return HfFixtureTestName(info.param); });
 
 TEST_P(Sample, CachedLogitsEqualTheFullForward) {

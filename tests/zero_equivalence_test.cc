@@ -91,10 +91,11 @@ TEST(ZeroEquivalence, StagesAndWorldSizesMatchSingleRankStage0) {
 }
 
 // The same guarantees for the LLaMA family (grouped-query attention, untied head, padded
-// vocabulary), pairwise rather than the full product: world 2 at every stage, world 3 at
-// stages 1 and 3, each against the single-rank run of the same global batch.
+// vocabulary), pairwise rather than the full product: world 2 at every stage with Qwen2's
+// q/k/v biases, world 3 at stages 1 and 3 with Qwen3's q/k norms and a head_dim apart from
+// C / H, each against the single-rank run of the same global batch.
 TEST(ZeroEquivalence, LlamaStagesAndWorldSizesMatchSingleRankStage0) {
-  auto llama = [](int world, int stage, int micro_batch) {
+  auto llama = [](int world, int stage, int micro_batch, bool qwen3) {
     Options options = Base(world, stage, micro_batch, 10);
     options.model.family = ModelFamily::kLlama;
     options.model.heads = 4;
@@ -102,18 +103,22 @@ TEST(ZeroEquivalence, LlamaStagesAndWorldSizesMatchSingleRankStage0) {
     options.model.vocab = 250;
     options.model.tie_embeddings = false;
     options.model.rope.theta = 500.0f;
-    options.model.qkv_bias = true;  // Qwen2's q/k/v biases: a 1-D tensor sharded with the rest
+    // Qwen2's q/k/v biases, or Qwen3's q/k norms: 1-D tensors sharded with the rest.
+    options.model.qkv_bias = !qwen3;
+    options.model.qk_norm = qwen3;
+    if (qwen3) options.model.head_dim = 6;
     EXPECT_OK(ValidateOptions(options));
     return options;
   };
   for (const auto& [world, stages] :
        std::vector<std::pair<int, std::vector<int>>>{{2, {0, 1, 2, 3}}, {3, {1, 3}}}) {
-    const RunResult reference = RunTraining(llama(1, 0, kRowsPerRank * world));
+    const bool qwen3 = world == 3;
+    const RunResult reference = RunTraining(llama(1, 0, kRowsPerRank * world, qwen3));
     ASSERT_EQ(reference.losses.size(), 10u);
     EXPECT_LT(reference.losses.back(), reference.losses.front() - 0.3) << "it should learn";
     std::vector<double> first;
     for (int stage : stages) {
-      const RunResult run = RunTraining(llama(world, stage, kRowsPerRank));
+      const RunResult run = RunTraining(llama(world, stage, kRowsPerRank, qwen3));
       ASSERT_EQ(run.losses.size(), 10u) << "world " << world << " stage " << stage;
       EXPECT_EQ(run.deviations, 0u);
       if (first.empty()) first = run.losses;

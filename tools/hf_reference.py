@@ -36,9 +36,9 @@ BATCH = 2
 SEQ_LEN = 16  # the full context of every model below
 MATRIX_STD = 0.2  # large enough that attention is far from uniform
 # The brief asked for ~300 KB; the model shapes it fixes need ~590 KB (weights and
-# their gradients are both stored in F32), Qwen2's ~130 KB more and the small Mistral's
-# ~80 KB, so the check guards against growth instead.
-SIZE_BUDGET_BYTES = 900 * 1024
+# their gradients are both stored in F32), Qwen2's ~130 KB more and the small Mistral's and
+# Qwen3's ~80 KB each, so the check guards against growth instead.
+SIZE_BUDGET_BYTES = 1000 * 1024
 
 GPT2_CONFIG = {
     "activation_function": "gelu_new",
@@ -170,10 +170,47 @@ MISTRAL_CONFIG = {
     "vocab_size": 64,
 }
 
+# Qwen3 (Qwen3ForCausalLM): LLaMA's shape with an RMSNorm of each q and k head over its
+# head_dim channels (self_attn.q_norm, self_attn.k_norm, weights [head_dim] shared by the
+# heads) after the projection and before the rotation; no biases; head_dim apart from
+# hidden_size / num_attention_heads and the head tied, as Qwen3-0.6B has them.
+QWEN3_CONFIG = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 62,
+    "eos_token_id": 63,
+    "head_dim": 16,
+    "hidden_act": "silu",
+    "hidden_size": 16,
+    "initializer_range": 0.02,
+    "intermediate_size": 32,
+    "max_position_embeddings": 16,
+    "max_window_layers": 2,
+    "model_type": "qwen3",
+    "num_attention_heads": 2,
+    "num_hidden_layers": 2,
+    "num_key_value_heads": 1,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 1000000.0,
+    "sliding_window": None,
+    "tie_word_embeddings": True,
+    "torch_dtype": "float32",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 64,
+}
+
 
 def head_dim_of(config):
     """LLaMA's head_dim key, else hidden_size / num_attention_heads (Qwen2 has no key)."""
     return config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+
+
+def has_qk_norm(config):
+    """Qwen3 normalises each q and k head (q_norm, k_norm); no config field says so."""
+    return config["model_type"] == "qwen3"
 
 
 def has_qkv_bias(config):
@@ -278,6 +315,9 @@ def llama_parameter_shapes(config):
             shapes.append((prefix + f"self_attn.{projection}.weight", [out_width, width], "matrix"))
             if has_qkv_bias(config):
                 shapes.append((prefix + f"self_attn.{projection}.bias", [out_width], "bias"))
+        if has_qk_norm(config):
+            shapes += [(prefix + "self_attn.q_norm.weight", [head_dim], "norm"),
+                       (prefix + "self_attn.k_norm.weight", [head_dim], "norm")]
         shapes += [
             (prefix + "self_attn.o_proj.weight", [width, q_width], "matrix"),
             (prefix + "post_attention_layernorm.weight", [width], "norm"),
@@ -471,6 +511,9 @@ def llama_forward(config, params, input_ids, naive_attention=False, lm_head=None
         query = split_heads(projection(normed, prefix + "self_attn.q_proj"), heads)
         key = split_heads(projection(normed, prefix + "self_attn.k_proj"), kv_heads)
         value = split_heads(projection(normed, prefix + "self_attn.v_proj"), kv_heads)
+        if has_qk_norm(config):  # Qwen3: over each head's head_dim channels, before RoPE
+            query = rms_norm(query, prefix + "self_attn.q_norm.weight")
+            key = rms_norm(key, prefix + "self_attn.k_norm.weight")
         query, key = apply_rope(query, cos, sin), apply_rope(key, cos, sin)
         if naive_attention:
             mixed = naive_causal_attention(query, key, value, lambda h: h // repeats)
@@ -694,7 +737,8 @@ def main():
                                            ("llama-tiny", LLAMA_CONFIG),
                                            ("llama-tiny-tied", LLAMA_TIED_CONFIG),
                                            ("qwen2-tiny", QWEN2_CONFIG),
-                                           ("mistral-tiny-hd", MISTRAL_CONFIG))):
+                                           ("mistral-tiny-hd", MISTRAL_CONFIG),
+                                           ("qwen3-tiny", QWEN3_CONFIG))):
         losses[name] = build_model(name, config, 1000 + seed, os.path.join(args.out, name))
 
     total_bytes = 0

@@ -3,7 +3,6 @@
 // and runs the fast kernel. The closure captures everything by value (pointers, sizes,
 // AdamParams), so the caller's arguments need not outlive the call; the buffers must.
 // Thread-safety: see cpu_ops.h.
-#include "kernels/op_checks.h"
 #include "kernels/cpu/cpu_ops.h"
 
 #include <omp.h>
@@ -13,16 +12,18 @@
 #include <string>
 #include <utility>
 
-#include "kernels/cpu/cpu_adam.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_adam.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/encoder.h"
+#include "kernels/cpu/heads.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
+#include "kernels/op_checks.h"
 
 namespace strata {
 namespace {
@@ -166,6 +167,15 @@ class CpuOps : public Ops {
     return Launch(s, [=](auto tag) {
       using S = decltype(tag);
       cpu::Rope(As<S>(dqkv), B, T, NH, NKV, hs, rope, position0, -1);
+    });
+  }
+
+  Status CopyHeads(Stream& s, void* qkv, void* rows, int N, int heads_per_row, int first, int count,
+                   int hs, bool to_rows) override {
+    RETURN_IF_ERROR(CheckHeadsShape("CopyHeads", N, heads_per_row, first, count, hs));
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::CopyHeads(As<S>(qkv), As<S>(rows), N, heads_per_row, first, count, hs, to_rows);
     });
   }
 

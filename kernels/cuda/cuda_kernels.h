@@ -46,6 +46,10 @@ Status LayerNormBackward(DType dtype, void* dinp, void* dweight, void* dbias, co
 
 // --- RMSNorm (kernels/cpu/rmsnorm.h): one block per row. dweight is summed like
 // LayerNormBackward's (fixed-order column sums, stream-ordered scratch of at most 64 x C floats).
+// CopyHeads (kernels/ops.h): heads [first, first + count) of each qkv row to or from rows.
+Status CopyHeads(DType dtype, void* qkv, void* rows, int N, int heads_per_row, int first, int count,
+                 int hs, bool to_rows, cudaStream_t stream);
+
 Status RmsNormForward(DType dtype, void* out, float* rstd, const void* inp, const void* weight,
                       int N, int C, float eps, cudaStream_t stream);
 Status RmsNormBackward(DType dtype, void* dinp, void* dweight, const void* dout, const void* inp,

@@ -263,6 +263,17 @@ class CudaOps : public Ops {
     return cuda_kernels::Rope(dtype_, dqkv, B, T, NH, NKV, hs, rope, position0, -1, stream);
   }
 
+  Status CopyHeads(Stream& s, void* qkv, void* rows, int N, int heads_per_row, int first, int count,
+                   int hs, bool to_rows) override {
+    constexpr const char* kOp = "CopyHeads";
+    RETURN_IF_ERROR(CheckHeadsShape(kOp, N, heads_per_row, first, count, hs));
+    if (long{N} * count * hs > 0)
+      RETURN_IF_ERROR(CheckNotNull(kOp, {{"qkv", qkv}, {"rows", rows}}));
+    ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
+    return cuda_kernels::CopyHeads(dtype_, qkv, rows, N, heads_per_row, first, count, hs, to_rows,
+                                   stream);
+  }
+
   Status SwiGluForward(Stream& s, void* out, const void* inp, int N, int F) override {
     constexpr const char* kOp = "SwiGluForward";
     RETURN_IF_ERROR(CheckNonNegative(kOp, {{"N", N}, {"F", F}}));

@@ -30,6 +30,7 @@
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/encoder.h"
+#include "kernels/cpu/heads.h"
 #include "kernels/cpu/kernel_test_util.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
@@ -474,6 +475,44 @@ TYPED_TEST(CudaOpsTest, RmsNormMatchesReference) {
     this->Expect(d_rstd, rstd, kStatsTolerance, "rmsnorm rstd " + where);
     this->Expect(d_dinp, dinp, Tol::kReduction, "rmsnorm dinp " + where);
     this->Expect(d_dweight, dweight, Tol::kReduction, "rmsnorm dweight (column sums) " + where);
+  }
+}
+
+// CopyHeads both ways (Qwen3's q/k norm rows): bit for bit the reference's, the other heads
+// of qkv untouched.
+TYPED_TEST(CudaOpsTest, CopyHeadsMatchesReference) {
+  struct Shape {
+    int N, heads_per_row, first, count, hs;
+  };
+  for (const Shape& shape :
+       {Shape{37, 8, 0, 4, 128}, Shape{37, 8, 4, 2, 128}, Shape{5, 3, 1, 1, 6}}) {
+    const std::string where =
+        "N=" + std::to_string(shape.N) + " heads=" + std::to_string(shape.heads_per_row) +
+        " first=" + std::to_string(shape.first) + " count=" + std::to_string(shape.count);
+    const size_t qkv_n = size_t(shape.N) * shape.heads_per_row * shape.hs;
+    const size_t rows_n = size_t(shape.N) * shape.count * shape.hs;
+    const std::vector<TypeParam> qkv = ToStorage<TypeParam>(RandomFloats(qkv_n, -1, 1, 46));
+    const std::vector<TypeParam> rows = ToStorage<TypeParam>(RandomFloats(rows_n, -1, 1, 47));
+    TypeParam* d_qkv = this->Upload(qkv);
+    TypeParam* d_rows = this->Upload(std::vector<TypeParam>(rows_n));
+    TypeParam* d_back = this->Upload(qkv);
+    TypeParam* d_source = this->Upload(rows);
+    Stream& s = *this->stream_;
+    ASSERT_OK(this->ops_->CopyHeads(s, d_qkv, d_rows, shape.N, shape.heads_per_row, shape.first,
+                                    shape.count, shape.hs, true));
+    ASSERT_OK(this->ops_->CopyHeads(s, d_back, d_source, shape.N, shape.heads_per_row, shape.first,
+                                    shape.count, shape.hs, false));
+    std::vector<TypeParam> want_rows(rows_n), want_back = qkv, source = rows, from = qkv;
+    cpu::CopyHeadsReference(from.data(), want_rows.data(), shape.N, shape.heads_per_row,
+                            shape.first, shape.count, shape.hs, true);
+    cpu::CopyHeadsReference(want_back.data(), source.data(), shape.N, shape.heads_per_row,
+                            shape.first, shape.count, shape.hs, false);
+    const std::vector<TypeParam> got_rows = this->Download(d_rows, rows_n);
+    const std::vector<TypeParam> got_back = this->Download(d_back, qkv_n);
+    EXPECT_EQ(std::memcmp(got_rows.data(), want_rows.data(), rows_n * sizeof(TypeParam)), 0)
+        << "copy heads to rows " << where;
+    EXPECT_EQ(std::memcmp(got_back.data(), want_back.data(), qkv_n * sizeof(TypeParam)), 0)
+        << "copy rows to heads " << where;
   }
 }
 

@@ -238,16 +238,17 @@ StatusOr<ModelOptions> ReadHfConfig(const std::string& dir) {
     // LLaMA's shape with a bias on the q, k and v projections (none on o_proj).
     ReadLlama(config, &model, &problems);
     model.qkv_bias = true;
-  } else if (model_type == "qwen3" || model_type == "qwen3_moe") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": field 'model_type' is \"", model_type,
-        "\": Qwen3's attention normalises each q and k head (q_norm, k_norm), which strata's "
-        "LLaMA family does not implement yet"));
+  } else if (model_type == "qwen3") {
+    // LLaMA's shape with an RMSNorm of each q and k head (q_norm, k_norm) before the
+    // rotation; attention_bias false as in LLaMA's config.
+    ReadLlama(config, &model, &problems);
+    model.qk_norm = true;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": field 'model_type' is ",
         config.contains("model_type") ? config.at("model_type").dump() : std::string("missing"),
-        ": strata reads \"gpt2\" and the LLaMA family (\"llama\", \"mistral\", \"qwen2\")"));
+        ": strata reads \"gpt2\" and the LLaMA family (\"llama\", \"mistral\", \"qwen2\", "
+        "\"qwen3\")"));
   }
   if (!problems.empty()) {
     std::string message =
@@ -301,7 +302,13 @@ std::string HfConfigJson(const ModelOptions& m, const std::string& dtype_name) {
       c.erase("attention_bias");
       c.erase("mlp_bias");
     }
-    if (m.qkv_bias) {  // Qwen2: its q, k, v biases are not a config field
+    if (m.qk_norm) {  // Qwen3: its q/k norms are not a config field
+      c["architectures"] = {"Qwen3ForCausalLM"};
+      c["model_type"] = "qwen3";
+      c["attention_bias"] = false;
+      c["use_sliding_window"] = m.sliding_window > 0;
+      c["sliding_window"] = m.sliding_window > 0 ? Json(m.sliding_window) : Json(nullptr);
+    } else if (m.qkv_bias) {  // Qwen2: its q, k, v biases are not a config field
       c["architectures"] = {"Qwen2ForCausalLM"};
       c["model_type"] = "qwen2";
       c["use_sliding_window"] = m.sliding_window > 0;
@@ -375,6 +382,10 @@ StatusOr<std::vector<HfTensor>> HfTensorMap(const ModelOptions& m,
         add(h + "self_attn.q_proj.bias", {Q}, u, "attn.qkv.bias", 0);
         add(h + "self_attn.k_proj.bias", {KV}, u, "attn.qkv.bias", Q);
         add(h + "self_attn.v_proj.bias", {KV}, u, "attn.qkv.bias", Q + KV);
+      }
+      if (m.qk_norm) {
+        add(h + "self_attn.q_norm.weight", {hs}, u, "attn.q_norm.weight");
+        add(h + "self_attn.k_norm.weight", {hs}, u, "attn.k_norm.weight");
       }
       add(h + "post_attention_layernorm.weight", {C}, u, "mlp_norm.weight");
       add(h + "mlp.gate_proj.weight", {F, C}, u, "mlp.gate_up.weight", 0);

@@ -1,7 +1,7 @@
 // Hugging Face model directories for strata's two families: config.json to and from
-// ModelOptions (GPT-2 and the LLaMA family: llama, mistral, qwen2; any other, or a field strata
-// does not implement, is refused naming the field), and the map between Hugging Face's tensor names
-// and strata's units (which rows of which unit tensor each Hugging Face tensor fills).
+// ModelOptions (GPT-2 and the LLaMA family: llama, mistral, qwen2, qwen3; any other, or a field
+// strata does not implement, is refused naming the field), and the map between Hugging Face's
+// tensor names and strata's units (which rows of which unit tensor each Hugging Face tensor fills).
 //
 // Layout rules the map encodes:
 //  - GPT-2's attention and MLP matrices are Conv1D, stored [in, out]: strata's [out, in] is
@@ -11,7 +11,8 @@
 //    attn.qkv.weight in that order (hs: config.json's head_dim, else C / H); gate_proj and up_proj
 //    fill mlp.gate_up.weight. Hugging Face's q/k weights are already in the rotate-half layout
 //    strata's rotary embedding uses. Qwen2's q/k/v biases fill attn.qkv.bias the same way
-//    (model.qkv_bias; exported as model_type qwen2).
+//    (model.qkv_bias; exported as model_type qwen2); Qwen3's q_norm and k_norm weights [hs]
+//    are attn.q_norm / attn.k_norm (model.qk_norm; exported as model_type qwen3).
 //  - Token embedding and LM head are [vocab, C] in Hugging Face and [padded_vocab, C] in
 //    strata: rows [vocab, padded_vocab) are zero.
 // Thread-safety: plain functions.

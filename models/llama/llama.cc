@@ -9,7 +9,8 @@
 namespace strata {
 namespace {
 
-// Tensor indices inside a block unit, in layout order (kQkvB only with qkv_bias).
+// Tensor indices inside a block unit, in layout order (kQkvB only with qkv_bias; the q/k
+// norms, with qk_norm, follow: BlockLayout::QNorm).
 enum BlockTensor { kAttnNorm, kQkvW, kAttProjW, kMlpNorm, kGateUpW, kDownW, kQkvB };
 enum EmbedTensor { kTokEmbed };
 enum FinalTensor { kNorm };
@@ -18,6 +19,7 @@ enum HeadTensor { kLmHead };
 struct BlockActivations {
   Buffer ln1, ln1_rstd, qkv, atty, att_stats, residual2, ln2, ln2_rstd, gate_up, swiglu,
       residual3;
+  Buffer qk_raw, qk_rstd;  // qk_norm: the q rows then the k rows before their norm; rstd
 };
 
 enum LoraTarget { kLoraQ, kLoraK, kLoraV, kLoraAttProj, kLoraGate, kLoraUp, kLoraDown };
@@ -43,6 +45,10 @@ class Llama : public DecoderBase {
       block.Add("mlp.gate_up.weight", {2 * F, C}, true, InitKind::kNormal, 0.02f);
       block.Add("mlp.down.weight", {C, F}, true, InitKind::kNormal, std_residual);
       if (config.qkv_bias) block.Add("attn.qkv.bias", {qkv_rows}, false, InitKind::kZeros);
+      if (config.qk_norm) {
+        block.Add("attn.q_norm.weight", {hs}, false, InitKind::kOnes);
+        block.Add("attn.k_norm.weight", {hs}, false, InitKind::kOnes);
+      }
       units_.push_back(block);
     }
     UnitLayout final_norm("final norm");
@@ -91,6 +97,10 @@ class Llama : public DecoderBase {
       ASSIGN_OR_RETURN(a.ln1, act(N * C, dtype_, "attn norm"));
       ASSIGN_OR_RETURN(a.ln1_rstd, act(N, DType::kF32, "attn norm rstd"));
       ASSIGN_OR_RETURN(a.qkv, act(N * QKV, dtype_, "qkv"));
+      if (config_.qk_norm) {
+        ASSIGN_OR_RETURN(a.qk_raw, act(N * QkHeads() * HeadSize(), dtype_, "q/k before norm"));
+        ASSIGN_OR_RETURN(a.qk_rstd, act(N * QkHeads(), DType::kF32, "q/k norm rstd"));
+      }
       ASSIGN_OR_RETURN(a.atty, act(N * Q, dtype_, "attention out"));
       ASSIGN_OR_RETURN(a.att_stats, act(N * NH, DType::kF32, "attention stats"));
       ASSIGN_OR_RETURN(a.residual2, act(N * C, dtype_, "residual2"));
@@ -108,8 +118,13 @@ class Llama : public DecoderBase {
     ASSIGN_OR_RETURN(dqkv_, act(N * QKV, dtype_, "d qkv"));
     ASSIGN_OR_RETURN(dswiglu_, act(N * F, dtype_, "d swiglu"));
     ASSIGN_OR_RETURN(dgate_up_, act(N * 2 * F, dtype_, "d gate_up"));
+    if (config_.qk_norm) {
+      ASSIGN_OR_RETURN(qk_rows_, act(N * QkHeads() * HeadSize(), dtype_, "q/k norm rows"));
+      ASSIGN_OR_RETURN(qk_drows_, act(N * QkHeads() * HeadSize(), dtype_, "d q/k norm rows"));
+    }
     if (lora_.active()) {
-      ASSIGN_OR_RETURN(norm_sink_, act(C, dtype_, "frozen norms' gradient sink"));
+      ASSIGN_OR_RETURN(norm_sink_,
+                       act(std::max<size_t>(C, HeadSize()), dtype_, "frozen norms' gradient sink"));
     }
     return lora_.Prepare(device, static_cast<int>(N), config_.layers);
   }
@@ -202,6 +217,7 @@ class Llama : public DecoderBase {
                                             NKV));
       // The attention saw the rotated q and k: turn their gradient back.
       RETURN_IF_ERROR(ops.RopeBackward(s, dqkv_.data(), B, T, NH, NKV, hs, config_.rope, 0));
+      if (config_.qk_norm) RETURN_IF_ERROR(QkNormBackward(ctx, stage, a, g, N));
       RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
       RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), Grad(g, stage, kQkvW),
                                          config_.qkv_bias ? Grad(g, stage, kQkvB) : nullptr,
@@ -238,6 +254,12 @@ class Llama : public DecoderBase {
     ASSIGN_OR_RETURN(dec_tmp_, act(C, dtype_, "decode projection"));
     ASSIGN_OR_RETURN(dec_gate_up_, act(2 * F, dtype_, "decode gate_up"));
     ASSIGN_OR_RETURN(dec_swiglu_, act(F, dtype_, "decode swiglu"));
+    if (config_.qk_norm) {
+      const size_t rows = static_cast<size_t>(QkHeads()) * HeadSize();
+      ASSIGN_OR_RETURN(dec_qk_raw_, act(rows, dtype_, "decode q/k before norm"));
+      ASSIGN_OR_RETURN(dec_qk_rows_, act(rows, dtype_, "decode q/k norm rows"));
+      ASSIGN_OR_RETURN(dec_qk_rstd_, act(QkHeads(), DType::kF32, "decode q/k norm rstd"));
+    }
     ASSIGN_OR_RETURN(logits_, act(config_.padded_vocab, dtype_, "decode logits"));
     return lora_.PrepareDecode(device);
   }
@@ -268,6 +290,10 @@ class Llama : public DecoderBase {
                                         1, C, static_cast<int>(QKV)));
       for (int t : {kLoraQ, kLoraK, kLoraV}) {
         RETURN_IF_ERROR(lora_.Forward(ctx, l, t, dec_ln_.data(), qkv_row, 1, true));
+      }
+      if (config_.qk_norm) {
+        RETURN_IF_ERROR(QkNormForward(ops, s, qkv_row, dec_qk_raw_.data(), dec_qk_rstd_.as<float>(),
+                                      dec_qk_rows_.data(), p, u, 1));
       }
       RETURN_IF_ERROR(ops.RopeForward(s, qkv_row, 1, 1, NH, NKV, hs, config_.rope, position));
       RETURN_IF_ERROR(ops.AttentionDecode(s, dec_att_.data(), decode_cache_[l].data(), position + 1,
@@ -318,7 +344,9 @@ class Llama : public DecoderBase {
         config_.layers, config_.heads, config_.kv_heads,
         QueryWidth() == config_.channels ? "" : absl::StrCat(" hs", config_.head_dim).c_str(),
         config_.channels, config_.ffn_hidden, vocab, config_.max_seq_len,
-        DescribeRope(config_.rope), config_.qkv_bias ? ", qkv bias" : "",
+        DescribeRope(config_.rope),
+        (std::string(config_.qkv_bias ? ", qkv bias" : "") + (config_.qk_norm ? ", q/k norm" : ""))
+            .c_str(),
         config_.tie_embeddings ? "tied" : "untied", num_params() / 1e6,
         static_cast<int>(units_.size()), DTypeName(dtype_));
   }
@@ -360,6 +388,10 @@ class Llama : public DecoderBase {
     for (int t : {kLoraQ, kLoraK, kLoraV}) {  // before the rotation, as Hugging Face's
       RETURN_IF_ERROR(lora_.Forward(ctx, l, t, a.ln1.data(), a.qkv.data(), N));
     }
+    if (config_.qk_norm) {
+      RETURN_IF_ERROR(QkNormForward(ops, s, a.qkv.data(), a.qk_raw.data(), a.qk_rstd.as<float>(),
+                                    qk_rows_.data(), p, stage, N));
+    }
     RETURN_IF_ERROR(ops.RopeForward(s, a.qkv.data(), B, T, NH, NKV, hs, config_.rope, 0));
     RETURN_IF_ERROR(ops.AttentionForward(s, a.atty.data(), a.att_stats.as<float>(), a.qkv.data(), B,
                                          T, Q, NH, NKV));
@@ -396,6 +428,57 @@ class Llama : public DecoderBase {
     return g == nullptr ? norm_sink_.data() : At(g, unit, tensor);
   }
 
+  // The q and k heads of a token (those qk_norm normalises).
+  int QkHeads() const { return config_.heads + config_.kv_heads; }
+  int QNormTensor() const { return kQkvB + (config_.qkv_bias ? 1 : 0); }
+  int KNormTensor() const { return QNormTensor() + 1; }
+
+  // Qwen3's q/k norm, in place on the q and k heads of qkv [N, (NH + 2 NKV) hs]: the heads
+  // to `raw` (q rows [N NH, hs], then k rows [N NKV, hs]: kept for the backward), normed
+  // into `rows` (same layout, scratch) with their rstd, and back into qkv.
+  Status QkNormForward(Ops& ops, Stream& s, void* qkv, void* raw, float* rstd, void* rows,
+                       const void* p, int unit, int N) {
+    const int NH = config_.heads, NKV = config_.kv_heads, hs = HeadSize(), heads = NH + 2 * NKV;
+    const size_t k_offset = static_cast<size_t>(N) * NH * hs * DTypeBytes(dtype_);
+    void* k_raw = static_cast<char*>(raw) + k_offset;
+    void* k_rows = static_cast<char*>(rows) + k_offset;
+    RETURN_IF_ERROR(ops.CopyHeads(s, qkv, raw, N, heads, 0, NH, hs, true));
+    RETURN_IF_ERROR(ops.CopyHeads(s, qkv, k_raw, N, heads, NH, NKV, hs, true));
+    RETURN_IF_ERROR(ops.RmsNormForward(s, rows, rstd, raw, At(p, unit, QNormTensor()), N * NH, hs,
+                                       config_.norm_eps));
+    RETURN_IF_ERROR(ops.RmsNormForward(s, k_rows, rstd + static_cast<size_t>(N) * NH, k_raw,
+                                       At(p, unit, KNormTensor()), N * NKV, hs, config_.norm_eps));
+    RETURN_IF_ERROR(ops.CopyHeads(s, qkv, rows, N, heads, 0, NH, hs, false));
+    return ops.CopyHeads(s, qkv, k_rows, N, heads, NH, NKV, hs, false);
+  }
+
+  // Its backward, in place on dqkv_'s q and k heads (as RopeBackward: the gradient w.r.t.
+  // the normed heads becomes the gradient w.r.t. the raw ones); the norms' weight gradients
+  // accumulate into `g` (a frozen block: the sink).
+  Status QkNormBackward(const StepContext& ctx, int stage, BlockActivations& a, void* g, int N) {
+    Ops& ops = *ctx.ops;
+    Stream& s = *ctx.stream;
+    const int NH = config_.heads, NKV = config_.kv_heads, hs = HeadSize(), heads = NH + 2 * NKV;
+    const void* p = ctx.params[stage];
+    const size_t bytes = DTypeBytes(dtype_);
+    const size_t k_offset = static_cast<size_t>(N) * NH * hs * bytes;
+    char* douts = static_cast<char*>(qk_rows_.data());
+    char* dinps = static_cast<char*>(qk_drows_.data());
+    const char* raw = static_cast<const char*>(a.qk_raw.data());
+    const float* rstd = a.qk_rstd.as<float>();
+    RETURN_IF_ERROR(ops.CopyHeads(s, dqkv_.data(), douts, N, heads, 0, NH, hs, true));
+    RETURN_IF_ERROR(ops.CopyHeads(s, dqkv_.data(), douts + k_offset, N, heads, NH, NKV, hs, true));
+    RETURN_IF_ERROR(
+        ctx.device->MemsetAsync(dinps, 0, static_cast<size_t>(N) * QkHeads() * hs * bytes, s));
+    RETURN_IF_ERROR(ops.RmsNormBackward(s, dinps, NormGrad(g, stage, QNormTensor()), douts, raw,
+                                        At(p, stage, QNormTensor()), rstd, N * NH, hs));
+    RETURN_IF_ERROR(ops.RmsNormBackward(
+        s, dinps + k_offset, NormGrad(g, stage, KNormTensor()), douts + k_offset, raw + k_offset,
+        At(p, stage, KNormTensor()), rstd + static_cast<size_t>(N) * NH, N * NKV, hs));
+    RETURN_IF_ERROR(ops.CopyHeads(s, dqkv_.data(), dinps, N, heads, 0, NH, hs, false));
+    return ops.CopyHeads(s, dqkv_.data(), dinps + k_offset, N, heads, NH, NKV, hs, false);
+  }
+
   // The qkv projection's bias (Qwen2), or null.
   const void* QkvBias(const void* p, int unit) const {
     return config_.qkv_bias ? At(p, unit, kQkvB) : nullptr;
@@ -410,6 +493,8 @@ class Llama : public DecoderBase {
   int decode_len_ = 0;
   std::vector<Buffer> decode_cache_;
   Buffer dec_x_, dec_ln_, dec_rstd_, dec_att_, dec_tmp_, dec_gate_up_, dec_swiglu_;
+  Buffer dec_qk_raw_, dec_qk_rows_, dec_qk_rstd_;  // qk_norm
+  Buffer qk_rows_, qk_drows_;                      // qk_norm: rows of heads, scratch
   Buffer encoded_, lnf_, lnf_rstd_, logits_, losses_;
   Buffer dres_, dbtc_, dqkv_, dswiglu_, dgate_up_;
   std::vector<BlockActivations> blocks_;

@@ -6,7 +6,11 @@
 // RMSNorm, SwiGLU MLP; no biases, no position embedding.
 // Fused matrices (one GEMM each): attn.qkv.weight [(H + 2 KV) hs, C] = (q_proj | k_proj |
 // v_proj), mlp.gate_up.weight [2F, C] = (gate_proj | up_proj); attn.proj.weight [C, H hs].
-// The head width hs is C / H in most models; Mistral Nemo and Qwen3 set it apart.
+// The head width hs is C / H in most models; Mistral Nemo and Qwen3 set it apart. With
+// qk_norm (Qwen3) each q head and each k head is RMSNormed over its hs channels
+// (attn.q_norm.weight, attn.k_norm.weight [hs], shared by the heads) after the projection
+// and before the rotation: the heads go to rows of their own (Ops::CopyHeads), through
+// RmsNorm, and back.
 // Initialisation as the GPT (std 0.02, output projections scaled by 1/sqrt(2L)); norms 1.
 // Thread-safety: as Model.
 #pragma once
@@ -33,6 +37,7 @@ struct LlamaConfig {
   float norm_eps = 1e-5f;
   bool tie_embeddings = false;
   bool qkv_bias = false;   // the q, k, v projections have a bias (Qwen2)
+  bool qk_norm = false;    // each q and k head is RMSNormed before the rotation (Qwen3)
   bool recompute = false;  // as GptConfig::recompute
   // Low-rank adapters (lora.*): rank 0 = none. Targets: attn.q (q_proj), attn.k (k_proj),
   // attn.v (v_proj), attn.proj (o_proj), mlp.gate (gate_proj), mlp.up (up_proj), mlp.down
