@@ -466,6 +466,12 @@ std::string CopyFixture(const std::string& name, const std::string& as) {
   return out;
 }
 
+// The text of file `path`.
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 TEST(HfImportErrors, BadDirectoriesAreClearErrors) {
   // A shape the weights do not fit: the tensor, the file's shape and the model's.
   {
@@ -480,9 +486,7 @@ TEST(HfImportErrors, BadDirectoriesAreClearErrors) {
   // An architecture strata does not implement, named by its field.
   {
     const std::string dir = CopyFixture("llama-tiny", "hf-qwen");
-    std::ifstream in(dir + "/config.json");
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    in.close();
+    std::string text = ReadText(dir + "/config.json");
     const size_t at = text.find("\"attention_bias\": false");
     ASSERT_NE(at, std::string::npos);
     text.replace(at, 23, "\"attention_bias\": true");
@@ -500,9 +504,7 @@ TEST(HfImportErrors, BadDirectoriesAreClearErrors) {
     EXPECT_EQ(hd.model.head_dim, 16);
     EXPECT_EQ(hd.model.channels, 16);
     const std::string dir = CopyFixture("llama-tiny", "hf-head-dim");
-    std::ifstream in(dir + "/config.json");
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    in.close();
+    std::string text = ReadText(dir + "/config.json");
     const size_t at = text.find("\"head_dim\": 8");
     ASSERT_NE(at, std::string::npos);
     std::ofstream(dir + "/config.json") << std::string(text).replace(at, 13, "\"head_dim\": 7");
@@ -517,14 +519,12 @@ TEST(HfImportErrors, BadDirectoriesAreClearErrors) {
                          HasSubstr("'hidden_size' (30) is not a multiple of "
                                    "'num_attention_heads' (4) and there is no 'head_dim'")));
   }
-  // Architectures outside the families, named: Qwen3 with what it lacks.
+  // Architectures outside the families (Qwen3's mixture of experts among them), named.
   for (const auto& [type, why] : std::vector<std::pair<std::string, std::string>>{
            {"qwen3_moe", "strata reads \"gpt2\" and the LLaMA family"},
            {"falcon", "strata reads \"gpt2\" and the LLaMA family"}}) {
     const std::string dir = CopyFixture("llama-tiny", "hf-type-" + type);
-    std::ifstream in(dir + "/config.json");
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    in.close();
+    std::string text = ReadText(dir + "/config.json");
     const size_t at = text.find("\"model_type\": \"llama\"");
     ASSERT_NE(at, std::string::npos);
     std::ofstream(dir + "/config.json") << text.replace(at, 21, "\"model_type\": \"" + type + "\"");
@@ -541,9 +541,7 @@ TEST(HfImportErrors, BadDirectoriesAreClearErrors) {
                          ParseOptions("", {"model.from=hf:" + HfFixture("llama-tiny-tied")}));
     EXPECT_EQ(tied.model.rope, (RopeSpec{10000.0f, RopeScaling::kLlama3, 8.0f, 1.0f, 4.0f, 128}));
     const std::string dir = CopyFixture("llama-tiny-tied", "hf-yarn");
-    std::ifstream in(dir + "/config.json");
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    in.close();
+    const std::string text = ReadText(dir + "/config.json");
     const size_t at = text.find("\"rope_type\": \"llama3\"");
     ASSERT_NE(at, std::string::npos);
     std::string yarn = text;
@@ -595,9 +593,7 @@ TEST(HfImportErrors, BadDirectoriesAreClearErrors) {
     EXPECT_EQ(qwen.model.family, ModelFamily::kLlama);
     EXPECT_EQ(qwen.model.sliding_window, 0);
     const std::string dir = CopyFixture("qwen2-tiny", "hf-qwen-window");
-    std::ifstream in(dir + "/config.json");
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    in.close();
+    std::string text = ReadText(dir + "/config.json");
     const size_t at = text.find("\"use_sliding_window\": false");
     ASSERT_NE(at, std::string::npos);
     text.replace(at, 27, "\"use_sliding_window\": true");

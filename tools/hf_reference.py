@@ -172,35 +172,22 @@ MISTRAL_CONFIG = {
 
 # Qwen3 (Qwen3ForCausalLM): LLaMA's shape with an RMSNorm of each q and k head over its
 # head_dim channels (self_attn.q_norm, self_attn.k_norm, weights [head_dim] shared by the
-# heads) after the projection and before the rotation; no biases; head_dim apart from
-# hidden_size / num_attention_heads and the head tied, as Qwen3-0.6B has them.
-QWEN3_CONFIG = {
-    "architectures": ["Qwen3ForCausalLM"],
-    "attention_bias": False,
-    "attention_dropout": 0.0,
-    "bos_token_id": 62,
-    "eos_token_id": 63,
-    "head_dim": 16,
-    "hidden_act": "silu",
-    "hidden_size": 16,
-    "initializer_range": 0.02,
-    "intermediate_size": 32,
-    "max_position_embeddings": 16,
-    "max_window_layers": 2,
-    "model_type": "qwen3",
-    "num_attention_heads": 2,
-    "num_hidden_layers": 2,
-    "num_key_value_heads": 1,
-    "rms_norm_eps": 1e-06,
-    "rope_scaling": None,
-    "rope_theta": 1000000.0,
-    "sliding_window": None,
-    "tie_word_embeddings": True,
-    "torch_dtype": "float32",
-    "use_cache": True,
-    "use_sliding_window": False,
-    "vocab_size": 64,
-}
+# heads) after the projection and before the rotation; no biases; otherwise the small
+# Mistral's shape (head_dim apart from hidden_size / num_attention_heads), the head tied as
+# Qwen3-0.6B has it.
+QWEN3_CONFIG = dict(
+    MISTRAL_CONFIG,
+    architectures=["Qwen3ForCausalLM"],
+    attention_bias=False,
+    bos_token_id=62,
+    eos_token_id=63,
+    max_window_layers=2,
+    model_type="qwen3",
+    rms_norm_eps=1e-06,
+    rope_scaling=None,
+    tie_word_embeddings=True,
+    use_sliding_window=False,
+)
 
 
 def head_dim_of(config):

@@ -2,6 +2,7 @@
 // forward stage by stage; `dres_` carries the gradient of the residual stream between stages.
 #include "models/llama/llama.h"
 
+#include <array>
 #include <cmath>
 
 #include "models/common/decoder.h"
@@ -10,7 +11,7 @@ namespace strata {
 namespace {
 
 // Tensor indices inside a block unit, in layout order (kQkvB only with qkv_bias; the q/k
-// norms, with qk_norm, follow: BlockLayout::QNorm).
+// norms, with qk_norm, follow: Llama::QkParts).
 enum BlockTensor { kAttnNorm, kQkvW, kAttProjW, kMlpNorm, kGateUpW, kDownW, kQkvB };
 enum EmbedTensor { kTokEmbed };
 enum FinalTensor { kNorm };
@@ -430,26 +431,39 @@ class Llama : public DecoderBase {
 
   // The q and k heads of a token (those qk_norm normalises).
   int QkHeads() const { return config_.heads + config_.kv_heads; }
-  int QNormTensor() const { return kQkvB + (config_.qkv_bias ? 1 : 0); }
-  int KNormTensor() const { return QNormTensor() + 1; }
+
+  // qk_norm's two parts: the q heads [0, NH) with attn.q_norm, the k heads [NH, NH + NKV)
+  // with attn.k_norm; in the rows layout (CopyHeads) the q rows [N NH, hs] come first, then
+  // the k rows, from row `row0`.
+  struct QkPart {
+    int first, count, tensor;
+    size_t row0;
+  };
+  std::array<QkPart, 2> QkParts(int N) const {
+    const int q_norm = kQkvB + (config_.qkv_bias ? 1 : 0);
+    return {{{0, config_.heads, q_norm, 0},
+             {config_.heads, config_.kv_heads, q_norm + 1,
+              static_cast<size_t>(N) * config_.heads}}};
+  }
 
   // Qwen3's q/k norm, in place on the q and k heads of qkv [N, (NH + 2 NKV) hs]: the heads
-  // to `raw` (q rows [N NH, hs], then k rows [N NKV, hs]: kept for the backward), normed
-  // into `rows` (same layout, scratch) with their rstd, and back into qkv.
+  // to `raw` (rows: kept for the backward), normed into `rows` (scratch) with their rstd,
+  // and back into qkv.
   Status QkNormForward(Ops& ops, Stream& s, void* qkv, void* raw, float* rstd, void* rows,
                        const void* p, int unit, int N) {
-    const int NH = config_.heads, NKV = config_.kv_heads, hs = HeadSize(), heads = NH + 2 * NKV;
-    const size_t k_offset = static_cast<size_t>(N) * NH * hs * DTypeBytes(dtype_);
-    void* k_raw = static_cast<char*>(raw) + k_offset;
-    void* k_rows = static_cast<char*>(rows) + k_offset;
-    RETURN_IF_ERROR(ops.CopyHeads(s, qkv, raw, N, heads, 0, NH, hs, true));
-    RETURN_IF_ERROR(ops.CopyHeads(s, qkv, k_raw, N, heads, NH, NKV, hs, true));
-    RETURN_IF_ERROR(ops.RmsNormForward(s, rows, rstd, raw, At(p, unit, QNormTensor()), N * NH, hs,
-                                       config_.norm_eps));
-    RETURN_IF_ERROR(ops.RmsNormForward(s, k_rows, rstd + static_cast<size_t>(N) * NH, k_raw,
-                                       At(p, unit, KNormTensor()), N * NKV, hs, config_.norm_eps));
-    RETURN_IF_ERROR(ops.CopyHeads(s, qkv, rows, N, heads, 0, NH, hs, false));
-    return ops.CopyHeads(s, qkv, k_rows, N, heads, NH, NKV, hs, false);
+    const int hs = HeadSize(), heads = config_.heads + 2 * config_.kv_heads;
+    const size_t row_bytes = static_cast<size_t>(hs) * DTypeBytes(dtype_);
+    for (const QkPart& part : QkParts(N)) {
+      void* part_raw = static_cast<char*>(raw) + part.row0 * row_bytes;
+      void* part_rows = static_cast<char*>(rows) + part.row0 * row_bytes;
+      RETURN_IF_ERROR(ops.CopyHeads(s, qkv, part_raw, N, heads, part.first, part.count, hs, true));
+      RETURN_IF_ERROR(ops.RmsNormForward(s, part_rows, rstd + part.row0, part_raw,
+                                         At(p, unit, part.tensor), N * part.count, hs,
+                                         config_.norm_eps));
+      RETURN_IF_ERROR(
+          ops.CopyHeads(s, qkv, part_rows, N, heads, part.first, part.count, hs, false));
+    }
+    return absl::OkStatus();
   }
 
   // Its backward, in place on dqkv_'s q and k heads (as RopeBackward: the gradient w.r.t.
@@ -458,25 +472,24 @@ class Llama : public DecoderBase {
   Status QkNormBackward(const StepContext& ctx, int stage, BlockActivations& a, void* g, int N) {
     Ops& ops = *ctx.ops;
     Stream& s = *ctx.stream;
-    const int NH = config_.heads, NKV = config_.kv_heads, hs = HeadSize(), heads = NH + 2 * NKV;
+    const int hs = HeadSize(), heads = config_.heads + 2 * config_.kv_heads;
     const void* p = ctx.params[stage];
-    const size_t bytes = DTypeBytes(dtype_);
-    const size_t k_offset = static_cast<size_t>(N) * NH * hs * bytes;
-    char* douts = static_cast<char*>(qk_rows_.data());
-    char* dinps = static_cast<char*>(qk_drows_.data());
-    const char* raw = static_cast<const char*>(a.qk_raw.data());
-    const float* rstd = a.qk_rstd.as<float>();
-    RETURN_IF_ERROR(ops.CopyHeads(s, dqkv_.data(), douts, N, heads, 0, NH, hs, true));
-    RETURN_IF_ERROR(ops.CopyHeads(s, dqkv_.data(), douts + k_offset, N, heads, NH, NKV, hs, true));
-    RETURN_IF_ERROR(
-        ctx.device->MemsetAsync(dinps, 0, static_cast<size_t>(N) * QkHeads() * hs * bytes, s));
-    RETURN_IF_ERROR(ops.RmsNormBackward(s, dinps, NormGrad(g, stage, QNormTensor()), douts, raw,
-                                        At(p, stage, QNormTensor()), rstd, N * NH, hs));
-    RETURN_IF_ERROR(ops.RmsNormBackward(
-        s, dinps + k_offset, NormGrad(g, stage, KNormTensor()), douts + k_offset, raw + k_offset,
-        At(p, stage, KNormTensor()), rstd + static_cast<size_t>(N) * NH, N * NKV, hs));
-    RETURN_IF_ERROR(ops.CopyHeads(s, dqkv_.data(), dinps, N, heads, 0, NH, hs, false));
-    return ops.CopyHeads(s, dqkv_.data(), dinps + k_offset, N, heads, NH, NKV, hs, false);
+    const size_t row_bytes = static_cast<size_t>(hs) * DTypeBytes(dtype_);
+    RETURN_IF_ERROR(ctx.device->MemsetAsync(qk_drows_.data(), 0,
+                                            static_cast<size_t>(N) * QkHeads() * row_bytes, s));
+    for (const QkPart& part : QkParts(N)) {
+      char* douts = static_cast<char*>(qk_rows_.data()) + part.row0 * row_bytes;
+      char* dinps = static_cast<char*>(qk_drows_.data()) + part.row0 * row_bytes;
+      const char* raw = static_cast<const char*>(a.qk_raw.data()) + part.row0 * row_bytes;
+      RETURN_IF_ERROR(
+          ops.CopyHeads(s, dqkv_.data(), douts, N, heads, part.first, part.count, hs, true));
+      RETURN_IF_ERROR(ops.RmsNormBackward(s, dinps, NormGrad(g, stage, part.tensor), douts, raw,
+                                          At(p, stage, part.tensor),
+                                          a.qk_rstd.as<float>() + part.row0, N * part.count, hs));
+      RETURN_IF_ERROR(
+          ops.CopyHeads(s, dqkv_.data(), dinps, N, heads, part.first, part.count, hs, false));
+    }
+    return absl::OkStatus();
   }
 
   // The qkv projection's bias (Qwen2), or null.
