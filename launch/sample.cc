@@ -16,6 +16,30 @@
 
 namespace strata {
 
+namespace {
+
+// The model `source` holds, resolved (from config.json or checkpoint.json alone).
+StatusOr<ModelOptions> SourceModel(const std::string& source,
+                                   std::optional<OpenedCheckpoint>* checkpoint) {
+  if (absl::StartsWith(source, "hf:")) {
+    ASSIGN_OR_RETURN(const ModelOptions model, ReadHfConfig(source.substr(3)));
+    return ResolveModelOptions(model);
+  }
+  ASSIGN_OR_RETURN(OpenedCheckpoint opened, OpenCheckpoint(source));
+  const ModelOptions model = opened.model;
+  checkpoint->emplace(std::move(opened));
+  return model;
+}
+
+}  // namespace
+
+StatusOr<int> PositionLimit(const std::string& source) {
+  std::optional<OpenedCheckpoint> checkpoint;
+  ASSIGN_OR_RETURN(const ModelOptions model, SourceModel(source, &checkpoint));
+  const int window = model.sliding_window;
+  return window > 0 ? std::min(window, model.max_seq_len) : model.max_seq_len;
+}
+
 Generator::~Generator() {
   if (stream_) (void)stream_->Synchronize();
 }
@@ -25,16 +49,9 @@ StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& source
   std::unique_ptr<Generator> g(new Generator());
   // The model's shape and a way to read each unit's fp32 values.
   std::optional<OpenedCheckpoint> checkpoint;
-  std::string hf_dir;
-  if (absl::StartsWith(source, "hf:")) {
-    hf_dir = source.substr(3);
-    ASSIGN_OR_RETURN(ModelOptions model, ReadHfConfig(hf_dir));
-    g->model_options_ = ResolveModelOptions(model);
-  } else {
-    ASSIGN_OR_RETURN(checkpoint, OpenCheckpoint(source));
-    RETURN_IF_ERROR(VerifyCheckpointFiles(*checkpoint, false));
-    g->model_options_ = checkpoint->model;
-  }
+  ASSIGN_OR_RETURN(g->model_options_, SourceModel(source, &checkpoint));
+  if (checkpoint) RETURN_IF_ERROR(VerifyCheckpointFiles(*checkpoint, false));
+  const std::string hf_dir = checkpoint ? "" : source.substr(3);
   if (max_len < 1 || max_len > g->model_options_.max_seq_len) {
     return absl::InvalidArgumentError(absl::StrCat(
         "sample: ", max_len, " positions (prompt + new tokens) do not fit the model's ",
@@ -146,6 +163,40 @@ StatusOr<std::vector<float>> Generator::Feed(int32_t token) {
   logits.resize(model_options_.vocab);  // the padding is no token
   ++position_;
   return logits;
+}
+
+Status Generate(Generator& generator, const std::vector<int32_t>& prompt, int count,
+                const SamplingOptions& sampling, std::mt19937_64& rng, const TokenSink& sink) {
+  if (generator.position() != 0) {
+    return absl::FailedPreconditionError("sample: Generate needs a fresh generator");
+  }
+  if (prompt.empty() || count < 1) {
+    return absl::InvalidArgumentError("sample: Generate needs a prompt and a count >= 1");
+  }
+  const int cache = generator.max_len();
+  std::vector<int32_t> sequence(prompt);  // the whole text so far, for the windows
+  StatusOr<std::vector<float>> logits;
+  for (size_t i = prompt.size() > size_t(cache) ? prompt.size() - cache : 0; i < prompt.size();
+       ++i) {
+    logits = generator.Feed(prompt[i]);
+    RETURN_IF_ERROR(logits.status());
+  }
+  for (int drawn = 0; drawn < count; ++drawn) {
+    const int32_t next = DrawToken(*logits, sampling, rng);
+    sequence.push_back(next);
+    RETURN_IF_ERROR(sink(next, *logits, generator.position()));
+    if (drawn + 1 == count) break;
+    if (generator.position() == cache) {  // full: the newest half again, `next` last
+      generator.Restart();
+      const size_t keep = std::max(1, cache / 2);
+      for (size_t i = sequence.size() - keep; i + 1 < sequence.size(); ++i) {
+        RETURN_IF_ERROR(generator.Feed(sequence[i]).status());
+      }
+    }
+    logits = generator.Feed(next);
+    RETURN_IF_ERROR(logits.status());
+  }
+  return absl::OkStatus();
 }
 
 std::string Generator::Describe() const {

@@ -1,15 +1,16 @@
 // `strata sample`: see commands.h and sample.h.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "data/tokenizer/tokenizer.h"
 #include "launch/checkpoint.h"
 #include "launch/commands.h"
 #include "launch/options_parse.h"
-#include "absl/strings/match.h"
-#include "data/tokenizer/tokenizer.h"
 #include "launch/sample.h"
 #include "launch/training_data.h"
 
@@ -44,47 +45,68 @@ Status RunSample(const SampleArgs& args) {
   ASSIGN_OR_RETURN(const std::vector<uint32_t> encoded, tokenizer->Encode(args.prompt));
   if (encoded.empty()) return absl::InvalidArgumentError("sample: the prompt gives no tokens");
   const std::vector<int32_t> prompt(encoded.begin(), encoded.end());
-  const int max_len = static_cast<int>(prompt.size()) + args.tokens;
+  // The cache: the whole text where it fits the model's positions, else those positions
+  // (the context then slides: Generate).
+  ASSIGN_OR_RETURN(const int limit, PositionLimit(args.from));
+  const int64_t wanted = static_cast<int64_t>(prompt.size()) + args.tokens;
+  const int max_len = static_cast<int>(std::min<int64_t>(wanted, limit));
   ASSIGN_OR_RETURN(auto generator, Generator::Create(args.from, options, max_len));
-  if (tokenizer->vocab_size() > generator->model_options().vocab) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sample: the tokenizer (", tokenizer->Describe(), ") has ", tokenizer->vocab_size(),
-        " ids, more than the model's vocabulary (", generator->model_options().vocab,
-        "): give the model's own with --tokenizer"));
+  // A tokenizer larger than the vocabulary is not the model's; bytes (the fallback of a
+  // model without a tokenizer file) is, where the prompt's bytes are ids of the model.
+  const int vocab = generator->model_options().vocab;
+  if (spec != "bytes" && tokenizer->vocab_size() > vocab) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sample: the tokenizer (", tokenizer->Describe(), ") has ",
+                     tokenizer->vocab_size(), " ids, more than the model's vocabulary (", vocab,
+                     "): give the model's own with --tokenizer"));
+  }
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sample: the prompt's token ", i, " is id ", prompt[i], " (",
+                       tokenizer->Describe(), "), outside the model's vocabulary of ", vocab));
+    }
   }
   std::fprintf(stderr, "sample: %s; %s\n", generator->Describe().c_str(),
                tokenizer->Describe().c_str());
+  if (wanted > limit) {
+    std::fprintf(stderr,
+                 "sample: %lld positions (prompt + new tokens) exceed the model's %d: the "
+                 "context slides (each time it is full, the newest %d tokens again from "
+                 "position 0)\n",
+                 static_cast<long long>(wanted), limit, std::max(1, max_len / 2));
+  }
   std::mt19937_64 rng(args.seed);
   const auto start = std::chrono::steady_clock::now();
-  StatusOr<std::vector<float>> logits;
-  for (int32_t id : prompt) {
-    logits = generator->Feed(id);
-    RETURN_IF_ERROR(logits.status());
-  }
-  const auto prefilled = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point prefilled;
   std::fwrite(args.prompt.data(), 1, args.prompt.size(), stdout);
   // Tokens decode to bytes; a character may span tokens, so the text printed is always the
   // decoding of everything so far, and only its new bytes are written.
   std::vector<uint32_t> generated_ids;
   size_t printed = 0;
-  for (int generated = 0; generated < args.tokens; ++generated) {
-    const int32_t next = DrawToken(*logits, sampling, rng);
-    generated_ids.push_back(static_cast<uint32_t>(next));
-    ASSIGN_OR_RETURN(const std::string text, tokenizer->Decode(generated_ids));
-    std::fwrite(text.data() + printed, 1, text.size() - printed, stdout);
-    printed = text.size();
-    std::fflush(stdout);
-    if (generated + 1 == args.tokens) break;
-    logits = generator->Feed(next);
-    RETURN_IF_ERROR(logits.status());
-  }
+  RETURN_IF_ERROR(Generate(*generator, prompt, args.tokens, sampling, rng,
+                           [&](int32_t next, const std::vector<float>&, int) -> Status {
+                             if (generated_ids.empty()) {
+                               prefilled = std::chrono::steady_clock::now();
+                             }
+                             generated_ids.push_back(static_cast<uint32_t>(next));
+                             ASSIGN_OR_RETURN(const std::string text,
+                                              tokenizer->Decode(generated_ids));
+                             std::fwrite(text.data() + printed, 1, text.size() - printed, stdout);
+                             printed = text.size();
+                             std::fflush(stdout);
+                             return absl::OkStatus();
+                           }));
   std::fputc('\n', stdout);
+  std::fflush(stdout);  // before the rate on stderr
   const auto done = std::chrono::steady_clock::now();
   const double prefill_s = std::chrono::duration<double>(prefilled - start).count();
   const double decode_s = std::chrono::duration<double>(done - prefilled).count();
+  // The first token is drawn from the prompt's logits: the rate counts the other ones.
+  const int decoded = args.tokens - 1;
   std::fprintf(stderr, "sample: prompt %zu tokens in %.1f ms, %d new tokens at %.1f tokens/s\n",
                prompt.size(), prefill_s * 1e3, args.tokens,
-               decode_s > 0 ? args.tokens / decode_s : 0.0);
+               decode_s > 0 && decoded > 0 ? decoded / decode_s : 0.0);
   return absl::OkStatus();
 }
 

@@ -112,6 +112,53 @@ TEST(SampleDraw, GreedyTopKAndSeeds) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--top_k")));
 }
 
+// Past the cache the context slides: at every draw the logits are exactly those of a
+// fresh generator fed the newest `context` tokens from position 0 (the same kernels in the
+// same order: bit for bit), the context never exceeds the cache and restarts from its
+// newest half when full; a prompt longer than the cache is continued from its newest part.
+TEST(SampleWindow, PastTheCacheTheContextSlides) {
+  const std::string from = "hf:" + HfFixture("llama-tiny");
+  constexpr int kCache = 10;  // < the model's 16, to show the cache is what slides
+  ASSERT_OK_AND_ASSIGN(const int limit, PositionLimit(from));
+  EXPECT_EQ(limit, kT);
+  for (const int prompt_length : {3, 13}) {
+    std::vector<int32_t> prompt(prompt_length);
+    for (int t = 0; t < prompt_length; ++t) prompt[t] = (t * 37 + 5) % 100;
+    ASSERT_OK_AND_ASSIGN(auto generator, Generator::Create(from, Base({}), kCache));
+    ASSERT_OK_AND_ASSIGN(auto fresh, Generator::Create(from, Base({}), kCache));
+    std::vector<int32_t> sequence = prompt, contexts;
+    std::mt19937_64 rng(3);
+    int checked = 0;
+    ASSERT_OK(Generate(*generator, prompt, 30, {0.9f, 0, 3}, rng,
+                       [&](int32_t token, const std::vector<float>& logits, int context) -> Status {
+                         contexts.push_back(context);
+                         EXPECT_GE(context, 1);
+                         EXPECT_LE(context, kCache);
+                         fresh->Restart();
+                         StatusOr<std::vector<float>> want;
+                         for (size_t i = sequence.size() - context; i < sequence.size(); ++i) {
+                           want = fresh->Feed(sequence[i]);
+                           RETURN_IF_ERROR(want.status());
+                         }
+                         EXPECT_EQ(logits, *want)
+                             << "draw " << contexts.size() << ", context " << context;
+                         ++checked;
+                         sequence.push_back(token);
+                         return absl::OkStatus();
+                       }));
+    EXPECT_EQ(checked, 30);
+    // The contexts: the prompt (its newest kCache tokens), + 1 per draw up to kCache, then
+    // kCache / 2 after each restart.
+    std::vector<int32_t> want_contexts;
+    int context = std::min(prompt_length, kCache);
+    for (int i = 0; i < 30; ++i) {
+      want_contexts.push_back(context);
+      context = context == kCache ? kCache / 2 : context + 1;
+    }
+    EXPECT_EQ(contexts, want_contexts) << "prompt of " << prompt_length;
+  }
+}
+
 TEST(SampleSetup, TooLongForTheModelIsAClearError) {
   EXPECT_THAT(Generator::Create("hf:" + HfFixture("llama-tiny"), Base({}), 17).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("do not fit")));
