@@ -15,10 +15,17 @@
 // cached primitive may run from several threads at once (oneDNN's default library-managed
 // scratchpad would tie each primitive to the thread that created it).
 //
+// bf16 where oneDNN has no bf16 GEMM (oneDNN 2.6 without AVX-512: AMD before Zen 4, most
+// client CPUs): the widened path. Blocks of weight rows are widened to fp32 (exact), run
+// through the fp32 primitives and each output rounded to bf16 once, as the bf16 primitive
+// would (same fp32 accumulation, another order). Backward keeps dinp in fp32 across the
+// blocks and rounds old + sum once.
+//
 // Errors: the header's functions return nothing, so if oneDNN cannot create or run a
-// primitive (for example, bf16 on a CPU without AVX-512) the call falls back to the reference,
-// which is correct but slow, and says so once per shape on stderr. oneDNN validates arguments
-// before it writes any output, so a failed call has not touched the destination.
+// primitive (fp32 ones too) the call falls back to the reference, which is correct but
+// slow (in the widened path, per block, on the widened values); either fallback says so
+// once per shape on stderr. oneDNN validates arguments before
+// it writes any output, so a failed call has not touched the destination.
 #include "kernels/cpu/matmul.h"
 
 #include <omp.h>
@@ -235,10 +242,18 @@ std::shared_ptr<const CachedPrimitive> CreatePrimitive(const PrimitiveKey& key,
     cached->primitive = std::make_unique<dnnl::matmul>(pd);
   } catch (const dnnl::error& e) {
     cached->primitive.reset();
-    std::fprintf(stderr,
-                 "strata::cpu matmul: oneDNN cannot create %s GEMM kind %d for N=%d C=%d OC=%d "
-                 "(%s); using the reference matmul for it\n",
-                 DTypeName(key.dtype), static_cast<int>(key.kind), key.n, key.c, key.oc, e.what());
+    // bf16 without a bf16 GEMM is this CPU's lot (said once); fp32 is a surprise (per shape).
+    static bool told_bf16 = false;  // under GetPrimitive's lock
+    if (key.dtype == DType::kF32 || !told_bf16) {
+      std::fprintf(stderr,
+                   "strata::cpu matmul: oneDNN cannot create %s GEMM kind %d for N=%d C=%d OC=%d "
+                   "(%s); using %s\n",
+                   DTypeName(key.dtype), static_cast<int>(key.kind), key.n, key.c, key.oc, e.what(),
+                   key.dtype == DType::kBF16
+                       ? "fp32 GEMMs on widened values for every bf16 matmul (no AVX-512?)"
+                       : "the reference matmul for it");
+      told_bf16 = told_bf16 || key.dtype == DType::kBF16;
+    }
   }
   return cached;
 }
@@ -315,7 +330,132 @@ void AccumulateColumnSums(T* dbias, const T* dout, int N, int OC) {
 
 bool AnyEmpty(int N, int C, int OC) { return N <= 0 || C <= 0 || OC <= 0; }
 
+// ----------------------------------------------------------------------------------------
+// The widened path (bf16 through fp32 GEMMs)
+
+// rows x cols of bf16 (row stride `stride`) into a packed fp32 [rows, cols], and back with
+// one rounding per element.
+void Widen(const bf16* source, size_t stride, int64_t rows, int64_t cols, float* dest) {
+#pragma omp parallel for schedule(static) if (rows * cols > 32768)
+  for (int64_t r = 0; r < rows; ++r) {
+    const bf16* in = source + r * stride;
+    float* out = dest + r * cols;
+    for (int64_t c = 0; c < cols; ++c) out[c] = Load(in + c);
+  }
+}
+void Round(const float* source, int64_t rows, int64_t cols, bf16* dest, size_t stride) {
+#pragma omp parallel for schedule(static) if (rows * cols > 32768)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = source + r * cols;
+    bf16* out = dest + r * stride;
+    for (int64_t c = 0; c < cols; ++c) Store(out + c, in[c]);
+  }
+}
+
+// Per-thread fp32 scratch of the widened path, grown as needed up to three blocks.
+struct WidenedScratch {
+  std::vector<float> a, b, c;
+};
+WidenedScratch& ThisThreadScratch() {
+  thread_local WidenedScratch scratch;
+  return scratch;
+}
+float* Sized(std::vector<float>& buffer, size_t elements) {
+  if (buffer.size() < elements) buffer.resize(elements);
+  return buffer.data();
+}
+
+// The widened path's blocks: `rows` weight rows (OC) and `chunk` rows of N at a time, each
+// block of fp32 about 8 MiB at most (at least 16 weight rows, 1 row of N); a `tiling` > 0
+// overrides (tests).
+struct Tiling {
+  int64_t rows, chunk;
+};
+Tiling Tile(int N, int C, int OC, WidenedTiling tiling) {
+  constexpr int64_t kBlockFloats = (int64_t{8} << 20) / 4;
+  Tiling t;
+  t.rows = tiling.weight_rows > 0 ? tiling.weight_rows
+                                  : std::max<int64_t>(16, kBlockFloats / std::max(C, 1));
+  t.rows = std::min<int64_t>(t.rows, OC);
+  t.chunk = tiling.input_rows > 0
+                ? tiling.input_rows
+                : std::max<int64_t>(1, kBlockFloats / std::max<int64_t>(C, t.rows));
+  t.chunk = std::min<int64_t>(t.chunk, N);
+  return t;
+}
+
 }  // namespace
+
+void MatmulForwardWidened(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias, int N,
+                          int C, int OC, WidenedTiling tiling) {
+  if (AnyEmpty(N, C, OC)) return ForwardReference(out, inp, weight, bias, N, C, OC);
+  WidenedScratch& scratch = ThisThreadScratch();
+  const Tiling t = Tile(N, C, OC, tiling);
+  float* weight32 = Sized(scratch.a, size_t(t.rows) * C + (bias != nullptr ? t.rows : 0));
+  float* bias32 = bias != nullptr ? weight32 + size_t(t.rows) * C : nullptr;
+  float* inp32 = Sized(scratch.b, size_t(t.chunk) * C);
+  float* out32 = Sized(scratch.c, size_t(t.chunk) * t.rows);
+  const GemmKind kind = bias != nullptr ? GemmKind::kForwardBias : GemmKind::kForward;
+  for (int64_t o = 0; o < OC; o += t.rows) {
+    const int width = static_cast<int>(std::min<int64_t>(t.rows, OC - o));
+    Widen(weight + o * C, C, width, C, weight32);
+    if (bias != nullptr) Widen(bias + o, width, 1, width, bias32);
+    for (int64_t n = 0; n < N; n += t.chunk) {
+      const int count = static_cast<int>(std::min<int64_t>(t.chunk, N - n));
+      Widen(inp + n * C, C, count, C, inp32);
+      if (!RunGemm<float>(kind, count, C, width, inp32, weight32, bias32, out32)) {
+        ForwardReference(out32, inp32, weight32, bias32, count, C, width);
+      }
+      Round(out32, count, width, out + n * OC + o, OC);
+    }
+  }
+}
+
+void MatmulBackwardWidened(bf16* dinp, bf16* dweight, const bf16* dout, const bf16* inp,
+                           const bf16* weight, int N, int C, int OC, WidenedTiling tiling) {
+  if (AnyEmpty(N, C, OC)) {
+    return BackwardReference<bf16>(dinp, dweight, nullptr, dout, inp, weight, N, C, OC);
+  }
+  WidenedScratch& scratch = ThisThreadScratch();
+  const Tiling t = Tile(N, C, OC, tiling);
+  float* rows32 = Sized(scratch.a, size_t(t.rows) * C);    // dweight or weight rows
+  float* chunk32 = Sized(scratch.b, size_t(t.chunk) * C);  // inp or dinp rows
+  float* dout32 = Sized(scratch.c, size_t(t.chunk) * t.rows);
+  // dweight[o block] += dout[:, o block]^T * inp, the sum over N chunks in fp32.
+  if (dweight != nullptr) {
+    for (int64_t o = 0; o < OC; o += t.rows) {
+      const int width = static_cast<int>(std::min<int64_t>(t.rows, OC - o));
+      Widen(dweight + o * C, C, width, C, rows32);
+      for (int64_t n = 0; n < N; n += t.chunk) {
+        const int count = static_cast<int>(std::min<int64_t>(t.chunk, N - n));
+        Widen(dout + n * OC + o, OC, count, width, dout32);
+        Widen(inp + n * C, C, count, C, chunk32);
+        if (!RunGemm<float>(GemmKind::kBackwardWeight, count, C, width, dout32, chunk32, nullptr,
+                            rows32)) {
+          BackwardWeightReference(rows32, dout32, chunk32, count, C, width);
+        }
+      }
+      Round(rows32, width, C, dweight + o * C, C);
+    }
+  }
+  // dinp[n chunk] += dout[n chunk, :] * weight, the sum over OC blocks in fp32.
+  if (dinp != nullptr) {
+    for (int64_t n = 0; n < N; n += t.chunk) {
+      const int count = static_cast<int>(std::min<int64_t>(t.chunk, N - n));
+      Widen(dinp + n * C, C, count, C, chunk32);
+      for (int64_t o = 0; o < OC; o += t.rows) {
+        const int width = static_cast<int>(std::min<int64_t>(t.rows, OC - o));
+        Widen(dout + n * OC + o, OC, count, width, dout32);
+        Widen(weight + o * C, C, width, C, rows32);
+        if (!RunGemm<float>(GemmKind::kBackwardInput, count, C, width, dout32, rows32, nullptr,
+                            chunk32)) {
+          BackwardInputReference(chunk32, dout32, rows32, count, C, width);
+        }
+      }
+      Round(chunk32, count, C, dinp + n * C, C);
+    }
+  }
+}
 
 template <typename T>
 void MatmulForwardReference(T* out, const T* inp, const T* weight, const T* bias, int N, int C,
@@ -334,7 +474,10 @@ void MatmulForward(T* out, const T* inp, const T* weight, const T* bias, int N, 
   // Empty shapes (C = 0 still means out = bias) are left to the reference.
   if (AnyEmpty(N, C, OC)) return ForwardReference(out, inp, weight, bias, N, C, OC);
   const GemmKind kind = bias != nullptr ? GemmKind::kForwardBias : GemmKind::kForward;
-  if (!RunGemm<T>(kind, N, C, OC, inp, weight, bias, out)) {
+  if (RunGemm<T>(kind, N, C, OC, inp, weight, bias, out)) return;
+  if constexpr (std::is_same_v<T, bf16>) {
+    MatmulForwardWidened(out, inp, weight, bias, N, C, OC);
+  } else {
     ForwardReference(out, inp, weight, bias, N, C, OC);
   }
 }
@@ -346,6 +489,20 @@ void MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, 
     return BackwardReference(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
   if (dbias != nullptr) AccumulateColumnSums(dbias, dout, N, OC);
+  if constexpr (std::is_same_v<T, bf16>) {
+    // Where oneDNN has no bf16 GEMM (the primitive of a kind is created or refused once
+    // per shape), both GEMMs through fp32.
+    const PrimitiveKey key{dinp != nullptr ? GemmKind::kBackwardInput : GemmKind::kBackwardWeight,
+                           DType::kBF16,
+                           N,
+                           C,
+                           OC,
+                           omp_get_max_threads()};
+    if ((dweight != nullptr || dinp != nullptr) &&
+        !GetPrimitive(key, memory::data_type::bf16)->primitive) {
+      return MatmulBackwardWidened(dinp, dweight, dout, inp, weight, N, C, OC);
+    }
+  }
   if (dweight != nullptr &&
       !RunGemm<T>(GemmKind::kBackwardWeight, N, C, OC, dout, inp, nullptr, dweight)) {
     BackwardWeightReference(dweight, dout, inp, N, C, OC);

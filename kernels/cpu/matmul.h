@@ -20,6 +20,20 @@ template <typename T>
 void MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                     const T* weight, int N, int C, int OC);
 
+// bf16 through fp32 GEMMs, what the two above run where oneDNN has no bf16 GEMM (oneDNN
+// 2.6 without AVX-512): blocks of weight rows and of input rows widened to fp32 (exact),
+// the fp32 GEMM, each output rounded to bf16 once (backward: old + the fp32 sum over every
+// block). dinp and dweight (each skipped if null) accumulate; no dbias. Scratch: three
+// blocks of about 8 MiB per calling thread. `tiling` (0: automatic) sets the blocks (tests).
+struct WidenedTiling {
+  int weight_rows = 0;  // rows of the weight (OC) per block
+  int input_rows = 0;   // rows of the input (N) per block
+};
+void MatmulForwardWidened(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias, int N,
+                          int C, int OC, WidenedTiling tiling = {});
+void MatmulBackwardWidened(bf16* dinp, bf16* dweight, const bf16* dout, const bf16* inp,
+                           const bf16* weight, int N, int C, int OC, WidenedTiling tiling = {});
+
 template <typename T>
 void MatmulForwardReference(T* out, const T* inp, const T* weight, const T* bias, int N, int C,
                             int OC);
