@@ -82,6 +82,12 @@ Status RunBenchTrain(const CommandArgs& args) {
               fp32_fraction >= 0.60 ? "met" : "NOT met");
   std::printf("goal bf16 >= 1.6x fp32 tokens/s: %.2fx -> %s\n", bf16_speedup,
               bf16_speedup >= 1.6 ? "met" : "NOT met");
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  if (bf16_speedup < 1.6 && !avx512) {
+    std::printf("  why: this CPU has no AVX-512, so oneDNN 2.6 has no bf16 GEMM and bf16 runs fp32 "
+                "GEMMs on widened values (kernels/cpu/matmul.h): it cannot beat fp32 here\n");
+  }
   return absl::OkStatus();
 }
 
