@@ -364,7 +364,8 @@ StatusOr<std::string> BaseHash(Engine& engine, const Model& model) {
 }
 
 StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,
-                                     int next_step, bool write, const LoraBase* base) {
+                                     int next_step, bool write, const LoraBase* base,
+                                     const std::string& tokenizer) {
   namespace fs = std::filesystem;
   const fs::path dir = options.train.checkpoint_dir;
   const fs::path final_dir = dir / absl::StrCat("step-", next_step);
@@ -397,6 +398,7 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
                          {"next_step", next_step},
                          {"model", ModelJson(options.model)},
                          {"units", nlohmann::json::array()}};
+  if (!tokenizer.empty()) meta["tokenizer"] = tokenizer;
   if (options.lora.rank > 0) {
     if (base == nullptr) return absl::InternalError("checkpoint: a LoRA run without its base");
     meta["lora"] = {{"rank", options.lora.rank},
@@ -561,6 +563,7 @@ StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
     model.qk_norm = key("qk_norm").get<bool>();
     model.sliding_window = key("sliding_window").get<int>();
     opened.next_step = meta.at("next_step").get<int>();
+    if (meta.contains("tokenizer")) opened.tokenizer = meta.at("tokenizer").get<std::string>();
     if (meta.contains("lora")) {
       const nlohmann::json& lora = meta.at("lora");
       opened.lora.rank = lora.at("rank").get<int>();

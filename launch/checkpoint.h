@@ -12,7 +12,8 @@
 // (keys a checkpoint of an older strata lacks take the value a GPT of its shape had;
 // version 4 added rope_scaling, qkv_bias and sliding_window, version 5 head_dim and qk_norm, so
 // that an older strata refuses such a model), "units":
-// [{"name", "elements", "file", "xxh3"}], "checksum"}, where "checksum" is the XXH3 (hex)
+// [{"name", "elements", "file", "xxh3"}], optionally "tokenizer" (the spec the run's text
+// went through: an older strata ignores it), "checksum"}, where "checksum" is the XXH3 (hex)
 // of the compact JSON of every other field (keys sorted): a corrupt checkpoint.json is
 // kDataLoss, never a misread. Version 1 (no checksum) still loads; others are refused
 // naming the version. The params are not stored: they are the master
@@ -68,8 +69,10 @@ class BaseHasher {
 // Writes the state before step `next_step` to <options.train.checkpoint_dir>/step-<k>
 // (rank 0 writes when `write`, showing progress: core/progress.h); returns that path.
 // Only trainable units are written; a LoRA run (`base` given) records its base.
+// `tokenizer` (TrainingTokenizer; "" none) is recorded for sample and export.
 StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,
-                                     int next_step, bool write, const LoraBase* base = nullptr);
+                                     int next_step, bool write, const LoraBase* base = nullptr,
+                                     const std::string& tokenizer = "");
 
 // The newest complete step-<k> directory under `dir`, or "".
 std::string LatestCheckpoint(const std::string& dir);
@@ -101,6 +104,10 @@ struct OpenedCheckpoint {
   // comma-separated), and its base.
   LoraOptions lora;
   LoraBase base;
+  // The tokenizer the run's text went through (a spec as data.tokenizer takes it, paths
+  // absolute), or "" where not known (token-file data, or a checkpoint written before
+  // strata recorded it).
+  std::string tokenizer;
 };
 StatusOr<OpenedCheckpoint> OpenCheckpoint(const std::string& path);
 // Every unit file's size and XXH3 against checkpoint.json (streamed, one unit in memory).

@@ -1,11 +1,13 @@
 // See export_weights.h.
 #include "launch/export_weights.h"
 
-
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -32,6 +34,46 @@ namespace {
 // Writes `text` to `path` whole or not at all.
 Status WriteTextFile(const std::string& path, const std::string& text) {
   return Annotate(WriteFileAtomically(path, text), "export");
+}
+
+// The files of a checkpoint's recorded tokenizer `spec`, as (source path, name in an
+// exported Hugging Face directory): a directory's tokenizer files, a tokenizer.json, a
+// SentencePiece model; none for bytes and gpt2 (files strata's hf: import does not read).
+std::vector<std::pair<std::string, std::string>> TokenizerFiles(const std::string& spec) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<std::string, std::string>> files;
+  if (absl::StartsWith(spec, "hf:")) {
+    const fs::path path = spec.substr(3);
+    if (!fs::is_directory(path)) return {{path.string(), "tokenizer.json"}};
+    for (const char* name : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json",
+                             "special_tokens_map.json"}) {
+      if (fs::exists(path / name)) files.emplace_back((path / name).string(), name);
+    }
+  } else if (absl::StartsWith(spec, "sentencepiece:")) {
+    files.emplace_back(spec.substr(std::strlen("sentencepiece:")), "tokenizer.model");
+  }
+  return files;
+}
+
+// Copies the checkpoint's tokenizer files into the exported directory `dir`, each whole or
+// not at all; returns what the export's line adds. A tokenizer no longer where training
+// found it is said, not an error: the weights are written.
+StatusOr<std::string> CopyTokenizer(const OpenedCheckpoint& checkpoint, const std::string& dir) {
+  const std::vector<std::pair<std::string, std::string>> files =
+      TokenizerFiles(checkpoint.tokenizer);
+  if (files.empty()) return std::string();
+  std::vector<std::string> names;
+  for (const auto& [source, name] : files) {
+    std::ifstream in(source, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!std::filesystem::is_regular_file(source) || in.bad() || !in.is_open()) {
+      return absl::StrCat("; the tokenizer the checkpoint was trained with (", checkpoint.tokenizer,
+                          ") is not readable at ", source, ": not copied");
+    }
+    RETURN_IF_ERROR(WriteTextFile(dir + "/" + name, bytes));
+    names.push_back(name);
+  }
+  return absl::StrCat("; its tokenizer (", checkpoint.tokenizer, "): ", absl::StrJoin(names, ", "));
 }
 
 Status CreateDirectory(const std::string& dir) {
@@ -495,9 +537,13 @@ StatusOr<std::string> ExportWeights(const ExportRequest& request) {
   }
   RETURN_IF_ERROR(VerifyCheckpointFiles(checkpoint, request.show_progress));
   if (peft) return ExportPeft(checkpoint, request.to.substr(5), request);
-  if (request.merge_lora) return ExportMerged(checkpoint, request.to.substr(3), request);
-  if (hf) return ExportHf(checkpoint, request.to.substr(3), request);
-  return ExportLlmc(checkpoint, request.to.substr(5));
+  if (llmc) return ExportLlmc(checkpoint, request.to.substr(5));
+  const std::string dir = request.to.substr(3);
+  ASSIGN_OR_RETURN(const std::string written, request.merge_lora
+                                                  ? ExportMerged(checkpoint, dir, request)
+                                                  : ExportHf(checkpoint, dir, request));
+  ASSIGN_OR_RETURN(const std::string tokenizer, CopyTokenizer(checkpoint, dir));
+  return written + tokenizer;
 }
 
 }  // namespace strata

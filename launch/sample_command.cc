@@ -27,21 +27,29 @@ Status RunSample(const SampleArgs& args) {
     return absl::InvalidArgumentError("sample: --prompt is empty: give the text to continue");
   }
   ASSIGN_OR_RETURN(const Options options, ParseOptions(args.config_path, args.sets));
-  // The tokenizer: --tokenizer, else a Hugging Face directory's own, else bytes.
-  std::string spec = args.tokenizer;
+  // The tokenizer: --tokenizer, else the one the checkpoint's training used, else a Hugging
+  // Face directory's own (a LoRA checkpoint's base's), else bytes.
+  std::string spec = args.tokenizer, recorded;
   if (spec.empty()) {
     Options with_source = options;
     with_source.model.from = absl::StartsWith(args.from, "hf:") ? args.from : "";
-    // A LoRA checkpoint's text is its base's: a Hugging Face base's tokenizer.
     if (with_source.model.from.empty()) {
       StatusOr<OpenedCheckpoint> checkpoint = OpenCheckpoint(args.from);
-      if (checkpoint.ok() && checkpoint->lora.rank > 0) {
-        with_source.model.from = checkpoint->base.from;
+      if (checkpoint.ok()) {
+        recorded = checkpoint->tokenizer;
+        if (checkpoint->lora.rank > 0) with_source.model.from = checkpoint->base.from;
       }
     }
-    spec = ResolvedTokenizerSpec(with_source);
+    spec = recorded.empty() ? ResolvedTokenizerSpec(with_source) : recorded;
   }
-  ASSIGN_OR_RETURN(const std::unique_ptr<Tokenizer> tokenizer, OpenTokenizer(spec));
+  StatusOr<std::unique_ptr<Tokenizer>> opened = OpenTokenizer(spec);
+  if (!opened.ok() && !recorded.empty()) {
+    return Status(opened.status().code(),
+                  absl::StrCat("sample: the tokenizer the checkpoint was trained with (", recorded,
+                               "): ", opened.status().message(), "; give one with --tokenizer"));
+  }
+  RETURN_IF_ERROR(opened.status());
+  const std::unique_ptr<Tokenizer> tokenizer = std::move(*opened);
   ASSIGN_OR_RETURN(const std::vector<uint32_t> encoded, tokenizer->Encode(args.prompt));
   if (encoded.empty()) return absl::InvalidArgumentError("sample: the prompt gives no tokens");
   const std::vector<int32_t> prompt(encoded.begin(), encoded.end());

@@ -233,7 +233,7 @@ StatusOr<StepReport> TrainingSession::Step(int step) {
 StatusOr<std::string> TrainingSession::Checkpoint(int next_step) {
   StatusOr<std::string> path =
       SaveCheckpoint(*engine_, *model_, options_, next_step, communicator_->rank() == 0,
-                     lora_base_ ? &*lora_base_ : nullptr);
+                     lora_base_ ? &*lora_base_ : nullptr, TrainingTokenizer(options_));
   if (!path.ok()) return AbortOnError(path.status());
   return path;
 }

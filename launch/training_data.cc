@@ -39,6 +39,21 @@ std::string ResolvedTokenizerSpec(const Options& options) {
   return "bytes";
 }
 
+std::string TrainingTokenizer(const Options& options) {
+  const std::string spec = ResolvedTokenizerSpec(options);
+  const std::string& path = options.data.path;
+  if (spec == "bytes" && !path.empty() && IsTokenFile(path)) return "";
+  for (const char* scheme : {"hf:", "sentencepiece:"}) {
+    if (absl::StartsWith(spec, scheme)) {
+      std::error_code error;
+      const std::filesystem::path absolute =
+          std::filesystem::absolute(spec.substr(std::strlen(scheme)), error);
+      return error ? spec : absl::StrCat(scheme, absolute.lexically_normal().string());
+    }
+  }
+  return spec;
+}
+
 StatusOr<TokenDataset> LoadTrainingTokens(const Options& options, std::string* description) {
   const std::string spec = ResolvedTokenizerSpec(options);
   const DataOptions& data = options.data;

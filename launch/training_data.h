@@ -23,6 +23,11 @@ namespace strata {
 // "sentencepiece:FILE", "hf:PATH".
 std::string ResolvedTokenizerSpec(const Options& options);
 
+// The tokenizer the run's tokens are in, for its checkpoints to remember (sample and export
+// use it): ResolvedTokenizerSpec with a file or directory made absolute, or "" where it is
+// not known (a token file, and no tokenizer of the model's own or data.tokenizer).
+std::string TrainingTokenizer(const Options& options);
+
 // The tokens of the run; `description` (may be null) gets one line for the log saying
 // which tokenizer and which cache file were used.
 StatusOr<TokenDataset> LoadTrainingTokens(const Options& options, std::string* description);

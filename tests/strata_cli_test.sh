@@ -3,7 +3,8 @@
 # with the documented keys and prints progress lines; bad configuration is rejected before
 # any work with every problem listed at once and exit status 1.
 set -uo pipefail
-strata="$1"
+strata="$(realpath "$1")"  # absolute: one run below works in a directory of its own
+spm_model="$2"  # a SentencePiece model of 512 pieces (data/tokenizer/testdata)
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 fail() { echo "FAIL: $*"; exit 1; }
 
@@ -59,6 +60,44 @@ cmp -s "$tmp/sample1.txt" "$tmp/sample2.txt" || fail "greedy samples differ"
 grep -q "new tokens at .* tokens/s" "$tmp/sample-err.txt" || fail "sample printed no rate"
 "$strata" export --from "$tmp/llama-ck" --to "llmc:$tmp/x.bin" > "$tmp/llmc.txt" 2>&1
 [ $? -eq 1 ] && grep -q "GPT-2 only" "$tmp/llmc.txt" || fail "llama to llm.c not refused"
+
+# A checkpoint remembers its tokenizer (here a SentencePiece model, given by a relative
+# path): sample uses it without --tokenizer, export copies it into the Hugging Face
+# directory as tokenizer.model, and the directory samples the same greedy text.
+mkdir -p "$tmp/spm-run" && cp "$spm_model" "$tmp/spm-run/pieces.model"
+(cd "$tmp/spm-run" && "$strata" train --set model.preset=llama-tiny --set model.vocab=512 \
+  --set data.tokenizer=sentencepiece:pieces.model --set data.cache_dir=cache \
+  --set train.steps=2 --set train.seq_len=16 --set train.checkpoint_dir=ck \
+  --set train.checkpoint_every=2 > out.txt 2>&1) ||
+  { cat "$tmp/spm-run/out.txt"; fail "training with a SentencePiece tokenizer failed"; }
+grep -q "\"tokenizer\": *\"sentencepiece:$tmp/spm-run/pieces.model\"" \
+  "$tmp/spm-run/ck/step-2/checkpoint.json" || fail "the checkpoint does not name its tokenizer"
+"$strata" export --from "$tmp/spm-run/ck" --to "hf:$tmp/spm-hf" > "$tmp/spm-export.txt" 2>&1 ||
+  { cat "$tmp/spm-export.txt"; fail "export with a tokenizer failed"; }
+grep -q "its tokenizer (sentencepiece:.*): tokenizer.model" "$tmp/spm-export.txt" ||
+  { cat "$tmp/spm-export.txt"; fail "export did not say it copied the tokenizer"; }
+cmp -s "$spm_model" "$tmp/spm-hf/tokenizer.model" || fail "the exported tokenizer.model differs"
+for from in "$tmp/spm-run/ck" "hf:$tmp/spm-hf"; do
+  "$strata" sample --from "$from" --prompt "Anne Elliot" --tokens 12 --temperature 0 \
+    > "$tmp/spm-sample.txt" 2> "$tmp/spm-sample-err.txt" ||
+    { cat "$tmp/spm-sample-err.txt"; fail "sample from $from failed"; }
+  grep -q "SentencePiece" "$tmp/spm-sample-err.txt" ||
+    { cat "$tmp/spm-sample-err.txt"; fail "sample from $from did not use the tokenizer"; }
+  cat "$tmp/spm-sample.txt" >> "$tmp/spm-samples.txt"
+done
+[ "$(sed -n 1p "$tmp/spm-samples.txt")" = "$(sed -n 2p "$tmp/spm-samples.txt")" ] &&
+  [ "$(head -c 11 "$tmp/spm-samples.txt")" = "Anne Elliot" ] ||
+  { cat "$tmp/spm-samples.txt"; fail "the checkpoint and its export sample differently"; }
+# Moved away, the tokenizer is named: export writes the weights and says so; sample asks
+# for --tokenizer.
+mv "$tmp/spm-run/pieces.model" "$tmp/spm-run/moved.model"
+"$strata" export --from "$tmp/spm-run/ck" --to "hf:$tmp/spm-hf2" > "$tmp/spm-export2.txt" 2>&1 &&
+  grep -q "pieces.model: not copied" "$tmp/spm-export2.txt" && [ -f "$tmp/spm-hf2/config.json" ] ||
+  { cat "$tmp/spm-export2.txt"; fail "export without its tokenizer file not said"; }
+"$strata" sample --from "$tmp/spm-run/ck" --prompt "Anne" --tokens 2 > /dev/null \
+  2> "$tmp/spm-sample-err.txt"
+[ $? -eq 1 ] && grep -q "trained with (sentencepiece:.*pieces.model).*--tokenizer" \
+  "$tmp/spm-sample-err.txt" || { cat "$tmp/spm-sample-err.txt"; fail "a moved tokenizer not named"; }
 
 # Real tokenizers: GPT-2's BPE tokenizes the corpus once into the cache, a second run loads
 # the cached file; strata tokenize writes a token file that trains as it is.

@@ -34,6 +34,30 @@ TEST(TrainingData, TokenizerSpecResolution) {
   EXPECT_EQ(ResolvedTokenizerSpec(options), "bytes");
 }
 
+// What a checkpoint records: the spec, paths made absolute; nothing for a token file
+// without a tokenizer (its ids are of an unknown one), the spec where one is named.
+TEST(TrainingData, TrainingTokenizerForCheckpoints) {
+  Options options;
+  EXPECT_EQ(TrainingTokenizer(options), "bytes");  // the embedded corpus, as bytes
+  options.data.tokenizer = "gpt2";
+  EXPECT_EQ(TrainingTokenizer(options), "gpt2");
+  const std::string dir = TestDir("training-tokenizer");
+  const std::string cwd = std::filesystem::current_path().string();
+  std::filesystem::current_path(dir);
+  options.data.tokenizer = "sentencepiece:sub/../pieces.model";
+  EXPECT_EQ(TrainingTokenizer(options), "sentencepiece:" + dir + "/pieces.model");
+  options.data.tokenizer = "hf:tok";
+  EXPECT_EQ(TrainingTokenizer(options), "hf:" + dir + "/tok");
+  std::filesystem::current_path(cwd);
+  const std::string tokens = dir + "/ids.tokens";
+  ASSERT_OK(WriteTokenFile(tokens, {1, 2, 3}, 256));
+  options.data = DataOptions{};
+  options.data.path = tokens;
+  EXPECT_EQ(TrainingTokenizer(options), "");  // a token file: its tokenizer is not known
+  options.data.tokenizer = "gpt2";
+  EXPECT_EQ(TrainingTokenizer(options), "gpt2");  // named by the user
+}
+
 TEST(TrainingData, TokenFilesAreUsedAsTheyAre) {
   const std::string path = TestDir("training-data") + "/ids.tokens";
   const std::vector<uint32_t> ids = {5, 70000, 3, 128000, 9, 1, 2, 3};
