@@ -24,7 +24,9 @@ void MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
 // 2.6 without AVX-512): blocks of weight rows and of input rows widened to fp32 (exact),
 // the fp32 GEMM, each output rounded to bf16 once (backward: old + the fp32 sum over every
 // block). dinp and dweight (each skipped if null) accumulate; no dbias. Scratch: three
-// blocks of about 8 MiB per calling thread. `tiling` (0: automatic) sets the blocks (tests).
+// blocks of about 8 MiB per calling thread. `tiling` (0: automatic) sets the blocks (tests);
+// with the automatic one, a forward of up to 4 rows (decoding) is dot products of the
+// widened rows with the bf16 weights instead (the weights read once, as they are).
 struct WidenedTiling {
   int weight_rows = 0;  // rows of the weight (OC) per block
   int input_rows = 0;   // rows of the input (N) per block
