@@ -119,13 +119,14 @@ int main(int argc, char** argv) {
                                                  "or hf:DIR")
       ->required();
   sample->add_option("--prompt", sample_args.prompt, "the text to continue")->required();
-  sample->add_option("--tokens", sample_args.tokens, "new tokens (default 64)");
+  sample->add_option("--tokens", sample_args.tokens,
+                     "new tokens (default 64); past the model's positions the context slides");
   sample->add_option("--temperature", sample_args.temperature, "0 = greedy (default 1)");
   sample->add_option("--top_k", sample_args.top_k, "draw from the k most likely; 0 = all");
   sample->add_option("--seed", sample_args.seed, "the draw's seed (default 1)");
   sample->add_option("--tokenizer", sample_args.tokenizer,
-                     "bytes | gpt2 | sentencepiece:FILE | hf:PATH; default: hf:DIR's own, "
-                     "else bytes");
+                     "bytes | gpt2 | sentencepiece:FILE | hf:PATH; default: the one the "
+                     "checkpoint was trained with, else hf:DIR's own, else bytes");
   sample->add_option("--config", sample_args.config_path, "JSON config: device.*, train.dtype");
   sample->add_option("--set", sample_args.sets, "device.backend=cuda, train.dtype=bf16, ...");
 
