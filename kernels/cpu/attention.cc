@@ -12,6 +12,7 @@
 #include "kernels/cpu/attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -34,44 +35,50 @@ constexpr int kMicroRows = 4;
 
 inline int RoundUp(int value, int multiple) { return (value + multiple - 1) / multiple * multiple; }
 
-// 16 floats: one AVX-512 register, two AVX2 or four SSE registers (GCC lowers the vector
-// type to whatever the clone's ISA has). aligned(4): loads and stores need not be aligned.
-// Values of this type only pass between always_inline functions of this file, so GCC's
-// warning that their calling convention differs without AVX-512 does not apply.
+// 16 floats: one AVX-512 register; 8 floats: one AVX2 register (two SSE ones). The
+// micro-kernel runs on 16-float vectors where the CPU has AVX-512 and on 8-float ones
+// elsewhere: GCC lowers a 16-float vector on AVX2 through the stack (every accumulator
+// spilled on every k). aligned(4): loads and stores need not be aligned. Values of these
+// types only pass between always_inline functions of this file, so GCC's warning that their
+// calling convention differs without AVX-512 does not apply.
 #pragma GCC diagnostic ignored "-Wpsabi"
 typedef float Floats16 __attribute__((vector_size(64), aligned(4)));
+typedef float Floats8 __attribute__((vector_size(32), aligned(4)));
 
-inline __attribute__((always_inline)) Floats16 LoadFloats16(const float* p) {
-  Floats16 v;
+template <typename V>
+inline __attribute__((always_inline)) V LoadFloats(const float* p) {
+  V v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
 
-inline __attribute__((always_inline)) void StoreFloats16(float* p, const Floats16& v) {
+template <typename V>
+inline __attribute__((always_inline)) void StoreFloats(float* p, const V& v) {
   std::memcpy(p, &v, sizeof(v));
 }
 
-// For r < R and m < M (M a multiple of kPad):
+// For r < R and m < M (M a multiple of kPad), on vectors V of L floats:
 //   out[r * out_stride + m] (+)= sum_{k < K} a[r * a_row_stride + k * a_k_stride] *
 //                                          matrix[k * stride + m]
 // i.e. R rows of a (either layout) times a row-major K x M matrix; += with kAccumulate.
-template <int R, bool kAccumulate>
+template <typename V, int R, bool kAccumulate>
 inline __attribute__((always_inline)) void RowsTimesMatrixFixed(float* out, size_t out_stride,
                                                                 const float* a, size_t a_row_stride,
                                                                 size_t a_k_stride, int K,
                                                                 const float* matrix, size_t stride,
                                                                 int M) {
+  constexpr int L = sizeof(V) / sizeof(float);
   int m = 0;
-  for (; m + 2 * kPad <= M; m += 2 * kPad) {
-    Floats16 acc[R][2];
+  for (; m + 2 * L <= M; m += 2 * L) {
+    V acc[R][2];
     for (int r = 0; r < R; ++r) {
-      acc[r][0] = kAccumulate ? LoadFloats16(out + r * out_stride + m) : Floats16{};
-      acc[r][1] = kAccumulate ? LoadFloats16(out + r * out_stride + m + kPad) : Floats16{};
+      acc[r][0] = kAccumulate ? LoadFloats<V>(out + r * out_stride + m) : V{};
+      acc[r][1] = kAccumulate ? LoadFloats<V>(out + r * out_stride + m + L) : V{};
     }
     const float* row = matrix + m;
     const float* a_k = a;
     for (int k = 0; k < K; ++k, row += stride, a_k += a_k_stride) {
-      const Floats16 b0 = LoadFloats16(row), b1 = LoadFloats16(row + kPad);
+      const V b0 = LoadFloats<V>(row), b1 = LoadFloats<V>(row + L);
       for (int r = 0; r < R; ++r) {
         const float a_rk = a_k[r * a_row_stride];
         acc[r][0] += a_rk * b0;
@@ -79,55 +86,77 @@ inline __attribute__((always_inline)) void RowsTimesMatrixFixed(float* out, size
       }
     }
     for (int r = 0; r < R; ++r) {
-      StoreFloats16(out + r * out_stride + m, acc[r][0]);
-      StoreFloats16(out + r * out_stride + m + kPad, acc[r][1]);
+      StoreFloats<V>(out + r * out_stride + m, acc[r][0]);
+      StoreFloats<V>(out + r * out_stride + m + L, acc[r][1]);
     }
   }
-  if (m < M) {  // one vector left
-    Floats16 acc[R];
+  for (; m < M; m += L) {  // one vector left (M is a multiple of kPad, so of L)
+    V acc[R];
     for (int r = 0; r < R; ++r) {
-      acc[r] = kAccumulate ? LoadFloats16(out + r * out_stride + m) : Floats16{};
+      acc[r] = kAccumulate ? LoadFloats<V>(out + r * out_stride + m) : V{};
     }
     const float* row = matrix + m;
     const float* a_k = a;
     for (int k = 0; k < K; ++k, row += stride, a_k += a_k_stride) {
-      const Floats16 b0 = LoadFloats16(row);
+      const V b0 = LoadFloats<V>(row);
       for (int r = 0; r < R; ++r) acc[r] += a_k[r * a_row_stride] * b0;
     }
-    for (int r = 0; r < R; ++r) StoreFloats16(out + r * out_stride + m, acc[r]);
+    for (int r = 0; r < R; ++r) StoreFloats<V>(out + r * out_stride + m, acc[r]);
   }
 }
 
 // RowsTimesMatrixFixed for any number of rows.
+template <typename V, bool kAccumulate>
+inline __attribute__((always_inline)) void RowsTimesMatrixOn(float* out, size_t out_stride,
+                                                             const float* a, size_t a_row_stride,
+                                                             size_t a_k_stride, int rows, int K,
+                                                             const float* matrix, size_t stride,
+                                                             int M) {
+  int r = 0;
+  for (; r + kMicroRows <= rows; r += kMicroRows) {
+    RowsTimesMatrixFixed<V, kMicroRows, kAccumulate>(out + r * out_stride, out_stride,
+                                                     a + r * a_row_stride, a_row_stride, a_k_stride,
+                                                     K, matrix, stride, M);
+  }
+  float* out_r = out + r * out_stride;
+  const float* a_r = a + r * a_row_stride;
+  switch (rows - r) {
+    case 3:
+      RowsTimesMatrixFixed<V, 3, kAccumulate>(out_r, out_stride, a_r, a_row_stride, a_k_stride, K,
+                                              matrix, stride, M);
+      break;
+    case 2:
+      RowsTimesMatrixFixed<V, 2, kAccumulate>(out_r, out_stride, a_r, a_row_stride, a_k_stride, K,
+                                              matrix, stride, M);
+      break;
+    case 1:
+      RowsTimesMatrixFixed<V, 1, kAccumulate>(out_r, out_stride, a_r, a_row_stride, a_k_stride, K,
+                                              matrix, stride, M);
+      break;
+    default:
+      break;
+  }
+}
+
+// SetAttentionVectorFloatsForTesting's choice (0: the CPU's).
+std::atomic<int> forced_vector_floats{0};
+
+// RowsTimesMatrixOn with the vectors this CPU holds in registers (see Floats8). Every
+// output is the same sum in the same order either way.
 template <bool kAccumulate>
 inline __attribute__((always_inline)) void RowsTimesMatrix(float* out, size_t out_stride,
                                                            const float* a, size_t a_row_stride,
                                                            size_t a_k_stride, int rows, int K,
                                                            const float* matrix, size_t stride,
                                                            int M) {
-  int r = 0;
-  for (; r + kMicroRows <= rows; r += kMicroRows) {
-    RowsTimesMatrixFixed<kMicroRows, kAccumulate>(out + r * out_stride, out_stride,
-                                                  a + r * a_row_stride, a_row_stride, a_k_stride, K,
-                                                  matrix, stride, M);
-  }
-  float* out_r = out + r * out_stride;
-  const float* a_r = a + r * a_row_stride;
-  switch (rows - r) {
-    case 3:
-      RowsTimesMatrixFixed<3, kAccumulate>(out_r, out_stride, a_r, a_row_stride, a_k_stride, K,
-                                           matrix, stride, M);
-      break;
-    case 2:
-      RowsTimesMatrixFixed<2, kAccumulate>(out_r, out_stride, a_r, a_row_stride, a_k_stride, K,
-                                           matrix, stride, M);
-      break;
-    case 1:
-      RowsTimesMatrixFixed<1, kAccumulate>(out_r, out_stride, a_r, a_row_stride, a_k_stride, K,
-                                           matrix, stride, M);
-      break;
-    default:
-      break;
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  const int forced = forced_vector_floats.load(std::memory_order_relaxed);
+  if (forced != 0 ? forced == 16 : avx512) {
+    RowsTimesMatrixOn<Floats16, kAccumulate>(out, out_stride, a, a_row_stride, a_k_stride, rows, K,
+                                             matrix, stride, M);
+  } else {
+    RowsTimesMatrixOn<Floats8, kAccumulate>(out, out_stride, a, a_row_stride, a_k_stride, rows, K,
+                                            matrix, stride, M);
   }
 }
 
@@ -612,5 +641,9 @@ void AttentionDecode(Storage* out, const Storage* qkv, int T, int C, int NH, int
 STRATA_INSTANTIATE(float)
 STRATA_INSTANTIATE(bf16)
 #undef STRATA_INSTANTIATE
+
+void SetAttentionVectorFloatsForTesting(int floats) {
+  forced_vector_floats.store(floats, std::memory_order_relaxed);
+}
 
 }  // namespace strata::cpu

@@ -43,6 +43,10 @@ template <typename Storage>
 void AttentionBackward(Storage* dqkv, const Storage* dout, const Storage* qkv, const Storage* out,
                        const float* stats, int B, int T, int C, int NH, int NKV);
 
+// Tests only: the fast versions' micro-kernel on vectors of `floats` floats (16: AVX-512's,
+// 8: AVX2's); 0 (the default) picks by the CPU. Every output is the same either way.
+void SetAttentionVectorFloatsForTesting(int floats);
+
 // The attention of row T-1's query over keys 0..T-1 of one sequence (kernels/ops.h
 // AttentionDecode): out [C]. The reference is the specification; the fast version runs the
 // heads in parallel with ExpApprox. Both equal the last row of AttentionForward.
