@@ -30,12 +30,21 @@ void DecoderBase::InitUnit(int unit, uint64_t seed, float* values) const {
   for (size_t t = 0; t < layout.tensors().size(); ++t) {
     const TensorSpec& spec = layout.tensor(t);
     float* out = values + spec.offset;
-    uint64_t key = SplitMix64(seed ^ SplitMix64((static_cast<uint64_t>(unit) << 20) + t));
-    for (size_t i = 0; i < spec.numel; ++i) {
-      switch (spec.init) {
-        case InitKind::kZeros: out[i] = 0.0f; break;
-        case InitKind::kOnes: out[i] = 1.0f; break;
-        case InitKind::kNormal: out[i] = spec.init_std * HashNormal(key, i); break;
+    const uint64_t key = SplitMix64(seed ^ SplitMix64((static_cast<uint64_t>(unit) << 20) + t));
+    switch (spec.init) {
+      case InitKind::kZeros:
+        std::fill(out, out + spec.numel, 0.0f);
+        break;
+      case InitKind::kOnes:
+        std::fill(out, out + spec.numel, 1.0f);
+        break;
+      case InitKind::kNormal: {
+        // Each value a function of its index alone: the same on any number of threads.
+        const int64_t n = static_cast<int64_t>(spec.numel);
+        const float std_dev = spec.init_std;
+#pragma omp parallel for schedule(static) if (n > 65536)
+        for (int64_t i = 0; i < n; ++i) out[i] = std_dev * HashNormal(key, i);
+        break;
       }
     }
   }
