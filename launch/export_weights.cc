@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "core/atomic_file.h"
 #include "core/progress.h"
+#include "data/tokenizer/tokenizer.h"
 #include "launch/checkpoint.h"
 #include "launch/llmc_model.h"
 #include "models/create_model.h"
@@ -38,7 +39,7 @@ Status WriteTextFile(const std::string& path, const std::string& text) {
 
 // The files of a checkpoint's recorded tokenizer `spec`, as (source path, name in an
 // exported Hugging Face directory): a directory's tokenizer files, a tokenizer.json, a
-// SentencePiece model; none for bytes and gpt2 (files strata's hf: import does not read).
+// SentencePiece model, GPT-2's installed files as vocab.json + merges.txt; none for bytes.
 std::vector<std::pair<std::string, std::string>> TokenizerFiles(const std::string& spec) {
   namespace fs = std::filesystem;
   std::vector<std::pair<std::string, std::string>> files;
@@ -46,11 +47,15 @@ std::vector<std::pair<std::string, std::string>> TokenizerFiles(const std::strin
     const fs::path path = spec.substr(3);
     if (!fs::is_directory(path)) return {{path.string(), "tokenizer.json"}};
     for (const char* name : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json",
-                             "special_tokens_map.json"}) {
+                             "special_tokens_map.json", "vocab.json", "merges.txt"}) {
       if (fs::exists(path / name)) files.emplace_back((path / name).string(), name);
     }
   } else if (absl::StartsWith(spec, "sentencepiece:")) {
     files.emplace_back(spec.substr(std::strlen("sentencepiece:")), "tokenizer.model");
+  } else if (spec == "gpt2") {  // as Hugging Face names GPT-2's files
+    const std::string dir = TokenizerDir() + "/gpt2";
+    files.emplace_back(dir + "/encoder.json", "vocab.json");
+    files.emplace_back(dir + "/vocab.bpe", "merges.txt");
   }
   return files;
 }

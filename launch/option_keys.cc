@@ -125,9 +125,10 @@ const std::vector<KeySpec>& Keys() {
        "invalid UTF-8 is refused as binary) | bytes (any file, each byte one token).",
        false},
       {"data.tokenizer", +[](Options& o) { return &o.data.tokenizer; },
-       "\"\" (model.from's own tokenizer.json/tokenizer.model, else bytes) | bytes | gpt2 | "
-       "sentencepiece:FILE | hf:PATH (a tokenizer.json or a directory holding one or a "
-       "tokenizer.model); text is tokenized once and cached, token files are used as they are.",
+       "\"\" (model.from's own tokenizer.json/tokenizer.model/vocab.json + merges.txt, else "
+       "bytes) | bytes | gpt2 | sentencepiece:FILE | hf:PATH (a tokenizer.json or a directory "
+       "holding one, a tokenizer.model, or GPT-2's vocab.json + merges.txt); text is tokenized "
+       "once and cached, token files are used as they are.",
        false},
       {"data.cache_dir", +[](Options& o) { return &o.data.cache_dir; },
        "directory of cached tokenized text; \"\" = $XDG_CACHE_HOME/strata/tokens or "

@@ -32,7 +32,9 @@ std::string ResolvedTokenizerSpec(const Options& options) {
   if (absl::StartsWith(from, "hf:")) {
     const std::string dir = from.substr(3);
     if (std::filesystem::exists(dir + "/tokenizer.json") ||
-        std::filesystem::exists(dir + "/tokenizer.model")) {
+        std::filesystem::exists(dir + "/tokenizer.model") ||
+        (std::filesystem::exists(dir + "/vocab.json") &&
+         std::filesystem::exists(dir + "/merges.txt"))) {
       return from;
     }
   }

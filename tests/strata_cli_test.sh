@@ -112,6 +112,26 @@ if [ -f "$gpt2_dir/encoder.json" ] && [ -f "$gpt2_dir/vocab.bpe" ]; then
       { cat "$tmp/bpe$run.txt"; fail "no tokenizer line"; }
   done
   [ "$(ls "$tmp/token-cache" | wc -l)" -eq 1 ] || fail "the cache should hold one file"
+  # A gpt2-tokenized checkpoint samples with GPT-2's BPE by itself, and its export carries
+  # the files as Hugging Face names them (vocab.json, merges.txt), which sample from there.
+  "$strata" train "${bpe[@]}" --set train.checkpoint_dir="$tmp/bpe-ck" \
+    --set train.checkpoint_every=2 > "$tmp/bpe-ck.txt" 2>&1 ||
+    { cat "$tmp/bpe-ck.txt"; fail "gpt2 checkpoint run failed"; }
+  "$strata" export --from "$tmp/bpe-ck" --to "hf:$tmp/bpe-hf" > "$tmp/bpe-export.txt" 2>&1 &&
+    grep -q "its tokenizer (gpt2): vocab.json, merges.txt" "$tmp/bpe-export.txt" ||
+    { cat "$tmp/bpe-export.txt"; fail "export did not carry GPT-2's files"; }
+  cmp -s "$gpt2_dir/encoder.json" "$tmp/bpe-hf/vocab.json" &&
+    cmp -s "$gpt2_dir/vocab.bpe" "$tmp/bpe-hf/merges.txt" || fail "GPT-2's files differ"
+  rm -f "$tmp/bpe-samples.txt"
+  for from in "$tmp/bpe-ck" "hf:$tmp/bpe-hf"; do
+    "$strata" sample --from "$from" --prompt "Anne Elliot" --tokens 6 --temperature 0 \
+      > "$tmp/bpe-sample.txt" 2> "$tmp/bpe-sample-err.txt" &&
+      grep -q "GPT-2 byte-level BPE" "$tmp/bpe-sample-err.txt" ||
+      { cat "$tmp/bpe-sample-err.txt"; fail "sample from $from did not use GPT-2's BPE"; }
+    cat "$tmp/bpe-sample.txt" >> "$tmp/bpe-samples.txt"
+  done
+  [ "$(sed -n 1p "$tmp/bpe-samples.txt")" = "$(sed -n 2p "$tmp/bpe-samples.txt")" ] ||
+    { cat "$tmp/bpe-samples.txt"; fail "the gpt2 checkpoint and its export sample differently"; }
   grep -q "strata token file" "$tmp/bpe2.txt" || grep -q "tokens cached in" "$tmp/bpe2.txt" ||
     fail "second run did not use the cache"
   "$strata" tokenize --tokenizer gpt2 --out "$tmp/corpus.tokens" > "$tmp/tok.txt" 2>&1 ||

@@ -9,8 +9,8 @@ namespace strata {
 namespace {
 
 constexpr char kSpecForms[] =
-    "bytes, gpt2, sentencepiece:FILE.model, hf:FILE.json or hf:DIR (holding tokenizer.json "
-    "or tokenizer.model)";
+    "bytes, gpt2, sentencepiece:FILE.model, hf:FILE.json or hf:DIR (holding tokenizer.json, "
+    "tokenizer.model, or GPT-2's vocab.json + merges.txt)";
 
 bool IsDirectory(const std::string& path) {
   struct stat info;
@@ -53,8 +53,12 @@ StatusOr<std::unique_ptr<Tokenizer>> OpenHfPath(const std::string& path) {
   const bool has_json = Exists(json_path);
   const bool has_model = Exists(model_path);
   if (!has_json && !has_model) {
+    // GPT-2's own files under the names Hugging Face gives them.
+    const std::string vocab = path + "/vocab.json", merges = path + "/merges.txt";
+    if (Exists(vocab) && Exists(merges)) return OpenGpt2Tokenizer(vocab, merges);
     return absl::NotFoundError(absl::StrCat("tokenizer 'hf:", path, "': the directory has no ",
-                                            "tokenizer.json and no tokenizer.model"));
+                                            "tokenizer.json, no tokenizer.model and no ",
+                                            "vocab.json + merges.txt"));
   }
   if (!has_json) return OpenSentencePieceTokenizer(model_path);
   StatusOr<std::unique_ptr<Tokenizer>> from_json = OpenHfTokenizerJson(json_path);

@@ -93,7 +93,26 @@ TEST(OpenTokenizerTest, SentencePieceAndHfDirectories) {
   const std::string empty_dir = testing_tokenizer::MakeTempDir("hf_empty");
   EXPECT_THAT(
       OpenTokenizer("hf:" + empty_dir),
-      StatusIs(absl::StatusCode::kNotFound, HasSubstr("no tokenizer.json and no tokenizer.model")));
+      StatusIs(absl::StatusCode::kNotFound,
+               HasSubstr("no tokenizer.json, no tokenizer.model and no vocab.json + merges.txt")));
+}
+
+// GPT-2's files as Hugging Face names them (vocab.json, merges.txt: what strata export
+// writes for a gpt2-tokenized checkpoint) open as GPT-2's tokenizer.
+TEST(OpenTokenizerTest, Gpt2FilesUnderHuggingFaceNames) {
+  SKIP_WITHOUT_GPT2_FILES();
+  const std::string dir = testing_tokenizer::MakeTempDir("hf_gpt2");
+  testing_tokenizer::WriteTestFile(
+      dir + "/vocab.json",
+      testing_tokenizer::ReadTestFile(testing_tokenizer::Gpt2EncoderJsonPath()));
+  testing_tokenizer::WriteTestFile(
+      dir + "/merges.txt", testing_tokenizer::ReadTestFile(testing_tokenizer::Gpt2VocabBpePath()));
+  ASSERT_OK_AND_ASSIGN(auto tokenizer, OpenTokenizer("hf:" + dir));
+  ASSERT_OK_AND_ASSIGN(auto installed, OpenTokenizer("gpt2"));
+  EXPECT_EQ(tokenizer->vocab_size(), 50257);
+  ASSERT_OK_AND_ASSIGN(const std::vector<uint32_t> ids, tokenizer->Encode("hello world"));
+  EXPECT_EQ(ids, (std::vector<uint32_t>{31373, 995}));
+  EXPECT_EQ(tokenizer->Fingerprint(), installed->Fingerprint());
 }
 
 }  // namespace

@@ -111,7 +111,9 @@ StatusOr<std::unique_ptr<Tokenizer>> OpenSentencePieceTokenizer(const std::strin
 //                           (opened with OpenHfTokenizerJson) or tokenizer.model
 //                           (SentencePiece). When both are there and tokenizer.json is of
 //                           a kind strata does not read (Llama 2's Metaspace BPE), the
-//                           tokenizer.model is used and Describe() says why.
+//                           tokenizer.model is used and Describe() says why. Without
+//                           either, GPT-2's files as Hugging Face names them (vocab.json =
+//                           encoder.json, merges.txt = vocab.bpe): OpenGpt2Tokenizer.
 // Errors: an unknown spec (kInvalidArgument listing the forms), and those of the openers.
 StatusOr<std::unique_ptr<Tokenizer>> OpenTokenizer(const std::string& spec);
 
