@@ -721,6 +721,27 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
   Engine::UnitOptimizerState state;
   for (size_t u = 0; u < units.size(); ++u) {
     const size_t n = files[u].elements;
+    const auto [begin, end] = engine.StoredRange(trainable[u]);
+    if (begin > 0 || end < n) {
+      // This rank stores a shard (stage 3 on several ranks): only its part of each array
+      // is read, zero past the used elements.
+      const size_t part = end - begin, used = begin < n ? std::min(end, n) - begin : 0;
+      std::vector<float>* arrays[] = {&state.master, &state.exp_avg, &state.exp_avg_sq};
+      const int fd = ::open(files[u].file.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) return Errno(errno, "cannot open " + files[u].file);
+      Status read;
+      for (int k = 0; k < 3 && read.ok(); ++k) {
+        arrays[k]->assign(part, 0.0f);
+        read = PreadFully(fd, arrays[k]->data(), used * sizeof(float),
+                          (k * n + begin) * sizeof(float), "checkpoint: " + files[u].file);
+      }
+      ::close(fd);
+      RETURN_IF_ERROR(read);
+      RETURN_IF_ERROR(engine.WriteStoredState(trainable[u], state.master.data(),
+                                              state.exp_avg.data(), state.exp_avg_sq.data()));
+      if (loading) loading->Advance(3 * n * sizeof(float));
+      continue;
+    }
     RETURN_IF_ERROR(ReadFileInto(files[u].file, &bytes));
     if (bytes.size() != 3 * n * sizeof(float) ||
         Hex(XXH3_64bits(bytes.data(), bytes.size())) != files[u].hash) {

@@ -24,7 +24,8 @@
 // with train.checkpoint_keep=N it then removes all but the newest N step-<k>.
 // Loading checks the model shape against options.model, every unit's name and size, and
 // every file's size and XXH3: a mismatch is an error naming the key or the file, before
-// any state is changed.
+// any state is changed. Then a rank that stores a unit's shard (stage 3 on several ranks)
+// reads only its part of each array; one that stores it whole reads and checks it again.
 // Both calls are collective: every rank of the engine calls them together.
 #pragma once
 

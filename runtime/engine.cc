@@ -479,6 +479,14 @@ Status Engine::WriteOptimizerState(int unit, const UnitOptimizerState& full_stat
   return status;
 }
 
+Status Engine::WriteStoredState(int unit, const float* master, const float* exp_avg,
+                                const float* exp_avg_sq) {
+  const auto [begin, end] = StoredRange(unit);
+  Status status = StoreUnitState(unit, {master, exp_avg, exp_avg_sq, begin, end});
+  traffic_counted_ = components_.traffic();  // not a step's traffic
+  return status;
+}
+
 std::pair<size_t, size_t> Engine::StoredRange(int unit) const {
   const UnitState& state = units_[unit];
   const ShardRange own = OwnedRange(state, communicator_->rank());

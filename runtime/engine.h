@@ -129,6 +129,10 @@ class Engine {
   Status WriteMaster(int unit, const std::vector<float>& values);
   // The same with the Adam moments given (full unit each).
   Status WriteOptimizerState(int unit, const UnitOptimizerState& state);
+  // Sets one unit's master weights (and params) and Adam moments from the elements this rank
+  // stores, StoredRange(unit), each array over that range (a checkpoint read in part).
+  Status WriteStoredState(int unit, const float* master, const float* exp_avg,
+                          const float* exp_avg_sq);
   // Sets one unit's master weights (and params) from `fill`, with zeroed Adam moments,
   // asking only for the elements this rank stores: the whole unit where its params are
   // replicated (stages 0-2), else its own shard (stage 3 with a sharded optimizer). `fill`
