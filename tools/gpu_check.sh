@@ -11,6 +11,7 @@
 #      by side and their largest relative differences
 #   5. NCCL: its loading, and the communicator test (its two-rank cases need 2 GPUs)
 #   6. the CPU-vs-CUDA trajectory tests, one process per test so one hang cannot eat the rest
+#      (before them: a traced run on CUDA, and `strata sample` on CUDA against the CPU)
 #   7. `strata bench gpu` for gpt2-124m, then gpt2-1.5b with an explicit host memory limit
 #   8. `strata bench import` into a CUDA engine (the import-rate goal where stores are DMA),
 #      optimizer on the device and on the host (values straight into the pinned master)
@@ -186,6 +187,36 @@ trajectories() {
               exit (NR == 30 && w <= 1e-2) ? 0 : 1}'
 }
 
+# strata sample on CUDA (KV-cache decode, and the context sliding past the model's 32
+# positions) against the CPU, greedy, from a llama-tiny checkpoint trained on the CPU: both
+# must give 40 new tokens; whether the texts agree is printed (a random model's logits sit
+# near ties, so fp32 sums in another order may pick another token).
+cuda_sample() {
+  local dir
+  dir="$(mktemp -d)"
+  "$KIT/bin/strata" train --set model.preset=llama-tiny --set model.max_seq_len=32 \
+    --set train.seq_len=32 --set train.steps=3 --set train.eval_every=0 \
+    --set train.checkpoint_dir="$dir/ck" --set train.checkpoint_every=3 > "$dir/train.txt" 2>&1 ||
+    { tail -5 "$dir/train.txt"; return 1; }
+  local backend dtype
+  for backend in cpu cuda; do
+    for dtype in fp32 bf16; do
+      [ "$backend" = cpu ] && [ "$dtype" = bf16 ] && continue
+      "$KIT/bin/strata" sample --from "$dir/ck" --prompt "Anne" --tokens 40 --temperature 0 \
+        --set device.backend="$backend" --set train.dtype="$dtype" \
+        > "$dir/$backend-$dtype.txt" 2> "$dir/$backend-$dtype.err" ||
+        { tail -5 "$dir/$backend-$dtype.err"; return 1; }
+      grep -q "context slides" "$dir/$backend-$dtype.err" || { cat "$dir/$backend-$dtype.err"; return 1; }
+      echo "$backend $dtype: $(tail -1 "$dir/$backend-$dtype.err")"
+    done
+  done
+  if cmp -s "$dir/cpu-fp32.txt" "$dir/cuda-fp32.txt"; then
+    echo "greedy text: CUDA fp32 = CPU fp32"
+  else
+    echo "greedy text differs (CPU fp32 / CUDA fp32):"; cat "$dir/cpu-fp32.txt" "$dir/cuda-fp32.txt"
+  fi
+}
+
 # A traced stage-3 run on CUDA: the trace's compute spans come from CUDA events (device
 # time); each step's compute waits must sum to its compute_stall_ms within 1 ms.
 cuda_trace() {
@@ -278,7 +309,8 @@ memcheck() {
 
 BENCH_LOG="$(mktemp)"
 export KIT BENCH_LOG
-export -f kit_loads gpu_test trajectories cuda_trace trajectory_tests bench bench_flash import_bench memcheck
+export -f kit_loads gpu_test trajectories cuda_trace cuda_sample trajectory_tests bench bench_flash \
+  import_bench memcheck
 
 main() {
   echo "strata GPU check$([ "$dry_run" -eq 1 ] && echo ' (dry run: every step is skipped)')"
@@ -311,6 +343,7 @@ main() {
   step "30 steps CPU vs CUDA (fp32, bf16)" 90 trajectories
   step "30 steps CPU vs CUDA, llama-tiny" 45 trajectories --set model.preset=llama-tiny
   step "trace on CUDA (device-time spans)" 30 cuda_trace
+  step "sample on CUDA (KV cache, sliding context)" 30 cuda_sample
   step "NCCL loading" 20 gpu_test nccl_library_test
   step "NCCL communicator" 60 gpu_test nccl_communicator_test
   step "CPU-vs-CUDA trajectory tests" 120 trajectory_tests

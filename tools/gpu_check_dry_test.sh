@@ -6,7 +6,8 @@ set -uo pipefail
 script="$(readlink -f tools/gpu_check.sh)"
 fail() { echo "FAIL: $*"; exit 1; }
 readonly STEPS=("kit loads" "CUDA device tests" "CUDA kernels against CPU references"
-                "30 steps CPU vs CUDA" "trace on CUDA" "NCCL loading" "NCCL communicator"
+                "30 steps CPU vs CUDA" "trace on CUDA" "sample on CUDA" "NCCL loading"
+                "NCCL communicator"
                 "CPU-vs-CUDA trajectory tests" "bench gpu: gpt2-124m" "bench gpu: gpt2-1.5b"
                 "bench gpu: gpt2-124m, flash attention" "bench import on CUDA"
                 "compute-sanitizer memcheck")
