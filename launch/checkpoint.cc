@@ -610,9 +610,12 @@ Status VerifyCheckpointFiles(const OpenedCheckpoint& checkpoint, bool show_progr
   return absl::OkStatus();
 }
 
-Status ReadCheckpointMaster(const OpenedCheckpoint& checkpoint, int unit, size_t begin,
-                            size_t count, float* out) {
-  const OpenedCheckpoint::Unit& entry = checkpoint.units[unit];
+namespace {
+
+// Elements [begin, begin + count) of array `array` (0 master, 1 exp_avg, 2 exp_avg_sq) of a
+// unit file (pread).
+Status ReadUnitArray(const OpenedCheckpoint::Unit& entry, int array, size_t begin, size_t count,
+                     float* out) {
   if (begin + count > entry.elements) {
     return absl::OutOfRangeError(absl::StrCat("checkpoint: ", entry.file, " has ",
                                               entry.elements, " elements, asked for [", begin,
@@ -620,10 +623,18 @@ Status ReadCheckpointMaster(const OpenedCheckpoint& checkpoint, int unit, size_t
   }
   const int fd = ::open(entry.file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Errno(errno, "cannot open " + entry.file);
-  Status read = PreadFully(fd, out, count * sizeof(float), begin * sizeof(float),
-                           "checkpoint: " + entry.file);
+  Status read =
+      PreadFully(fd, out, count * sizeof(float), (array * entry.elements + begin) * sizeof(float),
+                 "checkpoint: " + entry.file);
   ::close(fd);
   return read;
+}
+
+}  // namespace
+
+Status ReadCheckpointMaster(const OpenedCheckpoint& checkpoint, int unit, size_t begin,
+                            size_t count, float* out) {
+  return ReadUnitArray(checkpoint.units[unit], 0, begin, count, out);
 }
 
 StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
@@ -727,16 +738,10 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
       // is read, zero past the used elements.
       const size_t part = end - begin, used = begin < n ? std::min(end, n) - begin : 0;
       std::vector<float>* arrays[] = {&state.master, &state.exp_avg, &state.exp_avg_sq};
-      const int fd = ::open(files[u].file.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) return Errno(errno, "cannot open " + files[u].file);
-      Status read;
-      for (int k = 0; k < 3 && read.ok(); ++k) {
+      for (int k = 0; k < 3; ++k) {
         arrays[k]->assign(part, 0.0f);
-        read = PreadFully(fd, arrays[k]->data(), used * sizeof(float),
-                          (k * n + begin) * sizeof(float), "checkpoint: " + files[u].file);
+        if (used > 0) RETURN_IF_ERROR(ReadUnitArray(files[u], k, begin, used, arrays[k]->data()));
       }
-      ::close(fd);
-      RETURN_IF_ERROR(read);
       RETURN_IF_ERROR(engine.WriteStoredState(trainable[u], state.master.data(),
                                               state.exp_avg.data(), state.exp_avg_sq.data()));
       if (loading) loading->Advance(3 * n * sizeof(float));

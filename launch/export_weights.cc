@@ -70,10 +70,14 @@ StatusOr<std::string> CopyTokenizer(const OpenedCheckpoint& checkpoint, const st
   std::vector<std::string> names;
   for (const auto& [source, name] : files) {
     std::ifstream in(source, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (!std::filesystem::is_regular_file(source) || in.bad() || !in.is_open()) {
+    if (!std::filesystem::is_regular_file(source) || !in.is_open()) {
       return absl::StrCat("; the tokenizer the checkpoint was trained with (", checkpoint.tokenizer,
                           ") is not readable at ", source, ": not copied");
+    }
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) {
+      return absl::InternalError(
+          absl::StrCat("export: reading ", source, ": ", std::strerror(errno)));
     }
     RETURN_IF_ERROR(WriteTextFile(dir + "/" + name, bytes));
     names.push_back(name);

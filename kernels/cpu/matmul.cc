@@ -384,6 +384,22 @@ Tiling Tile(int N, int C, int OC, WidenedTiling tiling) {
   return t;
 }
 
+// One fp32 GEMM of the widened path through oneDNN, or, where it cannot run, the reference
+// on the same fp32 values (the arguments as RunGemm takes them).
+void Fp32Gemm(GemmKind kind, int N, int C, int OC, const float* src, const float* weights,
+              const float* bias, float* dst) {
+  if (RunGemm<float>(kind, N, C, OC, src, weights, bias, dst)) return;
+  switch (kind) {
+    case GemmKind::kForward:
+    case GemmKind::kForwardBias:
+      return ForwardReference(dst, src, weights, bias, N, C, OC);
+    case GemmKind::kBackwardInput:  // src = dout, weights = W
+      return BackwardInputReference(dst, src, weights, N, C, OC);
+    case GemmKind::kBackwardWeight:  // src = dout, weights = inp
+      return BackwardWeightReference(dst, src, weights, N, C, OC);
+  }
+}
+
 // A few rows (decoding: N = 1): each output a dot product of the fp32 row with the bf16
 // weight row widened in registers, so the weights are read once as bf16 instead of widened
 // into memory and read again. Sixteen fp32 lanes per sum (one rounding to bf16 at the end).
@@ -433,16 +449,16 @@ void MatmulForwardWidened(bf16* out, const bf16* inp, const bf16* weight, const 
   float* inp32 = Sized(scratch.b, size_t(t.chunk) * C);
   float* out32 = Sized(scratch.c, size_t(t.chunk) * t.rows);
   const GemmKind kind = bias != nullptr ? GemmKind::kForwardBias : GemmKind::kForward;
+  int64_t inp_at = -1;  // the input rows in inp32 (one chunk of all N: widened once)
   for (int64_t o = 0; o < OC; o += t.rows) {
     const int width = static_cast<int>(std::min<int64_t>(t.rows, OC - o));
     Widen(weight + o * C, C, width, C, weight32);
     if (bias != nullptr) Widen(bias + o, width, 1, width, bias32);
     for (int64_t n = 0; n < N; n += t.chunk) {
       const int count = static_cast<int>(std::min<int64_t>(t.chunk, N - n));
-      Widen(inp + n * C, C, count, C, inp32);
-      if (!RunGemm<float>(kind, count, C, width, inp32, weight32, bias32, out32)) {
-        ForwardReference(out32, inp32, weight32, bias32, count, C, width);
-      }
+      if (n != inp_at) Widen(inp + n * C, C, count, C, inp32);
+      inp_at = n;
+      Fp32Gemm(kind, count, C, width, inp32, weight32, bias32, out32);
       Round(out32, count, width, out + n * OC + o, OC);
     }
   }
@@ -460,34 +476,32 @@ void MatmulBackwardWidened(bf16* dinp, bf16* dweight, const bf16* dout, const bf
   float* dout32 = Sized(scratch.c, size_t(t.chunk) * t.rows);
   // dweight[o block] += dout[:, o block]^T * inp, the sum over N chunks in fp32.
   if (dweight != nullptr) {
+    int64_t inp_at = -1;  // the input rows in chunk32 (one chunk of all N: widened once)
     for (int64_t o = 0; o < OC; o += t.rows) {
       const int width = static_cast<int>(std::min<int64_t>(t.rows, OC - o));
       Widen(dweight + o * C, C, width, C, rows32);
       for (int64_t n = 0; n < N; n += t.chunk) {
         const int count = static_cast<int>(std::min<int64_t>(t.chunk, N - n));
         Widen(dout + n * OC + o, OC, count, width, dout32);
-        Widen(inp + n * C, C, count, C, chunk32);
-        if (!RunGemm<float>(GemmKind::kBackwardWeight, count, C, width, dout32, chunk32, nullptr,
-                            rows32)) {
-          BackwardWeightReference(rows32, dout32, chunk32, count, C, width);
-        }
+        if (n != inp_at) Widen(inp + n * C, C, count, C, chunk32);
+        inp_at = n;
+        Fp32Gemm(GemmKind::kBackwardWeight, count, C, width, dout32, chunk32, nullptr, rows32);
       }
       Round(rows32, width, C, dweight + o * C, C);
     }
   }
   // dinp[n chunk] += dout[n chunk, :] * weight, the sum over OC blocks in fp32.
   if (dinp != nullptr) {
+    int64_t weight_at = -1;  // the weight rows in rows32 (one block of all OC: widened once)
     for (int64_t n = 0; n < N; n += t.chunk) {
       const int count = static_cast<int>(std::min<int64_t>(t.chunk, N - n));
       Widen(dinp + n * C, C, count, C, chunk32);
       for (int64_t o = 0; o < OC; o += t.rows) {
         const int width = static_cast<int>(std::min<int64_t>(t.rows, OC - o));
         Widen(dout + n * OC + o, OC, count, width, dout32);
-        Widen(weight + o * C, C, width, C, rows32);
-        if (!RunGemm<float>(GemmKind::kBackwardInput, count, C, width, dout32, rows32, nullptr,
-                            chunk32)) {
-          BackwardInputReference(chunk32, dout32, rows32, count, C, width);
-        }
+        if (o != weight_at) Widen(weight + o * C, C, width, C, rows32);
+        weight_at = o;
+        Fp32Gemm(GemmKind::kBackwardInput, count, C, width, dout32, rows32, nullptr, chunk32);
       }
       Round(chunk32, count, C, dinp + n * C, C);
     }
