@@ -2,34 +2,33 @@
 #include "launch/checkpoint.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 #include <xxhash.h>
 
-#include <signal.h>
-
 #include <algorithm>
-#include <cstdlib>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
-#include <optional>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "core/pread_fully.h"
-#include "core/progress.h"
-#include "models/create_model.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/match.h"
+#include "core/pread_fully.h"
+#include "core/progress.h"
+#include "data/tokenizer/tokenizer.h"
+#include "models/create_model.h"
 
 namespace strata {
 namespace {
@@ -183,6 +182,46 @@ StatusOr<std::vector<char>> ReadFile(const std::string& path) {
 }
 
 std::string Hex(uint64_t value) { return absl::StrFormat("%016x", value); }
+
+// The directory inside a checkpoint that holds its tokenizer's files.
+constexpr char kTokenizerDir[] = "tokenizer";
+
+// Copies the files of the run's tokenizer `spec` (TokenizerFiles) into `dir`/tokenizer under
+// their Hugging Face names and returns [{"name", "xxh3"}] for checkpoint.json: the
+// checkpoint then samples and exports with no file outside it. A file no longer readable
+// (moved while the run went on) leaves the checkpoint without a copy, said on stderr: the
+// spec alone is recorded, as before strata copied.
+StatusOr<nlohmann::json> CopyTokenizerFiles(const std::string& spec, const std::string& dir) {
+  nlohmann::json entries = nlohmann::json::array();
+  const std::vector<std::pair<std::string, std::string>> files = TokenizerFiles(spec);
+  if (files.empty()) return entries;
+  std::vector<std::vector<char>> contents;
+  for (const auto& [source, name] : files) {
+    StatusOr<std::vector<char>> bytes = ReadFile(source);
+    if (!bytes.ok()) {
+      std::fprintf(stderr,
+                   "checkpoint: the tokenizer's file %s is not readable (%s): the "
+                   "checkpoint records the tokenizer %s without a copy\n",
+                   source.c_str(), std::string(bytes.status().message()).c_str(), spec.c_str());
+      return nlohmann::json::array();
+    }
+    contents.push_back(std::move(*bytes));
+  }
+  const std::string into = dir + "/" + kTokenizerDir;
+  std::error_code error;
+  std::filesystem::create_directory(into, error);
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("checkpoint: cannot create ", into, ": ", error.message()));
+  }
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::vector<char>& bytes = contents[i];
+    RETURN_IF_ERROR(WriteFile(into + "/" + files[i].second, {{bytes.data(), bytes.size()}}));
+    entries.push_back(
+        {{"name", files[i].second}, {"xxh3", Hex(XXH3_64bits(bytes.data(), bytes.size()))}});
+  }
+  return entries;
+}
 
 // XXH3 of the metadata without its "checksum" field, over its compact dump (keys sorted).
 std::string MetaChecksum(nlohmann::json meta) {
@@ -387,7 +426,12 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
     // Room for every unit's three fp32 arrays before anything is written (a leftover
     // partial directory of the same step goes first).
     fs::remove_all(partial, error);
-    RETURN_IF_ERROR(CheckRoomForCheckpoint(dir.string(), CheckpointBytes(model)));
+    uint64_t tokenizer_bytes = 0;  // the copy of its files
+    for (const auto& file : TokenizerFiles(tokenizer)) {
+      const uintmax_t size = fs::file_size(file.first, error);
+      if (!error) tokenizer_bytes += size;  // else said when the copy is tried
+    }
+    RETURN_IF_ERROR(CheckRoomForCheckpoint(dir.string(), CheckpointBytes(model) + tokenizer_bytes));
     fs::create_directory(partial, error);
     if (error) return absl::InternalError(absl::StrCat("checkpoint: cannot create ",
                                                        partial.string(), ": ", error.message()));
@@ -399,6 +443,10 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
                          {"model", ModelJson(options.model)},
                          {"units", nlohmann::json::array()}};
   if (!tokenizer.empty()) meta["tokenizer"] = tokenizer;
+  if (write && !tokenizer.empty()) {
+    ASSIGN_OR_RETURN(nlohmann::json copied, CopyTokenizerFiles(tokenizer, partial.string()));
+    if (!copied.empty()) meta["tokenizer_files"] = std::move(copied);
+  }
   if (options.lora.rank > 0) {
     if (base == nullptr) return absl::InternalError("checkpoint: a LoRA run without its base");
     meta["lora"] = {{"rank", options.lora.rank},
@@ -440,8 +488,9 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
   const std::string text = meta.dump(2) + "\n";
   RETURN_IF_ERROR(
       WriteFile((partial / "checkpoint.json").string(), {{text.data(), text.size()}}));
-  // Every file on the disk before the rename makes the checkpoint visible.
-  for (const fs::directory_entry& entry : fs::directory_iterator(partial, error)) {
+  // Every file (and the tokenizer's directory) on the disk before the rename makes the
+  // checkpoint visible.
+  for (const fs::directory_entry& entry : fs::recursive_directory_iterator(partial, error)) {
     RETURN_IF_ERROR(SyncFile(entry.path().string()));
   }
   if (error) return absl::InternalError(absl::StrCat("checkpoint: cannot list ",
@@ -564,6 +613,18 @@ StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
     model.sliding_window = key("sliding_window").get<int>();
     opened.next_step = meta.at("next_step").get<int>();
     if (meta.contains("tokenizer")) opened.tokenizer = meta.at("tokenizer").get<std::string>();
+    if (meta.contains("tokenizer_files")) {
+      for (const nlohmann::json& entry : meta.at("tokenizer_files")) {
+        const std::string name = entry.at("name").get<std::string>();
+        if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
+          return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", meta_path,
+                                                         " names a tokenizer file '", name,
+                                                         "' outside its tokenizer directory"));
+        }
+        opened.tokenizer_files.push_back({absl::StrCat(path, "/", kTokenizerDir, "/", name),
+                                          entry.at("xxh3").get<std::string>()});
+      }
+    }
     if (meta.contains("lora")) {
       const nlohmann::json& lora = meta.at("lora");
       opened.lora.rank = lora.at("rank").get<int>();
@@ -594,6 +655,20 @@ StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
 StatusOr<OpenedCheckpoint> OpenCheckpoint(const std::string& where) {
   ASSIGN_OR_RETURN(ParsedMeta parsed, ParseCheckpoint(where));
   return std::move(parsed.opened);
+}
+
+StatusOr<std::string> CheckpointTokenizer(const OpenedCheckpoint& checkpoint) {
+  if (checkpoint.tokenizer_files.empty()) return checkpoint.tokenizer;
+  for (const auto& [file, hash] : checkpoint.tokenizer_files) {
+    ASSIGN_OR_RETURN(const std::vector<char> bytes, ReadFile(file));
+    const std::string found = Hex(XXH3_64bits(bytes.data(), bytes.size()));
+    if (found != hash) {
+      return absl::DataLossError(absl::StrCat("checkpoint: the tokenizer file ", file, " has XXH3 ",
+                                              found, ", checkpoint.json says ", hash,
+                                              " (corrupt or replaced)"));
+    }
+  }
+  return absl::StrCat("hf:", checkpoint.path, "/", kTokenizerDir);
 }
 
 Status VerifyCheckpointFiles(const OpenedCheckpoint& checkpoint, bool show_progress) {

@@ -13,7 +13,10 @@
 // version 4 added rope_scaling, qkv_bias and sliding_window, version 5 head_dim and qk_norm, so
 // that an older strata refuses such a model), "units":
 // [{"name", "elements", "file", "xxh3"}], optionally "tokenizer" (the spec the run's text
-// went through: an older strata ignores it), "checksum"}, where "checksum" is the XXH3 (hex)
+// went through: an older strata ignores it) and "tokenizer_files" ([{"name", "xxh3"}]: the
+// copy of that tokenizer's files in step-<k>/tokenizer/, under their Hugging Face names, so
+// that a checkpoint moved to another machine samples and exports with its own tokenizer),
+// "checksum"}, where "checksum" is the XXH3 (hex)
 // of the compact JSON of every other field (keys sorted): a corrupt checkpoint.json is
 // kDataLoss, never a misread. Version 1 (no checksum) still loads; others are refused
 // naming the version. The params are not stored: they are the master
@@ -31,6 +34,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/options.h"
@@ -109,8 +113,16 @@ struct OpenedCheckpoint {
   // absolute), or "" where not known (token-file data, or a checkpoint written before
   // strata recorded it).
   std::string tokenizer;
+  // The copy of that tokenizer's files the checkpoint holds (in its directory "tokenizer",
+  // under their Hugging Face names), as (path, XXH3 hex); none in a checkpoint written
+  // before strata copied them, or when they were not readable when it was written.
+  std::vector<std::pair<std::string, std::string>> tokenizer_files;
 };
 StatusOr<OpenedCheckpoint> OpenCheckpoint(const std::string& path);
+// The tokenizer to sample or export a checkpoint with: its own copy ("hf:<step-k>/tokenizer",
+// each file checked against its XXH3: kDataLoss naming a file that differs) where it has
+// one, else the recorded spec ("" where none was recorded).
+StatusOr<std::string> CheckpointTokenizer(const OpenedCheckpoint& checkpoint);
 // Every unit file's size and XXH3 against checkpoint.json (streamed, one unit in memory).
 Status VerifyCheckpointFiles(const OpenedCheckpoint& checkpoint, bool show_progress);
 // Elements [begin, begin + count) of unit `unit`'s fp32 master weights (pread).

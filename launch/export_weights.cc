@@ -37,36 +37,16 @@ Status WriteTextFile(const std::string& path, const std::string& text) {
   return Annotate(WriteFileAtomically(path, text), "export");
 }
 
-// The files of a checkpoint's recorded tokenizer `spec`, as (source path, name in an
-// exported Hugging Face directory): a directory's tokenizer files, a tokenizer.json, a
-// SentencePiece model, GPT-2's installed files as vocab.json + merges.txt; none for bytes.
-std::vector<std::pair<std::string, std::string>> TokenizerFiles(const std::string& spec) {
-  namespace fs = std::filesystem;
-  std::vector<std::pair<std::string, std::string>> files;
-  if (absl::StartsWith(spec, "hf:")) {
-    const fs::path path = spec.substr(3);
-    if (!fs::is_directory(path)) return {{path.string(), "tokenizer.json"}};
-    for (const char* name : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json",
-                             "special_tokens_map.json", "vocab.json", "merges.txt"}) {
-      if (fs::exists(path / name)) files.emplace_back((path / name).string(), name);
-    }
-  } else if (absl::StartsWith(spec, "sentencepiece:")) {
-    files.emplace_back(spec.substr(std::strlen("sentencepiece:")), "tokenizer.model");
-  } else if (spec == "gpt2") {  // as Hugging Face names GPT-2's files
-    const std::string dir = TokenizerDir() + "/gpt2";
-    files.emplace_back(dir + "/encoder.json", "vocab.json");
-    files.emplace_back(dir + "/vocab.bpe", "merges.txt");
-  }
-  return files;
-}
-
-// Copies the checkpoint's tokenizer files into the exported directory `dir`, each whole or
-// not at all; returns what the export's line adds. A tokenizer no longer where training
-// found it is said, not an error: the weights are written.
+// Copies the checkpoint's tokenizer files (its own copy, else those the recorded spec
+// names) into the exported directory `dir`, each whole or not at all; returns what the
+// export's line adds. A tokenizer no longer where training found it, or a copy that fails
+// its hash, is said, not an error: the weights are written.
 StatusOr<std::string> CopyTokenizer(const OpenedCheckpoint& checkpoint, const std::string& dir) {
-  const std::vector<std::pair<std::string, std::string>> files =
-      TokenizerFiles(checkpoint.tokenizer);
+  StatusOr<std::string> spec = CheckpointTokenizer(checkpoint);
+  if (!spec.ok()) return absl::StrCat("; ", spec.status().message(), ": not copied");
+  const std::vector<std::pair<std::string, std::string>> files = TokenizerFiles(*spec);
   if (files.empty()) return std::string();
+  const std::string from = checkpoint.tokenizer_files.empty() ? "" : ", the checkpoint's copy";
   std::vector<std::string> names;
   for (const auto& [source, name] : files) {
     std::ifstream in(source, std::ios::binary);
@@ -82,7 +62,8 @@ StatusOr<std::string> CopyTokenizer(const OpenedCheckpoint& checkpoint, const st
     RETURN_IF_ERROR(WriteTextFile(dir + "/" + name, bytes));
     names.push_back(name);
   }
-  return absl::StrCat("; its tokenizer (", checkpoint.tokenizer, "): ", absl::StrJoin(names, ", "));
+  return absl::StrCat("; its tokenizer (", checkpoint.tokenizer, from,
+                      "): ", absl::StrJoin(names, ", "));
 }
 
 Status CreateDirectory(const std::string& dir) {

@@ -36,7 +36,13 @@ Status RunSample(const SampleArgs& args) {
     if (with_source.model.from.empty()) {
       StatusOr<OpenedCheckpoint> checkpoint = OpenCheckpoint(args.from);
       if (checkpoint.ok()) {
-        recorded = checkpoint->tokenizer;
+        // Its own copy of the tokenizer's files where it holds one (checked), else the spec.
+        StatusOr<std::string> own = CheckpointTokenizer(*checkpoint);
+        if (!own.ok()) {
+          return Status(own.status().code(), absl::StrCat("sample: ", own.status().message(),
+                                                          "; give a tokenizer with --tokenizer"));
+        }
+        recorded = *own;
         if (checkpoint->lora.rank > 0) with_source.model.from = checkpoint->base.from;
       }
     }

@@ -17,6 +17,8 @@
 
 #include "absl/strings/str_join.h"
 #include "core/testing/status_matchers.h"
+#include "data/tokenizer/tokenizer.h"
+#include "tests/engine_rig.h"
 #include "tests/placement_runs.h"
 
 namespace strata {
@@ -240,6 +242,57 @@ TEST(Checkpoint, DamagedOrMismatchedCheckpointsAreClearErrors) {
   // No checkpoint there at all.
   std::filesystem::remove_all(step);
   EXPECT_THAT(resume_error({}), ::testing::HasSubstr(step + "/checkpoint.json"));
+}
+
+// A checkpoint carries a copy of its tokenizer's files (step-<k>/tokenizer/, hashed in
+// checkpoint.json): with the run's own file gone, the copy opens as the same tokenizer; a
+// changed copy is kDataLoss naming it; a file unreadable when the checkpoint is written
+// leaves the spec alone recorded.
+TEST(Checkpoint, CarriesACopyOfItsTokenizer) {
+  namespace fs = std::filesystem;
+  const std::string dir = TestDir("with-tokenizer");
+  const std::string model = dir + "/pieces.model";
+  fs::copy_file("data/tokenizer/testdata/persuasion_bpe512.model", model,
+                fs::copy_options::overwrite_existing);
+  const std::string spec = "sentencepiece:" + model;
+  auto run = [&](const std::string& checkpoints) {
+    return TrainAllRanks(
+        Make(1, 1,
+             {"train.checkpoint_dir=" + checkpoints, "train.checkpoint_every=2", "train.steps=2",
+              "model.vocab=512", "data.tokenizer=" + spec, "data.cache_dir=" + dir + "/cache"}));
+  };
+  ASSERT_OK(run(dir + "/ck").status);
+  const std::string step = dir + "/ck/step-2";
+  ASSERT_OK_AND_ASSIGN(const OpenedCheckpoint opened, OpenCheckpoint(step));
+  EXPECT_EQ(opened.tokenizer, spec);
+  ASSERT_EQ(opened.tokenizer_files.size(), 1u);
+  EXPECT_EQ(opened.tokenizer_files[0].first, step + "/tokenizer/tokenizer.model");
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Tokenizer> original, OpenTokenizer(spec));
+  ASSERT_OK_AND_ASSIGN(const std::vector<uint32_t> expected,
+                       original->Encode("Anne Elliot walked to Uppercross."));
+  fs::remove(model);  // the run's own file gone: the checkpoint does not need it
+  ASSERT_OK_AND_ASSIGN(const std::string own, CheckpointTokenizer(opened));
+  EXPECT_EQ(own, "hf:" + step + "/tokenizer");
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Tokenizer> copy, OpenTokenizer(own));
+  EXPECT_THAT(copy->Describe(), HasSubstr("SentencePiece"));
+  EXPECT_EQ(copy->Encode("Anne Elliot walked to Uppercross.").value(), expected);
+  // A changed copy is named.
+  std::ofstream(opened.tokenizer_files[0].first, std::ios::app) << "x";
+  EXPECT_THAT(
+      CheckpointTokenizer(opened),
+      StatusIs(absl::StatusCode::kDataLoss,
+               ::testing::AllOf(HasSubstr(opened.tokenizer_files[0].first), HasSubstr("XXH3"))));
+  // The tokenizer's file not readable when a checkpoint is written (moved while the run
+  // went on): the spec alone is recorded, as by a strata older than the copies.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<EngineRig> rig, MakeEngineRig(Make(1, 1, {})));
+  Options options = Make(1, 1, {"train.checkpoint_dir=" + dir + "/ck-without"});
+  ASSERT_OK_AND_ASSIGN(const std::string written,
+                       SaveCheckpoint(*rig->engine, *rig->model, options, 2, true, nullptr, spec));
+  ASSERT_OK_AND_ASSIGN(const OpenedCheckpoint without, OpenCheckpoint(written));
+  EXPECT_EQ(without.tokenizer, spec);
+  EXPECT_TRUE(without.tokenizer_files.empty());
+  EXPECT_FALSE(fs::exists(written + "/tokenizer"));
+  EXPECT_THAT(CheckpointTokenizer(without), testing::IsOkAndHolds(spec));
 }
 
 }  // namespace

@@ -88,16 +88,29 @@ done
 [ "$(sed -n 1p "$tmp/spm-samples.txt")" = "$(sed -n 2p "$tmp/spm-samples.txt")" ] &&
   [ "$(head -c 11 "$tmp/spm-samples.txt")" = "Anne Elliot" ] ||
   { cat "$tmp/spm-samples.txt"; fail "the checkpoint and its export sample differently"; }
-# Moved away, the tokenizer is named: export writes the weights and says so; sample asks
-# for --tokenizer.
+# The checkpoint holds a copy of the tokenizer: with the run's file moved away, export
+# copies the checkpoint's own and sample gives the same text. A changed copy is named:
+# export writes the weights and says so; sample asks for --tokenizer.
+cmp -s "$spm_model" "$tmp/spm-run/ck/step-2/tokenizer/tokenizer.model" ||
+  fail "the checkpoint holds no copy of its tokenizer"
 mv "$tmp/spm-run/pieces.model" "$tmp/spm-run/moved.model"
 "$strata" export --from "$tmp/spm-run/ck" --to "hf:$tmp/spm-hf2" > "$tmp/spm-export2.txt" 2>&1 &&
-  grep -q "pieces.model: not copied" "$tmp/spm-export2.txt" && [ -f "$tmp/spm-hf2/config.json" ] ||
-  { cat "$tmp/spm-export2.txt"; fail "export without its tokenizer file not said"; }
+  grep -q "the checkpoint's copy): tokenizer.model" "$tmp/spm-export2.txt" &&
+  cmp -s "$spm_model" "$tmp/spm-hf2/tokenizer.model" ||
+  { cat "$tmp/spm-export2.txt"; fail "export without the run's tokenizer file did not use the copy"; }
+"$strata" sample --from "$tmp/spm-run/ck" --prompt "Anne Elliot" --tokens 12 --temperature 0 \
+  > "$tmp/spm-sample.txt" 2> "$tmp/spm-sample-err.txt" &&
+  [ "$(cat "$tmp/spm-sample.txt")" = "$(sed -n 1p "$tmp/spm-samples.txt")" ] ||
+  { cat "$tmp/spm-sample-err.txt" "$tmp/spm-sample.txt"; fail "sample with the copy differs"; }
+echo x >> "$tmp/spm-run/ck/step-2/tokenizer/tokenizer.model"
+"$strata" export --from "$tmp/spm-run/ck" --to "hf:$tmp/spm-hf3" > "$tmp/spm-export3.txt" 2>&1 &&
+  grep -q "tokenizer.model has XXH3 .*: not copied" "$tmp/spm-export3.txt" &&
+  [ -f "$tmp/spm-hf3/config.json" ] && [ ! -e "$tmp/spm-hf3/tokenizer.model" ] ||
+  { cat "$tmp/spm-export3.txt"; fail "export with a changed tokenizer copy not said"; }
 "$strata" sample --from "$tmp/spm-run/ck" --prompt "Anne" --tokens 2 > /dev/null \
   2> "$tmp/spm-sample-err.txt"
-[ $? -eq 1 ] && grep -q "trained with (sentencepiece:.*pieces.model).*--tokenizer" \
-  "$tmp/spm-sample-err.txt" || { cat "$tmp/spm-sample-err.txt"; fail "a moved tokenizer not named"; }
+[ $? -eq 1 ] && grep -q "tokenizer file .*tokenizer.model has XXH3.*--tokenizer" \
+  "$tmp/spm-sample-err.txt" || { cat "$tmp/spm-sample-err.txt"; fail "a changed copy not named"; }
 
 # Real tokenizers: GPT-2's BPE tokenizes the corpus once into the cache, a second run loads
 # the cached file; strata tokenize writes a token file that trains as it is.
@@ -118,7 +131,7 @@ if [ -f "$gpt2_dir/encoder.json" ] && [ -f "$gpt2_dir/vocab.bpe" ]; then
     --set train.checkpoint_every=2 > "$tmp/bpe-ck.txt" 2>&1 ||
     { cat "$tmp/bpe-ck.txt"; fail "gpt2 checkpoint run failed"; }
   "$strata" export --from "$tmp/bpe-ck" --to "hf:$tmp/bpe-hf" > "$tmp/bpe-export.txt" 2>&1 &&
-    grep -q "its tokenizer (gpt2): vocab.json, merges.txt" "$tmp/bpe-export.txt" ||
+    grep -q "its tokenizer (gpt2, the checkpoint.s copy): vocab.json, merges.txt" "$tmp/bpe-export.txt" ||
     { cat "$tmp/bpe-export.txt"; fail "export did not carry GPT-2's files"; }
   cmp -s "$gpt2_dir/encoder.json" "$tmp/bpe-hf/vocab.json" &&
     cmp -s "$gpt2_dir/vocab.bpe" "$tmp/bpe-hf/merges.txt" || fail "GPT-2's files differ"

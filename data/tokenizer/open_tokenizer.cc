@@ -93,4 +93,23 @@ StatusOr<std::unique_ptr<Tokenizer>> OpenTokenizer(const std::string& spec) {
       absl::StrCat("unknown tokenizer '", spec, "'; expected ", kSpecForms));
 }
 
+std::vector<std::pair<std::string, std::string>> TokenizerFiles(const std::string& spec) {
+  std::vector<std::pair<std::string, std::string>> files;
+  if (absl::StartsWith(spec, "hf:")) {
+    const std::string path = spec.substr(sizeof("hf:") - 1);
+    if (!IsDirectory(path)) return {{path, "tokenizer.json"}};
+    for (const char* name : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json",
+                             "special_tokens_map.json", "vocab.json", "merges.txt"}) {
+      if (Exists(path + "/" + name)) files.emplace_back(path + "/" + name, name);
+    }
+  } else if (absl::StartsWith(spec, "sentencepiece:")) {
+    files.emplace_back(spec.substr(sizeof("sentencepiece:") - 1), "tokenizer.model");
+  } else if (spec == "gpt2") {  // as Hugging Face names GPT-2's files
+    const std::string dir = TokenizerDir() + "/gpt2";
+    files.emplace_back(dir + "/encoder.json", "vocab.json");
+    files.emplace_back(dir + "/vocab.bpe", "merges.txt");
+  }
+  return files;
+}
+
 }  // namespace strata

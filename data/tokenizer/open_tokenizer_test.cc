@@ -97,6 +97,40 @@ TEST(OpenTokenizerTest, SentencePieceAndHfDirectories) {
                HasSubstr("no tokenizer.json, no tokenizer.model and no vocab.json + merges.txt")));
 }
 
+// TokenizerFiles: what a spec reads, under Hugging Face's names; a directory of those
+// copies opens as the same tokenizer (what checkpoints and exports carry).
+TEST(OpenTokenizerTest, TokenizerFilesCopiedOpenAsTheSameTokenizer) {
+  const std::string model = testing_tokenizer::ReadTestFile(kModel);
+  const std::string source = testing_tokenizer::MakeTempDir("files_source");
+  testing_tokenizer::WriteTestFile(source + "/tokenizer.json",
+                                   testing_tokenizer::TinyTokenizerJson({{"a", "b"}}).dump());
+  testing_tokenizer::WriteTestFile(source + "/tokenizer_config.json", "{}");
+  testing_tokenizer::WriteTestFile(source + "/tokenizer.model", model);
+  testing_tokenizer::WriteTestFile(source + "/config.json", "{}");  // not a tokenizer's
+  using Files = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(TokenizerFiles("bytes"), Files{});
+  EXPECT_EQ(TokenizerFiles(std::string("sentencepiece:") + kModel),
+            (Files{{kModel, "tokenizer.model"}}));
+  EXPECT_EQ(TokenizerFiles("hf:" + source + "/tokenizer.json"),
+            (Files{{source + "/tokenizer.json", "tokenizer.json"}}));
+  EXPECT_EQ(TokenizerFiles("hf:" + source),
+            (Files{{source + "/tokenizer.json", "tokenizer.json"},
+                   {source + "/tokenizer.model", "tokenizer.model"},
+                   {source + "/tokenizer_config.json", "tokenizer_config.json"}}));
+  int copies = 0;
+  for (const std::string spec : {std::string("sentencepiece:") + kModel,
+                                 "hf:" + source + "/tokenizer.json", "hf:" + source}) {
+    const std::string copy =
+        testing_tokenizer::MakeTempDir("files_copy" + std::to_string(copies++));
+    for (const auto& [path, name] : TokenizerFiles(spec)) {
+      testing_tokenizer::WriteTestFile(copy + "/" + name, testing_tokenizer::ReadTestFile(path));
+    }
+    ASSERT_OK_AND_ASSIGN(auto original, OpenTokenizer(spec));
+    ASSERT_OK_AND_ASSIGN(auto copied, OpenTokenizer("hf:" + copy));
+    EXPECT_EQ(copied->Fingerprint(), original->Fingerprint()) << spec;
+  }
+}
+
 // GPT-2's files as Hugging Face names them (vocab.json, merges.txt: what strata export
 // writes for a gpt2-tokenized checkpoint) open as GPT-2's tokenizer.
 TEST(OpenTokenizerTest, Gpt2FilesUnderHuggingFaceNames) {
@@ -113,6 +147,9 @@ TEST(OpenTokenizerTest, Gpt2FilesUnderHuggingFaceNames) {
   ASSERT_OK_AND_ASSIGN(const std::vector<uint32_t> ids, tokenizer->Encode("hello world"));
   EXPECT_EQ(ids, (std::vector<uint32_t>{31373, 995}));
   EXPECT_EQ(tokenizer->Fingerprint(), installed->Fingerprint());
+  using Files = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(TokenizerFiles("gpt2"), (Files{{testing_tokenizer::Gpt2EncoderJsonPath(), "vocab.json"},
+                                           {testing_tokenizer::Gpt2VocabBpePath(), "merges.txt"}}));
 }
 
 }  // namespace

@@ -36,6 +36,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -116,5 +117,14 @@ StatusOr<std::unique_ptr<Tokenizer>> OpenSentencePieceTokenizer(const std::strin
 //                           encoder.json, merges.txt = vocab.bpe): OpenGpt2Tokenizer.
 // Errors: an unknown spec (kInvalidArgument listing the forms), and those of the openers.
 StatusOr<std::unique_ptr<Tokenizer>> OpenTokenizer(const std::string& spec);
+
+// The files a tokenizer `spec` (as OpenTokenizer takes it) reads, each as (its path, the
+// name Hugging Face gives it): "hf:DIR" its tokenizer files (tokenizer.json,
+// tokenizer.model, tokenizer_config.json, special_tokens_map.json, vocab.json, merges.txt,
+// those present), "hf:FILE" tokenizer.json, "sentencepiece:FILE" tokenizer.model, "gpt2"
+// the installed files as vocab.json + merges.txt; none for "bytes". A directory holding
+// them under those names opens (OpenTokenizer("hf:DIR")) as the same tokenizer: what an
+// export and a checkpoint carry. Paths are not checked here.
+std::vector<std::pair<std::string, std::string>> TokenizerFiles(const std::string& spec);
 
 }  // namespace strata
