@@ -28,6 +28,7 @@
 #include "core/pread_fully.h"
 #include "core/progress.h"
 #include "data/tokenizer/tokenizer.h"
+#include "launch/rank_agreement.h"
 #include "models/create_model.h"
 
 namespace strata {
@@ -40,6 +41,10 @@ constexpr const char* kFormat = "strata-checkpoint";
 // "rope_scaling", "qkv_bias" and "sliding_window" (absent before: none, false, 0). 5:
 // "model" has "head_dim" and "qk_norm" (absent before: channels / heads, false).
 constexpr int kVersion = 5;
+// What a rank tells the others of its share of a resume's file checks (else the index of
+// the file that failed).
+constexpr uint32_t kChecked = 0xffffffffu;
+constexpr uint32_t kFailedBeforeFiles = 0xfffffffeu;
 constexpr int kOldestVersion = 1;
 
 Status Errno(int error, const std::string& what) {
@@ -671,16 +676,27 @@ StatusOr<std::string> CheckpointTokenizer(const OpenedCheckpoint& checkpoint) {
   return absl::StrCat("hf:", checkpoint.path, "/", kTokenizerDir);
 }
 
-Status VerifyCheckpointFiles(const OpenedCheckpoint& checkpoint, bool show_progress) {
+Status VerifyCheckpointFiles(const OpenedCheckpoint& checkpoint, bool show_progress, int rank,
+                             int world, int* failed) {
+  const size_t count = checkpoint.units.size();
   uint64_t checkpoint_bytes = 0;
-  for (const OpenedCheckpoint::Unit& unit : checkpoint.units) checkpoint_bytes += 3 * unit.elements * 4;
+  for (size_t i = rank; i < count; i += world) {
+    checkpoint_bytes += 3 * checkpoint.units[i].elements * 4;
+  }
   std::optional<Progress> verifying;
   if (show_progress) {
-    verifying.emplace(absl::StrCat("verifying ", checkpoint.path), checkpoint_bytes);
+    verifying.emplace(absl::StrCat("verifying ", checkpoint.path,
+                                   world > 1 ? absl::StrCat(" (1/", world, " of its files)") : ""),
+                      checkpoint_bytes);
   }
-  for (const OpenedCheckpoint::Unit& unit : checkpoint.units) {
-    RETURN_IF_ERROR(CheckFile(unit.file, 3 * unit.elements * 4, unit.hash,
-                              verifying ? &*verifying : nullptr));
+  for (size_t i = rank; i < count; i += world) {
+    const OpenedCheckpoint::Unit& unit = checkpoint.units[i];
+    Status status =
+        CheckFile(unit.file, 3 * unit.elements * 4, unit.hash, verifying ? &*verifying : nullptr);
+    if (!status.ok()) {
+      if (failed != nullptr) *failed = static_cast<int>(i);
+      return status;
+    }
   }
   return absl::OkStatus();
 }
@@ -712,9 +728,12 @@ Status ReadCheckpointMaster(const OpenedCheckpoint& checkpoint, int unit, size_t
   return ReadUnitArray(checkpoint.units[unit], 0, begin, count, out);
 }
 
-StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
-                                          const Options& options, const std::string& where,
-                                          bool show_progress, const LoraBase* base) {
+namespace {
+
+// The checkpoint at `where` checked against the run (model shape, LoRA and its base, units,
+// the step), before its files are.
+StatusOr<ParsedMeta> OpenForRun(const Model& model, const Options& options,
+                                const std::string& where, const LoraBase* base) {
   ASSIGN_OR_RETURN(ParsedMeta parsed, ParseCheckpoint(where));
   const std::string& path = parsed.opened.path;
   // The units a checkpoint holds: the trainable ones (a LoRA run's adapters).
@@ -795,9 +814,56 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
         "checkpoint: ", path, " resumes at step ", next_step, " but train.steps is ",
         options.train.steps, ": raise train.steps"));
   }
-  // Every file checked before any state changes (streamed: host memory holds one unit,
-  // whatever the model), then loaded unit by unit.
-  RETURN_IF_ERROR(VerifyCheckpointFiles(parsed.opened, show_progress));
+  return parsed;
+}
+
+}  // namespace
+
+StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
+                                          const Options& options, const std::string& where,
+                                          bool show_progress, const LoraBase* base,
+                                          Communicator* agree) {
+  // Every check before any state changes: the metadata against the run, then the files
+  // (streamed: host memory holds one unit, whatever the model), each rank its share, and
+  // every rank learns whether any failed.
+  const int world = agree != nullptr ? agree->world_size() : 1;
+  const int rank = agree != nullptr ? agree->rank() : 0;
+  StatusOr<ParsedMeta> opened = OpenForRun(model, options, where, base);
+  int failed_file = -1;
+  Status checked = opened.status();
+  if (checked.ok()) {
+    checked = VerifyCheckpointFiles(opened->opened, show_progress, rank, world, &failed_file);
+  }
+  if (world > 1) {
+    const uint32_t code = checked.ok()       ? kChecked
+                          : failed_file >= 0 ? static_cast<uint32_t>(failed_file)
+                                             : kFailedBeforeFiles;
+    ASSIGN_OR_RETURN(const std::vector<uint32_t> codes, AgreeOnOutcomes(*agree, code));
+    RETURN_IF_ERROR(checked);  // this rank's own error
+    for (int r = 0; r < world; ++r) {
+      if (codes[r] == kChecked) continue;
+      if (codes[r] == kFailedBeforeFiles || codes[r] >= opened->opened.units.size()) {
+        return absl::FailedPreconditionError(absl::StrCat("checkpoint: rank ", r, " could not use ",
+                                                          opened->opened.path,
+                                                          " (its own error says why)"));
+      }
+      // The same error as that rank's, from this rank's own look at the file.
+      const OpenedCheckpoint::Unit& file = opened->opened.units[codes[r]];
+      RETURN_IF_ERROR(CheckFile(file.file, 3 * file.elements * 4, file.hash, nullptr));
+      return absl::DataLossError(absl::StrCat("checkpoint: ", file.file,
+                                              " failed its check on rank ", r, " but not on rank ",
+                                              rank, ": do the ranks see different files?"));
+    }
+  }
+  RETURN_IF_ERROR(checked);
+  ParsedMeta& parsed = *opened;
+  const std::string& path = parsed.opened.path;
+  std::vector<int> trainable;
+  for (size_t u = 0; u < model.units().size(); ++u) {
+    if (model.units()[u].trainable()) trainable.push_back(static_cast<int>(u));
+  }
+  const std::vector<OpenedCheckpoint::Unit>& files = parsed.opened.units;
+  const int next_step = parsed.opened.next_step;
   uint64_t checkpoint_bytes = 0;
   for (const OpenedCheckpoint::Unit& file : files) checkpoint_bytes += 3 * file.elements * 4;
   std::optional<Progress> loading;
@@ -805,7 +871,7 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
   // Buffers reused from unit to unit: fresh pages per unit cost more than the copies.
   std::vector<char> bytes;
   Engine::UnitOptimizerState state;
-  for (size_t u = 0; u < units.size(); ++u) {
+  for (size_t u = 0; u < files.size(); ++u) {
     const size_t n = files[u].elements;
     const auto [begin, end] = engine.StoredRange(trainable[u]);
     if (begin > 0 || end < n) {

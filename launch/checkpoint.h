@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/communicator.h"
 #include "core/options.h"
 #include "core/status.h"
 #include "runtime/engine.h"
@@ -123,8 +124,11 @@ StatusOr<OpenedCheckpoint> OpenCheckpoint(const std::string& path);
 // each file checked against its XXH3: kDataLoss naming a file that differs) where it has
 // one, else the recorded spec ("" where none was recorded).
 StatusOr<std::string> CheckpointTokenizer(const OpenedCheckpoint& checkpoint);
-// Every unit file's size and XXH3 against checkpoint.json (streamed, one unit in memory).
-Status VerifyCheckpointFiles(const OpenedCheckpoint& checkpoint, bool show_progress);
+// Every unit file's size and XXH3 against checkpoint.json (streamed, one unit in memory);
+// with `world` > 1 only files rank, rank + world, ... (this rank's share); `failed` (may be
+// null) gets the index of the file that failed.
+Status VerifyCheckpointFiles(const OpenedCheckpoint& checkpoint, bool show_progress, int rank = 0,
+                             int world = 1, int* failed = nullptr);
 // Elements [begin, begin + count) of unit `unit`'s fp32 master weights (pread).
 Status ReadCheckpointMaster(const OpenedCheckpoint& checkpoint, int unit, size_t begin,
                             size_t count, float* out);
@@ -138,9 +142,16 @@ struct LoadedCheckpoint {
 // With `show_progress` (one rank), verifying and loading show progress (core/progress.h).
 // A LoRA checkpoint loads only into a LoRA run of the same rank, alpha and targets whose
 // `base` hashes the same (its base is loaded first, from model.from or train.seed).
+// `agree` (the run's host communicator, world > 1): the ranks share the files' check (rank
+// r checks files r, r + world, ...; the load still checks each file a rank reads whole)
+// and agree on its outcome (AgreeOnOutcomes) before any state changes: when any rank's
+// check fails every rank returns an error, the same where the file is the same for all
+// (each looks at the failed file itself). A rank that fails before calling it aborts the
+// communicator (RunRanks), so the others do not wait.
 StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
                                           const Options& options, const std::string& path,
                                           bool show_progress = false,
-                                          const LoraBase* base = nullptr);
+                                          const LoraBase* base = nullptr,
+                                          Communicator* agree = nullptr);
 
 }  // namespace strata

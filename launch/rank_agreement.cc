@@ -132,6 +132,14 @@ Status AgreeOnStart(Communicator& communicator, const std::string& resolved) {
                        : absl::StrJoin(problems, "\n  ")));
 }
 
+StatusOr<std::vector<uint32_t>> AgreeOnOutcomes(Communicator& communicator, uint32_t outcome) {
+  if (communicator.world_size() == 1) return std::vector<uint32_t>{outcome};
+  std::vector<uint32_t> mine = {outcome};
+  std::vector<uint32_t> all;
+  RETURN_IF_ERROR(Gather(communicator, mine, &all));
+  return all;
+}
+
 StatusOr<int> AgreeOnStop(Communicator& communicator, int signal_number) {
   if (communicator.world_size() == 1) return signal_number;
   std::vector<uint32_t> mine = {static_cast<uint32_t>(signal_number)};

@@ -31,4 +31,8 @@ Status AgreeOnStart(Communicator& communicator, const std::string& resolved);
 // Returns the first non-zero `signal_number` in rank order, or 0.
 StatusOr<int> AgreeOnStop(Communicator& communicator, int signal_number);
 
+// Every rank's `outcome` (of a check it did alone, e.g. its share of a checkpoint's files),
+// in rank order.
+StatusOr<std::vector<uint32_t>> AgreeOnOutcomes(Communicator& communicator, uint32_t outcome);
+
 }  // namespace strata

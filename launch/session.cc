@@ -133,9 +133,9 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
         LoraBase{options.model.from, options.train.seed, options.train.dtype, *hash};
   }
   if (!options.train.resume.empty()) {
-    StatusOr<LoadedCheckpoint> loaded =
-        LoadCheckpoint(*session->engine_, *session->model_, options, options.train.resume,
-                       communicator->rank() == 0, lora ? &*session->lora_base_ : nullptr);
+    StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(
+        *session->engine_, *session->model_, options, options.train.resume,
+        communicator->rank() == 0, lora ? &*session->lora_base_ : nullptr, communicator);
     if (!loaded.ok()) return session->AbortOnError(loaded.status());
     session->first_step_ = loaded->next_step;
     session->resumed_from_ = loaded->path;

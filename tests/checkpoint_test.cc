@@ -12,12 +12,15 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_join.h"
 #include "core/testing/status_matchers.h"
 #include "data/tokenizer/tokenizer.h"
+#include "launch/ranks.h"
+#include "launch/session.h"
 #include "tests/engine_rig.h"
 #include "tests/placement_runs.h"
 
@@ -242,6 +245,58 @@ TEST(Checkpoint, DamagedOrMismatchedCheckpointsAreClearErrors) {
   // No checkpoint there at all.
   std::filesystem::remove_all(step);
   EXPECT_THAT(resume_error({}), ::testing::HasSubstr(step + "/checkpoint.json"));
+}
+
+// At two ranks each checks half of the files (rank r the files r, r + 2, ...) and both
+// learn of a failure before any state changes: a damaged file is named by both ranks,
+// whichever checked it, and nothing trains.
+TEST(Checkpoint, RanksShareTheFileChecksAndAgreeOnTheOutcome) {
+  const std::string dir = TestDir("shared-checks");
+  ASSERT_OK(TrainAllRanks(Make(2, 3, {"train.checkpoint_dir=" + dir, "train.checkpoint_every=2"}))
+                .status);
+  const std::string step = dir + "/step-2";
+  ASSERT_OK_AND_ASSIGN(const OpenedCheckpoint opened, OpenCheckpoint(step));
+  ASSERT_GE(opened.units.size(), 2u);
+  for (int damaged = 0; damaged < 2; ++damaged) {
+    SCOPED_TRACE(damaged);
+    const std::string file = opened.units[damaged].file;
+    std::string original;
+    {
+      std::ifstream in(file, std::ios::binary);
+      original.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    {
+      std::fstream out(file, std::ios::in | std::ios::out | std::ios::binary);
+      out.seekp(8);
+      out.put(static_cast<char>(original[8] ^ 0x5a));
+    }
+    // Its share alone: the rank that checks the file finds it, the other does not look.
+    int failed = -1;
+    EXPECT_THAT(VerifyCheckpointFiles(opened, false, damaged, 2, &failed),
+                StatusIs(absl::StatusCode::kDataLoss, HasSubstr(file)));
+    EXPECT_EQ(failed, damaged);
+    EXPECT_OK(VerifyCheckpointFiles(opened, false, 1 - damaged, 2));
+    // A resume at two ranks: each rank's own session refuses it, naming the file (not one
+    // rank's error and the other's abort, nor a rank that did not look loading it).
+    const Options resume = Make(2, 3, {"train.resume=" + step});
+    std::mutex mutex;
+    std::vector<Status> created(2);
+    ASSERT_OK(RunRanks(resume, [&](Communicator& communicator) -> Status {
+      StatusOr<std::unique_ptr<TrainingSession>> session =
+          TrainingSession::Create(resume, &communicator);
+      std::lock_guard<std::mutex> lock(mutex);
+      created[communicator.rank()] = session.status();
+      return absl::OkStatus();
+    }));
+    for (const Status& status : created) {
+      EXPECT_THAT(status,
+                  StatusIs(absl::StatusCode::kDataLoss,
+                           ::testing::AllOf(HasSubstr(file), HasSubstr("checksum mismatch"))));
+    }
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << original;
+  }
+  // Mended, it resumes.
+  EXPECT_OK(TrainAllRanks(Make(2, 3, {"train.resume=" + step})).status);
 }
 
 // A checkpoint carries a copy of its tokenizer's files (step-<k>/tokenizer/, hashed in
