@@ -8,14 +8,17 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/testing/status_matchers.h"
 #include "data/tokenizer/tokenizer.h"
@@ -337,6 +340,22 @@ TEST(Checkpoint, CarriesACopyOfItsTokenizer) {
       CheckpointTokenizer(opened),
       StatusIs(absl::StatusCode::kDataLoss,
                ::testing::AllOf(HasSubstr(opened.tokenizer_files[0].first), HasSubstr("XXH3"))));
+  // A checkpoint.json (its checksum made again) naming a tokenizer file outside the
+  // checkpoint's tokenizer directory is refused when opened.
+  {
+    const std::string meta_path = step + "/checkpoint.json";
+    std::ifstream in(meta_path);
+    nlohmann::json meta = nlohmann::json::parse(in);
+    meta["tokenizer_files"][0]["name"] = "../../elsewhere.model";
+    meta.erase("checksum");
+    const std::string compact = meta.dump();
+    meta["checksum"] = absl::StrFormat("%016x", XXH3_64bits(compact.data(), compact.size()));
+    std::ofstream(meta_path, std::ios::trunc) << meta.dump(2);
+    EXPECT_THAT(OpenCheckpoint(step),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         ::testing::AllOf(HasSubstr("../../elsewhere.model"),
+                                          HasSubstr("outside its tokenizer directory"))));
+  }
   // The tokenizer's file not readable when a checkpoint is written (moved while the run
   // went on): the spec alone is recorded, as by a strata older than the copies.
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<EngineRig> rig, MakeEngineRig(Make(1, 1, {})));
