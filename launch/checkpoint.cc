@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/logging.h"
 #include "core/pread_fully.h"
 #include "core/progress.h"
 #include "data/tokenizer/tokenizer.h"
@@ -204,10 +205,10 @@ StatusOr<nlohmann::json> CopyTokenizerFiles(const std::string& spec, const std::
   for (const auto& [source, name] : files) {
     StatusOr<std::vector<char>> bytes = ReadFile(source);
     if (!bytes.ok()) {
-      std::fprintf(stderr,
-                   "checkpoint: the tokenizer's file %s is not readable (%s): the "
-                   "checkpoint records the tokenizer %s without a copy\n",
-                   source.c_str(), std::string(bytes.status().message()).c_str(), spec.c_str());
+      spdlog::warn(
+          "checkpoint: the tokenizer's file {} is not readable ({}): the checkpoint "
+          "records the tokenizer {} without a copy",
+          source, std::string(bytes.status().message()), spec);
       return nlohmann::json::array();
     }
     contents.push_back(std::move(*bytes));
