@@ -268,7 +268,9 @@ Status RunBenchImport(const CommandArgs& args, const std::string& dir, DType fil
   for (size_t i = 0; i < base.size(); ++i) {
     const auto [begin, end] = engine->StoredRange(base[i]);
     const UnitImportRoute& route = plan.routes[i];
-    uint64_t per_element = DTypeBytes(engine_options.train.dtype);
+    // The params where they are not the master itself (Engine::ParamsShareMaster).
+    uint64_t per_element =
+        engine->ParamsShareMaster(base[i]) ? 0 : DTypeBytes(engine_options.train.dtype);
     if (engine_model->units()[base[i]].trainable()) per_element += sizeof(float);
     if (route.fp32_buffer) per_element += sizeof(float);
     if (route.bf16_buffer) per_element += sizeof(bf16);
@@ -374,7 +376,7 @@ Status RunBenchImport(const CommandArgs& args, const std::string& dir, DType fil
     std::printf(
         "  and at the goal's rate the import writes %.1f GB/s to memory, %.2f of what a "
         "plain copy writes here (%.1f bytes per byte read: each value's fp32 master "
-        "and %s params)\n",
+        "and %s params, unless they share it)\n",
         written_per_byte * read_mb_s * kGoalImportVsRead / 1e3,
         written_per_byte * read_mb_s * kGoalImportVsRead / 1e3 / copy_gb_s, written_per_byte,
         dtype);

@@ -545,6 +545,11 @@ bool Engine::ImportsParamsStraight(int unit) const {
   return tier.has_value() && device_->InHostMemory(*tier);
 }
 
+bool Engine::ParamsShareMaster(int unit) const {
+  const void* part = components_.param_part(unit);
+  return part != nullptr && part == units_[unit].master.data();
+}
+
 bf16* Engine::ImportParamTarget(int unit) const {
   if (!ImportsParamsStraight(unit) || device_->dry_run()) return nullptr;
   return static_cast<bf16*>(components_.param_part(unit));

@@ -174,6 +174,9 @@ class Engine {
   bf16* ImportParamTarget(int unit) const;
   // The same question for ImportParamTarget (a dry run answers for the run it models).
   bool ImportsParamsStraight(int unit) const;
+  // Whether the unit's params are its fp32 master itself (an fp32 engine at stage 0 with the
+  // optimizer and params on the device tier: one buffer, which AdamW updates in place).
+  bool ParamsShareMaster(int unit) const;
 
   // Bytes of this rank's swap files (0 without nvme tiers).
   uint64_t nvme_file_bytes() const { return components_.nvme_file_bytes(); }

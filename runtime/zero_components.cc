@@ -209,6 +209,20 @@ Status ZeroComponents::Assemble(const Options& options, const Placement& placeme
   for (const auto& unit_chunks : chunks) trainable_chunks += unit_chunks.size();
   const std::vector<std::vector<NvmeChunk>> frozen_chunks =
       NvmeChunks(frozen_shards, chunk_elements, trainable_chunks);
+  RETURN_IF_ERROR(AllocateState(context, layout, placement));
+  // An fp32 engine's params of a trainable unit are its master where both hold the whole
+  // unit in the device tier (stage 0, the optimizer on the device: AdamW updates it in
+  // place): one buffer, not a second copy of the same values.
+  std::vector<void*> shared(context.layouts->size(), nullptr);
+  if (options.train.dtype == DType::kF32 && stage == 0 &&
+      placement.optimizer == StateTier::kDevice && placement.params == StateTier::kDevice) {
+    for (size_t u = 0; u < shared.size(); ++u) {
+      const UnitState& state = (*context.units)[u];
+      if (!frozen[u] && state.master.bytes() == parts[u] * sizeof(float)) {
+        shared[u] = state.master.data();
+      }
+    }
+  }
   // The param home of the units `members` says (one home for all, or one per group).
   auto make_param_home = [&](StateTier tier, auto members) -> StatusOr<std::unique_ptr<ParamHome>> {
     if (tier == StateTier::kNvme) {
@@ -225,7 +239,8 @@ Status ZeroComponents::Assemble(const Options& options, const Placement& placeme
     for (size_t u = 0; u < mine.size(); ++u) {
       if (members(u)) mine[u] = parts[u];
     }
-    return ParamHome::CreateResident(home, MemoryTier(tier), mine);
+    return ParamHome::CreateResident(home, MemoryTier(tier), mine,
+                                     tier == placement.params ? shared : std::vector<void*>{});
   };
   if (!placement.frozen || placement.frozen_params == placement.params) {
     ASSIGN_OR_RETURN(components.param_home_,
@@ -238,7 +253,6 @@ Status ZeroComponents::Assemble(const Options& options, const Placement& placeme
     components.param_home_ =
         ParamHome::CreateSplit(std::move(trainable), std::move(base), frozen);
   }
-  RETURN_IF_ERROR(AllocateState(context, layout, placement));
 
   // The homes of the sums and the optimizer state; two NVMe homes are linked so that final
   // sums can go to the optimizer in memory.

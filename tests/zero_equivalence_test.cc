@@ -12,10 +12,12 @@
 #include <cmath>
 #include <mutex>
 
+#include "absl/strings/str_join.h"
 #include "core/testing/status_matchers.h"
 #include "launch/options_parse.h"
 #include "launch/ranks.h"
 #include "launch/session.h"
+#include "tests/engine_rig.h"
 
 namespace strata {
 namespace {
@@ -163,11 +165,14 @@ TEST(ZeroEquivalence, MemoryFollowsZeroFormulas) {
   auto peak = [&](int stage, StateKind kind) {
     return static_cast<double>(by_stage[stage].peak_by_kind[static_cast<int>(kind)]);
   };
-  // Stage 0 holds everything: params P, grads P (compute) + P (fp32), optimizer 3P.
+  // Stage 0 holds everything: grads P (compute) + P (fp32), optimizer 3P; the fp32 params
+  // are the master itself (Engine::ParamsShareMaster), so no param bytes of their own.
   EXPECT_EQ(peak(0, StateKind::kOptimizer), 3 * total_bytes);
   EXPECT_EQ(peak(0, StateKind::kGrads), 2 * total_bytes);
-  // Stage 1: optimizer state / N.
+  EXPECT_EQ(peak(0, StateKind::kParams), 0);
+  // Stage 1: optimizer state / N, the full params P of their own.
   EXPECT_EQ(peak(1, StateKind::kOptimizer), 3 * total_bytes / world);
+  EXPECT_EQ(peak(1, StateKind::kParams), total_bytes);
   EXPECT_EQ(peak(1, StateKind::kGrads), total_bytes + total_bytes / world);
   // Stage 2: gradients too (fp32 shard + full buffers of the units in flight).
   EXPECT_EQ(peak(2, StateKind::kOptimizer), 3 * total_bytes / world);
@@ -178,6 +183,47 @@ TEST(ZeroEquivalence, MemoryFollowsZeroFormulas) {
   EXPECT_LE(peak(3, StateKind::kParams),
             total_bytes / world + (256 << 10) + embedding_bytes + 3 * block_bytes);
   EXPECT_LT(peak(3, StateKind::kParams), peak(2, StateKind::kParams) * 0.7);
+}
+
+// An fp32 engine's params are its master where both hold the whole unit in the device tier
+// (stage 0, optimizer and params on the device), and a copy of their own anywhere else; a
+// step updates both at once (the losses of stage 0 match every other stage's above).
+TEST(ZeroEquivalence, Fp32ParamsAreTheMasterWhereBothSitTogether) {
+  struct Case {
+    std::vector<std::string> sets;
+    bool shared;
+  };
+  const std::vector<Case> cases = {
+      {{"zero.stage=0"}, true},
+      {{"zero.stage=0", "train.dtype=bf16"}, false},
+      {{"zero.stage=1"}, false},
+      {{"zero.stage=1", "zero.optimizer_tier=host"}, false},
+      {{"zero.stage=0", "lora.rank=2"}, true},  // the adapters; the frozen base has no master
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> sets = {"model.preset=tiny", "model.layers=2",   "model.channels=32",
+                                     "model.heads=2",     "train.seq_len=16", "device.threads=1"};
+    sets.insert(sets.end(), c.sets.begin(), c.sets.end());
+    ASSERT_OK_AND_ASSIGN(const Options options, ParseOptions("", sets));
+    ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(options));
+    for (size_t u = 0; u < rig->model->units().size(); ++u) {
+      const bool trainable = rig->model->units()[u].trainable();
+      EXPECT_EQ(rig->engine->ParamsShareMaster(static_cast<int>(u)), c.shared && trainable)
+          << absl::StrJoin(c.sets, " ") << " unit " << u;
+    }
+    // Written through either, read back through both.
+    const int unit = static_cast<int>(rig->model->units().size()) - 1;
+    std::vector<float> values(rig->engine->PaddedElements(unit));
+    for (size_t i = 0; i < values.size(); ++i) values[i] = 0.25f * static_cast<float>(i % 17);
+    if (!rig->model->units()[unit].trainable()) continue;
+    ASSERT_OK(rig->engine->WriteMaster(unit, values));
+    ASSERT_OK_AND_ASSIGN(const std::vector<float> params, rig->engine->ReadParams(unit));
+    ASSERT_OK_AND_ASSIGN(const Engine::UnitOptimizerState state,
+                         rig->engine->ReadOptimizerState(unit));
+    EXPECT_EQ(params, state.master);
+    EXPECT_EQ(std::vector<float>(params.begin(), params.begin() + 34),
+              std::vector<float>(values.begin(), values.begin() + 34));
+  }
 }
 
 TEST(ZeroEquivalence, DeadRankIsAClearErrorNotAHang) {

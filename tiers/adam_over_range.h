@@ -24,11 +24,15 @@ inline AdamState StateOf(UnitState& state, const float* grads) {
 }
 
 // Runs AdamW over `range` of a unit tensor by tensor on `ops`/`stream`; `param_base` is the
-// params' element at range.begin.
+// params' element at range.begin. Params that are the master itself (an fp32 engine's
+// shared buffer, ParamHome::CreateResident) are updated with it, not written twice.
 inline Status AdamOverRange(const HomeContext& ctx, Ops& ops, Stream& stream, int unit,
                      const AdamParams& params, ShardRange range, size_t state_offset,
                      const AdamState& state, void* param_base) {
   const size_t element_bytes = DTypeBytes(ctx.dtype);
+  if (param_base == static_cast<void*>(state.master + (range.begin - state_offset))) {
+    param_base = nullptr;
+  }
   StreamLabel label(stream, "adam " + (*ctx.layouts)[unit].name(), "adam",
                     {{"elements", std::to_string(range.end - range.begin)}});
   for (const TensorSpec& tensor : (*ctx.layouts)[unit].tensors()) {
@@ -38,8 +42,9 @@ inline Status AdamOverRange(const HomeContext& ctx, Ops& ops, Stream& stream, in
     AdamParams tensor_params = params;
     if (!tensor.weight_decay) tensor_params.weight_decay = 0.0f;
     const size_t s = lo - state_offset;
-    RETURN_IF_ERROR(ops.AdamW(stream, ElementAt(param_base, lo - range.begin, element_bytes),
-                              state.master + s, state.grads + s, state.exp_avg + s,
+    void* param =
+        param_base == nullptr ? nullptr : ElementAt(param_base, lo - range.begin, element_bytes);
+    RETURN_IF_ERROR(ops.AdamW(stream, param, state.master + s, state.grads + s, state.exp_avg + s,
                               state.exp_avg_sq + s, hi - lo, tensor_params));
   }
   return absl::OkStatus();

@@ -14,35 +14,45 @@ namespace {
 class ResidentParamHome : public ParamHome {
  public:
   ResidentParamHome(const HomeContext& ctx, Tier tier, std::vector<size_t> part_elements,
-                    std::vector<Buffer> parts)
-      : ParamHome(std::move(part_elements)), ctx_(ctx), tier_(tier), parts_(std::move(parts)) {}
+                    std::vector<Buffer> parts, std::vector<void*> shared)
+      : ParamHome(std::move(part_elements)),
+        ctx_(ctx),
+        tier_(tier),
+        parts_(std::move(parts)),
+        shared_(std::move(shared)) {
+    shared_.resize(parts_.size(), nullptr);
+  }
 
   StateTier tier() const override {
     return tier_ == Tier::kDevice ? StateTier::kDevice : StateTier::kHost;
   }
-  void* part(int unit) override { return parts_[unit].data(); }
+  void* part(int unit) override {
+    return shared_[unit] != nullptr ? shared_[unit] : parts_[unit].data();
+  }
 
   Status Store(int unit, const void* values) override {
-    Buffer& part = parts_[unit];
-    RETURN_IF_ERROR(ctx_.device->CopyAsync(part.data(), values, part.bytes(), *ctx_.compute));
+    void* part = this->part(unit);
+    if (values == part) return absl::OkStatus();  // in place already (a shared master)
+    RETURN_IF_ERROR(ctx_.device->CopyAsync(part, values, Bytes(unit), *ctx_.compute));
     return ctx_.compute->Synchronize();
   }
 
   Status Load(int unit, void* out) override {
-    const Buffer& part = parts_[unit];
-    RETURN_IF_ERROR(ctx_.device->CopyAsync(out, part.data(), part.bytes(), *ctx_.compute));
+    RETURN_IF_ERROR(ctx_.device->CopyAsync(out, part(unit), Bytes(unit), *ctx_.compute));
     return ctx_.compute->Synchronize();
   }
 
   Status CopyUp(int unit, void* dest, Stream& copy) override {
-    const Buffer& part = parts_[unit];
-    return ctx_.device->CopyAsync(dest, part.data(), part.bytes(), copy);
+    return ctx_.device->CopyAsync(dest, part(unit), Bytes(unit), copy);
   }
 
  private:
   HomeContext ctx_;
   Tier tier_;
+  size_t Bytes(int unit) const { return part_elements(unit) * DTypeBytes(ctx_.dtype); }
+
   std::vector<Buffer> parts_;
+  std::vector<void*> shared_;  // per unit: the memory its part shares, or null
 };
 
 // Shards in a swap file, read ahead through a few host buffers.
@@ -214,15 +224,18 @@ std::unique_ptr<ParamHome> ParamHome::CreateSplit(std::unique_ptr<ParamHome> tra
 }
 
 StatusOr<std::unique_ptr<ParamHome>> ParamHome::CreateResident(
-    const HomeContext& ctx, Tier tier, const std::vector<size_t>& part_elements) {
+    const HomeContext& ctx, Tier tier, const std::vector<size_t>& part_elements,
+    const std::vector<void*>& shared) {
   RETURN_IF_ERROR(CheckHomeContext(ctx));
-  if (part_elements.size() != ctx.layouts->size()) {
+  if (part_elements.size() != ctx.layouts->size() ||
+      (!shared.empty() && shared.size() != part_elements.size())) {
     return absl::InvalidArgumentError("a param home needs every unit's part size");
   }
   std::vector<Buffer> parts;
   Status status;
   for (size_t u = 0; u < part_elements.size() && status.ok(); ++u) {
-    if (part_elements[u] == 0) {  // not kept in this home
+    if (part_elements[u] == 0 || (!shared.empty() && shared[u] != nullptr)) {
+      // not kept in this home, or in memory shared with another
       parts.emplace_back();
       continue;
     }
@@ -236,8 +249,8 @@ StatusOr<std::unique_ptr<ParamHome>> ParamHome::CreateResident(
   // can go (a failed allocation frees the others on return).
   status.Update(ctx.compute->Synchronize());
   RETURN_IF_ERROR(status);
-  return std::unique_ptr<ParamHome>(new ResidentParamHome(ctx, tier, part_elements,
-                                                          std::move(parts)));
+  return std::unique_ptr<ParamHome>(
+      new ResidentParamHome(ctx, tier, part_elements, std::move(parts), shared));
 }
 
 StatusOr<std::unique_ptr<ParamHome>> ParamHome::CreateNvme(

@@ -41,8 +41,12 @@ class ParamHome {
  public:
   // The parts in memory: unit u's part is `part_elements[u]` elements of ctx.dtype in
   // `tier` (kDevice, or kHost for stage-3 shards), zeroed; 0: the unit is not kept here.
+  // `shared` (empty, or one entry per unit): a unit whose entry is not null has no part of
+  // its own: its part is that memory (an fp32 engine's master over the same elements in
+  // the same tier, which the optimizer updates in place), owned elsewhere.
   static StatusOr<std::unique_ptr<ParamHome>> CreateResident(
-      const HomeContext& ctx, Tier tier, const std::vector<size_t>& part_elements);
+      const HomeContext& ctx, Tier tier, const std::vector<size_t>& part_elements,
+      const std::vector<void*>& shared = {});
   // The shards on nvme: `tier` (owned) holds one kParams extent per chunk of `chunks`
   // (each unit's chunks cover its whole shard, or are none: the unit is not kept here);
   // `read_buffers` (>= 1) host buffers of one

@@ -100,6 +100,35 @@ TEST_P(ParamHomeTest, ResidentHomesRoundTripAndCopyUp) {
   }
 }
 
+// A unit whose part is shared memory (an fp32 engine's master) allocates nothing of its
+// own: part() is that memory, a Store of it is nothing to do, a Store of other values
+// lands there, and Load and CopyUp read it; the other unit keeps a part of its own.
+TEST_P(ParamHomeTest, SharedPartsAreThatMemory) {
+  ASSERT_OK_AND_ASSIGN(Buffer master, rig_->DeviceBuffer(Bytes(0)));
+  auto params_bytes = [&] {
+    return rig_->device()
+        .pool(Tier::kDevice)
+        .Stats()
+        .current_by_kind[static_cast<int>(StateKind::kParams)];
+  };
+  const uint64_t before = params_bytes();
+  ASSERT_OK_AND_ASSIGN(auto home,
+                       ParamHome::CreateResident(rig_->ctx(), Tier::kDevice, kPartElements,
+                                                 {master.data(), nullptr}));
+  EXPECT_EQ(home->part(0), master.data());
+  EXPECT_NE(home->part(1), nullptr);
+  EXPECT_NE(home->part(1), master.data());
+  // Unit 1's part alone (5001 elements of unit 0 would be more than its 1237, rounded).
+  EXPECT_GE(params_bytes() - before, Bytes(1));
+  EXPECT_LT(params_bytes() - before, Bytes(0));
+  ASSERT_NO_FATAL_FAILURE(CheckRoundTrips(*home));
+  std::vector<uint8_t> in_master(Bytes(0));
+  ASSERT_OK(rig_->CopyAndWait(in_master.data(), master.data(), Bytes(0)));
+  EXPECT_TRUE(ElementsEqual(values_[0].data(), in_master.data(), kPartElements[0], GetParam()));
+  ASSERT_OK(home->Store(0, master.data()));  // itself: unchanged
+  ASSERT_NO_FATAL_FAILURE(CheckCopyUps(*home, {0, 1}));
+}
+
 TEST_P(ParamHomeTest, ResidentHomeNeedsEveryPartSize) {
   auto home = ParamHome::CreateResident(rig_->ctx(), Tier::kDevice, {kPartElements[0]});
   ASSERT_FALSE(home.ok());
