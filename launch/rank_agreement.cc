@@ -141,10 +141,8 @@ StatusOr<std::vector<uint32_t>> AgreeOnOutcomes(Communicator& communicator, uint
 }
 
 StatusOr<int> AgreeOnStop(Communicator& communicator, int signal_number) {
-  if (communicator.world_size() == 1) return signal_number;
-  std::vector<uint32_t> mine = {static_cast<uint32_t>(signal_number)};
-  std::vector<uint32_t> all;
-  RETURN_IF_ERROR(Gather(communicator, mine, &all));
+  ASSIGN_OR_RETURN(const std::vector<uint32_t> all,
+                   AgreeOnOutcomes(communicator, static_cast<uint32_t>(signal_number)));
   for (uint32_t value : all) {
     if (value != 0) return static_cast<int>(value);
   }

@@ -601,7 +601,9 @@ Status Engine::StoreUnitState(int unit, const UnitStateView& view, const bf16* p
   const size_t param_elements = components_.param_part_elements(unit);
   const bool full = param_elements == state.padded_elements;
   const float* param_src = view.master + ((full ? 0 : own.begin) - view.begin);
-  if (options_.train.dtype == DType::kF32) return components_.StoreParams(unit, param_src);
+  if (options_.train.dtype == DType::kF32) {  // nothing more where they are the master itself
+    return ParamsShareMaster(unit) ? absl::OkStatus() : components_.StoreParams(unit, param_src);
+  }
   if (device_->TierOf(param_src) == Tier::kDevice) {
     // The master itself, written in place on a CPU device (ImportTarget): host kernels
     // may not read the device tier, so the device's cast writes the part in place (an
