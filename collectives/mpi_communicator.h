@@ -39,28 +39,11 @@
 #include <string>
 
 #include "collectives/communicator.h"
+#include "collectives/mpi_world.h"
 
 namespace strata {
 
-struct MpiOptions {
-  // zero.comm_timeout_s: how long one collective may take before it fails with
-  // kDeadlineExceeded naming the ranks that did not answer, and how long one may wait on
-  // its stream to start (start_watch.h; the peers are told). Must be > 0.
-  double timeout_s = 300.0;
-
-  // Performance: the most scratch memory one reduction uses (received chunks waiting to be
-  // summed), per communicator; larger reductions run in segments. 4 KiB .. 1 GiB.
-  size_t max_scratch_bytes = 64u << 20;
-};
-
 // This process's place in MPI_COMM_WORLD, initializing MPI if need be.
-struct MpiWorld {
-  int rank = 0;
-  int size = 1;
-  int local_rank = 0;  // rank among the processes on this node (the GPU to use)
-  int local_size = 1;
-  std::string host;
-};
 StatusOr<MpiWorld> GetMpiWorld();
 
 // A communicator over every process of MPI_COMM_WORLD (duplicated, so its messages never

@@ -18,7 +18,7 @@
 #include <mutex>
 #include <string>
 
-#include "collectives/mpi_communicator.h"
+#include "collectives/mpi_world.h"
 #include "core/status.h"
 
 namespace strata {

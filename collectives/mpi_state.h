@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "collectives/communicator.h"
-#include "collectives/mpi_communicator.h"
 #include "collectives/mpi_process.h"
+#include "collectives/mpi_world.h"
 #include "collectives/start_watch.h"
 
 namespace strata {

@@ -1,6 +1,6 @@
 // The one options struct of strata. Every field states its config key, default and
 // consequence. Parsed from a JSON file plus `--set section.key=value` overrides by
-// ParseOptions (launch/options_parse.h), which rejects unknown keys and bad values, listing
+// ParseOptions (config/options_parse.h), which rejects unknown keys and bad values, listing
 // every problem at once. A key with a few possible values is an enum here, parsed once by
 // the parser (OptionNames gives each value's config text): nothing else compares option
 // strings. Which placements can run together is decided by ResolvePlacement
@@ -99,14 +99,14 @@ std::map<std::string, E> OptionValues() {
 }
 
 struct ModelOptions {
-  // model.preset: a named model (launch/option_keys.cc Presets(): "tiny", "small",
+  // model.preset: a named model (config/option_keys.cc Presets(): "tiny", "small",
   // "gpt2-124m", "gpt2-1.5b", "llama-tiny", "llama-1b", "llama-8b"), applied first; the
   // fields below override it.
   std::string preset = "small";
   // model.from: "hf:DIR", a Hugging Face model directory (its config.json), or "llmc:FILE",
   // an llm.c GPT-2 checkpoint (its header), sets the model.* keys (after the preset, before
-  // the other keys) and its weights are the initial ones (launch/import_weights.h,
-  // launch/llmc_model.h). "" = random initial weights from train.seed.
+  // the other keys) and its weights are the initial ones (interop/import_weights.h,
+  // interop/llmc_model.h). "" = random initial weights from train.seed.
   std::string from;
   ModelFamily family = ModelFamily::kGpt;  // model.family: gpt | llama
   int layers = 4;          // model.layers: transformer blocks (units 1..L).
@@ -146,7 +146,7 @@ struct DataOptions {
   double val_fraction = 0.1;  // data.val_fraction: tail of the tokens held out for validation.
   // data.tokenizer: "" (the imported model's own tokenizer file, else bytes) | bytes |
   // gpt2 | sentencepiece:FILE | hf:PATH (a tokenizer.json, or a directory holding one or a
-  // tokenizer.model). Text is tokenized once and cached (launch/training_data.h); token
+  // tokenizer.model). Text is tokenized once and cached (data/tokenizer/training_data.h); token
   // files are used as they are.
   std::string tokenizer;
   // data.cache_dir: where tokenized text is cached; "" = $XDG_CACHE_HOME/strata/tokens or
@@ -173,7 +173,7 @@ struct TrainOptions {
   int eval_batches = 4;       // train.eval_batches: micro-batches per validation.
   int log_every = 1;          // train.log_every: progress line every N steps.
   // train.checkpoint_dir, train.checkpoint_every: every N steps (0 = never) the optimizer
-  // state goes to <dir>/step-<k> (launch/checkpoint.h); train.checkpoint_keep: only the
+  // state goes to <dir>/step-<k> (checkpoint/checkpoint.h); train.checkpoint_keep: only the
   // newest N stay (0 = all). train.resume: a step-<k> directory to go on from (its step k
   // first), or a checkpoint_dir (its newest step-<k>); "" = start fresh.
   // train.recompute: none | blocks (activation checkpointing: each transformer block keeps

@@ -10,7 +10,7 @@
 //   dynamic: (dynamic NTK) inv_freq_i unchanged for sequences within L =
 //           original_max_seq_len (config.json's max_position_embeddings); beyond it
 //           Hugging Face raises the base with the length, which strata does not: the
-//           model's max_seq_len is held to L instead (launch/option_checks.cc).
+//           model's max_seq_len is held to L instead (config/option_checks.cc).
 // Scalings that change the attention's scale (YaRN, LongRoPE) are not here: importing a
 // model that uses one is refused.
 // RopeInverseFrequencies computes in fp32 in Hugging Face's order of operations, so that

@@ -19,8 +19,9 @@
 #include <sstream>
 
 #include "absl/strings/str_join.h"
-#include "nvme/io_buffer.h"
 #include "core/logging.h"
+#include "nvme/create_io_engine.h"
+#include "nvme/io_buffer.h"
 
 extern char** environ;
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/testing/status_matchers.h"
+#include "nvme/create_io_engine.h"
 #include "nvme/io_buffer.h"
 #include "nvme/test_util.h"
 

@@ -230,15 +230,6 @@ class IoEngine {
   virtual EngineStats stats() const = 0;
 };
 
-// Creates the engine options.engine names (see IoEngineOptions). Bad options are
-// kInvalidArgument listing every problem; "io_uring" where it is unavailable is
-// kUnavailable naming nvme.engine and the reason.
-StatusOr<std::unique_ptr<IoEngine>> CreateIoEngine(const IoEngineOptions& options);
-
-// Probes io_uring by setting up (and tearing down) a small ring: OK where usable, else the
-// reason (-EPERM in strict containers, -ENOSYS on old kernels, ...).
-Status ProbeIoUring();
-
 // Convenience: submits `requests`, waits for all of their completions (at most `timeout`
 // overall) and returns the first error (kDeadlineExceeded when time ran out; the engine
 // still owns the unfinished ones until it drains). Needs no other extents outstanding.

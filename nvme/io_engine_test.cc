@@ -4,6 +4,7 @@
 // file, kernel errors), batch validation, EAGAIN and short-transfer resubmission through
 // the test hook below the retry logic, bounded failure instead of spinning, draining on
 // destruction, buffer registration and its fallback, and the io_uring probe/fallback.
+#include "nvme/create_io_engine.h"
 #include "nvme/io_engine.h"
 
 #include <fcntl.h>

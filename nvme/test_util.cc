@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "nvme/create_io_engine.h"
 #include "nvme/io_buffer.h"
 
 namespace strata::nvme::testing {

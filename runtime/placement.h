@@ -1,6 +1,6 @@
 // Placement: where each kind of training state lives and which special modes a run uses,
 // resolved once from the options into types. The legality rules live here and only here:
-// the option checks (launch/options_parse.cc) list PlacementProblems with every other
+// the option checks (config/option_checks.cc) list PlacementProblems with every other
 // problem, and the engine and the ZeRO component factory build from the Placement that
 // ResolvePlacement returns, asking it what they may do (its capabilities) instead of
 // reading option values.

@@ -1,10 +1,10 @@
-// Checkpoints (launch/checkpoint.h) against uninterrupted runs: a checkpoint written by any
+// Checkpoints (checkpoint/checkpoint.h) against uninterrupted runs: a checkpoint written by any
 // configuration resumes in any other. At one world size every placement and stage gives
 // bit-identical losses, so a resumed run must match the uninterrupted one exactly; across
 // world sizes the gradient sums are added in another order, so within 1e-5 (relative).
 // A damaged or mismatched checkpoint is an error naming the file or key, before any state
 // changes.
-#include "launch/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -22,8 +22,8 @@
 #include "absl/strings/str_join.h"
 #include "core/testing/status_matchers.h"
 #include "data/tokenizer/tokenizer.h"
-#include "launch/ranks.h"
-#include "launch/session.h"
+#include "session/ranks.h"
+#include "session/session.h"
 #include "tests/engine_rig.h"
 #include "tests/placement_runs.h"
 

@@ -18,9 +18,9 @@
 #include <random>
 #include <vector>
 
+#include "config/options_parse.h"
 #include "core/testing/status_matchers.h"
 #include "kernels/cpu/cpu_adam.h"
-#include "launch/options_parse.h"
 #include "tests/engine_rig.h"
 #include "tests/placement_runs.h"
 

@@ -16,13 +16,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/checkpoint.h"
+#include "config/options_parse.h"
 #include "core/testing/status_matchers.h"
 #include "data/tokens.h"
-#include "launch/checkpoint.h"
-#include "launch/export_weights.h"
-#include "launch/import_weights.h"
-#include "launch/llmc_model.h"
-#include "launch/options_parse.h"
+#include "interop/export_weights.h"
+#include "interop/import_weights.h"
+#include "interop/llmc_model.h"
 #include "tests/engine_rig.h"
 #include "tests/hf_fixtures.h"
 #include "tests/placement_runs.h"

@@ -20,15 +20,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "config/options_parse.h"
 #include "core/dtype.h"
 #include "core/testing/status_matchers.h"
 #include "data/tokens.h"
-#include "launch/import_weights.h"
-#include "launch/options_parse.h"
-#include "launch/plan.h"
+#include "interop/import_weights.h"
 #include "models/create_model.h"
 #include "models/hf/hf_model.h"
 #include "models/hf/safetensors.h"
+#include "plan/plan.h"
 #include "tests/engine_rig.h"
 #include "tests/hf_fixtures.h"
 #include "tests/placement_runs.h"

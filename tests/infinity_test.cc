@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
-#include "core/testing/status_matchers.h"
 #include "core/run_identity.h"
-#include "launch/session.h"
+#include "core/testing/status_matchers.h"
+#include "session/session.h"
 #include "tests/engine_rig.h"
 #include "tests/placement_runs.h"
 

@@ -1,4 +1,4 @@
-// LoRA checkpoints out of strata (launch/export_weights.h, launch/sample.h), both families,
+// LoRA checkpoints out of strata (interop/export_weights.h, sample/sample.h), both families,
 // on a random base and on a Hugging Face base (tools/hf_reference.py's fixtures): a tiny
 // LoRA run on every target trains three steps and writes a checkpoint, then
 //  - peft:DIR holds every adapter tensor under PEFT's name, bit for bit the checkpoint's
@@ -29,16 +29,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/checkpoint.h"
+#include "config/options_parse.h"
 #include "core/dtype.h"
 #include "core/testing/status_matchers.h"
 #include "data/tokens.h"
-#include "launch/checkpoint.h"
-#include "launch/export_weights.h"
-#include "launch/import_weights.h"
-#include "launch/options_parse.h"
-#include "launch/sample.h"
+#include "interop/export_weights.h"
+#include "interop/import_weights.h"
 #include "models/create_model.h"
 #include "models/hf/safetensors.h"
+#include "sample/sample.h"
 #include "tests/engine_rig.h"
 #include "tests/hf_fixtures.h"
 #include "tests/placement_runs.h"

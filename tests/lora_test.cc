@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
+#include "checkpoint/checkpoint.h"
 #include "core/testing/status_matchers.h"
-#include "launch/checkpoint.h"
 #include "tests/engine_rig.h"
 #include "tests/placement_runs.h"
 

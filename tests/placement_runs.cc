@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <mutex>
 
+#include "config/options_parse.h"
 #include "core/testing/status_matchers.h"
-#include "launch/options_parse.h"
-#include "launch/ranks.h"
-#include "launch/session.h"
+#include "session/ranks.h"
+#include "session/session.h"
 
 namespace strata {
 

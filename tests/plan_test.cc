@@ -3,7 +3,7 @@
 // and LoRA); hardware files are checked; the plan recommends the first configuration of the
 // decision order that fits and says what would move it to a faster one; its emitted config
 // parses back to the same options.
-#include "launch/plan.h"
+#include "plan/plan.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -16,10 +16,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "config/options_parse.h"
 #include "core/testing/status_matchers.h"
 #include "kernels/attention_gemm.h"
-#include "launch/options_parse.h"
-#include "launch/plan_probe.h"
+#include "plan/plan_probe.h"
 #include "tests/placement_runs.h"
 
 namespace strata {

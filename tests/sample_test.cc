@@ -4,7 +4,7 @@
 // sequence (EvalLoss): |got - ref| <= 1e-5 + 1e-4 |ref| in fp32 (the same kernels, but one
 // row at a time: the matmuls sum in another order). Greedy generation is the argmax of
 // those logits; a draw is a function of the seed; bad sampling options are errors.
-#include "launch/sample.h"
+#include "sample/sample.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "config/options_parse.h"
 #include "core/testing/status_matchers.h"
-#include "launch/import_weights.h"
-#include "launch/options_parse.h"
+#include "interop/import_weights.h"
 #include "models/create_model.h"
 #include "tests/engine_rig.h"
 #include "tests/hf_fixtures.h"

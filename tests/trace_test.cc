@@ -14,10 +14,10 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "config/options_parse.h"
 #include "core/testing/status_matchers.h"
-#include "launch/options_parse.h"
-#include "launch/ranks.h"
-#include "launch/session.h"
+#include "session/ranks.h"
+#include "session/session.h"
 
 namespace strata {
 namespace {

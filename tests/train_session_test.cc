@@ -5,9 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "config/options_parse.h"
 #include "core/testing/status_matchers.h"
-#include "launch/options_parse.h"
-#include "launch/session.h"
+#include "session/session.h"
 
 namespace strata {
 namespace {

@@ -1,7 +1,7 @@
-// Which tokenizer a run uses (launch/training_data.h): an explicit data.tokenizer wins; by
+// Which tokenizer a run uses (data/tokenizer/training_data.h): an explicit data.tokenizer wins; by
 // default an imported Hugging Face directory's own tokenizer file, else bytes; and the
 // tokens that come out: bytes as before, a token file as it is.
-#include "launch/training_data.h"
+#include "data/tokenizer/training_data.h"
 
 #include <gtest/gtest.h>
 

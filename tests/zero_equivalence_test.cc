@@ -13,10 +13,10 @@
 #include <mutex>
 
 #include "absl/strings/str_join.h"
+#include "config/options_parse.h"
 #include "core/testing/status_matchers.h"
-#include "launch/options_parse.h"
-#include "launch/ranks.h"
-#include "launch/session.h"
+#include "session/ranks.h"
+#include "session/session.h"
 #include "tests/engine_rig.h"
 
 namespace strata {

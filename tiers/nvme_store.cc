@@ -20,6 +20,7 @@
 #include "core/logging.h"
 #include "core/progress.h"
 #include "core/run_identity.h"
+#include "nvme/create_io_engine.h"
 #include "nvme/fault_injection.h"
 
 namespace strata {

@@ -27,6 +27,7 @@
 
 #include "core/run_identity.h"
 #include "core/testing/status_matchers.h"
+#include "nvme/create_io_engine.h"
 #include "nvme/fault_injection.h"
 #include "nvme/io_buffer.h"
 #include "nvme/test_util.h"

@@ -18,7 +18,7 @@
 //   with c1 = 1 - beta1^step, c2 = 1 - beta2^step computed in double, rounded to fp32
 //   (the shared per-step constants of kernels/adam_math.h).
 // Throughput: memory-bound on the target machine (28 bytes/param with fp32 params, 30 with
-// the bf16 copy); `strata bench adam` (launch/bench_adam.h) measures it against a
+// the bf16 copy); `strata bench adam` (bench/bench_adam.h) measures it against a
 // bandwidth reference kernel.
 //
 // Thread-safety: CpuAdam is an immutable value after Create; Step may be called from any
@@ -30,9 +30,9 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/ops.h"  // AdamParams
 #include "core/dtype.h"
 #include "core/status.h"
+#include "kernels/ops.h"  // AdamParams
 
 namespace strata::cpu {
 

@@ -1,0 +1,87 @@
+// See llmc_header.h.
+#include "models/llmc/llmc_header.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/pread_fully.h"
+
+namespace strata {
+namespace {
+
+// strata's own token files and llm.c's, named when given as a model by mistake.
+constexpr int32_t kTokenFileMagics[] = {kLlmcMagic, kLlmcLlama3Magic, kStrataTokensMagic};
+
+}  // namespace
+
+StatusOr<ModelOptions> ReadLlmcHeader(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat("model.from=llmc:", path, ": cannot open: ",
+                                            std::strerror(errno)));
+  }
+  struct stat info {};
+  int32_t header[kLlmcHeaderInts] = {};
+  Status read = ::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)
+                    ? absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"))
+                    : static_cast<size_t>(info.st_size) < kLlmcHeaderBytes
+                          ? absl::DataLossError(absl::StrCat(
+                                path, " is ", info.st_size,
+                                " bytes, shorter than llm.c's 1024-byte header"))
+                          : PreadFully(fd, header, kLlmcHeaderBytes, 0, path);
+  ::close(fd);
+  RETURN_IF_ERROR(read);
+  if (header[0] != kLlmcModelMagic) {
+    for (int32_t magic : kTokenFileMagics) {
+      if (header[0] == magic) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, " is a token file (magic ", magic, "), not an llm.c model: give it as "
+            "data.path"));
+      }
+    }
+    return absl::InvalidArgumentError(absl::StrCat(path, ": header[0] is ", header[0],
+                                                   ", not llm.c's model magic ", kLlmcModelMagic));
+  }
+  if (header[1] != kLlmcModelVersionFp32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": llm.c model version ", header[1], "; strata reads version 3 (fp32)",
+        header[1] == 5 ? " (version 5 is llm.c's bf16 file: export it as fp32)" : ""));
+  }
+  ModelOptions model;
+  model.preset = "llmc:" + path;
+  model.family = ModelFamily::kGpt;
+  model.max_seq_len = header[2];
+  model.vocab = header[3];
+  model.layers = header[4];
+  model.heads = header[5];
+  model.channels = header[6];
+  model.padded_vocab = header[7];
+  const char* names[] = {"max_seq_len", "vocab", "layers", "heads", "channels", "padded_vocab"};
+  for (int i = 0; i < 6; ++i) {
+    if (header[2 + i] <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": header[", 2 + i, "] (", names[i], ") is ", header[2 + i]));
+    }
+  }
+  if (model.padded_vocab < model.vocab || model.channels % model.heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": inconsistent header: vocab ", model.vocab, ", padded vocab ",
+        model.padded_vocab, ", channels ", model.channels, ", heads ", model.heads));
+  }
+  // The parameter count from the shape, against the file's size.
+  const uint64_t C = model.channels, L = model.layers;
+  const uint64_t params = (model.padded_vocab + model.max_seq_len) * C + L * (12 * C * C + 13 * C) + 2 * C;
+  if (static_cast<uint64_t>(info.st_size) != kLlmcHeaderBytes + params * 4) {
+    return absl::DataLossError(absl::StrCat(path, " is ", info.st_size, " bytes; its header's model has ",
+                                            params, " fp32 parameters, ",
+                                            kLlmcHeaderBytes + params * 4, " bytes with the header"));
+  }
+  return model;
+}
+
+}  // namespace strata

@@ -1,0 +1,130 @@
+// See hardware.h.
+#include "plan/hardware.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace strata {
+namespace {
+
+constexpr char kHardwareFormat[] = "strata-hardware";
+
+}  // namespace
+
+StatusOr<Hardware> ParseHardware(const std::string& text, const std::string& where) {
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " is not valid JSON: ", e.what()));
+  }
+  if (!json.is_object() || json.value("format", "") != kHardwareFormat) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, " is not a strata hardware file (expected \"format\": \"", kHardwareFormat,
+        "\"; write one with strata plan --hardware probe --save-hardware FILE)"));
+  }
+  if (json.value("version", 0) != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": hardware format version ", json.value("version", 0),
+                     " (this strata reads version 1)"));
+  }
+  Hardware hw;
+  hw.source = json.contains("source") && json.at("source").is_string()
+                  ? json.at("source").get<std::string>()
+                  : where;
+  std::vector<std::string> problems;
+  struct Field {
+    const char* name;
+    double* rate = nullptr;
+    uint64_t* bytes = nullptr;
+    int* count = nullptr;
+  };
+  const std::vector<Field> fields = {
+      {"device_memory_bytes", nullptr, &hw.device_memory_bytes},
+      {"matmul_flops_fp32", &hw.matmul_flops_fp32},
+      {"matmul_flops_bf16", &hw.matmul_flops_bf16},
+      {"device_memory_bandwidth", &hw.device_memory_bandwidth},
+      {"host_memory_bytes", nullptr, &hw.host_memory_bytes},
+      {"host_to_device", &hw.host_to_device},
+      {"device_to_host", &hw.device_to_host},
+      {"cpu_adam_params", &hw.cpu_adam_params},
+      {"disk_read", &hw.disk_read},
+      {"disk_write", &hw.disk_write},
+      {"disk_free_bytes", nullptr, &hw.disk_free_bytes},
+      {"network", &hw.network},
+      {"nodes", nullptr, nullptr, &hw.nodes},
+      {"ranks_per_node", nullptr, nullptr, &hw.ranks_per_node},
+  };
+  std::set<std::string> known = {"format", "version", "backend", "source"};
+  for (const Field& field : fields) known.insert(field.name);
+  for (const auto& [key, value] : json.items()) {
+    if (known.count(key) == 0) {
+      std::vector<std::string> names(known.begin(), known.end());
+      problems.push_back(absl::StrCat("unknown field \"", key, "\" (known: ",
+                                      absl::StrJoin(names, ", "), ")"));
+    }
+  }
+  const std::string backend = json.value("backend", "cpu");
+  if (backend == "cpu" || backend == "cuda") {
+    hw.backend = backend == "cpu" ? BackendKind::kCpu : BackendKind::kCuda;
+  } else {
+    problems.push_back(absl::StrCat("backend: got \"", backend, "\", expected cpu or cuda"));
+  }
+  for (const Field& field : fields) {
+    if (!json.contains(field.name)) continue;
+    const nlohmann::json& value = json.at(field.name);
+    if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0) {
+      problems.push_back(absl::StrCat(field.name, ": got ", value.dump(),
+                                      ", expected a number >= 0"));
+      continue;
+    }
+    if (field.rate != nullptr) *field.rate = value.get<double>();
+    if (field.bytes != nullptr) *field.bytes = value.get<uint64_t>();
+    if (field.count != nullptr) {
+      if (!value.is_number_integer() || value.get<int64_t>() < 1 || value.get<int64_t>() > 65536) {
+        problems.push_back(absl::StrCat(field.name, ": got ", value.dump(),
+                                        ", expected an integer in [1, 65536]"));
+        continue;
+      }
+      *field.count = value.get<int>();
+    }
+  }
+  if (hw.device_memory_bytes == 0) problems.push_back("device_memory_bytes: missing or 0");
+  if (hw.host_memory_bytes == 0) problems.push_back("host_memory_bytes: missing or 0");
+  if (!problems.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ":\n  ", absl::StrJoin(problems, "\n  ")));
+  }
+  return hw;
+}
+
+std::string HardwareJson(const Hardware& hw) {
+  nlohmann::ordered_json json = {
+      {"format", kHardwareFormat},
+      {"version", 1},
+      {"source", hw.source},
+      {"backend", hw.backend == BackendKind::kCpu ? "cpu" : "cuda"},
+      {"device_memory_bytes", hw.device_memory_bytes},
+      {"matmul_flops_fp32", hw.matmul_flops_fp32},
+      {"matmul_flops_bf16", hw.matmul_flops_bf16},
+      {"device_memory_bandwidth", hw.device_memory_bandwidth},
+      {"host_memory_bytes", hw.host_memory_bytes},
+      {"host_to_device", hw.host_to_device},
+      {"device_to_host", hw.device_to_host},
+      {"cpu_adam_params", hw.cpu_adam_params},
+      {"disk_read", hw.disk_read},
+      {"disk_write", hw.disk_write},
+      {"disk_free_bytes", hw.disk_free_bytes},
+      {"network", hw.network},
+      {"nodes", hw.nodes},
+      {"ranks_per_node", hw.ranks_per_node},
+  };
+  return json.dump(2) + "\n";
+}
+
+}  // namespace strata

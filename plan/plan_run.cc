@@ -1,0 +1,88 @@
+// `strata plan`: see plan_run.h and plan.h.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "config/options_parse.h"
+#include "core/atomic_file.h"
+#include "core/cpu_info.h"
+#include "plan/plan.h"
+#include "plan/plan_probe.h"
+#include "plan/plan_run.h"
+
+namespace strata {
+namespace {
+
+// Where a probe's figures are kept between plans: $XDG_CACHE_HOME/strata or ~/.cache/strata.
+std::string HardwareCachePath() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::string dir = xdg != nullptr && *xdg != '\0'
+                              ? std::string(xdg) + "/strata"
+                              : std::string(home != nullptr ? home : "/tmp") + "/.cache/strata";
+  return dir + "/hardware.json";
+}
+
+StatusOr<std::string> ReadText(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+Status RunPlan(const PlanArgs& args) {
+  ASSIGN_OR_RETURN(const Options job, ParseOptions(args.config_path, args.sets));
+  const int world = job.zero.world;
+  Hardware hardware;
+  if (args.hardware == "probe") {
+    // A probe of this machine, cached (keyed by the CPU, the memory and the nvme_dir).
+    const std::string cache = HardwareCachePath();
+    const std::string key = ProbeSource(job);
+    StatusOr<std::string> cached = ReadText(cache);
+    StatusOr<Hardware> loaded = cached.ok() ? ParseHardware(*cached, cache)
+                                            : StatusOr<Hardware>(cached.status());
+    if (!args.reprobe && loaded.ok() && loaded->source == key) {
+      hardware = *loaded;
+      RETURN_IF_ERROR(FillMachineMemory(job, world, &hardware));
+      std::cout << "hardware: cached probe " << cache << " (--reprobe measures again)\n";
+    } else {
+      std::cout << "hardware: probing this machine (a few seconds)...\n";
+      ASSIGN_OR_RETURN(hardware, ProbeHardware(job, world));
+      std::error_code error;
+      std::filesystem::create_directories(std::filesystem::path(cache).parent_path(), error);
+      if (!error) WriteFileAtomically(cache, HardwareJson(hardware)).IgnoreError();
+    }
+  } else {
+    ASSIGN_OR_RETURN(const std::string text, ReadText(args.hardware));
+    ASSIGN_OR_RETURN(hardware, ParseHardware(text, args.hardware));
+  }
+  if (!args.save_hardware.empty()) {
+    RETURN_IF_ERROR(WriteFileAtomically(args.save_hardware, HardwareJson(hardware)));
+  }
+  // Planning this machine's CPU backend: each GEMM and attention shape is timed here.
+  std::optional<ShapeTimer> timer;
+  if (args.hardware == "probe" && job.device.backend == BackendKind::kCpu) timer.emplace(job);
+  ASSIGN_OR_RETURN(const Plan plan,
+                   MakePlan(job, world, hardware, timer ? &*timer : nullptr));
+  std::cout << RenderPlan(plan, hardware);
+  if (!args.emit_path.empty()) {
+    if (plan.recommended < 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("plan: nothing fits, so nothing was written to ", args.emit_path));
+    }
+    RETURN_IF_ERROR(WriteFileAtomically(args.emit_path,
+                                        FormatConfigJson(plan.configs[plan.recommended].options)));
+    std::cout << "wrote " << args.emit_path << " (strata train --config " << args.emit_path
+              << ")\n";
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace strata

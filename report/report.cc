@@ -1,0 +1,281 @@
+// See report.h.
+#include "report/report.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+
+namespace strata {
+namespace {
+
+// Total length of the union of [begin, end) intervals.
+double UnionLength(std::vector<std::pair<double, double>> intervals) {
+  std::sort(intervals.begin(), intervals.end());
+  double total = 0, reach = -1e300;
+  for (const auto& [begin, end] : intervals) {
+    if (end <= reach) continue;
+    total += end - std::max(begin, reach);
+    reach = end;
+  }
+  return total;
+}
+
+std::string HtmlEscape(const std::string& text) {
+  return absl::StrReplaceAll(text, {{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"}});
+}
+
+// The page's script: the data, then one chart per canvas. Charts that have no data are
+// left out (their panel says so); document.body.dataset.charts counts those drawn.
+constexpr const char* kScript = R"JS(
+const M = DATA.metrics, O = DATA.overlap;
+const steps = M.map(r => r.step);
+const has = k => M.some(r => r[k] !== undefined && r[k] !== null);
+const col = k => M.map(r => (r[k] === undefined ? null : r[k]));
+const pick = f => M.map(r => { try { const v = f(r); return v === undefined ? null : v; } catch (e) { return null; } });
+let drawn = 0;
+function chart(id, config) {
+  const canvas = document.getElementById(id);
+  config.options = Object.assign({animation: false, responsive: false}, config.options || {});
+  new Chart(canvas, config);
+  canvas.dataset.drawn = '1';
+  drawn++;
+}
+function missing(id, why) {
+  const p = document.createElement('p');
+  p.className = 'missing';
+  p.textContent = why;
+  document.getElementById(id).replaceWith(p);
+}
+const xStep = {x: {type: 'linear', title: {display: true, text: 'step'}}};
+// 1. Loss.
+const lossSets = [{label: 'train loss', data: M.map(r => ({x: r.step, y: r.loss})),
+                   borderColor: '#4e79a7', pointRadius: 0, borderWidth: 1.5}];
+if (has('val_loss')) {
+  lossSets.push({label: 'validation loss', data: M.filter(r => r.val_loss !== undefined)
+                 .map(r => ({x: r.step, y: r.val_loss})), borderColor: '#e15759', showLine: true});
+}
+chart('loss', {type: 'line', data: {datasets: lossSets}, options: {scales: xStep}});
+// 2. Step time split.
+const f = col('forward_ms'), b = col('backward_ms'), o = col('optimizer_exposed_ms');
+const rest = M.map((r, i) => Math.max(0, r.ms_per_step - (f[i] || 0) - (b[i] || 0) - (o[i] || 0)));
+chart('time', {type: 'bar', data: {labels: steps, datasets: [
+    {label: 'forward', data: f, backgroundColor: '#4e79a7', stack: 's'},
+    {label: 'backward', data: b, backgroundColor: '#2f4b7c', stack: 's'},
+    {label: 'optimizer (exposed)', data: o, backgroundColor: '#b07aa1', stack: 's'},
+    {label: 'other', data: rest, backgroundColor: '#bab0ac', stack: 's'},
+    {label: 'compute stall', data: col('compute_stall_ms'), type: 'line',
+     borderColor: '#e15759', pointRadius: 0}]},
+  options: {scales: {x: {stacked: true, title: {display: true, text: 'step'}},
+                     y: {stacked: true, title: {display: true, text: 'ms'}}}}});
+// 3. Peak memory per tier.
+const MiB = v => (v === null ? null : v / 1048576);
+chart('memory', {type: 'line', data: {labels: steps, datasets: [
+    {label: 'device peak', data: pick(r => MiB(r.peak_bytes.device)), borderColor: '#4e79a7'},
+    {label: 'host peak (pinned with CUDA)', data: pick(r => MiB(r.peak_bytes.host)),
+     borderColor: '#59a14f'}]},
+  options: {scales: {y: {title: {display: true, text: 'MiB'}}}}});
+// 4. NVMe rates.
+if (M.some(r => r.nvme_bytes && (r.nvme_bytes.read > 0 || r.nvme_bytes.written > 0))) {
+  const rate = k => pick(r => r.nvme_bytes[k] / 1e3 / r.ms_per_step);
+  chart('nvme', {type: 'line', data: {labels: steps, datasets: [
+      {label: 'read MB/s', data: rate('read'), borderColor: '#76b7b2'},
+      {label: 'written MB/s', data: rate('written'), borderColor: '#f28e2b'}]},
+    options: {scales: {y: {title: {display: true, text: 'MB/s (bytes per step time)'}}}}});
+} else {
+  missing('nvme', 'No NVMe traffic in this run (nothing placed on NVMe).');
+}
+// 5. Overlap, from a trace.
+if (O && O.length) {
+  const pct = k => O.map(s => 100 * s[k] / s.step_ms);
+  chart('overlap', {type: 'bar', data: {labels: O.map(s => s.name), datasets: [
+      {label: 'compute busy', data: pct('compute_busy_ms'), backgroundColor: '#4e79a7'},
+      {label: 'compute stalled', data: pct('compute_wait_ms'), backgroundColor: '#e15759'},
+      {label: 'comm', data: pct('comm_ms'), backgroundColor: '#f28e2b'},
+      {label: 'copy', data: pct('copy_ms'), backgroundColor: '#59a14f'},
+      {label: 'CPU Adam', data: pct('adam_ms'), backgroundColor: '#b07aa1'},
+      {label: 'NVMe in flight', data: pct('nvme_ms'), backgroundColor: '#76b7b2'}]},
+    options: {scales: {y: {max: 100, title: {display: true, text: '% of the step'}}}}});
+} else {
+  missing('overlap', 'No trace given (strata report ... --trace FILE.json).');
+}
+document.body.dataset.charts = String(drawn);
+)JS";
+
+}  // namespace
+
+StatusOr<std::vector<nlohmann::json>> ReadMetrics(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) return absl::NotFoundError(absl::StrCat("report: cannot read metrics ", path));
+  std::vector<nlohmann::json> records;
+  std::map<int64_t, size_t> index_of_step;
+  std::string line;
+  for (int number = 1; std::getline(file, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
+    const std::string where = absl::StrCat("report: ", path, " line ", number);
+    if (record.is_discarded()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " is not JSON (a metrics file of "
+                                                            "strata train --metrics?)"));
+    }
+    if (!record.is_object() || !record.contains("step") || !record["step"].is_number_integer() ||
+        !record.contains("loss") || !record.contains("ms_per_step")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, " is not a step record (an object with step, loss and ms_per_step)"));
+    }
+    const int64_t step = record["step"];
+    const auto seen = index_of_step.find(step);
+    if (seen != index_of_step.end()) {
+      records[seen->second] = std::move(record);  // a resumed run redid this step
+    } else {
+      index_of_step[step] = records.size();
+      records.push_back(std::move(record));
+    }
+  }
+  if (records.empty()) return absl::InvalidArgumentError(absl::StrCat("report: ", path, " has no step records"));
+  std::stable_sort(records.begin(), records.end(),
+                   [](const auto& a, const auto& b) { return a["step"] < b["step"]; });
+  return records;
+}
+
+StatusOr<std::vector<StepOverlap>> SummarizeTrace(const nlohmann::json& trace) {
+  if (!trace.is_object() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array()) {
+    return absl::InvalidArgumentError("report: the trace has no traceEvents (not a trace file)");
+  }
+  std::map<int64_t, std::string> names;
+  for (const auto& event : trace["traceEvents"]) {
+    if (event.value("ph", "") == "M" && event.value("name", "") == "thread_name") {
+      names[event.value("tid", int64_t{-1})] = event["args"].value("name", "");
+    }
+  }
+  struct Span {
+    std::string track, name;
+    double begin, end;  // us
+  };
+  std::vector<Span> spans, steps;
+  for (const auto& event : trace["traceEvents"]) {
+    if (event.value("ph", "") != "X") continue;
+    const double begin = event.value("ts", 0.0);
+    Span span{names[event.value("tid", int64_t{-1})], event.value("name", ""), begin,
+              begin + event.value("dur", 0.0)};
+    (span.track == "steps" ? steps : spans).push_back(std::move(span));
+  }
+  if (steps.empty()) {
+    return absl::InvalidArgumentError(
+        "report: the trace has no step spans (not from strata train --trace, or no traced step)");
+  }
+  std::sort(steps.begin(), steps.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  std::vector<StepOverlap> out;
+  for (const Span& step : steps) {
+    StepOverlap o;
+    o.name = step.name;
+    o.step_ms = (step.end - step.begin) / 1000.0;
+    std::vector<std::pair<double, double>> nvme;
+    for (const Span& span : spans) {
+      const double begin = std::max(span.begin, step.begin), end = std::min(span.end, step.end);
+      if (end <= begin) continue;
+      const double ms = (end - begin) / 1000.0;
+      const bool wait = span.name == "wait";
+      if (span.track == "compute") (wait ? o.compute_wait_ms : o.compute_busy_ms) += ms;
+      if (wait) continue;
+      if (span.track == "comm") o.comm_ms += ms;
+      if (span.track == "copy") o.copy_ms += ms;
+      if (span.track == "cpu-optimizer") o.adam_ms += ms;
+      if (span.track.rfind("nvme ", 0) == 0) nvme.emplace_back(begin, end);
+    }
+    o.nvme_ms = UnionLength(std::move(nvme)) / 1000.0;
+    out.push_back(o);
+  }
+  return out;
+}
+
+std::string RenderReport(const std::string& title, const std::vector<nlohmann::json>& metrics,
+                         const std::optional<std::vector<StepOverlap>>& overlap,
+                         const std::string& chart_js) {
+  nlohmann::json data = {{"metrics", metrics}, {"overlap", nullptr}};
+  if (overlap) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const StepOverlap& o : *overlap) {
+      list.push_back({{"name", o.name}, {"step_ms", o.step_ms},
+                      {"compute_busy_ms", o.compute_busy_ms}, {"compute_wait_ms", o.compute_wait_ms},
+                      {"comm_ms", o.comm_ms}, {"copy_ms", o.copy_ms}, {"adam_ms", o.adam_ms},
+                      {"nvme_ms", o.nvme_ms}});
+    }
+    data["overlap"] = std::move(list);
+  }
+  // Inside <script>, "</" would end it early.
+  const std::string data_js = absl::StrReplaceAll(data.dump(), {{"</", "<\\/"}});
+  // The summary line.
+  std::vector<double> ms;
+  for (const auto& r : metrics) ms.push_back(r.value("ms_per_step", 0.0));
+  std::sort(ms.begin(), ms.end());
+  const nlohmann::json& last = metrics.back();
+  std::string summary = absl::StrCat(metrics.size(), " steps (", metrics.front()["step"].dump(),
+                                     " to ", last["step"].dump(), "); last loss ",
+                                     absl::StrFormat("%.4f", last.value("loss", 0.0)));
+  for (auto it = metrics.rbegin(); it != metrics.rend(); ++it) {
+    if (it->contains("val_loss")) {
+      absl::StrAppend(&summary, ", last validation loss ",
+                      absl::StrFormat("%.4f", it->value("val_loss", 0.0)), " (step ",
+                      (*it)["step"].dump(), ")");
+      break;
+    }
+  }
+  absl::StrAppend(&summary, "; median ", absl::StrFormat("%.1f", ms[ms.size() / 2]), " ms/step");
+  std::string overlap_table;
+  if (overlap) {
+    overlap_table = "<table><tr><th>step</th><th>ms</th><th>compute busy</th><th>compute "
+                    "stalled</th><th>comm</th><th>copy</th><th>CPU Adam</th><th>NVMe in "
+                    "flight</th></tr>";
+    for (const StepOverlap& o : *overlap) {
+      auto cell = [&](double v) { return absl::StrFormat("<td>%.1f (%.0f%%)</td>", v, 100 * v / o.step_ms); };
+      absl::StrAppend(&overlap_table, "<tr><td>", HtmlEscape(o.name), "</td>",
+                      absl::StrFormat("<td>%.1f</td>", o.step_ms), cell(o.compute_busy_ms),
+                      cell(o.compute_wait_ms), cell(o.comm_ms), cell(o.copy_ms), cell(o.adam_ms),
+                      cell(o.nvme_ms), "</tr>");
+    }
+    absl::StrAppend(&overlap_table, "</table><p class=\"note\">Milliseconds of each step (and "
+                    "its share) a track was busy; streams run at once, so shares add up to more "
+                    "than 100% where they overlap. Compute stalled = the compute stream waiting "
+                    "for another stream: the time overlap did not hide.</p>");
+  }
+  auto panel = [](const char* id, const char* heading) {
+    return absl::StrCat("<section><h2>", heading, "</h2><canvas id=\"", id,
+                        "\" width=\"900\" height=\"300\"></canvas></section>");
+  };
+  return absl::StrCat(
+      "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>", HtmlEscape(title),
+      "</title><style>body{font-family:sans-serif;margin:20px;max-width:960px}"
+      "h2{font-size:16px;margin:24px 0 6px}table{border-collapse:collapse;font-size:12px}"
+      "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}"
+      ".note,.missing{color:#555;font-size:12px}</style></head><body>\n<h1>",
+      HtmlEscape(title), "</h1><p>", HtmlEscape(summary), "</p>\n",
+      panel("loss", "Loss"), panel("time", "Step time: forward, backward, exposed optimizer, other; compute stall"),
+      panel("memory", "Peak memory per tier"), panel("nvme", "NVMe traffic"),
+      panel("overlap", "Overlap per traced step (from the trace)"), overlap_table,
+      "\n<script>\n", chart_js, "\n</script>\n<script>\nconst DATA = ", data_js, ";\n", kScript,
+      "</script>\n</body></html>\n");
+}
+
+StatusOr<std::string> LoadChartJs() {
+  const char* override_path = std::getenv("STRATA_CHART_JS");
+  const std::string path =
+      override_path != nullptr ? override_path : "/usr/share/javascript/chart.js/chart.min.js";
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    return absl::NotFoundError(absl::StrCat(
+        "report: Chart.js is not at ", path,
+        "; install Debian's libjs-chart.js (tools/install_deps.sh does) or point "
+        "STRATA_CHART_JS at chart.min.js"));
+  }
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+}  // namespace strata

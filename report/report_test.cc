@@ -1,0 +1,124 @@
+// Tests the report's parts: metrics files read (and refused, naming the line), a trace
+// summarised per step against hand-computed busy times, and the page holding its data,
+// its five canvases and Chart.js (the headless rendering is tests/report_render_test).
+#include "report/report.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "core/testing/status_matchers.h"
+
+namespace strata {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::StatusIs;
+
+std::string Write(const std::string& name, const std::string& text) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(Report, ReadsMetricsAndKeepsTheLastOfARepeatedStep) {
+  const std::string path = Write("m.jsonl",
+                                 "{\"step\":1,\"loss\":5.5,\"ms_per_step\":10}\n"
+                                 "\n"
+                                 "{\"step\":2,\"loss\":5.0,\"ms_per_step\":11}\n"
+                                 "{\"step\":2,\"loss\":4.9,\"ms_per_step\":12,\"val_loss\":5.1}\n"
+                                 "{\"step\":3,\"loss\":4.5,\"ms_per_step\":9}\n");
+  ASSERT_OK_AND_ASSIGN(const auto records, ReadMetrics(path));
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_EQ(records[1]["loss"], 4.9);  // the resumed run's record of step 2
+  EXPECT_EQ(records[1]["val_loss"], 5.1);
+  EXPECT_EQ(records[2]["step"], 3);
+}
+
+TEST(Report, RefusesWhatIsNotAMetricsFile) {
+  EXPECT_THAT(ReadMetrics(Write("bad.jsonl", "{\"step\":1,\"loss\":1,\"ms_per_step\":1}\n{oops\n")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("bad.jsonl line 2"), HasSubstr("not JSON"))));
+  EXPECT_THAT(ReadMetrics(Write("arr.jsonl", "[1,2]\n")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("line 1"), HasSubstr("not a step record"))));
+  EXPECT_THAT(ReadMetrics(Write("empty.jsonl", "\n")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no step records")));
+  EXPECT_THAT(ReadMetrics("/nonexistent/m.jsonl"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nonexistent/m.jsonl")));
+}
+
+// A step of 1000 us with known spans (times in us).
+nlohmann::json HandMadeTrace() {
+  auto meta = [](int tid, const std::string& name) {
+    return nlohmann::json{{"ph", "M"}, {"name", "thread_name"}, {"pid", 0}, {"tid", tid},
+                          {"args", {{"name", name}}}};
+  };
+  auto span = [](int tid, const std::string& name, double ts, double dur) {
+    return nlohmann::json{{"ph", "X"}, {"pid", 0}, {"tid", tid}, {"name", name},
+                          {"ts", ts}, {"dur", dur}, {"cat", "x"}};
+  };
+  return {{"traceEvents",
+           {meta(0, "steps"), meta(1, "compute"), meta(2, "comm"), meta(3, "nvme params slot 0"),
+            meta(4, "nvme optimizer slot 3"), meta(5, "cpu-optimizer"), meta(6, "copy"),
+            span(0, "step 2", 1000, 1000),
+            span(1, "forward a", 1000, 300), span(1, "wait", 1300, 200),
+            span(1, "backward a", 1500, 400),
+            span(1, "forward z", 2500, 100),      // after the step: not counted
+            span(2, "all_gather", 900, 300),      // clipped: 200 inside
+            span(2, "wait", 1200, 100),           // a comm wait is not comm work
+            span(3, "read", 1000, 200), span(4, "write", 1100, 200),  // union 300
+            span(5, "adam a", 1800, 400),         // clipped: 200
+            span(6, "copy up a", 1000, 50)}}};
+}
+
+TEST(Report, SummarisesATraceStepByStep) {
+  ASSERT_OK_AND_ASSIGN(const auto steps, SummarizeTrace(HandMadeTrace()));
+  ASSERT_EQ(steps.size(), 1u);
+  const StepOverlap& s = steps[0];
+  EXPECT_EQ(s.name, "step 2");
+  EXPECT_DOUBLE_EQ(s.step_ms, 1.0);
+  EXPECT_DOUBLE_EQ(s.compute_busy_ms, 0.7);
+  EXPECT_DOUBLE_EQ(s.compute_wait_ms, 0.2);
+  EXPECT_DOUBLE_EQ(s.comm_ms, 0.2);
+  EXPECT_DOUBLE_EQ(s.nvme_ms, 0.3);
+  EXPECT_DOUBLE_EQ(s.adam_ms, 0.2);
+  EXPECT_DOUBLE_EQ(s.copy_ms, 0.05);
+  EXPECT_THAT(SummarizeTrace(nlohmann::json{{"traceEvents", nlohmann::json::array()}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no step spans")));
+  EXPECT_THAT(SummarizeTrace(nlohmann::json::array()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no traceEvents")));
+}
+
+TEST(Report, PageHoldsDataCanvasesAndTheLibrary) {
+  std::vector<nlohmann::json> metrics = {
+      {{"step", 1}, {"loss", 5.5}, {"ms_per_step", 10.0}, {"note", "</script><b>"}},
+      {{"step", 2}, {"loss", 5.0}, {"ms_per_step", 12.0}, {"val_loss", 5.2}}};
+  ASSERT_OK_AND_ASSIGN(const auto overlap, SummarizeTrace(HandMadeTrace()));
+  const std::string page = RenderReport("run <x>", metrics, overlap, "/*CHARTJS*/");
+  for (const char* id : {"loss", "time", "memory", "nvme", "overlap"}) {
+    EXPECT_THAT(page, HasSubstr(absl::StrCat("<canvas id=\"", id, "\"")));
+  }
+  EXPECT_THAT(page, HasSubstr("/*CHARTJS*/"));
+  EXPECT_THAT(page, HasSubstr("run &lt;x&gt;"));
+  EXPECT_THAT(page, HasSubstr("\"val_loss\":5.2"));
+  EXPECT_THAT(page, HasSubstr("<\\/script>"));  // data cannot end the script early
+  EXPECT_EQ(page.find("</script><b>"), std::string::npos);
+  EXPECT_THAT(page, HasSubstr("last loss 5.0000, last validation loss 5.2000 (step 2)"));
+  EXPECT_THAT(page, HasSubstr("<td>0.2 (20%)</td>"));  // the overlap table
+}
+
+TEST(Report, ChartJsFromTheEnvironmentOrANamedPackage) {
+  setenv("STRATA_CHART_JS", Write("chart.js", "var Chart;").c_str(), 1);
+  ASSERT_OK_AND_ASSIGN(const std::string js, LoadChartJs());
+  EXPECT_EQ(js, "var Chart;");
+  setenv("STRATA_CHART_JS", "/nonexistent/chart.min.js", 1);
+  EXPECT_THAT(LoadChartJs(), StatusIs(absl::StatusCode::kNotFound, HasSubstr("libjs-chart.js")));
+  unsetenv("STRATA_CHART_JS");
+}
+
+}  // namespace
+}  // namespace strata

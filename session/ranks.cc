@@ -1,0 +1,90 @@
+// Rank launcher: MPI process or local threads; see ranks.h.
+#include "session/ranks.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "collectives/local_communicator.h"
+#include "collectives/mpi_communicator.h"
+#include "core/logging.h"
+
+namespace strata {
+
+const char* MpiLaunchVariable() {
+  // Open MPI's mpirun, PMIx (srun --mpi=pmix, prterun), PMI-1/2 (Hydra: MPICH, Intel MPI,
+  // MVAPICH), and Slurm with more than one task.
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"}) {
+    if (const char* value = std::getenv(name); value != nullptr && *value != '\0') return name;
+  }
+  const char* tasks = std::getenv("SLURM_NTASKS");
+  if (tasks != nullptr && std::atoi(tasks) > 1 && std::getenv("SLURM_PROCID") != nullptr) {
+    return "SLURM_NTASKS";
+  }
+  return nullptr;
+}
+
+bool UnderMpirun() { return MpiLaunchVariable() != nullptr; }
+
+Status RunRanks(const Options& options, const std::function<Status(Communicator&)>& body) {
+  return RunRanksWithControl(options, [&](Communicator& communicator, Communicator&) {
+    return body(communicator);
+  });
+}
+
+Status RunRanksWithControl(const Options& options, const RanksBody& body) {
+  if (UnderMpirun()) {
+    ASSIGN_OR_RETURN(MpiWorld world, GetMpiWorld());
+    if (options.zero.world != 1 && options.zero.world != world.size) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "zero.world=%d but mpirun started %d ranks: leave zero.world at 1 under mpirun (the "
+          "world is mpirun's -np) or make them equal",
+          options.zero.world, world.size));
+    }
+    InitLogging(world.rank, world.size);
+    MpiOptions mpi_options;
+    mpi_options.timeout_s = options.zero.comm_timeout_s;
+    ASSIGN_OR_RETURN(auto communicator, CreateMpiCommunicator(mpi_options));
+    ASSIGN_OR_RETURN(auto control, CreateMpiCommunicator(mpi_options));
+    Status status = body(*communicator, *control);
+    // A stop every rank agreed on (kCancelled) needs no abort: they all stop together.
+    if (!status.ok() && status.code() != absl::StatusCode::kCancelled) {
+      communicator->Abort(std::string(status.message()));
+      control->Abort(std::string(status.message()));
+      return Annotate(status, absl::StrCat("rank ", world.rank));
+    }
+    return status.ok() ? status : Annotate(status, absl::StrCat("rank ", world.rank));
+  }
+
+  const int world_size = options.zero.world;
+  InitLogging(0, world_size);
+  LocalGroupOptions group_options;
+  group_options.timeout_s = options.zero.comm_timeout_s;
+  ASSIGN_OR_RETURN(auto communicators, CreateLocalGroup(world_size, group_options));
+  ASSIGN_OR_RETURN(auto controls, CreateLocalGroup(world_size, group_options));
+  if (world_size == 1) return body(*communicators[0], *controls[0]);
+  std::mutex mutex;
+  Status first_error;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world_size; ++rank) {
+    threads.emplace_back([&, rank] {
+      Status status = body(*communicators[rank], *controls[rank]);
+      if (status.ok()) return;
+      if (status.code() != absl::StatusCode::kCancelled) {
+        communicators[rank]->Abort(std::string(status.message()));
+        controls[rank]->Abort(std::string(status.message()));
+      }
+      std::lock_guard<std::mutex> lock(mutex);
+      // Keep the root cause: the rank that failed first, not the ones it then aborted.
+      if (first_error.ok() || (first_error.code() == absl::StatusCode::kAborted &&
+                               status.code() != absl::StatusCode::kAborted)) {
+        first_error = Annotate(status, absl::StrCat("rank ", rank));
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return first_error;
+}
+
+}  // namespace strata

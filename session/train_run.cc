@@ -1,0 +1,201 @@
+// `strata train`: see train_run.h.
+#include <cstdio>
+
+#include <signal.h>
+
+#include "checkpoint/checkpoint.h"
+#include "config/options_parse.h"
+#include "core/logging.h"
+#include "core/run_identity.h"
+#include "core/trace.h"
+#include "session/file_checks.h"
+#include "session/interrupt.h"
+#include "session/metrics.h"
+#include "session/rank_agreement.h"
+#include "session/ranks.h"
+#include "session/session.h"
+#include "session/train_run.h"
+
+namespace strata {
+namespace {
+
+nlohmann::json StepRecord(const StepReport& r) {
+  nlohmann::json record = {
+      {"step", r.step + 1},
+      {"loss", r.result.loss},
+      {"lr", r.lr},
+      {"grad_norm", r.result.grad_norm},
+      {"ms_per_step", r.ms_per_step},
+      {"forward_ms", r.result.forward_ms},
+      {"backward_ms", r.result.backward_ms},
+      {"optimizer_ms", r.result.optimizer_ms},
+      {"optimizer_exposed_ms", r.result.optimizer_exposed_ms},
+      {"tokens_per_s", r.tokens_per_s},
+      {"peak_bytes", {{"device", r.device.peak_bytes}, {"host", r.host.peak_bytes}}},
+  };
+  nlohmann::json state;
+  for (int k = 0; k < kNumStateKinds; ++k) {
+    state[StateKindName(static_cast<StateKind>(k))] = {
+        {"device", r.device.peak_by_kind[k]}, {"host", r.host.peak_by_kind[k]}};
+  }
+  record["state_bytes"] = state;
+  if (r.val_loss) record["val_loss"] = *r.val_loss;
+  record["gathers"] = r.result.gather.gathers;
+  record["prefetch_deviations"] = r.result.gather.deviations;
+  record["compute_stall_ms"] = r.result.compute_stall_ms;
+  record["compute_idle_ms"] = r.result.compute_idle_ms;
+  record["split_units"] = r.result.split_units;
+  record["driver_calls"] = r.result.driver_calls;
+  record["nvme_bytes"] = {{"read", r.result.nvme_read_bytes},
+                          {"written", r.result.nvme_written_bytes}};
+  record["nvme_busy_ms"] = {{"optimizer", r.result.nvme_busy_ms},
+                            {"params", r.result.param_nvme_busy_ms}};
+  if (r.checkpoint) {
+    record["checkpoint"] = {{"path", *r.checkpoint}, {"ms", r.checkpoint_ms}};
+  }
+  return record;
+}
+
+// Logs what was set up (rank 0).
+void LogSetUp(TrainingSession& session, const Options& options) {
+  spdlog::info("data: {}", session.dataset().description);
+  spdlog::info("model: {}", session.model().Describe());
+  spdlog::info("device: {}", session.device().Describe());
+  const PoolStats start = session.device().pool(Tier::kDevice).Stats();
+  spdlog::info(
+      "device tier of rank 0 after set-up: {} (params {}, grads {}, optimizer {}, "
+      "activations {})",
+      FormatBytes(start.current_bytes), FormatBytes(start.current_by_kind[0]),
+      FormatBytes(start.current_by_kind[1]), FormatBytes(start.current_by_kind[2]),
+      FormatBytes(start.current_by_kind[3]));
+  const PoolStats host = session.device().pool(Tier::kHost).Stats();
+  spdlog::info(
+      "host tier of rank 0 after set-up (pinned with CUDA): {} of {} "
+      "(tiers.host_memory_limit) (params {}, grads {}, optimizer {})",
+      FormatBytes(host.current_bytes), FormatBytes(host.capacity_bytes),
+      FormatBytes(host.current_by_kind[0]), FormatBytes(host.current_by_kind[1]),
+      FormatBytes(host.current_by_kind[2]));
+  if (options.zero.param_update == ParamUpdate::kDelayed) {
+    spdlog::info(
+        "zero.param_update=delayed: each step's CPU Adam runs during the next step, whose "
+        "gradients are computed on params one update old (not the exact trajectory)");
+  }
+}
+
+}  // namespace
+
+Status RunTrain(const TrainArgs& args) {
+  InstallInterruptHandlers();
+  ASSIGN_OR_RETURN(Options options, ParseOptions(args.config_path, args.sets));
+  // No output may be an input; the inputs themselves are checked as they are read (the data
+  // in TrainingSession::Create), all before any output is opened.
+  RETURN_IF_ERROR(CheckOutputsAreNotInputs(
+      args.config_path, {{"--metrics", args.metrics_path}, {"--trace", args.trace_path}},
+      options));
+  return RunRanksWithControl(options, [&](Communicator& communicator,
+                                           Communicator& control) -> Status {
+    const bool lead = communicator.rank() == 0;
+    // The run's first collective: the ranks agree on the configuration, or stop.
+    RETURN_IF_ERROR(AgreeOnStart(control, FormatResolved(options)));
+    if (lead) {
+      spdlog::info("resolved configuration:\n{}", FormatResolved(options));
+      spdlog::info("ranks: {} ({}), run {}", communicator.world_size(), communicator.Describe(),
+                   RunId());
+    }
+    ASSIGN_OR_RETURN(auto session, TrainingSession::Create(options, &communicator,
+                                                           !args.trace_path.empty()));
+    // The trace, whenever training ends (finished or stopped by a signal).
+    auto write_trace = [&]() -> Status {
+      if (args.trace_path.empty()) return absl::OkStatus();
+      const std::string path =
+          TracePathOfRank(args.trace_path, communicator.rank(), communicator.world_size());
+      RETURN_IF_ERROR(session->WriteTrace(path));
+      const Trace& trace = *session->trace();
+      if (lead) {
+        spdlog::info("trace: {}{} ({} events, steps {}){}", path,
+                     communicator.world_size() > 1 ? " and one file per other rank" : "",
+                     trace.events(), options.train.trace_steps,
+                     trace.dropped() > 0
+                         ? absl::StrCat("; truncated: ", trace.dropped(), " events past the bound")
+                         : std::string());
+      }
+      return absl::OkStatus();
+    };
+    std::string last_checkpoint = session->resumed_from();
+    std::unique_ptr<MetricsWriter> metrics;
+    if (lead) {
+      RETURN_IF_ERROR(CheckCheckpointDir(options, CheckpointBytes(session->model())));
+      if (!options.train.checkpoint_dir.empty()) {
+        for (const std::string& path : RemovePartialCheckpoints(options.train.checkpoint_dir)) {
+          spdlog::info("removed {}, a checkpoint an earlier run did not finish", path);
+        }
+        if (last_checkpoint.empty()) last_checkpoint = LatestCheckpoint(options.train.checkpoint_dir);
+      }
+      ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(args.metrics_path,
+                                                    !options.train.resume.empty()));
+      LogSetUp(*session, options);
+      if (!session->resumed_from().empty()) {
+        spdlog::info("resumed from {}: steps {} to {}", session->resumed_from(),
+                     session->first_step() + 1, options.train.steps);
+      }
+    }
+    GracefulStop graceful;  // from here a first signal stops at the next step boundary
+    int last_checkpoint_step = session->first_step();
+    for (int step = session->first_step(); step < options.train.steps; ++step) {
+      if (lead) MaybeRaiseFaultSignal(step);
+      ASSIGN_OR_RETURN(const int stop, AgreeOnStop(control, StopSignal()));
+      if (stop != 0) {
+        std::string saved;
+        if (stop == SIGTERM && !options.train.checkpoint_dir.empty() &&
+            step > last_checkpoint_step) {
+          // Schedulers send SIGTERM before they preempt: keep the steps done.
+          if (lead) spdlog::warn("SIGTERM: writing a checkpoint of step {} before stopping", step);
+          ASSIGN_OR_RETURN(last_checkpoint, session->Checkpoint(step));
+          saved = " (written on SIGTERM)";
+        }
+        RETURN_IF_ERROR(session->Finish());
+        RETURN_IF_ERROR(write_trace());
+        if (lead) {
+          SetInterruptSummary(absl::StrCat(
+              "interrupted by ", SignalName(stop), " after step ", step, " of ",
+              options.train.steps, "; last checkpoint: ",
+              last_checkpoint.empty() ? std::string("none") : last_checkpoint + saved));
+        }
+        return absl::CancelledError(absl::StrCat("stopped by ", SignalName(stop)));
+      }
+      StatusOr<StepReport> stepped = session->Step(step);
+      if (!stepped.ok()) {
+        // What was traced up to the failure is what a user debugging it wants to see.
+        if (Status written = write_trace(); !written.ok()) {
+          spdlog::warn("the trace of the failed run could not be written: {}",
+                       std::string(written.message()));
+        }
+        return stepped.status();
+      }
+      StepReport report = std::move(stepped).value();
+      if (report.checkpoint) {
+        last_checkpoint = *report.checkpoint;
+        last_checkpoint_step = step + 1;
+      }
+      if (!lead) continue;
+      if (report.checkpoint) {
+        spdlog::info("checkpoint: {} ({:.1f} s)", *report.checkpoint, report.checkpoint_ms / 1e3);
+      }
+      RETURN_IF_ERROR(metrics->Write(StepRecord(report)));
+      const bool last = step + 1 == options.train.steps;
+      if (step == 0 || (step + 1) % options.train.log_every == 0 || last || report.val_loss) {
+        std::string val =
+            report.val_loss ? absl::StrFormat(" | val %.4f", *report.val_loss) : std::string();
+        spdlog::info("step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | {:.1f} ms | {:.0f} tok/s | "
+                     "peak device {} host {}",
+                     step + 1, options.train.steps, report.result.loss, val, report.lr,
+                     report.ms_per_step, report.tokens_per_s,
+                     FormatBytes(report.device.peak_bytes), FormatBytes(report.host.peak_bytes));
+      }
+    }
+    RETURN_IF_ERROR(session->Finish());
+    return write_trace();
+  });
+}
+
+}  // namespace strata
