@@ -83,6 +83,7 @@ StatusOr<std::optional<FaultPlan>> ParseFaultPlan(const std::string& text) {
         absl::StrCat("fault plan '", text, "': expected KIND@N (N: extents let through first)"));
   }
   FaultPlan plan;
+  plan.source = text;
   plan.rules.push_back(rule);
   return std::optional<FaultPlan>(plan);
 }

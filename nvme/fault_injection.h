@@ -67,6 +67,7 @@ struct FaultRule {
 struct FaultPlan {
   std::vector<FaultRule> rules;
   uint32_t reorder_window = 0;  // 0 or 1: completions pass in arrival order
+  std::string source;  // the text ParseFaultPlan read it from ("" for a plan made in code)
 };
 
 // A plan written as text, for fault tests of whole programs (STRATA_FAULT_NVME): one rule

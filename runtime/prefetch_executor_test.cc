@@ -20,7 +20,7 @@
 #include "core/cpu_device.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "nvme/test_util.h"
-#include "tiers/nvme_store.h"
+#include "nvme/nvme_store.h"
 
 namespace strata {
 namespace {

@@ -1,11 +1,14 @@
 // The ZeRO component factory; see zero_components.h.
 #include "runtime/zero_components.h"
 
+#include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "nvme/fault_injection.h"
 #include "runtime/gradient_reducers.h"
 #include "runtime/optimizer_steppers.h"
 #include "runtime/prefetch_executor.h"
@@ -70,6 +73,12 @@ StatusOr<std::unique_ptr<NvmeTier>> CreateNvmeTier(
   store.engine.queue_depth = options.nvme.queue_depth;
   store.engine.trace = ctx.device->trace();
   store.engine.trace_name = params ? "nvme params" : "nvme optimizer";
+  // Fault tests of the whole program: STRATA_FAULT_NVME=KIND@N (nvme/fault_injection.h).
+  const char* fault = std::getenv("STRATA_FAULT_NVME");
+  StatusOr<std::optional<nvme::FaultPlan>> plan =
+      nvme::ParseFaultPlan(fault == nullptr ? "" : fault);
+  if (!plan.ok()) return Annotate(plan.status(), "STRATA_FAULT_NVME");
+  store.fault = *plan;
   std::vector<ExtentSpec> extents;
   for (size_t u = 0; u < ctx.layouts->size(); ++u) {
     const UnitLayout& unit = (*ctx.layouts)[u];

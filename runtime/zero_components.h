@@ -13,7 +13,7 @@
 #include "runtime/components.h"
 #include "runtime/placement.h"
 #include "tiers/grad_home.h"
-#include "tiers/nvme_tier.h"
+#include "nvme/nvme_tier.h"
 #include "tiers/optimizer_home.h"
 #include "tiers/param_home.h"
 

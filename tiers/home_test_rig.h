@@ -21,7 +21,7 @@
 #include "core/options.h"
 #include "core/testing/status_matchers.h"
 #include "tiers/home_context.h"
-#include "tiers/nvme_tier.h"
+#include "nvme/nvme_tier.h"
 
 namespace strata::tiers_testing {
 

@@ -17,7 +17,7 @@
 
 #include "tiers/grad_home.h"
 #include "tiers/home_context.h"
-#include "tiers/nvme_tier.h"
+#include "nvme/nvme_tier.h"
 #include "tiers/param_home.h"
 
 namespace strata {

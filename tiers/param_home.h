@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "tiers/home_context.h"
-#include "tiers/nvme_tier.h"
+#include "nvme/nvme_tier.h"
 
 namespace strata {
 

@@ -17,7 +17,7 @@
 
 #include "core/device.h"
 #include "tiers/home_context.h"
-#include "tiers/nvme_tier.h"
+#include "nvme/nvme_tier.h"
 
 namespace strata {
 

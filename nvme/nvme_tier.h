@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "core/device.h"
-#include "tiers/nvme_store.h"
+#include "nvme/nvme_store.h"
 
 namespace strata {
 

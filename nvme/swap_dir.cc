@@ -1,7 +1,7 @@
 // The swap directory claim; see swap_dir.h. Lock files are made under a temporary name,
 // locked and filled, then renamed into place (renameat2 RENAME_NOREPLACE), so a run that
 // scans the directory never sees an unlocked lock file of a live run.
-#include "tiers/swap_dir.h"
+#include "nvme/swap_dir.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -119,11 +119,27 @@ struct SwapDirClaim::Impl {
   }
 };
 
+Status CheckSwapDir(const std::string& dir) {
+  if (dir.empty()) return absl::InvalidArgumentError("zero.nvme_dir is empty");
+  struct stat dir_stat {};
+  if (::stat(dir.c_str(), &dir_stat) != 0) {
+    return ErrnoError(errno, absl::StrCat("zero.nvme_dir ", dir));
+  }
+  if (!S_ISDIR(dir_stat.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("zero.nvme_dir ", dir, " is not a directory"));
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return ErrnoError(errno, absl::StrCat("zero.nvme_dir ", dir, " is not writable"));
+  }
+  return absl::OkStatus();
+}
+
 StatusOr<std::shared_ptr<SwapDirClaim>> SwapDirClaim::Acquire(const SwapDirOptions& options) {
-  if (options.dir.empty()) return absl::InvalidArgumentError("zero.nvme_dir is empty");
   if (options.rank < 0) {
     return absl::InvalidArgumentError(absl::StrCat("swap dir: rank ", options.rank, " is negative"));
   }
+  RETURN_IF_ERROR(CheckSwapDir(options.dir));
   const std::string run = RunId();
   std::lock_guard<std::mutex> guard(g_claims_mutex);
   const auto key = std::make_pair(options.dir, options.rank);

@@ -4,7 +4,7 @@
 // drops a held write never released (its bytes never reach the disk). A dry-run tier
 // (no disk) runs the same requests to the same outcomes and byte counters, touching no
 // buffer and creating nothing.
-#include "tiers/nvme_tier.h"
+#include "nvme/nvme_tier.h"
 
 #include <fcntl.h>
 #include <gmock/gmock.h>

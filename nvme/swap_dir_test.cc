@@ -1,7 +1,7 @@
 // Tests of the swap directory claim: the lock file and what it says, a live run's
 // directory refused (a child process holds a lock), a crashed run's leftovers swept while
 // a live run's are kept, tmpfs refused unless allowed, claims shared within a process.
-#include "tiers/swap_dir.h"
+#include "nvme/swap_dir.h"
 
 #include <dirent.h>
 #include <fcntl.h>

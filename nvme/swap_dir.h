@@ -1,5 +1,6 @@
 // SwapDirClaim: one rank's hold on zero.nvme_dir for this run, taken before any swap file
-// is created. It makes a shared swap directory safe:
+// is created. It checks the directory (CheckSwapDir: the one place) and makes a shared swap
+// directory safe:
 // - Refuses a directory on tmpfs or ramfs (the swap files would sit in the RAM they are
 //   meant to relieve), naming the filesystem, unless allow_memory_fs.
 // - Holds a lock file <dir>/strata-<run>-rank<r>.lock (flock(2), exclusive) that says who
@@ -64,6 +65,11 @@ class SwapDirClaim {
   std::vector<std::string> swept_;
   uint64_t swept_bytes_ = 0;
 };
+
+// zero.nvme_dir's own checks, the one place they are made (Acquire makes them first): set,
+// an existing directory, writable. kInvalidArgument, an errno error or kFailedPrecondition,
+// naming the key and the directory.
+Status CheckSwapDir(const std::string& dir);
 
 // The filesystem type of `dir` when it keeps files in memory ("tmpfs", "ramfs"), else "".
 StatusOr<std::string> MemoryFilesystemOf(const std::string& dir);

@@ -6,7 +6,7 @@
 // checks; removal or keeping of the files; rejection of undeclared extents, misaligned
 // buffers and conflicting requests. Every byte written is a function of (extent, version),
 // so a misplaced or stale byte is found.
-#include "tiers/nvme_store.h"
+#include "nvme/nvme_store.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -470,6 +470,30 @@ TEST_P(NvmeStoreTest, TornWriteIsCaughtByTheChecksumOnRead) {
   EXPECT_THAT(
       read, StatusIs(absl::StatusCode::kDataLoss, AllOf(HasSubstr("'block.0'"), HasSubstr("params"),
                                                         HasSubstr("checksum mismatch"))));
+}
+
+// The fault plan given in the options (how the fault suite's STRATA_FAULT_NVME reaches a
+// store): the real engine wrapped, the first write let through and the second failed;
+// none in a dry run.
+TEST_P(NvmeStoreTest, FaultPlanInTheOptionsWrapsTheEngine) {
+  StatusOr<std::optional<nvme::FaultPlan>> plan = nvme::ParseFaultPlan("eio_write@1");
+  ASSERT_OK(plan);
+  ASSERT_TRUE(plan->has_value());
+  NvmeStoreOptions options = Options();
+  options.fault = **plan;
+  auto store = MakeStore(options);
+  ASSERT_NE(store, nullptr);
+  ExtentBuffers buffers(*store, specs_);
+  buffers.FillAll(1);
+  EXPECT_OK(store->Write(specs_[0].unit, specs_[0].kind, buffers.at(0)));
+  EXPECT_THAT(store->Write(specs_[1].unit, specs_[1].kind, buffers.at(1)),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("Input/output error")));
+  store.reset();
+
+  options.dry_run = true;
+  auto dry = MakeStore(options);
+  ASSERT_NE(dry, nullptr);
+  EXPECT_EQ(dry->engine_name(), "null");
 }
 
 TEST_P(NvmeStoreTest, DelayedAndReorderedCompletionsGiveCorrectData) {

@@ -1,5 +1,5 @@
 // The I/O thread over the NvmeStore; see nvme_tier.h.
-#include "tiers/nvme_tier.h"
+#include "nvme/nvme_tier.h"
 
 #include <sys/resource.h>
 #include <sys/syscall.h>

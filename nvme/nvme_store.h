@@ -7,7 +7,7 @@
 //   <dir>/strata-<run>-rank<r>-moments.swap  exp_avg and exp_avg_sq
 //   <dir>/strata-<run>-rank<r>-grads.swap    fp32 gradient sums (zero.grad_tier=nvme)
 // <run> is core/run_identity.h's RunId(). A file holding no declared extent is not created.
-// The directory is claimed first (tiers/swap_dir.h: tmpfs refused, a live run's directory
+// The directory is claimed first (nvme/swap_dir.h: tmpfs refused, a live run's directory
 // refused, crashed runs' leftovers removed); files are created with O_EXCL (never
 // truncating or following what is there) and registered with core/remove_on_signal.h.
 //
@@ -50,6 +50,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -57,8 +58,9 @@
 
 #include "core/remove_on_signal.h"
 #include "core/status.h"
+#include "nvme/fault_injection.h"
 #include "nvme/io_engine.h"
-#include "tiers/swap_dir.h"
+#include "nvme/swap_dir.h"
 
 namespace strata {
 
@@ -103,6 +105,9 @@ struct NvmeStoreOptions {
   IoEngineFactory engine_factory;
   // Dry run (`strata plan`): touch no disk; see "Dry run" above. Default false.
   bool dry_run = false;
+  // Fault tests of the whole program (STRATA_FAULT_NVME, read once at the top): the real
+  // engine wrapped in an nvme::FaultInjectingEngine with this plan. Not used in a dry run.
+  std::optional<nvme::FaultPlan> fault;
 };
 
 // Where an extent lives (for messages, tests and tools).
@@ -115,12 +120,13 @@ struct ExtentLocation {
 
 class NvmeStore {
  public:
-  // Validates options and specs (listing every problem at once), checks that `dir` exists
-  // and is a writable directory, checks with statvfs BEFORE creating anything that its
-  // filesystem has room for every padded extent (else kResourceExhausted naming the dir,
-  // the bytes needed and the bytes free), then creates and preallocates the files. On
-  // failure nothing it created is left behind. A dry run validates options and specs
-  // only, and creates nothing.
+  // Validates options and specs (listing every problem at once), claims `dir` for this
+  // rank (SwapDirClaim::Acquire checks the directory: it exists, is a writable directory
+  // not in memory, and no live run holds it), checks with statvfs BEFORE creating anything
+  // that its filesystem has room for every padded extent (else kResourceExhausted naming
+  // the dir, the bytes needed and the bytes free), then creates and preallocates the
+  // files. On failure nothing it created is left behind. A dry run validates options and
+  // specs only, and creates nothing.
   static StatusOr<std::unique_ptr<NvmeStore>> Create(const NvmeStoreOptions& options,
                                                      const std::vector<ExtentSpec>& extents);
 
@@ -212,6 +218,20 @@ class NvmeStore {
   };
 
   NvmeStore(NvmeStoreOptions options, std::unique_ptr<nvme::IoEngine> engine);
+
+  // Create's steps, in order. Every problem of the options and specs at once.
+  static Status CheckSpecs(const NvmeStoreOptions& options,
+                           const std::vector<ExtentSpec>& specs);
+  // The files' paths (the claim's, or a dry run's names) and each extent at the end of its
+  // file; returns the bytes of every padded extent.
+  StatusOr<uint64_t> LayOut(const std::vector<ExtentSpec>& specs);
+  // The free space of the directory's filesystem against `needed_bytes`.
+  Status CheckRoom(uint64_t needed_bytes) const;
+  // The engine: the null one of a dry run, the test factory's, or CreateIoEngine's
+  // (wrapped in the fault plan's injector where one is set).
+  Status MakeEngine();
+  // Creates and preallocates the files (rank 0 shows progress).
+  Status CreateFiles(uint64_t needed_bytes);
 
   static int64_t Key(int unit, ExtentKind kind) {
     return int64_t{unit} * kNumExtentKinds + static_cast<int>(kind);

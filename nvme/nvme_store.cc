@@ -1,5 +1,5 @@
 // NvmeStore; see nvme_store.h.
-#include "tiers/nvme_store.h"
+#include "nvme/nvme_store.h"
 
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -22,6 +22,7 @@
 #include "core/run_identity.h"
 #include "nvme/create_io_engine.h"
 #include "nvme/fault_injection.h"
+#include "nvme/null_io_engine.h"
 
 namespace strata {
 namespace {
@@ -53,138 +54,6 @@ std::string DrySwapPath(const NvmeStoreOptions& options, const char* role) {
   return absl::StrFormat("%s/strata-%s-rank%d-%s.swap", options.dir, RunId(), options.rank, role);
 }
 
-// The engine of a dry run: every request completes at once and successfully, and no byte
-// moves; the buffers are never read or written, because a dry device's buffers are
-// address ranges with no memory behind them. Files are names only: OpenFile records one
-// and touches nothing. Requests are validated as the real engines do (an open file, a
-// length, a buffer, O_DIRECT alignment), so a dry run rejects what a real one would, and
-// the stats count the bytes a real engine would move.
-// Thread-safety: thread-compatible, like every IoEngine.
-class NullIoEngine final : public nvme::IoEngine {
- public:
-  explicit NullIoEngine(const nvme::IoEngineOptions& options) {
-    info_.engine = "null";
-    info_.queue_depth = options.queue_depth;
-    info_.max_request_bytes = options.max_request_bytes;
-  }
-
-  StatusOr<nvme::FileHandle> OpenFile(const std::string& path,
-                                      const nvme::FileOptions& options) override {
-    files_.push_back({path, options.direct_io, /*open=*/true, /*outstanding=*/0});
-    return nvme::FileHandle{static_cast<int32_t>(files_.size() - 1)};
-  }
-
-  Status CloseFile(nvme::FileHandle file) override {
-    if (!IsOpen(file)) {
-      return absl::InvalidArgumentError(absl::StrCat("nvme: close of unknown file ", file.id));
-    }
-    if (files_[file.id].outstanding > 0) {
-      return absl::FailedPreconditionError(
-          absl::StrFormat("nvme: close of %s with %d extents outstanding", files_[file.id].path,
-                          files_[file.id].outstanding));
-    }
-    files_[file.id].open = false;
-    return Status();
-  }
-
-  std::string FileName(nvme::FileHandle file) const override {
-    if (!file.valid() || file.id >= static_cast<int32_t>(files_.size())) {
-      return absl::StrCat("<unknown file ", file.id, ">");
-    }
-    return files_[file.id].path;
-  }
-
-  Status RegisterBuffers(absl::Span<const nvme::BufferRegion> regions) override { return Status(); }
-  Status UnregisterBuffers() override { return Status(); }
-
-  Status Submit(absl::Span<const nvme::IoRequest> requests) override {
-    for (size_t i = 0; i < requests.size(); ++i) {
-      Status valid = Validate(requests[i]);
-      if (!valid.ok()) {
-        return Annotate(valid, absl::StrFormat("nvme: request %d of a batch of %d (tag %d), "
-                                               "batch rejected",
-                                               i, requests.size(), requests[i].tag));
-      }
-    }
-    for (const nvme::IoRequest& request : requests) {
-      ++files_[request.file.id].outstanding;
-      ready_.push_back(nvme::IoCompletion{request.tag, Status(), request.op, request.file,
-                                          request.offset, request.length, request.length});
-      ++stats_.extents_completed;
-      stats_.transfers_issued +=
-          info_.max_request_bytes == 0
-              ? 1
-              : (request.length + info_.max_request_bytes - 1) / info_.max_request_bytes;
-      (request.op == nvme::IoOp::kRead ? stats_.bytes_read : stats_.bytes_written) +=
-          request.length;
-    }
-    return Status();
-  }
-
-  size_t Poll(std::vector<nvme::IoCompletion>* completions) override {
-    const size_t count = ready_.size();
-    for (nvme::IoCompletion& completion : ready_) {
-      --files_[completion.file.id].outstanding;
-      completions->push_back(std::move(completion));
-    }
-    ready_.clear();
-    return count;
-  }
-
-  // Everything outstanding is finished already: never waits.
-  Status Wait(size_t min_completions, std::chrono::milliseconds timeout,
-              std::vector<nvme::IoCompletion>* completions) override {
-    Poll(completions);
-    return Status();
-  }
-
-  Status Drain() override { return Status(); }
-  size_t Outstanding() const override { return ready_.size(); }
-  nvme::EngineInfo info() const override { return info_; }
-  nvme::EngineStats stats() const override { return stats_; }
-
- private:
-  struct File {
-    std::string path;
-    bool direct = false;
-    bool open = false;
-    uint32_t outstanding = 0;
-  };
-
-  bool IsOpen(nvme::FileHandle file) const {
-    return file.valid() && file.id < static_cast<int32_t>(files_.size()) && files_[file.id].open;
-  }
-
-  Status Validate(const nvme::IoRequest& request) const {
-    if (!IsOpen(request.file)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "nvme: %s of unknown or closed file %d", nvme::IoOpName(request.op), request.file.id));
-    }
-    const File& file = files_[request.file.id];
-    auto invalid = [&](const std::string& why) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("nvme: %s of %s at offset %d, length %d: %s", nvme::IoOpName(request.op),
-                          file.path, request.offset, request.length, why));
-    };
-    if (request.length == 0) return invalid("length is zero");
-    if (request.buffer == nullptr) return invalid("buffer is null");
-    if (request.offset + request.length < request.offset) return invalid("extent overflows");
-    const uint64_t address = reinterpret_cast<uintptr_t>(request.buffer);
-    if (file.direct && (request.offset % kAlignment != 0 || request.length % kAlignment != 0 ||
-                        address % kAlignment != 0)) {
-      return invalid(absl::StrFormat(
-          "O_DIRECT needs offset, length and buffer address (0x%x) aligned to %d bytes", address,
-          kAlignment));
-    }
-    return Status();
-  }
-
-  nvme::EngineInfo info_;
-  nvme::EngineStats stats_;
-  std::vector<File> files_;  // index = FileHandle::id
-  std::deque<nvme::IoCompletion> ready_;
-};
-
 }  // namespace
 
 const char* ExtentKindName(ExtentKind kind) {
@@ -208,9 +77,42 @@ NvmeStore::NvmeStore(NvmeStoreOptions options, std::unique_ptr<nvme::IoEngine> e
 
 StatusOr<std::unique_ptr<NvmeStore>> NvmeStore::Create(const NvmeStoreOptions& options,
                                                        const std::vector<ExtentSpec>& specs) {
-  // Configuration: every problem at once.
+  RETURN_IF_ERROR(CheckSpecs(options, specs));
+  auto store = std::unique_ptr<NvmeStore>(new NvmeStore(options, nullptr));
+  // The directory: claimed (and checked) by the claim. A dry run leaves it alone: `strata
+  // plan` may run where it does not exist, and must not take the claim a live run on this
+  // machine may hold.
+  if (!options.dry_run) {
+    ASSIGN_OR_RETURN(store->claim_,
+                     SwapDirClaim::Acquire({options.dir, options.rank, options.allow_memory_fs}));
+  }
+  ASSIGN_OR_RETURN(const uint64_t needed_bytes, store->LayOut(specs));
+  // Room for all of it, checked before anything is created (the claim has removed crashed
+  // runs' leftovers by now).
+  RETURN_IF_ERROR(store->CheckRoom(needed_bytes));
+  // The engine, then the files. From here on a failure removes what was created: the
+  // store's destructor does it (keep_files is for stores Create returned).
+  RETURN_IF_ERROR(store->MakeEngine());
+  RETURN_IF_ERROR(store->CreateFiles(needed_bytes));
+  store->created_ = true;
+  if (options.dry_run) {
+    spdlog::info(
+        "nvme store: rank {}: dry run: {} extents, {} bytes of swap files in {} "
+        "(none created)",
+        options.rank, store->extents_.size(), needed_bytes, options.dir);
+  } else {
+    spdlog::info("nvme store: rank {}: {} extents, {} bytes in {} ({} engine)", options.rank,
+                 store->extents_.size(), needed_bytes, options.dir, store->engine_name());
+  }
+  return store;
+}
+
+Status NvmeStore::CheckSpecs(const NvmeStoreOptions& options,
+                             const std::vector<ExtentSpec>& specs) {
   std::vector<std::string> problems;
-  if (options.dir.empty()) problems.push_back("zero.nvme_dir is empty");
+  // A real store's directory is checked where it is claimed (CheckSwapDir); a dry run's
+  // only names its files, so it needs a name.
+  if (options.dry_run && options.dir.empty()) problems.push_back("zero.nvme_dir is empty");
   if (options.rank < 0) problems.push_back(absl::StrCat("rank ", options.rank, " is negative"));
   if (options.wait_timeout.count() <= 0) problems.push_back("wait_timeout must be positive");
   if (specs.empty()) problems.push_back("no extents declared");
@@ -237,41 +139,16 @@ StatusOr<std::unique_ptr<NvmeStore>> NvmeStore::Create(const NvmeStoreOptions& o
           absl::StrFormat("%s: unit %d is also named '%s'", what, spec.unit, name->second));
     }
   }
-  if (!problems.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("nvme store: ", absl::StrJoin(problems, "; ")));
-  }
+  if (problems.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("nvme store: ", absl::StrJoin(problems, "; ")));
+}
 
-  // The directory. A dry run leaves it alone: `strata plan` may run where it does not
-  // exist, and must not take the claim a live run on this machine may hold.
-  if (!options.dry_run) {
-    struct stat dir_stat {};
-    if (::stat(options.dir.c_str(), &dir_stat) != 0) {
-      return ErrnoError(errno, absl::StrCat("nvme store: zero.nvme_dir ", options.dir));
-    }
-    if (!S_ISDIR(dir_stat.st_mode)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("nvme store: zero.nvme_dir ", options.dir, " is not a directory"));
-    }
-    if (::access(options.dir.c_str(), W_OK | X_OK) != 0) {
-      return ErrnoError(
-          errno, absl::StrCat("nvme store: zero.nvme_dir ", options.dir, " is not writable"));
-    }
-  }
-
-  // The layout: extents in declaration order, each at the end of its file.
-  auto store = std::unique_ptr<NvmeStore>(new NvmeStore(options, nullptr));
+StatusOr<uint64_t> NvmeStore::LayOut(const std::vector<ExtentSpec>& specs) {
   static const char* const kFileNames[kNumFileRoles] = {"params", "master", "moments",
-                                                                "grads"};
-  if (options.dry_run) {
-    for (int role = 0; role < kNumFileRoles; ++role) {
-      store->files_[role].path = DrySwapPath(options, kFileNames[role]);
-    }
-  } else {
-    ASSIGN_OR_RETURN(store->claim_,
-                     SwapDirClaim::Acquire({options.dir, options.rank, options.allow_memory_fs}));
-    for (int role = 0; role < kNumFileRoles; ++role) {
-      store->files_[role].path = store->claim_->SwapPath(kFileNames[role]);
-    }
+                                                        "grads"};
+  for (int role = 0; role < kNumFileRoles; ++role) {
+    files_[role].path = claim_ != nullptr ? claim_->SwapPath(kFileNames[role])
+                                          : DrySwapPath(options_, kFileNames[role]);
   }
   uint64_t needed_bytes = 0;
   for (const ExtentSpec& spec : specs) {
@@ -285,7 +162,7 @@ StatusOr<std::unique_ptr<NvmeStore>> NvmeStore::Create(const NvmeStoreOptions& o
                                                      : FileRole::kMoments;
     extent.logical_bytes = spec.bytes;
     RoundUp(spec.bytes, &extent.padded_bytes);
-    SwapFile& file = store->files_[static_cast<int>(extent.file)];
+    SwapFile& file = files_[static_cast<int>(extent.file)];
     extent.offset = file.bytes;
     if (file.bytes > UINT64_MAX - extent.padded_bytes ||
         needed_bytes > UINT64_MAX - extent.padded_bytes) {
@@ -293,58 +170,57 @@ StatusOr<std::unique_ptr<NvmeStore>> NvmeStore::Create(const NvmeStoreOptions& o
     }
     file.bytes += extent.padded_bytes;
     needed_bytes += extent.padded_bytes;
-    store->extent_index_.emplace(Key(spec.unit, spec.kind), store->extents_.size());
-    store->extents_.push_back(std::move(extent));
+    extent_index_.emplace(Key(spec.unit, spec.kind), extents_.size());
+    extents_.push_back(std::move(extent));
   }
+  return needed_bytes;
+}
 
-  // Room for all of it, checked before anything is created (the claim has removed
-  // crashed runs' leftovers by now). A dry run needs none.
+Status NvmeStore::CheckRoom(uint64_t needed_bytes) const {
+  if (options_.dry_run) return absl::OkStatus();  // needs none
   struct statvfs fs {};
-  if (!options.dry_run && ::statvfs(options.dir.c_str(), &fs) != 0) {
-    return ErrnoError(errno, absl::StrCat("nvme store: statvfs of zero.nvme_dir ", options.dir));
+  if (::statvfs(options_.dir.c_str(), &fs) != 0) {
+    return ErrnoError(errno, absl::StrCat("nvme store: statvfs of zero.nvme_dir ", options_.dir));
   }
   const uint64_t free_bytes = uint64_t{fs.f_bavail} * fs.f_frsize;
-  if (!options.dry_run && needed_bytes > free_bytes) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "nvme store: zero.nvme_dir %s has %d bytes free, but the swap files of rank %d need "
-        "%d bytes (%d extents, each rounded up to %d bytes); free space there, choose another "
-        "directory, or place less state on nvme",
-        options.dir, free_bytes, options.rank, needed_bytes, specs.size(), kAlignment));
-  }
+  if (needed_bytes <= free_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "nvme store: zero.nvme_dir %s has %d bytes free, but the swap files of rank %d need "
+      "%d bytes (%d extents, each rounded up to %d bytes); free space there, choose another "
+      "directory, or place less state on nvme",
+      options_.dir, free_bytes, options_.rank, needed_bytes, extents_.size(), kAlignment));
+}
 
-  // The engine, then the files. From here on a failure removes what was created: the
-  // store's destructor does it (keep_files is for stores Create returned).
-  if (options.dry_run) {
-    store->engine_ = std::make_unique<NullIoEngine>(options.engine);
-  } else if (options.engine_factory) {
-    ASSIGN_OR_RETURN(store->engine_, options.engine_factory(options.engine));
+Status NvmeStore::MakeEngine() {
+  if (options_.dry_run) {
+    engine_ = std::make_unique<nvme::NullIoEngine>(options_.engine);
+  } else if (options_.engine_factory) {
+    ASSIGN_OR_RETURN(engine_, options_.engine_factory(options_.engine));
   } else {
-    StatusOr<std::unique_ptr<nvme::IoEngine>> engine = nvme::CreateIoEngine(options.engine);
+    StatusOr<std::unique_ptr<nvme::IoEngine>> engine = nvme::CreateIoEngine(options_.engine);
     if (!engine.ok()) return Annotate(engine.status(), "nvme store: creating the I/O engine");
-    store->engine_ = std::move(engine).value();
-    // Fault tests of the whole program: STRATA_FAULT_NVME=KIND@N (nvme/fault_injection.h).
-    const char* fault = std::getenv("STRATA_FAULT_NVME");
-    StatusOr<std::optional<nvme::FaultPlan>> plan =
-        nvme::ParseFaultPlan(fault == nullptr ? "" : fault);
-    if (!plan.ok()) return Annotate(plan.status(), "STRATA_FAULT_NVME");
-    if (plan->has_value()) {
-      spdlog::warn("nvme store: STRATA_FAULT_NVME={}: injecting faults", fault);
-      store->engine_ = std::make_unique<nvme::FaultInjectingEngine>(std::move(store->engine_),
-                                                                    **plan);
-    }
+    engine_ = std::move(engine).value();
   }
-  if (store->engine_ == nullptr) {
+  if (engine_ == nullptr) {
     return absl::InternalError("nvme store: the engine factory returned no engine");
   }
+  if (options_.fault && !options_.dry_run) {
+    spdlog::warn("nvme store: injecting faults ({})", options_.fault->source);
+    engine_ = std::make_unique<nvme::FaultInjectingEngine>(std::move(engine_), *options_.fault);
+  }
+  return absl::OkStatus();
+}
+
+Status NvmeStore::CreateFiles(uint64_t needed_bytes) {
   // Preallocating tens of GiB can take a while on some filesystems: rank 0 shows progress.
   std::optional<Progress> progress;
-  if (options.rank == 0 && !options.dry_run) {
-    progress.emplace(absl::StrCat("creating swap files in ", options.dir), needed_bytes);
+  if (options_.rank == 0 && !options_.dry_run) {
+    progress.emplace(absl::StrCat("creating swap files in ", options_.dir), needed_bytes);
   }
-  for (SwapFile& file : store->files_) {
+  for (SwapFile& file : files_) {
     if (file.bytes == 0) continue;
     // Open may create it even when a later step fails; the null engine creates nothing.
-    file.created = !options.dry_run;
+    file.created = !options_.dry_run;
     nvme::FileOptions file_options;
     if (progress) file_options.on_preallocated = [&](uint64_t bytes) { progress->Advance(bytes); };
     file_options.direct_io = true;
@@ -352,7 +228,7 @@ StatusOr<std::unique_ptr<NvmeStore>> NvmeStore::Create(const NvmeStoreOptions& o
     file_options.create = true;
     file_options.exclusive = true;
     file_options.preallocate_bytes = file.bytes;
-    StatusOr<nvme::FileHandle> handle = store->engine_->OpenFile(file.path, file_options);
+    StatusOr<nvme::FileHandle> handle = engine_->OpenFile(file.path, file_options);
     if (!handle.ok()) {
       // Not ours: whatever stands at the path stays (the claim made the name unique).
       if (handle.status().code() == absl::StatusCode::kAlreadyExists) file.created = false;
@@ -360,19 +236,9 @@ StatusOr<std::unique_ptr<NvmeStore>> NvmeStore::Create(const NvmeStoreOptions& o
                       absl::StrFormat("nvme store: creating swap file %s", file.path));
     }
     file.handle = *handle;
-    if (file.created && !options.keep_files) file.on_signal = RemoveOnSignal(file.path);
+    if (file.created && !options_.keep_files) file.on_signal = RemoveOnSignal(file.path);
   }
-  store->created_ = true;
-  if (options.dry_run) {
-    spdlog::info(
-        "nvme store: rank {}: dry run: {} extents, {} bytes of swap files in {} "
-        "(none created)",
-        options.rank, store->extents_.size(), needed_bytes, options.dir);
-  } else {
-    spdlog::info("nvme store: rank {}: {} extents, {} bytes in {} ({} engine)", options.rank,
-                 store->extents_.size(), needed_bytes, options.dir, store->engine_name());
-  }
-  return store;
+  return absl::OkStatus();
 }
 
 NvmeStore::~NvmeStore() {
