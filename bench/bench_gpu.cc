@@ -42,7 +42,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/bench_gpu.h"
 #include "config/options_parse.h"
-#include "core/cuda/cuda_device.h"
+#include "device/cuda/cuda_device.h"
 #include "core/logging.h"
 #include "session/session.h"
 

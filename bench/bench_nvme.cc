@@ -5,7 +5,7 @@
 
 #include "bench/bench_nvme.h"
 #include "core/logging.h"
-#include "core/memory.h"
+#include "core/bytes.h"
 #include "nvme/disk_bench.h"
 
 namespace strata {

@@ -16,9 +16,9 @@
 
 #include "bench/bench_trace.h"
 #include "config/options_parse.h"
-#include "core/cpu_device.h"
+#include "device/cpu_device.h"
 #include "core/cpu_info.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "core/logging.h"
 #include "core/trace.h"
 #include "session/session.h"

@@ -26,6 +26,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "collectives/agreement.h"
+#include "core/files.h"
 #include "core/logging.h"
 #include "core/pread_fully.h"
 #include "core/progress.h"
@@ -114,21 +115,15 @@ nlohmann::json StoredModelKey(const nlohmann::json& stored, const std::string& k
 }
 
 // Writes the pieces, one after the other, to a new file at `path`, not synced (the kernel
-// starts writing it back while the next unit is gathered; SyncFile at the end).
+// starts writing it back while the next unit is gathered; SyncPath at the end).
 Status WriteFile(const std::string& path, const std::vector<std::pair<const char*, size_t>>& pieces) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return Errno(errno, "cannot create " + path);
   for (const auto& [data, size] : pieces) {
-    size_t done = 0;
-    while (done < size) {
-      const ssize_t n = ::write(fd, data + done, size - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        const int error = n < 0 ? errno : EIO;
-        ::close(fd);
-        return Errno(error, "writing " + path);
-      }
-      done += static_cast<size_t>(n);
+    Status written = WriteAllBytes(fd, data, size, path);
+    if (!written.ok()) {
+      ::close(fd);
+      return Annotate(written, "checkpoint");
     }
   }
   if (::close(fd) != 0) return Errno(errno, "closing " + path);
@@ -136,54 +131,16 @@ Status WriteFile(const std::string& path, const std::vector<std::pair<const char
 }
 
 // Flushes the file (or directory) at `path` to the disk.
-Status SyncFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return Errno(errno, "cannot open " + path);
-  if (::fsync(fd) != 0) {
-    const int error = errno;
-    ::close(fd);
-    return Errno(error, "syncing " + path);
-  }
-  if (::close(fd) != 0) return Errno(errno, "closing " + path);
-  return absl::OkStatus();
+Status SyncFile(const std::string& path) { return Annotate(SyncPath(path), "checkpoint"); }
+
+// The whole file into `bytes` (its capacity reused).
+Status ReadBytesInto(const std::string& path, std::vector<char>* bytes) {
+  return Annotate(ReadFileInto(path, bytes), "checkpoint");
 }
 
-// The whole file into `bytes` (its capacity reused), read in large pieces (an
-// istreambuf_iterator copy ran at ~50 MB/s).
-Status ReadFileInto(const std::string& path, std::vector<char>* bytes_out) {
-  std::vector<char>& bytes = *bytes_out;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Errno(errno, "cannot open " + path);
-  struct stat info {};
-  if (::fstat(fd, &info) != 0) {
-    const int error = errno;
-    ::close(fd);
-    return Errno(error, "stat of " + path);
-  }
-  bytes.resize(static_cast<size_t>(info.st_size));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t got = ::read(fd, bytes.data() + done, std::min<size_t>(bytes.size() - done,
-                                                                         64u << 20));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      const int error = got < 0 ? errno : EIO;
-      ::close(fd);
-      if (got == 0) {
-        return absl::DataLossError(absl::StrCat("checkpoint: ", path, " shrank while read (",
-                                                done, " of ", bytes.size(), " bytes)"));
-      }
-      return Errno(error, "reading " + path);
-    }
-    done += static_cast<size_t>(got);
-  }
-  ::close(fd);
-  return absl::OkStatus();
-}
-
-StatusOr<std::vector<char>> ReadFile(const std::string& path) {
+StatusOr<std::vector<char>> ReadBytes(const std::string& path) {
   std::vector<char> bytes;
-  RETURN_IF_ERROR(ReadFileInto(path, &bytes));
+  RETURN_IF_ERROR(ReadBytesInto(path, &bytes));
   return bytes;
 }
 
@@ -203,7 +160,7 @@ StatusOr<nlohmann::json> CopyTokenizerFiles(const std::string& spec, const std::
   if (files.empty()) return entries;
   std::vector<std::vector<char>> contents;
   for (const auto& [source, name] : files) {
-    StatusOr<std::vector<char>> bytes = ReadFile(source);
+    StatusOr<std::vector<char>> bytes = ReadBytes(source);
     if (!bytes.ok()) {
       spdlog::warn(
           "checkpoint: the tokenizer's file {} is not readable ({}): the checkpoint "
@@ -538,7 +495,7 @@ struct ParsedMeta {
 StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
   ASSIGN_OR_RETURN(const std::string path, ResolveCheckpoint(where));
   const std::string meta_path = path + "/checkpoint.json";
-  ASSIGN_OR_RETURN(std::vector<char> text, ReadFile(meta_path));
+  ASSIGN_OR_RETURN(std::vector<char> text, ReadBytes(meta_path));
   nlohmann::json meta;
   try {
     meta = nlohmann::json::parse(text.begin(), text.end());
@@ -666,7 +623,7 @@ StatusOr<OpenedCheckpoint> OpenCheckpoint(const std::string& where) {
 StatusOr<std::string> CheckpointTokenizer(const OpenedCheckpoint& checkpoint) {
   if (checkpoint.tokenizer_files.empty()) return checkpoint.tokenizer;
   for (const auto& [file, hash] : checkpoint.tokenizer_files) {
-    ASSIGN_OR_RETURN(const std::vector<char> bytes, ReadFile(file));
+    ASSIGN_OR_RETURN(const std::vector<char> bytes, ReadBytes(file));
     const std::string found = Hex(XXH3_64bits(bytes.data(), bytes.size()));
     if (found != hash) {
       return absl::DataLossError(absl::StrCat("checkpoint: the tokenizer file ", file, " has XXH3 ",
@@ -889,7 +846,7 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
       if (loading) loading->Advance(3 * n * sizeof(float));
       continue;
     }
-    RETURN_IF_ERROR(ReadFileInto(files[u].file, &bytes));
+    RETURN_IF_ERROR(ReadBytesInto(files[u].file, &bytes));
     if (bytes.size() != 3 * n * sizeof(float) ||
         Hex(XXH3_64bits(bytes.data(), bytes.size())) != files[u].hash) {
       return absl::DataLossError(absl::StrCat("checkpoint: ", files[u].file, " changed while "

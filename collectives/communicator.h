@@ -34,7 +34,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/device.h"
+#include "device/device.h"
 #include "core/dtype.h"
 #include "core/status.h"
 

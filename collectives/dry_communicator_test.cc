@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "core/cpu_device.h"
+#include "device/cpu_device.h"
 #include "core/testing/status_matchers.h"
 
 namespace strata {

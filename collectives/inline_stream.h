@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-#include "core/device.h"
+#include "device/device.h"
 
 namespace strata {
 

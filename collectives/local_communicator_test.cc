@@ -21,7 +21,7 @@
 
 #include "collectives/stuck_stream_check.h"
 #include "collectives/test_pattern.h"
-#include "core/cpu_device.h"
+#include "device/cpu_device.h"
 #include "core/testing/status_matchers.h"
 
 namespace strata {

@@ -31,7 +31,7 @@
 #include "collectives/local_communicator.h"
 #include "collectives/mpi_communicator.h"
 #include "collectives/test_pattern.h"
-#include "core/cpu_device.h"
+#include "device/cpu_device.h"
 
 namespace strata {
 namespace {

@@ -31,8 +31,8 @@
 
 #include "collectives/nccl_comm.h"
 #include "collectives/nccl_reduce.h"
-#include "core/cuda/cuda_native.h"
-#include "core/cuda/cuda_status.h"
+#include "device/cuda/cuda_native.h"
+#include "device/cuda/cuda_status.h"
 #include "core/logging.h"
 
 namespace strata {

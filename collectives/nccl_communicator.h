@@ -1,5 +1,5 @@
 // The NCCL Communicator: one rank per GPU, device buffers, collectives enqueued on the CUDA
-// stream behind a strata Stream of the CUDA Device (core/cuda/cuda_native.h).
+// stream behind a strata Stream of the CUDA Device (device/cuda/cuda_native.h).
 //
 // Set-up: the rank and world come from a host `bootstrap` Communicator (MPI across
 // processes under mpirun; a local group across threads), through which rank 0's
@@ -38,7 +38,7 @@
 #include <memory>
 
 #include "collectives/communicator.h"
-#include "core/device.h"
+#include "device/device.h"
 
 namespace strata {
 

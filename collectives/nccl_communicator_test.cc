@@ -23,8 +23,8 @@
 #include "collectives/local_communicator.h"
 #include "collectives/stuck_stream_check.h"
 #include "collectives/test_pattern.h"
-#include "core/cpu_device.h"
-#include "core/cuda/cuda_device.h"
+#include "device/cpu_device.h"
+#include "device/cuda/cuda_device.h"
 #include "core/testing/status_matchers.h"
 
 namespace strata {

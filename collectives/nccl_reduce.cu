@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "collectives/nccl_reduce.h"
-#include "core/cuda/cuda_status.h"
+#include "device/cuda/cuda_status.h"
 
 namespace strata {
 namespace {

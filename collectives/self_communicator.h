@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "collectives/communicator.h"
-#include "core/device.h"
+#include "device/device.h"
 
 namespace strata {
 

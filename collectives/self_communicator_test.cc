@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "collectives/local_communicator.h"
-#include "core/cpu_device.h"
+#include "device/cpu_device.h"
 #include "core/testing/status_matchers.h"
 
 namespace strata {

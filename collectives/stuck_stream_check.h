@@ -4,7 +4,7 @@
 #pragma once
 
 #include "collectives/communicator.h"
-#include "core/device.h"
+#include "device/device.h"
 
 namespace strata {
 

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/memory.h"
+#include "core/bytes.h"
 
 namespace strata::option_keys {
 namespace {

@@ -5,36 +5,11 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "core/files.h"
 
 namespace strata {
-namespace {
-
-// Flushes the directory holding `path`, so a rename into it survives a crash.
-void SyncParentDirectory(const std::string& path) {
-  std::string parent = std::filesystem::path(path).parent_path().string();
-  if (parent.empty()) parent = ".";
-  const int fd = ::open(parent.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
-}  // namespace
-
-Status WriteAllBytes(int fd, const void* data, size_t size, const std::string& what) {
-  const auto* bytes = static_cast<const char*>(data);
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::write(fd, bytes + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return ErrnoError(n < 0 ? errno : EIO, "writing " + what);
-    done += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
-}
 
 Status WriteFileAtomically(
     const std::string& path,

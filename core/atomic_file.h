@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/files.h"  // WriteAllBytes, for the writers
 #include "core/status.h"
 
 namespace strata {
@@ -19,8 +20,5 @@ Status WriteFileAtomically(
     const std::string& path,
     const std::function<Status(int fd, const std::string& partial)>& write);
 Status WriteFileAtomically(const std::string& path, std::string_view bytes);
-
-// All `size` bytes to `fd`, retrying short writes and EINTR; errors name `what`.
-Status WriteAllBytes(int fd, const void* data, size_t size, const std::string& what);
 
 }  // namespace strata

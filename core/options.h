@@ -256,7 +256,7 @@ struct NvmeOptions {
 
 struct TiersOptions {
   // tiers.host_memory_limit: capacity of the host tier (pinned memory with CUDA) on this
-  // rank; 0 = automatic: the rank's share of usable RAM (core/host_memory.h: physical or
+  // rank; 0 = automatic: the rank's share of usable RAM (device/host_memory.h: physical or
   // cgroup limit, minus a reserve, divided among the ranks on the node; on cpu less the
   // device tier).
   uint64_t host_memory_limit = 0;

@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_format.h"
-#include "core/memory.h"
+#include "core/bytes.h"
 
 namespace strata {
 

@@ -1,4 +1,5 @@
 // Run id and process description; see run_identity.h.
+#include "core/files.h"
 #include "core/run_identity.h"
 
 #include <unistd.h>
@@ -41,8 +42,7 @@ const std::string& StartTime() {
 }
 
 std::string CommandLine() {
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string all = ReadFile("/proc/self/cmdline").value_or("");
   std::string line;
   size_t begin = 0;
   while (begin < all.size()) {

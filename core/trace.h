@@ -96,7 +96,7 @@ class Trace {
   uint64_t dropped_ = 0;
 };
 
-// What a stream's spans are called (see Stream::SetTraceLabel in core/device.h).
+// What a stream's spans are called (see Stream::SetTraceLabel in device/device.h).
 struct TraceLabel {
   std::string name;      // "forward h3", "all-gather"
   std::string category;  // "compute", "comm", "copy", "adam"

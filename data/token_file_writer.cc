@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/files.h"
 #include "core/remove_on_signal.h"
 #include "data/tokens.h"
 
@@ -30,20 +31,6 @@ constexpr size_t kNarrowChunkTokens = size_t{1} << 19;
 
 std::atomic<uint64_t> g_temporary_counter{0};
 
-Status WriteAll(int fd, const void* data, size_t bytes, const std::string& temporary) {
-  const char* next = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t wrote = ::write(fd, next, std::min(bytes, size_t{1} << 30));
-    const int error = errno;
-    if (wrote < 0 && error == EINTR) continue;
-    // 0 bytes written with bytes left is a full device that did not say so.
-    if (wrote <= 0) return ErrnoError(wrote < 0 ? error : ENOSPC, "writing " + temporary);
-    next += wrote;
-    bytes -= static_cast<size_t>(wrote);
-  }
-  return absl::OkStatus();
-}
-
 // The header and the tokens at `bytes_per_token`, then an fsync.
 Status WriteContents(int fd, absl::Span<const uint32_t> tokens, int bytes_per_token, int vocab,
                      const std::string& temporary) {
@@ -53,15 +40,15 @@ Status WriteContents(int fd, absl::Span<const uint32_t> tokens, int bytes_per_to
   header[2] = static_cast<int32_t>(tokens.size());
   header[3] = bytes_per_token;
   header[4] = vocab;
-  RETURN_IF_ERROR(WriteAll(fd, header.data(), kTokenHeaderBytes, temporary));
+  RETURN_IF_ERROR(WriteAllBytes(fd, header.data(), kTokenHeaderBytes, temporary));
   if (bytes_per_token == 4) {
-    RETURN_IF_ERROR(WriteAll(fd, tokens.data(), tokens.size() * sizeof(uint32_t), temporary));
+    RETURN_IF_ERROR(WriteAllBytes(fd, tokens.data(), tokens.size() * sizeof(uint32_t), temporary));
   } else {
     std::vector<uint16_t> narrow(std::min(tokens.size(), kNarrowChunkTokens));
     for (size_t begin = 0; begin < tokens.size(); begin += narrow.size()) {
       const size_t count = std::min(narrow.size(), tokens.size() - begin);
       for (size_t i = 0; i < count; ++i) narrow[i] = static_cast<uint16_t>(tokens[begin + i]);
-      RETURN_IF_ERROR(WriteAll(fd, narrow.data(), count * sizeof(uint16_t), temporary));
+      RETURN_IF_ERROR(WriteAllBytes(fd, narrow.data(), count * sizeof(uint16_t), temporary));
     }
   }
   if (::fsync(fd) != 0) {
@@ -69,18 +56,6 @@ Status WriteContents(int fd, absl::Span<const uint32_t> tokens, int bytes_per_to
     return ErrnoError(error, "syncing " + temporary);
   }
   return absl::OkStatus();
-}
-
-// Makes the rename durable (best effort: the file is complete either way).
-void SyncDirectoryOf(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  const std::string directory = slash == std::string::npos ? "."
-                                : slash == 0               ? "/"
-                                                           : path.substr(0, slash);
-  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
 }
 
 }  // namespace
@@ -138,7 +113,7 @@ Status WriteTokenFile(const std::string& path, absl::Span<const uint32_t> tokens
     ::unlink(temporary.c_str());
     return status;
   }
-  SyncDirectoryOf(path);
+  SyncParentDirectory(path);
   return absl::OkStatus();
 }
 

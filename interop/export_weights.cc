@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "checkpoint/checkpoint.h"
 #include "core/atomic_file.h"
+#include "core/files.h"
 #include "core/progress.h"
 #include "data/tokenizer/tokenizer.h"
 #include "interop/llmc_model.h"
@@ -49,16 +50,15 @@ StatusOr<std::string> CopyTokenizer(const OpenedCheckpoint& checkpoint, const st
   const std::string from = checkpoint.tokenizer_files.empty() ? "" : ", the checkpoint's copy";
   std::vector<std::string> names;
   for (const auto& [source, name] : files) {
-    std::ifstream in(source, std::ios::binary);
-    if (!std::filesystem::is_regular_file(source) || !in.is_open()) {
+    StatusOr<std::string> read = std::filesystem::is_regular_file(source)
+                                     ? ReadFile(source)
+                                     : absl::NotFoundError("not a regular file");
+    if (!read.ok() && read.status().code() != absl::StatusCode::kInternal) {
       return absl::StrCat("; the tokenizer the checkpoint was trained with (", checkpoint.tokenizer,
                           ") is not readable at ", source, ": not copied");
     }
-    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in.bad()) {
-      return absl::InternalError(
-          absl::StrCat("export: reading ", source, ": ", std::strerror(errno)));
-    }
+    if (!read.ok()) return Annotate(read.status(), "export");
+    const std::string& bytes = *read;
     RETURN_IF_ERROR(WriteTextFile(dir + "/" + name, bytes));
     names.push_back(name);
   }

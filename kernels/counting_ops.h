@@ -1,5 +1,5 @@
 // CountingOps: the Ops of a dry run (`strata plan`). The plan runs the real training set-up
-// and steps on a device that allocates nothing (core/cpu_device.h, dry_run), to account
+// and steps on a device that allocates nothing (device/cpu_device.h, dry_run), to account
 // memory and to count the work a step would do. These kernels check their arguments as the
 // CPU backend does (kernels/op_checks.h: sizes, head shapes, column slices, dropout p, the
 // pointers the CPU ops require, AdamW's step) and fail the same way, but they enqueue

@@ -17,7 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/device.h"
+#include "device/device.h"
 #include "core/dtype.h"
 #include "core/rope.h"
 #include "core/status.h"

@@ -10,7 +10,7 @@
 
 #include <memory>
 
-#include "core/device.h"
+#include "device/device.h"
 #include "kernels/ops.h"
 
 namespace strata {

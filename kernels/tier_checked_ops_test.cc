@@ -9,7 +9,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "core/cpu_device.h"
+#include "device/cpu_device.h"
 #include "core/testing/status_matchers.h"
 #include "kernels/cpu/cpu_ops.h"
 

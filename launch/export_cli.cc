@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "core/memory.h"
+#include "core/bytes.h"
 #include "interop/export_weights.h"
 #include "launch/commands.h"
 

@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "absl/strings/str_join.h"
+#include "core/files.h"
 #include "core/logging.h"
 #include "nvme/create_io_engine.h"
 #include "nvme/io_buffer.h"
@@ -203,13 +204,6 @@ StatusOr<int> RunProgram(const std::vector<std::string>& args, const std::string
   return 128 + (WIFSIGNALED(wait_status) ? WTERMSIG(wait_status) : 0);
 }
 
-std::string ReadWholeFile(const std::string& path) {
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
 struct FioFigures {
   double mb_per_s = 0;
   std::string version;
@@ -329,8 +323,8 @@ StatusOr<FioFigures> RunFio(const DiskBenchOptions& options, const std::string& 
       "--output=" + json_path,
   };
   StatusOr<int> exit_code = RunProgram(args, log_path);
-  const std::string log = ReadWholeFile(log_path);
-  const std::string json_text = ReadWholeFile(json_path);
+  const std::string log = ReadFile(log_path).value_or("");
+  const std::string json_text = ReadFile(json_path).value_or("");
   ::unlink(log_path.c_str());
   ::unlink(json_path.c_str());
   if (!exit_code.ok()) return exit_code.status();

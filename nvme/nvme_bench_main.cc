@@ -7,7 +7,7 @@
 
 #include "nvme/disk_bench.h"
 #include "core/logging.h"
-#include "core/memory.h"
+#include "core/bytes.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"nvme bench: engine vs fio vs a plain pread loop, sequential 1 MiB O_DIRECT"};

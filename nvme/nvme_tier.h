@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/device.h"
+#include "device/device.h"
 #include "nvme/nvme_store.h"
 
 namespace strata {

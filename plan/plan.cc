@@ -16,7 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "collectives/dry_communicator.h"
 #include "config/options_parse.h"
-#include "core/cpu_device.h"
+#include "device/cpu_device.h"
 #include "kernels/attention_gemm.h"
 #include "models/create_model.h"
 #include "plan/plan_probe.h"

@@ -4,7 +4,7 @@
 //
 // Memory comes from the code that allocates, not from a formula: each configuration runs
 // the real set-up and two training steps as a DRY RUN (DryRun): the CPU device in dry-run
-// mode (core/cpu_device.h: every buffer accounted in the tier pools, none backed by memory),
+// mode (device/cpu_device.h: every buffer accounted in the tier pools, none backed by memory),
 // counting kernels (kernels/counting_ops.h), a communicator of a world that exists only on
 // paper (collectives/dry_communicator.h) and NVMe tiers that touch no disk. The pools' peaks
 // are the peaks a real run accounts; the counters give each step's work (FLOPs, Adam
@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "core/memory.h"
+#include "device/memory.h"
 #include "core/options.h"
 #include "core/status.h"
 #include "interop/import_weights.h"

@@ -20,7 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cpu_info.h"
-#include "core/host_memory.h"
+#include "device/host_memory.h"
 #include "kernels/counting_ops.h"
 #include "nvme/io_buffer.h"
 #include "runtime/backend.h"

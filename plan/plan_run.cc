@@ -10,6 +10,7 @@
 #include "config/options_parse.h"
 #include "core/atomic_file.h"
 #include "core/cpu_info.h"
+#include "core/files.h"
 #include "plan/plan.h"
 #include "plan/plan_probe.h"
 #include "plan/plan_run.h"
@@ -27,14 +28,6 @@ std::string HardwareCachePath() {
   return dir + "/hardware.json";
 }
 
-StatusOr<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 }  // namespace
 
 Status RunPlan(const PlanArgs& args) {
@@ -45,7 +38,7 @@ Status RunPlan(const PlanArgs& args) {
     // A probe of this machine, cached (keyed by the CPU, the memory and the nvme_dir).
     const std::string cache = HardwareCachePath();
     const std::string key = ProbeSource(job);
-    StatusOr<std::string> cached = ReadText(cache);
+    StatusOr<std::string> cached = ReadFile(cache);
     StatusOr<Hardware> loaded = cached.ok() ? ParseHardware(*cached, cache)
                                             : StatusOr<Hardware>(cached.status());
     if (!args.reprobe && loaded.ok() && loaded->source == key) {
@@ -60,8 +53,9 @@ Status RunPlan(const PlanArgs& args) {
       if (!error) WriteFileAtomically(cache, HardwareJson(hardware)).IgnoreError();
     }
   } else {
-    ASSIGN_OR_RETURN(const std::string text, ReadText(args.hardware));
-    ASSIGN_OR_RETURN(hardware, ParseHardware(text, args.hardware));
+    StatusOr<std::string> text = ReadFile(args.hardware);
+    if (!text.ok()) return Annotate(text.status(), "plan: cannot read --hardware");
+    ASSIGN_OR_RETURN(hardware, ParseHardware(*text, args.hardware));
   }
   if (!args.save_hardware.empty()) {
     RETURN_IF_ERROR(WriteFileAtomically(args.save_hardware, HardwareJson(hardware)));

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "core/files.h"
 
 namespace strata {
 namespace {
@@ -266,16 +267,14 @@ StatusOr<std::string> LoadChartJs() {
   const char* override_path = std::getenv("STRATA_CHART_JS");
   const std::string path =
       override_path != nullptr ? override_path : "/usr/share/javascript/chart.js/chart.min.js";
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
+  StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) {
     return absl::NotFoundError(absl::StrCat(
-        "report: Chart.js is not at ", path,
-        "; install Debian's libjs-chart.js (tools/install_deps.sh does) or point "
+        "report: Chart.js is not at ", path, " (", text.status().message(),
+        "); install Debian's libjs-chart.js (tools/install_deps.sh does) or point "
         "STRATA_CHART_JS at chart.min.js"));
   }
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
+  return text;
 }
 
 }  // namespace strata

@@ -11,8 +11,8 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/tier_checked_ops.h"
 #include "kernels/cuda/cuda_ops.h"
-#include "core/cpu_device.h"
-#include "core/cuda/cuda_device.h"
+#include "device/cpu_device.h"
+#include "device/cuda/cuda_device.h"
 
 namespace strata {
 namespace {

@@ -16,8 +16,8 @@
 #include <memory>
 
 #include "kernels/ops.h"
-#include "core/device.h"
-#include "core/host_memory.h"
+#include "device/device.h"
+#include "device/host_memory.h"
 #include "core/options.h"
 
 namespace strata {

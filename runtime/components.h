@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "kernels/ops.h"
 #include "tiers/home_context.h"
 

@@ -17,7 +17,7 @@
 
 #include "collectives/communicator.h"
 #include "kernels/ops.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "core/options.h"
 #include "runtime/grad_norm.h"
 #include "runtime/model.h"

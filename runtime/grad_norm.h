@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "runtime/components.h"
 
 namespace strata {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "core/status.h"
 #include "core/unit_layout.h"
 

@@ -17,7 +17,7 @@
 
 #include "collectives/local_communicator.h"
 #include "core/testing/status_matchers.h"
-#include "core/cpu_device.h"
+#include "device/cpu_device.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "nvme/test_util.h"
 #include "nvme/nvme_store.h"

@@ -19,7 +19,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/device.h"
+#include "device/device.h"
 #include "runtime/components.h"
 #include "runtime/grad_norm.h"
 #include "runtime/model.h"

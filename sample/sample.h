@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "core/memory.h"
+#include "device/memory.h"
 #include "core/options.h"
 #include "runtime/backend.h"
 #include "runtime/model.h"

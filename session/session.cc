@@ -12,7 +12,7 @@
 #include "collectives/nccl_communicator.h"
 #include "collectives/self_communicator.h"
 #include "config/options_parse.h"
-#include "core/cuda/cuda_device.h"
+#include "device/cuda/cuda_device.h"
 #include "data/tokenizer/training_data.h"
 #include "interop/import_weights.h"
 #include "interop/llmc_model.h"

@@ -170,7 +170,7 @@ TEST(GoldenLosses, MatchTheRecordedTrajectories) {
     ASSERT_OK(result.status) << run.name;
     ASSERT_EQ(result.losses.size(), static_cast<size_t>(kSteps)) << run.name;
     // Every placement reaches a steady state: freed buffers are reused
-    // (core/block_cache.h), so from the third step on the memory driver is (nearly) never
+    // (device/block_cache.h), so from the third step on the memory driver is (nearly) never
     // called. A freed block waits until every stream has passed its free, so a stream
     // that happens to lag (the CPU Adam, an NVMe wait) can make a step add blocks: seen
     // 0-2 over steps 3-6 on an idle machine, up to 6 when other tests load it (against up

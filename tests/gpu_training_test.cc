@@ -28,7 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "config/options_parse.h"
-#include "core/cuda/cuda_device.h"
+#include "device/cuda/cuda_device.h"
 #include "core/testing/status_matchers.h"
 #include "runtime/backend.h"
 #include "tests/placement_runs.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/memory.h"
+#include "device/memory.h"
 #include "core/options.h"
 #include "runtime/engine.h"
 

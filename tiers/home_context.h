@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "core/device.h"
+#include "device/device.h"
 #include "core/unit_layout.h"
 #include "kernels/ops.h"
 #include "tiers/unit_state.h"

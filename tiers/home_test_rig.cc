@@ -4,7 +4,7 @@
 #include <cstring>
 #include <random>
 
-#include "core/cpu_device.h"
+#include "device/cpu_device.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "nvme/test_util.h"
 #include "tiers/stream_helpers.h"

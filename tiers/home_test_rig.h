@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
+#include "device/device.h"
 #include "core/options.h"
 #include "core/testing/status_matchers.h"
 #include "tiers/home_context.h"

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/device.h"
+#include "device/device.h"
 #include "tiers/home_context.h"
 #include "nvme/nvme_tier.h"
 

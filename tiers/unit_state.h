@@ -9,7 +9,7 @@
 
 #include <cstddef>
 
-#include "core/memory.h"
+#include "device/memory.h"
 
 namespace strata {
 

@@ -14,6 +14,7 @@ cd "$root"
 
 LAYERS=(
   "core"
+  "device"
   "data kernels collectives nvme"
   "tiers"
   "runtime"

@@ -39,8 +39,8 @@ readonly CUDA_LIB="${CUDA_PATH:-/usr/local/cuda}/lib64"
 readonly BINARIES=(
   //launch:strata
   //kernels/cuda:cuda_ops_test
-  //core/cuda:cuda_device_test
-  //core/cuda:fill_kernel_test
+  //device/cuda:cuda_device_test
+  //device/cuda:fill_kernel_test
   //collectives:nccl_communicator_test
   //collectives:nccl_library_test
   //tests:gpu_training_test

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/file_kind.h"
+#include "core/files.h"
 #include "data/default_corpus.h"
 #include "data/tokenizer/tokenizer.h"
 #include "data/tokens.h"
@@ -21,33 +22,16 @@ namespace strata {
 namespace {
 
 StatusOr<std::string> ReadText(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError(errno, absl::StrCat("tokenize: --in '", path, "'"));
-  struct stat info;
-  Status status;
-  std::string text;
-  if (::fstat(fd, &info) != 0) {
-    status = ErrnoError(errno, absl::StrCat("tokenize: stat of --in '", path, "'"));
-  } else if (!S_ISREG(info.st_mode)) {
-    // A FIFO or a device could block or never end.
-    status = absl::InvalidArgumentError(absl::StrCat(
-        "tokenize: --in '", path, "' is ", FileKindName(info.st_mode), ", not a regular file"));
-  } else {
-    text.resize(static_cast<size_t>(info.st_size));
-    size_t done = 0;
-    while (done < text.size() && status.ok()) {
-      const ssize_t got = ::read(fd, text.data() + done, text.size() - done);
-      if (got < 0 && errno == EINTR) continue;
-      if (got < 0) status = ErrnoError(errno, absl::StrCat("tokenize: reading --in '", path, "'"));
-      if (got == 0) {
-        status = absl::DataLossError(
-            absl::StrCat("tokenize: --in '", path, "' shrank while ", "being read"));
-      }
-      if (got > 0) done += static_cast<size_t>(got);
-    }
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    return ErrnoError(errno, absl::StrCat("tokenize: --in '", path, "'"));
   }
-  ::close(fd);
-  if (!status.ok()) return status;
+  if (!S_ISREG(info.st_mode)) {  // a FIFO or a device could block or never end
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tokenize: --in '", path, "' is ", FileKindName(info.st_mode), ", not a regular file"));
+  }
+  StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return Annotate(text.status(), "tokenize: --in");
   return text;
 }
 

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "core/cpu_device.h"
+#include "device/cpu_device.h"
 #include "core/testing/status_matchers.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"

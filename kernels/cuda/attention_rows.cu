@@ -6,7 +6,7 @@
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_util.cuh"
-#include "core/cuda/cuda_status.h"
+#include "device/cuda/cuda_status.h"
 
 namespace strata::cuda_kernels {
 namespace {

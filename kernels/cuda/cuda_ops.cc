@@ -22,8 +22,8 @@
 #include <unordered_map>
 #include <utility>
 
-#include "core/cuda/cuda_native.h"
-#include "core/cuda/cuda_status.h"
+#include "device/cuda/cuda_native.h"
+#include "device/cuda/cuda_status.h"
 #include "kernels/attention_gemm.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/op_checks.h"

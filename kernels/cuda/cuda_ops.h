@@ -1,5 +1,5 @@
 // The CUDA backend's Ops (kernels/ops.h): every call checks its sizes and pointers, finds
-// the cudaStream_t of the given Stream (core/cuda/cuda_native.h), makes that stream's GPU
+// the cudaStream_t of the given Stream (device/cuda/cuda_native.h), makes that stream's GPU
 // current on the calling thread and enqueues its work there: GEMMs through cuBLAS
 // (cublasGemmEx, fp32 accumulation; fp32 or bf16 in and out), everything else through the
 // kernels of cuda_kernels.h. Nothing blocks the host.

@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "core/cpu_device.h"
-#include "core/cuda/cuda_device.h"
-#include "core/device.h"
+#include "device/cpu_device.h"
+#include "device/cuda/cuda_device.h"
+#include "device/device.h"
 #include "core/testing/status_matchers.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"

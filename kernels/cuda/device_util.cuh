@@ -12,7 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/cuda/cuda_status.h"
+#include "device/cuda/cuda_status.h"
 #include "core/dtype.h"
 #include "core/status.h"
 

@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/files.h"
 #include "core/rope.h"
 
 namespace strata {
@@ -208,17 +209,16 @@ void ReadLlama(const Json& c, ModelOptions* m, std::vector<std::string>* problem
 
 StatusOr<ModelOptions> ReadHfConfig(const std::string& dir) {
   const std::string path = dir + "/config.json";
-  std::ifstream in(path);
-  if (!in) {
+  StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok() && text.status().code() == absl::StatusCode::kNotFound) {
     return absl::NotFoundError(absl::StrCat(
         "model.from=hf:", dir, ": ", path,
         " not found (a Hugging Face model directory holds config.json and model.safetensors)"));
   }
-  std::stringstream text;
-  text << in.rdbuf();
+  if (!text.ok()) return Annotate(text.status(), absl::StrCat("model.from=hf:", dir));
   Json config;
   try {
-    config = Json::parse(text.str());
+    config = Json::parse(*text);
   } catch (const std::exception& error) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is not valid JSON: ", error.what()));
   }

@@ -577,14 +577,6 @@ StatusOr<std::string> HeaderBytes(const std::string& path,
   return bytes + text;
 }
 
-// Flushes the file or directory at `path` to the disk.
-Status SyncPath(const std::string& path) {
-  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return ErrnoError(errno, "safetensors: cannot open " + path);
-  if (::fsync(fd.get()) != 0) return ErrnoError(errno, "safetensors: syncing " + path);
-  return absl::OkStatus();
-}
-
 // Writes the checked tensors into `path`, whole or not at all.
 Status WritePlannedFile(const std::string& path, const std::vector<PlannedTensor>& tensors,
                         StDType dtype, const std::map<std::string, std::string>& metadata) {
@@ -1029,7 +1021,7 @@ StatusOr<std::vector<std::string>> WriteSafetensorsDirectory(
           absl::StrCat("safetensors: cannot list ", dir, ": ", error.message()));
     }
   }
-  SyncPath(dir).IgnoreError();  // the renames and removals durable (best effort)
+  Annotate(SyncPath(dir), "safetensors").IgnoreError();  // the renames durable (best effort)
   return written;
 }
 
