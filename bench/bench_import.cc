@@ -16,7 +16,7 @@
 // medians. Then the import's two halves alone: its reading (no engine, into one buffer
 // reused across rounds) and the engine's stores (no reading).
 // The importer reads each unit straight into its fp32 master where the engine allows
-// (Engine::ImportTarget), else into two buffers of one unit's range; the line says which.
+// (EngineState::WriteTargets: master), else into two buffers of one unit's range; the line says which.
 // The files are removed at the end.
 #include <fcntl.h>
 #include <unistd.h>
@@ -165,8 +165,9 @@ Status RunBenchImport(const BenchArgs& args, const std::string& dir, DType file_
   ASSIGN_OR_RETURN(auto group, CreateLocalGroup(1, LocalGroupOptions{}));
   ASSIGN_OR_RETURN(auto engine_model, CreateModel(model_options, Recompute::kNone,
                                                   engine_options.train.dtype, engine_options.lora));
+  ASSIGN_OR_RETURN(const EngineConfig engine_config, EngineConfig::From(engine_options, 1));
   ASSIGN_OR_RETURN(auto engine,
-                   Engine::Create(engine_options, backend.device.get(), backend.ops.get(),
+                   Engine::Create(engine_config, backend.device.get(), backend.ops.get(),
                                   backend.host_ops.get(), engine_model.get(), group[0].get(),
                                   Engine::InitialState::kLoadedLater));
   double import_cpu_s = 0;  // CPU time of the last import, every thread
@@ -241,16 +242,16 @@ Status RunBenchImport(const BenchArgs& args, const std::string& dir, DType file_
     for (int round = 0; round < kRounds; ++round) {
       const auto start = Clock::now();
       for (const int unit : base) {
-        const auto [begin, end] = engine->StoredRange(unit);
+        const auto [begin, end] = engine->state().StoredRange(unit);
         if (values.size() < end - begin) values.resize(end - begin);
         const UnitImportRoute& route = routes[unit];
-        const float* from = route.master_straight ? engine->ImportTarget(unit)
+        const float* from = route.master_straight ? engine->state().WriteTargets(unit).master
                             : route.fp32_buffer   ? values.data()
                                                   : nullptr;
-        const bf16* params = route.params_straight ? engine->ImportParamTarget(unit)
+        const bf16* params = route.params_straight ? engine->state().WriteTargets(unit).params
                              : route.bf16_buffer   ? raw.data()
                                                    : nullptr;
-        RETURN_IF_ERROR(engine->StoreUnitValues(unit, from, params));
+        RETURN_IF_ERROR(engine->state().WriteStoredValues(unit, from, params));
       }
       stores.push_back(std::chrono::duration<double>(Clock::now() - start).count());
     }
@@ -266,11 +267,11 @@ Status RunBenchImport(const BenchArgs& args, const std::string& dir, DType file_
   // writes on this machine (one thread, 256 MiB, best of three).
   uint64_t written = 0;
   for (size_t i = 0; i < base.size(); ++i) {
-    const auto [begin, end] = engine->StoredRange(base[i]);
+    const auto [begin, end] = engine->state().StoredRange(base[i]);
     const UnitImportRoute& route = plan.routes[i];
-    // The params where they are not the master itself (Engine::ParamsShareMaster).
+    // The params where they are not the master itself (UnitWriteTargets::params_share_master).
     uint64_t per_element =
-        engine->ParamsShareMaster(base[i]) ? 0 : DTypeBytes(engine_options.train.dtype);
+        engine->state().WriteTargets(base[i]).params_share_master ? 0 : DTypeBytes(engine_options.train.dtype);
     if (engine_model->units()[base[i]].trainable()) per_element += sizeof(float);
     if (route.fp32_buffer) per_element += sizeof(float);
     if (route.bf16_buffer) per_element += sizeof(bf16);

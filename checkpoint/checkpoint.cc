@@ -303,29 +303,13 @@ std::vector<std::string> RemovePartialCheckpoints(const std::string& dir) {
   return removed;
 }
 
-// Fault tests of the whole program: STRATA_FAULT_CHECKPOINT="ACTION@STEP:UNIT" acts just
-// after unit UNIT's file of the checkpoint of step STEP was written: "kill" raises SIGKILL
-// (a process killed mid-checkpoint), "enospc" fails as a full disk would.
-Status CheckpointFaultPoint(int next_step, size_t unit) {
-  const char* value = std::getenv("STRATA_FAULT_CHECKPOINT");
-  if (value == nullptr || *value == '\0') return absl::OkStatus();
-  const std::string text = value;
-  const size_t at = text.find('@');
-  const size_t colon = text.find(':', at == std::string::npos ? 0 : at);
-  int step = -1;
-  int target = -1;
-  if (at == std::string::npos || colon == std::string::npos ||
-      !absl::SimpleAtoi(text.substr(at + 1, colon - at - 1), &step) ||
-      !absl::SimpleAtoi(text.substr(colon + 1), &target)) {
-    return absl::InvalidArgumentError(absl::StrCat("STRATA_FAULT_CHECKPOINT='", text,
-                                                   "': expected kill|enospc@STEP:UNIT"));
+// The fault suite's fault, if it is due after unit `unit` of the checkpoint of `next_step`.
+Status CheckpointFaultPoint(const CheckpointFault* fault, int next_step, size_t unit) {
+  if (fault == nullptr || fault->step != next_step || fault->unit != static_cast<int>(unit)) {
+    return absl::OkStatus();
   }
-  if (step != next_step || target != static_cast<int>(unit)) return absl::OkStatus();
-  const std::string action = text.substr(0, at);
-  if (action == "kill") ::raise(SIGKILL);
-  if (action == "enospc") return Errno(ENOSPC, absl::StrCat("writing unit-", unit, ".bin"));
-  return absl::InvalidArgumentError(
-      absl::StrCat("STRATA_FAULT_CHECKPOINT='", text, "': unknown action '", action, "'"));
+  if (fault->action == CheckpointFault::Action::kKill) ::raise(SIGKILL);
+  return Errno(ENOSPC, absl::StrCat("writing unit-", unit, ".bin"));
 }
 
 // The adapters' targets (strata names, in layout order) from the first trainable unit's
@@ -359,15 +343,34 @@ StatusOr<std::string> BaseHash(Engine& engine, const Model& model) {
   const std::vector<UnitLayout>& units = model.units();
   for (size_t u = 0; u < units.size(); ++u) {
     if (units[u].trainable()) continue;
-    ASSIGN_OR_RETURN(const std::vector<float> params, engine.ReadParams(static_cast<int>(u)));
+    ASSIGN_OR_RETURN(const std::vector<float> params, engine.state().ReadParams(static_cast<int>(u)));
     hasher.Add(params.data(), units[u].used_elements());
   }
   return hasher.Hex();
 }
 
+StatusOr<std::optional<CheckpointFault>> ParseCheckpointFault(const std::string& text) {
+  if (text.empty()) return std::optional<CheckpointFault>();
+  const size_t at = text.find('@');
+  const size_t colon = text.find(':', at == std::string::npos ? 0 : at);
+  CheckpointFault fault;
+  const std::string action = text.substr(0, at);
+  if (at == std::string::npos || colon == std::string::npos ||
+      !absl::SimpleAtoi(text.substr(at + 1, colon - at - 1), &fault.step) ||
+      !absl::SimpleAtoi(text.substr(colon + 1), &fault.unit) ||
+      (action != "kill" && action != "enospc")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", text, "': expected kill|enospc@STEP:UNIT"));
+  }
+  fault.action = action == "kill" ? CheckpointFault::Action::kKill
+                                  : CheckpointFault::Action::kEnospc;
+  return std::optional<CheckpointFault>(fault);
+}
+
 StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,
                                      int next_step, bool write, const LoraBase* base,
-                                     const std::string& tokenizer) {
+                                     const std::string& tokenizer,
+                                     const CheckpointFault* fault) {
   namespace fs = std::filesystem;
   const fs::path dir = options.train.checkpoint_dir;
   const fs::path final_dir = dir / absl::StrCat("step-", next_step);
@@ -410,7 +413,7 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
     ASSIGN_OR_RETURN(nlohmann::json copied, CopyTokenizerFiles(tokenizer, partial.string()));
     if (!copied.empty()) meta["tokenizer_files"] = std::move(copied);
   }
-  if (options.lora.rank > 0) {
+  if (options.lora.enabled()) {
     if (base == nullptr) return absl::InternalError("checkpoint: a LoRA run without its base");
     meta["lora"] = {{"rank", options.lora.rank},
                     {"alpha", absl::StrCat(options.lora.alpha)},
@@ -423,11 +426,11 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
   const std::vector<UnitLayout>& units = model.units();
   std::optional<Progress> progress;
   if (write) progress.emplace(absl::StrCat("checkpoint step-", next_step), CheckpointBytes(model));
-  Engine::UnitOptimizerState state;  // reused from unit to unit
+  UnitOptimizerState state;  // reused from unit to unit
   for (size_t u = 0; u < units.size(); ++u) {
     if (!units[u].trainable()) continue;  // a LoRA base: referred to by its hash
     // Collective: every rank reads (gathers) the unit; rank 0 writes it.
-    RETURN_IF_ERROR(engine.ReadOptimizerState(static_cast<int>(u), &state));
+    RETURN_IF_ERROR(engine.state().ReadOptimizerState(static_cast<int>(u), &state));
     if (!write) continue;
     const size_t n = units[u].used_elements();
     std::vector<std::pair<const char*, size_t>> pieces;
@@ -441,7 +444,7 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
     XXH3_freeState(hash);
     const std::string file = absl::StrCat("unit-", u, ".bin");
     RETURN_IF_ERROR(WriteFile((partial / file).string(), pieces));
-    RETURN_IF_ERROR(CheckpointFaultPoint(next_step, u));
+    RETURN_IF_ERROR(CheckpointFaultPoint(fault, next_step, u));
     progress->Advance(3 * n * sizeof(float));
     meta["units"].push_back(
         {{"name", units[u].name()}, {"elements", n}, {"file", file}, {"xxh3", digest}});
@@ -828,10 +831,10 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
   if (show_progress) loading.emplace(absl::StrCat("resuming from ", path), checkpoint_bytes);
   // Buffers reused from unit to unit: fresh pages per unit cost more than the copies.
   std::vector<char> bytes;
-  Engine::UnitOptimizerState state;
+  UnitOptimizerState state;
   for (size_t u = 0; u < files.size(); ++u) {
     const size_t n = files[u].elements;
-    const auto [begin, end] = engine.StoredRange(trainable[u]);
+    const auto [begin, end] = engine.state().StoredRange(trainable[u]);
     if (begin > 0 || end < n) {
       // This rank stores a shard (stage 3 on several ranks): only its part of each array
       // is read, zero past the used elements.
@@ -841,7 +844,7 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
         arrays[k]->assign(part, 0.0f);
         if (used > 0) RETURN_IF_ERROR(ReadUnitArray(files[u], k, begin, used, arrays[k]->data()));
       }
-      RETURN_IF_ERROR(engine.WriteStoredState(trainable[u], state.master.data(),
+      RETURN_IF_ERROR(engine.state().WriteStoredState(trainable[u], state.master.data(),
                                               state.exp_avg.data(), state.exp_avg_sq.data()));
       if (loading) loading->Advance(3 * n * sizeof(float));
       continue;
@@ -853,14 +856,14 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
                                               "it was being loaded"));
     }
     size_t offset = 0;
-    const size_t padded = engine.PaddedElements(trainable[u]);
+    const size_t padded = engine.state().PaddedElements(trainable[u]);
     for (std::vector<float>* array : {&state.master, &state.exp_avg, &state.exp_avg_sq}) {
       array->resize(padded);
       std::memcpy(array->data(), bytes.data() + offset, n * sizeof(float));
       std::fill(array->begin() + static_cast<ptrdiff_t>(n), array->end(), 0.0f);
       offset += n * sizeof(float);
     }
-    RETURN_IF_ERROR(engine.WriteOptimizerState(trainable[u], state));
+    RETURN_IF_ERROR(engine.state().WriteOptimizerState(trainable[u], state));
     if (loading) loading->Advance(bytes.size());
   }
   return LoadedCheckpoint{next_step, path};

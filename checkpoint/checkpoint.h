@@ -33,6 +33,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -72,13 +73,28 @@ class BaseHasher {
   std::unique_ptr<XXH3_state_s, void (*)(XXH3_state_s*)> state_;
 };
 
+// A fault the fault suite injects into the checkpoint writer (STRATA_FAULT_CHECKPOINT,
+// read once at the top of the program): just after unit `unit`'s file of the checkpoint of
+// step `step` was written, kKill raises SIGKILL (a process killed mid-checkpoint), kEnospc
+// fails as a full disk would.
+struct CheckpointFault {
+  enum class Action { kKill, kEnospc };
+  Action action = Action::kKill;
+  int step = 0;
+  int unit = 0;
+};
+// "kill|enospc@STEP:UNIT"; "" is none; anything else kInvalidArgument naming the text.
+StatusOr<std::optional<CheckpointFault>> ParseCheckpointFault(const std::string& text);
+
 // Writes the state before step `next_step` to <options.train.checkpoint_dir>/step-<k>
 // (rank 0 writes when `write`, showing progress: core/progress.h); returns that path.
 // Only trainable units are written; a LoRA run (`base` given) records its base.
-// `tokenizer` (TrainingTokenizer; "" none) is recorded for sample and export.
+// `tokenizer` (TrainingTokenizer; "" none) is recorded for sample and export. `fault`
+// (may be null): the fault suite's.
 StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,
                                      int next_step, bool write, const LoraBase* base = nullptr,
-                                     const std::string& tokenizer = "");
+                                     const std::string& tokenizer = "",
+                                     const CheckpointFault* fault = nullptr);
 
 // The newest complete step-<k> directory under `dir`, or "".
 std::string LatestCheckpoint(const std::string& dir);

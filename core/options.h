@@ -280,6 +280,9 @@ struct LoraOptions {
   // (host, nvme: zero.stage=3, gathered ahead like the trainable params), whatever the
   // adapters' placement (zero.*).
   StateTier base_tier = StateTier::kDevice;
+
+  // Whether LoRA is on (the one place that says what rank 0 means).
+  bool enabled() const { return rank > 0; }
 };
 
 struct Options {

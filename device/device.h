@@ -125,12 +125,12 @@ class Device {
   virtual bool dry_run() const { return false; }
   // True where a run's buffers of `tier` are host memory: pinned host memory, and every
   // tier of a CPU device; a dry run answers for the device it models (a GPU's device tier
-  // is not). Plans ask it to know where a real run's importer writes (Engine::ImportsStraight).
+  // is not). Plans ask it to know where a real run's importer writes (UnitWriteTargets::master_straight).
   virtual bool InHostMemory(Tier tier) const { return tier == Tier::kHost; }
   // True where the host may read and write this device's buffers of `tier` with plain
   // loads and stores (once the streams that use them are idle): InHostMemory, on a device
   // that really allocates. An importer then writes values straight into their home
-  // (Engine::ImportTarget) instead of copying them there.
+  // (EngineState::WriteTargets: master) instead of copying them there.
   virtual bool HostAccessible(Tier tier) const { return InHostMemory(tier) && !dry_run(); }
   // A dry run's copies so far by direction, in bytes (host_to_device, device_to_host,
   // within a tier); zeros elsewhere.

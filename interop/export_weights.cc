@@ -406,7 +406,7 @@ StatusOr<std::string> ExportMerged(const OpenedCheckpoint& checkpoint, const std
 
 StatusOr<LoraBaseReader> LoraBaseReader::Open(const OpenedCheckpoint& checkpoint,
                                               const Model& model, const std::string& who) {
-  if (checkpoint.lora.rank <= 0) {
+  if (!checkpoint.lora.enabled()) {
     return absl::InvalidArgumentError(
         absl::StrCat(who, ": ", checkpoint.path, " holds no LoRA adapters (full training)"));
   }
@@ -503,7 +503,7 @@ StatusOr<std::string> ExportWeights(const ExportRequest& request) {
                      "adapters, peft:DIR (PEFT)"));
   }
   // The destination must fit the checkpoint before any file is read.
-  const bool lora = checkpoint.lora.rank > 0;
+  const bool lora = checkpoint.lora.enabled();
   if (!lora && (peft || request.merge_lora)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "export: ", checkpoint.path,

@@ -246,9 +246,9 @@ Status HfWeights::Fill(int unit, size_t begin, size_t end, float* out, Progress*
 UnitImportRoute RouteUnit(const HfWeights& weights, const Engine& engine, const Model& model,
                           int unit) {
   UnitImportRoute route;
-  route.master_straight = engine.ImportsStraight(unit);
-  route.raw_params = weights.RawBf16(unit) && engine.AcceptsBf16Params(unit);
-  route.params_straight = route.raw_params && engine.ImportsParamsStraight(unit);
+  route.master_straight = engine.state().WriteTargets(unit).master_straight;
+  route.raw_params = weights.RawBf16(unit) && engine.state().WriteTargets(unit).takes_bf16_params;
+  route.params_straight = route.raw_params && engine.state().WriteTargets(unit).params_straight;
   route.bf16_buffer = route.raw_params && !route.params_straight;
   // A unit without optimizer state (frozen) needs no fp32 values once its params are in.
   const bool needs_values = !route.raw_params || model.units()[unit].trainable();
@@ -266,7 +266,7 @@ ImportPlan PlanImport(const HfWeights& weights, const Engine& engine, const Mode
   plan.units = BaseUnits(model);
   plan.reader_threads = ReaderThreads();
   for (const int unit : plan.units) {
-    const auto [begin, end] = engine.StoredRange(unit);
+    const auto [begin, end] = engine.state().StoredRange(unit);
     plan.routes.push_back(RouteUnit(weights, engine, model, unit));
     if (plan.routes.back().fp32_buffer)
       plan.largest_fp32 = std::max(plan.largest_fp32, end - begin);
@@ -283,10 +283,10 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
   if (show_progress) progress.emplace("importing " + dir, weights.bytes());
   // One reader thread fills unit u + 1 while unit u is stored, the reads overlapped with
   // the engine's stores. Each unit's values land straight in its fp32 master where the
-  // engine allows (Engine::ImportTarget), else in one of two buffers of one unit's range.
+  // engine allows (EngineState::WriteTargets: master), else in one of two buffers of one unit's range.
   // A unit all bf16 in its files, in a bf16 engine, has the files' bits copied into its
   // params as they are read: straight where the host can write them
-  // (Engine::ImportParamTarget), else into two buffers of their own that the engine puts
+  // (EngineState::WriteTargets: params), else into two buffers of their own that the engine puts
   // in their home as they are (params on NVMe or on a GPU): no cast in the store, nor fp32
   // values at all for a frozen unit (a LoRA model's base).
   // The thread lives for the whole import (its readers' bounce buffers stay faulted in).
@@ -316,10 +316,10 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
   std::vector<bf16*> params_at(num_units, nullptr);
   for (int u = 0; u < num_units; ++u) {
     const UnitImportRoute& route = routes[u];
-    values_at[u] = route.master_straight ? engine.ImportTarget(todo[u])
+    values_at[u] = route.master_straight ? engine.state().WriteTargets(todo[u]).master
                    : route.fp32_buffer   ? reinterpret_cast<float*>(buffers[u % 2].data())
                                          : nullptr;
-    params_at[u] = route.params_straight ? engine.ImportParamTarget(todo[u])
+    params_at[u] = route.params_straight ? engine.state().WriteTargets(todo[u]).params
                    : route.bf16_buffer   ? reinterpret_cast<bf16*>(raw_buffers[u % 2].data())
                                          : nullptr;
     if ((route.master_straight && values_at[u] == nullptr) ||
@@ -344,7 +344,7 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
         });
         if (stop) return;
       }
-      const auto [begin, end] = engine.StoredRange(todo[u]);
+      const auto [begin, end] = engine.state().StoredRange(todo[u]);
       read_status[u] = weights.Fill(todo[u], begin, end, values_at[u],
                                     progress ? &*progress : nullptr, params_at[u]);
       std::lock_guard<std::mutex> lock(mutex);
@@ -361,7 +361,7 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
     }
     status = read_status[u];
     if (status.ok()) {
-      status = engine.StoreUnitValues(todo[u], values_at[u], params_at[u]);
+      status = engine.state().WriteStoredValues(todo[u], values_at[u], params_at[u]);
     }
     std::lock_guard<std::mutex> lock(mutex);
     stored = u + 1;

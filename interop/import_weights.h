@@ -49,8 +49,8 @@ class HfWeights {
 };
 
 // Where ImportHfWeights puts one unit's values: fp32 straight into the master
-// (Engine::ImportTarget) or through the importer's fp32 buffers; a bf16 file's bits as the
-// bf16 params (in a bf16 engine), straight into them (Engine::ImportParamTarget) or through
+// (EngineState::WriteTargets: master) or through the importer's fp32 buffers; a bf16 file's bits as the
+// bf16 params (in a bf16 engine), straight into them (EngineState::WriteTargets: params) or through
 // its bf16 buffers, and then no fp32 values at all for a unit without optimizer state.
 struct UnitImportRoute {
   bool master_straight = false;  // the fp32 values go into the master itself
@@ -79,7 +79,7 @@ ImportPlan PlanImport(const HfWeights& weights, const Engine& engine, const Mode
 
 // Loads `dir` into every unit of `engine` (which runs `model`, made from `options`): Open,
 // then each unit's stored range, the next unit read on a second thread while one is
-// stored: straight into each unit's master where the engine allows it (ImportTarget),
+// stored: straight into each unit's master where the engine allows it (WriteTargets),
 // else through two buffers of one unit's range; a bf16 file's values also go to a bf16
 // engine's params as they are, with no cast (straight where the host can write them,
 // else through two buffers of their own). Nothing is written when Open fails.

@@ -90,7 +90,7 @@ Status ImportLlmcWeights(const std::string& path, const ModelOptions& options,
     if (!status.ok()) break;
     const size_t u = static_cast<size_t>(base_unit);
     const UnitLayout& layout = model.units()[u];
-    status = engine.LoadUnit(static_cast<int>(u), [&](size_t begin, size_t end, float* out) {
+    status = engine.state().WriteUnit(static_cast<int>(u), [&](size_t begin, size_t end, float* out) {
       std::fill(out, out + (end - begin), 0.0f);
       for (const LlmcTensor& piece : map) {
         if (piece.unit != static_cast<int>(u)) continue;

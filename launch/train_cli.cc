@@ -5,6 +5,7 @@
 
 #include "config/options_parse.h"
 #include "launch/commands.h"
+#include "session/faults.h"
 #include "session/train_run.h"
 
 namespace strata {
@@ -26,6 +27,7 @@ void AddTrainCommand(CLI::App& app, Commands* commands) {
                            std::printf("%s", DescribeKeys().c_str());
                            return absl::OkStatus();
                          }
+                         ASSIGN_OR_RETURN(args->faults, FaultsFromEnvironment());
                          return RunTrain(*args);
                        }});
 }

@@ -46,8 +46,9 @@ StatusOr<DryRunResult> DryRun(const Options& options, int world, BackendKind bac
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                    CreateModel(options.model, options.train.recompute, options.train.dtype,
                                options.lora));
+  ASSIGN_OR_RETURN(const EngineConfig config, EngineConfig::From(options, world));
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                   Engine::Create(options, device.get(), &ops, &host_ops, model.get(),
+                   Engine::Create(config, device.get(), &ops, &host_ops, model.get(),
                                   &communicator, Engine::InitialState::kLoadedLater));
   // The set-up's transient buffers (a unit's values go to its home through host buffers):
   // the largest unit of each group (trainable, frozen) stored once, from untouched memory.
@@ -57,16 +58,16 @@ StatusOr<DryRunResult> DryRun(const Options& options, int world, BackendKind bac
     int largest = -1;
     for (int u = 0; u < static_cast<int>(units.size()); ++u) {
       if (units[u].trainable() != trainable) continue;
-      if (largest < 0 || engine->PaddedElements(u) > engine->PaddedElements(largest)) largest = u;
+      if (largest < 0 || engine->state().PaddedElements(u) > engine->state().PaddedElements(largest)) largest = u;
     }
     if (largest < 0) continue;
-    const auto [begin, end] = engine->StoredRange(largest);
+    const auto [begin, end] = engine->state().StoredRange(largest);
     largest_unit_bytes = std::max<uint64_t>(largest_unit_bytes, (end - begin) * sizeof(float));
     const size_t bytes = std::max<size_t>(4096, (end - begin) * sizeof(float));
     void* values = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (values == MAP_FAILED) return absl::ResourceExhaustedError("dry run: no address space");
-    Status stored = engine->StoreUnitValues(largest, static_cast<const float*>(values));
+    Status stored = engine->state().WriteStoredValues(largest, static_cast<const float*>(values));
     ::munmap(values, bytes);
     RETURN_IF_ERROR(stored);
   }
@@ -105,7 +106,7 @@ StatusOr<DryRunResult> DryRun(const Options& options, int world, BackendKind bac
       result.param_nvme_read_bytes = step_result.param_nvme_read_bytes;
       result.param_nvme_written_bytes = step_result.param_nvme_written_bytes;
       if (result.param_nvme_read_bytes > 0 && !engine->trace().empty()) {
-        const auto [begin, end] = engine->StoredRange(engine->trace().front().unit);
+        const auto [begin, end] = engine->state().StoredRange(engine->trace().front().unit);
         result.first_param_read_bytes = (end - begin) * DTypeBytes(options.train.dtype);
       }
     }
@@ -121,7 +122,7 @@ StatusOr<DryRunResult> DryRun(const Options& options, int world, BackendKind bac
 }
 
 std::vector<PlanConfig> DecisionOrder(const Options& job, int world) {
-  const std::string rank = absl::StrCat("lora.rank=", job.lora.rank > 0 ? job.lora.rank : 16);
+  const std::string rank = absl::StrCat("lora.rank=", job.lora.enabled() ? job.lora.rank : 16);
   const std::string nvme = "zero.nvme_dir=" + (job.zero.nvme_dir.empty() ? std::string("/tmp")
                                                                          : job.zero.nvme_dir);
   const std::string lora_stage = world > 1 ? "zero.stage=2" : "zero.stage=0";

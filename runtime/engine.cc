@@ -34,10 +34,13 @@ double MillisecondsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-Engine::Engine(const Options& options, Device* device, Ops* ops, Ops* host_ops, Model* model,
-               Communicator* communicator)
-    : options_(options), device_(device), ops_(ops), host_ops_(host_ops), model_(model),
-      communicator_(communicator) {}
+Engine::Engine(const EngineConfig& config, Device* device, Ops* ops, Ops* host_ops,
+               Model* model, Communicator* communicator)
+    : config_(config), device_(device), ops_(ops), host_ops_(host_ops), model_(model),
+      communicator_(communicator),
+      state_(EngineState::Parts{config_, device_, ops_, host_ops_, model_, communicator_,
+                                &compute_, &comm_, &host_, units_, components_,
+                                traffic_counted_, [this] { return SyncStreams(); }}) {}
 
 Engine::~Engine() {
   // Work in flight may still reference buffers owned here.
@@ -46,17 +49,22 @@ Engine::~Engine() {
   }
 }
 
-StatusOr<std::unique_ptr<Engine>> Engine::Create(const Options& options, Device* device,
+StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config, Device* device,
                                                  Ops* ops, Ops* host_ops, Model* model,
                                                  Communicator* communicator,
                                                  InitialState initial) {
   if (ops == nullptr || host_ops == nullptr) return absl::InvalidArgumentError("no kernels");
-  if (ops->dtype() != options.train.dtype || host_ops->dtype() != options.train.dtype) {
+  if (ops->dtype() != config.dtype || host_ops->dtype() != config.dtype) {
     return absl::InvalidArgumentError("the kernels' dtype differs from train.dtype");
   }
   if (communicator == nullptr) return absl::InvalidArgumentError("no communicator");
+  if (config.placement.world != communicator->world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the engine's placement is for ", config.placement.world, " ranks, the communicator has ",
+        communicator->world_size()));
+  }
   std::unique_ptr<Engine> engine(
-      new Engine(options, device, ops, host_ops, model, communicator));
+      new Engine(config, device, ops, host_ops, model, communicator));
   RETURN_IF_ERROR(engine->Init(initial));
   return engine;
 }
@@ -80,7 +88,6 @@ Status Engine::Init(InitialState initial) {
   const auto& layouts = model_->units();
   const auto& stages = model_->stages();
   const int num_units = static_cast<int>(layouts.size());
-  ASSIGN_OR_RETURN(placement_, ResolvePlacement(options_, communicator_->world_size()));
 
   // The access trace, and for each unit its first backward stage and the one that
   // completes its gradient.
@@ -114,10 +121,10 @@ Status Engine::Init(InitialState initial) {
   zero.communicator = communicator_;
   zero.layouts = &layouts;
   zero.units = &units_;
-  zero.dtype = options_.train.dtype;
-  zero.prefetch_bytes = options_.zero.prefetch_bytes;
+  zero.dtype = config_.dtype;
+  zero.prefetch_bytes = config_.prefetch_bytes;
   for (const UnitAccess& access : trace_) zero.trace.push_back(access.unit);
-  ASSIGN_OR_RETURN(components_, MakeZeroComponents(options_, placement_, zero));
+  ASSIGN_OR_RETURN(components_, MakeZeroComponents(config_, zero));
   const EngineStreams streams{compute_.get(), comm_.get(), copy_.get(), host_.get()};
   std::vector<bool> frozen;
   for (const UnitLayout& unit : layouts) frozen.push_back(!unit.trainable());
@@ -127,11 +134,11 @@ Status Engine::Init(InitialState initial) {
   schedule.components = &components_;
   schedule.norm = norm_.get();
   schedule.model = model_;
-  schedule.grad_clip = options_.train.grad_clip;
-  schedule.batch = options_.train.micro_batch;
-  schedule.seq_len = options_.train.seq_len;
+  schedule.grad_clip = config_.grad_clip;
+  schedule.batch = config_.micro_batch;
+  schedule.seq_len = config_.seq_len;
   schedule.units = &units_;
-  ASSIGN_OR_RETURN(schedule_, StepSchedule::Create(placement_, schedule));
+  ASSIGN_OR_RETURN(schedule_, StepSchedule::Create(config_.placement, schedule));
 
   // Initial values: fp32 master from the model (the same on every rank), cast to the
   // compute dtype; each rank keeps what it owns. One buffer for all units (fresh pages per
@@ -140,12 +147,12 @@ Status Engine::Init(InitialState initial) {
     std::vector<float> values;
     for (int u = 0; u < num_units; ++u) {
       values.assign(units_[u].padded_elements, 0.0f);
-      model_->InitUnit(u, options_.train.seed, values.data());
-      RETURN_IF_ERROR(WriteMaster(u, values));
+      model_->InitUnit(u, config_.seed, values.data());
+      RETURN_IF_ERROR(state_.WriteMaster(u, values));
     }
   }
 
-  const int B = options_.train.micro_batch, T = options_.train.seq_len;
+  const int B = config_.micro_batch, T = config_.seq_len;
   const int world = communicator_->world_size();
   tokens_per_micro_batch_ = B * T;
   RETURN_IF_ERROR(model_->PrepareActivations(*device_, B, T));
@@ -153,7 +160,7 @@ Status Engine::Init(InitialState initial) {
                                                      2 * B * T * sizeof(int32_t), "token ids"));
   ASSIGN_OR_RETURN(losses_host_,
                    device_->Allocate(Tier::kHost, StateKind::kWorkspace,
-                                     static_cast<size_t>(options_.train.grad_accum) * B * T * sizeof(float), "losses"));
+                                     static_cast<size_t>(config_.grad_accum) * B * T * sizeof(float), "losses"));
   ASSIGN_OR_RETURN(loss_device_, device_->Allocate(Tier::kDevice, StateKind::kWorkspace,
                                                    world * sizeof(float), "losses of ranks"));
   ASSIGN_OR_RETURN(loss_host_, device_->Allocate(Tier::kHost, StateKind::kWorkspace,
@@ -223,8 +230,8 @@ Status Engine::RunMicroBatch(const MicroBatch& batch, int index, float dloss,
   // A training micro-batch draws its dropout masks from (seed, step, micro-batch); the
   // model keys each row by its global row, so every world size draws the same.
   ctx_.dropout_key = 0;
-  if (dloss != 0.0f && options_.lora.dropout > 0.0f) {
-    ctx_.dropout_key = DropoutKey(options_.train.seed, dropout_step_, index);
+  if (dloss != 0.0f && config_.lora_dropout > 0.0f) {
+    ctx_.dropout_key = DropoutKey(config_.seed, dropout_step_, index);
   }
   const int num_stages = static_cast<int>(model_->stages().size());
   int access = 0;
@@ -284,9 +291,9 @@ StatusOr<double> Engine::ComputeGradients(const std::vector<MicroBatch>& micro_b
 
 StatusOr<double> Engine::RunGradients(const std::vector<MicroBatch>& micro_batches,
                                       const AdamParams* params) {
-  if (static_cast<int>(micro_batches.size()) > options_.train.grad_accum ||
+  if (static_cast<int>(micro_batches.size()) > config_.grad_accum ||
       micro_batches.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("expected 1..", options_.train.grad_accum,
+    return absl::InvalidArgumentError(absl::StrCat("expected 1..", config_.grad_accum,
                                                    " micro-batches, got ",
                                                    micro_batches.size()));
   }
@@ -309,9 +316,9 @@ StatusOr<double> Engine::RunGradients(const std::vector<MicroBatch>& micro_batch
 
 StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batches, float lr,
                                        int step) {
-  if (static_cast<int>(micro_batches.size()) != options_.train.grad_accum) {
+  if (static_cast<int>(micro_batches.size()) != config_.grad_accum) {
     return absl::InvalidArgumentError(absl::StrCat("train.grad_accum is ",
-                                                   options_.train.grad_accum, " but ",
+                                                   config_.grad_accum, " but ",
                                                    micro_batches.size(), " micro-batches came"));
   }
   StepResult result;
@@ -323,10 +330,10 @@ StatusOr<StepResult> Engine::TrainStep(const std::vector<MicroBatch>& micro_batc
   const uint64_t driver_calls_before = device_->driver_calls();
   AdamParams params;
   params.lr = lr;
-  params.beta1 = options_.train.beta1;
-  params.beta2 = options_.train.beta2;
-  params.eps = options_.train.eps;
-  params.weight_decay = options_.train.weight_decay;
+  params.beta1 = config_.beta1;
+  params.beta2 = config_.beta2;
+  params.eps = config_.eps;
+  params.weight_decay = config_.weight_decay;
   params.step = step + 1;
   dropout_step_ = step;
   ASSIGN_OR_RETURN(result.loss, RunGradients(micro_batches, &params));
@@ -359,269 +366,6 @@ StatusOr<double> Engine::EvalLoss(const MicroBatch& batch) {
   RETURN_IF_ERROR(schedule_->Settle());
   RETURN_IF_ERROR(RunMicroBatch(batch, 0, 0.0f, nullptr, nullptr));
   return GlobalMeanLoss(1);
-}
-
-StatusOr<std::vector<float>> Engine::ReadFull(int unit, std::vector<float> own_part) {
-  if (!components_.sharded_state()) return own_part;  // already the full unit
-  std::vector<float> values;
-  RETURN_IF_ERROR(GatherInto(unit, own_part.data(), &values));
-  return values;
-}
-
-Status Engine::GatherInto(int unit, const float* own_part, std::vector<float>* out) {
-  const UnitState& state = units_[unit];
-  out->resize(state.padded_elements);
-  ASSIGN_OR_RETURN(Buffer full, device_->Allocate(Tier::kDevice, StateKind::kWorkspace,
-                                                  out->size() * sizeof(float), "unit read-out"));
-  // The own shard into its place, then gathered in place.
-  float* own = full.as<float>() + communicator_->rank() * state.shard_elements;
-  RETURN_IF_ERROR(device_->CopyAsync(own, own_part, state.shard_elements * sizeof(float),
-                                     *comm_));
-  RETURN_IF_ERROR(communicator_->AllGather(own, full.data(), state.shard_elements, DType::kF32,
-                                           *comm_));
-  RETURN_IF_ERROR(device_->CopyAsync(out->data(), full.data(), out->size() * sizeof(float),
-                                     *comm_));
-  return comm_->Synchronize();
-}
-
-size_t Engine::StateElements(int unit) const {
-  const UnitState& state = units_[unit];
-  return components_.sharded_state() ? state.shard_elements : state.padded_elements;
-}
-
-Status Engine::CheckTrainable(int unit) const {
-  if (model_->units()[unit].trainable()) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "unit '", model_->units()[unit].name(),
-      "' is frozen (a LoRA base): it has no master weights, optimizer state or gradients, "
-      "only its params (Engine::ReadParams)"));
-}
-
-StatusOr<std::vector<float>> Engine::ReadParams(int unit) {
-  RETURN_IF_ERROR(SyncStreams());
-  const UnitState& state = units_[unit];
-  const size_t n = components_.param_part_elements(unit);
-  std::vector<char> part(n * DTypeBytes(options_.train.dtype));
-  RETURN_IF_ERROR(components_.LoadParams(unit, part.data()));
-  std::vector<float> own(n);
-  RETURN_IF_ERROR(host_ops_->CastToFloat(*host_, own.data(), part.data(), n));
-  RETURN_IF_ERROR(host_->Synchronize());
-  traffic_counted_ = components_.traffic();  // not a step's traffic
-  if (n == state.padded_elements) return own;
-  std::vector<float> values;
-  RETURN_IF_ERROR(GatherInto(unit, own.data(), &values));
-  return values;
-}
-
-StatusOr<std::vector<float>> Engine::ReadMaster(int unit) {
-  RETURN_IF_ERROR(CheckTrainable(unit));
-  RETURN_IF_ERROR(SyncStreams());
-  std::vector<float> own(StateElements(unit));
-  RETURN_IF_ERROR(components_.LoadOptimizerState(unit, own.data(), nullptr, nullptr));
-  return ReadFull(unit, std::move(own));
-}
-
-StatusOr<std::vector<float>> Engine::ReadGradients(int unit) {
-  RETURN_IF_ERROR(CheckTrainable(unit));
-  RETURN_IF_ERROR(SyncStreams());
-  std::vector<float> own(StateElements(unit));
-  RETURN_IF_ERROR(components_.reducer().ReadSums(unit, own.data()));
-  return ReadFull(unit, std::move(own));
-}
-
-StatusOr<Engine::UnitOptimizerState> Engine::ReadOptimizerState(int unit) {
-  UnitOptimizerState out;
-  RETURN_IF_ERROR(ReadOptimizerState(unit, &out));
-  return out;
-}
-
-Status Engine::ReadOptimizerState(int unit, UnitOptimizerState* out) {
-  RETURN_IF_ERROR(CheckTrainable(unit));
-  RETURN_IF_ERROR(SyncStreams());
-  const size_t n = StateElements(unit);
-  std::vector<float>* arrays[3] = {&out->master, &out->exp_avg, &out->exp_avg_sq};
-  if (!components_.sharded_state()) {
-    for (std::vector<float>* array : arrays) array->resize(n);
-    RETURN_IF_ERROR(components_.LoadOptimizerState(unit, out->master.data(),
-                                                    out->exp_avg.data(),
-                                                    out->exp_avg_sq.data()));
-  } else {
-    std::vector<float> own[3];
-    for (std::vector<float>& part : own) part.resize(n);
-    RETURN_IF_ERROR(components_.LoadOptimizerState(unit, own[0].data(), own[1].data(),
-                                                    own[2].data()));
-    for (int k = 0; k < 3; ++k) RETURN_IF_ERROR(GatherInto(unit, own[k].data(), arrays[k]));
-  }
-  traffic_counted_ = components_.traffic();  // not a step's traffic
-  return absl::OkStatus();
-}
-
-Status Engine::WriteMaster(int unit, const std::vector<float>& values) {
-  return WriteOptimizerState(unit, {values, {}, {}});
-}
-
-Status Engine::WriteOptimizerState(int unit, const UnitOptimizerState& full_state) {
-  const size_t padded = units_[unit].padded_elements;
-  for (const std::vector<float>* array :
-       {&full_state.master, &full_state.exp_avg, &full_state.exp_avg_sq}) {
-    const bool moments_left_out = array != &full_state.master && array->empty();
-    if (array->size() != padded && !moments_left_out) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unit ", unit, " has ", padded, " elements, got ", array->size()));
-    }
-  }
-  auto data = [](const std::vector<float>& array) {
-    return array.empty() ? nullptr : array.data();
-  };
-  Status status = StoreUnitState(unit, {full_state.master.data(), data(full_state.exp_avg),
-                                        data(full_state.exp_avg_sq), 0, padded});
-  traffic_counted_ = components_.traffic();  // not a step's traffic
-  return status;
-}
-
-Status Engine::WriteStoredState(int unit, const float* master, const float* exp_avg,
-                                const float* exp_avg_sq) {
-  const auto [begin, end] = StoredRange(unit);
-  Status status = StoreUnitState(unit, {master, exp_avg, exp_avg_sq, begin, end});
-  traffic_counted_ = components_.traffic();  // not a step's traffic
-  return status;
-}
-
-std::pair<size_t, size_t> Engine::StoredRange(int unit) const {
-  const UnitState& state = units_[unit];
-  const ShardRange own = OwnedRange(state, communicator_->rank());
-  const bool full_params = components_.param_part_elements(unit) == state.padded_elements;
-  if (full_params || !components_.sharded_state()) return {0, state.padded_elements};
-  return {own.begin, own.end};
-}
-
-Status Engine::LoadUnit(int unit, const UnitFill& fill) {
-  const auto [begin, end] = StoredRange(unit);
-  if (float* target = ImportTarget(unit)) {  // straight into the master, once it is idle
-    RETURN_IF_ERROR(SyncStreams());
-    RETURN_IF_ERROR(fill(begin, end, target));
-    return StoreUnitValues(unit, target);
-  }
-  std::vector<float> values(end - begin);
-  RETURN_IF_ERROR(fill(begin, end, values.data()));
-  return StoreUnitValues(unit, values.data());
-}
-
-bool Engine::ImportsStraight(int unit) const {
-  const UnitState& state = units_[unit];
-  if (!model_->units()[unit].trainable() || state.master.empty() ||
-      !device_->InHostMemory(state.master.tier())) {
-    return false;
-  }
-  const auto [begin, end] = StoredRange(unit);
-  const ShardRange own = OwnedRange(state, communicator_->rank());
-  const size_t master_begin = components_.sharded_state() ? own.begin : 0;
-  // Not where the master is a shard of the range (stages 1-2 on several ranks).
-  return master_begin == begin && state.master.bytes() == (end - begin) * sizeof(float);
-}
-
-float* Engine::ImportTarget(int unit) const {
-  if (!ImportsStraight(unit) || !device_->HostAccessible(units_[unit].master.tier())) {
-    return nullptr;
-  }
-  return units_[unit].master.as<float>();
-}
-
-bool Engine::AcceptsBf16Params(int unit) const {
-  if (options_.train.dtype != DType::kBF16) return false;
-  const auto [begin, end] = StoredRange(unit);
-  const UnitState& state = units_[unit];
-  const size_t param_elements = components_.param_part_elements(unit);
-  const bool full = param_elements == state.padded_elements;
-  const size_t param_begin = full ? 0 : OwnedRange(state, communicator_->rank()).begin;
-  return param_begin == begin && param_elements == end - begin;
-}
-
-bool Engine::ImportsParamsStraight(int unit) const {
-  if (!AcceptsBf16Params(unit)) return false;
-  const void* part = components_.param_part(unit);
-  if (part == nullptr) return false;  // params on NVMe
-  const std::optional<Tier> tier = device_->TierOf(part);
-  return tier.has_value() && device_->InHostMemory(*tier);
-}
-
-bool Engine::ParamsShareMaster(int unit) const {
-  const void* part = components_.param_part(unit);
-  return part != nullptr && part == units_[unit].master.data();
-}
-
-bf16* Engine::ImportParamTarget(int unit) const {
-  if (!ImportsParamsStraight(unit) || device_->dry_run()) return nullptr;
-  return static_cast<bf16*>(components_.param_part(unit));
-}
-
-Status Engine::StoreUnitValues(int unit, const float* values, const bf16* params) {
-  const auto [begin, end] = StoredRange(unit);
-  if (params != nullptr && !AcceptsBf16Params(unit)) {
-    return absl::InternalError(absl::StrCat(
-        "unit ", unit, ": bf16 params given, but the engine does not take them as they are"));
-  }
-  if (values == nullptr && (params == nullptr || model_->units()[unit].trainable())) {
-    return absl::InternalError(absl::StrCat("unit ", unit, ": no values to store"));
-  }
-  Status status = StoreUnitState(unit, {values, nullptr, nullptr, begin, end}, params);
-  traffic_counted_ = components_.traffic();  // not a step's traffic
-  return status;
-}
-
-Status Engine::StoreUnitState(int unit, const UnitStateView& view, const bf16* params) {
-  UnitState& state = units_[unit];
-  const auto [need_begin, need_end] = StoredRange(unit);
-  if (view.begin > need_begin || view.end < need_end) {
-    return absl::InternalError(absl::StrCat("unit ", unit, ": state given for [", view.begin, ", ",
-                                            view.end, "), this rank stores [", need_begin, ", ",
-                                            need_end, ")"));
-  }
-  RETURN_IF_ERROR(SyncStreams());
-  const int rank = communicator_->rank();
-  const ShardRange own = OwnedRange(state, rank);
-  // The optimizer state (full or own shard); moments not given start at zero. A frozen
-  // unit has none: its params alone.
-  if (model_->units()[unit].trainable()) {
-    const size_t offset = (components_.sharded_state() ? own.begin : 0) - view.begin;
-    auto part = [offset](const float* array) {
-      return array == nullptr ? nullptr : array + offset;
-    };
-    RETURN_IF_ERROR(components_.StoreOptimizerState(unit, part(view.master), part(view.exp_avg),
-                                                     part(view.exp_avg_sq)));
-  }
-  // bf16 params given as they are: in place already, or put in their home.
-  if (params != nullptr) {
-    if (params == ImportParamTarget(unit)) return absl::OkStatus();
-    return components_.StoreParams(unit, params);
-  }
-  // The params this rank stores (the full unit, or its shard at stage 3), cast from fp32 on
-  // the host (round to nearest even, as the device's cast), then put in place by their
-  // home; fp32 params go to their home as they are.
-  const size_t param_elements = components_.param_part_elements(unit);
-  const bool full = param_elements == state.padded_elements;
-  const float* param_src = view.master + ((full ? 0 : own.begin) - view.begin);
-  if (options_.train.dtype == DType::kF32) {  // nothing more where they are the master itself
-    return ParamsShareMaster(unit) ? absl::OkStatus() : components_.StoreParams(unit, param_src);
-  }
-  if (device_->TierOf(param_src) == Tier::kDevice) {
-    // The master itself, written in place on a CPU device (ImportTarget): host kernels
-    // may not read the device tier, so the device's cast writes the part in place (an
-    // optimizer on the device has its params there too).
-    void* part = components_.param_part(unit);
-    if (part == nullptr || device_->TierOf(part) != Tier::kDevice) {
-      return absl::InternalError(absl::StrCat("unit ", unit, ": a master on the device with "
-                                              "params off it"));
-    }
-    RETURN_IF_ERROR(ops_->CastFromFloat(*compute_, part, param_src, param_elements));
-    return compute_->Synchronize();
-  }
-  const size_t bytes = param_elements * DTypeBytes(options_.train.dtype);
-  // Reused from unit to unit: a fresh vector would zero and fault in its pages every time.
-  if (store_host_.size() < bytes) store_host_.resize(bytes);
-  RETURN_IF_ERROR(host_ops_->CastFromFloat(*host_, store_host_.data(), param_src, param_elements));
-  RETURN_IF_ERROR(host_->Synchronize());
-  return components_.StoreParams(unit, store_host_.data());
 }
 
 }  // namespace strata

@@ -4,7 +4,8 @@
 // gatherer), each unit's gradients handed to the reducer once its last backward use is
 // enqueued; the step schedule (step_schedule.h) decides when each unit's optimizer
 // sub-step runs (after the global norm and clipping, during backward, or during the next
-// step). The engine reaches state only through the components (zero_components.h).
+// step). The engine reaches state only through the components (zero_components.h); what
+// is read and written from outside the step goes through state() (engine_state.h).
 // Thread-safety: not thread-safe; one host thread drives an engine. Device, Ops and Model
 // must outlive it.
 #pragma once
@@ -18,7 +19,8 @@
 #include "collectives/communicator.h"
 #include "kernels/ops.h"
 #include "device/device.h"
-#include "core/options.h"
+#include "runtime/engine_config.h"
+#include "runtime/engine_state.h"
 #include "runtime/grad_norm.h"
 #include "runtime/model.h"
 #include "runtime/placement.h"
@@ -84,7 +86,8 @@ class Engine {
   // skips that for a caller that writes every unit's state next (resuming a checkpoint):
   // until then the state is unspecified.
   enum class InitialState { kModelInit, kLoadedLater };
-  static StatusOr<std::unique_ptr<Engine>> Create(const Options& options, Device* device,
+  // `config`: EngineConfig::From(options, world).
+  static StatusOr<std::unique_ptr<Engine>> Create(const EngineConfig& config, Device* device,
                                                   Ops* ops, Ops* host_ops, Model* model,
                                                   Communicator* communicator,
                                                   InitialState initial = InitialState::kModelInit);
@@ -106,77 +109,9 @@ class Engine {
   // the first error of any of them.
   Status Finish() { return SyncStreams(); }
 
-  // fp32 views of one unit for tests and checkpoints (full unit, padded length). With a
-  // sharded optimizer these gather the shards: every rank must call them together. A
-  // frozen unit (UnitLayout::trainable false: a LoRA base) has no master, gradients or
-  // optimizer state (FailedPrecondition); ReadParams reads any unit's compute-dtype params
-  // (widened to fp32; gathered where sharded).
-  StatusOr<std::vector<float>> ReadParams(int unit);
-  StatusOr<std::vector<float>> ReadMaster(int unit);
-  StatusOr<std::vector<float>> ReadGradients(int unit);
-  // The unit's master weights and Adam moments (for checkpoints).
-  struct UnitOptimizerState {
-    std::vector<float> master, exp_avg, exp_avg_sq;
-  };
-  StatusOr<UnitOptimizerState> ReadOptimizerState(int unit);
-  // The same into `out`, whose vectors' memory is reused (a checkpoint of many units then
-  // touches fresh pages once, not per unit).
-  Status ReadOptimizerState(int unit, UnitOptimizerState* out);
-  // The length of those full-unit views (the unit padded to the world size).
-  size_t PaddedElements(int unit) const { return units_[unit].padded_elements; }
-  // Sets master weights (and the compute-dtype params) of one unit from its full values,
-  // with zeroed Adam moments; each rank keeps the part it owns.
-  Status WriteMaster(int unit, const std::vector<float>& values);
-  // The same with the Adam moments given (full unit each).
-  Status WriteOptimizerState(int unit, const UnitOptimizerState& state);
-  // Sets one unit's master weights (and params) and Adam moments from the elements this rank
-  // stores, StoredRange(unit), each array over that range (a checkpoint read in part).
-  Status WriteStoredState(int unit, const float* master, const float* exp_avg,
-                          const float* exp_avg_sq);
-  // Sets one unit's master weights (and params) from `fill`, with zeroed Adam moments,
-  // asking only for the elements this rank stores: the whole unit where its params are
-  // replicated (stages 0-2), else its own shard (stage 3 with a sharded optimizer). `fill`
-  // writes elements [begin, end) of the unit's flat fp32 values (padding included: zero)
-  // to out[0, end - begin): the unit's master itself where ImportTarget allows (a failed
-  // fill then leaves it part-written), else one range of memory, never the model. Ranks
-  // need not call it together (no collective).
-  using UnitFill = std::function<Status(size_t begin, size_t end, float* out)>;
-  Status LoadUnit(int unit, const UnitFill& fill);
-  // The element range [begin, end) of `unit` this rank stores, which LoadUnit asks for:
-  // the whole unit, or its own shard.
-  std::pair<size_t, size_t> StoredRange(int unit) const;
-  // LoadUnit with the values already at hand: `values` holds StoredRange(unit) (so a
-  // caller may read the next unit while this one is stored). `params` (a bf16 engine,
-  // AcceptsBf16Params): the unit's bf16 params for that range as they are (a bf16 file's
-  // own bits: `values` rounded), not cast again: already in place where they are at
-  // ImportParamTarget(unit), else (host memory) put in their home as they are. `values`
-  // may then be null for a unit without optimizer state (frozen: a LoRA model's base).
-  Status StoreUnitValues(int unit, const float* values, const bf16* params = nullptr);
-  // Whether StoreUnitValues takes the unit's bf16 params as they are: a bf16 engine whose
-  // param part of the unit is exactly StoredRange(unit).
-  bool AcceptsBf16Params(int unit) const;
-  // Where an importer may write StoredRange(unit) directly, or null: the unit's fp32
-  // master itself, where it is trainable, holds exactly that range (stage 0 or 3, or any
-  // stage on one rank), and sits in memory the host can write (a host-tier optimizer, or
-  // any tier of a CPU device). StoreUnitValues(unit, ImportTarget(unit)) then stores the
-  // params and zeroes the moments without copying the master: one pass less over the
-  // model, and no buffer of the importer's own. Written after Finish(), before the next step.
-  float* ImportTarget(int unit) const;
-  // Whether a run's importer writes StoredRange(unit) straight into the master (the
-  // conditions of ImportTarget, asked of where the master sits in a run: a dry run answers
-  // for the run it models, and its ImportTarget is null).
-  bool ImportsStraight(int unit) const;
-  // Where an importer may write the unit's bf16 params for StoredRange(unit) directly (as
-  // raw bf16 values, e.g. a bf16 file's own bits), or null: where AcceptsBf16Params and
-  // the part sits in memory the host can write (the CPU device, or params on the host
-  // tier). Then StoreUnitValues(unit, values, ImportParamTarget(unit)) copies nothing.
-  // Written after Finish(), before the next step.
-  bf16* ImportParamTarget(int unit) const;
-  // The same question for ImportParamTarget (a dry run answers for the run it models).
-  bool ImportsParamsStraight(int unit) const;
-  // Whether the unit's params are its fp32 master itself (an fp32 engine at stage 0 with the
-  // optimizer and params on the device tier: one buffer, which AdamW updates in place).
-  bool ParamsShareMaster(int unit) const;
+  // The state read and written from outside the step (checkpoints, imports, tests).
+  EngineState& state() { return state_; }
+  const EngineState& state() const { return state_; }
 
   // Bytes of this rank's swap files (0 without nvme tiers).
   uint64_t nvme_file_bytes() const { return components_.nvme_file_bytes(); }
@@ -185,7 +120,7 @@ class Engine {
   Stream& compute_stream() { return *compute_; }
 
  private:
-  Engine(const Options& options, Device* device, Ops* ops, Ops* host_ops, Model* model,
+  Engine(const EngineConfig& config, Device* device, Ops* ops, Ops* host_ops, Model* model,
          Communicator* communicator);
   Status Init(InitialState initial);
   // The gradients of `micro_batches` summed into the gradient state; `params`: the step's
@@ -198,31 +133,10 @@ class Engine {
   Status RunStage(int stage, bool backward, int* access);
   // Mean of the per-rank means of this rank's losses_host_ over `micro_batches`.
   StatusOr<double> GlobalMeanLoss(int micro_batches);
-  // FailedPrecondition naming a frozen unit.
-  Status CheckTrainable(int unit) const;
-  // The full unit from this rank's part of it (all ranks call together when sharded).
-  StatusOr<std::vector<float>> ReadFull(int unit, std::vector<float> own_part);
-  // The full unit from this rank's shard `own` into `out` (resized; all ranks together).
-  Status GatherInto(int unit, const float* own, std::vector<float>* out);
-  // Elements of the unit's optimizer-side state on this rank (shard or full unit).
-  size_t StateElements(int unit) const;
   // Pending updates in place, every stream to its end, then the state's write-backs; the
   // first error of any.
   Status SyncStreams();
-  // WriteOptimizerState's and LoadUnit's work: elements [begin, end) of the unit's master
-  // and moments (moments null: zero), each pointer at element `begin`; the range must hold
-  // everything this rank stores (StoredRange).
-  struct UnitStateView {
-    const float* master = nullptr;
-    const float* exp_avg = nullptr;
-    const float* exp_avg_sq = nullptr;
-    size_t begin = 0, end = 0;
-  };
-  // `params`: the bf16 params as they are (StoreUnitValues), else cast from the master.
-  Status StoreUnitState(int unit, const UnitStateView& view, const bf16* params = nullptr);
-
-  Options options_;
-  Placement placement_;  // resolved once in Init
+  const EngineConfig config_;
   Device* device_;
   Ops* ops_;
   Ops* host_ops_;
@@ -241,7 +155,7 @@ class Engine {
   NvmeTraffic traffic_counted_;
   std::vector<UnitAccess> trace_;
   StepContext ctx_;
-  std::vector<char> store_host_;  // StoreUnitState's params on their way to their home
+  EngineState state_;  // last: it refers to the members above
   Buffer tokens_device_;    // [2][B*T] int32: inputs then targets
   Buffer losses_host_;      // [grad_accum][B*T] fp32
   Buffer loss_device_;      // [world] fp32: every rank's mean loss

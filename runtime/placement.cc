@@ -57,7 +57,7 @@ std::vector<std::string> PlacementProblems(const Options& options) {
         OptionName(zero.param_tier), "): set those, or zero.param_update=exact"));
   }
   const LoraOptions& lora = options.lora;
-  if (lora.base_tier != StateTier::kDevice && lora.rank == 0) {
+  if (lora.base_tier != StateTier::kDevice && !lora.enabled()) {
     problems.push_back(absl::StrCat(
         "lora.base_tier=", OptionName(lora.base_tier),
         " places a frozen LoRA base, but lora.rank is 0 (full training, nothing frozen): set "
@@ -73,7 +73,7 @@ std::vector<std::string> PlacementProblems(const Options& options) {
   const bool any_nvme = zero.optimizer_tier == StateTier::kNvme ||
                         zero.grad_tier == StateTier::kNvme ||
                         zero.param_tier == StateTier::kNvme ||
-                        (lora.rank > 0 && lora.base_tier == StateTier::kNvme);
+                        (lora.enabled() && lora.base_tier == StateTier::kNvme);
   if (any_nvme && zero.nvme_dir.empty()) {
     problems.push_back(
         "a tier is nvme but zero.nvme_dir is empty: set zero.nvme_dir to a directory on an "
@@ -99,7 +99,7 @@ StatusOr<Placement> ResolvePlacement(const Options& options, int world) {
   placement.optimizer = options.zero.optimizer_tier;
   placement.grads = options.zero.grad_tier;
   placement.params = placement.sharded_params() ? options.zero.param_tier : StateTier::kDevice;
-  placement.frozen = options.lora.rank > 0;
+  placement.frozen = options.lora.enabled();
   placement.frozen_params = placement.frozen && placement.sharded_params()
                                 ? options.lora.base_tier
                                 : StateTier::kDevice;

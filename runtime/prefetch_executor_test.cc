@@ -94,7 +94,7 @@ std::vector<size_t> Parts(const Rig& rig) {
 Status StoreAll(ParamHome& home, const Rig& rig, int version) {
   for (size_t u = 0; u < rig.units.size(); ++u) {
     const std::vector<float> values = Values(u, rig.units[u].shard_elements, version);
-    RETURN_IF_ERROR(home.Store(static_cast<int>(u), values.data()));
+    RETURN_IF_ERROR(home.Write(static_cast<int>(u), values.data()));
   }
   return absl::OkStatus();
 }

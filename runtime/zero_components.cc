@@ -1,14 +1,11 @@
 // The ZeRO component factory; see zero_components.h.
 #include "runtime/zero_components.h"
 
-#include <cstdlib>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "nvme/fault_injection.h"
 #include "runtime/gradient_reducers.h"
 #include "runtime/optimizer_steppers.h"
 #include "runtime/prefetch_executor.h"
@@ -62,23 +59,18 @@ Tier MemoryTier(StateTier tier) {
 // The rank's NVMe tiers: per chunk of each unit's shard, the optimizer state extents (fp32;
 // with `grads`, the gradient sums too), or (`params`) the param shard (compute dtype).
 StatusOr<std::unique_ptr<NvmeTier>> CreateNvmeTier(
-    const Options& options, const ZeroContext& ctx, bool params, bool grads,
+    const NvmeSettings& nvme, const ZeroContext& ctx, bool params, bool grads,
     const std::vector<std::vector<NvmeChunk>>& chunks) {
   NvmeStoreOptions store;
-  store.dir = options.zero.nvme_dir;
+  store.dir = nvme.dir;
   store.rank = ctx.communicator->rank();
-  store.allow_memory_fs = options.zero.nvme_allow_memory_fs;
+  store.allow_memory_fs = nvme.allow_memory_fs;
   store.dry_run = ctx.device->dry_run();  // a plan's dry run touches no disk
-  store.engine.engine = options.nvme.engine;
-  store.engine.queue_depth = options.nvme.queue_depth;
+  store.engine.engine = nvme.engine;
+  store.engine.queue_depth = nvme.queue_depth;
+  store.fault = nvme.fault;
   store.engine.trace = ctx.device->trace();
   store.engine.trace_name = params ? "nvme params" : "nvme optimizer";
-  // Fault tests of the whole program: STRATA_FAULT_NVME=KIND@N (nvme/fault_injection.h).
-  const char* fault = std::getenv("STRATA_FAULT_NVME");
-  StatusOr<std::optional<nvme::FaultPlan>> plan =
-      nvme::ParseFaultPlan(fault == nullptr ? "" : fault);
-  if (!plan.ok()) return Annotate(plan.status(), "STRATA_FAULT_NVME");
-  store.fault = *plan;
   std::vector<ExtentSpec> extents;
   for (size_t u = 0; u < ctx.layouts->size(); ++u) {
     const UnitLayout& unit = (*ctx.layouts)[u];
@@ -156,14 +148,14 @@ Status AllocateState(const ZeroContext& ctx, const StageLayout& layout,
 
 }  // namespace
 
-Status ZeroComponents::LoadOptimizerState(int unit, float* master, float* exp_avg,
+Status ZeroComponents::ReadOptimizerState(int unit, float* master, float* exp_avg,
                                           float* exp_avg_sq) {
-  return optimizer_home_->LoadState(unit, master, exp_avg, exp_avg_sq);
+  return optimizer_home_->ReadState(unit, master, exp_avg, exp_avg_sq);
 }
 
-Status ZeroComponents::StoreOptimizerState(int unit, const float* master, const float* exp_avg,
+Status ZeroComponents::WriteOptimizerState(int unit, const float* master, const float* exp_avg,
                                            const float* exp_avg_sq) {
-  return optimizer_home_->StoreState(unit, master, exp_avg, exp_avg_sq);
+  return optimizer_home_->WriteState(unit, master, exp_avg, exp_avg_sq);
 }
 
 NvmeTraffic ZeroComponents::traffic() const {
@@ -181,8 +173,10 @@ NvmeTraffic ZeroComponents::traffic() const {
   return traffic;
 }
 
-Status ZeroComponents::Assemble(const Options& options, const Placement& placement,
-                                const ZeroContext& context, ZeroComponents& components) {
+Status ZeroComponents::Assemble(const EngineConfig& config, const ZeroContext& context,
+                                ZeroComponents& components) {
+  const Placement& placement = config.placement;
+  const NvmeSettings& settings = config.nvme;
   const int stage = placement.stage;
   const StageLayout layout = LayoutOf(stage);
   const int world = context.communicator->world_size();
@@ -207,11 +201,11 @@ Status ZeroComponents::Assemble(const Options& options, const Placement& placeme
 
   // The NVMe tiers: the optimizer's (and the gradient sums'), then the params' own. Chunk
   // ids of trainable units are the same in both; a frozen base's follow.
-  const size_t chunk_elements = options.nvme.chunk_bytes / 4;
+  const size_t chunk_elements = settings.chunk_bytes / 4;
   std::vector<std::vector<NvmeChunk>> chunks = NvmeChunks(trainable_shards, chunk_elements);
   if (placement.optimizer == StateTier::kNvme) {
     ASSIGN_OR_RETURN(components.nvme_,
-                     CreateNvmeTier(options, context, /*params=*/false,
+                     CreateNvmeTier(settings, context, /*params=*/false,
                                     placement.grads == StateTier::kNvme, chunks));
   }
   int trainable_chunks = 0;
@@ -223,7 +217,7 @@ Status ZeroComponents::Assemble(const Options& options, const Placement& placeme
   // unit in the device tier (stage 0, the optimizer on the device: AdamW updates it in
   // place): one buffer, not a second copy of the same values.
   std::vector<void*> shared(context.layouts->size(), nullptr);
-  if (options.train.dtype == DType::kF32 && stage == 0 &&
+  if (config.dtype == DType::kF32 && stage == 0 &&
       placement.optimizer == StateTier::kDevice && placement.params == StateTier::kDevice) {
     for (size_t u = 0; u < shared.size(); ++u) {
       const UnitState& state = (*context.units)[u];
@@ -240,9 +234,9 @@ Status ZeroComponents::Assemble(const Options& options, const Placement& placeme
         if (members(u)) mine[u] = frozen[u] ? frozen_chunks[u] : chunks[u];
       }
       ASSIGN_OR_RETURN(std::unique_ptr<NvmeTier> nvme,
-                       CreateNvmeTier(options, context, /*params=*/true, /*grads=*/false, mine));
+                       CreateNvmeTier(settings, context, /*params=*/true, /*grads=*/false, mine));
       return ParamHome::CreateNvme(home, std::move(nvme), std::move(mine),
-                                   options.nvme.read_ahead_units);
+                                   settings.read_ahead_units);
     }
     std::vector<size_t> mine(parts.size(), 0);
     for (size_t u = 0; u < mine.size(); ++u) {
@@ -268,7 +262,7 @@ Status ZeroComponents::Assemble(const Options& options, const Placement& placeme
   if (placement.grads == StateTier::kNvme) {
     ASSIGN_OR_RETURN(components.grad_home_,
                      GradHome::CreateNvme(home, components.nvme_.get(), chunks,
-                                          options.nvme.grad_buffers));
+                                          settings.grad_buffers));
   } else {
     ASSIGN_OR_RETURN(components.grad_home_,
                      GradHome::Create(home, MemoryTier(placement.grads)));
@@ -279,7 +273,7 @@ Status ZeroComponents::Assemble(const Options& options, const Placement& placeme
     components.hand_over_ = grad_home->hand_over();
     ASSIGN_OR_RETURN(components.optimizer_home_,
                      OptimizerHome::CreateNvme(home, grad_home, components.nvme_.get(), chunks,
-                                               param_home, options.nvme.optimizer_buffers,
+                                               param_home, settings.optimizer_buffers,
                                                components.hand_over_));
   } else {
     ASSIGN_OR_RETURN(components.optimizer_home_,
@@ -302,7 +296,7 @@ Status ZeroComponents::Assemble(const Options& options, const Placement& placeme
   return absl::OkStatus();
 }
 
-StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const Placement& placement,
+StatusOr<ZeroComponents> MakeZeroComponents(const EngineConfig& config,
                                             const ZeroContext& context) {
   if (context.communicator == nullptr || context.comm == nullptr || context.copy == nullptr ||
       context.host == nullptr || context.host_ops == nullptr) {
@@ -310,7 +304,7 @@ StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const Placem
         "the ZeRO components need a communicator, comm/copy/host streams and host kernels");
   }
   ZeroComponents components;
-  Status status = ZeroComponents::Assemble(options, placement, context, components);
+  Status status = ZeroComponents::Assemble(config, context, components);
   if (!status.ok()) {
     // State allocated so far may still be zeroed on the compute stream: that must be done
     // before the partial components (and their buffers) go.

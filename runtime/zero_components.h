@@ -9,8 +9,8 @@
 #include <memory>
 #include <vector>
 
-#include "core/options.h"
 #include "runtime/components.h"
+#include "runtime/engine_config.h"
 #include "runtime/placement.h"
 #include "tiers/grad_home.h"
 #include "nvme/nvme_tier.h"
@@ -48,17 +48,17 @@ class ZeroComponents {
   // This rank's fp32 optimizer state of `unit` (full or shard, as sharded_state says) to
   // or from host memory; null arrays are skipped on load and zeros on store (the master is
   // required). Blocking; the streams must be idle.
-  Status LoadOptimizerState(int unit, float* master, float* exp_avg, float* exp_avg_sq);
-  Status StoreOptimizerState(int unit, const float* master, const float* exp_avg,
+  Status ReadOptimizerState(int unit, float* master, float* exp_avg, float* exp_avg_sq);
+  Status WriteOptimizerState(int unit, const float* master, const float* exp_avg,
                              const float* exp_avg_sq);
   // The elements of `unit`'s params this rank stores (the full unit, or its shard at stage
   // 3), and their store from host memory (compute dtype). Blocking; the streams must be
   // idle.
   size_t param_part_elements(int unit) const { return param_home_->part_elements(unit); }
-  Status StoreParams(int unit, const void* values) { return param_home_->Store(unit, values); }
+  Status WriteParams(int unit, const void* values) { return param_home_->Write(unit, values); }
   // The unit's param part in memory (device or host tier), or null on nvme.
   void* param_part(int unit) const { return param_home_->part(unit); }
-  Status LoadParams(int unit, void* out) { return param_home_->Load(unit, out); }
+  Status ReadParams(int unit, void* out) { return param_home_->Read(unit, out); }
   // Blocks until every write-back of state is on its tier; the first error, if any.
   Status Flush() { return optimizer_home_->Flush(); }
   NvmeTraffic traffic() const;
@@ -68,10 +68,9 @@ class ZeroComponents {
   }
 
  private:
-  friend StatusOr<ZeroComponents> MakeZeroComponents(const Options&, const Placement&,
-                                                     const ZeroContext&);
-  static Status Assemble(const Options& options, const Placement& placement,
-                         const ZeroContext& context, ZeroComponents& components);
+  friend StatusOr<ZeroComponents> MakeZeroComponents(const EngineConfig&, const ZeroContext&);
+  static Status Assemble(const EngineConfig& config, const ZeroContext& context,
+                         ZeroComponents& components);
   // Destroyed in reverse: the components first, then the homes they point into, then the
   // optimizer's NVMe tier the gradient and optimizer homes share.
   std::unique_ptr<NvmeTier> nvme_;
@@ -85,10 +84,10 @@ class ZeroComponents {
   bool sharded_state_ = false;
 };
 
-// Allocates every unit's state for the placement's stage in its tiers and returns the
-// matching components; `options` gives the NVMe tiers' settings (zero.nvme_dir, nvme.*).
-// Fills context.units (sizes and buffers).
-StatusOr<ZeroComponents> MakeZeroComponents(const Options& options, const Placement& placement,
+// Allocates every unit's state for config.placement's stage in its tiers and returns the
+// matching components; config.nvme gives the NVMe tiers' settings. Fills context.units
+// (sizes and buffers).
+StatusOr<ZeroComponents> MakeZeroComponents(const EngineConfig& config,
                                             const ZeroContext& context);
 
 }  // namespace strata

@@ -68,7 +68,7 @@ StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& source
   ASSIGN_OR_RETURN(g->backend_, CreateBackend(device_options));
   // A LoRA checkpoint runs unmerged: the model with its adapters, the base made again from
   // its source (interop/export_weights.h) and checked against the checkpoint's hash.
-  const bool lora = checkpoint && checkpoint->lora.rank > 0;
+  const bool lora = checkpoint && checkpoint->lora.enabled();
   ASSIGN_OR_RETURN(g->model_,
                    CreateModel(g->model_options_, Recompute::kNone, options.train.dtype,
                                lora ? CheckpointLoraOptions(*checkpoint) : LoraOptions{}));

@@ -43,7 +43,7 @@ Status RunSample(const SampleArgs& args) {
                                                           "; give a tokenizer with --tokenizer"));
         }
         recorded = *own;
-        if (checkpoint->lora.rank > 0) with_source.model.from = checkpoint->base.from;
+        if (checkpoint->lora.enabled()) with_source.model.from = checkpoint->base.from;
       }
     }
     spec = recorded.empty() ? ResolvedTokenizerSpec(with_source) : recorded;

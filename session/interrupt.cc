@@ -108,36 +108,36 @@ std::string InterruptSummary() {
   return g_summary == nullptr ? std::string() : *g_summary;
 }
 
-int MaybeRaiseFaultSignal(int step) {
-  const char* value = std::getenv("STRATA_FAULT_SIGNAL");
-  if (value == nullptr || *value == '\0') return 0;
-  const std::string text = value;
+StatusOr<std::optional<SignalFault>> ParseSignalFault(const std::string& text) {
+  if (text.empty()) return std::optional<SignalFault>();
   const size_t at = text.find('@');
   std::string name = text.substr(0, at);
-  int times = 1;
+  SignalFault fault;
+  bool valid = true;
   if (const size_t star = name.find('*'); star != std::string::npos) {
-    if (!absl::SimpleAtoi(name.substr(star + 1), &times)) times = 0;
+    valid = absl::SimpleAtoi(name.substr(star + 1), &fault.times) && fault.times >= 1;
     name = name.substr(0, star);
   }
-  int when = -1;
-  int signal_number = name == "SIGINT"    ? SIGINT
-                      : name == "SIGTERM" ? SIGTERM
-                      : name == "SIGHUP"  ? SIGHUP
-                      : name == "SIGPIPE" ? SIGPIPE
-                      : name == "SIGKILL" ? SIGKILL  // a rank that dies
-                      : name == "SIGSTOP" ? SIGSTOP  // a rank that hangs
-                                          : 0;
-  if (at == std::string::npos || !absl::SimpleAtoi(text.substr(at + 1), &when) ||
-      signal_number == 0 || times < 1) {
-    static std::once_flag warned;
-    std::call_once(warned, [&] {
-      spdlog::warn("STRATA_FAULT_SIGNAL='{}' ignored: expected SIGNAL[*N]@STEP", text);
-    });
-    return 0;
+  fault.signal_number = name == "SIGINT"    ? SIGINT
+                        : name == "SIGTERM" ? SIGTERM
+                        : name == "SIGHUP"  ? SIGHUP
+                        : name == "SIGPIPE" ? SIGPIPE
+                        : name == "SIGKILL" ? SIGKILL  // a rank that dies
+                        : name == "SIGSTOP" ? SIGSTOP  // a rank that hangs
+                                            : 0;
+  if (!valid || at == std::string::npos || !absl::SimpleAtoi(text.substr(at + 1), &fault.step) ||
+      fault.signal_number == 0 || fault.step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", text, "': expected SIGNAL[*N]@STEP (SIGINT, SIGTERM, SIGHUP, "
+                     "SIGPIPE, SIGKILL or SIGSTOP; N >= 1)"));
   }
-  if (when != step) return 0;
-  for (int i = 0; i < times; ++i) ::raise(signal_number);
-  return signal_number;
+  return std::optional<SignalFault>(fault);
+}
+
+int MaybeRaiseFaultSignal(const SignalFault* fault, int step) {
+  if (fault == nullptr || fault->step != step) return 0;
+  for (int i = 0; i < fault->times; ++i) ::raise(fault->signal_number);
+  return fault->signal_number;
 }
 
 }  // namespace strata

@@ -13,7 +13,10 @@
 // safe (atomics, unlink, write, _exit).
 #pragma once
 
+#include <optional>
 #include <string>
+
+#include "core/status.h"
 
 namespace strata {
 
@@ -41,10 +44,20 @@ int ExitCodeForSignal(int signal_number);
 void SetInterruptSummary(const std::string& line);
 std::string InterruptSummary();
 
-// Test hook, deterministic: STRATA_FAULT_SIGNAL="SIGTERM@3" raises SIGTERM in this thread
-// when the loop reaches step index 3 (after 3 steps finished); "SIGINT*2@3" raises it
-// twice; SIGKILL and SIGSTOP stand for a rank that dies or hangs. Returns the signal
-// raised, or 0. An unparsable value is ignored with a warning.
-int MaybeRaiseFaultSignal(int step);
+// A fault the fault suite injects into the training loop (STRATA_FAULT_SIGNAL, read once at
+// the top of the program), deterministic: "SIGTERM@3" raises SIGTERM in the lead rank's
+// thread when the loop reaches step index 3 (after 3 steps finished); "SIGINT*2@3" raises
+// it twice; SIGKILL and SIGSTOP stand for a rank that dies or hangs.
+struct SignalFault {
+  int signal_number = 0;
+  int times = 1;
+  int step = 0;
+};
+// "SIGNAL[*N]@STEP" (SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGKILL, SIGSTOP; N >= 1); "" is
+// none; anything else kInvalidArgument naming the text.
+StatusOr<std::optional<SignalFault>> ParseSignalFault(const std::string& text);
+// Raises `fault`'s signal when `step` is its step (fault may be null). Returns the signal
+// raised, or 0.
+int MaybeRaiseFaultSignal(const SignalFault* fault, int step);
 
 }  // namespace strata

@@ -53,8 +53,10 @@ StatusOr<std::unique_ptr<Communicator>> CreateDeviceCommunicator(const Options& 
 
 StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options& options,
                                                                    Communicator* communicator,
-                                                                   bool trace) {
+                                                                   bool trace,
+                                                                   const RunFaults& faults) {
   std::unique_ptr<TrainingSession> session(new TrainingSession(options, communicator));
+  session->faults_ = faults;
   if (trace) {
     ASSIGN_OR_RETURN(const auto steps, ParseStepRange(options.train.trace_steps));
     session->trace_steps_ = {steps.first - 1, steps.second - 1};
@@ -92,10 +94,13 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
   // Resuming or importing writes every unit's state: the model's random init would be
   // wasted. A LoRA run's checkpoints hold only the adapters: its base is imported (or
   // initialised) even when it resumes, and its adapters start from the model's init.
-  const bool lora = options.lora.rank > 0;
+  const bool lora = options.lora.enabled();
   const bool import = (options.train.resume.empty() || lora) && !options.model.from.empty();
+  ASSIGN_OR_RETURN(EngineConfig config,
+                   EngineConfig::From(options, session->engine_communicator().world_size()));
+  config.nvme.fault = faults.nvme;
   ASSIGN_OR_RETURN(session->engine_,
-                   Engine::Create(options, session->backend_.device.get(),
+                   Engine::Create(config, session->backend_.device.get(),
                                   session->backend_.ops.get(), session->backend_.host_ops.get(),
                                   session->model_.get(), &session->engine_communicator(),
                                   (options.train.resume.empty() || lora) && !import
@@ -117,9 +122,9 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
       std::vector<float> values;
       for (int u = 0; u < static_cast<int>(model.units().size()); ++u) {
         if (!model.units()[u].trainable()) continue;
-        values.assign(session->engine_->PaddedElements(u), 0.0f);
+        values.assign(session->engine_->state().PaddedElements(u), 0.0f);
         model.InitUnit(u, options.train.seed, values.data());
-        Status written = session->engine_->WriteMaster(u, values);
+        Status written = session->engine_->state().WriteMaster(u, values);
         if (!written.ok()) return session->AbortOnError(written);
       }
     }
@@ -233,7 +238,8 @@ StatusOr<StepReport> TrainingSession::Step(int step) {
 StatusOr<std::string> TrainingSession::Checkpoint(int next_step) {
   StatusOr<std::string> path =
       SaveCheckpoint(*engine_, *model_, options_, next_step, communicator_->rank() == 0,
-                     lora_base_ ? &*lora_base_ : nullptr, TrainingTokenizer(options_));
+                     lora_base_ ? &*lora_base_ : nullptr, TrainingTokenizer(options_),
+                     faults_.checkpoint ? &*faults_.checkpoint : nullptr);
   if (!path.ok()) return AbortOnError(path.status());
   return path;
 }

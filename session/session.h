@@ -30,6 +30,7 @@
 #include "runtime/backend.h"
 #include "runtime/engine.h"
 #include "runtime/model.h"
+#include "session/faults.h"
 
 namespace strata {
 
@@ -58,9 +59,11 @@ class TrainingSession {
   // With `trace`, the session keeps a timeline trace (core/trace.h) of the steps
   // train.trace_steps names (the device's streams, NVMe slots, CPU Adam, a span per step on
   // the track "steps"); WriteTrace writes it.
+  // `faults`: what the fault suite injects (session/faults.h); none by default.
   static StatusOr<std::unique_ptr<TrainingSession>> Create(const Options& options,
                                                            Communicator* communicator,
-                                                           bool trace = false);
+                                                           bool trace = false,
+                                                           const RunFaults& faults = {});
   // One rank on its own (a local group of one, owned by the session).
   static StatusOr<std::unique_ptr<TrainingSession>> CreateSingleRank(const Options& options,
                                                                      bool trace = false);
@@ -107,6 +110,7 @@ class TrainingSession {
   Status AbortOnError(const Status& status);
 
   Options options_;
+  RunFaults faults_;
   Communicator* communicator_;
   std::unique_ptr<Communicator> owned_communicator_;  // CreateSingleRank only
   // Before backend_: the device's streams record into it until they are gone.

@@ -103,7 +103,7 @@ Status RunTrain(const TrainArgs& args) {
                    RunId());
     }
     ASSIGN_OR_RETURN(auto session, TrainingSession::Create(options, &communicator,
-                                                           !args.trace_path.empty()));
+                                                           !args.trace_path.empty(), args.faults));
     // The trace, whenever training ends (finished or stopped by a signal).
     auto write_trace = [&]() -> Status {
       if (args.trace_path.empty()) return absl::OkStatus();
@@ -142,7 +142,7 @@ Status RunTrain(const TrainArgs& args) {
     GracefulStop graceful;  // from here a first signal stops at the next step boundary
     int last_checkpoint_step = session->first_step();
     for (int step = session->first_step(); step < options.train.steps; ++step) {
-      if (lead) MaybeRaiseFaultSignal(step);
+      if (lead) MaybeRaiseFaultSignal(args.faults.signal ? &*args.faults.signal : nullptr, step);
       ASSIGN_OR_RETURN(const int stop, AgreeOnStop(control, StopSignal()));
       if (stop != 0) {
         std::string saved;

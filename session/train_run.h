@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "session/faults.h"
 
 namespace strata {
 
@@ -21,6 +22,7 @@ struct TrainArgs {
   std::vector<std::string> sets;  // --set section.key=value, in order
   std::string metrics_path;       // --metrics FILE.jsonl ("" = none)
   std::string trace_path;         // --trace FILE.json (train.trace_steps; "" = none)
+  RunFaults faults;               // the fault suite's (FaultsFromEnvironment)
 };
 
 Status RunTrain(const TrainArgs& args);

@@ -102,7 +102,7 @@ StatusOr<Trajectory> Reference(const Options& options, Data& data) {
   const size_t num_units = units.size();
   std::vector<std::vector<float>> theta(num_units), m(num_units), v(num_units);
   for (size_t u = 0; u < num_units; ++u) {
-    ASSIGN_OR_RETURN(theta[u], engine.ReadMaster(static_cast<int>(u)));
+    ASSIGN_OR_RETURN(theta[u], engine.state().ReadMaster(static_cast<int>(u)));
     m[u].assign(theta[u].size(), 0.0f);
     v[u].assign(theta[u].size(), 0.0f);
   }
@@ -112,7 +112,7 @@ StatusOr<Trajectory> Reference(const Options& options, Data& data) {
   const int n = options.train.micro_batch * options.train.seq_len;
   for (int t = 0; t < kSteps; ++t) {
     for (size_t u = 0; u < num_units; ++u) {
-      RETURN_IF_ERROR(engine.WriteMaster(static_cast<int>(u), published[t][u]));
+      RETURN_IF_ERROR(engine.state().WriteMaster(static_cast<int>(u), published[t][u]));
     }
     ASSIGN_OR_RETURN(const double loss,
                      engine.ComputeGradients(data.Step(t, options.train.grad_accum, n)));
@@ -120,7 +120,7 @@ StatusOr<Trajectory> Reference(const Options& options, Data& data) {
     std::vector<std::vector<float>> grads(num_units);
     double squares = 0.0;
     for (size_t u = 0; u < num_units; ++u) {
-      ASSIGN_OR_RETURN(grads[u], engine.ReadGradients(static_cast<int>(u)));
+      ASSIGN_OR_RETURN(grads[u], engine.state().ReadGradients(static_cast<int>(u)));
       for (float g : grads[u]) squares += static_cast<double>(g) * g;
     }
     AdamParams hp;

@@ -12,7 +12,8 @@ StatusOr<std::unique_ptr<EngineRig>> MakeEngineRig(const Options& options) {
   ASSIGN_OR_RETURN(rig->model,
                    CreateModel(options.model, options.train.recompute, options.train.dtype,
                                options.lora));
-  ASSIGN_OR_RETURN(rig->engine, Engine::Create(options, rig->backend.device.get(),
+  ASSIGN_OR_RETURN(const EngineConfig config, EngineConfig::From(options, 1));
+  ASSIGN_OR_RETURN(rig->engine, Engine::Create(config, rig->backend.device.get(),
                                                rig->backend.ops.get(),
                                                rig->backend.host_ops.get(), rig->model.get(),
                                                rig->group[0].get()));

@@ -79,7 +79,7 @@ std::vector<std::vector<float>> ImportedMasters(const std::string& from,
   EXPECT_OK(imported);
   std::vector<std::vector<float>> masters;
   for (size_t u = 0; u < (*rig)->model->units().size(); ++u) {
-    StatusOr<std::vector<float>> master = (*rig)->engine->ReadMaster(static_cast<int>(u));
+    StatusOr<std::vector<float>> master = (*rig)->engine->state().ReadMaster(static_cast<int>(u));
     EXPECT_OK(master);
     master->resize((*rig)->model->units()[u].used_elements());
     masters.push_back(*master);

@@ -106,7 +106,7 @@ TEST_P(HfImport, MatchesTheReferenceImplementation) {
                        HfTensorMap(resolved, rig->model->units()));
   size_t checked = 0;
   for (const HfTensor& entry : map) {
-    ASSERT_OK_AND_ASSIGN(const std::vector<float> grads, rig->engine->ReadGradients(entry.unit));
+    ASSERT_OK_AND_ASSIGN(const std::vector<float> grads, rig->engine->state().ReadGradients(entry.unit));
     const TensorSpec& spec = rig->model->units()[entry.unit].tensor(entry.tensor);
     const size_t cols = spec.shape.size() == 2 ? size_t(spec.shape[1]) : 1;
     const std::vector<float> want = ReadAll(reference, "grad." + entry.name);
@@ -194,7 +194,7 @@ TEST(HfImportTargets, MastersTakeTheValuesWhereTheEngineAllows) {
       ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(options));
       const size_t units = rig->model->units().size();
       for (size_t u = 0; u < units; ++u) {
-        EXPECT_EQ(rig->engine->ImportTarget(static_cast<int>(u)) != nullptr, !nvme) << u;
+        EXPECT_EQ(rig->engine->state().WriteTargets(static_cast<int>(u)).master != nullptr, !nvme) << u;
       }
       // A step first, so moments and master hold something else.
       std::vector<int32_t> tokens(32);
@@ -203,12 +203,12 @@ TEST(HfImportTargets, MastersTakeTheValuesWhereTheEngineAllows) {
       ASSERT_OK(ImportHfWeights(dir, options.model, *rig->model, *rig->engine, false));
       for (size_t u = 0; u < units; ++u) {
         const int unit = static_cast<int>(u);
-        ASSERT_OK_AND_ASSIGN(Engine::UnitOptimizerState state,
-                             rig->engine->ReadOptimizerState(unit));
+        ASSERT_OK_AND_ASSIGN(UnitOptimizerState state,
+                             rig->engine->state().ReadOptimizerState(unit));
         const std::vector<float> zeros(state.master.size(), 0.0f);
         EXPECT_EQ(state.exp_avg, zeros) << u;
         EXPECT_EQ(state.exp_avg_sq, zeros) << u;
-        ASSERT_OK_AND_ASSIGN(std::vector<float> unit_params, rig->engine->ReadParams(unit));
+        ASSERT_OK_AND_ASSIGN(std::vector<float> unit_params, rig->engine->state().ReadParams(unit));
         // The params are the master's values in the compute dtype.
         ASSERT_EQ(unit_params.size(), state.master.size());
         for (size_t i = 0; i < unit_params.size(); ++i) {
@@ -260,7 +260,7 @@ std::string Bf16Copy(const std::string& name) {
 
 // A bf16 file into a bf16 engine goes to its params as the file's bits, with no cast:
 // straight into them where the host can write them (the CPU device; params on the host
-// tier: Engine::ImportParamTarget), else (params on NVMe) through the importer's bf16
+// tier: EngineState::WriteTargets: params), else (params on NVMe) through the importer's bf16
 // buffers into their home. Every placement ends with the same params and master, bit for
 // bit, the params equal to the file's values and zeroed moments, also after a step (stale
 // params would show). A LoRA model's frozen base takes the bits with no fp32 values at
@@ -297,19 +297,19 @@ TEST(HfImportTargets, Bf16FilesGoStraightIntoBf16Params) {
     ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(options));
     const std::vector<int> base = BaseUnits(*rig->model);
     for (const int unit : base) {
-      EXPECT_EQ(rig->engine->ImportParamTarget(unit) != nullptr, c.param_target) << unit;
-      EXPECT_TRUE(rig->engine->AcceptsBf16Params(unit)) << unit;
+      EXPECT_EQ(rig->engine->state().WriteTargets(unit).params != nullptr, c.param_target) << unit;
+      EXPECT_TRUE(rig->engine->state().WriteTargets(unit).takes_bf16_params) << unit;
     }
     std::vector<int32_t> tokens(32);
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7) % 96);
     ASSERT_OK(rig->engine->TrainStep({{tokens.data(), tokens.data()}}, 1e-1f, 1).status());
     ASSERT_OK(ImportHfWeights(dir, options.model, *rig->model, *rig->engine, false));
     for (const int unit : base) {
-      ASSERT_OK_AND_ASSIGN(std::vector<float> params, rig->engine->ReadParams(unit));
+      ASSERT_OK_AND_ASSIGN(std::vector<float> params, rig->engine->state().ReadParams(unit));
       std::vector<float> master;
       if (rig->model->units()[unit].trainable()) {
-        ASSERT_OK_AND_ASSIGN(Engine::UnitOptimizerState state,
-                             rig->engine->ReadOptimizerState(unit));
+        ASSERT_OK_AND_ASSIGN(UnitOptimizerState state,
+                             rig->engine->state().ReadOptimizerState(unit));
         const std::vector<float> zeros(state.master.size(), 0.0f);
         EXPECT_EQ(state.exp_avg, zeros) << unit;
         EXPECT_EQ(state.exp_avg_sq, zeros) << unit;
@@ -333,19 +333,19 @@ TEST(HfImportTargets, Bf16FilesGoStraightIntoBf16Params) {
   }
   const Options fp32 = ImportOptions(dir, {"train.dtype=fp32"});
   ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(fp32));
-  EXPECT_FALSE(rig->engine->AcceptsBf16Params(0));
-  EXPECT_EQ(rig->engine->ImportParamTarget(0), nullptr);
-  const auto [begin, end] = rig->engine->StoredRange(0);
+  EXPECT_FALSE(rig->engine->state().WriteTargets(0).takes_bf16_params);
+  EXPECT_EQ(rig->engine->state().WriteTargets(0).params, nullptr);
+  const auto [begin, end] = rig->engine->state().StoredRange(0);
   const std::vector<float> values(end - begin, 0.5f);
   const std::vector<bf16> halves(end - begin, ToBf16(0.5f));
-  EXPECT_THAT(rig->engine->StoreUnitValues(0, values.data(), halves.data()),
+  EXPECT_THAT(rig->engine->state().WriteStoredValues(0, values.data(), halves.data()),
               StatusIs(absl::StatusCode::kInternal, HasSubstr("bf16 params")));
-  EXPECT_THAT(rig->engine->StoreUnitValues(0, nullptr),
+  EXPECT_THAT(rig->engine->state().WriteStoredValues(0, nullptr),
               StatusIs(absl::StatusCode::kInternal, HasSubstr("no values")));
 }
 
 // Two ranks, bf16 files into a bf16 engine: at stage 3 in memory each rank's param shard
-// takes its part of the files' bits straight (ImportParamTarget of a shard); the first
+// takes its part of the files' bits straight (WriteTargets' params of a shard); the first
 // step's loss equals that of whole units (stage 0, also straight) and of params on NVMe
 // (each rank's shard of the bits through the importer's buffers), bit for bit.
 TEST(HfImportTargets, Bf16ShardsOfTwoRanksGiveTheSameLoss) {
@@ -444,7 +444,7 @@ TEST(HfImportTargets, PlansDryRunRoutesAsTheRunDoes) {
       EXPECT_EQ(r.raw_params, real.routes[i].raw_params);
       EXPECT_EQ(r.params_straight, r.raw_params && params_on_host);
       EXPECT_EQ(r.bf16_buffer, r.raw_params && !params_on_host);
-      const auto [begin, end] = rig->engine->StoredRange(unit);
+      const auto [begin, end] = rig->engine->state().StoredRange(unit);
       if (r.fp32_buffer) largest = std::max(largest, end - begin);
     }
     EXPECT_EQ(gpu.import.largest_fp32, largest);
@@ -630,11 +630,11 @@ TEST(HfImportErrors, BadDirectoriesAreClearErrors) {
                                  std::filesystem::file_size(dir + "/model.safetensors") - 100);
     const Options options = ImportOptions(dir);
     ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(options));
-    ASSERT_OK_AND_ASSIGN(const std::vector<float> before, rig->engine->ReadMaster(1));
+    ASSERT_OK_AND_ASSIGN(const std::vector<float> before, rig->engine->state().ReadMaster(1));
     Status status = ImportHfWeights(dir, options.model, *rig->model, *rig->engine, false);
     EXPECT_THAT(status, StatusIs(::testing::_, HasSubstr("model.safetensors")));
     EXPECT_THAT(status.message(), HasSubstr("truncated"));
-    ASSERT_OK_AND_ASSIGN(const std::vector<float> after, rig->engine->ReadMaster(1));
+    ASSERT_OK_AND_ASSIGN(const std::vector<float> after, rig->engine->state().ReadMaster(1));
     EXPECT_EQ(before, after);
   }
 }

@@ -224,12 +224,12 @@ TEST(Infinity, GradientSumsReadBackFromNvmeEqualTheDevice) {
     const MicroBatch batch{inputs.data(), targets.data()};
     ASSERT_OK(engine.ComputeGradients({batch}));
     for (size_t u = 0; u < (*rig)->model->units().size(); ++u) {
-      StatusOr<std::vector<float>> grads = engine.ReadGradients(static_cast<int>(u));
+      StatusOr<std::vector<float>> grads = engine.state().ReadGradients(static_cast<int>(u));
       ASSERT_OK(grads) << tiers[t];
       sums[t].push_back(*grads);
     }
     ASSERT_OK(engine.TrainStep({batch}, 1e-3f, 0));
-    StatusOr<std::vector<float>> after = engine.ReadGradients(0);
+    StatusOr<std::vector<float>> after = engine.state().ReadGradients(0);
     if (t == 1) {
       EXPECT_THAT(after, StatusIs(::testing::Ne(absl::StatusCode::kOk), HasSubstr("never stored")));
     }

@@ -402,9 +402,9 @@ TEST_P(LoraExport, MergedWeightsAreTheBasePlusTheScaledProduct) {
   ASSERT_OK_AND_ASSIGN(const double base_loss, lora_rig->engine->EvalLoss(batch.micro()));
   const int first = static_cast<int>(lora_rig->model->units().size()) - m.layers;
   for (int k = 0; k < m.layers; ++k) {
-    std::vector<float> master(lora_rig->engine->PaddedElements(first + k), 0.0f);
+    std::vector<float> master(lora_rig->engine->state().PaddedElements(first + k), 0.0f);
     ASSERT_OK(ReadCheckpointMaster(checkpoint, k, 0, checkpoint.units[k].elements, master.data()));
-    ASSERT_OK(lora_rig->engine->WriteMaster(first + k, master));
+    ASSERT_OK(lora_rig->engine->state().WriteMaster(first + k, master));
   }
   ASSERT_OK_AND_ASSIGN(const double lora_loss, lora_rig->engine->EvalLoss(batch.micro()));
 

@@ -76,12 +76,12 @@ void RandomizeB(EngineRig& rig) {
   const auto& units = rig.model->units();
   for (int u = 0; u < static_cast<int>(units.size()); ++u) {
     if (!units[u].trainable()) continue;
-    ASSERT_OK_AND_ASSIGN(std::vector<float> master, rig.engine->ReadMaster(u));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> master, rig.engine->state().ReadMaster(u));
     for (const TensorSpec& t : units[u].tensors()) {
       if (t.name.find("lora_B") == std::string::npos) continue;
       for (size_t i = 0; i < t.numel; ++i) master[t.offset + i] = normal(rng);
     }
-    ASSERT_OK(rig.engine->WriteMaster(u, master));
+    ASSERT_OK(rig.engine->state().WriteMaster(u, master));
   }
 }
 
@@ -103,13 +103,13 @@ TEST_P(LoraFamilies, AdapterGradientsMatchFiniteDifferences) {
   int checked = 0, adapters = 0;
   for (int u = 0; u < static_cast<int>(units.size()); ++u) {
     if (!units[u].trainable()) {
-      EXPECT_THAT(rig->engine->ReadGradients(u), StatusIs(absl::StatusCode::kFailedPrecondition))
+      EXPECT_THAT(rig->engine->state().ReadGradients(u), StatusIs(absl::StatusCode::kFailedPrecondition))
           << units[u].name();
       continue;
     }
     ++adapters;
-    ASSERT_OK_AND_ASSIGN(std::vector<float> grads, rig->engine->ReadGradients(u));
-    ASSERT_OK_AND_ASSIGN(std::vector<float> master, rig->engine->ReadMaster(u));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> grads, rig->engine->state().ReadGradients(u));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> master, rig->engine->state().ReadMaster(u));
     for (const TensorSpec& tensor : units[u].tensors()) {
       size_t largest = 0;
       for (size_t i = 1; i < tensor.numel; ++i) {
@@ -124,12 +124,12 @@ TEST_P(LoraFamilies, AdapterGradientsMatchFiniteDifferences) {
         const float step = 3e-3f;
         std::vector<float> perturbed = master;
         perturbed[index] = master[index] + step;
-        ASSERT_OK(rig->engine->WriteMaster(u, perturbed));
+        ASSERT_OK(rig->engine->state().WriteMaster(u, perturbed));
         ASSERT_OK_AND_ASSIGN(double plus, rig->engine->EvalLoss(batch.micro()));
         perturbed[index] = master[index] - step;
-        ASSERT_OK(rig->engine->WriteMaster(u, perturbed));
+        ASSERT_OK(rig->engine->state().WriteMaster(u, perturbed));
         ASSERT_OK_AND_ASSIGN(double minus, rig->engine->EvalLoss(batch.micro()));
-        ASSERT_OK(rig->engine->WriteMaster(u, master));
+        ASSERT_OK(rig->engine->state().WriteMaster(u, master));
         const double numeric = (plus - minus) / (2.0 * step);
         EXPECT_NEAR(grads[index], numeric, 1e-3 + 0.03 * std::fabs(numeric))
             << units[u].name() << " " << tensor.name << "[" << i << "]";
@@ -163,8 +163,8 @@ TEST_P(LoraFamilies, DropoutGradientsMatchFiniteDifferences) {
   for (int u = 0; u < static_cast<int>(units.size()); ++u) {
     if (!units[u].trainable()) continue;
     ASSERT_OK(rig->engine->ComputeGradients({batch.micro()}));
-    ASSERT_OK_AND_ASSIGN(std::vector<float> grads, rig->engine->ReadGradients(u));
-    ASSERT_OK_AND_ASSIGN(std::vector<float> master, rig->engine->ReadMaster(u));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> grads, rig->engine->state().ReadGradients(u));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> master, rig->engine->state().ReadMaster(u));
     for (const TensorSpec& tensor : units[u].tensors()) {
       if (tensor.name.find("lora_A") == std::string::npos) continue;  // B does not see it
       size_t largest = 0;
@@ -178,12 +178,12 @@ TEST_P(LoraFamilies, DropoutGradientsMatchFiniteDifferences) {
         const float step = 3e-3f;
         std::vector<float> perturbed = master;
         perturbed[index] = master[index] + step;
-        ASSERT_OK(rig->engine->WriteMaster(u, perturbed));
+        ASSERT_OK(rig->engine->state().WriteMaster(u, perturbed));
         ASSERT_OK_AND_ASSIGN(double plus, rig->engine->ComputeGradients({batch.micro()}));
         perturbed[index] = master[index] - step;
-        ASSERT_OK(rig->engine->WriteMaster(u, perturbed));
+        ASSERT_OK(rig->engine->state().WriteMaster(u, perturbed));
         ASSERT_OK_AND_ASSIGN(double minus, rig->engine->ComputeGradients({batch.micro()}));
-        ASSERT_OK(rig->engine->WriteMaster(u, master));
+        ASSERT_OK(rig->engine->state().WriteMaster(u, master));
         const double numeric = (plus - minus) / (2.0 * step);
         EXPECT_NEAR(grads[index], numeric, 1e-3 + 0.03 * std::fabs(numeric))
             << units[u].name() << " " << tensor.name << "[" << i << "]";
@@ -219,7 +219,7 @@ TEST_P(LoraFamilies, TrainingLeavesTheBaseUnchanged) {
   const auto& units = rig->model->units();
   std::vector<std::vector<float>> before;
   for (int u = 0; u < static_cast<int>(units.size()); ++u) {
-    ASSERT_OK_AND_ASSIGN(std::vector<float> params, rig->engine->ReadParams(u));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> params, rig->engine->state().ReadParams(u));
     before.push_back(std::move(params));
   }
   const Batch batch = RandomBatch(options);
@@ -231,12 +231,12 @@ TEST_P(LoraFamilies, TrainingLeavesTheBaseUnchanged) {
   }
   EXPECT_LT(losses.back(), losses.front() - 0.01) << absl::StrJoin(losses, " ");
   for (int u = 0; u < static_cast<int>(units.size()); ++u) {
-    ASSERT_OK_AND_ASSIGN(std::vector<float> after, rig->engine->ReadParams(u));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> after, rig->engine->state().ReadParams(u));
     if (units[u].trainable()) {
       EXPECT_NE(after, before[u]) << units[u].name() << " did not train";
     } else {
       EXPECT_EQ(after, before[u]) << units[u].name() << " changed";
-      EXPECT_THAT(rig->engine->ReadMaster(u), StatusIs(absl::StatusCode::kFailedPrecondition));
+      EXPECT_THAT(rig->engine->state().ReadMaster(u), StatusIs(absl::StatusCode::kFailedPrecondition));
     }
   }
 }

@@ -93,8 +93,8 @@ TEST_P(ModelGradients, MatchFiniteDifferences) {
   const auto& units = f->model->units();
   int checked = 0;
   for (int u = 0; u < static_cast<int>(units.size()); ++u) {
-    ASSERT_OK_AND_ASSIGN(std::vector<float> grads, f->engine->ReadGradients(u));
-    ASSERT_OK_AND_ASSIGN(std::vector<float> master, f->engine->ReadMaster(u));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> grads, f->engine->state().ReadGradients(u));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> master, f->engine->state().ReadMaster(u));
     for (const TensorSpec& tensor : units[u].tensors()) {
       std::vector<size_t> picks;
       size_t largest = 0;
@@ -112,12 +112,12 @@ TEST_P(ModelGradients, MatchFiniteDifferences) {
         const float step = 3e-3f;
         std::vector<float> perturbed = master;
         perturbed[index] = master[index] + step;
-        ASSERT_OK(f->engine->WriteMaster(u, perturbed));
+        ASSERT_OK(f->engine->state().WriteMaster(u, perturbed));
         ASSERT_OK_AND_ASSIGN(double plus, f->engine->EvalLoss(batch));
         perturbed[index] = master[index] - step;
-        ASSERT_OK(f->engine->WriteMaster(u, perturbed));
+        ASSERT_OK(f->engine->state().WriteMaster(u, perturbed));
         ASSERT_OK_AND_ASSIGN(double minus, f->engine->EvalLoss(batch));
-        ASSERT_OK(f->engine->WriteMaster(u, master));
+        ASSERT_OK(f->engine->state().WriteMaster(u, master));
         const double numeric = (plus - minus) / (2.0 * step);
         const double analytic = grads[index];
         EXPECT_NEAR(analytic, numeric, 1e-3 + 0.03 * std::fabs(numeric))
@@ -137,7 +137,7 @@ TEST_P(ModelGradients, PaddingAndGapsStayZero) {
   ASSERT_OK(f->engine->ComputeGradients({batch}));
   const auto& units = f->model->units();
   for (int u = 0; u < static_cast<int>(units.size()); ++u) {
-    ASSERT_OK_AND_ASSIGN(std::vector<float> grads, f->engine->ReadGradients(u));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> grads, f->engine->state().ReadGradients(u));
     std::vector<bool> used(grads.size(), false);
     const int vocab = f->model_options.vocab;
     ASSERT_GT(f->model_options.padded_vocab, vocab);

@@ -166,7 +166,7 @@ TEST(ZeroEquivalence, MemoryFollowsZeroFormulas) {
     return static_cast<double>(by_stage[stage].peak_by_kind[static_cast<int>(kind)]);
   };
   // Stage 0 holds everything: grads P (compute) + P (fp32), optimizer 3P; the fp32 params
-  // are the master itself (Engine::ParamsShareMaster), so no param bytes of their own.
+  // are the master itself (UnitWriteTargets::params_share_master), so no param bytes of their own.
   EXPECT_EQ(peak(0, StateKind::kOptimizer), 3 * total_bytes);
   EXPECT_EQ(peak(0, StateKind::kGrads), 2 * total_bytes);
   EXPECT_EQ(peak(0, StateKind::kParams), 0);
@@ -208,18 +208,18 @@ TEST(ZeroEquivalence, Fp32ParamsAreTheMasterWhereBothSitTogether) {
     ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(options));
     for (size_t u = 0; u < rig->model->units().size(); ++u) {
       const bool trainable = rig->model->units()[u].trainable();
-      EXPECT_EQ(rig->engine->ParamsShareMaster(static_cast<int>(u)), c.shared && trainable)
+      EXPECT_EQ(rig->engine->state().WriteTargets(static_cast<int>(u)).params_share_master, c.shared && trainable)
           << absl::StrJoin(c.sets, " ") << " unit " << u;
     }
     // Written through either, read back through both.
     const int unit = static_cast<int>(rig->model->units().size()) - 1;
-    std::vector<float> values(rig->engine->PaddedElements(unit));
+    std::vector<float> values(rig->engine->state().PaddedElements(unit));
     for (size_t i = 0; i < values.size(); ++i) values[i] = 0.25f * static_cast<float>(i % 17);
     if (!rig->model->units()[unit].trainable()) continue;
-    ASSERT_OK(rig->engine->WriteMaster(unit, values));
-    ASSERT_OK_AND_ASSIGN(const std::vector<float> params, rig->engine->ReadParams(unit));
-    ASSERT_OK_AND_ASSIGN(const Engine::UnitOptimizerState state,
-                         rig->engine->ReadOptimizerState(unit));
+    ASSERT_OK(rig->engine->state().WriteMaster(unit, values));
+    ASSERT_OK_AND_ASSIGN(const std::vector<float> params, rig->engine->state().ReadParams(unit));
+    ASSERT_OK_AND_ASSIGN(const UnitOptimizerState state,
+                         rig->engine->state().ReadOptimizerState(unit));
     EXPECT_EQ(params, state.master);
     EXPECT_EQ(std::vector<float>(params.begin(), params.begin() + 34),
               std::vector<float>(values.begin(), values.begin() + 34));

@@ -85,7 +85,7 @@ class NvmeOptimizerHome : public OptimizerHome {
   double busy_ms() const override { return timer_.ms(); }
 
   // Chunk by chunk through slot 0's buffers (only the kinds asked for are read).
-  Status LoadState(int unit, float* master, float* exp_avg, float* exp_avg_sq) override {
+  Status ReadState(int unit, float* master, float* exp_avg, float* exp_avg_sq) override {
     Slot& slot = slots_[0];
     RETURN_IF_ERROR(Flush());
     const std::tuple<ExtentKind, float*, Buffer*> arrays[] = {
@@ -107,9 +107,9 @@ class NvmeOptimizerHome : public OptimizerHome {
     return absl::OkStatus();
   }
 
-  Status StoreState(int unit, const float* master, const float* exp_avg,
+  Status WriteState(int unit, const float* master, const float* exp_avg,
                     const float* exp_avg_sq) override {
-    if (master == nullptr) return absl::InvalidArgumentError("StoreState needs a master");
+    if (master == nullptr) return absl::InvalidArgumentError("WriteState needs a master");
     Slot& slot = slots_[0];
     RETURN_IF_ERROR(Flush());
     const std::pair<const float*, Buffer*> arrays[] = {
@@ -134,7 +134,7 @@ class NvmeOptimizerHome : public OptimizerHome {
     RETURN_IF_ERROR(ctx_.copy->Synchronize());
     Status status = nvme_->Drain();
     if (param_nvme_) status.Update(param_nvme_->Drain());
-    // Reads ahead are done now; their data may go stale (StoreState): forget them.
+    // Reads ahead are done now; their data may go stale (WriteState): forget them.
     for (Slot& slot : slots_) slot.prefetched = -1;
     return status;
   }

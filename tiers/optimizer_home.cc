@@ -45,7 +45,7 @@ Status CopyStateIn(const HomeContext& ctx, int unit, const float* master,
     if (values == nullptr && buffer != &state.master && moments_zero) continue;
     if (values == nullptr) {
       RETURN_IF_ERROR(Zero(ctx, *buffer, stream));
-    } else if (values != buffer->data()) {  // else already in place (Engine::ImportTarget)
+    } else if (values != buffer->data()) {  // else already in place (EngineState::WriteTargets: master)
       RETURN_IF_ERROR(ctx.device->CopyAsync(buffer->data(), values, buffer->bytes(), stream));
     }
   }
@@ -65,12 +65,12 @@ class ResidentOptimizerHome : public OptimizerHome {
   Event& params_ready(int unit) override { return *ready_[unit]; }
   Status WaitSteps() override { return stream_->Synchronize(); }
   double busy_ms() const override { return timer_.ms(); }
-  Status LoadState(int unit, float* master, float* exp_avg, float* exp_avg_sq) override {
+  Status ReadState(int unit, float* master, float* exp_avg, float* exp_avg_sq) override {
     return CopyStateOut(ctx_, unit, master, exp_avg, exp_avg_sq);
   }
-  Status StoreState(int unit, const float* master, const float* exp_avg,
+  Status WriteState(int unit, const float* master, const float* exp_avg,
                     const float* exp_avg_sq) override {
-    if (master == nullptr) return absl::InvalidArgumentError("StoreState needs a master");
+    if (master == nullptr) return absl::InvalidArgumentError("WriteState needs a master");
     Status status = CopyStateIn(ctx_, unit, master, exp_avg, exp_avg_sq, moments_zero_[unit]);
     moments_zero_[unit] = status.ok() && exp_avg == nullptr && exp_avg_sq == nullptr;
     return status;

@@ -68,8 +68,8 @@ class OptimizerHome {
   // The owned fp32 optimizer state of a unit (its state length each), to or from host
   // memory; a null array is skipped on load, and on store means zeros (a null master is
   // not allowed). Blocking; the streams must be idle.
-  virtual Status LoadState(int unit, float* master, float* exp_avg, float* exp_avg_sq) = 0;
-  virtual Status StoreState(int unit, const float* master, const float* exp_avg,
+  virtual Status ReadState(int unit, float* master, float* exp_avg, float* exp_avg_sq) = 0;
+  virtual Status WriteState(int unit, const float* master, const float* exp_avg,
                             const float* exp_avg_sq) = 0;
   // Blocks until every write-back of state is on its tier; the first error, if any.
   virtual Status Flush() = 0;

@@ -4,7 +4,7 @@
 // moments and the updated params (compute dtype) equal the reference bit for bit, fp32 and
 // bf16, for the device home, the host home (grads on the device or the host, params on
 // the device or the host) and the NVMe home (grads on the device, the host or nvme, with
-// and without the hand-over; params resident or on nvme). Also: StoreState/LoadState round
+// and without the hand-over; params resident or on nvme). Also: WriteState/ReadState round
 // trips (null moments store zeros), the host home's staged updates and sub-ranges,
 // capabilities, and refusals of placements a home cannot serve.
 #include "tiers/optimizer_home.h"
@@ -169,9 +169,9 @@ struct Homes {
   Status StoreInitial(const Inputs& inputs) {
     for (int u = 0; u < rig->num_units(); ++u) {
       const UnitValues& values = inputs.initial[u];
-      RETURN_IF_ERROR(optimizer->StoreState(u, values.master.data(), values.exp_avg.data(),
+      RETURN_IF_ERROR(optimizer->WriteState(u, values.master.data(), values.exp_avg.data(),
                                             values.exp_avg_sq.data()));
-      RETURN_IF_ERROR(params->Store(u, values.params.data()));
+      RETURN_IF_ERROR(params->Write(u, values.params.data()));
     }
     return absl::OkStatus();
   }
@@ -229,9 +229,9 @@ struct Homes {
     UnitValues values{std::vector<float>(n, poison), std::vector<float>(n, poison),
                       std::vector<float>(n, poison),
                       std::vector<uint8_t>(n * rig->element_bytes(), 0xAB)};
-    RETURN_IF_ERROR(optimizer->LoadState(unit, values.master.data(), values.exp_avg.data(),
+    RETURN_IF_ERROR(optimizer->ReadState(unit, values.master.data(), values.exp_avg.data(),
                                          values.exp_avg_sq.data()));
-    RETURN_IF_ERROR(params->Load(unit, values.params.data()));
+    RETURN_IF_ERROR(params->Read(unit, values.params.data()));
     return values;
   }
 };
@@ -442,7 +442,7 @@ TEST_P(OptimizerHomeTest, StoreAndLoadStateRoundTrip) {
     // Null moments store zeros; a null output is skipped.
     const int u = 1;
     ASSERT_OK(
-        homes->optimizer->StoreState(u, inputs.initial[0].master.data(), nullptr, nullptr));
+        homes->optimizer->WriteState(u, inputs.initial[0].master.data(), nullptr, nullptr));
     ASSERT_OK_AND_ASSIGN(UnitValues loaded, homes->Read(u));
     const size_t n = homes->rig->shard(u);
     EXPECT_TRUE(BitsEqual(inputs.initial[0].master.data(), loaded.master.data(), n));
@@ -450,12 +450,12 @@ TEST_P(OptimizerHomeTest, StoreAndLoadStateRoundTrip) {
     EXPECT_TRUE(BitsEqual(zeros, loaded.exp_avg));
     EXPECT_TRUE(BitsEqual(zeros, loaded.exp_avg_sq));
     std::vector<float> master(n, -1.0f);
-    ASSERT_OK(homes->optimizer->LoadState(u, master.data(), nullptr, nullptr));
+    ASSERT_OK(homes->optimizer->ReadState(u, master.data(), nullptr, nullptr));
     EXPECT_TRUE(BitsEqual(inputs.initial[0].master.data(), master.data(), n));
     // Zeroed moments stay zero through another store without them; a step makes them
     // nonzero, and the next store without moments zeroes them again (a memory home skips
     // the zeroing only while no step has run since).
-    ASSERT_OK(homes->optimizer->StoreState(u, inputs.initial[1].master.data(), nullptr, nullptr));
+    ASSERT_OK(homes->optimizer->WriteState(u, inputs.initial[1].master.data(), nullptr, nullptr));
     ASSERT_OK_AND_ASSIGN(loaded, homes->Read(u));
     EXPECT_TRUE(BitsEqual(zeros, loaded.exp_avg));
     EXPECT_TRUE(BitsEqual(zeros, loaded.exp_avg_sq));
@@ -464,7 +464,7 @@ TEST_P(OptimizerHomeTest, StoreAndLoadStateRoundTrip) {
     ASSERT_OK_AND_ASSIGN(loaded, homes->Read(u));
     EXPECT_FALSE(BitsEqual(zeros, loaded.exp_avg));
     EXPECT_FALSE(BitsEqual(zeros, loaded.exp_avg_sq));
-    ASSERT_OK(homes->optimizer->StoreState(u, inputs.initial[0].master.data(), nullptr, nullptr));
+    ASSERT_OK(homes->optimizer->WriteState(u, inputs.initial[0].master.data(), nullptr, nullptr));
     ASSERT_OK_AND_ASSIGN(loaded, homes->Read(u));
     EXPECT_TRUE(BitsEqual(inputs.initial[0].master.data(), loaded.master.data(), n));
     EXPECT_TRUE(BitsEqual(zeros, loaded.exp_avg));
@@ -477,7 +477,7 @@ TEST_P(OptimizerHomeTest, NvmeHomeRefusesToStoreWithoutAMaster) {
   ASSERT_OK_AND_ASSIGN(
       auto homes,
       MakeHomes(GetParam(), {"nvme", {StateTier::kDevice, StateTier::kNvme, StateTier::kDevice}}));
-  const Status status = homes->optimizer->StoreState(0, nullptr, nullptr, nullptr);
+  const Status status = homes->optimizer->WriteState(0, nullptr, nullptr, nullptr);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_NE(status.message().find("needs a master"), std::string::npos) << status;
 }

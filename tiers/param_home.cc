@@ -30,14 +30,14 @@ class ResidentParamHome : public ParamHome {
     return shared_[unit] != nullptr ? shared_[unit] : parts_[unit].data();
   }
 
-  Status Store(int unit, const void* values) override {
+  Status Write(int unit, const void* values) override {
     void* part = this->part(unit);
     if (values == part) return absl::OkStatus();  // in place already (a shared master)
     RETURN_IF_ERROR(ctx_.device->CopyAsync(part, values, Bytes(unit), *ctx_.compute));
     return ctx_.compute->Synchronize();
   }
 
-  Status Load(int unit, void* out) override {
+  Status Read(int unit, void* out) override {
     RETURN_IF_ERROR(ctx_.device->CopyAsync(out, part(unit), Bytes(unit), *ctx_.compute));
     return ctx_.compute->Synchronize();
   }
@@ -86,7 +86,7 @@ class NvmeParamHome : public ParamHome, public ParamWriteBack {
   Status Drain() override { return tier_->Drain(); }
 
   // Chunk by chunk through an aligned host buffer of the shard's padded size.
-  Status Store(int unit, const void* values) override {
+  Status Write(int unit, const void* values) override {
     const size_t element_bytes = DTypeBytes(ctx_.dtype);
     ASSIGN_OR_RETURN(Buffer host, ctx_.device->Allocate(Tier::kHost, StateKind::kWorkspace,
                                                         PaddedShardBytes(unit),
@@ -100,7 +100,7 @@ class NvmeParamHome : public ParamHome, public ParamWriteBack {
     return absl::OkStatus();
   }
 
-  Status Load(int unit, void* out) override {
+  Status Read(int unit, void* out) override {
     const size_t element_bytes = DTypeBytes(ctx_.dtype);
     ASSIGN_OR_RETURN(Buffer host, ctx_.device->Allocate(Tier::kHost, StateKind::kWorkspace,
                                                         PaddedShardBytes(unit),
@@ -177,8 +177,8 @@ class SplitParamHome : public ParamHome {
   StateTier tier() const override { return trainable_->tier(); }
   StateTier unit_tier(int unit) const override { return Of(unit).tier(); }
   void* part(int unit) override { return Of(unit).part(unit); }
-  Status Store(int unit, const void* values) override { return Of(unit).Store(unit, values); }
-  Status Load(int unit, void* out) override { return Of(unit).Load(unit, out); }
+  Status Write(int unit, const void* values) override { return Of(unit).Write(unit, values); }
+  Status Read(int unit, void* out) override { return Of(unit).Read(unit, out); }
   Status CopyUp(int unit, void* dest, Stream& copy) override {
     return Of(unit).CopyUp(unit, dest, copy);
   }

@@ -71,10 +71,10 @@ class ParamHome {
   virtual void* part(int unit) = 0;
   // Puts `values` (part_elements(unit) of the compute dtype, host memory) in place of the
   // unit's part. Blocking; the streams must be idle.
-  virtual Status Store(int unit, const void* values) = 0;
+  virtual Status Write(int unit, const void* values) = 0;
   // Copies the unit's part to `out` (host memory, part_elements(unit) elements). Blocking;
   // the streams must be idle.
-  virtual Status Load(int unit, void* out) = 0;
+  virtual Status Read(int unit, void* out) = 0;
   // Brings the unit's part to `dest` (device tier) on `copy`: later work on `copy` sees it
   // there. Host: one copy. Nvme: the part is read into the next read buffer (blocking the
   // host only until that buffer's previous part has gone up) and copied once the reads are

@@ -41,11 +41,11 @@ class ParamHomeTest : public ::testing::TestWithParam<DType> {
   void CheckRoundTrips(ParamHome& home) {
     for (int u = 0; u < rig_->num_units(); ++u) {
       ASSERT_EQ(home.part_elements(u), kPartElements[u]);
-      ASSERT_OK(home.Store(u, values_[u].data()));
+      ASSERT_OK(home.Write(u, values_[u].data()));
     }
     for (int u = 0; u < rig_->num_units(); ++u) {
       std::vector<uint8_t> loaded(Bytes(u), 0xAB);
-      ASSERT_OK(home.Load(u, loaded.data()));
+      ASSERT_OK(home.Read(u, loaded.data()));
       EXPECT_TRUE(ElementsEqual(values_[u].data(), loaded.data(), kPartElements[u], GetParam()))
           << "Load of unit " << u;
     }
@@ -81,7 +81,7 @@ TEST_P(ParamHomeTest, ResidentHomesRoundTripAndCopyUp) {
     EXPECT_EQ(home->tier(), tier == Tier::kDevice ? StateTier::kDevice : StateTier::kHost);
     // Created zeroed.
     std::vector<uint8_t> zeros(Bytes(0), 0), loaded(Bytes(0), 0xAB);
-    ASSERT_OK(home->Load(0, loaded.data()));
+    ASSERT_OK(home->Read(0, loaded.data()));
     EXPECT_TRUE(ElementsEqual(zeros.data(), loaded.data(), kPartElements[0], GetParam()));
 
     ASSERT_NO_FATAL_FAILURE(CheckRoundTrips(*home));
@@ -125,7 +125,7 @@ TEST_P(ParamHomeTest, SharedPartsAreThatMemory) {
   std::vector<uint8_t> in_master(Bytes(0));
   ASSERT_OK(rig_->CopyAndWait(in_master.data(), master.data(), Bytes(0)));
   EXPECT_TRUE(ElementsEqual(values_[0].data(), in_master.data(), kPartElements[0], GetParam()));
-  ASSERT_OK(home->Store(0, master.data()));  // itself: unchanged
+  ASSERT_OK(home->Write(0, master.data()));  // itself: unchanged
   ASSERT_NO_FATAL_FAILURE(CheckCopyUps(*home, {0, 1}));
 }
 
@@ -230,7 +230,7 @@ TEST_P(NvmeParamHomeTest, WriteBackAfterAnEventIsSeenByTheNextLoad) {
 
   // Posted after the write: the Load sees it (the streams' own work is not Load's).
   std::vector<uint8_t> loaded(Bytes(0), 0xAB);
-  ASSERT_OK(home_->Load(0, loaded.data()));
+  ASSERT_OK(home_->Read(0, loaded.data()));
   std::vector<uint8_t> expected = values_[0];
   std::memcpy(expected.data() + chunk.begin * rig_->element_bytes(), update.data(), update.size());
   EXPECT_TRUE(ElementsEqual(expected.data(), loaded.data(), kPartElements[0], GetParam()));

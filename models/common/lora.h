@@ -39,6 +39,8 @@ struct LoraConfig {
   // before A in training micro-batches (StepContext::dropout_key); a mask per block and
   // target, a function of the global sample row, position and channel (Ops::Dropout).
   float dropout = 0.0f;
+
+  bool enabled() const { return rank > 0; }
 };
 
 // The indices into `specs` that `text` names (comma-separated strata names, aliases, or

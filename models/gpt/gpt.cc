@@ -56,7 +56,7 @@ class Gpt : public DecoderBase {
     final_norm.Add("lnf.bias", {C}, false, InitKind::kZeros);
     units_.push_back(final_norm);
 
-    if (config.lora.rank > 0) {
+    if (config.lora.enabled()) {
       lora_ = LoraAdapters(config.lora, GptLoraTargets(config), std::move(lora_targets), L,
                            dtype, &units_);
     }
@@ -424,7 +424,7 @@ Status ValidateGptConfig(const GptConfig& config) {
 StatusOr<std::unique_ptr<Model>> CreateGpt(const GptConfig& config, DType dtype) {
   RETURN_IF_ERROR(ValidateGptConfig(config));
   std::vector<int> targets;
-  if (config.lora.rank > 0) {
+  if (config.lora.enabled()) {
     ASSIGN_OR_RETURN(targets, ResolveLoraTargets(config.lora.targets, GptLoraTargets(config),
                                                  kGptLoraDefault));
   }

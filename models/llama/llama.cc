@@ -63,7 +63,7 @@ class Llama : public DecoderBase {
       head_unit_ = L + 2;
     }
 
-    if (config.lora.rank > 0) {
+    if (config.lora.enabled()) {
       lora_ = LoraAdapters(config.lora, LlamaLoraTargets(config), std::move(lora_targets), L,
                            dtype, &units_);
     }
@@ -559,7 +559,7 @@ Status ValidateLlamaConfig(const LlamaConfig& config) {
 StatusOr<std::unique_ptr<Model>> CreateLlama(const LlamaConfig& config, DType dtype) {
   RETURN_IF_ERROR(ValidateLlamaConfig(config));
   std::vector<int> targets;
-  if (config.lora.rank > 0) {
+  if (config.lora.enabled()) {
     ASSIGN_OR_RETURN(targets, ResolveLoraTargets(config.lora.targets, LlamaLoraTargets(config),
                                                  kLlamaLoraDefault));
   }
