@@ -23,7 +23,74 @@ EnumField Enum(E* (*field)(Options&)) {
   return out;
 }
 
+Range In(double min, double max, const char* noun = "") {
+  Range range;
+  range.has_min = range.has_max = true;
+  range.min = min;
+  range.max = max;
+  range.noun = noun;
+  return range;
+}
+Range AtLeast(double min, const char* suffix = "") {
+  Range range;
+  range.has_min = true;
+  range.min = min;
+  range.suffix = suffix;
+  return range;
+}
+Range Above(double min, const char* suffix = "") {
+  Range range = AtLeast(min, suffix);
+  range.min_open = true;
+  return range;
+}
+Range Fraction(bool min_open, bool max_open) {
+  Range range = In(0, 1, "a fraction");
+  range.min_open = min_open;
+  range.max_open = max_open;
+  return range;
+}
+Range UnitInterval() {  // [0, 1)
+  Range range = In(0, 1, "a value");
+  range.max_open = true;
+  return range;
+}
+Range Named(double min, double max, const char* expected) {
+  Range range = In(min, max);
+  range.expected = expected;
+  return range;
+}
+Range MultipleOf(uint64_t step, const char* expected) {
+  Range range;
+  range.multiple_of = step;
+  range.expected = expected;
+  return range;
+}
+
 }  // namespace
+
+std::string ExpectedText(const Range& range) {
+  if (*range.expected != '\0') return range.expected;
+  if (range.has_min && range.has_max) {
+    return absl::StrCat(range.noun, *range.noun != '\0' ? " " : "", "in ",
+                        range.min_open ? "(" : "[", NumberText(range.min), ", ",
+                        NumberText(range.max), range.max_open ? ")" : "]");
+  }
+  if (range.has_min) {
+    return absl::StrCat(range.min_open ? "> " : ">= ", NumberText(range.min), range.suffix);
+  }
+  if (range.has_max) {
+    return absl::StrCat(range.max_open ? "< " : "<= ", NumberText(range.max), range.suffix);
+  }
+  return "";
+}
+
+std::vector<std::string> RankLocalKeyNames() {
+  std::vector<std::string> names;
+  for (const KeySpec& spec : Keys()) {
+    if (spec.rank_local) names.push_back(spec.name);
+  }
+  return names;
+}
 
 std::string OneOf(const std::vector<std::string>& names) {
   if (names.size() == 1) return names[0];
@@ -37,247 +104,246 @@ const std::vector<KeySpec>& Keys() {
       {"model.preset", +[](Options& o) { return &o.model.preset; },
        "named model size, applied before every other key; the model.* keys below override "
        "it.",
-       false},
+       false, {}, false},
       {"model.from", +[](Options& o) { return &o.model.from; },
        "hf:DIR (a Hugging Face model directory, GPT-2 or LLaMA family: its config.json) or "
        "llmc:FILE (an llm.c GPT-2 checkpoint: its header) sets the model.* keys (after "
        "model.preset, before the others) and its weights are the initial ones; \"\" = random "
        "weights from train.seed.",
-       false},
+       false, {}, false},
       {"model.family", Enum(+[](Options& o) { return &o.model.family; }),
        "architecture: gpt (GPT-2: layernorm, learned positions, GELU MLP, tied head) | llama "
        "(RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention; Llama, Mistral, "
        "Qwen).",
-       false},
+       false, {}, false},
       {"model.layers", +[](Options& o) { return &o.model.layers; },
-       "transformer blocks (units 1..L); in [1, 1024].", false},
+       "transformer blocks (units 1..L).", false, In(1, 1024), false},
       {"model.heads", +[](Options& o) { return &o.model.heads; },
-       "attention (query) heads; in [1, 4096] and must divide model.channels.", false},
+       "attention (query) heads; must divide model.channels.", false, In(1, 4096), false},
       {"model.kv_heads", +[](Options& o) { return &o.model.kv_heads; },
        "key/value heads of grouped-query attention (llama); 0 = model.heads; must divide "
        "model.heads (gpt: 0 or model.heads).",
-       false},
+       false, In(0, 4096), false},
       {"model.head_dim", +[](Options& o) { return &o.model.head_dim; },
        "width of each attention head (llama: Hugging Face's head_dim, as Mistral Nemo and "
        "Qwen3 set it apart from the channels); 0 = model.channels / model.heads, which must "
        "then divide; even (rotary embeddings); gpt: 0 or model.channels / model.heads.",
-       false},
+       false, In(0, 65536), false},
       {"model.channels", +[](Options& o) { return &o.model.channels; },
-       "embedding width C; in [1, 1048576].", false},
+       "embedding width C.", false, In(1, 1048576), false},
       {"model.ffn_hidden", +[](Options& o) { return &o.model.ffn_hidden; },
        "MLP inner width; 0 = the family's (gpt 4C; llama 8C/3 rounded up to a multiple of "
-       "64); in [0, 4194304] (gpt: 0 or 4C).",
-       false},
+       "64) (gpt: 0 or 4C).",
+       false, In(0, 4194304), false},
       {"model.vocab", +[](Options& o) { return &o.model.vocab; },
-       "real vocabulary size (the softmax's classes); token ids must be < vocab; in [1, 2^30].",
-       false},
+       "real vocabulary size (the softmax's classes); token ids must be < vocab.",
+       false, In(1, 1073741824), false},
       {"model.padded_vocab", +[](Options& o) { return &o.model.padded_vocab; },
        "rows of the token embedding and LM head (the extra rows stay zero and take no part "
        "in the loss); 0 = model.vocab rounded up to a multiple of 64; else >= model.vocab.",
-       false},
+       false, {}, false},
       {"model.max_seq_len", +[](Options& o) { return &o.model.max_seq_len; },
-       "longest sequence (gpt: rows of the position embedding); >= train.seq_len, <= 2^20.", false},
+       "longest sequence (gpt: rows of the position embedding); >= train.seq_len.", false, In(1, 1048576), false},
       {"model.rope_theta", +[](Options& o) { return &o.model.rope.theta; },
-       "rotary embedding base (llama); > 0.", false},
+       "rotary embedding base (llama); > 0.", false, {}, false},
       {"model.rope_scaling", Enum(+[](Options& o) { return &o.model.rope.scaling; }),
        "rotary frequency scaling (llama; Hugging Face's rope_scaling): none | linear "
        "(frequencies / model.rope_factor) | llama3 (Llama 3.1/3.2: low frequencies / "
        "model.rope_factor, high ones kept, a mix between) | dynamic (dynamic NTK: the default "
        "frequencies within model.rope_original_max_seq_len, which model.max_seq_len must not "
        "exceed; core/rope.h).",
-       false},
+       false, {}, false},
       {"model.rope_factor", +[](Options& o) { return &o.model.rope.factor; },
-       "the scaling's factor (linear, llama3, dynamic); > 0.", false},
+       "the scaling's factor (linear, llama3, dynamic); > 0.", false, {}, false},
       {"model.rope_low_freq_factor", +[](Options& o) { return &o.model.rope.low_freq_factor; },
        "llama3 scaling: wavelengths above model.rope_original_max_seq_len / this are divided; "
        "> 0.",
-       false},
+       false, {}, false},
       {"model.rope_high_freq_factor", +[](Options& o) { return &o.model.rope.high_freq_factor; },
        "llama3 scaling: wavelengths below model.rope_original_max_seq_len / this are kept; > "
        "model.rope_low_freq_factor.",
-       false},
+       false, {}, false},
       {"model.rope_original_max_seq_len",
        +[](Options& o) { return &o.model.rope.original_max_seq_len; },
-       "llama3, dynamic scalings: the context the model was first trained for; >= 1.", false},
+       "llama3, dynamic scalings: the context the model was first trained for; >= 1.", false, {}, false},
       {"model.norm_eps", +[](Options& o) { return &o.model.norm_eps; },
-       "RMSNorm epsilon (llama; gpt's layernorm uses 1e-5); > 0.", false},
+       "RMSNorm epsilon (llama; gpt's layernorm uses 1e-5).", false, Above(0), false},
       {"model.tie_embeddings", +[](Options& o) { return &o.model.tie_embeddings; },
-       "the LM head is the token embedding (gpt: must be true).", false},
+       "the LM head is the token embedding (gpt: must be true).", false, {}, false},
       {"model.sliding_window", +[](Options& o) { return &o.model.sliding_window; },
        "the attention window the model was trained with (llama: Mistral's sliding_window); 0 "
        "= none. strata's attention is full causal, the same as the window's for sequences "
        "within it: train.seq_len (and a sample's length) must be <= it.",
-       false},
+       false, In(0, 1048576), false},
       {"model.qkv_bias", +[](Options& o) { return &o.model.qkv_bias; },
        "the q, k and v projections have a bias (llama: Qwen2; gpt: must be false, its biases "
        "are its own).",
-       false},
+       false, {}, false},
       {"model.qk_norm", +[](Options& o) { return &o.model.qk_norm; },
        "each q and k head is RMSNormed over its model.head_dim channels before the rotation "
        "(llama: Qwen3's q_norm and k_norm; not with model.qkv_bias; gpt: must be false).",
-       false},
+       false, {}, false},
       {"data.path", +[](Options& o) { return &o.data.path; },
        "text file (byte-level tokens) or token file (llm.c GPT-2 uint16 or Llama 3 uint32, or "
        "strata's 2/4-byte format; data/README.md); empty = the embedded corpus.",
-       false},
+       false, {}, false},
       {"data.format", Enum(+[](Options& o) { return &o.data.format; }),
        "auto (a token file by its magic, else UTF-8 text: a file with more than 1% "
        "invalid UTF-8 is refused as binary) | bytes (any file, each byte one token).",
-       false},
+       false, {}, false},
       {"data.tokenizer", +[](Options& o) { return &o.data.tokenizer; },
        "\"\" (model.from's own tokenizer.json/tokenizer.model/vocab.json + merges.txt, else "
        "bytes) | bytes | gpt2 | sentencepiece:FILE | hf:PATH (a tokenizer.json or a directory "
        "holding one, a tokenizer.model, or GPT-2's vocab.json + merges.txt); text is tokenized "
        "once and cached, token files are used as they are.",
-       false},
+       false, {}, false},
       {"data.cache_dir", +[](Options& o) { return &o.data.cache_dir; },
        "directory of cached tokenized text; \"\" = $XDG_CACHE_HOME/strata/tokens or "
        "~/.cache/strata/tokens.",
-       false},
+       false, {}, true},
       {"data.val_fraction", +[](Options& o) { return &o.data.val_fraction; },
-       "tail of the tokens held out for validation; in (0, 1).", false},
-      {"train.steps", +[](Options& o) { return &o.train.steps; }, "optimizer steps to run; >= 1.",
-       false},
+       "tail of the tokens held out for validation.", false, Fraction(true, true), false},
+      {"train.steps", +[](Options& o) { return &o.train.steps; }, "optimizer steps to run.",
+       false, AtLeast(1), false},
       {"train.micro_batch", +[](Options& o) { return &o.train.micro_batch; },
-       "sequences per micro-batch per rank (B); in [1, 2^20].", false},
+       "sequences per micro-batch per rank (B).", false, In(1, 1 << 20), false},
       {"train.seq_len", +[](Options& o) { return &o.train.seq_len; },
-       "tokens per sequence (T); in [1, model.max_seq_len].", false},
+       "tokens per sequence (T); <= model.max_seq_len.", false, AtLeast(1), false},
       {"train.grad_accum", +[](Options& o) { return &o.train.grad_accum; },
-       "micro-batches per optimizer step; in [1, 65536].", false},
+       "micro-batches per optimizer step.", false, In(1, 65536), false},
       {"train.dtype", Enum(+[](Options& o) { return &o.train.dtype; }),
-       "compute/storage dtype of params and activations: fp32 | bf16.", false},
-      {"train.lr", +[](Options& o) { return &o.train.lr; }, "peak learning rate after warmup; > 0.",
-       false},
+       "compute/storage dtype of params and activations: fp32 | bf16.", false, {}, false},
+      {"train.lr", +[](Options& o) { return &o.train.lr; }, "peak learning rate after warmup.",
+       false, Above(0), false},
       {"train.min_lr_fraction", +[](Options& o) { return &o.train.min_lr_fraction; },
-       "cosine schedule decays to lr * this; in [0, 1].", false},
+       "cosine schedule decays to lr * this.", false, Fraction(false, false), false},
       {"train.warmup_steps", +[](Options& o) { return &o.train.warmup_steps; },
-       "linear warmup steps; >= 0.", false},
+       "linear warmup steps.", false, AtLeast(0), false},
       {"train.weight_decay", +[](Options& o) { return &o.train.weight_decay; },
-       "AdamW decay on matrices (not biases/norms); >= 0.", false},
+       "AdamW decay on matrices (not biases/norms).", false, AtLeast(0), false},
       {"train.beta1", +[](Options& o) { return &o.train.beta1; },
-       "Adam first-moment decay; in [0, 1).", false},
+       "Adam first-moment decay.", false, UnitInterval(), false},
       {"train.beta2", +[](Options& o) { return &o.train.beta2; },
-       "Adam second-moment decay; in [0, 1).", false},
-      {"train.eps", +[](Options& o) { return &o.train.eps; }, "Adam epsilon; > 0.", false},
+       "Adam second-moment decay.", false, UnitInterval(), false},
+      {"train.eps", +[](Options& o) { return &o.train.eps; }, "Adam epsilon.", false, Above(0), false},
       {"train.grad_clip", +[](Options& o) { return &o.train.grad_clip; },
-       "global-norm gradient clip; 0 disables; >= 0.", false},
+       "global-norm gradient clip; 0 disables.", false, AtLeast(0, " (0 disables clipping)"), false},
       {"train.seed", +[](Options& o) { return &o.train.seed; },
-       "seed of parameter init and batch order; unsigned 64-bit.", false},
+       "seed of parameter init and batch order; unsigned 64-bit.", false, {}, false},
       {"train.eval_every", +[](Options& o) { return &o.train.eval_every; },
-       "validation loss every N steps; 0 = never; >= 0.", false},
+       "validation loss every N steps; 0 = never.", false, AtLeast(0), false},
       {"train.eval_batches", +[](Options& o) { return &o.train.eval_batches; },
-       "micro-batches per validation; in [1, 2^20].", false},
+       "micro-batches per validation.", false, In(1, 1 << 20), false},
       {"train.log_every", +[](Options& o) { return &o.train.log_every; },
-       "progress line every N steps; >= 1.", false},
+       "progress line every N steps.", false, AtLeast(1), true},
       {"train.recompute", Enum(+[](Options& o) { return &o.train.recompute; }),
        "activation recompute: none | blocks (each block keeps only its output and runs its "
        "forward again during the backward: less activation memory, ~1/3 more compute).",
-       false},
+       false, {}, false},
       {"train.checkpoint_dir", +[](Options& o) { return &o.train.checkpoint_dir; },
        "directory of checkpoints (<dir>/step-<k>: fp32 master and Adam moments of every "
        "unit, independent of stage, placement and world size).",
-       false},
+       false, {}, false},
       {"train.checkpoint_every", +[](Options& o) { return &o.train.checkpoint_every; },
-       "write a checkpoint after every N steps (and after the last); 0 = never; >= 0.", false},
+       "write a checkpoint after every N steps (and after the last); 0 = never.", false, AtLeast(0), false},
       {"train.checkpoint_keep", +[](Options& o) { return &o.train.checkpoint_keep; },
-       "keep only the newest N checkpoints in train.checkpoint_dir; 0 = all; >= 0.", false},
+       "keep only the newest N checkpoints in train.checkpoint_dir; 0 = all.", false, AtLeast(0), false},
       {"train.resume", +[](Options& o) { return &o.train.resume; },
        "a checkpoint (<dir>/step-<k>) to resume from, at step k, or a checkpoint_dir (its "
        "newest); \"\" = start fresh.",
-       false},
+       false, {}, false},
       {"train.trace_steps", +[](Options& o) { return &o.train.trace_steps; },
        "with strata train --trace FILE: the steps traced, A:B (1-based, inclusive); a "
        "bounded trace of a few steps after the first.",
-       false},
+       false, {}, false},
       {"lora.rank", +[](Options& o) { return &o.lora.rank; },
        "LoRA adapter rank; 0 = full training; else the base is frozen and only the adapters "
-       "train; in [0, 4096].",
-       false},
+       "train.",
+       false, In(0, 4096), false},
       {"lora.alpha", +[](Options& o) { return &o.lora.alpha; },
-       "LoRA scale numerator: the adapter's update is scaled by alpha / rank; > 0.", false},
+       "LoRA scale numerator: the adapter's update is scaled by alpha / rank.", false, Above(0), false},
       {"lora.targets", +[](Options& o) { return &o.lora.targets; },
        "comma-separated projections given adapters: gpt attn.qkv, attn.proj, mlp.fc, "
        "mlp.proj; llama attn.q, attn.k, attn.v, attn.proj, mlp.gate, mlp.up, mlp.down; or "
        "PEFT's names (c_attn, c_proj, c_fc, q_proj, k_proj, v_proj, o_proj, gate_proj, "
        "up_proj, down_proj); all; \"\" = PEFT's default (gpt attn.qkv; llama attn.q,attn.v).",
-       false},
+       false, {}, false},
       {"lora.dropout", +[](Options& o) { return &o.lora.dropout; },
-       "dropout on the adapters' input; in [0, 1).", false},
+       "dropout on the adapters' input.", false, UnitInterval(), false},
       {"lora.base_tier", Enum(+[](Options& o) { return &o.lora.base_tier; }),
        "where the frozen base's params live between uses: device | host | nvme (host, nvme: "
        "zero.stage=3; independent of where the adapters and their optimizer live).",
-       false},
+       false, {}, false},
       {"device.backend", Enum(+[](Options& o) { return &o.device.backend; }),
-       "compute backend: cpu | cuda (one GPU per local rank; needs a CUDA build).", false},
+       "compute backend: cpu | cuda (one GPU per local rank; needs a CUDA build).", false, {}, false},
       {"device.memory_limit", +[](Options& o) { return &o.device.memory_limit; },
        "device-tier capacity: bytes or a size like 512MiB, 2GiB; 0 = automatic (cuda: the "
        "GPU's memory; cpu: min(8GiB, half the rank's share of usable RAM)).",
-       true},
+       true, {}, true},
       {"device.threads", +[](Options& o) { return &o.device.threads; },
-       "CPU kernel threads; 0 = all cores; in [0, 1024].", false},
+       "CPU kernel threads; 0 = all cores.", false, In(0, 1024), true},
       {"device.cuda_attention", Enum(+[](Options& o) { return &o.device.cuda_attention; }),
        "CUDA attention kernels: gemm (every product a cuBLAS GEMM, on tensor cores in bf16; "
        "T x T scores per head in scratch, up to 256 MiB a call) | flash (tiled kernels on "
        "CUDA cores; no scratch; head size <= 128).",
-       false},
+       false, {}, false},
       {"zero.stage", +[](Options& o) { return &o.zero.stage; },
-       "ZeRO stage: 0 replicated, 1 optimizer sharded, 2 + gradients, 3 + parameters.", false},
+       "ZeRO stage: 0 replicated, 1 optimizer sharded, 2 + gradients, 3 + parameters.", false, Named(0, 3, "0, 1, 2 or 3"), false},
       {"zero.world", +[](Options& o) { return &o.zero.world; },
-       "ranks as threads of this process; under mpirun 1 or mpirun's -np; in [1, 64].", false},
+       "ranks as threads of this process; under mpirun 1 or mpirun's -np.", false, In(1, 64, "a rank count"), false},
       {"zero.comm_timeout_s", +[](Options& o) { return &o.zero.comm_timeout_s; },
-       "a collective waiting longer than this fails naming the missing ranks; > 0.", false},
+       "a collective waiting longer than this fails naming the missing ranks.", false, Above(0, " seconds"), false},
       {"zero.prefetch_bytes", +[](Options& o) { return &o.zero.prefetch_bytes; },
-       "stage 3: bytes of gathered parameters fetched ahead of need; >= 0.", true},
+       "stage 3: bytes of gathered parameters fetched ahead of need.", true, AtLeast(0), false},
       {"zero.optimizer_tier", Enum(+[](Options& o) { return &o.zero.optimizer_tier; }),
        "where fp32 master + Adam moments live: device | host | nvme (host, nvme: CPU Adam, "
        "need zero.stage >= 1).",
-       false},
+       false, {}, false},
       {"zero.grad_tier", Enum(+[](Options& o) { return &o.zero.grad_tier; }),
        "where the fp32 gradient shards are summed: device | host | nvme (host needs the "
        "optimizer on host or nvme; nvme needs it on nvme and zero.stage 2 or 3).",
-       false},
+       false, {}, false},
       {"zero.param_tier", Enum(+[](Options& o) { return &o.zero.param_tier; }),
        "stage 3: where param shards live between uses: device | host | nvme (host needs the "
        "optimizer on host or nvme, nvme needs it on nvme).",
-       false},
+       false, {}, false},
       {"zero.param_update", Enum(+[](Options& o) { return &o.zero.param_update; }),
        "exact | delayed: delayed runs each step's CPU Adam during the next step's forward "
        "and backward (one-step delayed parameter update of ZeRO-Offload: gradients are "
        "computed on params one update old); needs optimizer_tier=host, grad_tier=host, "
        "param_tier=device.",
-       false},
+       false, {}, false},
       {"zero.nvme_dir", +[](Options& o) { return &o.zero.nvme_dir; },
        "directory of the swap files when a tier is nvme (O_DIRECT-capable, not tmpfs); a "
        "directory a live run uses is refused, crashed runs' leftovers there are removed.",
-       false},
+       false, {}, true},
       {"zero.nvme_allow_memory_fs", +[](Options& o) { return &o.zero.nvme_allow_memory_fs; },
        "accept a zero.nvme_dir on tmpfs or ramfs (refused by default: swap files there take "
        "the RAM they are meant to free).",
-       false},
+       false, {}, true},
       {"tiers.host_memory_limit", +[](Options& o) { return &o.tiers.host_memory_limit; },
        "host-tier capacity per rank (pinned with CUDA): a size like 16GiB; 0 = automatic: "
        "the rank's share of usable RAM (physical or cgroup limit, minus max(2GiB, 1/8), "
        "divided among the node's ranks; on cpu less the device tier). Above it is refused.",
-       true},
+       true, {}, true},
       {"nvme.engine", Enum(+[](Options& o) { return &o.nvme.engine; }),
-       "I/O engine of the nvme tier: auto (io_uring, else pread) | io_uring | pread.", false},
+       "I/O engine of the nvme tier: auto (io_uring, else pread) | io_uring | pread.", false, {}, true},
       {"nvme.read_ahead_units", +[](Options& o) { return &o.nvme.read_ahead_units; },
-       "param_tier=nvme: param shards read ahead of their gather (host buffers); in [1, 1024].",
-       false},
+       "param_tier=nvme: param shards read ahead of their gather (host buffers).",
+       false, In(1, 1024), false},
       {"nvme.optimizer_buffers", +[](Options& o) { return &o.nvme.optimizer_buffers; },
        "optimizer_tier=nvme: host buffers (each one chunk's master, m, v, grads, params) "
-       "the read -> AdamW -> write-back pipeline runs through; in [2, 1024].",
-       false},
+       "the read -> AdamW -> write-back pipeline runs through.",
+       false, In(2, 1024), false},
       {"nvme.grad_buffers", +[](Options& o) { return &o.nvme.grad_buffers; },
        "grad_tier=nvme: host buffer pairs (one chunk's fp32 sum + landing) the gradient sums "
-       "run through; a unit of more chunks writes its early sums out; in [2, 1024].",
-       false},
+       "run through; a unit of more chunks writes its early sums out.",
+       false, In(2, 1024), false},
       {"nvme.queue_depth", +[](Options& o) { return &o.nvme.queue_depth; },
-       "I/O requests in flight per rank; in [1, 4096].", false},
+       "I/O requests in flight per rank.", false, In(1, 4096, "a depth"), true},
       {"nvme.chunk_bytes", +[](Options& o) { return &o.nvme.chunk_bytes; },
-       "grain of the nvme optimizer pipeline (fp32 bytes per state array and chunk); a "
-       "multiple of 8KiB.",
-       true},
+       "grain of the nvme optimizer pipeline (fp32 bytes per state array and chunk).",
+       true, MultipleOf(8192, "a multiple of 8 KiB (8192 bytes)"), false},
   };
   return *keys;
 }

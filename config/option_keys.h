@@ -34,15 +34,37 @@ using Field = std::variant<int* (*)(Options&), float* (*)(Options&), double* (*)
                            uint64_t* (*)(Options&), std::string* (*)(Options&), EnumField,
                            bool* (*)(Options&)>;
 
+// The values a numeric key allows: the key's single-key check (CheckOptions) and its line
+// in --help-config both come from here.
+struct Range {
+  bool has_min = false, has_max = false;
+  double min = 0, max = 0;
+  bool min_open = false, max_open = false;
+  const char* noun = "";      // before "in [a, b]": "a fraction", "a rank count"
+  const char* suffix = "";    // after ">= a" or "> a": " seconds", " (0 disables clipping)"
+  const char* expected = "";  // the whole expected text, where an interval says it badly
+  uint64_t multiple_of = 0;   // (sizes) a positive multiple of this
+  bool empty() const { return !has_min && !has_max && multiple_of == 0; }
+};
+// What a value of `range` is, as an error's "expected ..." says it: "in [1, 1024]",
+// ">= 0 (0 disables clipping)", "a fraction in (0, 1)".
+std::string ExpectedText(const Range& range);
+
 struct KeySpec {
   const char* name;  // "section.key"
   Field field;
   const char* doc;
   bool is_size;  // a uint64 byte count: "2GiB" or a number of bytes
+  Range range;   // numeric keys: the values allowed ({}: any the type holds)
+  // A machine's own business (a path or limit of its node): ranks may set it differently
+  // (session/rank_agreement.h compares the others).
+  bool rank_local;
 };
 
 // The one list of keys, in documentation order.
 const std::vector<KeySpec>& Keys();
+// The rank-local keys' names (KeySpec::rank_local), in table order.
+std::vector<std::string> RankLocalKeyNames();
 const KeySpec* FindKey(const std::string& name);
 
 // A named model: every field of ModelOptions except `preset`, which is the name.
@@ -78,8 +100,9 @@ std::string SetFromJson(const KeySpec& spec, const Json& value, Options& options
 std::string ValueText(const KeySpec& spec, const Options& options);
 std::string TypeName(const KeySpec& spec);
 
-// Range and cross-field checks on merged options (option_checks.cc); each problem names
-// the key, the value and what is expected.
+// Every key's own check (its Range, a known preset, a step range), then the named rules
+// across keys and the model's shape rules (models/shape_rules.h), on merged options
+// (option_checks.cc); each problem names the key, the value and what is expected.
 void CheckOptions(const Options& options, std::vector<std::string>* problems);
 
 }  // namespace strata::option_keys

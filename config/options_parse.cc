@@ -272,6 +272,8 @@ std::vector<std::string> ConfigKeys() {
   return names;
 }
 
+std::vector<std::string> RankLocalKeys() { return RankLocalKeyNames(); }
+
 std::vector<std::string> ModelPresetNames() {
   std::vector<std::string> names;
   for (const Preset& preset : Presets()) names.push_back(preset.name);
@@ -384,7 +386,9 @@ std::string DescribeKeys() {
     std::string value = ValueText(spec, defaults);
     if (TypeName(spec) == "string") value = absl::StrCat("\"", value, "\"");
     absl::StrAppend(&out, "  ", spec.name, " (", TypeName(spec), ", default ", value, ")\n",
-                    "      ", spec.doc, "\n");
+                    "      ", spec.doc,
+                    spec.range.empty() ? "" : absl::StrCat(" Allowed: ", ExpectedText(spec.range), "."),
+                    spec.rank_local ? " May differ between ranks." : "", "\n");
     if (std::string(spec.name) == "model.preset") {
       for (const Preset& preset : Presets()) {
         const ModelOptions& m = preset.model;

@@ -39,6 +39,9 @@ StatusOr<std::pair<int, int>> ParseStepRange(const std::string& text);
 // Every config key, "section.key", in table order (model, data, train, device, zero).
 std::vector<std::string> ConfigKeys();
 
+// The keys ranks may set differently (a machine's own paths and limits), in table order.
+std::vector<std::string> RankLocalKeys();
+
 // The names of the model presets, e.g. {"tiny", "small", "gpt2-124m"}.
 std::vector<std::string> ModelPresetNames();
 

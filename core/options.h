@@ -1,5 +1,6 @@
 // The one options struct of strata. Every field states its config key, default and
-// consequence. Parsed from a JSON file plus `--set section.key=value` overrides by
+// consequence; the values a key allows, its documentation and whether ranks may differ on
+// it are declared once, in the key table (config/option_keys.cc; docs/config.md). Parsed from a JSON file plus `--set section.key=value` overrides by
 // ParseOptions (config/options_parse.h), which rejects unknown keys and bad values, listing
 // every problem at once. A key with a few possible values is an enum here, parsed once by
 // the parser (OptionNames gives each value's config text): nothing else compares option
@@ -119,9 +120,9 @@ struct ModelOptions {
   int vocab = 50304;       // model.vocab: real vocabulary; token ids must be < vocab.
   int padded_vocab = 0;    // model.padded_vocab: embedding rows; 0 = vocab rounded up to 64.
   int max_seq_len = 256;   // model.max_seq_len: longest sequence (gpt: position embedding rows).
-  // model.rope_theta, model.rope_scaling (none | linear | llama3) and its model.rope_factor,
-  // rope_low_freq_factor, rope_high_freq_factor, rope_original_max_seq_len: the rotary
-  // embedding (llama; core/rope.h).
+  // model.rope_theta, model.rope_scaling and its model.rope_factor, rope_low_freq_factor,
+  // rope_high_freq_factor, rope_original_max_seq_len: the rotary embedding (llama;
+  // core/rope.h has the scalings).
   RopeSpec rope;
   float norm_eps = 1e-5f;       // model.norm_eps: RMSNorm epsilon (llama; gpt's layernorm: 1e-5).
   bool tie_embeddings = true;   // model.tie_embeddings: LM head = token embedding (gpt: always).

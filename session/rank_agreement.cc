@@ -11,13 +11,15 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "collectives/agreement.h"
+#include "config/options_parse.h"
 #include "core/run_identity.h"
 
 namespace strata {
 namespace {
 
 bool IsRankLocal(const std::string& key) {
-  const std::vector<std::string>& keys = RankLocalKeys();
+  static const auto* keys_storage = new std::vector<std::string>(RankLocalKeys());
+  const std::vector<std::string>& keys = *keys_storage;
   return std::find(keys.begin(), keys.end(), key) != keys.end();
 }
 
@@ -42,14 +44,6 @@ std::map<std::string, std::string> KeyValues(const std::string& text) {
 }
 
 }  // namespace
-
-const std::vector<std::string>& RankLocalKeys() {
-  static const auto* keys = new std::vector<std::string>{
-      "zero.nvme_dir",  "zero.nvme_allow_memory_fs", "device.memory_limit", "device.threads",
-      "tiers.host_memory_limit", "nvme.engine", "nvme.queue_depth", "train.log_every",
-      "data.cache_dir"};
-  return *keys;
-}
 
 Status AgreeOnStart(Communicator& communicator, const std::string& resolved) {
   const std::string shared = SharedPart(resolved);

@@ -5,7 +5,8 @@
 //   mismatch, every rank learns every other's configuration text (lengths first, then the
 //   texts padded to the longest, so the sizes never disagree) and all return the same
 //   kInvalidArgument naming each differing key with its value per rank. Keys that are a
-//   machine's own business may differ (kRankLocalKeys). On agreement every rank takes
+//   machine's own business may differ (the key table's rank-local keys: RankLocalKeys in
+//   config/options_parse.h). On agreement every rank takes
 //   rank 0's run id (core/run_identity.h), so its swap and lock files carry one identity.
 // - AgreeOnStop, at each step boundary: the first stop signal of any rank (by rank
 //   order), so every rank stops after the same step.
@@ -22,8 +23,6 @@
 
 namespace strata {
 
-// Config keys ranks may set differently (paths and limits of their own machine).
-const std::vector<std::string>& RankLocalKeys();
 
 // `resolved` is FormatResolved(options) of this rank ("section.key=value" lines).
 Status AgreeOnStart(Communicator& communicator, const std::string& resolved);
