@@ -132,4 +132,61 @@ std::string VocabText(int vocab, int padded_vocab) {
 
 int DefaultPaddedVocab(int vocab) { return (vocab + 63) / 64 * 64; }
 
+void DecoderBase::BuildStages() {
+  stages_.clear();
+  stages_.push_back({"embed", {0}});
+  for (int l = 0; l < layers_; ++l) {
+    std::vector<int> units = {l + 1};
+    if (lora_.active()) units.push_back(lora_.unit(l));
+    stages_.push_back({"block " + std::to_string(l), units});
+  }
+  stages_.push_back({"final_norm", {layers_ + 1}});
+  stages_.push_back({"lm_head", {head_unit_}});
+}
+
+Status DecoderBase::Forward(int stage, const StepContext& ctx) {
+  RETURN_IF_ERROR(CheckShape(ctx));
+  if (stage == 0) return EmbedForward(ctx);
+  if (stage <= layers_) return BlockForward(stage, ctx, /*output=*/true);
+  if (stage == layers_ + 1) return FinalNormForward(ctx);
+  return LmHeadForward(ctx);
+}
+
+Status DecoderBase::Backward(int stage, const StepContext& ctx) {
+  RETURN_IF_ERROR(CheckShape(ctx));
+  const size_t btc_bytes =
+      static_cast<size_t>(ctx.batch) * ctx.seq_len * channels_ * DTypeBytes(dtype_);
+  if (stage == layers_ + 2) return LmHeadBackward(ctx);
+  if (stage == layers_ + 1) {  // the final norm starts the residual gradient
+    RETURN_IF_ERROR(ctx.device->MemsetAsync(dres_.data(), 0, btc_bytes, *ctx.stream));
+    return FinalNormBackward(ctx);
+  }
+  if (stage >= 1) {
+    // Recompute: the block's inside again from its input (kept), with the same params and
+    // kernels, so the same values as the first forward's.
+    if (recompute_) RETURN_IF_ERROR(BlockForward(stage, ctx, /*output=*/false));
+    return BlockBackward(stage, ctx);
+  }
+  return EmbedBackward(ctx);
+}
+
+Status DecoderBase::LmHeadForward(const StepContext& ctx) {
+  const int N = ctx.batch * ctx.seq_len;
+  RETURN_IF_ERROR(ctx.ops->MatmulForward(*ctx.stream, logits_.data(), lnf_.data(),
+                                         HeadWeight(ctx), nullptr,
+                                         N, channels_, padded_vocab_));
+  return ctx.ops->SoftmaxCrossEntropy(*ctx.stream, losses_.as<float>(), logits_.data(),
+                                      ctx.targets, N, vocab_, padded_vocab_, ctx.dloss);
+}
+
+Status DecoderBase::LmHeadBackward(const StepContext& ctx) {
+  // The logits already hold dloss * dlogits (SoftmaxCrossEntropy wrote them).
+  const int N = ctx.batch * ctx.seq_len;
+  const size_t btc_bytes = static_cast<size_t>(N) * channels_ * DTypeBytes(dtype_);
+  RETURN_IF_ERROR(ctx.device->MemsetAsync(dbtc_.data(), 0, btc_bytes, *ctx.stream));
+  void* dhead = Grad(ctx.grads[head_unit_], head_unit_, head_tensor_);
+  return ctx.ops->MatmulBackward(*ctx.stream, dbtc_.data(), dhead, nullptr, logits_.data(),
+                                 lnf_.data(), HeadWeight(ctx), N, channels_, padded_vocab_);
+}
+
 }  // namespace strata

@@ -1,5 +1,7 @@
-// GPT model: units, stages, initialisation and the per-stage forward/backward.
-// The backward mirrors the forward stage by stage; `dres_` carries the gradient of the
+// GPT model: its units and initialisation, and what it does in each stage the decoder
+// skeleton (models/common/decoder.h) runs: the token and position embedding, the block
+// (layernorm, fused qkv with biases, attention, GELU MLP), the final layernorm; and its
+// decode step. The backward mirrors the forward; `dres_` carries the gradient of the
 // residual stream between stages.
 #include "models/gpt/gpt.h"
 
@@ -28,7 +30,9 @@ constexpr char kGptLoraDefault[] = "attn.qkv";
 class Gpt : public DecoderBase {
  public:
   Gpt(const GptConfig& config, DType dtype, std::vector<int> lora_targets)
-      : DecoderBase(dtype, config.vocab, config.padded_vocab, config.channels), config_(config) {
+      : DecoderBase(dtype, config.vocab, config.padded_vocab, config.channels, config.layers,
+                    config.recompute),
+        config_(config) {
     const int C = config.channels, L = config.layers;
     const float std_residual = 0.02f / std::sqrt(2.0f * L);
     UnitLayout embed("embedding");
@@ -61,14 +65,9 @@ class Gpt : public DecoderBase {
                            dtype, &units_);
     }
 
-    stages_.push_back({"embed", {0}});
-    for (int l = 0; l < L; ++l) {
-      std::vector<int> units = {l + 1};
-      if (lora_.active()) units.push_back(lora_.unit(l));
-      stages_.push_back({"block " + std::to_string(l), units});
-    }
-    stages_.push_back({"final_norm", {L + 1}});
-    stages_.push_back({"lm_head", {0}});
+    head_unit_ = 0;  // the LM head is the token embedding
+    head_tensor_ = kWte;
+    BuildStages();
   }
 
   Status PrepareActivations(Device& device, int batch, int seq_len) override {
@@ -119,112 +118,93 @@ class Gpt : public DecoderBase {
     return lora_.Prepare(device, static_cast<int>(N), config_.layers);
   }
 
-  Status Forward(int stage, const StepContext& ctx) override {
-    RETURN_IF_ERROR(CheckShape(ctx));
-    Ops& ops = *ctx.ops;
-    Stream& s = *ctx.stream;
-    const int B = ctx.batch, T = ctx.seq_len, C = config_.channels;
-    const int N = B * T, L = config_.layers;
-    if (stage == 0) {
-      const void* p = ctx.params[0];
-      return ops.EncoderForward(s, encoded_.data(), ctx.inputs, At(p, 0, kWte), At(p, 0, kWpe),
-                                B, T, C);
-    }
-    if (stage <= L) return BlockForward(stage, ctx, /*output=*/true);
-    if (stage == L + 1) {
-      const void* p = ctx.params[stage];
-      return ops.LayerNormForward(s, lnf_.data(), lnf_mean_.as<float>(), lnf_rstd_.as<float>(),
-                                  ResidualInput(L), At(p, stage, kLnfW), At(p, stage, kLnfB), N,
-                                  C);
-    }
-    // lm_head: logits with the tied token embedding, then the fused loss (and its gradient).
+  Status EmbedForward(const StepContext& ctx) override {
     const void* p = ctx.params[0];
-    RETURN_IF_ERROR(ops.MatmulForward(s, logits_.data(), lnf_.data(), At(p, 0, kWte), nullptr, N,
-                                      C, config_.padded_vocab));
-    return ops.SoftmaxCrossEntropy(s, losses_.as<float>(), logits_.data(), ctx.targets, N,
-                                   config_.vocab, config_.padded_vocab, ctx.dloss);
+    return ctx.ops->EncoderForward(*ctx.stream, encoded_.data(), ctx.inputs, At(p, 0, kWte),
+                                   At(p, 0, kWpe), ctx.batch, ctx.seq_len, config_.channels);
   }
 
-  Status Backward(int stage, const StepContext& ctx) override {
-    RETURN_IF_ERROR(CheckShape(ctx));
+  Status FinalNormForward(const StepContext& ctx) override {
+    const int stage = config_.layers + 1, N = ctx.batch * ctx.seq_len;
+    const void* p = ctx.params[stage];
+    return ctx.ops->LayerNormForward(*ctx.stream, lnf_.data(), lnf_mean_.as<float>(),
+                                     lnf_rstd_.as<float>(), ResidualInput(config_.layers),
+                                     At(p, stage, kLnfW), At(p, stage, kLnfB), N,
+                                     config_.channels);
+  }
+
+  Status FinalNormBackward(const StepContext& ctx) override {
+    const int stage = config_.layers + 1, N = ctx.batch * ctx.seq_len;
+    const void* p = ctx.params[stage];
+    void* g = ctx.grads[stage];
+    return ctx.ops->LayerNormBackward(*ctx.stream, dres_.data(), NormGrad(g, stage, kLnfW),
+                                      NormGrad(g, stage, kLnfB), dbtc_.data(),
+                                      ResidualInput(config_.layers), At(p, stage, kLnfW),
+                                      lnf_mean_.as<float>(), lnf_rstd_.as<float>(), N,
+                                      config_.channels);
+  }
+
+  Status EmbedBackward(const StepContext& ctx) override {
+    void* g = ctx.grads[0];
+    if (g == nullptr) return absl::OkStatus();  // a frozen embedding has nothing to add to
+    return ctx.ops->EncoderBackward(*ctx.stream, At(g, 0, kWte), At(g, 0, kWpe), dres_.data(),
+                                    ctx.inputs, ctx.batch, ctx.seq_len, config_.channels);
+  }
+
+  Status BlockBackward(int stage, const StepContext& ctx) override {
     Ops& ops = *ctx.ops;
     Device& device = *ctx.device;
     Stream& s = *ctx.stream;
     const int B = ctx.batch, T = ctx.seq_len, C = config_.channels, NH = config_.heads;
-    const int N = B * T, L = config_.layers;
+    const int N = B * T;
     const size_t btc_bytes = static_cast<size_t>(N) * C * DTypeBytes(dtype_);
-    if (stage == L + 2) {  // lm_head: logits already hold dloss * dlogits
-      RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
-      return ops.MatmulBackward(s, dbtc_.data(), Grad(ctx.grads[0], 0, kWte), nullptr,
-                                logits_.data(), lnf_.data(), At(ctx.params[0], 0, kWte), N, C,
-                                config_.padded_vocab);
-    }
-    if (stage == L + 1) {  // final norm: starts the residual gradient
-      const void* p = ctx.params[stage];
-      void* g = ctx.grads[stage];
-      RETURN_IF_ERROR(device.MemsetAsync(dres_.data(), 0, btc_bytes, s));
-      return ops.LayerNormBackward(s, dres_.data(), NormGrad(g, stage, kLnfW),
-                                   NormGrad(g, stage, kLnfB),
-                                   dbtc_.data(), ResidualInput(L), At(p, stage, kLnfW),
-                                   lnf_mean_.as<float>(), lnf_rstd_.as<float>(), N, C);
-    }
-    if (stage >= 1) {
-      const int l = stage - 1;
-      const void* p = ctx.params[stage];
-      void* g = ctx.grads[stage];
-      // Recompute: the block's inside again from its input (kept), with the same params
-      // and kernels, so the same values as the first forward's.
-      if (config_.recompute) RETURN_IF_ERROR(BlockForward(stage, ctx, /*output=*/false));
-      BlockActivations& a = Acts(l);
-      const size_t n4 = static_cast<size_t>(N) * 4 * C;
-      // residual3 = residual2 + proj(gelu(fc(ln2(residual2)))): dres flows to both.
-      RETURN_IF_ERROR(device.MemsetAsync(dfch_gelu_.data(), 0, n4 * DTypeBytes(dtype_), s));
-      RETURN_IF_ERROR(ops.MatmulBackward(s, dfch_gelu_.data(), Grad(g, stage, kFcProjW),
-                                         Grad(g, stage, kFcProjB), dres_.data(),
-                                         a.fch_gelu.data(), At(p, stage, kFcProjW), N, 4 * C,
-                                         C));
-      RETURN_IF_ERROR(lora_.Backward(ctx, l, kLoraFcProj, a.fch_gelu.data(), dres_.data(),
-                                     dfch_gelu_.data(), N));
-      RETURN_IF_ERROR(device.MemsetAsync(dfch_.data(), 0, n4 * DTypeBytes(dtype_), s));
-      RETURN_IF_ERROR(ops.GeluBackward(s, dfch_.data(), a.fch.data(), dfch_gelu_.data(), n4));
-      RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
-      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), Grad(g, stage, kFcW),
-                                         Grad(g, stage, kFcB), dfch_.data(), a.ln2.data(),
-                                         At(p, stage, kFcW), N, C, 4 * C));
-      RETURN_IF_ERROR(
-          lora_.Backward(ctx, l, kLoraFc, a.ln2.data(), dfch_.data(), dbtc_.data(), N));
-      RETURN_IF_ERROR(ops.LayerNormBackward(s, dres_.data(), NormGrad(g, stage, kLn2W),
-                                            NormGrad(g, stage, kLn2B), dbtc_.data(),
-                                            a.residual2.data(), At(p, stage, kLn2W),
-                                            a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), N,
-                                            C));
-      // residual2 = residual + proj(attention(qkv(ln1(residual)))).
-      RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
-      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), Grad(g, stage, kAttProjW),
-                                         Grad(g, stage, kAttProjB), dres_.data(), a.atty.data(),
-                                         At(p, stage, kAttProjW), N, C, C));
-      RETURN_IF_ERROR(lora_.Backward(ctx, l, kLoraAttProj, a.atty.data(), dres_.data(),
-                                     dbtc_.data(), N));
-      RETURN_IF_ERROR(device.MemsetAsync(dqkv_.data(), 0, 3 * btc_bytes, s));
-      RETURN_IF_ERROR(ops.AttentionBackward(s, dqkv_.data(), dbtc_.data(), a.qkv.data(),
-                                            a.atty.data(), a.att_stats.as<float>(), B, T, C,
-                                            NH, NH));
-      RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
-      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), Grad(g, stage, kQkvW),
-                                         Grad(g, stage, kQkvB), dqkv_.data(), a.ln1.data(),
-                                         At(p, stage, kQkvW), N, C, 3 * C));
-      RETURN_IF_ERROR(
-          lora_.Backward(ctx, l, kLoraQkv, a.ln1.data(), dqkv_.data(), dbtc_.data(), N));
-      return ops.LayerNormBackward(s, dres_.data(), NormGrad(g, stage, kLn1W),
-                                   NormGrad(g, stage, kLn1B),
-                                   dbtc_.data(), ResidualInput(l), At(p, stage, kLn1W),
-                                   a.ln1_mean.as<float>(), a.ln1_rstd.as<float>(), N, C);
-    }
-    // embed (a frozen embedding has nothing to add to)
-    void* g = ctx.grads[0];
-    if (g == nullptr) return absl::OkStatus();
-    return ops.EncoderBackward(s, At(g, 0, kWte), At(g, 0, kWpe), dres_.data(), ctx.inputs, B, T,
-                               C);
+    const int l = stage - 1;
+    const void* p = ctx.params[stage];
+    void* g = ctx.grads[stage];
+    BlockActivations& a = Acts(l);
+    const size_t n4 = static_cast<size_t>(N) * 4 * C;
+    // residual3 = residual2 + proj(gelu(fc(ln2(residual2)))): dres flows to both.
+    RETURN_IF_ERROR(device.MemsetAsync(dfch_gelu_.data(), 0, n4 * DTypeBytes(dtype_), s));
+    RETURN_IF_ERROR(ops.MatmulBackward(s, dfch_gelu_.data(), Grad(g, stage, kFcProjW),
+                                       Grad(g, stage, kFcProjB), dres_.data(),
+                                       a.fch_gelu.data(), At(p, stage, kFcProjW), N, 4 * C,
+                                       C));
+    RETURN_IF_ERROR(lora_.Backward(ctx, l, kLoraFcProj, a.fch_gelu.data(), dres_.data(),
+                                   dfch_gelu_.data(), N));
+    RETURN_IF_ERROR(device.MemsetAsync(dfch_.data(), 0, n4 * DTypeBytes(dtype_), s));
+    RETURN_IF_ERROR(ops.GeluBackward(s, dfch_.data(), a.fch.data(), dfch_gelu_.data(), n4));
+    RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
+    RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), Grad(g, stage, kFcW),
+                                       Grad(g, stage, kFcB), dfch_.data(), a.ln2.data(),
+                                       At(p, stage, kFcW), N, C, 4 * C));
+    RETURN_IF_ERROR(
+        lora_.Backward(ctx, l, kLoraFc, a.ln2.data(), dfch_.data(), dbtc_.data(), N));
+    RETURN_IF_ERROR(ops.LayerNormBackward(s, dres_.data(), NormGrad(g, stage, kLn2W),
+                                          NormGrad(g, stage, kLn2B), dbtc_.data(),
+                                          a.residual2.data(), At(p, stage, kLn2W),
+                                          a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), N,
+                                          C));
+    // residual2 = residual + proj(attention(qkv(ln1(residual)))).
+    RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
+    RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), Grad(g, stage, kAttProjW),
+                                       Grad(g, stage, kAttProjB), dres_.data(), a.atty.data(),
+                                       At(p, stage, kAttProjW), N, C, C));
+    RETURN_IF_ERROR(lora_.Backward(ctx, l, kLoraAttProj, a.atty.data(), dres_.data(),
+                                   dbtc_.data(), N));
+    RETURN_IF_ERROR(device.MemsetAsync(dqkv_.data(), 0, 3 * btc_bytes, s));
+    RETURN_IF_ERROR(ops.AttentionBackward(s, dqkv_.data(), dbtc_.data(), a.qkv.data(),
+                                          a.atty.data(), a.att_stats.as<float>(), B, T, C,
+                                          NH, NH));
+    RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
+    RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), Grad(g, stage, kQkvW),
+                                       Grad(g, stage, kQkvB), dqkv_.data(), a.ln1.data(),
+                                       At(p, stage, kQkvW), N, C, 3 * C));
+    RETURN_IF_ERROR(
+        lora_.Backward(ctx, l, kLoraQkv, a.ln1.data(), dqkv_.data(), dbtc_.data(), N));
+    return ops.LayerNormBackward(s, dres_.data(), NormGrad(g, stage, kLn1W),
+                                 NormGrad(g, stage, kLn1B),
+                                 dbtc_.data(), ResidualInput(l), At(p, stage, kLn1W),
+                                 a.ln1_mean.as<float>(), a.ln1_rstd.as<float>(), N, C);
   }
 
   Status PrepareDecode(Device& device, int max_len) override {
@@ -302,9 +282,6 @@ class Gpt : public DecoderBase {
                              config_.padded_vocab);
   }
 
-  const float* losses() const override { return losses_.as<float>(); }
-  const void* logits() const override { return logits_.data(); }
-
   // The embedding (unit 0, also the LM head): its lookup's backward adds only to the rows
   // of wte named by the tokens and to wpe's first seq_len rows.
   std::vector<std::pair<size_t, size_t>> LastStageRanges(int unit, const int32_t* inputs,
@@ -329,7 +306,7 @@ class Gpt : public DecoderBase {
   // Block stage-1's forward: its activations into Acts(l) and, with `output`, its output
   // into blocks_[l].residual3 (the recompute for the backward leaves out the last
   // projection: the backward does not read its result, and the output is kept).
-  Status BlockForward(int stage, const StepContext& ctx, bool output) {
+  Status BlockForward(int stage, const StepContext& ctx, bool output) override {
     Ops& ops = *ctx.ops;
     Stream& s = *ctx.stream;
     const int B = ctx.batch, T = ctx.seq_len, C = config_.channels, NH = config_.heads;
@@ -369,11 +346,8 @@ class Gpt : public DecoderBase {
     return ops.Add(s, out, out, a.residual2.data(), static_cast<size_t>(N) * C);
   }
 
-  // A frozen unit's gradient (g null): no weight gradient (matmuls skip it), and the norms'
-  // into a sink nobody reads.
-  void* Grad(void* g, int unit, int tensor) const {
-    return g == nullptr ? nullptr : At(g, unit, tensor);
-  }
+  // A frozen unit's norm gradients: into the sink nobody reads (the weight first, the bias
+  // after it).
   void* NormGrad(void* g, int unit, int tensor) {
     if (g != nullptr) return At(g, unit, tensor);
     return static_cast<char*>(norm_sink_.data()) +
@@ -394,12 +368,10 @@ class Gpt : public DecoderBase {
   int decode_len_ = 0;
   std::vector<Buffer> decode_cache_;
   Buffer dec_x_, dec_ln_, dec_stats_, dec_att_, dec_tmp_, dec_fc_, dec_gelu_;
-  Buffer encoded_, lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
-  Buffer dres_, dbtc_, dqkv_, dfch_gelu_, dfch_;
+  Buffer lnf_mean_, lnf_rstd_;
+  Buffer dqkv_, dfch_gelu_, dfch_;
   std::vector<BlockActivations> blocks_;
   BlockActivations scratch_;  // recompute only
-  Buffer norm_sink_;           // frozen norms' gradients, never read
-  LoraAdapters lora_;
 };
 
 }  // namespace

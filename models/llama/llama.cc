@@ -1,5 +1,8 @@
-// LLaMA model: units, stages and the per-stage forward/backward. The backward mirrors the
-// forward stage by stage; `dres_` carries the gradient of the residual stream between stages.
+// LLaMA model: its units and initialisation, and what it does in each stage the decoder
+// skeleton (models/common/decoder.h) runs: the token embedding, the block (RMSNorm,
+// grouped-query attention with rotary embeddings and optional q/k norms or qkv biases,
+// SwiGLU MLP), the final RMSNorm; and its decode step. The backward mirrors the forward;
+// `dres_` carries the gradient of the residual stream between stages.
 #include "models/llama/llama.h"
 
 #include <array>
@@ -29,7 +32,9 @@ constexpr char kLlamaLoraDefault[] = "attn.q,attn.v";
 class Llama : public DecoderBase {
  public:
   Llama(const LlamaConfig& config, DType dtype, std::vector<int> lora_targets)
-      : DecoderBase(dtype, config.vocab, config.padded_vocab, config.channels), config_(config) {
+      : DecoderBase(dtype, config.vocab, config.padded_vocab, config.channels, config.layers,
+                    config.recompute),
+        config_(config) {
     const int C = config.channels, L = config.layers, F = config.ffn_hidden;
     const int hs = config.head_dim, Q = config.heads * hs;
     const int qkv_rows = Q + 2 * config.kv_heads * hs;
@@ -55,12 +60,14 @@ class Llama : public DecoderBase {
     UnitLayout final_norm("final norm");
     final_norm.Add("norm.weight", {C}, false, InitKind::kOnes);
     units_.push_back(final_norm);
-    head_unit_ = 0;
+    head_unit_ = 0;  // tied: the token embedding
+    head_tensor_ = kTokEmbed;
     if (!config.tie_embeddings) {
       UnitLayout head("lm_head");
       head.Add("lm_head.weight", {config.padded_vocab, C}, true, InitKind::kNormal, 0.02f);
       units_.push_back(head);
       head_unit_ = L + 2;
+      head_tensor_ = kLmHead;
     }
 
     if (config.lora.enabled()) {
@@ -68,14 +75,7 @@ class Llama : public DecoderBase {
                            dtype, &units_);
     }
 
-    stages_.push_back({"embed", {0}});
-    for (int l = 0; l < L; ++l) {
-      std::vector<int> units = {l + 1};
-      if (lora_.active()) units.push_back(lora_.unit(l));
-      stages_.push_back({"block " + std::to_string(l), units});
-    }
-    stages_.push_back({"final_norm", {L + 1}});
-    stages_.push_back({"lm_head", {head_unit_}});
+    BuildStages();
   }
 
   Status PrepareActivations(Device& device, int batch, int seq_len) override {
@@ -130,110 +130,98 @@ class Llama : public DecoderBase {
     return lora_.Prepare(device, static_cast<int>(N), config_.layers);
   }
 
-  Status Forward(int stage, const StepContext& ctx) override {
-    RETURN_IF_ERROR(CheckShape(ctx));
-    Ops& ops = *ctx.ops;
-    Stream& s = *ctx.stream;
-    const int B = ctx.batch, T = ctx.seq_len, C = config_.channels;
-    const int N = B * T, L = config_.layers;
-    if (stage == 0) {
-      return ops.EncoderForward(s, encoded_.data(), ctx.inputs, At(ctx.params[0], 0, kTokEmbed),
-                                nullptr, B, T, C);
-    }
-    if (stage <= L) return BlockForward(stage, ctx, /*output=*/true);
-    if (stage == L + 1) {
-      return ops.RmsNormForward(s, lnf_.data(), lnf_rstd_.as<float>(), ResidualInput(L),
-                                At(ctx.params[stage], stage, kNorm), N, C, config_.norm_eps);
-    }
-    // lm_head: logits, then the fused loss (and its gradient).
-    RETURN_IF_ERROR(ops.MatmulForward(s, logits_.data(), lnf_.data(), HeadWeight(ctx.params),
-                                      nullptr, N, C, config_.padded_vocab));
-    return ops.SoftmaxCrossEntropy(s, losses_.as<float>(), logits_.data(), ctx.targets, N,
-                                   config_.vocab, config_.padded_vocab, ctx.dloss);
+  Status EmbedForward(const StepContext& ctx) override {
+    return ctx.ops->EncoderForward(*ctx.stream, encoded_.data(), ctx.inputs,
+                                   At(ctx.params[0], 0, kTokEmbed), nullptr, ctx.batch,
+                                   ctx.seq_len, config_.channels);
   }
 
-  Status Backward(int stage, const StepContext& ctx) override {
-    RETURN_IF_ERROR(CheckShape(ctx));
+  Status FinalNormForward(const StepContext& ctx) override {
+    const int stage = config_.layers + 1;
+    return ctx.ops->RmsNormForward(*ctx.stream, lnf_.data(), lnf_rstd_.as<float>(),
+                                   ResidualInput(config_.layers),
+                                   At(ctx.params[stage], stage, kNorm),
+                                   ctx.batch * ctx.seq_len, config_.channels, config_.norm_eps);
+  }
+
+  Status FinalNormBackward(const StepContext& ctx) override {
+    const int stage = config_.layers + 1;
+    return ctx.ops->RmsNormBackward(*ctx.stream, dres_.data(),
+                                    NormGrad(ctx.grads[stage], stage, kNorm), dbtc_.data(),
+                                    ResidualInput(config_.layers),
+                                    At(ctx.params[stage], stage, kNorm), lnf_rstd_.as<float>(),
+                                    ctx.batch * ctx.seq_len, config_.channels);
+  }
+
+  Status EmbedBackward(const StepContext& ctx) override {
+    if (ctx.grads[0] == nullptr) return absl::OkStatus();  // a frozen embedding
+    return ctx.ops->EncoderBackward(*ctx.stream, At(ctx.grads[0], 0, kTokEmbed), nullptr,
+                                    dres_.data(), ctx.inputs, ctx.batch, ctx.seq_len,
+                                    config_.channels);
+  }
+
+  Status BlockBackward(int stage, const StepContext& ctx) override {
     Ops& ops = *ctx.ops;
     Device& device = *ctx.device;
     Stream& s = *ctx.stream;
     const int B = ctx.batch, T = ctx.seq_len, C = config_.channels, F = config_.ffn_hidden;
     const int NH = config_.heads, NKV = config_.kv_heads, hs = HeadSize();
-    const int N = B * T, L = config_.layers, Q = QueryWidth(), QKV = Q + 2 * NKV * hs;
+    const int N = B * T, Q = QueryWidth(), QKV = Q + 2 * NKV * hs;
     const size_t bytes = DTypeBytes(dtype_);
     const size_t btc_bytes = static_cast<size_t>(N) * C * bytes;
     const size_t btq_bytes = static_cast<size_t>(N) * Q * bytes;
-    if (stage == L + 2) {  // lm_head: logits already hold dloss * dlogits
-      RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
-      void* dhead = ctx.grads[head_unit_] == nullptr ? nullptr : HeadWeight(ctx.grads);
-      return ops.MatmulBackward(s, dbtc_.data(), dhead, nullptr, logits_.data(),
-                                lnf_.data(), HeadWeight(ctx.params), N, C, config_.padded_vocab);
-    }
-    if (stage == L + 1) {  // final norm: starts the residual gradient
-      RETURN_IF_ERROR(device.MemsetAsync(dres_.data(), 0, btc_bytes, s));
-      return ops.RmsNormBackward(s, dres_.data(), NormGrad(ctx.grads[stage], stage, kNorm),
-                                 dbtc_.data(),
-                                 ResidualInput(L), At(ctx.params[stage], stage, kNorm),
-                                 lnf_rstd_.as<float>(), N, C);
-    }
-    if (stage >= 1) {
-      const int l = stage - 1;
-      const void* p = ctx.params[stage];
-      void* g = ctx.grads[stage];
-      if (config_.recompute) RETURN_IF_ERROR(BlockForward(stage, ctx, /*output=*/false));
-      BlockActivations& a = Acts(l);
-      // residual3 = residual2 + down(swiglu(gate_up(mlp_norm(residual2)))).
-      RETURN_IF_ERROR(device.MemsetAsync(dswiglu_.data(), 0, static_cast<size_t>(N) * F * bytes, s));
-      RETURN_IF_ERROR(ops.MatmulBackward(s, dswiglu_.data(), Grad(g, stage, kDownW), nullptr,
-                                         dres_.data(), a.swiglu.data(), At(p, stage, kDownW), N, F,
-                                         C));
-      RETURN_IF_ERROR(lora_.Backward(ctx, l, kLoraDown, a.swiglu.data(), dres_.data(),
-                                     dswiglu_.data(), N));
+    const int l = stage - 1;
+    const void* p = ctx.params[stage];
+    void* g = ctx.grads[stage];
+    BlockActivations& a = Acts(l);
+    // residual3 = residual2 + down(swiglu(gate_up(mlp_norm(residual2)))).
+    RETURN_IF_ERROR(device.MemsetAsync(dswiglu_.data(), 0, static_cast<size_t>(N) * F * bytes, s));
+    RETURN_IF_ERROR(ops.MatmulBackward(s, dswiglu_.data(), Grad(g, stage, kDownW), nullptr,
+                                       dres_.data(), a.swiglu.data(), At(p, stage, kDownW), N, F,
+                                       C));
+    RETURN_IF_ERROR(lora_.Backward(ctx, l, kLoraDown, a.swiglu.data(), dres_.data(),
+                                   dswiglu_.data(), N));
+    RETURN_IF_ERROR(
+        device.MemsetAsync(dgate_up_.data(), 0, static_cast<size_t>(N) * 2 * F * bytes, s));
+    RETURN_IF_ERROR(ops.SwiGluBackward(s, dgate_up_.data(), a.gate_up.data(), dswiglu_.data(), N,
+                                       F));
+    RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
+    RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), Grad(g, stage, kGateUpW), nullptr,
+                                       dgate_up_.data(), a.ln2.data(), At(p, stage, kGateUpW), N,
+                                       C, 2 * F));
+    for (int t : {kLoraGate, kLoraUp}) {
       RETURN_IF_ERROR(
-          device.MemsetAsync(dgate_up_.data(), 0, static_cast<size_t>(N) * 2 * F * bytes, s));
-      RETURN_IF_ERROR(ops.SwiGluBackward(s, dgate_up_.data(), a.gate_up.data(), dswiglu_.data(), N,
-                                         F));
-      RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
-      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), Grad(g, stage, kGateUpW), nullptr,
-                                         dgate_up_.data(), a.ln2.data(), At(p, stage, kGateUpW), N,
-                                         C, 2 * F));
-      for (int t : {kLoraGate, kLoraUp}) {
-        RETURN_IF_ERROR(
-            lora_.Backward(ctx, l, t, a.ln2.data(), dgate_up_.data(), dbtc_.data(), N));
-      }
-      RETURN_IF_ERROR(ops.RmsNormBackward(s, dres_.data(), NormGrad(g, stage, kMlpNorm),
-                                          dbtc_.data(),
-                                          a.residual2.data(), At(p, stage, kMlpNorm),
-                                          a.ln2_rstd.as<float>(), N, C));
-      // residual2 = residual + proj(attention(rope(qkv(attn_norm(residual))))).
-      RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btq_bytes, s));
-      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), Grad(g, stage, kAttProjW), nullptr,
-                                         dres_.data(), a.atty.data(), At(p, stage, kAttProjW), N, Q,
-                                         C));
-      RETURN_IF_ERROR(lora_.Backward(ctx, l, kLoraAttProj, a.atty.data(), dres_.data(),
-                                     dbtc_.data(), N));
-      RETURN_IF_ERROR(device.MemsetAsync(dqkv_.data(), 0, static_cast<size_t>(N) * QKV * bytes, s));
-      RETURN_IF_ERROR(ops.AttentionBackward(s, dqkv_.data(), dbtc_.data(), a.qkv.data(),
-                                            a.atty.data(), a.att_stats.as<float>(), B, T, Q, NH,
-                                            NKV));
-      // The attention saw the rotated q and k: turn their gradient back.
-      RETURN_IF_ERROR(ops.RopeBackward(s, dqkv_.data(), B, T, NH, NKV, hs, config_.rope, 0));
-      if (config_.qk_norm) RETURN_IF_ERROR(QkNormBackward(ctx, stage, a, g, N));
-      RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
-      RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), Grad(g, stage, kQkvW),
-                                         config_.qkv_bias ? Grad(g, stage, kQkvB) : nullptr,
-                                         dqkv_.data(), a.ln1.data(), At(p, stage, kQkvW), N, C,
-                                         QKV));
-      for (int t : {kLoraQ, kLoraK, kLoraV}) {
-        RETURN_IF_ERROR(lora_.Backward(ctx, l, t, a.ln1.data(), dqkv_.data(), dbtc_.data(), N));
-      }
-      return ops.RmsNormBackward(s, dres_.data(), NormGrad(g, stage, kAttnNorm), dbtc_.data(),
-                                 ResidualInput(l), At(p, stage, kAttnNorm),
-                                 a.ln1_rstd.as<float>(), N, C);
+          lora_.Backward(ctx, l, t, a.ln2.data(), dgate_up_.data(), dbtc_.data(), N));
     }
-    if (ctx.grads[0] == nullptr) return absl::OkStatus();  // a frozen embedding
-    return ops.EncoderBackward(s, At(ctx.grads[0], 0, kTokEmbed), nullptr, dres_.data(),
-                               ctx.inputs, B, T, C);
+    RETURN_IF_ERROR(ops.RmsNormBackward(s, dres_.data(), NormGrad(g, stage, kMlpNorm),
+                                        dbtc_.data(),
+                                        a.residual2.data(), At(p, stage, kMlpNorm),
+                                        a.ln2_rstd.as<float>(), N, C));
+    // residual2 = residual + proj(attention(rope(qkv(attn_norm(residual))))).
+    RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btq_bytes, s));
+    RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), Grad(g, stage, kAttProjW), nullptr,
+                                       dres_.data(), a.atty.data(), At(p, stage, kAttProjW), N, Q,
+                                       C));
+    RETURN_IF_ERROR(lora_.Backward(ctx, l, kLoraAttProj, a.atty.data(), dres_.data(),
+                                   dbtc_.data(), N));
+    RETURN_IF_ERROR(device.MemsetAsync(dqkv_.data(), 0, static_cast<size_t>(N) * QKV * bytes, s));
+    RETURN_IF_ERROR(ops.AttentionBackward(s, dqkv_.data(), dbtc_.data(), a.qkv.data(),
+                                          a.atty.data(), a.att_stats.as<float>(), B, T, Q, NH,
+                                          NKV));
+    // The attention saw the rotated q and k: turn their gradient back.
+    RETURN_IF_ERROR(ops.RopeBackward(s, dqkv_.data(), B, T, NH, NKV, hs, config_.rope, 0));
+    if (config_.qk_norm) RETURN_IF_ERROR(QkNormBackward(ctx, stage, a, g, N));
+    RETURN_IF_ERROR(device.MemsetAsync(dbtc_.data(), 0, btc_bytes, s));
+    RETURN_IF_ERROR(ops.MatmulBackward(s, dbtc_.data(), Grad(g, stage, kQkvW),
+                                       config_.qkv_bias ? Grad(g, stage, kQkvB) : nullptr,
+                                       dqkv_.data(), a.ln1.data(), At(p, stage, kQkvW), N, C,
+                                       QKV));
+    for (int t : {kLoraQ, kLoraK, kLoraV}) {
+      RETURN_IF_ERROR(lora_.Backward(ctx, l, t, a.ln1.data(), dqkv_.data(), dbtc_.data(), N));
+    }
+    return ops.RmsNormBackward(s, dres_.data(), NormGrad(g, stage, kAttnNorm), dbtc_.data(),
+                               ResidualInput(l), At(p, stage, kAttnNorm),
+                               a.ln1_rstd.as<float>(), N, C);
   }
 
   Status PrepareDecode(Device& device, int max_len) override {
@@ -320,12 +308,9 @@ class Llama : public DecoderBase {
     }
     RETURN_IF_ERROR(ops.RmsNormForward(s, dec_ln_.data(), rstd, dec_x_.data(),
                                        At(ctx.params[L + 1], L + 1, kNorm), 1, C, eps));
-    return ops.MatmulForward(s, logits_.data(), dec_ln_.data(), HeadWeight(ctx.params), nullptr,
+    return ops.MatmulForward(s, logits_.data(), dec_ln_.data(), HeadWeight(ctx), nullptr,
                              1, C, config_.padded_vocab);
   }
-
-  const float* losses() const override { return losses_.as<float>(); }
-  const void* logits() const override { return logits_.data(); }
 
   // A tied embedding (also the LM head): its lookup's backward adds only to the rows named
   // by the tokens. Untied, every unit has one backward stage.
@@ -361,17 +346,10 @@ class Llama : public DecoderBase {
   int HeadSize() const { return config_.head_dim; }
   int QueryWidth() const { return config_.heads * config_.head_dim; }  // q's and the attention's
 
-  // The LM head's matrix in `buffers` (params or grads): the embedding when tied.
-  template <typename Ptr>
-  Ptr HeadWeight(const std::vector<Ptr>& buffers) const {
-    return config_.tie_embeddings ? At(buffers[0], 0, kTokEmbed)
-                                  : At(buffers[head_unit_], head_unit_, kLmHead);
-  }
-
   // Block stage-1's forward: its activations into Acts(l) and, with `output`, its output
   // into blocks_[l].residual3 (the recompute for the backward leaves out the last
   // projection, whose result the backward does not read).
-  Status BlockForward(int stage, const StepContext& ctx, bool output) {
+  Status BlockForward(int stage, const StepContext& ctx, bool output) override {
     Ops& ops = *ctx.ops;
     Stream& s = *ctx.stream;
     const int B = ctx.batch, T = ctx.seq_len, C = config_.channels, F = config_.ffn_hidden;
@@ -420,11 +398,7 @@ class Llama : public DecoderBase {
 
   BlockActivations& Acts(int l) { return config_.recompute ? scratch_ : blocks_[l]; }
 
-  // A frozen unit's gradient (g null): no weight gradient (matmuls skip it), and the
-  // norms' into a sink nobody reads.
-  void* Grad(void* g, int unit, int tensor) const {
-    return g == nullptr ? nullptr : At(g, unit, tensor);
-  }
+  // A frozen unit's norm gradients: into the sink nobody reads.
   void* NormGrad(void* g, int unit, int tensor) {
     return g == nullptr ? norm_sink_.data() : At(g, unit, tensor);
   }
@@ -500,7 +474,6 @@ class Llama : public DecoderBase {
   void* ResidualInput(int l) { return l == 0 ? encoded_.data() : blocks_[l - 1].residual3.data(); }
 
   LlamaConfig config_;
-  int head_unit_ = 0;
   // Generation (PrepareDecode): each block's qkv rows (k, v rotated) of every position,
   // one token's activations.
   int decode_len_ = 0;
@@ -508,12 +481,10 @@ class Llama : public DecoderBase {
   Buffer dec_x_, dec_ln_, dec_rstd_, dec_att_, dec_tmp_, dec_gate_up_, dec_swiglu_;
   Buffer dec_qk_raw_, dec_qk_rows_, dec_qk_rstd_;  // qk_norm
   Buffer qk_rows_, qk_drows_;                      // qk_norm: rows of heads, scratch
-  Buffer encoded_, lnf_, lnf_rstd_, logits_, losses_;
-  Buffer dres_, dbtc_, dqkv_, dswiglu_, dgate_up_;
+  Buffer lnf_rstd_;
+  Buffer dqkv_, dswiglu_, dgate_up_;
   std::vector<BlockActivations> blocks_;
   BlockActivations scratch_;  // recompute only
-  Buffer norm_sink_;           // frozen norms' gradients, never read
-  LoraAdapters lora_;
 };
 
 }  // namespace
