@@ -28,19 +28,18 @@ CLI::App* AddTrainingBench(CLI::App* bench, const std::string& name, const std::
   return app;
 }
 
-}  // namespace
-
-void AddBenchCommands(CLI::App& app, Commands* commands) {
-  CLI::App* bench = app.add_subcommand("bench", "benchmarks (figures as same-run ratios)");
-  bench->require_subcommand(1);
-
+// `strata bench train`: the training step split and rates.
+void AddTrainBench(CLI::App* bench, Commands* commands) {
   auto train = std::make_shared<BenchArgs>();
   commands->push_back(
       {AddTrainingBench(bench, "train",
                         "ms/step split, tokens/s, GFLOP/s vs the measured FMA peak, bf16 vs fp32",
                         3, "measured steps per dtype", train),
        [train]() { return RunBenchTrain(*train); }});
+}
 
+// `strata bench plan`: strata plan against runs.
+void AddPlanBench(CLI::App* bench, Commands* commands) {
   auto plan = std::make_shared<BenchArgs>();
   auto plan_dir = std::make_shared<std::string>();
   CLI::App* plan_app = AddTrainingBench(
@@ -49,7 +48,10 @@ void AddBenchCommands(CLI::App& app, Commands* commands) {
       8, "measured steps per configuration (quartiles of its steps)", plan);
   plan_app->add_option("--dir", *plan_dir, "zero.nvme_dir for the NVMe configurations");
   commands->push_back({plan_app, [plan, plan_dir]() { return RunBenchPlan(*plan, *plan_dir); }});
+}
 
+// `strata bench trace`: the trace's cost.
+void AddTraceBench(CLI::App* bench, Commands* commands) {
   auto trace = std::make_shared<BenchArgs>();
   commands->push_back(
       {AddTrainingBench(
@@ -57,14 +59,20 @@ void AddBenchCommands(CLI::App& app, Commands* commands) {
            "the timeline trace's cost: step time without, off and on (goals <= 1%, 3%)", 20,
            "measured steps per session", trace),
        [trace]() { return RunBenchTrace(*trace); }});
+}
 
+// `strata bench zero`: the ZeRO stages at world 2.
+void AddZeroBench(CLI::App* bench, Commands* commands) {
   auto zero = std::make_shared<BenchArgs>();
   commands->push_back(
       {AddTrainingBench(bench, "zero",
                         "world 2: step time of ZeRO stages 1-3 vs stage 0, compute-stream stall",
                         3, "measured steps per stage and round", zero),
        [zero]() { return RunBenchZero(*zero); }});
+}
 
+// `strata bench offload`: the optimizer on the host.
+void AddOffloadBench(CLI::App* bench, Commands* commands) {
   auto offload = std::make_shared<BenchArgs>();
   commands->push_back(
       {AddTrainingBench(
@@ -72,7 +80,10 @@ void AddBenchCommands(CLI::App& app, Commands* commands) {
            "optimizer on the host vs on the device: step time, exposed optimizer time", 3,
            "measured steps per configuration and round", offload),
        [offload]() { return RunBenchOffload(*offload); }});
+}
 
+// `strata bench gpu`: one GPU.
+void AddGpuBench(CLI::App* bench, Commands* commands) {
   auto gpu = std::make_shared<BenchArgs>();
   auto gpu_args = std::make_shared<GpuBenchArgs>();
   CLI::App* gpu_app = AddTrainingBench(
@@ -89,7 +100,10 @@ void AddBenchCommands(CLI::App& app, Commands* commands) {
                       "models also run with params on NVMe, comma-separated (default "
                       "gpt2-124m)");
   commands->push_back({gpu_app, [gpu, gpu_args]() { return RunBenchGpu(*gpu, *gpu_args); }});
+}
 
+// `strata bench infinity`: optimizer and params on NVMe.
+void AddInfinityBench(CLI::App* bench, Commands* commands) {
   auto infinity = std::make_shared<BenchArgs>();
   auto infinity_dir = std::make_shared<std::string>();
   CLI::App* infinity_app = AddTrainingBench(
@@ -101,7 +115,10 @@ void AddBenchCommands(CLI::App& app, Commands* commands) {
   commands->push_back({infinity_app, [infinity, infinity_dir]() {
                          return RunBenchInfinity(*infinity, *infinity_dir);
                        }});
+}
 
+// `strata bench import`: the Hugging Face import.
+void AddImportBench(CLI::App* bench, Commands* commands) {
   auto import = std::make_shared<BenchArgs>();
   auto import_dir = std::make_shared<std::string>();
   auto import_dtype = std::make_shared<DType>(DType::kF32);
@@ -119,7 +136,10 @@ void AddBenchCommands(CLI::App& app, Commands* commands) {
   commands->push_back({import_app, [import, import_dir, import_dtype]() {
                          return RunBenchImport(*import, *import_dir, *import_dtype);
                        }});
+}
 
+// `strata bench nvme`: the I/O engine against fio.
+void AddNvmeBench(CLI::App* bench, Commands* commands) {
   struct NvmeArgs {
     std::string dir, size = "1GiB";
     IoEngineKind engine = IoEngineKind::kAuto;
@@ -134,7 +154,10 @@ void AddBenchCommands(CLI::App& app, Commands* commands) {
       ->transform(CLI::CheckedTransformer(OptionValues<IoEngineKind>()));
   commands->push_back(
       {nvme_app, [nvme]() { return RunBenchNvme(nvme->dir, nvme->size, nvme->engine); }});
+}
 
+// `strata bench adam`: the CPU Adam.
+void AddAdamBench(CLI::App* bench, Commands* commands) {
   struct AdamArgs {
     int threads = 0;
     bool quick = false;
@@ -145,6 +168,23 @@ void AddBenchCommands(CLI::App& app, Commands* commands) {
   adam_app->add_option("--threads", adam->threads, "threads; 0 = all cores");
   adam_app->add_flag("--quick", adam->quick, "small sizes (5M, 20M) for a smoke test");
   commands->push_back({adam_app, [adam]() { return RunBenchAdam(adam->threads, adam->quick); }});
+}
+
+}  // namespace
+
+void AddBenchCommands(CLI::App& app, Commands* commands) {
+  CLI::App* bench = app.add_subcommand("bench", "benchmarks (figures as same-run ratios)");
+  bench->require_subcommand(1);
+  AddTrainBench(bench, commands);
+  AddPlanBench(bench, commands);
+  AddTraceBench(bench, commands);
+  AddZeroBench(bench, commands);
+  AddOffloadBench(bench, commands);
+  AddGpuBench(bench, commands);
+  AddInfinityBench(bench, commands);
+  AddImportBench(bench, commands);
+  AddNvmeBench(bench, commands);
+  AddAdamBench(bench, commands);
 }
 
 }  // namespace strata
