@@ -82,6 +82,148 @@ void LogSetUp(TrainingSession& session, const Options& options) {
   }
 }
 
+// One rank's run, from the agreement on the configuration to the last step: each step's
+// stop check, the step, and (lead rank) its progress line and metrics record.
+class RankRun {
+ public:
+  RankRun(const TrainArgs& args, const Options& options, Communicator& communicator,
+          Communicator& control)
+      : args_(args), options_(options), communicator_(communicator), control_(control),
+        lead_(communicator.rank() == 0) {}
+
+  Status Run() {
+    RETURN_IF_ERROR(SetUp());
+    GracefulStop graceful;  // from here a first signal stops at the next step boundary
+    last_checkpoint_step_ = session_->first_step();
+    for (int step = session_->first_step(); step < options_.train.steps; ++step) {
+      if (lead_) {
+        MaybeRaiseFaultSignal(args_.faults.signal ? &*args_.faults.signal : nullptr, step);
+      }
+      ASSIGN_OR_RETURN(const int stop, AgreeOnStop(control_, StopSignal()));
+      if (stop != 0) return StopAfter(step, stop);
+      StatusOr<StepReport> stepped = session_->Step(step);
+      if (!stepped.ok()) {
+        // What was traced up to the failure is what a user debugging it wants to see.
+        if (Status written = WriteTrace(); !written.ok()) {
+          spdlog::warn("the trace of the failed run could not be written: {}",
+                       std::string(written.message()));
+        }
+        return stepped.status();
+      }
+      RETURN_IF_ERROR(Report(step, std::move(stepped).value()));
+    }
+    RETURN_IF_ERROR(session_->Finish());
+    return WriteTrace();
+  }
+
+ private:
+  // The run's first collective (the ranks agree on the configuration, or stop), the
+  // session, and on the lead rank the checkpoint directory, the metrics file and the log.
+  Status SetUp() {
+    RETURN_IF_ERROR(AgreeOnStart(control_, FormatResolved(options_)));
+    if (lead_) {
+      spdlog::info("resolved configuration:\n{}", FormatResolved(options_));
+      spdlog::info("ranks: {} ({}), run {}", communicator_.world_size(), communicator_.Describe(),
+                   RunId());
+    }
+    ASSIGN_OR_RETURN(session_, TrainingSession::Create(options_, &communicator_,
+                                                       !args_.trace_path.empty(), args_.faults));
+    last_checkpoint_ = session_->resumed_from();
+    if (!lead_) return absl::OkStatus();
+    RETURN_IF_ERROR(CheckCheckpointDir(options_, CheckpointBytes(session_->model())));
+    if (!options_.train.checkpoint_dir.empty()) {
+      for (const std::string& path : RemovePartialCheckpoints(options_.train.checkpoint_dir)) {
+        spdlog::info("removed {}, a checkpoint an earlier run did not finish", path);
+      }
+      if (last_checkpoint_.empty()) {
+        last_checkpoint_ = LatestCheckpoint(options_.train.checkpoint_dir);
+      }
+    }
+    ASSIGN_OR_RETURN(metrics_, MetricsWriter::Open(args_.metrics_path,
+                                                   !options_.train.resume.empty()));
+    LogSetUp(*session_, options_);
+    if (!session_->resumed_from().empty()) {
+      spdlog::info("resumed from {}: steps {} to {}", session_->resumed_from(),
+                   session_->first_step() + 1, options_.train.steps);
+    }
+    return absl::OkStatus();
+  }
+
+  // The ranks stop together after `step` for signal `stop`: SIGTERM first writes a
+  // checkpoint of the steps done (schedulers send it before they preempt).
+  Status StopAfter(int step, int stop) {
+    std::string saved;
+    if (stop == SIGTERM && !options_.train.checkpoint_dir.empty() &&
+        step > last_checkpoint_step_) {
+      if (lead_) spdlog::warn("SIGTERM: writing a checkpoint of step {} before stopping", step);
+      ASSIGN_OR_RETURN(last_checkpoint_, session_->Checkpoint(step));
+      saved = " (written on SIGTERM)";
+    }
+    RETURN_IF_ERROR(session_->Finish());
+    RETURN_IF_ERROR(WriteTrace());
+    if (lead_) {
+      SetInterruptSummary(absl::StrCat(
+          "interrupted by ", SignalName(stop), " after step ", step, " of ", options_.train.steps,
+          "; last checkpoint: ",
+          last_checkpoint_.empty() ? std::string("none") : last_checkpoint_ + saved));
+    }
+    return absl::CancelledError(absl::StrCat("stopped by ", SignalName(stop)));
+  }
+
+  // A finished step: its checkpoint remembered; on the lead rank its metrics record and,
+  // when train.log_every says so, its progress line.
+  Status Report(int step, const StepReport& report) {
+    if (report.checkpoint) {
+      last_checkpoint_ = *report.checkpoint;
+      last_checkpoint_step_ = step + 1;
+    }
+    if (!lead_) return absl::OkStatus();
+    if (report.checkpoint) {
+      spdlog::info("checkpoint: {} ({:.1f} s)", *report.checkpoint, report.checkpoint_ms / 1e3);
+    }
+    RETURN_IF_ERROR(metrics_->Write(StepRecord(report)));
+    const bool last = step + 1 == options_.train.steps;
+    if (step == 0 || (step + 1) % options_.train.log_every == 0 || last || report.val_loss) {
+      std::string val =
+          report.val_loss ? absl::StrFormat(" | val %.4f", *report.val_loss) : std::string();
+      spdlog::info("step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | {:.1f} ms | {:.0f} tok/s | "
+                   "peak device {} host {}",
+                   step + 1, options_.train.steps, report.result.loss, val, report.lr,
+                   report.ms_per_step, report.tokens_per_s,
+                   FormatBytes(report.device.peak_bytes), FormatBytes(report.host.peak_bytes));
+    }
+    return absl::OkStatus();
+  }
+
+  // The trace, whenever training ends (finished, failed or stopped by a signal).
+  Status WriteTrace() {
+    if (args_.trace_path.empty()) return absl::OkStatus();
+    const std::string path =
+        TracePathOfRank(args_.trace_path, communicator_.rank(), communicator_.world_size());
+    RETURN_IF_ERROR(session_->WriteTrace(path));
+    const Trace& trace = *session_->trace();
+    if (lead_) {
+      spdlog::info("trace: {}{} ({} events, steps {}){}", path,
+                   communicator_.world_size() > 1 ? " and one file per other rank" : "",
+                   trace.events(), options_.train.trace_steps,
+                   trace.dropped() > 0
+                       ? absl::StrCat("; truncated: ", trace.dropped(), " events past the bound")
+                       : std::string());
+    }
+    return absl::OkStatus();
+  }
+
+  const TrainArgs& args_;
+  const Options& options_;
+  Communicator& communicator_;
+  Communicator& control_;
+  const bool lead_;
+  std::unique_ptr<TrainingSession> session_;
+  std::unique_ptr<MetricsWriter> metrics_;  // lead rank only
+  std::string last_checkpoint_;
+  int last_checkpoint_step_ = 0;
+};
+
 }  // namespace
 
 Status RunTrain(const TrainArgs& args) {
@@ -94,107 +236,7 @@ Status RunTrain(const TrainArgs& args) {
       options));
   return RunRanksWithControl(options, [&](Communicator& communicator,
                                            Communicator& control) -> Status {
-    const bool lead = communicator.rank() == 0;
-    // The run's first collective: the ranks agree on the configuration, or stop.
-    RETURN_IF_ERROR(AgreeOnStart(control, FormatResolved(options)));
-    if (lead) {
-      spdlog::info("resolved configuration:\n{}", FormatResolved(options));
-      spdlog::info("ranks: {} ({}), run {}", communicator.world_size(), communicator.Describe(),
-                   RunId());
-    }
-    ASSIGN_OR_RETURN(auto session, TrainingSession::Create(options, &communicator,
-                                                           !args.trace_path.empty(), args.faults));
-    // The trace, whenever training ends (finished or stopped by a signal).
-    auto write_trace = [&]() -> Status {
-      if (args.trace_path.empty()) return absl::OkStatus();
-      const std::string path =
-          TracePathOfRank(args.trace_path, communicator.rank(), communicator.world_size());
-      RETURN_IF_ERROR(session->WriteTrace(path));
-      const Trace& trace = *session->trace();
-      if (lead) {
-        spdlog::info("trace: {}{} ({} events, steps {}){}", path,
-                     communicator.world_size() > 1 ? " and one file per other rank" : "",
-                     trace.events(), options.train.trace_steps,
-                     trace.dropped() > 0
-                         ? absl::StrCat("; truncated: ", trace.dropped(), " events past the bound")
-                         : std::string());
-      }
-      return absl::OkStatus();
-    };
-    std::string last_checkpoint = session->resumed_from();
-    std::unique_ptr<MetricsWriter> metrics;
-    if (lead) {
-      RETURN_IF_ERROR(CheckCheckpointDir(options, CheckpointBytes(session->model())));
-      if (!options.train.checkpoint_dir.empty()) {
-        for (const std::string& path : RemovePartialCheckpoints(options.train.checkpoint_dir)) {
-          spdlog::info("removed {}, a checkpoint an earlier run did not finish", path);
-        }
-        if (last_checkpoint.empty()) last_checkpoint = LatestCheckpoint(options.train.checkpoint_dir);
-      }
-      ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(args.metrics_path,
-                                                    !options.train.resume.empty()));
-      LogSetUp(*session, options);
-      if (!session->resumed_from().empty()) {
-        spdlog::info("resumed from {}: steps {} to {}", session->resumed_from(),
-                     session->first_step() + 1, options.train.steps);
-      }
-    }
-    GracefulStop graceful;  // from here a first signal stops at the next step boundary
-    int last_checkpoint_step = session->first_step();
-    for (int step = session->first_step(); step < options.train.steps; ++step) {
-      if (lead) MaybeRaiseFaultSignal(args.faults.signal ? &*args.faults.signal : nullptr, step);
-      ASSIGN_OR_RETURN(const int stop, AgreeOnStop(control, StopSignal()));
-      if (stop != 0) {
-        std::string saved;
-        if (stop == SIGTERM && !options.train.checkpoint_dir.empty() &&
-            step > last_checkpoint_step) {
-          // Schedulers send SIGTERM before they preempt: keep the steps done.
-          if (lead) spdlog::warn("SIGTERM: writing a checkpoint of step {} before stopping", step);
-          ASSIGN_OR_RETURN(last_checkpoint, session->Checkpoint(step));
-          saved = " (written on SIGTERM)";
-        }
-        RETURN_IF_ERROR(session->Finish());
-        RETURN_IF_ERROR(write_trace());
-        if (lead) {
-          SetInterruptSummary(absl::StrCat(
-              "interrupted by ", SignalName(stop), " after step ", step, " of ",
-              options.train.steps, "; last checkpoint: ",
-              last_checkpoint.empty() ? std::string("none") : last_checkpoint + saved));
-        }
-        return absl::CancelledError(absl::StrCat("stopped by ", SignalName(stop)));
-      }
-      StatusOr<StepReport> stepped = session->Step(step);
-      if (!stepped.ok()) {
-        // What was traced up to the failure is what a user debugging it wants to see.
-        if (Status written = write_trace(); !written.ok()) {
-          spdlog::warn("the trace of the failed run could not be written: {}",
-                       std::string(written.message()));
-        }
-        return stepped.status();
-      }
-      StepReport report = std::move(stepped).value();
-      if (report.checkpoint) {
-        last_checkpoint = *report.checkpoint;
-        last_checkpoint_step = step + 1;
-      }
-      if (!lead) continue;
-      if (report.checkpoint) {
-        spdlog::info("checkpoint: {} ({:.1f} s)", *report.checkpoint, report.checkpoint_ms / 1e3);
-      }
-      RETURN_IF_ERROR(metrics->Write(StepRecord(report)));
-      const bool last = step + 1 == options.train.steps;
-      if (step == 0 || (step + 1) % options.train.log_every == 0 || last || report.val_loss) {
-        std::string val =
-            report.val_loss ? absl::StrFormat(" | val %.4f", *report.val_loss) : std::string();
-        spdlog::info("step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | {:.1f} ms | {:.0f} tok/s | "
-                     "peak device {} host {}",
-                     step + 1, options.train.steps, report.result.loss, val, report.lr,
-                     report.ms_per_step, report.tokens_per_s,
-                     FormatBytes(report.device.peak_bytes), FormatBytes(report.host.peak_bytes));
-      }
-    }
-    RETURN_IF_ERROR(session->Finish());
-    return write_trace();
+    return RankRun(args, options, communicator, control).Run();
   });
 }
 
