@@ -17,14 +17,17 @@
 // there is one, and the problem. The writers never leave a half-written file under the final
 // name: they write `<path>.partial`, sync it, then rename.
 //
+// The declarations live in three headers, all of which come with this one: the element types
+// and StTensor (safetensors_format.h), the reader (here) and the writers
+// (safetensors_writer.h). The reader's parts are internal to the library: one file's header
+// checked (safetensors_header.h), a sharded set's index (safetensors_index.h).
+//
 // Thread-safety: SafetensorsSet is a value (copies share the open file descriptors, closed
 // with the last copy); its const methods may be called from several threads at once. The
 // free functions are independent of each other.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -32,30 +35,10 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "models/hf/safetensors_format.h"  // StDType, StTensor, the half conversions
+#include "models/hf/safetensors_writer.h"  // StOutputTensor, WriteSafetensors(Directory)
 
 namespace strata {
-
-enum class StDType { kF32, kBF16, kF16 };
-
-// The header's name of the dtype: "F32", "BF16", "F16".
-const char* StDTypeName(StDType dtype);
-// Bytes per element: 4 or 2.
-size_t StDTypeBytes(StDType dtype);
-
-// IEEE binary16 conversions. HalfToFloat is exact (subnormals, infinities, NaN payloads);
-// FloatToHalf rounds to nearest even, overflows to infinity, keeps NaN a (quiet) NaN.
-float HalfToFloat(uint16_t half_bits);
-uint16_t FloatToHalf(float value);
-
-struct StTensor {
-  std::string name;
-  StDType dtype = StDType::kF32;
-  std::vector<int64_t> shape;
-  uint64_t numel = 0;
-  std::string file;     // path of the file holding it
-  uint64_t offset = 0;  // absolute byte offset of its data in that file
-  uint64_t bytes = 0;   // numel * StDTypeBytes(dtype)
-};
 
 // One .safetensors file or a sharded set, opened and checked; the tensors' bytes are read
 // on demand with pread, so a rank reads only the ranges it needs.
@@ -105,39 +88,5 @@ class SafetensorsSet {
   std::map<std::string, std::string> metadata_;
   std::map<std::string, std::shared_ptr<const FileHandle>> files_;  // by path
 };
-
-// A tensor to write: its name and shape, and a producer of its elements in fp32.
-struct StOutputTensor {
-  std::string name;
-  std::vector<int64_t> shape;
-  // Fills out[0, count) with elements [begin, begin + count) (flat row-major). Called in
-  // increasing order of begin, covering the tensor once, in pieces of at most 1 Mi elements
-  // (4 MiB). An error stops the write (and is returned, naming the file and tensor).
-  std::function<Status(uint64_t begin, uint64_t count, float* out)> fill;
-};
-
-// Writes `tensors` into one file at `path`, converted to `dtype` (F32 bit-exact; BF16 and F16
-// rounded to nearest even, BF16 exactly as core/dtype.h's Store). The data is laid out in the
-// given order; the header is compact JSON with sorted keys and, when `metadata` is not empty,
-// a "__metadata__" map, padded with spaces so the data starts at a multiple of 8 bytes (as the
-// reference implementation writes it). Written to `path` + ".partial", synced, then renamed.
-// Names must be unique, not empty and not "__metadata__"; dimensions not negative.
-// Note: transformers refuses a file whose "__metadata__" lacks "format": "pt"; an exporter
-// for it passes {"format", "pt"} in `metadata`.
-Status WriteSafetensors(const std::string& path, const std::vector<StOutputTensor>& tensors,
-                        StDType dtype, const std::map<std::string, std::string>& metadata);
-
-// Writes `tensors` into `dir` (created if missing): model.safetensors when their data is at
-// most `max_shard_bytes` in total, else shards model-00001-of-0000N.safetensors ... filled in
-// the given order, each closed before the next tensor would take it past `max_shard_bytes`
-// of data (a tensor larger than the limit gets a shard of its own), plus
-// model.safetensors.index.json: {"metadata": {"total_size": <data bytes>}, "weight_map":
-// {name: shard file}}. Every shard carries `metadata`. The old index is removed first and the
-// new one written last; files of these names that the new set does not use (a stale index,
-// model.safetensors, or shards of an earlier split) are removed at the end, so the directory
-// opens as what was written once this returns OK. Returns the paths written, index last.
-StatusOr<std::vector<std::string>> WriteSafetensorsDirectory(
-    const std::string& dir, const std::vector<StOutputTensor>& tensors, StDType dtype,
-    uint64_t max_shard_bytes, const std::map<std::string, std::string>& metadata);
 
 }  // namespace strata
