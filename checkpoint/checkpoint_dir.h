@@ -1,0 +1,31 @@
+// A checkpoint directory (train.checkpoint_dir) as a whole: its newest complete step-<k>,
+// the step-<k>.partial directories a killed writer left, the room a checkpoint needs and
+// whether the filesystem has it. Part of //checkpoint (see checkpoint.h for the layout).
+// Thread-safety: reentrant; RemovePartialCheckpoints must not run while a checkpoint is
+// being written into the same directory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "runtime/model.h"
+
+namespace strata {
+
+// The newest complete step-<k> directory under `dir`, or "".
+std::string LatestCheckpoint(const std::string& dir);
+
+// Bytes a checkpoint of `model` takes (its unit files and the metadata, with slack).
+uint64_t CheckpointBytes(const Model& model);
+
+// Removes every step-<k>.partial directory under `dir` (left by a process killed while
+// writing a checkpoint); returns their paths.
+std::vector<std::string> RemovePartialCheckpoints(const std::string& dir);
+
+// OK when the filesystem of `dir` has `bytes` free; else kResourceExhausted naming the
+// directory, the bytes needed and free (checked before a checkpoint writes anything).
+Status CheckRoomForCheckpoint(const std::string& dir, uint64_t bytes);
+
+}  // namespace strata

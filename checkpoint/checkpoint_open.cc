@@ -1,0 +1,282 @@
+// A checkpoint opened and verified: see checkpoint_open.h.
+#include "checkpoint/checkpoint_open.h"
+
+#include <algorithm>
+#include <exception>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "checkpoint/checkpoint_files.h"
+#include "checkpoint/checkpoint_format.h"
+#include "core/progress.h"
+
+namespace strata {
+
+using checkpoint_internal::CheckFile;
+using checkpoint_internal::kFormat;
+using checkpoint_internal::kOldestVersion;
+using checkpoint_internal::kTokenizerDir;
+using checkpoint_internal::kVersion;
+using checkpoint_internal::LoraTargetsOf;
+using checkpoint_internal::MetaChecksum;
+using checkpoint_internal::ModelJson;
+using checkpoint_internal::ReadBytes;
+using checkpoint_internal::ReadUnitArray;
+using checkpoint_internal::ResolveCheckpoint;
+using checkpoint_internal::StoredModelKey;
+
+namespace {
+
+// checkpoint.json parsed and checked (format, version, checksum): what OpenCheckpoint
+// returns, and the stored model object for LoadCheckpoint's key-by-key comparison.
+struct ParsedMeta {
+  OpenedCheckpoint opened;
+  nlohmann::json model;
+};
+
+StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
+  ASSIGN_OR_RETURN(const std::string path, ResolveCheckpoint(where));
+  const std::string meta_path = path + "/checkpoint.json";
+  ASSIGN_OR_RETURN(std::vector<char> text, ReadBytes(meta_path));
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(text.begin(), text.end());
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: ", meta_path, " is not valid JSON: ", e.what()));
+  }
+  ParsedMeta parsed;
+  OpenedCheckpoint& opened = parsed.opened;
+  opened.path = path;
+  try {
+    if (!meta.is_object() || meta.value("format", "") != kFormat) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint: ", meta_path, " is not a strata checkpoint (no \"format\": \"",
+                       kFormat, "\")"));
+    }
+    const int version = meta.value("version", 0);
+    if (version < kOldestVersion || version > kVersion) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", meta_path,
+                                                     " is of format version ", version,
+                                                     "; this strata reads "
+                                                     "versions ",
+                                                     kOldestVersion, " to ", kVersion));
+    }
+    if (version >= 2) {
+      const std::string stored = meta.value("checksum", "");
+      const std::string computed = MetaChecksum(meta);
+      if (stored != computed) {
+        return absl::DataLossError(absl::StrCat(
+            "checkpoint: ", meta_path, " is corrupt: its checksum is ",
+            stored.empty() ? std::string("missing") : stored, ", its contents hash to ", computed));
+      }
+    }
+    parsed.model = meta.at("model");
+    ModelOptions& model = opened.model;
+    auto key = [&](const std::string& name) { return StoredModelKey(parsed.model, name); };
+    const std::string family = key("family").get<std::string>();
+    if (family != "gpt" && family != "llama") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint: ", meta_path, " is of model family '", family, "'"));
+    }
+    model.family = family == "gpt" ? ModelFamily::kGpt : ModelFamily::kLlama;
+    model.layers = key("layers").get<int>();
+    model.heads = key("heads").get<int>();
+    model.kv_heads = key("kv_heads").get<int>();
+    model.head_dim = key("head_dim").get<int>();
+    model.channels = key("channels").get<int>();
+    model.ffn_hidden = key("ffn_hidden").get<int>();
+    model.vocab = key("vocab").get<int>();
+    model.padded_vocab = key("padded_vocab").get<int>();
+    model.max_seq_len = key("max_seq_len").get<int>();
+    if (!key("rope_theta").is_null()) {
+      model.rope.theta = std::stof(key("rope_theta").get<std::string>());
+      model.norm_eps = std::stof(key("norm_eps").get<std::string>());
+    }
+    if (const nlohmann::json scaling = key("rope_scaling"); !scaling.is_null()) {
+      // The type by the option's names (RopeScalingJson writes OptionName).
+      const std::string type = scaling.at("type").get<std::string>();
+      const auto& names = OptionNames<RopeScaling>::kNames;
+      const auto found = std::find(names.begin(), names.end(), type);
+      if (found == names.end() || found == names.begin()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("checkpoint: ", meta_path, " has a rope scaling of type '", type, "'"));
+      }
+      model.rope.scaling = static_cast<RopeScaling>(found - names.begin());
+      model.rope.factor = std::stof(scaling.at("factor").get<std::string>());
+      if (model.rope.scaling == RopeScaling::kLlama3) {
+        model.rope.low_freq_factor = std::stof(scaling.at("low_freq_factor").get<std::string>());
+        model.rope.high_freq_factor = std::stof(scaling.at("high_freq_factor").get<std::string>());
+      }
+      if (model.rope.scaling == RopeScaling::kLlama3 ||
+          model.rope.scaling == RopeScaling::kDynamic) {
+        model.rope.original_max_seq_len = scaling.at("original_max_seq_len").get<int>();
+      }
+    }
+    model.tie_embeddings = key("tie_embeddings").get<bool>();
+    model.qkv_bias = key("qkv_bias").get<bool>();
+    model.qk_norm = key("qk_norm").get<bool>();
+    model.sliding_window = key("sliding_window").get<int>();
+    opened.next_step = meta.at("next_step").get<int>();
+    if (meta.contains("tokenizer")) opened.tokenizer = meta.at("tokenizer").get<std::string>();
+    if (meta.contains("tokenizer_files")) {
+      for (const nlohmann::json& entry : meta.at("tokenizer_files")) {
+        const std::string name = entry.at("name").get<std::string>();
+        if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
+          return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", meta_path,
+                                                         " names a tokenizer file '", name,
+                                                         "' outside its tokenizer directory"));
+        }
+        opened.tokenizer_files.push_back({absl::StrCat(path, "/", kTokenizerDir, "/", name),
+                                          entry.at("xxh3").get<std::string>()});
+      }
+    }
+    if (meta.contains("lora")) {
+      const nlohmann::json& lora = meta.at("lora");
+      opened.lora.rank = lora.at("rank").get<int>();
+      opened.lora.alpha = std::stof(lora.at("alpha").get<std::string>());
+      opened.lora.targets = lora.at("targets").get<std::string>();
+      const nlohmann::json& base = meta.at("base");
+      opened.base.from = base.at("from").get<std::string>();
+      opened.base.seed = base.at("seed").get<uint64_t>();
+      opened.base.xxh3 = base.at("xxh3").get<std::string>();
+      ASSIGN_OR_RETURN(opened.base.dtype, ParseDType(base.at("dtype").get<std::string>()));
+    }
+    for (const nlohmann::json& entry : meta.at("units")) {
+      opened.units.push_back(
+          {entry.at("name").get<std::string>(), path + "/" + entry.at("file").get<std::string>(),
+           entry.at("elements").get<size_t>(), entry.at("xxh3").get<std::string>()});
+    }
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint: ", meta_path, " lacks a field or has one of the wrong type: ", e.what()));
+  }
+  return parsed;
+}
+
+}  // namespace
+
+StatusOr<OpenedCheckpoint> OpenCheckpoint(const std::string& where) {
+  ASSIGN_OR_RETURN(ParsedMeta parsed, ParseCheckpoint(where));
+  return std::move(parsed.opened);
+}
+
+Status VerifyCheckpointFiles(const OpenedCheckpoint& checkpoint, bool show_progress, int rank,
+                             int world, int* failed) {
+  const size_t count = checkpoint.units.size();
+  uint64_t checkpoint_bytes = 0;
+  for (size_t i = rank; i < count; i += world) {
+    checkpoint_bytes += 3 * checkpoint.units[i].elements * 4;
+  }
+  std::optional<Progress> verifying;
+  if (show_progress) {
+    verifying.emplace(absl::StrCat("verifying ", checkpoint.path,
+                                   world > 1 ? absl::StrCat(" (1/", world, " of its files)") : ""),
+                      checkpoint_bytes);
+  }
+  for (size_t i = rank; i < count; i += world) {
+    const OpenedCheckpoint::Unit& unit = checkpoint.units[i];
+    Status status =
+        CheckFile(unit.file, 3 * unit.elements * 4, unit.hash, verifying ? &*verifying : nullptr);
+    if (!status.ok()) {
+      if (failed != nullptr) *failed = static_cast<int>(i);
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+Status ReadCheckpointMaster(const OpenedCheckpoint& checkpoint, int unit, size_t begin,
+                            size_t count, float* out) {
+  const OpenedCheckpoint::Unit& entry = checkpoint.units[unit];
+  return ReadUnitArray(entry.file, entry.elements, 0, begin, count, out);
+}
+
+StatusOr<OpenedCheckpoint> OpenCheckpointForRun(const Model& model, const Options& options,
+                                                const std::string& where, const LoraBase* base) {
+  ASSIGN_OR_RETURN(ParsedMeta parsed, ParseCheckpoint(where));
+  const std::string& path = parsed.opened.path;
+  // The units a checkpoint holds: the trainable ones (a LoRA run's adapters).
+  std::vector<int> trainable;
+  for (size_t u = 0; u < model.units().size(); ++u) {
+    if (model.units()[u].trainable()) trainable.push_back(static_cast<int>(u));
+  }
+  std::vector<UnitLayout> units;
+  for (int u : trainable) units.push_back(model.units()[u]);
+  {
+    const LoraOptions& stored = parsed.opened.lora;
+    if (stored.rank != options.lora.rank) {
+      return absl::InvalidArgumentError(
+          stored.rank == 0
+              ? absl::StrCat("checkpoint: ", path, " is of full training (no LoRA) but lora.rank=",
+                             options.lora.rank, ": set lora.rank=0")
+              : absl::StrCat("checkpoint: ", path, " holds LoRA adapters of rank ", stored.rank,
+                             " but lora.rank=", options.lora.rank,
+                             ": set lora.rank=", stored.rank));
+    }
+    if (stored.rank > 0) {
+      if (absl::StrCat(stored.alpha) != absl::StrCat(options.lora.alpha)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("checkpoint: ", path, " has lora.alpha=", stored.alpha,
+                         " but lora.alpha=", options.lora.alpha, ": set lora.alpha to match"));
+      }
+      if (stored.targets != LoraTargetsOf(model)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint: ", path, " has adapters on ", stored.targets, " but lora.targets gives ",
+            LoraTargetsOf(model), ": set lora.targets=", stored.targets));
+      }
+      if (base == nullptr || base->xxh3 != parsed.opened.base.xxh3) {
+        const LoraBase& was = parsed.opened.base;
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint: ", path, " holds adapters of another base model (trained on ",
+            was.from.empty() ? absl::StrCat("random weights of seed ", was.seed) : was.from,
+            ", params XXH3 ", was.xxh3, "; this run's base: ",
+            base == nullptr
+                ? std::string("none")
+                : (base->from.empty() ? absl::StrCat("random weights of seed ", base->seed)
+                                      : base->from),
+            ", XXH3 ", base == nullptr ? "-" : base->xxh3,
+            "): set model.from (or train.seed) to the checkpoint's base"));
+      }
+    }
+  }
+  const std::vector<OpenedCheckpoint::Unit>& files = parsed.opened.units;
+  const int next_step = parsed.opened.next_step;
+  {
+    const nlohmann::json expected = ModelJson(options.model);
+    for (const auto& [key, value] : expected.items()) {
+      const nlohmann::json stored = StoredModelKey(parsed.model, key);
+      if (stored.is_null() && options.model.family == ModelFamily::kGpt) continue;
+      if (stored != value) {
+        auto text = [](const nlohmann::json& v) {
+          return v.is_string() ? v.get<std::string>() : v.dump();
+        };
+        return absl::InvalidArgumentError(
+            absl::StrCat("checkpoint: ", path, " is of a model with ", key, "=", text(stored),
+                         " but model.", key, "=", text(value), ": set model.", key, " to match"));
+      }
+    }
+    if (files.size() != units.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", path, " has ", files.size(),
+                                                     " units, the model ", units.size()));
+    }
+    for (size_t u = 0; u < units.size(); ++u) {
+      const OpenedCheckpoint::Unit& entry = files[u];
+      if (entry.name != units[u].name() || entry.elements != units[u].used_elements()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint: ", path, ": unit ", u, " is ", entry.name, " of ", entry.elements,
+            " elements, the model's ", units[u].name(), " of ", units[u].used_elements()));
+      }
+    }
+  }
+  if (next_step < 0 || next_step >= options.train.steps) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", path, " resumes at step ",
+                                                   next_step, " but train.steps is ",
+                                                   options.train.steps, ": raise train.steps"));
+  }
+  return std::move(parsed.opened);
+}
+
+}  // namespace strata

@@ -1,0 +1,64 @@
+// A checkpoint opened and verified: checkpoint.json read and checked (format, version,
+// checksum), the model's shape it records, its units' files checked against their XXH3,
+// and a unit's master weights read in part (export reads a checkpoint this way, outside
+// training); before a resume, the same checked against the run (OpenCheckpointForRun).
+// Part of //checkpoint (see checkpoint.h for the layout). Nothing here changes a file.
+// Thread-safety: reentrant; an OpenedCheckpoint is a plain value.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "checkpoint/lora_base.h"
+#include "core/options.h"
+#include "core/status.h"
+#include "runtime/model.h"
+
+namespace strata {
+
+// A checkpoint opened outside training (export): checkpoint.json read and checked (format,
+// version, checksum); the model's shape (keys a version lacked take their GPT values).
+struct OpenedCheckpoint {
+  std::string path;  // the step-<k> directory
+  int next_step = 0;
+  ModelOptions model;  // resolved: no "0 = default" values
+  struct Unit {
+    std::string name, file;
+    size_t elements = 0;  // used elements (no world padding)
+    std::string hash;     // XXH3 of the file, hex
+  };
+  std::vector<Unit> units;  // the trainable units' (a LoRA checkpoint: the adapters')
+  // A LoRA checkpoint (version 3): lora.rank > 0, alpha and the targets (strata names,
+  // comma-separated), and its base.
+  LoraOptions lora;
+  LoraBase base;
+  // The tokenizer the run's text went through (a spec as data.tokenizer takes it, paths
+  // absolute), or "" where not known (token-file data, or a checkpoint written before
+  // strata recorded it).
+  std::string tokenizer;
+  // The copy of that tokenizer's files the checkpoint holds (in its directory "tokenizer",
+  // under their Hugging Face names), as (path, XXH3 hex); none in a checkpoint written
+  // before strata copied them, or when they were not readable when it was written.
+  std::vector<std::pair<std::string, std::string>> tokenizer_files;
+};
+StatusOr<OpenedCheckpoint> OpenCheckpoint(const std::string& path);
+// Every unit file's size and XXH3 against checkpoint.json (streamed, one unit in memory);
+// with `world` > 1 only files rank, rank + world, ... (this rank's share); `failed` (may be
+// null) gets the index of the file that failed.
+Status VerifyCheckpointFiles(const OpenedCheckpoint& checkpoint, bool show_progress, int rank = 0,
+                             int world = 1, int* failed = nullptr);
+// Elements [begin, begin + count) of unit `unit`'s fp32 master weights (pread).
+Status ReadCheckpointMaster(const OpenedCheckpoint& checkpoint, int unit, size_t begin,
+                            size_t count, float* out);
+
+// The checkpoint at `where` (a step-<k> directory, or a checkpoint directory: its newest
+// complete step-<k>) opened and checked against the run, before its files are (the first
+// step of LoadCheckpoint): a LoRA checkpoint's rank, alpha, targets and `base` (may be null:
+// none), the model's shape key by key, every unit's name and size, the step against
+// train.steps. Each mismatch is kInvalidArgument naming the key or unit and what to set.
+StatusOr<OpenedCheckpoint> OpenCheckpointForRun(const Model& model, const Options& options,
+                                                const std::string& where, const LoraBase* base);
+
+}  // namespace strata
