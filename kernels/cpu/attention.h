@@ -21,6 +21,7 @@
 // slices of dqkv (so no two threads write the same element, and the result does not depend
 // on the thread count). Scratch per
 // thread: O(T * hs) floats.
+// The fast versions are in attention.cc, the references in attention_reference.cc.
 // Thread-safety: reentrant; fast versions run an OpenMP region on the calling thread's pool.
 #pragma once
 

@@ -1,9 +1,9 @@
 """cpu_kernel: a model kernel of kernels/cpu as its library and its test.
 
-A kernel `name` is name.h and name.cc, compiled with CPU_KERNEL_COPTS, and name_test.cc,
-which checks the fast version against the reference with the shared scaffolding of
-:kernel_test_util. Every kernel depends on //core:dtype and OpenMP; `deps` adds
-the kernel's own dependencies.
+A kernel `name` is name.h and name.cc (plus any further sources of the same kernel,
+`srcs`), all compiled with CPU_KERNEL_COPTS, and name_test.cc, which checks the fast
+version against the reference with the shared scaffolding of :kernel_test_util. Every
+kernel depends on //core:dtype and OpenMP; `deps` adds the kernel's own dependencies.
 """
 
 # Each kernel is a plain reference (the specification) and a fast OpenMP + vectorised
@@ -19,18 +19,19 @@ CPU_KERNEL_COPTS = [
     "-mprefer-vector-width=512",
 ]
 
-def cpu_kernel(name, deps = [], visibility = None):
+def cpu_kernel(name, srcs = [], deps = [], visibility = None):
     """Declares cc_library `name` and its cc_test `name_test` (size small).
 
     Args:
       name: the kernel; its files are name.h, name.cc and name_test.cc.
+      srcs: more .cc files of the kernel beyond name.cc, compiled with the same copts.
       deps: the library's dependencies besides //core:dtype and OpenMP.
       visibility: the library's dependents outside this package (default: private).
     """
     native.cc_library(
         name = name,
         visibility = visibility,
-        srcs = [name + ".cc"],
+        srcs = [name + ".cc"] + srcs,
         hdrs = [name + ".h"],
         copts = CPU_KERNEL_COPTS,
         deps = deps + [
