@@ -1,30 +1,24 @@
-// The disk benchmark; see disk_bench.h.
+// The disk benchmark; see disk_bench.h. RunDiskBench goes in named steps: the options and
+// the free space checked, the engine's buffer and the test file made, then each depth's
+// alternating passes (engine and fio, fio_runner.h), the engine against the plain loop, the
+// 4 KiB-page buffers, and last the bests and the goals.
 #include "nvme/disk_bench.h"
 
 #include <fcntl.h>
-#include <spawn.h>
 #include <sys/statvfs.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <sys/resource.h>
-
 #include <algorithm>
-#include <cstring>
-#include <optional>
 #include <cerrno>
 #include <chrono>
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <sstream>
+#include <cstring>
+#include <optional>
 
 #include "absl/strings/str_join.h"
-#include "core/files.h"
 #include "core/logging.h"
 #include "nvme/create_io_engine.h"
+#include "nvme/fio_runner.h"
 #include "nvme/io_buffer.h"
-
-extern char** environ;
 
 namespace strata::nvme {
 namespace {
@@ -181,191 +175,19 @@ StatusOr<double> PlainLoopPass(const std::string& path, uint64_t file_bytes, uin
   return MegabytesPerSecond(file_bytes, Clock::now() - start);
 }
 
-// Runs a program, stdout and stderr to `log_path`; returns its exit status or the spawn
-// error (ENOENT when it is not installed).
-StatusOr<int> RunProgram(const std::vector<std::string>& args, const std::string& log_path) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  std::vector<char*> argv;
-  for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  const int spawned = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (spawned != 0) return ErrnoError(spawned, absl::StrCat("starting ", args[0]));
-  int wait_status = 0;
-  while (::waitpid(pid, &wait_status, 0) < 0) {
-    if (errno != EINTR) return ErrnoError(errno, absl::StrCat("waiting for ", args[0]));
-  }
-  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
-  return 128 + (WIFSIGNALED(wait_status) ? WTERMSIG(wait_status) : 0);
-}
-
-struct FioFigures {
-  double mb_per_s = 0;
-  std::string version;
-};
-
-// A number from /proc/meminfo ("HugePages_Free"), or -1.
-int64_t MeminfoValue(const std::string& key) {
-  std::ifstream in("/proc/meminfo");
-  std::string name;
-  int64_t value = -1;
-  std::string rest;
-  while (in >> name >> value) {
-    std::getline(in, rest);
-    if (name == key + ":") return value;
-  }
-  return -1;
-}
-
-int64_t ReadNumberFile(const std::string& path) {
-  std::ifstream in(path);
-  int64_t value = -1;
-  in >> value;
-  return in ? value : -1;
-}
-
-bool WriteNumberFile(const std::string& path, int64_t value) {
-  std::ofstream out(path);
-  out << value << "\n";
-  out.flush();
-  return static_cast<bool>(out);
-}
-
-// Huge pages for fio's buffers: enough free 2 MiB pages for `bytes`, reserved for the
-// bench's lifetime where allowed (vm.nr_hugepages raised, restored at destruction), and the
-// locked-memory limit raised to its hard maximum (fixed buffers are locked).
-class HugePagesForFio {
- public:
-  HugePagesForFio(uint64_t bytes, bool reserve) {
-    const int64_t page_kib = MeminfoValue("Hugepagesize");
-    if (page_kib != 2048) {
-      note_ = absl::StrCat("huge pages of ", page_kib, " KiB, not 2 MiB: fio uses 4 KiB pages");
-      return;
-    }
-    const int64_t needed = static_cast<int64_t>((bytes + (2u << 20) - 1) / (2u << 20)) + 4;
-    const int64_t free_pages = MeminfoValue("HugePages_Free");
-    std::string raised;
-    if (free_pages < needed && reserve) {
-      original_ = ReadNumberFile(kNrHugePages);
-      if (original_ >= 0 && WriteNumberFile(kNrHugePages, original_ + needed - free_pages)) {
-        raised = absl::StrCat("vm.nr_hugepages raised from ", original_, " to ",
-                              ReadNumberFile(kNrHugePages), " for fio (restored afterwards)");
-      } else {
-        raised = absl::StrCat("vm.nr_hugepages could not be raised (", std::strerror(errno),
-                              ")");
-        original_ = -1;
-      }
-    }
-    struct rlimit limit {};
-    std::string memlock;
-    if (reserve && ::getrlimit(RLIMIT_MEMLOCK, &limit) == 0 && limit.rlim_cur != limit.rlim_max) {
-      const rlim_t before = limit.rlim_cur;
-      limit.rlim_cur = limit.rlim_max;
-      if (::setrlimit(RLIMIT_MEMLOCK, &limit) == 0) {
-        memlock = absl::StrCat("; locked-memory limit raised from ", before >> 10, " KiB to ",
-                               limit.rlim_max == RLIM_INFINITY
-                                   ? std::string("unlimited")
-                                   : absl::StrCat(limit.rlim_max >> 10, " KiB"));
-      }
-    }
-    available_ = MeminfoValue("HugePages_Free") >= needed;
-    note_ = available_ ? absl::StrCat(needed, " free 2 MiB huge pages for fio",
-                                      raised.empty() ? "" : "; " + raised, memlock)
-                       : absl::StrCat("only ", MeminfoValue("HugePages_Free"), " of ", needed,
-                                      " huge pages free",
-                                      raised.empty() ? std::string(" (not asked to reserve)")
-                                                     : "; " + raised,
-                                      memlock, ": fio uses 4 KiB-page buffers");
-  }
-  ~HugePagesForFio() {
-    if (original_ >= 0) WriteNumberFile(kNrHugePages, original_);
-  }
-  HugePagesForFio(const HugePagesForFio&) = delete;
-  HugePagesForFio& operator=(const HugePagesForFio&) = delete;
-
-  bool available() const { return available_; }
-  const std::string& note() const { return note_; }
-
- private:
-  static constexpr const char* kNrHugePages = "/proc/sys/vm/nr_hugepages";
-  int64_t original_ = -1;
-  bool available_ = false;
-  std::string note_;
-};
-
-// fio in its best configuration on `path`: io_uring, O_DIRECT, registered files, fixed
-// buffers, on huge pages when `huge_pages`.
-StatusOr<FioFigures> RunFio(const DiskBenchOptions& options, const std::string& path, IoOp op,
-                            uint32_t depth, bool huge_pages) {
-  const std::string json_path = path + ".fio.json";
-  const std::string log_path = path + ".fio.log";
-  std::vector<std::string> args = {
-      options.fio_path,
-      "--name=strata-bench",
-      "--filename=" + path,
-      std::string("--rw=") + (op == IoOp::kRead ? "read" : "write"),
-      absl::StrCat("--bs=", options.request_bytes),
-      absl::StrCat("--size=", options.file_bytes),
-      "--ioengine=io_uring",
-      "--direct=1",
-      "--fixedbufs=1",
-      "--registerfiles=1",
-      huge_pages ? "--iomem=shmhuge" : "--iomem=malloc",
-      "--hugepage-size=2M",
-      absl::StrCat("--iodepth=", depth),
-      "--numjobs=1",
-      "--output-format=json",
-      "--output=" + json_path,
-  };
-  StatusOr<int> exit_code = RunProgram(args, log_path);
-  const std::string log = ReadFile(log_path).value_or("");
-  const std::string json_text = ReadFile(json_path).value_or("");
-  ::unlink(log_path.c_str());
-  ::unlink(json_path.c_str());
-  if (!exit_code.ok()) return exit_code.status();
-  if (*exit_code != 0) {
-    return absl::InternalError(
-        absl::StrFormat("fio exited with status %d: %s", *exit_code, log.substr(0, 400)));
-  }
-  const size_t brace = json_text.find('{');
-  if (brace == std::string::npos) {
-    return absl::InternalError(absl::StrCat("fio wrote no JSON: ", log.substr(0, 400)));
-  }
-  nlohmann::json json = nlohmann::json::parse(json_text.substr(brace), nullptr, false);
-  if (json.is_discarded() || !json.contains("jobs") || json["jobs"].empty()) {
-    return absl::InternalError("fio's JSON output has no jobs");
-  }
-  const nlohmann::json& job = json["jobs"][0];
-  if (job.value("error", 0) != 0) {
-    return absl::InternalError(
-        absl::StrCat("fio job error ", job.value("error", 0), ": ", log.substr(0, 400)));
-  }
-  const char* direction = op == IoOp::kRead ? "read" : "write";
-  if (!job.contains(direction) || !job[direction].contains("bw_bytes")) {
-    return absl::InternalError(absl::StrCat("fio's JSON output has no ", direction, ".bw_bytes"));
-  }
-  FioFigures figures;
-  figures.mb_per_s = job[direction]["bw_bytes"].get<double>() / 1e6;
-  figures.version = json.value("fio version", "");
-  return figures;
-}
-
-}  // namespace
-
-StatusOr<DiskBenchResult> RunDiskBench(const DiskBenchOptions& options) {
-  RETURN_IF_ERROR(ValidateOptions(options));
+// The result's description of the run, before anything is measured.
+DiskBenchResult DescribeRun(const DiskBenchOptions& options) {
   DiskBenchResult result;
   result.file = options.dir + "/strata-nvme-bench.dat";
   result.file_bytes = options.file_bytes;
   result.request_bytes = options.request_bytes;
   result.passes = options.passes;
   result.transparent_huge_pages = TransparentHugePageMode();
+  return result;
+}
 
+// Room in `dir` for the test file and 256 MiB to spare.
+Status CheckFreeSpace(const DiskBenchOptions& options) {
   struct statvfs fs {};
   if (::statvfs(options.dir.c_str(), &fs) != 0) {
     return ErrnoError(errno, absl::StrCat("nvme bench: directory ", options.dir));
@@ -377,184 +199,265 @@ StatusOr<DiskBenchResult> RunDiskBench(const DiskBenchOptions& options) {
         "use --size or another --dir",
         options.dir, free_bytes, options.file_bytes));
   }
+  return Status();
+}
 
-  const uint32_t max_depth =
-      *std::max_element(options.queue_depths.begin(), options.queue_depths.end());
+// The engine's buffer: `bytes`, on huge pages where asked, filled with the pattern; what it
+// got goes into the result.
+StatusOr<IoBuffer> AllocateEngineBuffer(const DiskBenchOptions& options, uint64_t bytes,
+                                        DiskBenchResult* result) {
   IoBufferOptions buffer_options;
   buffer_options.huge_pages = options.huge_page_buffers;
-  ASSIGN_OR_RETURN(IoBuffer buffer,
-                   IoBuffer::Allocate(uint64_t{max_depth} * options.request_bytes, buffer_options));
+  ASSIGN_OR_RETURN(IoBuffer buffer, IoBuffer::Allocate(bytes, buffer_options));
   FillPattern(buffer.data(), buffer.bytes());
-  result.buffers_huge_pages_requested = options.huge_page_buffers;
-  result.buffer_bytes = buffer.bytes();
-  result.buffer_huge_page_bytes = buffer.huge_page_bytes();
-  result.buffer_note = buffer.note();
+  result->buffers_huge_pages_requested = options.huge_page_buffers;
+  result->buffer_bytes = buffer.bytes();
+  result->buffer_huge_page_bytes = buffer.huge_page_bytes();
+  result->buffer_note = buffer.note();
+  return buffer;
+}
 
-  // The file: created with the engine, preallocated, then written with O_DIRECT below.
-  struct FileRemover {
-    std::string path;
-    bool keep;
-    ~FileRemover() {
-      if (!keep) ::unlink(path.c_str());
+// Removes the test file when it goes out of scope, unless asked to keep it.
+struct FileRemover {
+  std::string path;
+  bool keep;
+  ~FileRemover() {
+    if (!keep) ::unlink(path.c_str());
+  }
+};
+
+// The test file: created with the engine and preallocated (written with O_DIRECT later).
+Status CreateTestFile(const DiskBenchOptions& options, const std::string& path) {
+  IoEngineOptions engine_options;
+  engine_options.engine = options.engine;
+  ASSIGN_OR_RETURN(auto engine, CreateIoEngine(engine_options));
+  FileOptions create;
+  create.create = true;
+  create.truncate = true;
+  create.preallocate_bytes = options.file_bytes;
+  ASSIGN_OR_RETURN(FileHandle file, engine->OpenFile(path, create));
+  return engine->CloseFile(file);
+}
+
+// fio's reference figures for one run: the huge pages for its buffers (held for the run),
+// and a figure per call until fio first fails; from then on none, and the result's fio_note
+// says why.
+class FioReference {
+ public:
+  FioReference(const DiskBenchOptions& options, uint64_t buffer_bytes, DiskBenchResult* result)
+      : options_(options), result_(result), usable_(options.run_fio) {
+    if (!options.run_fio) {
+      result->fio_note = "fio not run (disabled)";
+      return;
     }
-  } remover{result.file, options.keep_file};
-  {
-    IoEngineOptions engine_options;
-    engine_options.engine = options.engine;
-    ASSIGN_OR_RETURN(auto engine, CreateIoEngine(engine_options));
-    FileOptions create;
-    create.create = true;
-    create.truncate = true;
-    create.preallocate_bytes = options.file_bytes;
-    ASSIGN_OR_RETURN(FileHandle file, engine->OpenFile(result.file, create));
-    RETURN_IF_ERROR(engine->CloseFile(file));
+    pages_.emplace(buffer_bytes, options.reserve_huge_pages);
+    result->huge_page_note = pages_->note();
+    result->fio_buffers = pages_->available()
+                              ? "fixed buffers on 2 MiB huge pages (shmhuge)"
+                              : "fixed buffers on 4 KiB pages (no huge pages to be had)";
+    spdlog::info("nvme bench: fio: {}", result->huge_page_note);
   }
+  FioReference(const FioReference&) = delete;
+  FioReference& operator=(const FioReference&) = delete;
 
-  if (!options.run_fio) {
-    result.fio_note = "fio not run (disabled)";
-  }
-  std::optional<HugePagesForFio> fio_pages;
-  if (options.run_fio) {
-    fio_pages.emplace(uint64_t{max_depth} * options.request_bytes, options.reserve_huge_pages);
-    result.huge_page_note = fio_pages->note();
-    result.fio_buffers = fio_pages->available()
-                             ? "fixed buffers on 2 MiB huge pages (shmhuge)"
-                             : "fixed buffers on 4 KiB pages (no huge pages to be had)";
-    spdlog::info("nvme bench: fio: {}", result.huge_page_note);
-  }
-  bool fio_usable = options.run_fio;
-  auto fio_figure = [&](IoOp op, uint32_t depth) -> double {
-    if (!fio_usable) return 0;
-    StatusOr<FioFigures> fio =
-        RunFio(options, result.file, op, depth, fio_pages && fio_pages->available());
+  // fio's MB/s for one pass at `depth`; 0 where fio is not run or has failed.
+  double Figure(IoOp op, uint32_t depth) {
+    if (!usable_) return 0;
+    FioJob job;
+    job.fio_path = options_.fio_path;
+    job.path = result_->file;
+    job.op = op;
+    job.request_bytes = options_.request_bytes;
+    job.file_bytes = options_.file_bytes;
+    job.depth = depth;
+    job.huge_pages = pages_ && pages_->available();
+    StatusOr<FioFigures> fio = RunFio(job);
     if (!fio.ok()) {
-      fio_usable = false;
+      usable_ = false;
       if (fio.status().code() == absl::StatusCode::kNotFound) {
-        result.fio_note = absl::StrCat("fio not found ('", options.fio_path,
-                                       "' is not in PATH; Debian package fio): no reference "
-                                       "figures");
+        result_->fio_note = absl::StrCat("fio not found ('", options_.fio_path,
+                                         "' is not in PATH; Debian package fio): no reference "
+                                         "figures");
       } else {
-        result.fio_note = absl::StrCat("fio failed: ", fio.status().message());
+        result_->fio_note = absl::StrCat("fio failed: ", fio.status().message());
       }
-      spdlog::warn("nvme bench: {}", result.fio_note);
+      spdlog::warn("nvme bench: {}", result_->fio_note);
       return 0;
     }
-    result.fio_available = true;
-    result.fio_version = fio->version;
+    result_->fio_available = true;
+    result_->fio_version = fio->version;
     return fio->mb_per_s;
-  };
+  }
 
-  for (uint32_t depth : options.queue_depths) {
-    DepthFigures figures;
-    figures.queue_depth = depth;
-    std::vector<double> engine_writes, engine_reads, fio_reads, fio_writes;
-    for (uint32_t pass = 0; pass < options.passes; ++pass) {
-      {
-        ASSIGN_OR_RETURN(EngineRun run, OpenEngine(options, result.file, depth, buffer));
-        result.engine = run.engine->info();
-        ASSIGN_OR_RETURN(double write_mb_per_s,
-                         EnginePass(run.engine.get(), run.file, IoOp::kWrite, options.file_bytes,
-                                    options.request_bytes, depth, buffer.data()));
-        ASSIGN_OR_RETURN(double read_mb_per_s,
-                         EnginePass(run.engine.get(), run.file, IoOp::kRead, options.file_bytes,
-                                    options.request_bytes, depth, buffer.data()));
-        engine_writes.push_back(write_mb_per_s);
-        engine_reads.push_back(read_mb_per_s);
+  // After the last figure: a failure that left no note gets one.
+  void NoteFailure() {
+    if (!usable_ && result_->fio_note.empty()) result_->fio_note = "fio failed";
+  }
+
+ private:
+  const DiskBenchOptions& options_;
+  DiskBenchResult* result_;
+  std::optional<HugePagesForFio> pages_;
+  bool usable_;
+};
+
+// One depth's figures: `passes` alternating passes of the engine (a write, then a read, on a
+// fresh engine) and fio (a read, then a write), and the medians of each.
+StatusOr<DepthFigures> MeasureDepth(const DiskBenchOptions& options, uint32_t depth,
+                                    const IoBuffer& buffer, FioReference* fio,
+                                    DiskBenchResult* result) {
+  DepthFigures figures;
+  figures.queue_depth = depth;
+  std::vector<double> engine_writes, engine_reads, fio_reads, fio_writes;
+  for (uint32_t pass = 0; pass < options.passes; ++pass) {
+    {
+      ASSIGN_OR_RETURN(EngineRun run, OpenEngine(options, result->file, depth, buffer));
+      result->engine = run.engine->info();
+      ASSIGN_OR_RETURN(double write_mb_per_s,
+                       EnginePass(run.engine.get(), run.file, IoOp::kWrite, options.file_bytes,
+                                  options.request_bytes, depth, buffer.data()));
+      ASSIGN_OR_RETURN(double read_mb_per_s,
+                       EnginePass(run.engine.get(), run.file, IoOp::kRead, options.file_bytes,
+                                  options.request_bytes, depth, buffer.data()));
+      engine_writes.push_back(write_mb_per_s);
+      engine_reads.push_back(read_mb_per_s);
+    }
+    const double fio_read = fio->Figure(IoOp::kRead, depth);
+    const double fio_write = fio->Figure(IoOp::kWrite, depth);
+    if (fio_read > 0) fio_reads.push_back(fio_read);
+    if (fio_write > 0) fio_writes.push_back(fio_write);
+  }
+  figures.engine_write_mb_per_s = Median(engine_writes);
+  figures.engine_read_mb_per_s = Median(engine_reads);
+  figures.fio_read_mb_per_s = Median(fio_reads);
+  figures.fio_write_mb_per_s = Median(fio_writes);
+  if (figures.fio_read_mb_per_s > 0) {
+    figures.read_vs_fio = figures.engine_read_mb_per_s / figures.fio_read_mb_per_s;
+  }
+  if (figures.fio_write_mb_per_s > 0) {
+    figures.write_vs_fio = figures.engine_write_mb_per_s / figures.fio_write_mb_per_s;
+  }
+  spdlog::info(
+      "nvme bench: depth {}: engine write {:.0f} read {:.0f} MB/s, fio write {:.0f} "
+      "read {:.0f} MB/s",
+      depth, figures.engine_write_mb_per_s, figures.engine_read_mb_per_s,
+      figures.fio_write_mb_per_s, figures.fio_read_mb_per_s);
+  return figures;
+}
+
+// Like-for-like against a plain loop: the shallowest depth, alternating passes over the
+// same buffer (`slots` requests of it).
+Status MeasureAgainstPlainLoop(const DiskBenchOptions& options, uint32_t slots,
+                               const IoBuffer& buffer, DiskBenchResult* result) {
+  result->compared_depth =
+      *std::min_element(options.queue_depths.begin(), options.queue_depths.end());
+  ASSIGN_OR_RETURN(EngineRun run,
+                   OpenEngine(options, result->file, result->compared_depth, buffer));
+  std::vector<double> plain_reads, engine_reads;
+  for (uint32_t pass = 0; pass < options.passes; ++pass) {
+    ASSIGN_OR_RETURN(double plain, PlainLoopPass(result->file, options.file_bytes,
+                                                 options.request_bytes, slots, buffer.data()));
+    ASSIGN_OR_RETURN(double engine,
+                     EnginePass(run.engine.get(), run.file, IoOp::kRead, options.file_bytes,
+                                options.request_bytes, result->compared_depth, buffer.data()));
+    plain_reads.push_back(plain);
+    engine_reads.push_back(engine);
+  }
+  result->plain_loop_read_mb_per_s = Median(plain_reads);
+  result->engine_read_compared_mb_per_s = Median(engine_reads);
+  return Status();
+}
+
+// The engine's reads at `depth` into a buffer on 4 KiB pages.
+StatusOr<double> MeasureSmallPageBuffers(const DiskBenchOptions& options, uint32_t depth,
+                                         const std::string& path) {
+  IoBufferOptions small;
+  small.huge_pages = false;
+  ASSIGN_OR_RETURN(IoBuffer small_buffer,
+                   IoBuffer::Allocate(uint64_t{depth} * options.request_bytes, small));
+  ASSIGN_OR_RETURN(EngineRun run, OpenEngine(options, path, depth, small_buffer));
+  return EnginePass(run.engine.get(), run.file, IoOp::kRead, options.file_bytes,
+                    options.request_bytes, depth, small_buffer.data());
+}
+
+// The best depth of each: the highest median of the engine and of fio, reads and writes.
+void FindBests(DiskBenchResult* result) {
+  for (const DepthFigures& figures : result->depths) {
+    result->best_engine_read_mb_per_s =
+        std::max(result->best_engine_read_mb_per_s, figures.engine_read_mb_per_s);
+    result->best_fio_read_mb_per_s =
+        std::max(result->best_fio_read_mb_per_s, figures.fio_read_mb_per_s);
+    result->best_engine_write_mb_per_s =
+        std::max(result->best_engine_write_mb_per_s, figures.engine_write_mb_per_s);
+    result->best_fio_write_mb_per_s =
+        std::max(result->best_fio_write_mb_per_s, figures.fio_write_mb_per_s);
+  }
+}
+
+// Each ratio to fio at the depths from 4 to 32 against kGoalVsFioPerDepth.
+void JudgeDepths(DiskBenchResult* result) {
+  bool any_depth = false;
+  result->worst_depth_ratio = 1e9;
+  for (const DepthFigures& figures : result->depths) {
+    if (figures.queue_depth < 4 || figures.queue_depth > 32) continue;
+    any_depth = true;
+    for (const auto& [what, ratio] : {std::pair<const char*, double>{"read", figures.read_vs_fio},
+                                      {"write", figures.write_vs_fio}}) {
+      result->worst_depth_ratio = std::min(result->worst_depth_ratio, ratio);
+      if (ratio < kGoalVsFioPerDepth) {
+        result->depths_below_goal.push_back(
+            absl::StrFormat("%s at depth %d: %.2f", what, figures.queue_depth, ratio));
       }
-      const double fio_read = fio_figure(IoOp::kRead, depth);
-      const double fio_write = fio_figure(IoOp::kWrite, depth);
-      if (fio_read > 0) fio_reads.push_back(fio_read);
-      if (fio_write > 0) fio_writes.push_back(fio_write);
     }
-    figures.engine_write_mb_per_s = Median(engine_writes);
-    figures.engine_read_mb_per_s = Median(engine_reads);
-    figures.fio_read_mb_per_s = Median(fio_reads);
-    figures.fio_write_mb_per_s = Median(fio_writes);
-    if (figures.fio_read_mb_per_s > 0) {
-      figures.read_vs_fio = figures.engine_read_mb_per_s / figures.fio_read_mb_per_s;
-    }
-    if (figures.fio_write_mb_per_s > 0) {
-      figures.write_vs_fio = figures.engine_write_mb_per_s / figures.fio_write_mb_per_s;
-    }
-    spdlog::info(
-        "nvme bench: depth {}: engine write {:.0f} read {:.0f} MB/s, fio write {:.0f} "
-        "read {:.0f} MB/s",
-        depth, figures.engine_write_mb_per_s, figures.engine_read_mb_per_s,
-        figures.fio_write_mb_per_s, figures.fio_read_mb_per_s);
+  }
+  if (!any_depth) result->worst_depth_ratio = 0;
+  result->goal_vs_fio_depths_met = any_depth && result->depths_below_goal.empty();
+}
+
+// The goals: against fio (where it gave figures) at the bests and at each depth, and
+// against the plain loop.
+void JudgeGoals(DiskBenchResult* result) {
+  if (result->best_fio_read_mb_per_s > 0 && result->best_fio_write_mb_per_s > 0) {
+    result->best_read_vs_fio = result->best_engine_read_mb_per_s / result->best_fio_read_mb_per_s;
+    result->best_write_vs_fio =
+        result->best_engine_write_mb_per_s / result->best_fio_write_mb_per_s;
+    result->goal_vs_fio_best_met =
+        result->best_read_vs_fio >= kGoalVsFioBest && result->best_write_vs_fio >= kGoalVsFioBest;
+    JudgeDepths(result);
+  }
+  if (result->plain_loop_read_mb_per_s > 0) {
+    result->read_vs_plain_loop =
+        result->engine_read_compared_mb_per_s / result->plain_loop_read_mb_per_s;
+    result->goal_vs_plain_loop_met = result->read_vs_plain_loop >= kGoalReadVsPlainLoop;
+  }
+}
+
+}  // namespace
+
+StatusOr<DiskBenchResult> RunDiskBench(const DiskBenchOptions& options) {
+  RETURN_IF_ERROR(ValidateOptions(options));
+  DiskBenchResult result = DescribeRun(options);
+  RETURN_IF_ERROR(CheckFreeSpace(options));
+  const uint32_t max_depth =
+      *std::max_element(options.queue_depths.begin(), options.queue_depths.end());
+  const uint64_t buffer_bytes = uint64_t{max_depth} * options.request_bytes;
+  ASSIGN_OR_RETURN(IoBuffer buffer, AllocateEngineBuffer(options, buffer_bytes, &result));
+  const FileRemover remover{result.file, options.keep_file};
+  RETURN_IF_ERROR(CreateTestFile(options, result.file));
+
+  FioReference fio(options, buffer_bytes, &result);
+  for (uint32_t depth : options.queue_depths) {
+    ASSIGN_OR_RETURN(DepthFigures figures, MeasureDepth(options, depth, buffer, &fio, &result));
     result.depths.push_back(figures);
   }
-  if (!fio_usable && result.fio_note.empty()) result.fio_note = "fio failed";
-
-  // Like-for-like against a plain loop: the shallowest depth, alternating passes.
-  result.compared_depth =
-      *std::min_element(options.queue_depths.begin(), options.queue_depths.end());
-  {
-    ASSIGN_OR_RETURN(EngineRun run,
-                     OpenEngine(options, result.file, result.compared_depth, buffer));
-    std::vector<double> plain_reads, engine_reads;
-    for (uint32_t pass = 0; pass < options.passes; ++pass) {
-      ASSIGN_OR_RETURN(double plain,
-                       PlainLoopPass(result.file, options.file_bytes, options.request_bytes,
-                                     max_depth, buffer.data()));
-      ASSIGN_OR_RETURN(double engine,
-                       EnginePass(run.engine.get(), run.file, IoOp::kRead, options.file_bytes,
-                                  options.request_bytes, result.compared_depth, buffer.data()));
-      plain_reads.push_back(plain);
-      engine_reads.push_back(engine);
-    }
-    result.plain_loop_read_mb_per_s = Median(plain_reads);
-    result.engine_read_compared_mb_per_s = Median(engine_reads);
-  }
-
+  fio.NoteFailure();
+  RETURN_IF_ERROR(MeasureAgainstPlainLoop(options, max_depth, buffer, &result));
   if (options.measure_small_page_buffers) {
-    IoBufferOptions small;
-    small.huge_pages = false;
-    ASSIGN_OR_RETURN(IoBuffer small_buffer,
-                     IoBuffer::Allocate(uint64_t{max_depth} * options.request_bytes, small));
-    ASSIGN_OR_RETURN(EngineRun run, OpenEngine(options, result.file, max_depth, small_buffer));
     ASSIGN_OR_RETURN(result.engine_read_small_pages_mb_per_s,
-                     EnginePass(run.engine.get(), run.file, IoOp::kRead, options.file_bytes,
-                                options.request_bytes, max_depth, small_buffer.data()));
+                     MeasureSmallPageBuffers(options, max_depth, result.file));
   }
-
-  for (const DepthFigures& figures : result.depths) {
-    result.best_engine_read_mb_per_s =
-        std::max(result.best_engine_read_mb_per_s, figures.engine_read_mb_per_s);
-    result.best_fio_read_mb_per_s =
-        std::max(result.best_fio_read_mb_per_s, figures.fio_read_mb_per_s);
-    result.best_engine_write_mb_per_s =
-        std::max(result.best_engine_write_mb_per_s, figures.engine_write_mb_per_s);
-    result.best_fio_write_mb_per_s =
-        std::max(result.best_fio_write_mb_per_s, figures.fio_write_mb_per_s);
-  }
-  if (result.best_fio_read_mb_per_s > 0 && result.best_fio_write_mb_per_s > 0) {
-    result.best_read_vs_fio = result.best_engine_read_mb_per_s / result.best_fio_read_mb_per_s;
-    result.best_write_vs_fio =
-        result.best_engine_write_mb_per_s / result.best_fio_write_mb_per_s;
-    result.goal_vs_fio_best_met = result.best_read_vs_fio >= kGoalVsFioBest &&
-                                  result.best_write_vs_fio >= kGoalVsFioBest;
-    bool any_depth = false;
-    result.worst_depth_ratio = 1e9;
-    for (const DepthFigures& figures : result.depths) {
-      if (figures.queue_depth < 4 || figures.queue_depth > 32) continue;
-      any_depth = true;
-      for (const auto& [what, ratio] : {std::pair<const char*, double>{"read", figures.read_vs_fio},
-                                        {"write", figures.write_vs_fio}}) {
-        result.worst_depth_ratio = std::min(result.worst_depth_ratio, ratio);
-        if (ratio < kGoalVsFioPerDepth) {
-          result.depths_below_goal.push_back(
-              absl::StrFormat("%s at depth %d: %.2f", what, figures.queue_depth, ratio));
-        }
-      }
-    }
-    if (!any_depth) result.worst_depth_ratio = 0;
-    result.goal_vs_fio_depths_met = any_depth && result.depths_below_goal.empty();
-  }
-  if (result.plain_loop_read_mb_per_s > 0) {
-    result.read_vs_plain_loop =
-        result.engine_read_compared_mb_per_s / result.plain_loop_read_mb_per_s;
-    result.goal_vs_plain_loop_met = result.read_vs_plain_loop >= kGoalReadVsPlainLoop;
-  }
+  FindBests(&result);
+  JudgeGoals(&result);
   return result;
 }
 
