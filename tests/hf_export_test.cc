@@ -108,6 +108,24 @@ std::string ReadBytes(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+// The value of top-level key `key` in JSON text written with indent 2 (as transformers
+// and strata write config.json), as written: its text up to the end of its line, or of its
+// object or list; "" where the key is absent.
+std::string KeyText(const std::string& json, const std::string& key) {
+  const std::string quoted = "\n  \"" + key + "\": ";
+  size_t at = json.find(quoted);
+  if (at == std::string::npos) return "";
+  at += quoted.size();
+  size_t end = json.find('\n', at);
+  if (json[at] == '{' || json[at] == '[') {
+    end = json.find(std::string("\n  ") + (json[at] == '{' ? '}' : ']'), at);
+    if (end != std::string::npos) end += 4;
+  }
+  std::string value = json.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  if (!value.empty() && value.back() == ',') value.pop_back();
+  return value;
+}
+
 class HfExport : public ::testing::TestWithParam<std::string> {};
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfExport,
                          ::testing::Values("gpt2-tiny", "llama-tiny", "llama-tiny-tied",
@@ -131,6 +149,23 @@ TEST_P(HfExport, ImportTrainExportImportIsExact) {
     EXPECT_THAT(line, HasSubstr(shard > (1u << 20) ? "1 safetensors file" : "shards"));
     EXPECT_EQ(std::filesystem::exists(out + "/model.safetensors.index.json"), shard < (1u << 20));
     EXPECT_EQ(ImportedMasters("hf:" + out), want) << "shard limit " << shard;
+  }
+  // config.json holds the source's values as the source wrote them: its floats in their
+  // shortest form (rms_norm_eps 1e-05 and 1e-06, not 9.999999747378752e-06), the rope
+  // scaling's factors.
+  {
+    const std::string source = ReadBytes(HfFixture(GetParam()) + "/config.json");
+    const std::string exported =
+        ReadBytes(TestDir(absl::StrCat("export-", GetParam(), "-", uint64_t{5} << 30)) +
+                  "/config.json");
+    int compared = 0;
+    for (const char* key : {"rms_norm_eps", "rope_theta", "layer_norm_epsilon", "rope_scaling",
+                            "hidden_size", "n_embd", "vocab_size"}) {
+      if (KeyText(source, key).empty() || KeyText(source, key) == "null") continue;
+      EXPECT_EQ(KeyText(exported, key), KeyText(source, key)) << key;
+      ++compared;
+    }
+    EXPECT_GE(compared, 3);
   }
 
   // bf16: the checkpoint rounded to nearest even; exported again, the same bytes.

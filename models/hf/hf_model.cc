@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/files.h"
 #include "core/rope.h"
+#include "models/hf/hf_json.h"
 
 namespace strata {
 namespace {
@@ -134,21 +135,21 @@ void ReadRopeScaling(const Json& c, int max_pos, RopeSpec* rope,
   }
 }
 
-// The inverse of ReadRopeScaling.
+// The inverse of ReadRopeScaling (each factor as its own shortest decimal: JsonNumber).
 Json RopeScalingJson(const RopeSpec& rope) {
   switch (rope.scaling) {
     case RopeScaling::kNone:
       return nullptr;
     case RopeScaling::kLinear:
-      return {{"rope_type", "linear"}, {"factor", rope.factor}};
+      return {{"rope_type", "linear"}, {"factor", JsonNumber(rope.factor)}};
     case RopeScaling::kLlama3:
       return {{"rope_type", "llama3"},
-              {"factor", rope.factor},
-              {"low_freq_factor", rope.low_freq_factor},
-              {"high_freq_factor", rope.high_freq_factor},
+              {"factor", JsonNumber(rope.factor)},
+              {"low_freq_factor", JsonNumber(rope.low_freq_factor)},
+              {"high_freq_factor", JsonNumber(rope.high_freq_factor)},
               {"original_max_position_embeddings", rope.original_max_seq_len}};
     case RopeScaling::kDynamic:
-      return {{"rope_type", "dynamic"}, {"factor", rope.factor}};
+      return {{"rope_type", "dynamic"}, {"factor", JsonNumber(rope.factor)}};
   }
   return nullptr;
 }
@@ -288,8 +289,8 @@ std::string HfConfigJson(const ModelOptions& m, const std::string& dtype_name) {
          {"intermediate_size", m.ffn_hidden},
          {"vocab_size", m.vocab},
          {"max_position_embeddings", m.max_seq_len},
-         {"rope_theta", m.rope.theta},
-         {"rms_norm_eps", m.norm_eps},
+         {"rope_theta", JsonNumber(m.rope.theta)},
+         {"rms_norm_eps", JsonNumber(m.norm_eps)},
          {"tie_word_embeddings", m.tie_embeddings},
          {"attention_bias", false},
          {"mlp_bias", false},
@@ -319,7 +320,7 @@ std::string HfConfigJson(const ModelOptions& m, const std::string& dtype_name) {
       c["sliding_window"] = m.sliding_window;
     }
   }
-  return c.dump(2) + "\n";
+  return HfJsonText(c);
 }
 
 StatusOr<std::vector<HfTensor>> HfTensorMap(const ModelOptions& m,

@@ -33,7 +33,9 @@ namespace strata {
 StatusOr<ModelOptions> ReadHfConfig(const std::string& dir);
 
 // config.json text for a (resolved) model, with torch_dtype `dtype_name` ("float32",
-// "bfloat16").
+// "bfloat16"), as transformers writes it (hf_json.h): rms_norm_eps, rope_theta and the
+// rope scaling's factors, floats in strata, as their own shortest decimals (1e-06, not
+// 9.999999974752427e-07).
 std::string HfConfigJson(const ModelOptions& model, const std::string& dtype_name);
 
 // One Hugging Face tensor and where it goes in strata.
