@@ -166,11 +166,8 @@ void PrintLine(const std::string& preset, const BenchPlacement& placement, const
 
 const char* Verdict(bool met) { return met ? "MET" : "NOT MET"; }
 
-}  // namespace
-
-Status RunBenchGpu(const BenchArgs& args, const GpuBenchArgs& gpu) {
-  InitLogging(0, 1);
-  // Fail fast, before any model is built: no CUDA build, or no usable GPU.
+// Fails fast, before any model is built: no CUDA build, or no usable GPU.
+Status CheckCudaGpu() {
   if (!BuiltWithCuda()) {
     return absl::FailedPreconditionError(
         "bench gpu needs CUDA: this strata was built without it (no CUDA toolkit at build "
@@ -182,23 +179,33 @@ Status RunBenchGpu(const BenchArgs& args, const GpuBenchArgs& gpu) {
                   absl::StrCat("bench gpu needs a usable GPU: ", gpus.status().message()));
   }
   if (*gpus <= 0) return absl::UnavailableError("bench gpu needs a usable GPU: CUDA sees none");
+  return absl::OkStatus();
+}
 
-  std::vector<std::string> presets;
-  for (absl::string_view p : absl::StrSplit(gpu.presets, ',', absl::SkipEmpty())) {
-    presets.emplace_back(p);
+// The names of a comma-separated list, empty ones skipped.
+std::vector<std::string> SplitNames(const std::string& list) {
+  std::vector<std::string> names;
+  for (absl::string_view name : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    names.emplace_back(name);
   }
-  if (presets.empty()) return absl::InvalidArgumentError("--presets lists no model");
-  std::set<std::string> nvme_presets;
-  for (absl::string_view p : absl::StrSplit(gpu.nvme_presets, ',', absl::SkipEmpty())) {
-    nvme_presets.emplace(p);
-  }
+  return names;
+}
+
+// --nvme-dir, else $TMPDIR, else /tmp; made here, where a failure is only reported by the
+// nvme runs.
+std::string MakeNvmeDir(const GpuBenchArgs& gpu) {
   const std::string nvme_dir =
       !gpu.nvme_dir.empty() ? gpu.nvme_dir
                             : (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp");
   std::error_code made_dir;
   std::filesystem::create_directories(nvme_dir, made_dir);  // a failure shows at the nvme run
+  return nvme_dir;
+}
 
-  const std::vector<BenchPlacement> placements = {
+// The placements, at these indices (see the file comment).
+constexpr size_t kDevice = 0, kOffload = 1, kNvme = 2, kDelayed = 3;
+std::vector<BenchPlacement> Placements(const std::string& nvme_dir) {
+  return {
       {"device", "stage 1, everything on the GPU",
        {"zero.stage=1", "zero.optimizer_tier=device", "zero.grad_tier=device",
         "zero.param_tier=device"}},
@@ -212,130 +219,187 @@ Status RunBenchGpu(const BenchArgs& args, const GpuBenchArgs& gpu) {
        {"zero.stage=2", "zero.optimizer_tier=host", "zero.grad_tier=host",
         "zero.param_tier=device", "zero.param_update=delayed"}},
   };
+}
 
-  double peak_tflops = gpu.peak_tflops;
-  const bool peak_given = peak_tflops > 0;
-  std::string gpu_description;
-  bool gpu_line_printed = false;
+void PrintHeader(int steps, const std::vector<BenchPlacement>& placements) {
   std::printf("bench gpu: device.backend=cuda, bf16, one rank, 1 warm-up + %d measured steps "
               "per placement, train.grad_clip=0 unless --set; MFU = tokens x (6N + 12LCT) / "
               "dense bf16 peak\n",
-              args.steps);
+              steps);
   for (const BenchPlacement& placement : placements) {
     std::printf("  %-8s %s\n", placement.name, placement.what);
   }
   std::fflush(stdout);
+}
 
-  struct ModelResult {
-    std::string preset;
-    Measured device, offload, nvme, delayed;
-    bool nvme_available = false;
-    bool nvme_skipped = false;  // not in --nvme-presets
-    std::string nvme_reason;
-  };
-  bool any_failed = false;
-  // Device and offload of every model first, then the NVMe placements (the slowest, and
-  // the least likely to fit a short budget), so a timeout cuts the least valuable runs.
+// One model's placements as they ran.
+struct ModelResult {
+  std::string preset;
+  Measured device, offload, nvme, delayed;
+  bool nvme_available = false;
+  bool nvme_skipped = false;  // not in --nvme-presets
+  std::string nvme_reason;
+
+  Measured& slot(size_t placement) {
+    return placement == kDevice    ? device
+           : placement == kOffload ? offload
+           : placement == kNvme    ? nvme
+                                   : delayed;
+  }
+};
+
+// (model, placement) in the order they run: device, offload and delayed of every model
+// first, then the NVMe placements (the slowest, and the least likely to fit a short
+// budget), so a timeout cuts the least valuable runs.
+std::vector<std::pair<size_t, size_t>> RunOrder(size_t models) {
+  std::vector<std::pair<size_t, size_t>> runs;
+  for (size_t m = 0; m < models; ++m) {
+    runs.push_back({m, kDevice});
+    runs.push_back({m, kOffload});
+    runs.push_back({m, kDelayed});
+  }
+  for (size_t m = 0; m < models; ++m) runs.push_back({m, kNvme});
+  return runs;
+}
+
+// The --set of one model in one placement: the bench's defaults, the job's --set, then
+// what the bench and the placement fix.
+StatusOr<std::vector<std::string>> PlacementSets(const BenchArgs& args, const std::string& preset,
+                                                 const BenchPlacement& placement) {
+  // Models wider than gpt2-124m (the 1.5B) get half the micro-batch.
+  StatusOr<Options> shape = ParseOptions("", {"model.preset=" + preset});
+  if (!shape.ok()) return Annotate(shape.status(), "bench gpu --presets");
+  const bool big = shape->model.channels > 768;
+  std::vector<std::string> sets = {
+      "model.preset=" + preset, big ? "train.micro_batch=8" : "train.micro_batch=16",
+      "train.seq_len=1024", "train.dtype=bf16", "train.grad_clip=0",
+      // The CUDA device clips this to the GPU's free memory: the whole card.
+      "device.memory_limit=1024GiB"};
+  sets.insert(sets.end(), args.sets.begin(), args.sets.end());
+  sets.insert(sets.end(), {"device.backend=cuda", "zero.world=1", "train.eval_every=0",
+                           "train.steps=1000000", "train.grad_accum=1"});
+  sets.insert(sets.end(), placement.sets.begin(), placement.sets.end());
+  return sets;
+}
+
+// The peak the MFU is taken against, and the GPU as the first session names it.
+struct GpuSeen {
+  double peak_tflops = 0;   // --peak-tflops, else from the table once a session exists
+  bool peak_given = false;  // by --peak-tflops
+  std::string description;
+  bool line_printed = false;
+};
+
+// Runs model `result.preset` in placement `p` into its slot and prints its line (and the
+// GPU's line before the first). A failed run is only reported on its line; errors returned
+// are the job's options refused outside the nvme placement.
+Status RunModelPlacement(const BenchArgs& args, const std::set<std::string>& nvme_presets,
+                         const BenchPlacement& placement, size_t p, ModelResult& result,
+                         GpuSeen& seen) {
+  const std::string& preset = result.preset;
+  if (p == kNvme && !nvme_presets.count(preset)) {
+    result.nvme_skipped = true;
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(const std::vector<std::string> sets, PlacementSets(args, preset, placement));
+  StatusOr<Options> options = ParseOptions(args.config_path, sets);
+  if (p == kNvme) {
+    if (!options.ok()) {
+      result.nvme_reason = std::string(options.status().message());
+      std::printf("%-10s %-8s stage 3 with params on NVMe: refused by the options "
+                  "parser:\n           %s\n",
+                  preset.c_str(), placement.name, result.nvme_reason.c_str());
+      std::fflush(stdout);
+      return absl::OkStatus();
+    }
+    result.nvme_available = true;
+  } else if (!options.ok()) {
+    return Annotate(options.status(), absl::StrCat(preset, " ", placement.name));
+  }
+  Measured& slot = result.slot(p);
+  slot = RunPlacement(*options, args.steps, &seen.peak_tflops, &seen.description);
+  if (!seen.line_printed && !seen.description.empty()) {
+    // Once, as soon as the first session has named the card.
+    std::printf("GPU: %s; dense bf16 peak %.1f TFLOP/s (%s)\n", seen.description.c_str(),
+                seen.peak_tflops, seen.peak_given ? "--peak-tflops" : "table");
+    seen.line_printed = true;
+  }
+  PrintLine(preset, placement, *options, slot, p == kDevice ? nullptr : &result.device);
+  return absl::OkStatus();
+}
+
+// One model's lines under "goals (issue 6):".
+void PrintGoals(const ModelResult& r) {
+  if (r.device.status.ok()) {
+    std::printf("  %-10s MFU on device >= 0.50: %.3f %s\n", r.preset.c_str(), r.device.mfu,
+                Verdict(r.device.mfu >= 0.50));
+  } else {
+    std::printf("  %-10s MFU on device >= 0.50: not measured (failed)\n", r.preset.c_str());
+  }
+  if (r.device.status.ok() && r.offload.status.ok()) {
+    const double ratio = r.offload.tokens_per_s / r.device.tokens_per_s;
+    std::printf("  %-10s offload >= 0.85x of device: %.2fx %s\n", r.preset.c_str(), ratio,
+                Verdict(ratio >= 0.85));
+  } else {
+    std::printf("  %-10s offload >= 0.85x of device: not measured (failed)\n",
+                r.preset.c_str());
+  }
+  if (r.device.status.ok() && r.delayed.ran && r.delayed.status.ok()) {
+    std::printf("  %-10s offload with delayed update: %.2fx of device (no goal; gradients "
+                "one update old)\n",
+                r.preset.c_str(), r.delayed.tokens_per_s / r.device.tokens_per_s);
+  }
+  if (r.nvme_skipped) {
+    std::printf("  %-10s NVMe params >= 0.5x of device: not run (not in --nvme-presets)\n",
+                r.preset.c_str());
+  } else if (!r.nvme_available) {
+    std::printf("  %-10s NVMe params >= 0.5x of device: not run (%s)\n", r.preset.c_str(),
+                r.nvme_reason.c_str());
+  } else if (r.device.status.ok() && r.nvme.status.ok()) {
+    const double ratio = r.nvme.tokens_per_s / r.device.tokens_per_s;
+    std::printf("  %-10s NVMe params >= 0.5x of device: %.2fx %s\n", r.preset.c_str(), ratio,
+                Verdict(ratio >= 0.5));
+  } else {
+    std::printf("  %-10s NVMe params >= 0.5x of device: not measured (failed)\n",
+                r.preset.c_str());
+  }
+}
+
+// Whether a placement that ran failed (a placement not run keeps an OK status).
+bool AnyFailed(const std::vector<ModelResult>& results) {
+  for (const ModelResult& r : results) {
+    for (const Measured* m : {&r.device, &r.offload, &r.nvme, &r.delayed}) {
+      if (!m->status.ok()) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+Status RunBenchGpu(const BenchArgs& args, const GpuBenchArgs& gpu) {
+  InitLogging(0, 1);
+  RETURN_IF_ERROR(CheckCudaGpu());
+  const std::vector<std::string> presets = SplitNames(gpu.presets);
+  if (presets.empty()) return absl::InvalidArgumentError("--presets lists no model");
+  const std::vector<std::string> nvme_list = SplitNames(gpu.nvme_presets);
+  const std::set<std::string> nvme_presets(nvme_list.begin(), nvme_list.end());
+  const std::vector<BenchPlacement> placements = Placements(MakeNvmeDir(gpu));
+
+  GpuSeen seen;
+  seen.peak_tflops = gpu.peak_tflops;
+  seen.peak_given = gpu.peak_tflops > 0;
+  PrintHeader(args.steps, placements);
   std::vector<ModelResult> results(presets.size());
   for (size_t m = 0; m < presets.size(); ++m) results[m].preset = presets[m];
-  const std::vector<std::pair<size_t, size_t>> order = [&] {
-    std::vector<std::pair<size_t, size_t>> runs;  // (model, placement)
-    for (size_t m = 0; m < presets.size(); ++m) {
-      runs.push_back({m, 0});
-      runs.push_back({m, 1});
-      runs.push_back({m, 3});
-    }
-    for (size_t m = 0; m < presets.size(); ++m) runs.push_back({m, 2});
-    return runs;
-  }();
-  for (const auto& [m, p] : order) {
-    ModelResult& result = results[m];
-    const std::string& preset = result.preset;
-    const BenchPlacement& placement = placements[p];
-    if (p == 2 && !nvme_presets.count(preset)) {
-      result.nvme_skipped = true;
-      continue;
-    }
-    // Models wider than gpt2-124m (the 1.5B) get half the micro-batch.
-    StatusOr<Options> shape = ParseOptions("", {"model.preset=" + preset});
-    if (!shape.ok()) return Annotate(shape.status(), "bench gpu --presets");
-    const bool big = shape->model.channels > 768;
-    std::vector<std::string> sets = {
-        "model.preset=" + preset, big ? "train.micro_batch=8" : "train.micro_batch=16",
-        "train.seq_len=1024", "train.dtype=bf16", "train.grad_clip=0",
-        // The CUDA device clips this to the GPU's free memory: the whole card.
-        "device.memory_limit=1024GiB"};
-    sets.insert(sets.end(), args.sets.begin(), args.sets.end());
-    sets.insert(sets.end(), {"device.backend=cuda", "zero.world=1", "train.eval_every=0",
-                             "train.steps=1000000", "train.grad_accum=1"});
-    sets.insert(sets.end(), placement.sets.begin(), placement.sets.end());
-    StatusOr<Options> options = ParseOptions(args.config_path, sets);
-    Measured* slot = p == 0   ? &result.device
-                     : p == 1 ? &result.offload
-                     : p == 2 ? &result.nvme
-                              : &result.delayed;
-    if (p == 2) {
-      if (!options.ok()) {
-        result.nvme_reason = std::string(options.status().message());
-        std::printf("%-10s %-8s stage 3 with params on NVMe: refused by the options "
-                    "parser:\n           %s\n",
-                    preset.c_str(), placement.name, result.nvme_reason.c_str());
-        std::fflush(stdout);
-        continue;
-      }
-      result.nvme_available = true;
-    } else if (!options.ok()) {
-      return Annotate(options.status(), absl::StrCat(preset, " ", placement.name));
-    }
-    *slot = RunPlacement(*options, args.steps, &peak_tflops, &gpu_description);
-    if (!gpu_line_printed && !gpu_description.empty()) {
-      // Once, as soon as the first session has named the card.
-      std::printf("GPU: %s; dense bf16 peak %.1f TFLOP/s (%s)\n", gpu_description.c_str(),
-                  peak_tflops, peak_given ? "--peak-tflops" : "table");
-      gpu_line_printed = true;
-    }
-    PrintLine(preset, placement, *options, *slot, p == 0 ? nullptr : &result.device);
-    any_failed |= !slot->status.ok();
+  for (const auto& [m, p] : RunOrder(presets.size())) {
+    RETURN_IF_ERROR(RunModelPlacement(args, nvme_presets, placements[p], p, results[m], seen));
   }
 
   std::printf("goals (issue 6):\n");
-  for (const ModelResult& r : results) {
-    if (r.device.status.ok()) {
-      std::printf("  %-10s MFU on device >= 0.50: %.3f %s\n", r.preset.c_str(), r.device.mfu,
-                  Verdict(r.device.mfu >= 0.50));
-    } else {
-      std::printf("  %-10s MFU on device >= 0.50: not measured (failed)\n", r.preset.c_str());
-    }
-    if (r.device.status.ok() && r.offload.status.ok()) {
-      const double ratio = r.offload.tokens_per_s / r.device.tokens_per_s;
-      std::printf("  %-10s offload >= 0.85x of device: %.2fx %s\n", r.preset.c_str(), ratio,
-                  Verdict(ratio >= 0.85));
-    } else {
-      std::printf("  %-10s offload >= 0.85x of device: not measured (failed)\n",
-                  r.preset.c_str());
-    }
-    if (r.device.status.ok() && r.delayed.ran && r.delayed.status.ok()) {
-      std::printf("  %-10s offload with delayed update: %.2fx of device (no goal; gradients "
-                  "one update old)\n",
-                  r.preset.c_str(), r.delayed.tokens_per_s / r.device.tokens_per_s);
-    }
-    if (r.nvme_skipped) {
-      std::printf("  %-10s NVMe params >= 0.5x of device: not run (not in --nvme-presets)\n",
-                  r.preset.c_str());
-    } else if (!r.nvme_available) {
-      std::printf("  %-10s NVMe params >= 0.5x of device: not run (%s)\n", r.preset.c_str(),
-                  r.nvme_reason.c_str());
-    } else if (r.device.status.ok() && r.nvme.status.ok()) {
-      const double ratio = r.nvme.tokens_per_s / r.device.tokens_per_s;
-      std::printf("  %-10s NVMe params >= 0.5x of device: %.2fx %s\n", r.preset.c_str(), ratio,
-                  Verdict(ratio >= 0.5));
-    } else {
-      std::printf("  %-10s NVMe params >= 0.5x of device: not measured (failed)\n",
-                  r.preset.c_str());
-    }
-  }
+  for (const ModelResult& r : results) PrintGoals(r);
   std::fflush(stdout);
-  if (any_failed) {
+  if (AnyFailed(results)) {
     return absl::InternalError("bench gpu: at least one placement failed (see its line)");
   }
   return absl::OkStatus();
