@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <thread>
 #include <map>
@@ -30,6 +31,41 @@ bool IsBuffer(const std::string& name) {
 
 std::string ShapeText(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// `copy`, a tensor of the file that a tied model holds twice (HfTiedCopyOf: lm_head.weight),
+// against the model's own `original`: a tied model has one matrix for both, so they must be
+// equal element for element (their fp32 values bit for bit; the file's dtypes may differ).
+// "" when they are (or `original` is missing: said with the model's tensors), else the
+// problem, naming both. Reads both in pieces of 1 Mi elements.
+std::string TiedCopyProblem(const SafetensorsSet& set, const StTensor& copy,
+                            const std::string& original) {
+  const StTensor* found = set.Find(original);
+  for (const std::string& alias : HfNameAliases(original)) {
+    if (found == nullptr) found = set.Find(alias);
+  }
+  if (found == nullptr) return "";
+  const std::string both = absl::StrCat("tensor ", copy.name, " ", ShapeText(copy.shape),
+                                        " beside ", found->name, " ", ShapeText(found->shape));
+  const std::string why =
+      "the model ties its LM head to the token embedding (one matrix for both), so a file "
+      "holding both must hold them equal";
+  if (copy.shape != found->shape) return absl::StrCat(copy.file, ": ", both, ": ", why);
+  constexpr uint64_t kPiece = uint64_t{1} << 20;
+  std::vector<float> a(std::min(kPiece, copy.numel)), b(a.size());
+  for (uint64_t begin = 0; begin < copy.numel; begin += kPiece) {
+    const uint64_t count = std::min(kPiece, copy.numel - begin);
+    for (const Status& read : {set.ReadFloats(copy, begin, count, a.data()),
+                               set.ReadFloats(*found, begin, count, b.data())}) {
+      if (!read.ok()) return std::string(read.message());
+    }
+    if (std::memcmp(a.data(), b.data(), count * sizeof(float)) == 0) continue;
+    uint64_t i = 0;
+    while (std::memcmp(&a[i], &b[i], sizeof(float)) == 0) ++i;
+    return absl::StrCat(copy.file, ": ", both, " differs from it (element ", begin + i, ": ",
+                        a[i], " against ", b[i], "): ", why);
+  }
+  return "";
 }
 
 // Bytes one task of Fill reads: large enough for a disk's sequential rate, small enough
@@ -115,7 +151,11 @@ StatusOr<HfWeights> HfWeights::Open(const std::string& dir, const ModelOptions& 
     weights.bytes_ += found->bytes;
   }
   for (const StTensor& tensor : set.tensors()) {
-    if (!used.count(tensor.name) && !IsBuffer(tensor.name)) {
+    if (used.count(tensor.name) || IsBuffer(tensor.name)) continue;
+    if (const std::string original = HfTiedCopyOf(resolved, tensor.name); !original.empty()) {
+      std::string problem = TiedCopyProblem(set, tensor, original);
+      if (!problem.empty()) problems.push_back(std::move(problem));
+    } else {
       problems.push_back(absl::StrCat(tensor.file, ": tensor ", tensor.name, " ",
                                       ShapeText(tensor.shape), " has no place in a ",
                                       OptionName(resolved.family), " model of this shape"));

@@ -5,7 +5,10 @@
 // unit): no rank ever holds more than two units' ranges in memory, and with params or the
 // optimizer on NVMe the values go straight to their swap files through the engine.
 // Hugging Face's non-parameter buffers (GPT-2's attn.bias / attn.masked_bias masks,
-// rotary inv_freq) are ignored; any other tensor the model has no place for is an error.
+// rotary inv_freq) are ignored; a tied model's lm_head.weight (GPT-2's, a tied LLaMA's:
+// HfTiedCopyOf) is read and compared with the embedding in Open, loaded when it equals it
+// (bit for bit) and refused naming both when it differs; any other tensor the model has no
+// place for is an error.
 // Thread-safety: one call per rank; ranks need not call it together.
 #pragma once
 

@@ -16,7 +16,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -637,6 +639,115 @@ TEST(HfImportErrors, BadDirectoriesAreClearErrors) {
     ASSERT_OK_AND_ASSIGN(const std::vector<float> after, rig->engine->state().ReadMaster(1));
     EXPECT_EQ(before, after);
   }
+}
+
+// Fixture `name`'s config.json and weights in a temporary directory `as`, plus
+// "lm_head.weight": the tensor `embedding` with `change` (element index, value) applied, in
+// `dtype` like every other tensor.
+std::string WithLmHead(const std::string& name, const std::string& as,
+                       const std::string& embedding,
+                       const std::function<float(uint64_t, float)>& change, StDType dtype) {
+  const std::string dir = TestDir(as);
+  std::filesystem::copy_file(HfFixture(name) + "/config.json", dir + "/config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  StatusOr<SafetensorsSet> set = SafetensorsSet::OpenDirectory(HfFixture(name));
+  EXPECT_OK(set);
+  if (!set.ok()) return dir;
+  const SafetensorsSet* source = &*set;
+  std::vector<StOutputTensor> tensors;
+  for (const StTensor& tensor : set->tensors()) {
+    tensors.push_back(
+        {tensor.name, tensor.shape, [source, &tensor](uint64_t begin, uint64_t count, float* out) {
+           return source->ReadFloats(tensor, begin, count, out);
+         }});
+  }
+  const StTensor* head = set->Find(embedding);
+  EXPECT_NE(head, nullptr) << embedding;
+  if (head == nullptr) return dir;
+  tensors.push_back({"lm_head.weight", head->shape,
+                     [source, head, change](uint64_t begin, uint64_t count, float* out) {
+                       RETURN_IF_ERROR(source->ReadFloats(*head, begin, count, out));
+                       for (uint64_t i = 0; i < count; ++i) out[i] = change(begin + i, out[i]);
+                       return absl::OkStatus();
+                     }});
+  EXPECT_OK(WriteSafetensorsDirectory(dir, tensors, dtype, uint64_t{5} << 30, {{"format", "pt"}}));
+  return dir;
+}
+
+// Every unit's master (used elements) after importing `dir`, or the import's error.
+StatusOr<std::vector<std::vector<float>>> ImportedMasters(const std::string& dir) {
+  const Options options = ImportOptions(dir);
+  ASSIGN_OR_RETURN(auto rig, MakeEngineRig(options));
+  RETURN_IF_ERROR(ImportHfWeights(dir, options.model, *rig->model, *rig->engine, false));
+  std::vector<std::vector<float>> masters;
+  for (size_t u = 0; u < rig->model->units().size(); ++u) {
+    ASSIGN_OR_RETURN(std::vector<float> master, rig->engine->state().ReadMaster(static_cast<int>(u)));
+    master.resize(rig->model->units()[u].used_elements());
+    masters.push_back(std::move(master));
+  }
+  return masters;
+}
+
+// A file holding a tied model's LM head beside its embedding (GPT2LMHeadModel's state_dict
+// has both; save_pretrained leaves lm_head.weight out, other writers keep it): equal to the
+// embedding, it loads as the file without it does (fp32 and bf16 files); differing in one
+// element, or in shape, it is refused naming both tensors (a tied model holds one matrix).
+TEST(HfImportTiedHead, AnEqualCopyLoadsADifferentOneIsRefused) {
+  for (const auto& [fixture, embedding] : std::vector<std::pair<std::string, std::string>>{
+           {"gpt2-tiny", "transformer.wte.weight"},
+           {"llama-tiny-tied", "model.embed_tokens.weight"}}) {
+    SCOPED_TRACE(fixture);
+    ASSERT_OK_AND_ASSIGN(const auto plain, ImportedMasters(HfFixture(fixture)));
+    for (const StDType dtype : {StDType::kF32, StDType::kBF16}) {
+      SCOPED_TRACE(StDTypeName(dtype));
+      const std::string tag = fixture + "-" + StDTypeName(dtype);
+      const std::string equal = WithLmHead(
+          fixture, "tied-equal-" + tag, embedding, [](uint64_t, float v) { return v; }, dtype);
+      ASSERT_OK_AND_ASSIGN(const auto loaded, ImportedMasters(equal));
+      if (dtype == StDType::kF32) {
+        EXPECT_EQ(loaded, plain);
+      } else {
+        ASSERT_OK_AND_ASSIGN(const auto no_head, ImportedMasters(Bf16Copy(fixture)));
+        EXPECT_EQ(loaded, no_head);
+      }
+    }
+    const std::string differs = WithLmHead(
+        fixture, "tied-differs-" + fixture, embedding,
+        [](uint64_t i, float v) { return i == 37 ? v + 0.5f : v; }, StDType::kF32);
+    EXPECT_THAT(ImportedMasters(differs),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("tensor lm_head.weight"), HasSubstr("beside " + embedding),
+                               HasSubstr("differs from it (element 37: "),
+                               HasSubstr("ties its LM head to the token embedding"))));
+  }
+  // Of another shape: named with both shapes.
+  {
+    const std::string dir = CopyFixture("gpt2-tiny", "tied-shape");
+    ASSERT_OK_AND_ASSIGN(const SafetensorsSet set, SafetensorsSet::OpenDirectory(dir));
+    std::vector<StOutputTensor> tensors;
+    for (const StTensor& tensor : set.tensors()) {
+      tensors.push_back({tensor.name, tensor.shape,
+                         [&set, &tensor](uint64_t begin, uint64_t count, float* out) {
+                           return set.ReadFloats(tensor, begin, count, out);
+                         }});
+    }
+    tensors.push_back({"lm_head.weight", {95, 32}, [](uint64_t, uint64_t count, float* out) {
+                         std::fill(out, out + count, 0.0f);
+                         return absl::OkStatus();
+                       }});
+    const std::string out = TestDir("tied-shape-out");
+    std::filesystem::copy_file(dir + "/config.json", out + "/config.json",
+                               std::filesystem::copy_options::overwrite_existing);
+    ASSERT_OK(WriteSafetensorsDirectory(out, tensors, StDType::kF32, uint64_t{5} << 30, {})
+                  .status());
+    EXPECT_THAT(ImportedMasters(out),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("tensor lm_head.weight [95, 32] beside transformer.wte.weight "
+                                   "[96, 32]: the model ties")));
+  }
+  // An untied LLaMA's lm_head.weight is its own head, as ever (the fixture's differs from
+  // its embedding).
+  EXPECT_OK(ImportedMasters(HfFixture("llama-tiny")).status());
 }
 
 // A GPT-2 shape whose Conv1D matrices (stored transposed) are larger than one 4 MiB read

@@ -405,4 +405,10 @@ std::vector<std::string> HfNameAliases(const std::string& name) {
   return {};
 }
 
+std::string HfTiedCopyOf(const ModelOptions& m, const std::string& name) {
+  if (name != "lm_head.weight") return "";
+  if (m.family == ModelFamily::kGpt) return "transformer.wte.weight";
+  return m.tie_embeddings ? "model.embed_tokens.weight" : "";
+}
+
 }  // namespace strata

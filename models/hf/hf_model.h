@@ -57,4 +57,12 @@ StatusOr<std::vector<HfTensor>> HfTensorMap(const ModelOptions& model,
 // to try after `name` itself.
 std::vector<std::string> HfNameAliases(const std::string& name);
 
+// A tensor a file may hold beside the model's own that must equal one of them: a tied
+// model's "lm_head.weight" (GPT-2, whose head strata always ties to wte, and a LLaMA with
+// tie_word_embeddings), which GPT2LMHeadModel's state_dict and some converters write though
+// save_pretrained leaves it out. Returns the name of the tensor it copies, as HfTensorMap
+// names it ("transformer.wte.weight", "model.embed_tokens.weight"); "" when `name` is no
+// such copy for `model`.
+std::string HfTiedCopyOf(const ModelOptions& model, const std::string& name);
+
 }  // namespace strata
