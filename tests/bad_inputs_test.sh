@@ -55,6 +55,17 @@ echo '{"steps": 3}' > "$D/toplevel.json"
 : > "$D/empty.json"
 echo '{"train": {"stesp": 3}}' > "$D/unknown.json"
 mkdir -p "$D/nock"
+# Hugging Face config.json files whose numbers do not fit their fields, or with a key twice.
+hf_config() {  # dir, then JSON members put before the others
+  mkdir -p "$D/$1"
+  printf '{%s, "model_type": "llama", "hidden_act": "silu", "num_attention_heads": 4,
+    "hidden_size": 32, "intermediate_size": 48, "max_position_embeddings": 16}\n' "$2" \
+    > "$D/$1/config.json"
+}
+hf_config hf_wrapped '"num_hidden_layers": 2, "vocab_size": 4294967396'
+hf_config hf_fraction '"num_hidden_layers": 2.9, "vocab_size": 100'
+hf_config hf_bool '"num_hidden_layers": true, "vocab_size": 100'
+hf_config hf_twice '"num_hidden_layers": 2, "vocab_size": 100, "num_hidden_layers": 12'
 # A checkpoint, and damaged copies of it.
 if ! "$strata" $TRAIN --set train.checkpoint_every=1 --set train.checkpoint_dir="$D/ck" \
     > "$D/ck.log" 2>&1; then

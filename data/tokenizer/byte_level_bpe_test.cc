@@ -379,6 +379,26 @@ TEST(ByteLevelBpeTest, RefusalsNameTheFieldAndValue) {
        absl::StatusCode::kInvalidArgument, "merge 8", "\"yz\" is not in the vocabulary"},
       {"bad_vocab_token", [](Json& d) { d["model"]["vocab"]["€"] = 500; },
        absl::StatusCode::kInvalidArgument, "model.vocab \"€\"", "not a byte-level token"},
+      // Ids read strictly: 2^32 is not byte 0's id 0 (as nlohmann's get<uint32_t>() made
+      // it), 3.7 not 3, true not 1.
+      {"wrapped_id", [](Json& d) { d["model"]["vocab"]["Ā"] = 4294967296ull; },
+       absl::StatusCode::kInvalidArgument, "model.vocab \"Ā\"",
+       "has id 4294967296: expected an integer from 0 to 4294967295"},
+      {"fraction_id", [](Json& d) { d["model"]["vocab"]["Ā"] = 0.5; },
+       absl::StatusCode::kInvalidArgument, "model.vocab \"Ā\"", "has id 0.5: expected an integer"},
+      {"added_wrapped_id",
+       [](Json& d) {
+         d["added_tokens"] = Json::array(
+             {{{"id", 4294967560ull}, {"content", "<|end|>"}, {"special", true}}});
+       },
+       absl::StatusCode::kInvalidArgument, "added_tokens[0].id",
+       "is 4294967560: expected an integer from 0 to 4294967295"},
+      {"added_bool_id",
+       [](Json& d) {
+         d["added_tokens"] =
+             Json::array({{{"id", true}, {"content", "<|end|>"}, {"special", true}}});
+       },
+       absl::StatusCode::kInvalidArgument, "added_tokens[0].id", "is true: expected an integer"},
   };
   for (const Refusal& refusal : refusals) {
     Json document = testing_tokenizer::TinyTokenizerJson(kHelloMerges);
@@ -395,11 +415,51 @@ TEST(ByteLevelBpeTest, MalformedFilesNameThePlace) {
   testing_tokenizer::WriteTestFile(dir + "/broken.json", "{\"model\": ");
   EXPECT_THAT(OpenHfTokenizerJson(dir + "/broken.json"),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("broken.json"), HasSubstr("not valid JSON"))));
+                       AllOf(HasSubstr("broken.json"), HasSubstr("not valid UTF-8 JSON"),
+                             HasSubstr("line 1, column 11"))));
+  // A token written twice: refused naming it (nlohmann kept the last id).
+  std::string twice = testing_tokenizer::TinyTokenizerJson(kHelloMerges).dump();
+  const size_t vocab = twice.find("\"vocab\":{");
+  ASSERT_NE(vocab, std::string::npos);
+  twice.insert(vocab + 9, "\"he\":7,");
+  testing_tokenizer::WriteTestFile(dir + "/twice.json", twice);
+  EXPECT_THAT(OpenHfTokenizerJson(dir + "/twice.json"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("twice.json"),
+                             HasSubstr("key 'he' appears twice in the object of 'vocab'"))));
   EXPECT_THAT(OpenHfTokenizerJson(dir + "/absent.json"),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("absent.json' not found")));
   EXPECT_THAT(OpenHfTokenizerJson(dir),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("a directory")));
+}
+
+// GPT-2's encoder.json read as strictly as tokenizer.json: a wrapped id and a token
+// written twice are refused naming the file and the token.
+TEST(ByteLevelBpeTest, Gpt2EncoderJsonIdsAreReadStrictly) {
+  const std::string dir = testing_tokenizer::MakeTempDir("gpt2_strict");
+  const Json document = testing_tokenizer::TinyTokenizerJson(kHelloMerges);
+  std::string merges = "#version: 0.2\n";
+  for (const Json& merge : document["model"]["merges"]) merges += merge.get<std::string>() + "\n";
+  testing_tokenizer::WriteTestFile(dir + "/vocab.bpe", merges);
+  Json vocab = document["model"]["vocab"];
+  testing_tokenizer::WriteTestFile(dir + "/encoder.json", vocab.dump());
+  ASSERT_OK_AND_ASSIGN(auto tokenizer,
+                       OpenGpt2Tokenizer(dir + "/encoder.json", dir + "/vocab.bpe"));
+  EXPECT_EQ(tokenizer->vocab_size(), 256 + static_cast<int>(kHelloMerges.size()));
+
+  vocab["Ā"] = 4294967296ull;  // 2^32: was read as byte 0's id 0
+  testing_tokenizer::WriteTestFile(dir + "/wrapped.json", vocab.dump());
+  EXPECT_THAT(OpenGpt2Tokenizer(dir + "/wrapped.json", dir + "/vocab.bpe"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("wrapped.json"),
+                             HasSubstr("the id of \"Ā\" is 4294967296: expected an integer "
+                                       "from 0 to 4294967295"))));
+  std::string twice = document["model"]["vocab"].dump();
+  twice.insert(1, "\"he\":7,");
+  testing_tokenizer::WriteTestFile(dir + "/twice.json", twice);
+  EXPECT_THAT(OpenGpt2Tokenizer(dir + "/twice.json", dir + "/vocab.bpe"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("twice.json"), HasSubstr("key 'he' appears twice"))));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/strict_json.h"
 #include "data/tokenizer/byte_level_bpe.h"
 
 namespace strata {
@@ -35,24 +36,29 @@ StatusOr<std::unique_ptr<Tokenizer>> OpenGpt2Tokenizer(const std::string& encode
   ByteLevelBpeSpec spec;
   spec.source = absl::StrCat(encoder_json_path, " + ", vocab_bpe_path);
 
-  const nlohmann::json encoder = nlohmann::json::parse(encoder_text, nullptr, false);
-  if (encoder.is_discarded() || !encoder.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat("GPT-2 encoder.json '", encoder_json_path,
-                                                   "' is not a JSON object of token -> id"));
+  // Strictly: a token written twice is refused (nlohmann would keep the last id).
+  nlohmann::json encoder;
+  const std::string problem = ParseJsonStrict(encoder_text, &encoder);
+  if (!problem.empty() || !encoder.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GPT-2 encoder.json '", encoder_json_path, "' ",
+                     problem.empty() ? "is not a JSON object of token -> id" : problem));
   }
   spec.vocab.reserve(encoder.size());
-  for (const auto& [token, id] : encoder.items()) {
-    if (!id.is_number_unsigned()) {
+  for (const auto& [token, id_value] : encoder.items()) {
+    // 4294967396 is no id (nlohmann's get<uint32_t>() would make it 100).
+    StatusOr<uint32_t> id = JsonInteger<uint32_t>(id_value);
+    if (!id.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("GPT-2 encoder.json '", encoder_json_path,
-                                                     "': the id of \"", token,
-                                                     "\" is not a non-negative integer"));
+                                                     "': the id of \"", token, "\" is ",
+                                                     id.status().message()));
     }
     StatusOr<std::string> bytes = UnicodeToBytes(token);
     if (!bytes.ok()) {
       return Annotate(bytes.status(), absl::StrCat("GPT-2 encoder.json '", encoder_json_path,
                                                    "', token \"", token, "\""));
     }
-    spec.vocab.push_back({*std::move(bytes), id.get<uint32_t>()});
+    spec.vocab.push_back({*std::move(bytes), *id});
   }
 
   // vocab.bpe: a "#version: 0.2" line, then one merge a line, "left right", by rank.

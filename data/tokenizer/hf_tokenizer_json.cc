@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/strict_json.h"
 #include "data/tokenizer/byte_level_bpe.h"
 #include "data/tokenizer/unicode_nfc.h"
 
@@ -110,10 +111,12 @@ Status ReadModel(Reader& reader, const json& model, ByteLevelBpeSpec* spec,
     return reader.Malformed("model.vocab", "is missing or not an object of token -> id");
   }
   spec->vocab.reserve(vocab->size());
-  for (const auto& [token, id] : vocab->items()) {
-    if (!id.is_number_unsigned()) {
+  for (const auto& [token, id_value] : vocab->items()) {
+    // Strictly: 4294967396 is no id (nlohmann's get<uint32_t>() would make it 100).
+    StatusOr<uint32_t> id = JsonInteger<uint32_t>(id_value);
+    if (!id.ok()) {
       return reader.Malformed(absl::StrCat("model.vocab \"", token, "\""),
-                              absl::StrCat("has id ", Shown(id), ", not a non-negative integer"));
+                              absl::StrCat("has id ", id.status().message()));
     }
     StatusOr<std::string> bytes = UnicodeToBytes(token);
     if (!bytes.ok()) {
@@ -123,10 +126,10 @@ Status ReadModel(Reader& reader, const json& model, ByteLevelBpeSpec* spec,
         continue;
       }
       return reader.Malformed(
-          absl::StrCat("model.vocab \"", token, "\" (id ", id.dump(), ")"),
+          absl::StrCat("model.vocab \"", token, "\" (id ", *id, ")"),
           absl::StrCat("is not a byte-level token: ", bytes.status().message()));
     }
-    spec->vocab.push_back({*std::move(bytes), id.get<uint32_t>()});
+    spec->vocab.push_back({*std::move(bytes), *id});
   }
 
   const auto merges = model.find("merges");
@@ -279,8 +282,10 @@ Status ReadAddedTokens(Reader& reader, const json& root, ByteLevelBpeSpec* spec)
     }
     const auto id = token.find("id");
     const auto content = token.find("content");
-    if (id == token.end() || !id->is_number_unsigned()) {
-      return reader.Malformed(field + ".id", "is missing or not a non-negative integer");
+    if (id == token.end()) return reader.Malformed(field + ".id", "is missing");
+    StatusOr<uint32_t> id_value = JsonInteger<uint32_t>(*id);
+    if (!id_value.ok()) {
+      return reader.Malformed(field + ".id", absl::StrCat("is ", id_value.status().message()));
     }
     if (content == token.end() || !content->is_string() || content->get<std::string>().empty()) {
       return reader.Malformed(field + ".content", "is missing or empty");
@@ -296,7 +301,7 @@ Status ReadAddedTokens(Reader& reader, const json& root, ByteLevelBpeSpec* spec)
                                   "content already in NFC");
       }
     }
-    spec->added_tokens.push_back({content->get<std::string>(), id->get<uint32_t>(), normalized});
+    spec->added_tokens.push_back({content->get<std::string>(), *id_value, normalized});
   }
   return absl::OkStatus();
 }
@@ -308,13 +313,11 @@ StatusOr<std::unique_ptr<Tokenizer>> OpenHfTokenizerJson(const std::string& path
                    ReadTokenizerFile(path, "Hugging Face tokenizer.json",
                                      ": give a tokenizer.json file, or a model directory "
                                      "holding tokenizer.json or tokenizer.model"));
+  // Strictly: a token written twice in model.vocab (or any key twice) is refused, where
+  // nlohmann would keep the last id silently.
   json root;
-  try {
-    root = json::parse(text);
-  } catch (const json::parse_error& error) {
-    // what() is "[json.exception.parse_error.101] parse error at line L, column C: ...".
-    return absl::InvalidArgumentError(
-        absl::StrCat("tokenizer.json '", path, "' is not valid JSON: ", error.what()));
+  if (const std::string problem = ParseJsonStrict(text, &root); !problem.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("tokenizer.json '", path, "' ", problem));
   }
   Reader reader(path);
   if (!root.is_object()) return reader.Malformed("the top level", "is not an object");

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/files.h"
 #include "core/rope.h"
+#include "core/strict_json.h"
 #include "models/hf/hf_json.h"
 
 namespace strata {
@@ -17,17 +18,21 @@ namespace {
 
 using Json = nlohmann::json;
 
-// Reads config.json's field `key` as T into *out when present (and not null); a field of
-// the wrong type is a problem naming it.
+// Reads config.json's field `key` as T into *out when present (and not null), strictly
+// (core/strict_json.h): an integer field takes only a JSON integer within T's range, a
+// boolean only true or false, a number never a boolean. Anything else is a problem naming
+// the key and the value as written.
 template <typename T>
-void Field(const Json& config, const char* key, T* out, std::vector<std::string>* problems) {
+bool Field(const Json& config, const char* key, T* out, std::vector<std::string>* problems) {
   auto it = config.find(key);
-  if (it == config.end() || it->is_null()) return;
-  try {
-    *out = it->get<T>();
-  } catch (const std::exception&) {
-    problems->push_back(absl::StrCat("field '", key, "' has the wrong type: ", it->dump()));
+  if (it == config.end() || it->is_null()) return false;
+  StatusOr<T> value = JsonAs<T>(*it);
+  if (!value.ok()) {
+    problems->push_back(absl::StrCat("field '", key, "' is ", value.status().message()));
+    return false;
   }
+  *out = *std::move(value);
+  return true;
 }
 
 template <typename T>
@@ -43,17 +48,10 @@ void Required(const Json& config, const char* key, T* out, std::vector<std::stri
 template <typename T>
 void MustBe(const Json& config, const char* key, const T& expected, const std::string& why,
             std::vector<std::string>* problems) {
-  auto it = config.find(key);
-  if (it == config.end() || it->is_null()) return;
   T value{};
-  try {
-    value = it->get<T>();
-  } catch (const std::exception&) {
-    problems->push_back(absl::StrCat("field '", key, "' has the wrong type: ", it->dump()));
-    return;
-  }
+  if (!Field(config, key, &value, problems)) return;
   if (!(value == expected)) {
-    problems->push_back(absl::StrCat("field '", key, "' is ", it->dump(), ": ", why));
+    problems->push_back(absl::StrCat("field '", key, "' is ", JsonShown(config.at(key)), ": ", why));
   }
 }
 
@@ -69,10 +67,8 @@ void ReadGpt2(const Json& c, ModelOptions* m, std::vector<std::string>* problems
   MustBe<std::string>(c, "activation_function", "gelu_new",
                       "strata's GPT uses GELU's tanh approximation (gelu_new)", problems);
   MustBe(c, "layer_norm_epsilon", 1e-5, "strata's layernorm uses 1e-5", problems);
-  if (c.contains("n_inner") && !c.at("n_inner").is_null()) {
-    int n_inner = 0;
-    Field(c, "n_inner", &n_inner, problems);
-    if (n_inner != 4 * m->channels) {
+  if (int n_inner = 0; Field(c, "n_inner", &n_inner, problems)) {
+    if (n_inner != int64_t{4} * m->channels) {
       problems->push_back(
           absl::StrCat("field 'n_inner' is ", n_inner, ": strata's GPT has an MLP of 4 x n_embd"));
     }
@@ -102,12 +98,18 @@ void ReadRopeScaling(const Json& c, int max_pos, RopeSpec* rope,
   }
   const std::string type = scaling.at(type_key).get<std::string>();
   auto required = [&](const char* key, auto* out) {
-    if (!scaling.contains(key) || !scaling.at(key).is_number()) {
+    if (!scaling.contains(key) || scaling.at(key).is_null()) {
       problems->push_back(
           absl::StrCat("field 'rope_scaling' (", type, ") lacks the number '", key, "'"));
       return;
     }
-    *out = scaling.at(key).get<std::remove_pointer_t<decltype(out)>>();
+    auto value = JsonAs<std::remove_pointer_t<decltype(out)>>(scaling.at(key));
+    if (!value.ok()) {
+      problems->push_back(absl::StrCat("field 'rope_scaling' (", type, "): '", key, "' is ",
+                                       value.status().message()));
+      return;
+    }
+    *out = *value;
   };
   if (type == "default") return;
   if (type == "linear") {
@@ -179,11 +181,12 @@ void ReadLlama(const Json& c, ModelOptions* m, std::vector<std::string>* problem
   // hidden_size / num_attention_heads, which transformers takes otherwise).
   m->head_dim = 0;
   if (c.contains("head_dim") && !c.at("head_dim").is_null()) {
-    Field(c, "head_dim", &m->head_dim, problems);
-    if (m->head_dim < 2 || m->head_dim % 2 != 0) {
+    if (!Field(c, "head_dim", &m->head_dim, problems)) {
+      m->head_dim = 0;
+    } else if (m->head_dim < 2 || m->head_dim % 2 != 0) {
       problems->push_back(absl::StrCat("field 'head_dim' is ", m->head_dim,
                                        ": expected an even width >= 2 (rotary embeddings)"));
-    } else if (m->heads > 0 && m->head_dim * m->heads == m->channels) {
+    } else if (m->heads > 0 && int64_t{m->head_dim} * m->heads == m->channels) {
       m->head_dim = 0;  // the default: hidden_size / num_attention_heads
     }
   } else if (m->heads > 0 && m->channels % m->heads != 0) {
@@ -193,9 +196,7 @@ void ReadLlama(const Json& c, ModelOptions* m, std::vector<std::string>* problem
   }
   bool sliding = true;  // LLaMA and Mistral: a sliding_window given is used
   Field(c, "use_sliding_window", &sliding, problems);  // Qwen2's switch
-  if (sliding && c.contains("sliding_window") && !c.at("sliding_window").is_null()) {
-    int window = 0;
-    Field(c, "sliding_window", &window, problems);
+  if (int window = 0; sliding && Field(c, "sliding_window", &window, problems)) {
     // A window shorter than the context is kept: strata's full causal attention equals it
     // for sequences within it, which the option checks hold train.seq_len to.
     if (window < 1) {
@@ -217,11 +218,10 @@ StatusOr<ModelOptions> ReadHfConfig(const std::string& dir) {
         " not found (a Hugging Face model directory holds config.json and model.safetensors)"));
   }
   if (!text.ok()) return Annotate(text.status(), absl::StrCat("model.from=hf:", dir));
+  // Strictly: a key twice is refused (nlohmann would keep the last one silently).
   Json config;
-  try {
-    config = Json::parse(*text);
-  } catch (const std::exception& error) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " is not valid JSON: ", error.what()));
+  if (const std::string problem = ParseJsonStrict(*text, &config); !problem.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " ", problem));
   }
   if (!config.is_object()) return absl::InvalidArgumentError(path + " is not a JSON object");
   std::string model_type;

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -65,48 +64,6 @@ StatusOr<std::pair<ScopedFd, uint64_t>> OpenRegular(const std::string& path) {
 bool FileExists(const std::string& path) {
   struct stat info {};
   return ::stat(path.c_str(), &info) == 0;
-}
-
-std::string ParseJsonStrict(std::string_view text, nlohmann::json* out,
-                            std::string* duplicate_top_key) {
-  struct OpenObject {
-    std::set<std::string> keys;
-    std::string last_key;
-  };
-  std::vector<OpenObject> open;
-  // A raw NUL is never valid JSON, but nlohmann takes it for the end of the input.
-  const size_t nul = text.find('\0');
-  if (nul != std::string_view::npos) {
-    return absl::StrCat("is not valid UTF-8 JSON: a NUL byte at offset ", nul);
-  }
-  std::string problem;
-  auto callback = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    using Event = nlohmann::json::parse_event_t;
-    if (event == Event::object_start) {
-      open.emplace_back();
-    } else if (event == Event::object_end) {
-      if (!open.empty()) open.pop_back();
-    } else if (event == Event::key && !open.empty()) {
-      std::string key = parsed.get<std::string>();
-      if (!open.back().keys.insert(key).second && problem.empty()) {
-        if (depth == 1) {
-          *duplicate_top_key = key;
-          problem = absl::StrCat("key '", key, "' appears twice");
-        } else {
-          problem = absl::StrCat("key '", key, "' appears twice in the object of '",
-                                 open.size() >= 2 ? open[open.size() - 2].last_key : "", "'");
-        }
-      }
-      open.back().last_key = std::move(key);
-    }
-    return true;
-  };
-  try {
-    *out = nlohmann::json::parse(text.begin(), text.end(), callback);
-  } catch (const nlohmann::json::exception& e) {
-    return absl::StrCat("is not valid UTF-8 JSON: ", Printable(e.what()));
-  }
-  return problem;
 }
 
 }  // namespace safetensors_internal

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/strict_json.h"
 
 namespace strata {
 namespace safetensors_internal {
@@ -67,11 +68,9 @@ StatusOr<std::pair<ScopedFd, uint64_t>> OpenRegular(const std::string& path);
 // Whether anything (a file, a directory) exists at `path`.
 bool FileExists(const std::string& path);
 
-// Parses JSON text into *out. Returns "" or what is wrong: a syntax error (which includes
-// invalid UTF-8) or a key that appears twice in one object (nlohmann would keep the last
-// silently). For a key twice at the top level `duplicate_top_key` is set.
-std::string ParseJsonStrict(std::string_view text, nlohmann::json* out,
-                            std::string* duplicate_top_key);
+// The strict JSON parse (core/strict_json.h) headers and indexes go through: a syntax error
+// or a key twice in one object is a problem.
+using ::strata::ParseJsonStrict;
 
 }  // namespace safetensors_internal
 }  // namespace strata

@@ -73,13 +73,26 @@ StatusOr<ModelOptions> ReadLlmcHeader(const std::string& path) {
         path, ": inconsistent header: vocab ", model.vocab, ", padded vocab ",
         model.padded_vocab, ", channels ", model.channels, ", heads ", model.heads));
   }
-  // The parameter count from the shape, against the file's size.
-  const uint64_t C = model.channels, L = model.layers;
-  const uint64_t params = (model.padded_vocab + model.max_seq_len) * C + L * (12 * C * C + 13 * C) + 2 * C;
-  if (static_cast<uint64_t>(info.st_size) != kLlmcHeaderBytes + params * 4) {
+  // The parameter count from the shape, against the file's size. In 128 bits: with fields
+  // up to 2^31 the count reaches 2^97, and a sum that wraps could match a file's size.
+  using Wide = unsigned __int128;
+  const Wide C = static_cast<Wide>(model.channels), L = static_cast<Wide>(model.layers);
+  const Wide params =
+      (static_cast<Wide>(model.padded_vocab) + static_cast<Wide>(model.max_seq_len)) * C +
+      L * (12 * C * C + 13 * C) + 2 * C;
+  const Wide file_bytes = static_cast<Wide>(kLlmcHeaderBytes) + params * 4;
+  if (static_cast<Wide>(info.st_size) != file_bytes) {
+    auto text = [](Wide value) {  // absl::StrCat takes no __int128
+      std::string digits;
+      do {
+        digits.insert(digits.begin(), static_cast<char>('0' + static_cast<int>(value % 10)));
+        value /= 10;
+      } while (value != 0);
+      return digits;
+    };
     return absl::DataLossError(absl::StrCat(path, " is ", info.st_size, " bytes; its header's model has ",
-                                            params, " fp32 parameters, ",
-                                            kLlmcHeaderBytes + params * 4, " bytes with the header"));
+                                            text(params), " fp32 parameters, ", text(file_bytes),
+                                            " bytes with the header"));
   }
   return model;
 }
