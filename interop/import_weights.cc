@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/finite.h"
 #include "core/progress.h"
 #include "kernels/cpu/transpose.h"
 #include "models/create_model.h"
@@ -104,6 +105,23 @@ void ScatterColumns(const T* source, size_t rows, size_t cols, size_t c0, size_t
   if (full_end * cols < hi) part_of_row(full_end);
   cpu::Transpose(source + full_begin, rows, c1 - c0, full_end - full_begin,
                  out + (full_begin * cols + c0 - lo), cols);
+}
+
+// The error for a value of a weights file that is not finite: the file, the tensor, the
+// element (flat and per dimension, in the file's layout) and the value.
+Status NonFiniteWeight(const std::string& file, const std::string& tensor,
+                       const std::vector<int64_t>& shape, uint64_t element, float value) {
+  std::vector<int64_t> index(shape.size());
+  uint64_t rest = element;
+  for (size_t d = shape.size(); d-- > 0;) {
+    index[d] = static_cast<int64_t>(rest % static_cast<uint64_t>(shape[d]));
+    rest /= static_cast<uint64_t>(shape[d]);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "safetensors: ", file, ": tensor '", tensor, "' ", ShapeText(shape), ": element ", element,
+      " ", ShapeText(index), " is ", NonFiniteName(value),
+      ": weights must be finite (a model saved after its training diverged?); strata refuses "
+      "it rather than train or sample on NaN"));
 }
 
 }  // namespace
@@ -244,41 +262,78 @@ Status HfWeights::Fill(int unit, size_t begin, size_t end, float* out, Progress*
   zero(next, end);
 
   std::vector<Status> failures(tasks.size());
+  // Each task's first value that is not finite (its index in the file's tensor, in the
+  // file's layout) and what it is; kFinite where none. Checked as the values are read.
+  constexpr uint64_t kFinite = ~uint64_t{0};
+  std::vector<uint64_t> bad_index(tasks.size(), kFinite);
+  std::vector<float> bad_value(tasks.size(), 0.0f);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ReaderThreads()) if (tasks.size() > 1)
   for (size_t t = 0; t < tasks.size(); ++t) {
     const Task& task = tasks[t];
     const StTensor& file = *task.piece->file;
     const size_t at = task.dest_begin - begin + task.lo;  // of the task's first element
+    const size_t count = task.hi - task.lo;
     if (params != nullptr) {
-      failures[t] = set.ReadBf16(file, task.lo, task.hi - task.lo, params + at,
+      failures[t] = set.ReadBf16(file, task.lo, count, params + at,
                                  out != nullptr ? out + at : nullptr);
+      if (const size_t i = FirstNonFinite(params + at, count); failures[t].ok() && i < count) {
+        bad_index[t] = task.lo + i;
+        bad_value[t] = ToFloat(params[at + i]);
+      }
       continue;
     }
     float* dest = out + (task.dest_begin - begin);
     if (task.c1 == 0) {
-      failures[t] = set.ReadFloats(file, task.lo, task.hi - task.lo, dest + task.lo);
+      failures[t] = set.ReadFloats(file, task.lo, count, dest + task.lo);
+      if (const size_t i = FirstNonFinite(dest + task.lo, count); failures[t].ok() && i < count) {
+        bad_index[t] = task.lo + i;
+        bad_value[t] = dest[task.lo + i];
+      }
       continue;
     }
     const TensorSpec& spec = layout.tensor(task.piece->map.tensor);
     const size_t cols = static_cast<size_t>(spec.shape[1]), rows = file.numel / cols;
     // Scattered from where the read put the file's rows (no copy between; bf16 widened in
     // the transpose's registers).
-    const uint64_t first = task.c0 * rows, count = (task.c1 - task.c0) * rows;
+    const uint64_t first = task.c0 * rows, band_count = (task.c1 - task.c0) * rows;
+    // The band's first value that is not finite among those this range takes (a stage-3
+    // shard's edge leaves some to other ranks), in the file's order.
+    auto check_band = [&](const auto* values) {
+      for (uint64_t j = 0; j < band_count; ++j) {
+        j += FirstNonFinite(values + j, band_count - j);
+        if (j == band_count) return;
+        const uint64_t dest_element = (j % rows) * cols + task.c0 + j / rows;
+        if (dest_element >= task.lo && dest_element < task.hi) {
+          bad_index[t] = first + j;
+          bad_value[t] = Load(values + j);
+          return;
+        }
+      }
+    };
     if (file.dtype == StDType::kBF16) {
-      StatusOr<const bf16*> band = set.ReadBf16View(file, first, count);
+      StatusOr<const bf16*> band = set.ReadBf16View(file, first, band_count);
       failures[t] = band.status();
       if (band.ok()) {
         ScatterColumns(*band, rows, cols, task.c0, task.c1, task.lo, task.hi, dest + task.lo);
+        check_band(*band);
       }
       continue;
     }
-    StatusOr<const float*> band = set.ReadFloatsView(file, first, count);
+    StatusOr<const float*> band = set.ReadFloatsView(file, first, band_count);
     failures[t] = band.status();
     if (band.ok()) {
       ScatterColumns(*band, rows, cols, task.c0, task.c1, task.lo, task.hi, dest + task.lo);
+      check_band(*band);
     }
   }
   for (const Status& failure : failures) RETURN_IF_ERROR(failure);
+  // The tasks run in tensor order and, within a tensor, in the file's order: the first one
+  // holding a value that is not finite holds the tensor's first in this range.
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    if (bad_index[t] == kFinite) continue;
+    const StTensor& file = *tasks[t].piece->file;
+    return NonFiniteWeight(file.file, file.name, file.shape, bad_index[t], bad_value[t]);
+  }
   if (progress != nullptr) progress->Advance(bytes);
   return absl::OkStatus();
 }

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/finite.h"
 #include "core/atomic_file.h"
 #include "core/pread_fully.h"
 #include "core/progress.h"
@@ -64,6 +66,10 @@ StatusOr<std::vector<LlmcTensor>> LlmcTensorMap(const std::vector<UnitLayout>& u
   return map;
 }
 
+std::string ShapeText(const std::vector<int>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
 }  // namespace
 
 Status ImportLlmcWeights(const std::string& path, const ModelOptions& options,
@@ -97,8 +103,18 @@ Status ImportLlmcWeights(const std::string& path, const ModelOptions& options,
         const size_t dest = layout.tensor(piece.tensor).offset;
         const size_t lo = std::max(begin, dest), hi = std::min(end, dest + piece.numel);
         if (lo >= hi) continue;
-        RETURN_IF_ERROR(PreadFully(fd, out + (lo - begin), (hi - lo) * 4,
-                                   kLlmcHeaderBytes + (piece.file_offset + lo - dest) * 4, path));
+        const uint64_t file_byte = kLlmcHeaderBytes + (piece.file_offset + lo - dest) * 4;
+        RETURN_IF_ERROR(PreadFully(fd, out + (lo - begin), (hi - lo) * 4, file_byte, path));
+        // Finite values only: NaN weights would train to a NaN loss (blamed on the learning
+        // rate) and sample nothing but NaN logits.
+        if (const size_t i = FirstNonFinite(out + (lo - begin), hi - lo); i < hi - lo) {
+          const TensorSpec& spec = layout.tensor(piece.tensor);
+          return absl::InvalidArgumentError(absl::StrCat(
+              "model.from=llmc:", path, ": ", layout.name(), " tensor '", spec.name, "' ",
+              ShapeText(spec.shape), ": element ", lo - dest + i, " (byte offset ",
+              file_byte + i * 4, ") is ", NonFiniteName(out[lo - begin + i]),
+              ": weights must be finite (a model saved after its training diverged?)"));
+        }
         if (progress) progress->Advance((hi - lo) * 4);
       }
       return absl::OkStatus();

@@ -78,6 +78,16 @@ truncate -s -4 "$D/ck_unit/step-2/unit-0.bin"
 printf '\x7f' | dd of="$D/ck_bits/step-2/unit-1.bin" bs=1 seek=100 conv=notrunc status=none
 sed -i -E 's/"version": [0-9]+/"version": 99/' "$D/ck_version/step-2/checkpoint.json"
 rm -f "$D/ck"/step-1/* 2>/dev/null; rm -rf "$D/ck/step-1" "$D"/ck_*/step-1
+# The checkpoint exported, then a NaN written over the first weight of each file: a
+# safetensors file's data starts after its 8-byte length and JSON header, llm.c's at 1024.
+if ! "$strata" export --from "$D/ck" --to "hf:$D/hf_nan" > "$D/export.log" 2>&1 ||
+   ! "$strata" export --from "$D/ck" --to "llmc:$D/llmc_nan.bin" >> "$D/export.log" 2>&1; then
+  echo "FAIL: could not export the checkpoint fixture"; cat "$D/export.log"; exit 1
+fi
+perl -e 'open(my $f, "+<", $ARGV[0]) or die; binmode $f; read($f, my $n, 8);
+  seek($f, 8 + unpack("Q<", $n), 0); print $f pack("L<", 0x7fc00000)' "$D/hf_nan/model.safetensors"
+perl -e 'open(my $f, "+<", $ARGV[0]) or die; binmode $f; seek($f, 1024 + 4 * 70, 0);
+  print $f pack("L<", 0x7f800000)' "$D/llmc_nan.bin"
 # A directory a live run holds (another process keeps its lock).
 echo "strata run live99 rank 0: pid 1 on host elsewhere" > "$D/busy/strata-live99-rank0.lock"
 flock -x "$D/busy/strata-live99-rank0.lock" sleep 600 < /dev/null > /dev/null 2>&1 &

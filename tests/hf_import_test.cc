@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -27,6 +28,7 @@
 #include "core/testing/status_matchers.h"
 #include "data/tokens.h"
 #include "interop/import_weights.h"
+#include "interop/llmc_model.h"
 #include "models/create_model.h"
 #include "models/hf/hf_model.h"
 #include "models/hf/safetensors.h"
@@ -821,6 +823,122 @@ TEST(HfWeightsFill, BandsAndRangesMatchAPlainGather) {
       }
     }
   }
+}
+
+// Fixture `name` in a temporary directory `as`, its weights in `dtype`, with element
+// `element` of tensor `tensor` set to `value`.
+std::string WithValue(const std::string& name, const std::string& as, StDType dtype,
+                      const std::string& tensor_name, uint64_t element, float value) {
+  const std::string dir = TestDir(as);
+  std::filesystem::copy_file(HfFixture(name) + "/config.json", dir + "/config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  StatusOr<SafetensorsSet> set = SafetensorsSet::OpenDirectory(HfFixture(name));
+  EXPECT_OK(set);
+  if (!set.ok()) return dir;
+  const SafetensorsSet* source = &*set;
+  std::vector<StOutputTensor> tensors;
+  for (const StTensor& tensor : set->tensors()) {
+    const bool edit = tensor.name == tensor_name;
+    tensors.push_back({tensor.name, tensor.shape,
+                       [=, &tensor](uint64_t begin, uint64_t count, float* out) {
+                         RETURN_IF_ERROR(source->ReadFloats(tensor, begin, count, out));
+                         if (edit && element >= begin && element < begin + count) {
+                           out[element - begin] = value;
+                         }
+                         return absl::OkStatus();
+                       }});
+  }
+  EXPECT_OK(WriteSafetensorsDirectory(dir, tensors, dtype, uint64_t{5} << 30, {}));
+  return dir;
+}
+
+// Weights that are not finite are refused as they are read, naming the file, the tensor, the
+// element (flat and per dimension, in the file's layout) and the value: in plain and in
+// transposed (Conv1D) tensors, fp32 files and bf16 ones (also bf16 straight into a bf16
+// engine's params). Before, they loaded, and training blamed the learning rate.
+TEST(HfImportErrors, WeightsThatAreNotFiniteAreRefusedNamingTheTensor) {
+  const float kNan = std::nanf(""), kInf = std::numeric_limits<float>::infinity();
+  struct Case {
+    std::string fixture, tensor;
+    uint64_t element;
+    float value;
+    StDType dtype;
+    std::string engine_dtype, message;
+  };
+  const Case cases[] = {
+      {"gpt2-tiny", "transformer.h.1.attn.c_attn.weight", 100, kNan, StDType::kF32, "fp32",
+       "tensor 'transformer.h.1.attn.c_attn.weight' [32, 96]: element 100 [1, 4] is NaN"},
+      {"gpt2-tiny", "transformer.wte.weight", 37, -kInf, StDType::kF32, "fp32",
+       "tensor 'transformer.wte.weight' [96, 32]: element 37 [1, 5] is -inf"},
+      {"gpt2-tiny", "transformer.h.0.mlp.c_proj.weight", 4000, kInf, StDType::kBF16, "fp32",
+       "tensor 'transformer.h.0.mlp.c_proj.weight' [128, 32]: element 4000 [125, 0] is inf"},
+      {"llama-tiny", "model.layers.0.mlp.down_proj.weight", 5, kInf, StDType::kBF16, "bf16",
+       "tensor 'model.layers.0.mlp.down_proj.weight' [32, 48]: element 5 [0, 5] is inf"},
+      {"llama-tiny", "model.norm.weight", 31, kNan, StDType::kF32, "fp32",
+       "tensor 'model.norm.weight' [32]: element 31 [31] is NaN"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.message);
+    const std::string dir = WithValue(c.fixture, "hf-nonfinite-" + c.tensor + c.engine_dtype,
+                                      c.dtype, c.tensor, c.element, c.value);
+    const Options options = ImportOptions(dir, {"train.dtype=" + c.engine_dtype});
+    ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(options));
+    EXPECT_THAT(ImportHfWeights(dir, options.model, *rig->model, *rig->engine, false),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr(dir + "/model.safetensors"), HasSubstr(c.message),
+                               HasSubstr("weights must be finite"))));
+  }
+  // A range (a stage-3 shard) is checked only where it reads: c_attn's file element 100 is
+  // the destination's row 4, column 1 (element 4 * 32 + 1 of the tensor in the unit).
+  const std::string dir = WithValue("gpt2-tiny", "hf-nonfinite-range", StDType::kF32,
+                                    "transformer.h.1.attn.c_attn.weight", 100, kNan);
+  const Options options = ImportOptions(dir);
+  const ModelOptions model_options = ResolveModelOptions(options.model);
+  ASSERT_OK_AND_ASSIGN(auto model, CreateModel(model_options, Recompute::kNone, DType::kF32));
+  ASSERT_OK_AND_ASSIGN(const HfWeights weights, HfWeights::Open(dir, model_options, *model));
+  const UnitLayout& block = model->units()[2];
+  size_t bad = 0;
+  for (const TensorSpec& spec : block.tensors()) {
+    if (spec.name == "attn.qkv.weight") bad = spec.offset + 4 * 32 + 1;
+  }
+  ASSERT_GT(bad, 0u);
+  std::vector<float> values(block.used_elements());
+  EXPECT_OK(weights.Fill(2, 0, bad, values.data(), nullptr));
+  EXPECT_OK(weights.Fill(2, bad + 1, block.used_elements(), values.data(), nullptr));
+  EXPECT_THAT(weights.Fill(2, bad - 5, bad + 1, values.data(), nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("element 100 [1, 4] is NaN")));
+}
+
+// An llm.c file with a value that is not finite: refused naming the unit, the tensor, the
+// element and its byte offset.
+TEST(LlmcImportErrors, WeightsThatAreNotFiniteAreRefusedNamingTheTensor) {
+  // GPT T 8, V 10 (padded 16), L 1, H 2, C 4: 348 parameters; wte first, then wpe
+  // [8, 4] from element 64; the NaN at wpe's element 6 ([1, 2]).
+  const std::string path = TestDir("llmc-nonfinite") + "/model.bin";
+  int32_t header[256] = {20240326, 3, 8, 10, 1, 2, 4, 16};
+  std::vector<float> values(348, 0.25f);
+  values[64 + 6] = std::nanf("");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(header), sizeof(header));
+    out.write(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  }
+  StatusOr<Options> parsed =
+      ParseOptions("", {"model.from=llmc:" + path, "train.seq_len=8", "train.micro_batch=1",
+                        "device.threads=1"});
+  ASSERT_OK(parsed);
+  ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(*parsed));
+  EXPECT_THAT(ImportLlmcWeights(path, parsed->model, *rig->model, *rig->engine, false),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(path), HasSubstr("embedding tensor 'wpe' [8, 4]"),
+                             HasSubstr("element 6 (byte offset 1304) is NaN"))));
+  values[64 + 6] = 0.5f;
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(header), sizeof(header));
+    out.write(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  }
+  EXPECT_OK(ImportLlmcWeights(path, parsed->model, *rig->model, *rig->engine, false));
 }
 
 }  // namespace
