@@ -16,6 +16,10 @@
 // went through: an older strata ignores it) and "tokenizer_files" ([{"name", "xxh3"}]: the
 // copy of that tokenizer's files in step-<k>/tokenizer/, under their Hugging Face names, so
 // that a checkpoint moved to another machine samples and exports with its own tokenizer),
+// optionally "source" (model.from=hf:DIR: {"from", its config.json's bos_token_id,
+// eos_token_id and pad_token_id as written, "files": [{"name": "generation_config.json",
+// "xxh3"}]}, the copy in step-<k>/source/, so that an export writes them; an older strata
+// ignores it),
 // "checksum"}, where "checksum" is the XXH3 (hex)
 // of the compact JSON of every other field (keys sorted): a corrupt checkpoint.json is
 // kDataLoss, never a misread. Version 1 (no checksum) still loads; others are refused
@@ -36,6 +40,8 @@
 //   checkpoint_open.h       OpenCheckpoint, VerifyCheckpointFiles, ReadCheckpointMaster
 //   checkpoint_load.h       LoadCheckpoint (resuming)
 //   checkpoint_tokenizer.h  the copy of the run's tokenizer (CheckpointTokenizer)
+//   checkpoint_source.h     what it keeps of the model's source (its special-token ids,
+//                           generation_config.json)
 //   checkpoint_dir.h        LatestCheckpoint, RemovePartialCheckpoints, CheckRoomForCheckpoint
 //   lora_base.h             LoraBase, BaseHash, BaseHasher
 // and, internal to the library, checkpoint_format.h (checkpoint.json's vocabulary) and
@@ -51,6 +57,7 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/checkpoint_load.h"
 #include "checkpoint/checkpoint_open.h"
+#include "checkpoint/checkpoint_source.h"
 #include "checkpoint/checkpoint_tokenizer.h"
 #include "checkpoint/checkpoint_write.h"
 #include "checkpoint/lora_base.h"

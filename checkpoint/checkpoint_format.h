@@ -27,6 +27,10 @@ inline constexpr int kOldestVersion = 1;
 
 // The directory inside a checkpoint that holds its tokenizer's files.
 inline constexpr char kTokenizerDir[] = "tokenizer";
+// The directory inside a checkpoint that holds the copy of its model source's
+// generation_config.json (checkpoint_source.h).
+inline constexpr char kSourceDir[] = "source";
+inline constexpr char kGenerationConfig[] = "generation_config.json";
 
 // The model's shape (resolved: no "0 = default" values), as checkpoint.json records it.
 // rope_theta, norm_eps and the rope scaling's factors are written as text (shortest round

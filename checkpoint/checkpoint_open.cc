@@ -16,7 +16,9 @@ namespace strata {
 
 using checkpoint_internal::CheckFile;
 using checkpoint_internal::kFormat;
+using checkpoint_internal::kGenerationConfig;
 using checkpoint_internal::kOldestVersion;
+using checkpoint_internal::kSourceDir;
 using checkpoint_internal::kTokenizerDir;
 using checkpoint_internal::kVersion;
 using checkpoint_internal::LoraTargetsOf;
@@ -131,6 +133,25 @@ StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
         }
         opened.tokenizer_files.push_back({absl::StrCat(path, "/", kTokenizerDir, "/", name),
                                           entry.at("xxh3").get<std::string>()});
+      }
+    }
+    if (meta.contains("source")) {
+      const nlohmann::json& source = meta.at("source");
+      opened.source = source.at("from").get<std::string>();
+      std::vector<std::string> problems;
+      opened.source_tokens = SpecialTokensOf(source, meta_path + ": \"source\"", &problems);
+      if (!problems.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", problems.front()));
+      }
+      for (const nlohmann::json& entry : source.value("files", nlohmann::json::array())) {
+        const std::string name = entry.at("name").get<std::string>();
+        if (name != kGenerationConfig) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "checkpoint: ", meta_path, " names a source file '", name, "' (expected ",
+              kGenerationConfig, ")"));
+        }
+        opened.source_files.push_back({absl::StrCat(path, "/", kSourceDir, "/", name),
+                                       entry.at("xxh3").get<std::string>()});
       }
     }
     if (meta.contains("lora")) {

@@ -14,6 +14,7 @@
 #include "checkpoint/lora_base.h"
 #include "core/options.h"
 #include "core/status.h"
+#include "models/hf/hf_special_tokens.h"
 #include "runtime/model.h"
 
 namespace strata {
@@ -42,6 +43,13 @@ struct OpenedCheckpoint {
   // under their Hugging Face names), as (path, XXH3 hex); none in a checkpoint written
   // before strata copied them, or when they were not readable when it was written.
   std::vector<std::pair<std::string, std::string>> tokenizer_files;
+  // What the checkpoint keeps of the model's source (model.from=hf:DIR; checkpoint_source.h):
+  // "hf:DIR" (absolute), the special-token ids of its config.json, and the copy of its
+  // generation_config.json in the directory "source", as (path, XXH3 hex). Empty in a
+  // checkpoint of another source, or written before strata kept them.
+  std::string source;
+  HfSpecialTokens source_tokens;
+  std::vector<std::pair<std::string, std::string>> source_files;
 };
 StatusOr<OpenedCheckpoint> OpenCheckpoint(const std::string& path);
 // Every unit file's size and XXH3 against checkpoint.json (streamed, one unit in memory);

@@ -15,6 +15,7 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/checkpoint_files.h"
 #include "checkpoint/checkpoint_format.h"
+#include "checkpoint/checkpoint_source.h"
 #include "checkpoint/checkpoint_tokenizer.h"
 #include "core/progress.h"
 #include "data/tokenizer/tokenizer.h"
@@ -92,7 +93,9 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
       const uintmax_t size = fs::file_size(file.first, error);
       if (!error) tokenizer_bytes += size;  // else said when the copy is tried
     }
-    RETURN_IF_ERROR(CheckRoomForCheckpoint(dir.string(), CheckpointBytes(model) + tokenizer_bytes));
+    RETURN_IF_ERROR(CheckRoomForCheckpoint(
+        dir.string(),
+        CheckpointBytes(model) + tokenizer_bytes + ModelSourceBytes(options.model.from)));
     fs::create_directory(partial, error);
     if (error)
       return absl::InternalError(
@@ -112,6 +115,10 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
       for (const auto& [name, xxh3] : copied) entries.push_back({{"name", name}, {"xxh3", xxh3}});
       meta["tokenizer_files"] = std::move(entries);
     }
+  }
+  if (write) {
+    ASSIGN_OR_RETURN(nlohmann::json source, CopyModelSource(options.model.from, partial.string()));
+    if (!source.is_null()) meta["source"] = std::move(source);
   }
   if (options.lora.enabled()) {
     if (base == nullptr) return absl::InternalError("checkpoint: a LoRA run without its base");

@@ -34,7 +34,8 @@ StatusOr<std::optional<CheckpointFault>> ParseCheckpointFault(const std::string&
 // Writes the state before step `next_step` to <options.train.checkpoint_dir>/step-<k>
 // (rank 0 writes when `write`, showing progress: core/progress.h); returns that path.
 // Only trainable units are written; a LoRA run (`base` given) records its base.
-// `tokenizer` (TrainingTokenizer; "" none) is recorded for sample and export. `fault`
+// `tokenizer` (TrainingTokenizer; "" none) is recorded for sample and export, and what the
+// checkpoint keeps of options.model.from (checkpoint_source.h) for export. `fault`
 // (may be null): the fault suite's.
 StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,
                                      int next_step, bool write, const LoraBase* base = nullptr,

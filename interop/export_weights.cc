@@ -23,6 +23,7 @@
 #include "core/files.h"
 #include "core/progress.h"
 #include "data/tokenizer/tokenizer.h"
+#include "interop/export_generation.h"
 #include "interop/llmc_model.h"
 #include "models/create_model.h"
 #include "models/gpt/gpt.h"
@@ -80,11 +81,13 @@ Status CreateDirectory(const std::string& dir) {
 using UnitReader = std::function<Status(int unit, size_t begin, size_t count, float* out)>;
 
 // `model_options`' model (a model of it without LoRA: `model`) as a Hugging Face directory
-// with each unit's values from `read`. Returns the files written.
+// with each unit's values from `read`, and `generation`'s ids in config.json and its
+// generation_config.json. Returns the safetensors files written.
 StatusOr<std::vector<std::string>> WriteHfDirectory(const ModelOptions& model_options,
                                                     const Model& model, const UnitReader& read,
                                                     const std::string& dir,
-                                                    const ExportRequest& request) {
+                                                    const ExportRequest& request,
+                                                    const ExportedGeneration& generation) {
   RETURN_IF_ERROR(CreateDirectory(dir));
   ASSIGN_OR_RETURN(const std::vector<HfTensor> map, HfTensorMap(model_options, model.units()));
   uint64_t total = 0;
@@ -128,7 +131,11 @@ StatusOr<std::vector<std::string>> WriteHfDirectory(const ModelOptions& model_op
       WriteSafetensorsDirectory(dir, tensors, dtype, request.max_shard_bytes, {{"format", "pt"}}));
   RETURN_IF_ERROR(WriteTextFile(
       dir + "/config.json",
-      HfConfigJson(model_options, request.dtype == DType::kBF16 ? "bfloat16" : "float32")));
+      HfConfigJson(model_options, request.dtype == DType::kBF16 ? "bfloat16" : "float32",
+                   generation.tokens)));
+  if (generation.generation_config) {
+    RETURN_IF_ERROR(WriteTextFile(dir + "/generation_config.json", *generation.generation_config));
+  }
   if (progress) progress->Finish();
   return files;
 }
@@ -145,10 +152,11 @@ StatusOr<std::string> ExportHf(const OpenedCheckpoint& checkpoint, const std::st
   const UnitReader read = [&checkpoint](int unit, size_t begin, size_t count, float* out) {
     return ReadCheckpointMaster(checkpoint, unit, begin, count, out);
   };
+  const ExportedGeneration generation = GenerationOfCheckpoint(checkpoint);
   ASSIGN_OR_RETURN(const std::vector<std::string> files,
-                   WriteHfDirectory(checkpoint.model, *model, read, dir, request));
+                   WriteHfDirectory(checkpoint.model, *model, read, dir, request, generation));
   return absl::StrCat("exported ", checkpoint.path, " (", model->Describe(), ") to ", dir, ": ",
-                      FilesWritten(files, request.dtype));
+                      FilesWritten(files, request.dtype), generation.Describe());
 }
 
 // The projections of a block that may take an adapter, for the (resolved) model.
@@ -394,12 +402,14 @@ StatusOr<std::string> ExportMerged(const OpenedCheckpoint& checkpoint, const std
   const UnitReader read = [merged](int unit, size_t begin, size_t count, float* out) {
     return merged->Read(unit, begin, count, out);
   };
+  const ExportedGeneration generation = GenerationOfCheckpoint(checkpoint);
   ASSIGN_OR_RETURN(const std::vector<std::string> files,
-                   WriteHfDirectory(checkpoint.model, *model, read, dir, request));
+                   WriteHfDirectory(checkpoint.model, *model, read, dir, request, generation));
   return absl::StrCat("exported ", checkpoint.path, " merged: ", base.Describe(), " (",
                       model->Describe(), ") + LoRA adapters (rank ", checkpoint.lora.rank,
                       ", alpha ", checkpoint.lora.alpha, ") on ", adapters.size(),
-                      " projections, to ", dir, ": ", FilesWritten(files, request.dtype));
+                      " projections, to ", dir, ": ", FilesWritten(files, request.dtype),
+                      generation.Describe());
 }
 
 }  // namespace

@@ -3,7 +3,11 @@
 // as fp32 safetensors (one file and shards) and imported again, every master weight is
 // bit-identical to the checkpoint's; exported as bf16 it is the checkpoint rounded to bf16,
 // and exporting that import again gives the same bytes. llm.c's format round-trips a GPT
-// the same way; a LLaMA is refused for it. The written config.json reads back as the model.
+// the same way; a LLaMA is refused for it. The written config.json reads back as the model,
+// holds the source's values as it wrote them (floats in their shortest form, the special-
+// token ids, an eos list kept a list) and generation_config.json comes along: the source's,
+// carried by the checkpoint byte for byte, else one with the ids (the source's or the
+// tokenizer's), else none.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +17,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -31,11 +36,13 @@ namespace strata {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::StatusIs;
 
 // Token data every fixture's vocabulary (64 to 100) can read.
 std::string TokenData() {
   const std::string path = TestDir("export-data") + "/tokens.bin";
+  if (std::filesystem::exists(path)) return path;  // written once: later runs read it
   std::vector<uint32_t> tokens(4096);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = (i * 31 + i / 5) % 64;
   EXPECT_OK(WriteTokenFile(path, tokens, 64));
@@ -160,12 +167,18 @@ TEST_P(HfExport, ImportTrainExportImportIsExact) {
                   "/config.json");
     int compared = 0;
     for (const char* key : {"rms_norm_eps", "rope_theta", "layer_norm_epsilon", "rope_scaling",
-                            "hidden_size", "n_embd", "vocab_size"}) {
+                            "hidden_size", "n_embd", "vocab_size", "bos_token_id",
+                            "eos_token_id"}) {
       if (KeyText(source, key).empty() || KeyText(source, key) == "null") continue;
       EXPECT_EQ(KeyText(exported, key), KeyText(source, key)) << key;
       ++compared;
     }
-    EXPECT_GE(compared, 3);
+    EXPECT_GE(compared, 5);
+    // The fixtures have no generation_config.json: a minimal one with their ids.
+    EXPECT_EQ(ReadBytes(TestDir(absl::StrCat("export-", GetParam(), "-", uint64_t{5} << 30)) +
+                        "/generation_config.json"),
+              absl::StrCat("{\n  \"bos_token_id\": ", KeyText(source, "bos_token_id"),
+                           ",\n  \"eos_token_id\": ", KeyText(source, "eos_token_id"), "\n}\n"));
   }
 
   // bf16: the checkpoint rounded to nearest even; exported again, the same bytes.
@@ -190,6 +203,108 @@ TEST_P(HfExport, ImportTrainExportImportIsExact) {
   EXPECT_EQ(ReadBytes(again_dir + "/model.safetensors"), ReadBytes(bf16_dir + "/model.safetensors"));
   EXPECT_EQ(ReadBytes(again_dir + "/config.json"), ReadBytes(bf16_dir + "/config.json"));
   EXPECT_THAT(ReadBytes(bf16_dir + "/config.json"), HasSubstr("\"bfloat16\""));
+}
+
+// A Llama 3 instruct's source: eos_token_id [<|end_of_text|>, <|eot_id|>] and a
+// generation_config.json with its sampling defaults, rms_norm_eps 1e-06. The checkpoint keeps
+// them (checkpoint.json's "source", the copy in source/), so the export writes them though
+// the source directory is gone by then: the eos list as a list, generation_config.json byte
+// for byte, the eps as the source wrote it; and the export imports again. A copy that fails
+// its hash is said on the line, and a minimal generation_config.json with the ids written.
+TEST(HfExportGeneration, ALlama3InstructStopsAtItsEndOfTurn) {
+  const std::string source = TestDir("export-llama3-source");
+  std::filesystem::remove_all(source);
+  std::filesystem::copy(HfFixture("llama-tiny"), source);
+  std::string config = ReadBytes(source + "/config.json");
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"\"eos_token_id\": 2", "\"eos_token_id\": [\n    2,\n    3\n  ]"},
+           {"\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": 1e-06"},
+           {"\"rope_theta\": 10000.0", "\"rope_theta\": 500000.0"}}) {
+    const size_t at = config.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    config.replace(at, from.size(), to);
+  }
+  std::ofstream(source + "/config.json") << config;
+  const std::string generation =
+      "{\n  \"bos_token_id\": 1,\n  \"do_sample\": true,\n  \"eos_token_id\": [\n    2,\n    "
+      "3\n  ],\n  \"temperature\": 0.6,\n  \"top_p\": 0.9,\n  \"transformers_version\": "
+      "\"4.40.0.dev0\"\n}\n";
+  std::ofstream(source + "/generation_config.json") << generation;
+  const std::string checkpoint = TrainedCheckpoint("hf:" + source, "llama3");
+  ASSERT_OK_AND_ASSIGN(const OpenedCheckpoint opened, OpenCheckpoint(checkpoint));
+  EXPECT_EQ(opened.source, "hf:" + std::filesystem::absolute(source).string());
+  EXPECT_EQ(opened.source_tokens.Describe(), "bos_token_id 1, eos_token_id [2, 3]");
+  ASSERT_EQ(opened.source_files.size(), 1u);
+  std::filesystem::remove_all(source);  // the checkpoint alone carries them now
+
+  const std::string out = TestDir("export-llama3");
+  std::filesystem::remove_all(out);
+  ASSERT_OK_AND_ASSIGN(const std::string line,
+                       ExportWeights({checkpoint, "hf:" + out, DType::kF32, uint64_t{5} << 30,
+                                      false}));
+  EXPECT_THAT(line, HasSubstr("; bos_token_id 1, eos_token_id [2, 3] (from hf:"));
+  EXPECT_THAT(line, HasSubstr("; generation_config.json (hf:"));
+  const std::string exported = ReadBytes(out + "/config.json");
+  EXPECT_EQ(KeyText(exported, "eos_token_id"), "[\n    2,\n    3\n  ]");
+  EXPECT_EQ(KeyText(exported, "bos_token_id"), "1");
+  EXPECT_EQ(KeyText(exported, "rms_norm_eps"), "1e-06");
+  EXPECT_EQ(KeyText(exported, "rope_theta"), "500000.0");
+  EXPECT_EQ(ReadBytes(out + "/generation_config.json"), generation);
+  EXPECT_EQ(ImportedMasters("hf:" + out), CheckpointMasters(checkpoint));
+
+  // The checkpoint's copy damaged: said, and the ids written as a minimal file.
+  std::ofstream(checkpoint + "/source/generation_config.json") << "{}";
+  const std::string again = TestDir("export-llama3-damaged");
+  std::filesystem::remove_all(again);
+  ASSERT_OK_AND_ASSIGN(const std::string damaged,
+                       ExportWeights({checkpoint, "hf:" + again, DType::kF32, uint64_t{5} << 30,
+                                      false}));
+  EXPECT_THAT(damaged, HasSubstr("generation_config.json has XXH3"));
+  EXPECT_THAT(damaged, HasSubstr("generation_config.json not carried"));
+  EXPECT_EQ(ReadBytes(again + "/generation_config.json"),
+            "{\n  \"bos_token_id\": 1,\n  \"eos_token_id\": [\n    2,\n    3\n  ]\n}\n");
+}
+
+// A checkpoint whose model did not come from a Hugging Face directory takes the ids from its
+// tokenizer's special tokens (its copy of tokenizer_config.json); one with no tokenizer
+// files (bytes, token files) writes neither the ids nor generation_config.json.
+TEST(HfExportGeneration, IdsFromTheTokenizerElseNone) {
+  const std::string tokenizer = TestDir("export-tokenizer");
+  std::ofstream(tokenizer + "/tokenizer_config.json")
+      << R"({"bos_token": "<s>", "eos_token": "</s>", "added_tokens_decoder": {
+              "1": {"content": "<s>"}, "2": {"content": "</s>"}}})";
+  for (const bool with_tokenizer : {true, false}) {
+    SCOPED_TRACE(with_tokenizer);
+    StatusOr<Options> options = ParseOptions(
+        "", {"model.preset=tiny", "train.micro_batch=1", "train.seq_len=16", "device.threads=1"});
+    ASSERT_OK(options);
+    const std::string dir = TestDir(absl::StrCat("export-tokenizer-ck-", with_tokenizer));
+    std::filesystem::remove_all(dir);
+    options->train.checkpoint_dir = dir;
+    ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(*options));
+    ASSERT_OK(SaveCheckpoint(*rig->engine, *rig->model, *options, 0, true, nullptr,
+                             with_tokenizer ? "hf:" + tokenizer : "")
+                  .status());
+    const std::string out = TestDir(absl::StrCat("export-tokenizer-out-", with_tokenizer));
+    std::filesystem::remove_all(out);
+    ASSERT_OK_AND_ASSIGN(const std::string line,
+                         ExportWeights({dir + "/step-0", "hf:" + out, DType::kF32,
+                                        uint64_t{5} << 30, false}));
+    const std::string exported = ReadBytes(out + "/config.json");
+    if (with_tokenizer) {
+      EXPECT_THAT(line, HasSubstr("; bos_token_id 1, eos_token_id 2 (from the tokenizer's special "
+                                  "tokens); generation_config.json (written from the ids)"));
+      EXPECT_EQ(KeyText(exported, "bos_token_id"), "1");
+      EXPECT_EQ(KeyText(exported, "eos_token_id"), "2");
+      EXPECT_EQ(ReadBytes(out + "/generation_config.json"),
+                "{\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2\n}\n");
+    } else {
+      EXPECT_THAT(line, Not(HasSubstr("token_id")));
+      EXPECT_EQ(KeyText(exported, "bos_token_id"), "");
+      EXPECT_EQ(KeyText(exported, "eos_token_id"), "");
+      EXPECT_FALSE(std::filesystem::exists(out + "/generation_config.json"));
+    }
+  }
 }
 
 TEST(LlmcExport, GptRoundTripsAndLlamaIsRefused) {

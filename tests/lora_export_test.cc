@@ -7,7 +7,9 @@
 //    own file (or the model's init) and the checkpoint's adapters, within 1e-6 relative,
 //    for GPT-2's fused, transposed c_attn and LLaMA's k_proj and up_proj slices; every
 //    other tensor is the base's, bit for bit; and the merged model, imported without LoRA,
-//    has the LoRA model's loss within 1e-5 relative (and not its base's);
+//    has the LoRA model's loss within 1e-5 relative (and not its base's); its config.json
+//    carries the base's special-token ids and generation_config.json comes along (a
+//    checkpoint written before strata kept its source: the base directory's own);
 //  - sampling the LoRA checkpoint (base + adapters, unmerged) gives the merged export's
 //    logits within 1e-5 + 1e-4 |ref| and the same greedy tokens;
 //  - the wrong destinations are errors naming the way out, and a base that changed since
@@ -16,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <xxhash.h>
 #include <ostream>
 #include <random>
 #include <string>
@@ -162,6 +166,11 @@ Matrix AdapterTensor(const OpenedCheckpoint& checkpoint, const Model& lora_model
   }
   ADD_FAILURE() << "no adapter tensor " << name;
   return {};
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 std::vector<float> ReadTensor(const SafetensorsSet& set, const std::string& name) {
@@ -331,6 +340,23 @@ TEST_P(LoraExport, MergedWeightsAreTheBasePlusTheScaledProduct) {
   ASSERT_OK_AND_ASSIGN(const std::string line, ExportWeights(request));
   EXPECT_THAT(line, HasSubstr("merged"));
   ASSERT_OK_AND_ASSIGN(const SafetensorsSet merged, SafetensorsSet::OpenDirectory(dir));
+  // config.json carries the base's special-token ids, and generation_config.json comes with
+  // them; a random base (bytes, no source) has none to carry, and neither is written.
+  {
+    const nlohmann::json config = nlohmann::json::parse(ReadText(dir + "/config.json"));
+    if (!c.fixture.empty()) {
+      const nlohmann::json base = nlohmann::json::parse(ReadText(t.base_dir + "/config.json"));
+      EXPECT_EQ(config.at("bos_token_id"), base.at("bos_token_id"));
+      EXPECT_EQ(config.at("eos_token_id"), base.at("eos_token_id"));
+      EXPECT_EQ(nlohmann::json::parse(ReadText(dir + "/generation_config.json")),
+                nlohmann::json({{"bos_token_id", base.at("bos_token_id")},
+                                {"eos_token_id", base.at("eos_token_id")}}));
+    } else {
+      EXPECT_FALSE(config.contains("bos_token_id"));
+      EXPECT_FALSE(config.contains("eos_token_id"));
+      EXPECT_FALSE(std::filesystem::exists(dir + "/generation_config.json"));
+    }
+  }
 
   // Which projections to recompute: GPT-2's fused c_attn (all of qkv, Conv1D) and c_proj
   // of the MLP (in = 4C); LLaMA's k_proj (a slice of qkv after q) and up_proj (of gate_up,
@@ -599,6 +625,48 @@ TEST(LoraExportRefused, ChangedBaseNamesBothHashes) {
   request.to = "hf:" + out;
   request.merge_lora = true;
   EXPECT_OK(ExportWeights(request));
+}
+
+// A LoRA checkpoint of a strata before checkpoints kept their model's source (no "source" in
+// checkpoint.json): the merged export takes the ids and generation_config.json from the base
+// directory itself, which it reads anyway.
+TEST(LoraExportGeneration, ACheckpointWithoutItsSourceTakesTheBases) {
+  const Case c{"Generation", true, "llama-tiny"};
+  const std::string base_dir = CopyFixture(c.fixture, "lora-export-generation-base");
+  const std::string run_dir = TestDir("lora-export-generation-run");
+  std::filesystem::remove_all(run_dir);
+  ASSERT_OK(TrainAllRanks(RunOptions(c, base_dir, run_dir)).status);
+  const std::string checkpoint = run_dir + "/step-3";
+  {
+    nlohmann::json meta = nlohmann::json::parse(ReadText(checkpoint + "/checkpoint.json"));
+    ASSERT_TRUE(meta.contains("source"));
+    meta.erase("source");
+    meta.erase("checksum");
+    const std::string compact = meta.dump();  // what checkpoint.json's checksum covers
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%016llx",
+                  static_cast<unsigned long long>(XXH3_64bits(compact.data(), compact.size())));
+    meta["checksum"] = hex;
+    std::ofstream(checkpoint + "/checkpoint.json") << meta.dump(2) << "\n";
+  }
+  ASSERT_OK_AND_ASSIGN(const OpenedCheckpoint opened, OpenCheckpoint(checkpoint));
+  EXPECT_TRUE(opened.source.empty());
+  const std::string generation = "{\n  \"eos_token_id\": [\n    2,\n    7\n  ],\n  \"top_k\": 20\n}\n";
+  std::ofstream(base_dir + "/generation_config.json") << generation;
+  const std::string out = TestDir("lora-export-generation-out");
+  std::filesystem::remove_all(out);
+  ExportRequest request;
+  request.from = checkpoint;
+  request.to = "hf:" + out;
+  request.show_progress = false;
+  request.merge_lora = true;
+  ASSERT_OK_AND_ASSIGN(const std::string line, ExportWeights(request));
+  EXPECT_THAT(line, HasSubstr("bos_token_id 1, eos_token_id 2 (from hf:" + base_dir +
+                              "'s config.json); generation_config.json (hf:" + base_dir +
+                              "'s, unchanged)"));
+  EXPECT_EQ(ReadText(out + "/generation_config.json"), generation);
+  const nlohmann::json config = nlohmann::json::parse(ReadText(out + "/config.json"));
+  EXPECT_EQ(config.at("eos_token_id"), 2);
 }
 
 // A bf16 run held its base in bf16: the hash is of the rounded base, and the merged model's

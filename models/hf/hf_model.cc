@@ -260,7 +260,8 @@ StatusOr<ModelOptions> ReadHfConfig(const std::string& dir) {
   return model;
 }
 
-std::string HfConfigJson(const ModelOptions& m, const std::string& dtype_name) {
+std::string HfConfigJson(const ModelOptions& m, const std::string& dtype_name,
+                         const HfSpecialTokens& tokens) {
   Json c;
   if (m.family == ModelFamily::kGpt) {
     c = {{"architectures", {"GPT2LMHeadModel"}},
@@ -320,6 +321,7 @@ std::string HfConfigJson(const ModelOptions& m, const std::string& dtype_name) {
       c["sliding_window"] = m.sliding_window;
     }
   }
+  c.update(tokens.ToJson());
   return HfJsonText(c);
 }
 

@@ -25,6 +25,7 @@
 #include "core/options.h"
 #include "core/status.h"
 #include "core/unit_layout.h"
+#include "models/hf/hf_special_tokens.h"
 
 namespace strata {
 
@@ -35,8 +36,11 @@ StatusOr<ModelOptions> ReadHfConfig(const std::string& dir);
 // config.json text for a (resolved) model, with torch_dtype `dtype_name` ("float32",
 // "bfloat16"), as transformers writes it (hf_json.h): rms_norm_eps, rope_theta and the
 // rope scaling's factors, floats in strata, as their own shortest decimals (1e-06, not
-// 9.999999974752427e-07).
-std::string HfConfigJson(const ModelOptions& model, const std::string& dtype_name);
+// 9.999999974752427e-07). `tokens`' ids present (bos_token_id, eos_token_id, pad_token_id;
+// a list stays a list) are written as they are; one absent is left out (transformers then
+// takes its class's default).
+std::string HfConfigJson(const ModelOptions& model, const std::string& dtype_name,
+                         const HfSpecialTokens& tokens = {});
 
 // One Hugging Face tensor and where it goes in strata.
 struct HfTensor {
