@@ -21,6 +21,9 @@ void AddSampleCommand(CLI::App& app, Commands* commands) {
   sample->add_option("--tokenizer", args->tokenizer,
                      "bytes | gpt2 | sentencepiece:FILE | hf:PATH; default: the one the "
                      "checkpoint was trained with, else hf:DIR's own, else bytes");
+  sample->add_flag("--print_ids", args->print_ids,
+                   "print the new tokens' ids instead of their text (a model without its "
+                   "tokenizer)");
   AddJobFlags(sample, &args->config_path, &args->sets,
               "device.backend=cuda, train.dtype=bf16, ... (device.* and train.dtype apply)");
   commands->push_back({sample, [args]() { return RunSample(*args); }});

@@ -217,9 +217,12 @@ Status ValidateSampling(const SamplingOptions& sampling) {
 
 int32_t DrawToken(const std::vector<float>& logits, const SamplingOptions& sampling,
                   std::mt19937_64& rng) {
-  const int V = static_cast<int>(logits.size());
+  const int V = sampling.drawable_ids > 0
+                    ? std::min(sampling.drawable_ids, static_cast<int>(logits.size()))
+                    : static_cast<int>(logits.size());
   if (sampling.temperature == 0.0f || sampling.top_k == 1) {
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.begin() + V) -
+                                logits.begin());
   }
   std::vector<int32_t> order(V);
   std::iota(order.begin(), order.end(), 0);
@@ -231,7 +234,7 @@ int32_t DrawToken(const std::vector<float>& logits, const SamplingOptions& sampl
       return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
     });
   }
-  const double top = *std::max_element(logits.begin(), logits.end());
+  const double top = *std::max_element(logits.begin(), logits.begin() + V);
   std::vector<double> weights(k);
   for (int i = 0; i < k; ++i) {
     weights[i] = std::exp((logits[order[i]] - top) / sampling.temperature);

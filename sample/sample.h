@@ -71,6 +71,10 @@ struct SamplingOptions {
   float temperature = 1.0f;
   int top_k = 0;
   uint64_t seed = 1;
+  // > 0: only ids below it are drawn (a tokenizer with fewer ids than the model's
+  // vocabulary: Qwen2's padded rows, a model trained on bytes with a larger vocabulary);
+  // 0: every id of the logits.
+  int drawable_ids = 0;
 };
 Status ValidateSampling(const SamplingOptions& sampling);
 // One draw from `logits` with `rng` (deterministic for a seed).

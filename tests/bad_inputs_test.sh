@@ -88,6 +88,13 @@ perl -e 'open(my $f, "+<", $ARGV[0]) or die; binmode $f; read($f, my $n, 8);
   seek($f, 8 + unpack("Q<", $n), 0); print $f pack("L<", 0x7fc00000)' "$D/hf_nan/model.safetensors"
 perl -e 'open(my $f, "+<", $ARGV[0]) or die; binmode $f; seek($f, 1024 + 4 * 70, 0);
   print $f pack("L<", 0x7f800000)' "$D/llmc_nan.bin"
+# A model of 300 ids trained on bytes, exported without a tokenizer (sample cannot know one).
+if ! "$strata" $TRAIN --set model.vocab=300 --set train.checkpoint_every=2 \
+    --set train.checkpoint_dir="$D/ck300" > "$D/ck300.log" 2>&1 ||
+   ! "$strata" export --from "$D/ck300" --to "hf:$D/hf300" >> "$D/ck300.log" 2>&1; then
+  echo "FAIL: could not make the 300-id fixture"; cat "$D/ck300.log"; exit 1
+fi
+rm -rf "$D/ck300"
 # A directory a live run holds (another process keeps its lock).
 echo "strata run live99 rank 0: pid 1 on host elsewhere" > "$D/busy/strata-live99-rank0.lock"
 flock -x "$D/busy/strata-live99-rank0.lock" sleep 600 < /dev/null > /dev/null 2>&1 &

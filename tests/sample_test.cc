@@ -106,6 +106,15 @@ TEST(SampleDraw, GreedyTopKAndSeeds) {
   }
   // P(1) = e^0.1 / (1 + e^0.1) = 0.525: 200 draws within 5 standard deviations.
   EXPECT_NEAR(ones / 200.0, 0.525, 5 * std::sqrt(0.525 * 0.475 / 200));
+  // drawable_ids: ids at or above it (a tokenizer's missing ids) are never drawn, not by
+  // greedy (the best, id 1, is excluded at a limit of 1) nor top-k nor a full draw.
+  EXPECT_EQ(DrawToken(logits, {0.0f, 0, 1, 1}, rng), 0);
+  const std::vector<float> flat = {0.0f, 0.0f, 9.0f, 9.0f, 9.0f};  // most mass above the limit
+  std::mt19937_64 limited(11);
+  for (int i = 0; i < 500; ++i) {
+    ASSERT_LT(DrawToken(flat, {1.0f, 0, 1, 2}, limited), 2);
+    ASSERT_LT(DrawToken(flat, {1.0f, 3, 1, 2}, limited), 2);
+  }
   EXPECT_THAT(ValidateSampling({-1.0f, 0, 1}), StatusIs(absl::StatusCode::kInvalidArgument,
                                                         HasSubstr("--temperature")));
   EXPECT_THAT(ValidateSampling({1.0f, -2, 1}),

@@ -112,6 +112,29 @@ echo x >> "$tmp/spm-run/ck/step-2/tokenizer/tokenizer.model"
 [ $? -eq 1 ] && grep -q "tokenizer file .*tokenizer.model has XXH3.*--tokenizer" \
   "$tmp/spm-sample-err.txt" || { cat "$tmp/spm-sample-err.txt"; fail "a changed copy not named"; }
 
+# A model with more ids than its tokenizer (Qwen2 pads its vocabulary; here 600 against 512
+# pieces) draws only ids the tokenizer has, and says so; the text streams whole characters
+# (byte-fallback pieces make up the ones outside the 512). A model without a tokenizer
+# prints its ids with --print_ids.
+(cd "$tmp/spm-run" && "$strata" train --set model.preset=llama-tiny --set model.vocab=600 \
+  --set data.tokenizer=sentencepiece:moved.model --set data.cache_dir=cache \
+  --set train.steps=2 --set train.seq_len=16 --set train.checkpoint_dir=ck600 \
+  --set train.checkpoint_every=2 > out600.txt 2>&1) ||
+  { cat "$tmp/spm-run/out600.txt"; fail "training with 600 ids failed"; }
+"$strata" sample --from "$tmp/spm-run/ck600" --prompt "Anne" --tokens 64 --seed 5 \
+  > "$tmp/spm600.txt" 2> "$tmp/spm600-err.txt" &&
+  grep -q "the tokenizer has 512 ids, the model 600: only ids below 512 are drawn" \
+    "$tmp/spm600-err.txt" ||
+  { cat "$tmp/spm600-err.txt"; fail "sample with a tokenizer smaller than the model"; }
+[ "$(head -c 4 "$tmp/spm600.txt")" = "Anne" ] && [ "$(wc -c < "$tmp/spm600.txt")" -lt 2000 ] ||
+  { head -c 300 "$tmp/spm600.txt"; fail "sample's text is not the prompt and its continuation"; }
+"$strata" export --from "$tmp/spm-run/ck600" --to "hf:$tmp/hf600" > /dev/null 2>&1 &&
+  rm "$tmp/hf600/tokenizer.model" || fail "export of the 600-id model failed"
+"$strata" sample --from "hf:$tmp/hf600" --prompt "Anne" --tokens 6 --print_ids \
+  > "$tmp/ids.txt" 2> "$tmp/ids-err.txt" &&
+  grep -qE '^[0-9]+( [0-9]+){5}$' "$tmp/ids.txt" ||
+  { cat "$tmp/ids-err.txt" "$tmp/ids.txt"; fail "sample --print_ids"; }
+
 # Real tokenizers: GPT-2's BPE tokenizes the corpus once into the cache, a second run loads
 # the cached file; strata tokenize writes a token file that trains as it is.
 gpt2_dir="${STRATA_TOKENIZER_DIR:-/usr/local/share/strata/tokenizers}/gpt2"
