@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/input_file.h"
 #include "core/files.h"
 #include "core/pread_fully.h"
 
@@ -40,7 +41,7 @@ Status WriteFile(const std::string& path,
 Status SyncFile(const std::string& path) { return Annotate(SyncPath(path), "checkpoint"); }
 
 Status ReadBytesInto(const std::string& path, std::vector<char>* bytes) {
-  return Annotate(ReadFileInto(path, bytes), "checkpoint");
+  return ReadInputFileInto(path, "checkpoint: file", kNoInputLimit, bytes);
 }
 
 StatusOr<std::vector<char>> ReadBytes(const std::string& path) {
@@ -53,15 +54,16 @@ std::string Hex(uint64_t value) { return absl::StrFormat("%016x", value); }
 
 Status CheckFile(const std::string& path, uint64_t bytes, const std::string& hash,
                  Progress* progress) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Errno(errno, "cannot open " + path);
+  ASSIGN_OR_RETURN(const InputFile in, InputFile::Open(path, "checkpoint: file"));
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
   std::vector<char> piece(16 << 20);
   uint64_t total = 0;
-  while (in) {
-    in.read(piece.data(), static_cast<std::streamsize>(piece.size()));
-    const std::streamsize got = in.gcount();
+  int read_error = 0;
+  for (;;) {
+    const ssize_t got = ::read(in.fd(), piece.data(), piece.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) read_error = errno;
     if (got <= 0) break;
     XXH3_64bits_update(state, piece.data(), static_cast<size_t>(got));
     total += static_cast<uint64_t>(got);
@@ -69,7 +71,7 @@ Status CheckFile(const std::string& path, uint64_t bytes, const std::string& has
   }
   const std::string found = Hex(XXH3_64bits_digest(state));
   XXH3_freeState(state);
-  if (in.bad()) return Errno(errno, "reading " + path);
+  if (read_error != 0) return Errno(read_error, "reading " + path);
   if (total != bytes) {
     return absl::DataLossError(
         absl::StrCat("checkpoint: ", path, " has ", total, " bytes, expected ", bytes));
@@ -88,12 +90,9 @@ Status ReadUnitArray(const std::string& file, size_t elements, int array, size_t
                                               " elements, asked for [", begin, ", ", begin + count,
                                               ")"));
   }
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Errno(errno, "cannot open " + file);
-  Status read = PreadFully(fd, out, count * sizeof(float),
-                           (array * elements + begin) * sizeof(float), "checkpoint: " + file);
-  ::close(fd);
-  return read;
+  ASSIGN_OR_RETURN(const InputFile in, InputFile::Open(file, "checkpoint: file"));
+  return PreadFully(in.fd(), out, count * sizeof(float),
+                    (array * elements + begin) * sizeof(float), "checkpoint: " + file);
 }
 
 std::vector<std::pair<int, std::filesystem::path>> ListCheckpoints(const std::string& dir) {

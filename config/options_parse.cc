@@ -26,7 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "config/option_keys.h"
 #include "core/did_you_mean.h"
-#include "core/file_kind.h"
+#include "core/input_file.h"
 #include "models/hf/hf_model.h"
 #include "models/llmc/llmc_header.h"
 
@@ -133,45 +133,13 @@ int JsonDepth(const std::string& text, int limit) {
 // nullopt.
 std::optional<Json> LoadJsonFile(const std::string& path, std::vector<std::string>* problems) {
   const std::string where = absl::StrCat("config file '", path, "'");
-  struct stat info {};
-  if (::stat(path.c_str(), &info) != 0) {
-    problems->push_back(absl::StrCat(where, ": cannot open: ", std::strerror(errno)));
+  // Regular, within kMaxConfigBytes, never blocking (a FIFO), noted as an input of the run.
+  StatusOr<std::string> read = ReadInputFile(path, "the --config file", kMaxConfigBytes);
+  if (!read.ok()) {
+    problems->push_back(std::string(read.status().message()));
     return std::nullopt;
   }
-  if (!S_ISREG(info.st_mode)) {
-    problems->push_back(absl::StrCat(where, " is ", FileKindName(info.st_mode),
-                                     ", not a regular file"));
-    return std::nullopt;
-  }
-  if (info.st_size > kMaxConfigBytes) {
-    problems->push_back(absl::StrCat(where, " has ", static_cast<int64_t>(info.st_size),
-                                     " bytes, more than a config file may (", kMaxConfigBytes,
-                                     "): is it the right file?"));
-    return std::nullopt;
-  }
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    problems->push_back(absl::StrCat(where, ": cannot open: ", std::strerror(errno)));
-    return std::nullopt;
-  }
-  std::string text;
-  char buffer[1 << 14];
-  size_t count;
-  while ((count = std::fread(buffer, 1, sizeof(buffer), file)) > 0 &&
-         text.size() <= static_cast<size_t>(kMaxConfigBytes)) {
-    text.append(buffer, count);
-  }
-  bool read_failed = std::ferror(file) != 0;
-  int read_errno = errno;
-  std::fclose(file);
-  if (read_failed) {
-    problems->push_back(absl::StrCat(where, ": cannot read: ", std::strerror(read_errno)));
-    return std::nullopt;
-  }
-  if (text.size() > static_cast<size_t>(kMaxConfigBytes)) {
-    problems->push_back(absl::StrCat(where, " grew past ", kMaxConfigBytes, " bytes while read"));
-    return std::nullopt;
-  }
+  const std::string& text = *read;
   if (JsonDepth(text, kMaxConfigDepth) > kMaxConfigDepth) {
     problems->push_back(absl::StrCat(where, ": nested deeper than ", kMaxConfigDepth,
                                      " levels; a config is {\"section\": {\"key\": value}}"));

@@ -649,13 +649,13 @@ TEST(ParseOptions, FileErrorsNameTheFileAndPosition) {
   const char* dir = std::getenv("TEST_TMPDIR");
   std::string missing = std::string(dir != nullptr ? dir : "/tmp") + "/does_not_exist.json";
   ExpectOneProblem(missing, {},
-                   {"config file '" + missing + "': cannot open: No such file or directory"});
+                   {"cannot open the --config file " + missing + ": No such file or directory"});
   std::string bad = WriteConfig("bad.json", "{\n  \"train\": {\"steps\": 10,}\n}\n");
   ExpectOneProblem(bad, {}, {"config file '" + bad + "': invalid JSON: parse error at line 2"});
   std::string empty = WriteConfig("empty.json", "");
   ExpectOneProblem(empty, {}, {"config file '" + empty + "': invalid JSON", "line 1, column 1"});
   ExpectOneProblem(std::string(dir != nullptr ? dir : "/tmp"), {},
-                   {"config file '", "a directory, not a regular file"});
+                   {"the --config file ", "a directory, not a regular file"});
 }
 
 TEST(ParseOptions, ConfigFilesAreBoundedInSizeNestingAndKind) {
@@ -672,7 +672,7 @@ TEST(ParseOptions, ConfigFilesAreBoundedInSizeNestingAndKind) {
   EXPECT_EQ(parsed->data.path, std::string(40, '[') + ".txt");
   // A file larger than any config: the wrong file.
   const std::string big = WriteConfig("big.json", "{\"train\": {}}" + std::string(2 << 20, ' '));
-  ExpectOneProblem(big, {}, {"config file '" + big + "' has 2097165 bytes", "right file?"});
+  ExpectOneProblem(big, {}, {"the --config file " + big + " is 2.00 MiB", "more than the 1.00 MiB"});
   // A FIFO or a device is refused without reading (it could block or never end).
   const std::string fifo = base + "/config.fifo";
   ::unlink(fifo.c_str());

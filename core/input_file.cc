@@ -64,8 +64,11 @@ StatusOr<InputFile> InputFile::Open(const std::string& path, const std::string& 
   return file;
 }
 
-Status ReadInputFileInto(const std::string& path, const std::string& what, uint64_t max_bytes,
-                         std::string* bytes) {
+namespace {
+
+template <typename Bytes>
+Status ReadInto(const std::string& path, const std::string& what, uint64_t max_bytes,
+                Bytes* bytes) {
   ASSIGN_OR_RETURN(InputFile file, InputFile::Open(path, what, max_bytes));
   bytes->resize(file.size());
   size_t done = 0;
@@ -81,6 +84,18 @@ Status ReadInputFileInto(const std::string& path, const std::string& what, uint6
     done += static_cast<size_t>(got);
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+Status ReadInputFileInto(const std::string& path, const std::string& what, uint64_t max_bytes,
+                         std::string* bytes) {
+  return ReadInto(path, what, max_bytes, bytes);
+}
+
+Status ReadInputFileInto(const std::string& path, const std::string& what, uint64_t max_bytes,
+                         std::vector<char>* bytes) {
+  return ReadInto(path, what, max_bytes, bytes);
 }
 
 StatusOr<std::string> ReadInputFile(const std::string& path, const std::string& what,

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 
@@ -55,5 +56,7 @@ StatusOr<std::string> ReadInputFile(const std::string& path, const std::string& 
                                     uint64_t max_bytes);
 Status ReadInputFileInto(const std::string& path, const std::string& what, uint64_t max_bytes,
                          std::string* bytes);
+Status ReadInputFileInto(const std::string& path, const std::string& what, uint64_t max_bytes,
+                         std::vector<char>* bytes);
 
 }  // namespace strata

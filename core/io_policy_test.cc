@@ -9,6 +9,7 @@
 //   refused for a FIFO without one, another character device, a directory or an input.
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <gmock/gmock.h>
@@ -20,6 +21,7 @@
 #include <sstream>
 
 #include "core/atomic_file.h"
+#include "core/remove_on_signal.h"
 #include "core/input_file.h"
 #include "core/run_inputs.h"
 #include "core/streaming_output.h"
@@ -128,6 +130,39 @@ TEST_F(IoPolicy, AWholeFileOutputReplacesOnlyARegularFileThatIsNoInput) {
   // A regular file that is no input is replaced whole.
   ASSERT_OK(WriteFileAtomically(kept, std::string_view("replaced")));
   EXPECT_EQ(Read(kept), "replaced");
+}
+
+TEST_F(IoPolicy, APartialIsRemovedIfASignalStopsTheWriter) {
+  const int before = RegisteredPathCount();
+  int during = -1;
+  // What the signal handler does (session/interrupt.h) while the bytes are written: the
+  // partial file goes; the writer's rename then fails and nothing is left at either name.
+  EXPECT_THAT(WriteFileAtomically(Path("big.bin"),
+                                  [&](int fd, const std::string& partial) {
+                                    during = RegisteredPathCount();
+                                    EXPECT_EQ(RemoveRegisteredPaths(), during);
+                                    EXPECT_FALSE(fs::exists(partial));
+                                    return WriteAllBytes(fd, "x", 1, partial);
+                                  }),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("renaming")));
+  EXPECT_EQ(during, before + 1);
+  EXPECT_FALSE(fs::exists(Path("big.bin")));
+  EXPECT_FALSE(fs::exists(Path("big.bin.partial")));
+  EXPECT_EQ(RegisteredPathCount(), before);
+}
+
+TEST_F(IoPolicy, ADeviceNodeIsNeverReplaced) {
+  if (::geteuid() != 0) GTEST_SKIP() << "SKIPPED: making a device node needs root";
+  // A node of our own, in the test's directory (never /dev): the same major:minor as
+  // /dev/full.
+  const std::string node = Path("full");
+  ASSERT_EQ(::mknod(node.c_str(), S_IFCHR | 0600, makedev(1, 7)), 0);
+  EXPECT_THAT(WriteFileAtomically(node, std::string_view("x"), "--out file"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("a character device")));
+  struct stat info {};
+  ASSERT_EQ(::lstat(node.c_str(), &info), 0);
+  EXPECT_TRUE(S_ISCHR(info.st_mode));
+  EXPECT_FALSE(fs::exists(node + ".partial"));
 }
 
 TEST_F(IoPolicy, APlantedPartialLinkIsNeverWrittenThrough) {

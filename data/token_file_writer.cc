@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/files.h"
 #include "core/remove_on_signal.h"
 #include "data/tokens.h"
@@ -87,6 +88,10 @@ Status WriteTokenFile(const std::string& path, absl::Span<const uint32_t> tokens
     max_id = std::max(max_id, tokens[position]);
   }
   const int bytes_per_token = max_id <= 0xFFFF ? 2 : 4;
+  // The whole-file output policy (core/atomic_file.h): only over a regular file that is no
+  // input of the run. The temporary name is this writer's own (ranks may write one cache
+  // file at once), created anew, never through a link.
+  RETURN_IF_ERROR(CheckWholeFileOutput(path, "token file"));
 
   // O_EXCL: a name left by a crashed writer of another process with the same pid (another
   // host on a shared file system) is skipped, never reused.
@@ -94,7 +99,7 @@ Status WriteTokenFile(const std::string& path, absl::Span<const uint32_t> tokens
   int fd = -1;
   for (int attempt = 0; fd < 0 && attempt < 100; ++attempt) {
     temporary = absl::StrCat(path, ".partial.", ::getpid(), ".", g_temporary_counter++);
-    fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     const int error = errno;
     if (fd < 0 && error != EEXIST) return ErrnoError(error, "cannot create " + temporary);
   }
@@ -105,6 +110,7 @@ Status WriteTokenFile(const std::string& path, absl::Span<const uint32_t> tokens
     const int error = errno;
     status = ErrnoError(error, "closing " + temporary);
   }
+  if (status.ok()) status = CheckWholeFileOutput(path, "token file");
   if (status.ok() && ::rename(temporary.c_str(), path.c_str()) != 0) {
     const int error = errno;
     status = ErrnoError(error, absl::StrCat("renaming ", temporary, " to ", path));

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "core/file_kind.h"
+#include "core/input_file.h"
 #include "data/default_corpus.h"
 
 namespace strata {
@@ -421,26 +422,18 @@ StatusOr<TokenDataset> LoadTokenFile(const std::string& path, int vocab, DataFor
   RETURN_IF_ERROR(CheckVocabArgument(vocab));
   const std::string source = absl::StrCat("data file '", path, "'");
   if (path.empty()) return absl::InvalidArgumentError("data file path is empty");
-  // Regular files only: a FIFO or a device could block or never end. O_NONBLOCK keeps the
-  // open itself from blocking on a FIFO swapped in after the stat.
-  struct stat info {};
-  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, " is ", FileKindName(info.st_mode),
-        ", not a regular file (data.path): copy the data into a file first"));
-  }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    if (errno == ENOENT) {
+  // Regular files only, opened without blocking (core/input_file.h): a FIFO or a device
+  // could block or never end.
+  StatusOr<InputFile> opened = InputFile::Open(path, "data file (data.path)");
+  if (!opened.ok()) {
+    if (absl::IsNotFound(opened.status())) {
       return absl::NotFoundError(absl::StrCat(source, " not found (data.path)"));
     }
-    return ErrnoError(errno, absl::StrCat(source, ": cannot open"));
+    return opened.status();
   }
-  FileDescriptor file(fd);
-  if (::fstat(file.get(), &info) != 0 || !S_ISREG(info.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, " is not a regular file (data.path)"));
-  }
+  FileDescriptor file(opened->Release());
+  struct stat info {};
+  if (::fstat(file.get(), &info) != 0) return ErrnoError(errno, "stat of " + source);
 
   char header[kTokenHeaderBytes];
   ASSIGN_OR_RETURN(const size_t header_bytes,

@@ -459,13 +459,24 @@ TEST(WriteTokenFile, IoErrorsNameTheFileAndLeaveNothing) {
               StatusIs(absl::StatusCode::kNotFound,
                        AllOf(HasSubstr("no_such_directory/tokens.bin.partial."),
                              HasSubstr(std::strerror(ENOENT)))));
-  // The rename fails (a directory is in the way): the temporary file is removed.
+  // A directory or a symbolic link in the way: refused before anything is written (a rename
+  // would replace the link, not write through it), nothing left behind.
   const std::string directory = TempPath("strata_is_a_directory");
   ASSERT_EQ(::mkdir(directory.c_str(), 0755), 0);
   EXPECT_THAT(WriteTokenFile(directory, std::vector<uint32_t>{1}, 0),
-              StatusIs(::testing::Ne(absl::StatusCode::kOk),
-                       AllOf(HasSubstr("renaming"), HasSubstr(std::strerror(EISDIR)))));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("it is a directory")));
   EXPECT_TRUE(NamesContaining("strata_is_a_directory.partial").empty());
+  const std::string kept = TempPath("strata_link_target.bin");
+  ASSERT_OK(WriteTokenFile(kept, std::vector<uint32_t>{7}, 0));
+  const std::string link = TempPath("strata_link.bin");
+  ::unlink(link.c_str());
+  ASSERT_EQ(::symlink(kept.c_str(), link.c_str()), 0);
+  EXPECT_THAT(WriteTokenFile(link, std::vector<uint32_t>{1, 2}, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("a symbolic link")));
+  struct stat info {};
+  ASSERT_EQ(::lstat(link.c_str(), &info), 0);
+  EXPECT_TRUE(S_ISLNK(info.st_mode));
+  EXPECT_EQ(LoadTokenFile(kept, 256)->tokens->ToVector(), std::vector<uint32_t>{7});
 }
 
 TEST(LoadTokens, DetectsStrataByContentNotExtension) {

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "core/exceptions.h"
 #include "launch/commands.h"
 #include "session/interrupt.h"
 
@@ -35,9 +36,15 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // Every command: a signal removes the files being written (core/remove_on_signal.h) and
+  // says so; an exception that escapes becomes one error line (core/exceptions.h).
+  strata::InstallInterruptHandlers();
   strata::Status status;
   for (const strata::Command& command : commands) {
-    if (command.app->parsed()) status = command.run();
+    if (command.app->parsed()) {
+      status = strata::StatusFromExceptions(command.run,
+                                            "strata " + command.app->get_name());
+    }
   }
   if (status.code() == absl::StatusCode::kCancelled && strata::StopSignal() != 0) {
     const std::string summary = strata::InterruptSummary();

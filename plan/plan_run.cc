@@ -10,7 +10,8 @@
 #include "config/options_parse.h"
 #include "core/atomic_file.h"
 #include "core/cpu_info.h"
-#include "core/files.h"
+#include "core/input_file.h"
+#include "core/run_inputs.h"
 #include "plan/plan.h"
 #include "plan/plan_probe.h"
 #include "plan/plan_run.h"
@@ -32,13 +33,21 @@ std::string HardwareCachePath() {
 
 Status RunPlan(const PlanArgs& args) {
   ASSIGN_OR_RETURN(const Options job, ParseOptions(args.config_path, args.sets));
+  // The outputs, before any work: never over an input (the --config file is one now).
+  if (args.hardware != "probe") {
+    RETURN_IF_ERROR(NoteRunInputPath(args.hardware, "the --hardware file"));
+  }
+  if (!args.emit_path.empty()) RETURN_IF_ERROR(CheckWholeFileOutput(args.emit_path, "--emit file"));
+  if (!args.save_hardware.empty()) {
+    RETURN_IF_ERROR(CheckWholeFileOutput(args.save_hardware, "--save-hardware file"));
+  }
   const int world = job.zero.world;
   Hardware hardware;
   if (args.hardware == "probe") {
     // A probe of this machine, cached (keyed by the CPU, the memory and the nvme_dir).
     const std::string cache = HardwareCachePath();
     const std::string key = ProbeSource(job);
-    StatusOr<std::string> cached = ReadFile(cache);
+    StatusOr<std::string> cached = ReadInputFile(cache, "hardware cache", kJsonInputLimit);
     StatusOr<Hardware> loaded = cached.ok() ? ParseHardware(*cached, cache)
                                             : StatusOr<Hardware>(cached.status());
     if (!args.reprobe && loaded.ok() && loaded->source == key) {
@@ -53,12 +62,13 @@ Status RunPlan(const PlanArgs& args) {
       if (!error) WriteFileAtomically(cache, HardwareJson(hardware)).IgnoreError();
     }
   } else {
-    StatusOr<std::string> text = ReadFile(args.hardware);
+    StatusOr<std::string> text = ReadInputFile(args.hardware, "--hardware file", kJsonInputLimit);
     if (!text.ok()) return Annotate(text.status(), "plan: cannot read --hardware");
     ASSIGN_OR_RETURN(hardware, ParseHardware(*text, args.hardware));
   }
   if (!args.save_hardware.empty()) {
-    RETURN_IF_ERROR(WriteFileAtomically(args.save_hardware, HardwareJson(hardware)));
+    RETURN_IF_ERROR(
+        WriteFileAtomically(args.save_hardware, HardwareJson(hardware), "--save-hardware file"));
   }
   // Planning this machine's CPU backend: each GEMM and attention shape is timed here.
   std::optional<ShapeTimer> timer;
@@ -71,8 +81,8 @@ Status RunPlan(const PlanArgs& args) {
       return absl::FailedPreconditionError(
           absl::StrCat("plan: nothing fits, so nothing was written to ", args.emit_path));
     }
-    RETURN_IF_ERROR(WriteFileAtomically(args.emit_path,
-                                        FormatConfigJson(plan.configs[plan.recommended].options)));
+    RETURN_IF_ERROR(WriteFileAtomically(
+        args.emit_path, FormatConfigJson(plan.configs[plan.recommended].options), "--emit file"));
     std::cout << "wrote " << args.emit_path << " (strata train --config " << args.emit_path
               << ")\n";
   }

@@ -8,9 +8,9 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/input_file.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
-#include "core/files.h"
 
 namespace strata {
 namespace {
@@ -108,15 +108,21 @@ if (O && O.length) {
 document.body.dataset.charts = String(drawn);
 )JS";
 
+StatusOr<std::vector<StepOverlap>> SummarizeTraceEvents(const nlohmann::json& trace);
+
 }  // namespace
 
 StatusOr<std::vector<nlohmann::json>> ReadMetrics(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) return absl::NotFoundError(absl::StrCat("report: cannot read metrics ", path));
+  ASSIGN_OR_RETURN(const std::string text,
+                   ReadInputFile(path, "report: metrics file", kReportInputLimit));
   std::vector<nlohmann::json> records;
   std::map<int64_t, size_t> index_of_step;
-  std::string line;
-  for (int number = 1; std::getline(file, line); ++number) {
+  size_t begin = 0;
+  for (int number = 1; begin < text.size(); ++number) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(begin, end - begin);
+    begin = end + 1;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
     const std::string where = absl::StrCat("report: ", path, " line ", number);
@@ -128,6 +134,13 @@ StatusOr<std::vector<nlohmann::json>> ReadMetrics(const std::string& path) {
         !record.contains("loss") || !record.contains("ms_per_step")) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, " is not a step record (an object with step, loss and ms_per_step)"));
+    }
+    // The page reads these as numbers: a field of another type is named here, not met there.
+    for (const auto& [key, value] : record.items()) {
+      if (!value.is_number() && !value.is_null() && !value.is_object()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": \"", key, "\" is ", value.type_name(), ", expected a number"));
+      }
     }
     const int64_t step = record["step"];
     const auto seen = index_of_step.find(step);
@@ -144,7 +157,30 @@ StatusOr<std::vector<nlohmann::json>> ReadMetrics(const std::string& path) {
   return records;
 }
 
+StatusOr<nlohmann::json> ReadTrace(const std::string& path) {
+  ASSIGN_OR_RETURN(const std::string text,
+                   ReadInputFile(path, "report: trace file", kReportInputLimit));
+  nlohmann::json trace = nlohmann::json::parse(text, nullptr, false);
+  if (trace.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat("report: ", path, " is not JSON"));
+  }
+  return trace;
+}
+
 StatusOr<std::vector<StepOverlap>> SummarizeTrace(const nlohmann::json& trace) {
+  // A field of the wrong type (a string "ts") throws in nlohmann's accessors: it is turned
+  // into an error here, as every parser of outside input returns Status.
+  try {
+    return SummarizeTraceEvents(trace);
+  } catch (const nlohmann::json::exception& error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("report: the trace has a field of the wrong type (", error.what(), ")"));
+  }
+}
+
+namespace {
+
+StatusOr<std::vector<StepOverlap>> SummarizeTraceEvents(const nlohmann::json& trace) {
   if (!trace.is_object() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array()) {
     return absl::InvalidArgumentError("report: the trace has no traceEvents (not a trace file)");
   }
@@ -194,6 +230,8 @@ StatusOr<std::vector<StepOverlap>> SummarizeTrace(const nlohmann::json& trace) {
   }
   return out;
 }
+
+}  // namespace
 
 std::string RenderReport(const std::string& title, const std::vector<nlohmann::json>& metrics,
                          const std::optional<std::vector<StepOverlap>>& overlap,
@@ -267,7 +305,7 @@ StatusOr<std::string> LoadChartJs() {
   const char* override_path = std::getenv("STRATA_CHART_JS");
   const std::string path =
       override_path != nullptr ? override_path : "/usr/share/javascript/chart.js/chart.min.js";
-  StatusOr<std::string> text = ReadFile(path);
+  StatusOr<std::string> text = ReadInputFile(path, "Chart.js", kReportInputLimit);
   if (!text.ok()) {
     return absl::NotFoundError(absl::StrCat(
         "report: Chart.js is not at ", path, " (", text.status().message(),

@@ -8,6 +8,7 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -17,10 +18,18 @@
 
 namespace strata {
 
+// The largest metrics or trace file `strata report` reads.
+inline constexpr uint64_t kReportInputLimit = 4ull << 30;
+
 // The step records of a metrics file (`strata train --metrics`), in file order. Errors name
-// the file and line (bad JSON, a line that is not an object, a record without "step").
+// the file and line (bad JSON, a line that is not an object, a record without "step", a
+// field that is neither a number, null nor an object). Both readers take their file
+// through core/input_file.h (a regular file of at most kReportInputLimit bytes).
 // Records written by a resumed run that repeat a step replace the earlier ones.
 StatusOr<std::vector<nlohmann::json>> ReadMetrics(const std::string& path);
+
+// The trace file of `strata train --trace`, parsed. Errors name the file.
+StatusOr<nlohmann::json> ReadTrace(const std::string& path);
 
 // One traced step: its wall time and what each track group did during it.
 struct StepOverlap {

@@ -2,10 +2,9 @@
 // problem named before anything is written), then writes DIR/index.html (see report.h).
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/atomic_file.h"
 #include "report/report.h"
 #include "report/report_run.h"
 
@@ -16,12 +15,7 @@ Status RunReport(const std::string& metrics_path, const std::string& trace_path,
   ASSIGN_OR_RETURN(const std::vector<nlohmann::json> metrics, ReadMetrics(metrics_path));
   std::optional<std::vector<StepOverlap>> overlap;
   if (!trace_path.empty()) {
-    std::ifstream file(trace_path);
-    if (!file) return absl::NotFoundError(absl::StrCat("report: cannot read trace ", trace_path));
-    const nlohmann::json trace = nlohmann::json::parse(file, nullptr, false);
-    if (trace.is_discarded()) {
-      return absl::InvalidArgumentError(absl::StrCat("report: ", trace_path, " is not JSON"));
-    }
+    ASSIGN_OR_RETURN(const nlohmann::json trace, ReadTrace(trace_path));
     StatusOr<std::vector<StepOverlap>> summary = SummarizeTrace(trace);
     if (!summary.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(trace_path, ": ", summary.status().message()));
@@ -29,6 +23,7 @@ Status RunReport(const std::string& metrics_path, const std::string& trace_path,
     overlap = std::move(summary).value();
   }
   ASSIGN_OR_RETURN(const std::string chart_js, LoadChartJs());
+  RETURN_IF_ERROR(CheckOutputDirectory(out_dir, "report: --out directory"));
   std::error_code error;
   std::filesystem::create_directories(out_dir, error);
   if (error || !std::filesystem::is_directory(out_dir)) {
@@ -39,10 +34,7 @@ Status RunReport(const std::string& metrics_path, const std::string& trace_path,
       absl::StrCat("strata run: ", std::filesystem::path(metrics_path).filename().string()),
       metrics, overlap, chart_js);
   const std::string path = out_dir + "/index.html";
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << page;
-  out.close();
-  if (!out) return absl::DataLossError(absl::StrCat("report: writing ", path, " failed"));
+  RETURN_IF_ERROR(WriteFileAtomically(path, page, "report: --out page"));
   const std::string traced = overlap ? absl::StrCat(", ", overlap->size(), " traced") : "";
   std::printf("report: %s (%zu steps%s)\n", path.c_str(), metrics.size(), traced.c_str());
   return absl::OkStatus();

@@ -9,31 +9,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint.h"
+#include "core/atomic_file.h"
 #include "core/file_kind.h"
+#include "core/lock_file.h"
+#include "core/run_inputs.h"
 
 namespace strata {
 namespace {
 
-// True when `a` and `b` name the same existing file.
-bool SameFile(const std::string& a, const std::string& b) {
-  struct stat first {};
-  struct stat second {};
-  return !a.empty() && !b.empty() && ::stat(a.c_str(), &first) == 0 &&
-         ::stat(b.c_str(), &second) == 0 && first.st_dev == second.st_dev &&
-         first.st_ino == second.st_ino;
-}
-
-Status CheckOutput(const std::string& config_path, const std::string& flag,
-                   const std::string& path, const Options& options) {
+Status CheckOutput(const std::string& flag, const std::string& path, bool whole_file) {
   if (path.empty()) return absl::OkStatus();
-  for (const auto& [input, what] :
-       {std::pair<std::string, std::string>{config_path, "the config file (--config)"},
-        {options.data.path, "the data file (data.path)"}}) {
-    if (SameFile(path, input)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          flag, " ", path, " is ", what,
-          ": writing there would destroy it; choose another file"));
-    }
+  if (whole_file) RETURN_IF_ERROR(CheckWholeFileOutput(path, flag));
+  if (std::optional<std::string> input = FindRunInput(path)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot write ", flag, " ", path, ": it is an input of this run (", *input,
+        "); writing there would destroy it: choose another file"));
   }
   struct stat info {};
   if (::stat(path.c_str(), &info) == 0) {
@@ -61,10 +51,36 @@ Status CheckOutput(const std::string& config_path, const std::string& flag,
 
 }  // namespace
 
+std::string PathOfSource(const std::string& source) {
+  for (const char* prefix : {"hf:", "llmc:", "sentencepiece:"}) {
+    const std::string p(prefix);
+    if (source.rfind(p, 0) == 0) return source.substr(p.size());
+  }
+  return "";
+}
+
+Status NoteOptionInputs(const std::string& config_path, const Options& options) {
+  if (!config_path.empty()) RETURN_IF_ERROR(NoteRunInputPath(config_path, "the --config file"));
+  if (!options.data.path.empty()) {
+    RETURN_IF_ERROR(NoteRunInputPath(options.data.path, "the data file (data.path)"));
+  }
+  const std::string model = PathOfSource(options.model.from);
+  if (!model.empty()) RETURN_IF_ERROR(NoteRunInputPath(model, "the model (model.from)"));
+  const std::string tokenizer = PathOfSource(options.data.tokenizer);
+  if (!tokenizer.empty()) {
+    RETURN_IF_ERROR(NoteRunInputPath(tokenizer, "the tokenizer (data.tokenizer)"));
+  }
+  if (!options.train.resume.empty()) {
+    RETURN_IF_ERROR(NoteRunInputPath(options.train.resume, "the checkpoint (train.resume)"));
+  }
+  return absl::OkStatus();
+}
+
 Status CheckOutputsAreNotInputs(const std::string& config_path,
                                 const std::vector<OutputFile>& outputs, const Options& options) {
+  RETURN_IF_ERROR(NoteOptionInputs(config_path, options));
   for (size_t i = 0; i < outputs.size(); ++i) {
-    RETURN_IF_ERROR(CheckOutput(config_path, outputs[i].flag, outputs[i].path, options));
+    RETURN_IF_ERROR(CheckOutput(outputs[i].flag, outputs[i].path, outputs[i].whole_file));
     for (size_t j = 0; j < i; ++j) {
       if (!outputs[i].path.empty() && outputs[i].path == outputs[j].path) {
         return absl::InvalidArgumentError(absl::StrCat(outputs[j].flag, " and ", outputs[i].flag,
@@ -76,9 +92,10 @@ Status CheckOutputsAreNotInputs(const std::string& config_path,
   return absl::OkStatus();
 }
 
-Status CheckCheckpointDir(const Options& options, uint64_t checkpoint_bytes) {
+StatusOr<std::unique_ptr<DirLock>> ClaimCheckpointDir(const Options& options,
+                                                      uint64_t checkpoint_bytes) {
   const std::string& dir = options.train.checkpoint_dir;
-  if (dir.empty()) return absl::OkStatus();
+  if (dir.empty()) return std::unique_ptr<DirLock>();
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   struct stat info {};
@@ -94,9 +111,11 @@ Status CheckCheckpointDir(const Options& options, uint64_t checkpoint_bytes) {
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
     return ErrnoError(errno, absl::StrCat("train.checkpoint_dir ", dir, " is not writable"));
   }
+  ASSIGN_OR_RETURN(std::unique_ptr<DirLock> lock,
+                   DirLock::Acquire(dir, kCheckpointLockName, "train.checkpoint_dir"));
   Status room = CheckRoomForCheckpoint(dir, checkpoint_bytes);
   if (!room.ok()) return Annotate(room, "train.checkpoint_dir at start-up");
-  return absl::OkStatus();
+  return lock;
 }
 
 }  // namespace strata

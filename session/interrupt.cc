@@ -33,13 +33,16 @@ void WriteStderr(const char* text) {
 [[noreturn]] void ExitNow(int signal_number) {
   switch (signal_number) {
     case SIGINT:
-      WriteStderr("strata: SIGINT: stopped at once; swap files removed\n");
+      WriteStderr("strata: SIGINT: stopped at once; its unfinished files (swap, lock, partial "
+                  "outputs) removed\n");
       break;
     case SIGTERM:
-      WriteStderr("strata: SIGTERM: stopped at once; swap files removed\n");
+      WriteStderr("strata: SIGTERM: stopped at once; its unfinished files (swap, lock, partial "
+                  "outputs) removed\n");
       break;
     case SIGHUP:
-      WriteStderr("strata: SIGHUP: stopped at once; swap files removed\n");
+      WriteStderr("strata: SIGHUP: stopped at once; its unfinished files (swap, lock, partial "
+                  "outputs) removed\n");
       break;
     default:
       break;  // SIGPIPE: the terminal may be gone

@@ -3,14 +3,15 @@
 
 #include <cerrno>
 
+#include "core/streaming_output.h"
+
 namespace strata {
 
 StatusOr<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(const std::string& path,
                                                              bool append) {
   std::FILE* file = nullptr;
   if (!path.empty()) {
-    file = std::fopen(path.c_str(), append ? "a" : "w");
-    if (file == nullptr) return ErrnoError(errno, "cannot open metrics file '" + path + "'");
+    ASSIGN_OR_RETURN(file, OpenStreamingOutput(path, "--metrics file", append));
   }
   return std::unique_ptr<MetricsWriter>(new MetricsWriter(path, file));
 }

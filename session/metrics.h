@@ -1,7 +1,9 @@
 // Writes one JSON object per line (JSONL) for `--metrics FILE`. Each training step's
 // record has at least: step, loss, lr, ms_per_step, tokens_per_s, peak_bytes {device,
 // host}; plus grad_norm, forward/backward/optimizer ms, state_bytes and val_loss when
-// measured. Errors name the file. Thread-safety: not thread-safe; one writer per file.
+// measured. The file is a streaming output (core/streaming_output.h: a regular file, a FIFO
+// with a reader, /dev/null, a terminal). Errors name the file.
+// Thread-safety: not thread-safe; one writer per file.
 #pragma once
 
 #include <cstdio>

@@ -8,6 +8,7 @@
 
 #include "collectives/local_communicator.h"
 #include "collectives/mpi_communicator.h"
+#include "core/exceptions.h"
 #include "core/logging.h"
 
 namespace strata {
@@ -69,7 +70,9 @@ Status RunRanksWithControl(const Options& options, const RanksBody& body) {
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world_size; ++rank) {
     threads.emplace_back([&, rank] {
-      Status status = body(*communicators[rank], *controls[rank]);
+      Status status = StatusFromExceptions(
+          [&] { return body(*communicators[rank], *controls[rank]); },
+          absl::StrCat("rank ", rank));
       if (status.ok()) return;
       if (status.code() != absl::StatusCode::kCancelled) {
         communicators[rank]->Abort(std::string(status.message()));

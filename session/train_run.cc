@@ -130,7 +130,8 @@ class RankRun {
                                                        !args_.trace_path.empty(), args_.faults));
     last_checkpoint_ = session_->resumed_from();
     if (!lead_) return absl::OkStatus();
-    RETURN_IF_ERROR(CheckCheckpointDir(options_, CheckpointBytes(session_->model())));
+    ASSIGN_OR_RETURN(checkpoint_lock_,
+                     ClaimCheckpointDir(options_, CheckpointBytes(session_->model())));
     if (!options_.train.checkpoint_dir.empty()) {
       for (const std::string& path : RemovePartialCheckpoints(options_.train.checkpoint_dir)) {
         spdlog::info("removed {}, a checkpoint an earlier run did not finish", path);
@@ -220,6 +221,7 @@ class RankRun {
   const bool lead_;
   std::unique_ptr<TrainingSession> session_;
   std::unique_ptr<MetricsWriter> metrics_;  // lead rank only
+  std::unique_ptr<DirLock> checkpoint_lock_;  // lead rank, with train.checkpoint_dir
   std::string last_checkpoint_;
   int last_checkpoint_step_ = 0;
 };
@@ -232,7 +234,7 @@ Status RunTrain(const TrainArgs& args) {
   // No output may be an input; the inputs themselves are checked as they are read (the data
   // in TrainingSession::Create), all before any output is opened.
   RETURN_IF_ERROR(CheckOutputsAreNotInputs(
-      args.config_path, {{"--metrics", args.metrics_path}, {"--trace", args.trace_path}},
+      args.config_path, {{"--metrics", args.metrics_path, false}, {"--trace", args.trace_path, true}},
       options));
   return RunRanksWithControl(options, [&](Communicator& communicator,
                                            Communicator& control) -> Status {

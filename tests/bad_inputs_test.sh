@@ -27,6 +27,15 @@ trap cleanup EXIT
 for i in $(seq 400); do echo "the quick brown fox $i jumps over the lazy dog"; done > "$D/text.txt"
 head -c 8192 /dev/urandom > "$D/random.bin"
 mkfifo "$D/fifo"
+ln -s "$D/text.txt" "$D/link.txt"
+printf '{"step": 1, "loss": 5.0, "ms_per_step": 3}\n{"step": 2, "loss": "high", "ms_per_step": 3}\n' \
+  > "$D/metrics_string.jsonl"
+printf '{"step": 1, "loss": 5.0, "ms_per_step": 3}\n' > "$D/metrics_ok.jsonl"
+echo '{"traceEvents": [{"ph": "X", "name": "step 1", "tid": 1, "ts": "early", "dur": 5}]}' \
+  > "$D/trace_string.json"
+mkdir -p "$D/ck_locked"
+printf 'strata-lock host=node-elsewhere pid=4242 start=1 run=abc\nsomeone else\n' \
+  > "$D/ck_locked/strata-checkpoint.lock"
 : > "$D/empty.txt"
 printf 'ab' > "$D/short.txt"
 llmc() {  # magic version declared_count token_count token_value
@@ -109,7 +118,8 @@ fingerprint() {
 }
 leftovers() {
   find "$D" "$SHM" \( -name '*.swap' -o -name '*.partial' -o \
-       \( -name 'strata-*.lock' ! -name 'strata-live99-rank0.lock' \) \) -print
+       \( -name 'strata-*.lock' ! -name 'strata-live99-rank0.lock' \
+          ! -path "$D/ck_locked/strata-checkpoint.lock" \) \) -print
 }
 before="$(fingerprint)"
 

@@ -70,7 +70,7 @@ begin double_sigint
 d="$T/double_sigint"
 run STRATA_FAULT_SIGNAL='SIGINT*2@2' "$strata" "${BASE[@]}" --set zero.nvme_dir="$d/swap"
 expect_rc $? 130
-expect_text "SIGINT: stopped at once; swap files removed"
+expect_text "SIGINT: stopped at once; its unfinished files"
 expect_clean "$d"
 
 # 4. SIGHUP (a closed terminal): like SIGINT, exit 129.

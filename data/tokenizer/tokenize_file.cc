@@ -12,35 +12,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/file_kind.h"
-#include "core/files.h"
+#include "core/atomic_file.h"
+#include "core/input_file.h"
+#include "core/run_inputs.h"
 #include "data/default_corpus.h"
 #include "data/tokenizer/tokenizer.h"
 #include "data/tokens.h"
 
 namespace strata {
 namespace {
-
-StatusOr<std::string> ReadText(const std::string& path) {
-  struct stat info {};
-  if (::stat(path.c_str(), &info) != 0) {
-    return ErrnoError(errno, absl::StrCat("tokenize: --in '", path, "'"));
-  }
-  if (!S_ISREG(info.st_mode)) {  // a FIFO or a device could block or never end
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tokenize: --in '", path, "' is ", FileKindName(info.st_mode), ", not a regular file"));
-  }
-  StatusOr<std::string> text = ReadFile(path);
-  if (!text.ok()) return Annotate(text.status(), "tokenize: --in");
-  return text;
-}
-
-// The two paths name one file (an existing output that is the input).
-bool SameFile(const std::string& a, const std::string& b) {
-  struct stat first, second;
-  return ::stat(a.c_str(), &first) == 0 && ::stat(b.c_str(), &second) == 0 &&
-         first.st_dev == second.st_dev && first.st_ino == second.st_ino;
-}
 
 }  // namespace
 
@@ -49,17 +29,16 @@ Status TokenizeTextFile(const std::string& input, const std::string& output,
   if (output.empty()) {
     return absl::InvalidArgumentError("tokenize: --out FILE is required (the token file to write)");
   }
-  if (!input.empty() && SameFile(input, output)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tokenize: --out '", output, "' is the input file; writing it would replace the text"));
-  }
+  // The input is noted first, so that --out naming it (under any name) is refused.
+  if (!input.empty()) RETURN_IF_ERROR(NoteRunInputPath(input, "the --in file"));
+  RETURN_IF_ERROR(CheckWholeFileOutput(output, "tokenize: --out file"));
   ASSIGN_OR_RETURN(const std::unique_ptr<Tokenizer> tokenizer, OpenTokenizer(tokenizer_spec));
   std::string text_storage;
   std::string_view text = DefaultCorpus();
   const std::string source =
       input.empty() ? "the embedded default corpus" : absl::StrCat("'", input, "'");
   if (!input.empty()) {
-    ASSIGN_OR_RETURN(text_storage, ReadText(input));
+    ASSIGN_OR_RETURN(text_storage, ReadInputFile(input, "tokenize: --in file", kNoInputLimit));
     text = text_storage;
   }
   const auto start = std::chrono::steady_clock::now();

@@ -9,7 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/files.h"
+#include "core/input_file.h"
 #include "data/default_corpus.h"
 #include "data/tokenizer/token_cache.h"
 #include "data/tokenizer/tokenizer.h"
@@ -89,7 +89,7 @@ StatusOr<TokenDataset> LoadTrainingTokens(const Options& options, std::string* d
   } else {
     // The byte-level checks (regular file, not binary) first: they name the problem.
     RETURN_IF_ERROR(LoadTokens(data, 256).status());
-    RETURN_IF_ERROR(ReadFileInto(data.path, &text));
+    RETURN_IF_ERROR(ReadInputFileInto(data.path, "data file (data.path)", kNoInputLimit, &text));
   }
   std::string cache_dir = data.cache_dir;
   if (cache_dir.empty()) {
