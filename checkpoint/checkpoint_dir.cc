@@ -13,6 +13,7 @@ namespace strata {
 
 using checkpoint_internal::Errno;
 using checkpoint_internal::ListCheckpoints;
+using checkpoint_internal::ResolveCheckpoint;
 
 Status CheckRoomForCheckpoint(const std::string& dir, uint64_t bytes) {
   struct statvfs fs {};
@@ -29,6 +30,10 @@ Status CheckRoomForCheckpoint(const std::string& dir, uint64_t bytes) {
 std::string LatestCheckpoint(const std::string& dir) {
   const auto found = ListCheckpoints(dir);
   return found.empty() ? std::string() : found.back().second.string();
+}
+
+StatusOr<std::string> ResolveCheckpointPath(const std::string& path) {
+  return ResolveCheckpoint(path);
 }
 
 uint64_t CheckpointBytes(const Model& model) {

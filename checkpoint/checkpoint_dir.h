@@ -17,6 +17,10 @@ namespace strata {
 // The newest complete step-<k> directory under `dir`, or "".
 std::string LatestCheckpoint(const std::string& dir);
 
+// The step-<k> directory train.resume names: `path` itself when it holds checkpoint.json,
+// else the newest complete step-<k> under it; kNotFound naming the path otherwise.
+StatusOr<std::string> ResolveCheckpointPath(const std::string& path);
+
 // Bytes a checkpoint of `model` takes (its unit files and the metadata, with slack).
 uint64_t CheckpointBytes(const Model& model);
 

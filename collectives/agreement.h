@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "collectives/communicator.h"
@@ -18,6 +19,11 @@ namespace strata {
 // Every rank's `mine` (the same size on every rank), rank after rank, into `all`.
 Status GatherWords(Communicator& communicator, const std::vector<uint32_t>& mine,
                    std::vector<uint32_t>* all);
+
+// Every rank's `mine` (texts of any length: lengths first, then the texts padded to the
+// longest, so the sizes never disagree), in rank order.
+StatusOr<std::vector<std::string>> GatherTexts(Communicator& communicator,
+                                               const std::string& mine);
 
 // Every rank's `outcome`, in rank order (no collective at world 1).
 StatusOr<std::vector<uint32_t>> AgreeOnOutcomes(Communicator& communicator, uint32_t outcome);

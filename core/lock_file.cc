@@ -19,11 +19,6 @@ namespace {
 
 constexpr const char* kTag = "strata-lock";
 
-std::string HostName() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return "unknown-host";
-  return name;
-}
 
 // Field 22 of /proc/<pid>/stat (the process's start time in clock ticks since boot), or 0
 // when there is no such process. The command name (field 2) may hold spaces and

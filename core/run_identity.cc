@@ -80,11 +80,15 @@ bool SetRunId(const std::string& id) {
   return true;
 }
 
+std::string HostName() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) return "?";
+  return host;
+}
+
 std::string DescribeThisProcess() {
-  char host[256] = "?";
-  ::gethostname(host, sizeof(host) - 1);
   std::ostringstream out;
-  out << "pid " << ::getpid() << " on host " << host << ", started " << StartTime() << ": "
+  out << "pid " << ::getpid() << " on host " << HostName() << ", started " << StartTime() << ": "
       << CommandLine();
   return out.str();
 }

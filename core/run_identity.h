@@ -16,6 +16,8 @@ std::string RunId();
 // Replaces the id (session/rank_agreement.h: rank 0's on every rank). Must be 1-32 characters of [0-9a-z];
 // returns false (and changes nothing) otherwise.
 bool SetRunId(const std::string& id);
+// This machine's host name (gethostname), for messages that name a rank's node.
+std::string HostName();
 // "pid 4242 on host vm1, started 2026-12-01 02:10:00 UTC: strata train --config c.json"
 std::string DescribeThisProcess();
 

@@ -72,20 +72,9 @@ Status AgreeOnStart(Communicator& communicator, const std::string& resolved) {
     return absl::OkStatus();
   }
   // Disagreement: every rank's text, to name the keys.
-  std::vector<uint32_t> length = {static_cast<uint32_t>(shared.size())};
-  std::vector<uint32_t> lengths;
-  RETURN_IF_ERROR(GatherWords(communicator, length, &lengths));
-  const uint32_t longest = *std::max_element(lengths.begin(), lengths.end());
-  std::vector<uint32_t> packed((longest + 3) / 4, 0);
-  std::memcpy(packed.data(), shared.data(), shared.size());
-  std::vector<uint32_t> texts;
-  RETURN_IF_ERROR(GatherWords(communicator, packed, &texts));
+  ASSIGN_OR_RETURN(const std::vector<std::string> texts, GatherTexts(communicator, shared));
   std::vector<std::map<std::string, std::string>> values;
-  for (int r = 0; r < world; ++r) {
-    std::string text(reinterpret_cast<const char*>(texts.data() + r * packed.size()),
-                     lengths[r]);
-    values.push_back(KeyValues(text));
-  }
+  for (const std::string& text : texts) values.push_back(KeyValues(text));
   std::vector<std::string> problems;
   std::map<std::string, bool> keys;
   for (const auto& rank_values : values) {

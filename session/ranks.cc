@@ -10,6 +10,7 @@
 #include "collectives/mpi_communicator.h"
 #include "core/exceptions.h"
 #include "core/logging.h"
+#include "core/run_identity.h"
 
 namespace strata {
 
@@ -53,9 +54,11 @@ Status RunRanksWithControl(const Options& options, const RanksBody& body) {
     if (!status.ok() && status.code() != absl::StatusCode::kCancelled) {
       communicator->Abort(std::string(status.message()));
       control->Abort(std::string(status.message()));
-      return Annotate(status, absl::StrCat("rank ", world.rank));
+      return Annotate(status, absl::StrCat("rank ", world.rank, " on host ", HostName()));
     }
-    return status.ok() ? status : Annotate(status, absl::StrCat("rank ", world.rank));
+    return status.ok() ? status
+                       : Annotate(status, absl::StrCat("rank ", world.rank, " on host ",
+                                                       HostName()));
   }
 
   const int world_size = options.zero.world;

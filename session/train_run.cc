@@ -10,6 +10,7 @@
 #include "core/trace.h"
 #include "session/file_checks.h"
 #include "session/interrupt.h"
+#include "session/content_agreement.h"
 #include "session/metrics.h"
 #include "session/rank_agreement.h"
 #include "session/ranks.h"
@@ -121,11 +122,14 @@ class RankRun {
   // session, and on the lead rank the checkpoint directory, the metrics file and the log.
   Status SetUp() {
     RETURN_IF_ERROR(AgreeOnStart(control_, FormatResolved(options_)));
+    ASSIGN_OR_RETURN(const std::vector<std::string> hosts, GatherHostNames(control_));
     if (lead_) {
       spdlog::info("resolved configuration:\n{}", FormatResolved(options_));
-      spdlog::info("ranks: {} ({}), run {}", communicator_.world_size(), communicator_.Describe(),
-                   RunId());
+      spdlog::info("ranks: {} ({}), run {}; {}", communicator_.world_size(),
+                   communicator_.Describe(), RunId(), DescribeNodeLayout(hosts));
     }
+    // The same content at the same paths on every rank (and node), before any is used.
+    RETURN_IF_ERROR(AgreeOnContent(control_, ContentClaims(options_), hosts).status());
     ASSIGN_OR_RETURN(session_, TrainingSession::Create(options_, &communicator_,
                                                        !args_.trace_path.empty(), args_.faults));
     last_checkpoint_ = session_->resumed_from();

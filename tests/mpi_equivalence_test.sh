@@ -93,4 +93,35 @@ echo "np 2: a checkpoint resumes across stages and placements"
 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$strata" train "${common[@]}" \
   --set zero.world=3 > "$tmp/bad.log" 2>&1 && fail "zero.world=3 under -np 2 should fail"
 grep -q "zero.world=3 but mpirun started 2 ranks" "$tmp/bad.log" || { cat "$tmp/bad.log"; fail "unclear error"; }
+
+# Content, not only configuration text (session/content_agreement.h): each rank runs in its
+# own directory ("node"), so one relative path names a different file per rank. Different
+# data, and a checkpoint directory that holds step 10 on one node and nothing on the other,
+# are refused before any step, naming the input, the ranks with their hosts and the paths.
+for r in 0 1; do mkdir -p "$tmp/node$r/ck"; done
+for i in $(seq 300); do echo "the quick brown fox $i"; done > "$tmp/node0/train.txt"
+for i in $(seq 300); do echo "a slow red hen $i"; done > "$tmp/node1/train.txt"
+absolute="$(cd "$(dirname "$strata")" && pwd)/$(basename "$strata")"
+per_node() {  # runs strata train in node<rank>/ under mpirun -np 2
+  timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 bash -c \
+    "cd '$tmp'/node\$OMPI_COMM_WORLD_RANK && exec '$absolute' train $*"
+}
+per_node "${common[@]}" --set data.path=train.txt > "$tmp/content.log" 2>&1 \
+  && fail "different data on two nodes trained"
+for words in "data.path is not the same on every rank" "rank 0 on" "rank 1 on" "train.txt (identity"; do
+  grep -qF "$words" "$tmp/content.log" || { cat "$tmp/content.log"; fail "no '$words'"; }
+done
+cp "$tmp/node0/train.txt" "$tmp/node1/train.txt"
+cp -r "$tmp/mck/step-10" "$tmp/node0/ck/"
+per_node "${common[@]}" --set data.path=train.txt --set train.resume=ck > "$tmp/resume.log" 2>&1 \
+  && fail "a checkpoint on one node only resumed"
+for words in "train.resume is not the same on every rank" "ck/step-10 (identity" "rank 1 on" \
+             "ck (checkpoint: no checkpoint at ck"; do
+  grep -qF "$words" "$tmp/resume.log" || { cat "$tmp/resume.log"; fail "no '$words'"; }
+done
+cp -r "$tmp/mck/step-10" "$tmp/node1/ck/"
+per_node "${common[@]}" --set data.path=train.txt --set train.resume=ck > "$tmp/resume2.log" 2>&1 \
+  || { tail -20 "$tmp/resume2.log"; fail "the same checkpoint on both nodes did not resume"; }
+grep -q "1 node: " "$tmp/resume2.log" || fail "no node layout in the log"
+echo "np 2: ranks that would read different content at one path are refused, naming them"
 echo PASS
