@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/input_file.h"
 #include "core/files.h"
 #include "data/tokenizer/tokenizer.h"
 #include "models/hf/hf_json.h"
@@ -47,7 +48,7 @@ ExportedGeneration GenerationOfCheckpoint(const OpenedCheckpoint& checkpoint) {
     const std::string path = dir + "/generation_config.json";
     std::error_code error;
     if (std::filesystem::exists(path, error)) {
-      StatusOr<std::string> bytes = ReadFile(path);
+      StatusOr<std::string> bytes = ReadInputFile(path, "generation config", kJsonInputLimit);
       if (bytes.ok()) {
         out.generation_config = *std::move(bytes);
         out.generation_from = absl::StrCat(from, "'s, unchanged");

@@ -15,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/input_file.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -52,7 +53,8 @@ StatusOr<std::string> CopyTokenizer(const OpenedCheckpoint& checkpoint, const st
   std::vector<std::string> names;
   for (const auto& [source, name] : files) {
     StatusOr<std::string> read = std::filesystem::is_regular_file(source)
-                                     ? ReadFile(source)
+                                     ? ReadInputFile(source, "tokenizer file",
+                                                     kTokenizerInputLimit)
                                      : absl::NotFoundError("not a regular file");
     if (!read.ok() && read.status().code() != absl::StatusCode::kInternal) {
       return absl::StrCat("; the tokenizer the checkpoint was trained with (", checkpoint.tokenizer,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/input_file.h"
 #include "absl/strings/str_join.h"
 #include "core/finite.h"
 #include "core/atomic_file.h"
@@ -87,8 +88,8 @@ Status ImportLlmcWeights(const std::string& path, const ModelOptions& options,
         ": leave the model.* keys to the file"));
   }
   ASSIGN_OR_RETURN(const std::vector<LlmcTensor> map, LlmcTensorMap(model.units()));
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  ASSIGN_OR_RETURN(InputFile file, InputFile::Open(path, "model.from=llmc:"));
+  const int fd = file.Release();
   std::optional<Progress> progress;
   if (show_progress) progress.emplace("importing " + path, 0);
   Status status = absl::OkStatus();

@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "core/input_file.h"
 #include "absl/strings/str_format.h"
 #include "core/file_kind.h"
 #include "data/tokenizer/pcre2_regex.h"
@@ -361,39 +362,10 @@ StatusOr<std::string> UnicodeToBytes(std::string_view token) {
 
 StatusOr<std::string> ReadTokenizerFile(const std::string& path, const std::string& what,
                                         const std::string& missing_hint) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int error = errno;
-    if (error == ENOENT) {
-      return absl::NotFoundError(absl::StrCat(what, " '", path, "' not found", missing_hint));
-    }
-    return ErrnoError(error, absl::StrCat("opening ", what, " '", path, "'"));
+  StatusOr<std::string> contents = ReadInputFile(path, what, kTokenizerInputLimit);
+  if (!contents.ok() && absl::IsNotFound(contents.status())) {
+    return absl::NotFoundError(absl::StrCat(what, " '", path, "' not found", missing_hint));
   }
-  struct stat info;
-  std::string contents;
-  Status status;
-  if (::fstat(fd, &info) != 0) {
-    status = ErrnoError(errno, absl::StrCat("stat of ", what, " '", path, "'"));
-  } else if (!S_ISREG(info.st_mode)) {
-    status = absl::InvalidArgumentError(absl::StrCat(
-        what, " '", path, "' is ", FileKindName(info.st_mode), ", not a regular file"));
-  } else {
-    contents.resize(static_cast<size_t>(info.st_size));
-    size_t done = 0;
-    while (done < contents.size()) {
-      const ssize_t got = ::read(fd, contents.data() + done, contents.size() - done);
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) {
-        status = got < 0 ? ErrnoError(errno, absl::StrCat("reading ", what, " '", path, "'"))
-                         : absl::DataLossError(
-                               absl::StrCat(what, " '", path, "' ended early while being read"));
-        break;
-      }
-      done += static_cast<size_t>(got);
-    }
-  }
-  ::close(fd);
-  if (!status.ok()) return status;
   return contents;
 }
 

@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/input_file.h"
 #include "core/files.h"
 #include "core/rope.h"
 #include "core/strict_json.h"
@@ -211,7 +212,7 @@ void ReadLlama(const Json& c, ModelOptions* m, std::vector<std::string>* problem
 
 StatusOr<ModelOptions> ReadHfConfig(const std::string& dir) {
   const std::string path = dir + "/config.json";
-  StatusOr<std::string> text = ReadFile(path);
+  StatusOr<std::string> text = ReadInputFile(path, "config.json", kJsonInputLimit);
   if (!text.ok() && text.status().code() == absl::StatusCode::kNotFound) {
     return absl::NotFoundError(absl::StrCat(
         "model.from=hf:", dir, ": ", path,

@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/input_file.h"
 #include "absl/strings/str_join.h"
 #include "core/files.h"
 
@@ -37,7 +38,7 @@ std::vector<std::pair<const char*, Json*>> Slots(HfSpecialTokens* tokens) {
 }
 
 StatusOr<Json> ReadJson(const std::string& path) {
-  ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
+  ASSIGN_OR_RETURN(const std::string text, ReadInputFile(path, "model file", kJsonInputLimit));
   try {
     return Json::parse(text);
   } catch (const std::exception& error) {

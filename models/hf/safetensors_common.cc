@@ -8,6 +8,7 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
+#include "core/input_file.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
@@ -47,18 +48,20 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
 }
 
 StatusOr<std::pair<ScopedFd, uint64_t>> OpenRegular(const std::string& path) {
-  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return ErrnoError(errno, absl::StrCat("safetensors: cannot open ", path));
   struct stat info {};
-  if (::fstat(fd.get(), &info) != 0) {
-    return ErrnoError(errno, absl::StrCat("safetensors: stat of ", path));
+  if (::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+    return InvalidFile(path, "is a directory (SafetensorsSet::OpenDirectory opens one)");
   }
-  if (!S_ISREG(info.st_mode)) {
-    return InvalidFile(path, S_ISDIR(info.st_mode)
-                                 ? "is a directory (SafetensorsSet::OpenDirectory opens one)"
-                                 : "is not a regular file");
+  // Regular, never blocking, noted as an input of the run (core/input_file.h).
+  StatusOr<InputFile> opened = InputFile::Open(path, "safetensors: file");
+  if (!opened.ok()) {
+    if (opened.status().code() == absl::StatusCode::kInvalidArgument) {
+      return InvalidFile(path, "is not a regular file");
+    }
+    return opened.status();
   }
-  return std::make_pair(std::move(fd), static_cast<uint64_t>(info.st_size));
+  const uint64_t size = opened->size();
+  return std::make_pair(ScopedFd(opened->Release()), size);
 }
 
 bool FileExists(const std::string& path) {

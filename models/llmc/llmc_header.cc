@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/input_file.h"
 #include "core/pread_fully.h"
 
 namespace strata {
@@ -20,22 +21,18 @@ constexpr int32_t kTokenFileMagics[] = {kLlmcMagic, kLlmcLlama3Magic, kStrataTok
 }  // namespace
 
 StatusOr<ModelOptions> ReadLlmcHeader(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+  StatusOr<InputFile> file = InputFile::Open(path, "model.from=llmc:");
+  if (!file.ok() && absl::IsNotFound(file.status())) {
     return absl::NotFoundError(absl::StrCat("model.from=llmc:", path, ": cannot open: ",
-                                            std::strerror(errno)));
+                                            std::strerror(ENOENT)));
   }
-  struct stat info {};
+  RETURN_IF_ERROR(file.status());
   int32_t header[kLlmcHeaderInts] = {};
-  Status read = ::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)
-                    ? absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"))
-                    : static_cast<size_t>(info.st_size) < kLlmcHeaderBytes
-                          ? absl::DataLossError(absl::StrCat(
-                                path, " is ", info.st_size,
-                                " bytes, shorter than llm.c's 1024-byte header"))
-                          : PreadFully(fd, header, kLlmcHeaderBytes, 0, path);
-  ::close(fd);
-  RETURN_IF_ERROR(read);
+  if (file->size() < kLlmcHeaderBytes) {
+    return absl::DataLossError(absl::StrCat(path, " is ", file->size(),
+                                            " bytes, shorter than llm.c's 1024-byte header"));
+  }
+  RETURN_IF_ERROR(PreadFully(file->fd(), header, kLlmcHeaderBytes, 0, path));
   if (header[0] != kLlmcModelMagic) {
     for (int32_t magic : kTokenFileMagics) {
       if (header[0] == magic) {
@@ -81,7 +78,7 @@ StatusOr<ModelOptions> ReadLlmcHeader(const std::string& path) {
       (static_cast<Wide>(model.padded_vocab) + static_cast<Wide>(model.max_seq_len)) * C +
       L * (12 * C * C + 13 * C) + 2 * C;
   const Wide file_bytes = static_cast<Wide>(kLlmcHeaderBytes) + params * 4;
-  if (static_cast<Wide>(info.st_size) != file_bytes) {
+  if (static_cast<Wide>(file->size()) != file_bytes) {
     auto text = [](Wide value) {  // absl::StrCat takes no __int128
       std::string digits;
       do {
@@ -90,7 +87,7 @@ StatusOr<ModelOptions> ReadLlmcHeader(const std::string& path) {
       } while (value != 0);
       return digits;
     };
-    return absl::DataLossError(absl::StrCat(path, " is ", info.st_size, " bytes; its header's model has ",
+    return absl::DataLossError(absl::StrCat(path, " is ", file->size(), " bytes; its header's model has ",
                                             text(params), " fp32 parameters, ", text(file_bytes),
                                             " bytes with the header"));
   }
