@@ -66,13 +66,16 @@ class Model {
   // asked for no gradient (dloss == 0; with a gradient they are overwritten by it).
   virtual const void* logits() const = 0;
   // Generation with a KV cache (strata sample), one sequence, no gradients. PrepareDecode
-  // allocates, on the device tier, each block's cache of `max_len` positions and one
-  // token's activations. DecodeStep runs the token ctx.inputs[0] (device tier) at
-  // `position` (< max_len; every earlier position already run) through every stage, with
-  // ctx.params[u] set for every unit; the next token's logits [padded vocabulary] are then
-  // in logits(). ctx.batch and ctx.seq_len are not read.
-  virtual Status PrepareDecode(Device& device, int max_len) = 0;
-  virtual Status DecodeStep(const StepContext& ctx, int position) = 0;
+  // allocates, on the device tier, each block's cache of `max_len` positions and the
+  // activations of `max_rows` tokens run at once. DecodeStep runs the `rows` tokens
+  // ctx.inputs[0, rows) (device tier) at positions [position, position + rows) (rows <=
+  // max_rows, position + rows <= max_len; every earlier position already run) through
+  // every stage, with ctx.params[u] set for every unit: each matrix once for all rows (a
+  // prompt's prefill costs one pass over the weights per max_rows tokens, not per token),
+  // each row's attention over the cache up to its own position. The last token's next-token
+  // logits [padded vocabulary] are then in logits(). ctx.batch and ctx.seq_len are not read.
+  virtual Status PrepareDecode(Device& device, int max_len, int max_rows) = 0;
+  virtual Status DecodeStep(const StepContext& ctx, int position, int rows) = 0;
   // For a unit used by several backward stages (a tied embedding): the element ranges
   // [begin, end) of the unit that its last backward stage may add to, given the
   // micro-batch's input tokens `inputs` ([batch, seq_len], host memory); sorted and

@@ -45,7 +45,8 @@ Generator::~Generator() {
 }
 
 StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& source,
-                                                       const Options& options, int max_len) {
+                                                       const Options& options, int max_len,
+                                                       int prefill_rows) {
   std::unique_ptr<Generator> g(new Generator());
   // The model's shape and a way to read each unit's fp32 values.
   std::optional<OpenedCheckpoint> checkpoint;
@@ -62,7 +63,12 @@ StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& source
         "sample: ", max_len, " positions (prompt + new tokens) exceed the model's sliding window ",
         "of ", window, " (strata's attention is full causal, the same only within the window)"));
   }
+  if (prefill_rows < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sample: prefill_rows ", prefill_rows, ": expected >= 1"));
+  }
   g->max_len_ = max_len;
+  g->prefill_rows_ = std::min(prefill_rows, max_len);
   Options device_options = options;
   device_options.model = g->model_options_;
   ASSIGN_OR_RETURN(g->backend_, CreateBackend(device_options));
@@ -122,9 +128,10 @@ StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& source
     g->lora_ = absl::StrCat(" with LoRA adapters of rank ", checkpoint->lora.rank, " (",
                             checkpoint->lora.targets, ") on ", base->Describe());
   }
-  RETURN_IF_ERROR(g->model_->PrepareDecode(device, max_len));
+  RETURN_IF_ERROR(g->model_->PrepareDecode(device, max_len, g->prefill_rows_));
   ASSIGN_OR_RETURN(g->token_, device.Allocate(Tier::kDevice, StateKind::kActivations,
-                                              sizeof(int32_t), "sample token"));
+                                              g->prefill_rows_ * sizeof(int32_t),
+                                              "sample tokens"));
   ASSIGN_OR_RETURN(g->logits_f32_,
                    device.Allocate(Tier::kDevice, StateKind::kActivations,
                                    g->model_options_.padded_vocab * sizeof(float),
@@ -140,19 +147,31 @@ StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& source
   return g;
 }
 
-StatusOr<std::vector<float>> Generator::Feed(int32_t token) {
-  if (position_ >= max_len_) {
-    return absl::OutOfRangeError(
-        absl::StrCat("sample: the KV cache holds ", max_len_, " positions, all used"));
+StatusOr<std::vector<float>> Generator::Prefill(absl::Span<const int32_t> tokens) {
+  if (tokens.empty()) return absl::InvalidArgumentError("sample: Prefill needs tokens");
+  if (tokens.size() > static_cast<size_t>(max_len_ - position_)) {
+    return absl::OutOfRangeError(absl::StrCat("sample: the KV cache holds ", max_len_,
+                                              " positions, ", position_, " used, ",
+                                              tokens.size(), " more asked for"));
   }
-  if (token < 0 || token >= model_options_.vocab) {
-    return absl::InvalidArgumentError(absl::StrCat("sample: token ", token,
-                                                   " is outside the vocabulary (",
-                                                   model_options_.vocab, ")"));
+  for (const int32_t token : tokens) {
+    if (token < 0 || token >= model_options_.vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("sample: token ", token,
+                                                     " is outside the vocabulary (",
+                                                     model_options_.vocab, ")"));
+    }
   }
   Device& device = *backend_.device;
-  RETURN_IF_ERROR(device.CopyAsync(token_.data(), &token, sizeof(token), *stream_));
-  RETURN_IF_ERROR(model_->DecodeStep(ctx_, position_));
+  for (size_t done = 0; done < tokens.size();) {
+    const int rows = static_cast<int>(std::min<size_t>(prefill_rows_, tokens.size() - done));
+    RETURN_IF_ERROR(device.CopyAsync(token_.data(), tokens.data() + done, rows * sizeof(int32_t),
+                                     *stream_));
+    RETURN_IF_ERROR(model_->DecodeStep(ctx_, position_, rows));
+    // In stream order, the next batch's copy into token_ runs after this DecodeStep; the
+    // copies' sources (the caller's tokens) live until the Synchronize below.
+    position_ += rows;
+    done += static_cast<size_t>(rows);
+  }
   const int Vp = model_options_.padded_vocab;
   RETURN_IF_ERROR(backend_.ops->CastToFloat(*stream_, logits_f32_.as<float>(), model_->logits(),
                                             Vp));
@@ -161,7 +180,6 @@ StatusOr<std::vector<float>> Generator::Feed(int32_t token) {
                                    *stream_));
   RETURN_IF_ERROR(stream_->Synchronize());
   logits.resize(model_options_.vocab);  // the padding is no token
-  ++position_;
   return logits;
 }
 
@@ -175,12 +193,10 @@ Status Generate(Generator& generator, const std::vector<int32_t>& prompt, int co
   }
   const int cache = generator.max_len();
   std::vector<int32_t> sequence(prompt);  // the whole text so far, for the windows
-  StatusOr<std::vector<float>> logits;
-  for (size_t i = prompt.size() > size_t(cache) ? prompt.size() - cache : 0; i < prompt.size();
-       ++i) {
-    logits = generator.Feed(prompt[i]);
-    RETURN_IF_ERROR(logits.status());
-  }
+  const size_t first = prompt.size() > size_t(cache) ? prompt.size() - cache : 0;
+  StatusOr<std::vector<float>> logits =
+      generator.Prefill(absl::MakeConstSpan(prompt).subspan(first));
+  RETURN_IF_ERROR(logits.status());
   for (int drawn = 0; drawn < count; ++drawn) {
     const int32_t next = DrawToken(*logits, sampling, rng);
     sequence.push_back(next);
@@ -189,11 +205,10 @@ Status Generate(Generator& generator, const std::vector<int32_t>& prompt, int co
     if (generator.position() == cache) {  // full: the newest half again, `next` last
       generator.Restart();
       const size_t keep = std::max(1, cache / 2);
-      for (size_t i = sequence.size() - keep; i + 1 < sequence.size(); ++i) {
-        RETURN_IF_ERROR(generator.Feed(sequence[i]).status());
-      }
+      logits = generator.Prefill(absl::MakeConstSpan(sequence).subspan(sequence.size() - keep));
+    } else {
+      logits = generator.Feed(next);
     }
-    logits = generator.Feed(next);
     RETURN_IF_ERROR(logits.status());
   }
   return absl::OkStatus();

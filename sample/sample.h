@@ -1,7 +1,9 @@
 // Text generation (`strata sample`): a model's weights from a checkpoint or a Hugging Face
-// directory, placed whole on the device in the compute dtype, run one token at a time with
-// a KV cache (Model::PrepareDecode / DecodeStep: each new token costs one row of every
-// matrix and attention over the cached keys), and the next token drawn from the logits
+// directory, placed whole on the device in the compute dtype, run with a KV cache
+// (Model::PrepareDecode / DecodeStep): the prompt prefilled in batches of up to
+// kPrefillRows tokens (each matrix read once per batch, not once per token), then each new
+// token one row of every matrix and attention over the cached keys; the next token drawn
+// from the logits
 // (temperature, top-k, a seeded generator: the same seed gives the same text). Past the
 // positions a model has (its max_seq_len, a Mistral's sliding window), the context slides
 // (Generate): the cache restarts from the newest half of the sequence, re-encoded at
@@ -19,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "device/memory.h"
 #include "core/options.h"
 #include "runtime/backend.h"
@@ -33,12 +36,18 @@ class Generator {
   // with its base) or "hf:DIR". The model's shape comes from the source; `options` gives
   // the backend (device.*) and train.dtype (the compute dtype). `max_len`: positions the
   // cache holds (<= the model's max_seq_len).
+  // `prefill_rows`: the most tokens one DecodeStep runs (1: one at a time).
+  static constexpr int kPrefillRows = 1024;
   static StatusOr<std::unique_ptr<Generator>> Create(const std::string& source,
-                                                     const Options& options, int max_len);
+                                                     const Options& options, int max_len,
+                                                     int prefill_rows = kPrefillRows);
   ~Generator();
 
-  // Runs `token` at the next position; returns the next token's logits [vocab] in fp32.
-  StatusOr<std::vector<float>> Feed(int32_t token);
+  // Runs `tokens` at the next positions, in batches of up to prefill_rows; returns the
+  // next token's logits [vocab] in fp32 (those after the last of them).
+  StatusOr<std::vector<float>> Prefill(absl::Span<const int32_t> tokens);
+  // Runs `token` at the next position (Prefill of one).
+  StatusOr<std::vector<float>> Feed(int32_t token) { return Prefill({&token, 1}); }
   // Empties the cache: the next Feed is at position 0 (older rows are overwritten as it
   // fills again, never read).
   void Restart() { position_ = 0; }
@@ -57,7 +66,7 @@ class Generator {
   std::vector<Buffer> params_;
   Buffer token_, logits_f32_;
   StepContext ctx_;
-  int position_ = 0, max_len_ = 0;
+  int position_ = 0, max_len_ = 0, prefill_rows_ = 1;
   std::string lora_;  // a LoRA checkpoint's adapters and base, for Describe; else ""
 };
 
@@ -86,9 +95,10 @@ int32_t DrawToken(const std::vector<float>& logits, const SamplingOptions& sampl
 using TokenSink =
     std::function<Status(int32_t token, const std::vector<float>& logits, int context)>;
 // Draws `count` tokens after `prompt` with `generator` (fresh: position 0), each handed to
-// `sink` as it is drawn. A prompt longer than the cache (generator.max_len()) is continued
-// from its newest max_len tokens; when the cache is full and a token must be fed, the
-// cache restarts with the newest max_len / 2 tokens (at least one; the token fed among
+// `sink` as it is drawn. The prompt is prefilled (Generator::Prefill), each new token fed
+// on its own. A prompt longer than the cache (generator.max_len()) is continued from its
+// newest max_len tokens; when the cache is full and a token must be fed, the cache
+// restarts with the newest max_len / 2 tokens prefilled (at least one; the token fed among
 // them), so the logits of each draw are always those of the newest `context` tokens run
 // from position 0.
 Status Generate(Generator& generator, const std::vector<int32_t>& prompt, int count,

@@ -2,8 +2,12 @@
 // of tools/hf_reference.py, and a strata checkpoint), the logits the Generator returns
 // token by token equal, at every position, the logits of one full forward of the same
 // sequence (EvalLoss): |got - ref| <= 1e-5 + 1e-4 |ref| in fp32 (the same kernels, but one
-// row at a time: the matmuls sum in another order). Greedy generation is the argmax of
-// those logits; a draw is a function of the seed; bad sampling options are errors.
+// row at a time: the matmuls sum in another order). A prompt prefilled in batches (all at
+// once, or in batches of 5 rows) gives the next-token logits of feeding it one token at a
+// time within the same tolerance (the matmuls run over more rows), leaves the same cache
+// (the tokens fed after it agree too), and a seeded generation draws the same tokens as
+// one fed token by token. Greedy generation is the argmax of those logits; a draw is a
+// function of the seed; bad sampling options are errors.
 #include "sample/sample.h"
 
 #include <gmock/gmock.h>
@@ -22,6 +26,8 @@
 #include "config/options_parse.h"
 #include "core/testing/status_matchers.h"
 #include "interop/import_weights.h"
+#include "kernels/counting_ops.h"
+#include "runtime/backend.h"
 #include "models/create_model.h"
 #include "tests/engine_rig.h"
 #include "tests/hf_fixtures.h"
@@ -55,6 +61,19 @@ std::vector<float> FullForwardLogits(const std::string& dir, const std::vector<i
   return std::vector<float>(logits, logits + size_t(kT) * Vp);
 }
 
+// Elementwise |got - want| <= 1e-5 + 1e-4 |want|; the first few differences reported.
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
+                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int wrong = 0;
+  for (size_t v = 0; v < want.size(); ++v) {
+    if (std::fabs(got[v] - want[v]) > 1e-5f + 1e-4f * std::fabs(want[v]) && wrong++ < 3) {
+      ADD_FAILURE() << what << " token " << v << ": " << got[v] << " vs " << want[v];
+    }
+  }
+  EXPECT_EQ(wrong, 0) << what;
+}
+
 class Sample : public ::testing::TestWithParam<std::string> {};
 INSTANTIATE_TEST_SUITE_P(Fixtures, Sample,
                          ::testing::Values("gpt2-tiny", "llama-tiny", "llama-tiny-tied",
@@ -84,6 +103,92 @@ TEST_P(Sample, CachedLogitsEqualTheFullForward) {
   }
   // The cache is full: one more token is an error, not a silent overwrite.
   EXPECT_THAT(generator->Feed(1).status(), StatusIs(absl::StatusCode::kOutOfRange));
+}
+
+TEST_P(Sample, BatchedPrefillEqualsOneTokenAtATime) {
+  const std::string from = "hf:" + HfFixture(GetParam());
+  std::vector<int32_t> tokens(kT);
+  for (int t = 0; t < kT; ++t) tokens[t] = (t * 29 + 3) % 64;
+  constexpr int kPrompt = 13;
+  // The reference: one token at a time (one row per step, as before batched prefill).
+  ASSERT_OK_AND_ASSIGN(auto single, Generator::Create(from, Base({}), kT, /*prefill_rows=*/1));
+  std::vector<std::vector<float>> want;
+  for (int t = 0; t < kT; ++t) {
+    ASSERT_OK_AND_ASSIGN(std::vector<float> logits, single->Feed(tokens[t]));
+    if (t + 1 >= kPrompt) want.push_back(std::move(logits));
+  }
+  for (const int rows : {Generator::kPrefillRows, 5}) {
+    SCOPED_TRACE(::testing::Message() << "prefill rows " << rows);
+    ASSERT_OK_AND_ASSIGN(auto batched, Generator::Create(from, Base({}), kT, rows));
+    ASSERT_OK_AND_ASSIGN(const std::vector<float> logits,
+                         batched->Prefill(absl::MakeConstSpan(tokens).first(kPrompt)));
+    EXPECT_EQ(batched->position(), kPrompt);
+    ExpectClose(logits, want[0], "after the prompt");
+    // The cache the prefill left: the tokens fed after it see the same keys and values.
+    for (int t = kPrompt; t < kT; ++t) {
+      ASSERT_OK_AND_ASSIGN(const std::vector<float> next, batched->Feed(tokens[t]));
+      ExpectClose(next, want[t + 1 - kPrompt], absl::StrCat("fed at position ", t));
+    }
+    EXPECT_THAT(batched->Prefill({tokens.data(), 1}).status(),
+                StatusIs(absl::StatusCode::kOutOfRange));
+  }
+  // A seeded generation draws the same tokens either way (a short prompt; the context
+  // slides once: its newest half is prefilled again).
+  std::vector<int32_t> draws[2];
+  for (const int rows : {1, Generator::kPrefillRows}) {
+    ASSERT_OK_AND_ASSIGN(auto generator, Generator::Create(from, Base({}), 12, rows));
+    std::mt19937_64 rng(3);
+    ASSERT_OK(Generate(*generator, {tokens.begin(), tokens.begin() + 5}, 14, {0.9f, 0, 3}, rng,
+                       [&](int32_t token, const std::vector<float>&, int) -> Status {
+                         draws[rows == 1 ? 0 : 1].push_back(token);
+                         return absl::OkStatus();
+                       }));
+  }
+  EXPECT_EQ(draws[0].size(), 14u);
+  EXPECT_EQ(draws[0], draws[1]);
+}
+
+// What batching buys: a DecodeStep of 13 rows runs each block matrix once over all 13 (not
+// 13 times over one row) and the LM head once, over the last row; attention is still each
+// row's over the cache up to its position. Counted by the dry run's kernels (no memory is
+// touched: any non-null address serves as a parameter).
+TEST(SamplePrefill, EachMatrixOncePerBatch) {
+  for (const char* fixture : {"gpt2-tiny", "qwen3-tiny"}) {
+    SCOPED_TRACE(fixture);
+    const Options options = Base({"model.from=hf:" + HfFixture(fixture)});
+    const ModelOptions model_options = ResolveModelOptions(options.model);
+    ASSERT_OK_AND_ASSIGN(Backend backend, CreateBackend(options));
+    ASSERT_OK_AND_ASSIGN(auto model,
+                         CreateModel(model_options, Recompute::kNone, DType::kF32));
+    constexpr int kRows = 13;
+    ASSERT_OK(model->PrepareDecode(*backend.device, kT, kRows));
+    ASSERT_OK_AND_ASSIGN(auto stream, backend.device->CreateStream("count"));
+    CountingOps counting(DType::kF32);
+    StepContext ctx;
+    ctx.device = backend.device.get();
+    ctx.ops = &counting;
+    ctx.stream = stream.get();
+    ctx.params.assign(model->units().size(), reinterpret_cast<const void*>(uintptr_t{1} << 20));
+    ctx.grads.assign(model->units().size(), nullptr);
+    ctx.inputs = reinterpret_cast<const int32_t*>(uintptr_t{1} << 21);
+    ASSERT_OK(model->DecodeStep(ctx, 0, kRows));
+    const OpCounts counts = counting.counts();
+    double batched = 0, single = 0;
+    for (const auto& [shape, calls] : counts.shapes) {
+      if (shape[0] != OpCounts::kMatmulForward) continue;
+      (shape[1] == kRows ? batched : single) += calls;
+      EXPECT_TRUE(shape[1] == kRows || shape[1] == 1) << shape[1] << " rows";
+    }
+    EXPECT_EQ(batched, 4.0 * model_options.layers);  // qkv, attention out, MLP in, MLP out
+    EXPECT_EQ(single, 1.0);                           // the LM head
+    const int width = model_options.heads * (model_options.head_dim > 0
+                                                 ? model_options.head_dim
+                                                 : model_options.channels / model_options.heads);
+    EXPECT_EQ(counts.attention_flops,
+              4.0 * width * kRows * (kRows + 1) / 2 * model_options.layers);
+    EXPECT_THAT(model->DecodeStep(ctx, 4, kRows),  // past the cache
+                StatusIs(absl::StatusCode::kOutOfRange));
+  }
 }
 
 TEST(SampleDraw, GreedyTopKAndSeeds) {
@@ -121,10 +226,11 @@ TEST(SampleDraw, GreedyTopKAndSeeds) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--top_k")));
 }
 
-// Past the cache the context slides: at every draw the logits are exactly those of a
-// fresh generator fed the newest `context` tokens from position 0 (the same kernels in the
-// same order: bit for bit), the context never exceeds the cache and restarts from its
-// newest half when full; a prompt longer than the cache is continued from its newest part.
+// Past the cache the context slides: at every draw the logits are those of a fresh
+// generator prefilled with the newest `context` tokens from position 0 (within the
+// tolerance above: Generate prefills a block and feeds the rest one by one), the context
+// never exceeds the cache and restarts from its newest half when full; a prompt longer
+// than the cache is continued from its newest part.
 TEST(SampleWindow, PastTheCacheTheContextSlides) {
   const std::string from = "hf:" + HfFixture("llama-tiny");
   constexpr int kCache = 10;  // < the model's 16, to show the cache is what slides
@@ -144,13 +250,12 @@ TEST(SampleWindow, PastTheCacheTheContextSlides) {
                          EXPECT_GE(context, 1);
                          EXPECT_LE(context, kCache);
                          fresh->Restart();
-                         StatusOr<std::vector<float>> want;
-                         for (size_t i = sequence.size() - context; i < sequence.size(); ++i) {
-                           want = fresh->Feed(sequence[i]);
-                           RETURN_IF_ERROR(want.status());
-                         }
-                         EXPECT_EQ(logits, *want)
-                             << "draw " << contexts.size() << ", context " << context;
+                         ASSIGN_OR_RETURN(const std::vector<float> want,
+                                          fresh->Prefill(absl::MakeConstSpan(sequence).last(
+                                              static_cast<size_t>(context))));
+                         ExpectClose(logits, want,
+                                     absl::StrCat("draw ", contexts.size(), ", context ",
+                                                  context));
                          ++checked;
                          sequence.push_back(token);
                          return absl::OkStatus();

@@ -121,9 +121,10 @@ Status LoraAdapters::Prepare(Device& device, int rows, int layers) {
   return absl::OkStatus();
 }
 
-Status LoraAdapters::PrepareDecode(Device& device) {
+Status LoraAdapters::PrepareDecode(Device& device, int rows) {
   if (!active()) return absl::OkStatus();
-  const size_t bytes = DTypeBytes(dtype_);
+  const size_t bytes = DTypeBytes(dtype_) * static_cast<size_t>(rows);
+  decode_rows_ = rows;
   ASSIGN_OR_RETURN(dec_h_, device.Allocate(Tier::kDevice, StateKind::kActivations,
                                            rank_ * bytes, "decode lora A x"));
   ASSIGN_OR_RETURN(dec_tmp_, device.Allocate(Tier::kDevice, StateKind::kActivations,
@@ -157,6 +158,10 @@ Status LoraAdapters::Forward(const StepContext& ctx, int layer, int target, cons
   if (!has(target)) return absl::OkStatus();
   const LoraTargetSpec& spec = specs_[target];
   void* h = decode ? dec_h_.data() : nullptr;
+  if (decode && rows > decode_rows_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "lora: ", rows, " decode rows, the scratch was prepared for ", decode_rows_));
+  }
   if (!decode) {
     if (rows != rows_) {
       return absl::FailedPreconditionError(absl::StrCat(

@@ -71,13 +71,13 @@ class LoraAdapters {
   const std::vector<int>& targets() const { return targets_; }
 
   // Activations for micro-batches of `rows` tokens (each block's A x per target, kept for
-  // the backward) and one decode token's scratch.
+  // the backward), and the scratch of up to `rows` decode tokens.
   Status Prepare(Device& device, int rows, int layers);
-  Status PrepareDecode(Device& device);
+  Status PrepareDecode(Device& device, int rows);
 
   // out[:, col:col+n] += scale * B (A x) for block `layer`'s target `target` (its input x
   // [rows, in], its output `out` [rows, out_cols]); A x is kept for Backward. `decode`:
-  // one token of generation (rows = 1, nothing kept).
+  // tokens of generation (rows <= PrepareDecode's, nothing kept).
   Status Forward(const StepContext& ctx, int layer, int target, const void* x, void* out,
                  int rows, bool decode = false);
   // Given dout [rows, out_cols] (the gradient of the projection's output), adds the
@@ -115,8 +115,9 @@ class LoraAdapters {
   Buffer dh_;      // [rows, rank]
   Buffer xd_;      // dropout: [rows, max in], a target's dropped-out input
   Buffer dxd_;     // dropout: [rows, max in], its gradient
-  Buffer dec_h_;   // [rank]
-  Buffer dec_tmp_; // [max n]
+  Buffer dec_h_;   // [decode rows, rank]
+  Buffer dec_tmp_; // [decode rows, max n]
+  int decode_rows_ = 0;
   int rows_ = 0;
 };
 

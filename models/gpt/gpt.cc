@@ -207,9 +207,10 @@ class Gpt : public DecoderBase {
                                  a.ln1_mean.as<float>(), a.ln1_rstd.as<float>(), N, C);
   }
 
-  Status PrepareDecode(Device& device, int max_len) override {
-    const size_t C = config_.channels;
+  Status PrepareDecode(Device& device, int max_len, int max_rows) override {
+    const size_t C = config_.channels, R = static_cast<size_t>(max_rows);
     decode_len_ = max_len;
+    decode_rows_ = max_rows;
     auto act = [&](size_t elements, DType type, const std::string& what) {
       return Activation(device, elements, type, what);
     };
@@ -218,65 +219,82 @@ class Gpt : public DecoderBase {
       ASSIGN_OR_RETURN(Buffer cache, act(static_cast<size_t>(max_len) * 3 * C, dtype_, "kv cache"));
       decode_cache_.push_back(std::move(cache));
     }
-    ASSIGN_OR_RETURN(dec_x_, act(C, dtype_, "decode residual"));
-    ASSIGN_OR_RETURN(dec_ln_, act(C, dtype_, "decode norm"));
-    ASSIGN_OR_RETURN(dec_stats_, act(2, DType::kF32, "decode norm stats"));
-    ASSIGN_OR_RETURN(dec_att_, act(C, dtype_, "decode attention"));
-    ASSIGN_OR_RETURN(dec_tmp_, act(C, dtype_, "decode projection"));
-    ASSIGN_OR_RETURN(dec_fc_, act(4 * C, dtype_, "decode fc"));
-    ASSIGN_OR_RETURN(dec_gelu_, act(4 * C, dtype_, "decode gelu"));
+    ASSIGN_OR_RETURN(dec_x_, act(R * C, dtype_, "decode residual"));
+    ASSIGN_OR_RETURN(dec_ln_, act(R * C, dtype_, "decode norm"));
+    ASSIGN_OR_RETURN(dec_stats_, act(2 * R, DType::kF32, "decode norm stats"));
+    ASSIGN_OR_RETURN(dec_att_, act(R * C, dtype_, "decode attention"));
+    ASSIGN_OR_RETURN(dec_att_stats_, act(R * config_.heads, DType::kF32, "decode attention stats"));
+    ASSIGN_OR_RETURN(dec_tmp_, act(R * C, dtype_, "decode projection"));
+    ASSIGN_OR_RETURN(dec_fc_, act(R * 4 * C, dtype_, "decode fc"));
+    ASSIGN_OR_RETURN(dec_gelu_, act(R * 4 * C, dtype_, "decode gelu"));
     ASSIGN_OR_RETURN(logits_, act(config_.padded_vocab, dtype_, "decode logits"));
-    return lora_.PrepareDecode(device);
+    return lora_.PrepareDecode(device, max_rows);
   }
 
-  Status DecodeStep(const StepContext& ctx, int position) override {
-    if (position < 0 || position >= decode_len_ || position >= config_.max_seq_len) {
+  Status DecodeStep(const StepContext& ctx, int position, int rows) override {
+    if (rows < 1 || rows > decode_rows_ || position < 0 || position + rows > decode_len_ ||
+        position + rows > config_.max_seq_len) {
       return absl::OutOfRangeError(absl::StrFormat(
-          "decode position %d outside the cache (%d) or the position embedding (%d)", position,
-          decode_len_, config_.max_seq_len));
+          "decode of %d rows (at most %d) at position %d outside the cache (%d) or the position "
+          "embedding (%d)",
+          rows, decode_rows_, position, decode_len_, config_.max_seq_len));
     }
     Ops& ops = *ctx.ops;
     Stream& s = *ctx.stream;
     const int C = config_.channels, NH = config_.heads, L = config_.layers;
     const size_t bytes = DTypeBytes(dtype_);
     float* mean = dec_stats_.as<float>();
-    float* rstd = mean + 1;
+    float* rstd = mean + rows;
     const void* p0 = ctx.params[0];
-    const char* wpe_row =
+    const char* wpe_rows =
         static_cast<const char*>(At(p0, 0, kWpe)) + static_cast<size_t>(position) * C * bytes;
-    RETURN_IF_ERROR(ops.EncoderForward(s, dec_x_.data(), ctx.inputs, At(p0, 0, kWte), wpe_row, 1,
-                                       1, C));
+    RETURN_IF_ERROR(ops.EncoderForward(s, dec_x_.data(), ctx.inputs, At(p0, 0, kWte), wpe_rows,
+                                       1, rows, C));
+    const size_t n = static_cast<size_t>(rows) * C;
     for (int l = 0; l < L; ++l) {
       const int u = l + 1;
       const void* p = ctx.params[u];
-      void* qkv_row = static_cast<char*>(decode_cache_[l].data()) +
-                      static_cast<size_t>(position) * 3 * C * bytes;
+      char* cache = static_cast<char*>(decode_cache_[l].data());
+      void* qkv_rows = cache + static_cast<size_t>(position) * 3 * C * bytes;
       RETURN_IF_ERROR(ops.LayerNormForward(s, dec_ln_.data(), mean, rstd, dec_x_.data(),
-                                           At(p, u, kLn1W), At(p, u, kLn1B), 1, C));
-      RETURN_IF_ERROR(ops.MatmulForward(s, qkv_row, dec_ln_.data(), At(p, u, kQkvW),
-                                        At(p, u, kQkvB), 1, C, 3 * C));
-      RETURN_IF_ERROR(lora_.Forward(ctx, l, kLoraQkv, dec_ln_.data(), qkv_row, 1, true));
-      RETURN_IF_ERROR(ops.AttentionDecode(s, dec_att_.data(), decode_cache_[l].data(),
-                                          position + 1, C, NH, NH));
+                                           At(p, u, kLn1W), At(p, u, kLn1B), rows, C));
+      RETURN_IF_ERROR(ops.MatmulForward(s, qkv_rows, dec_ln_.data(), At(p, u, kQkvW),
+                                        At(p, u, kQkvB), rows, C, 3 * C));
+      RETURN_IF_ERROR(lora_.Forward(ctx, l, kLoraQkv, dec_ln_.data(), qkv_rows, rows, true));
+      // Each row over the cache up to its own position (its keys are in by now): from
+      // position 0, the causal attention of all rows in one call (the training kernel over
+      // the cache's first rows); after it, row by row.
+      if (position == 0 && rows > 1) {
+        RETURN_IF_ERROR(ops.AttentionForward(s, dec_att_.data(), dec_att_stats_.as<float>(),
+                                             cache, 1, rows, C, NH, NH));
+      } else {
+        for (int r = 0; r < rows; ++r) {
+          RETURN_IF_ERROR(ops.AttentionDecode(
+              s, static_cast<char*>(dec_att_.data()) + static_cast<size_t>(r) * C * bytes, cache,
+              position + r + 1, C, NH, NH));
+        }
+      }
       RETURN_IF_ERROR(ops.MatmulForward(s, dec_tmp_.data(), dec_att_.data(), At(p, u, kAttProjW),
-                                        At(p, u, kAttProjB), 1, C, C));
+                                        At(p, u, kAttProjB), rows, C, C));
       RETURN_IF_ERROR(
-          lora_.Forward(ctx, l, kLoraAttProj, dec_att_.data(), dec_tmp_.data(), 1, true));
-      RETURN_IF_ERROR(ops.Add(s, dec_x_.data(), dec_x_.data(), dec_tmp_.data(), C));
+          lora_.Forward(ctx, l, kLoraAttProj, dec_att_.data(), dec_tmp_.data(), rows, true));
+      RETURN_IF_ERROR(ops.Add(s, dec_x_.data(), dec_x_.data(), dec_tmp_.data(), n));
       RETURN_IF_ERROR(ops.LayerNormForward(s, dec_ln_.data(), mean, rstd, dec_x_.data(),
-                                           At(p, u, kLn2W), At(p, u, kLn2B), 1, C));
+                                           At(p, u, kLn2W), At(p, u, kLn2B), rows, C));
       RETURN_IF_ERROR(ops.MatmulForward(s, dec_fc_.data(), dec_ln_.data(), At(p, u, kFcW),
-                                        At(p, u, kFcB), 1, C, 4 * C));
-      RETURN_IF_ERROR(lora_.Forward(ctx, l, kLoraFc, dec_ln_.data(), dec_fc_.data(), 1, true));
-      RETURN_IF_ERROR(ops.GeluForward(s, dec_gelu_.data(), dec_fc_.data(), 4 * C));
+                                        At(p, u, kFcB), rows, C, 4 * C));
+      RETURN_IF_ERROR(lora_.Forward(ctx, l, kLoraFc, dec_ln_.data(), dec_fc_.data(), rows, true));
+      RETURN_IF_ERROR(ops.GeluForward(s, dec_gelu_.data(), dec_fc_.data(), 4 * n));
       RETURN_IF_ERROR(ops.MatmulForward(s, dec_tmp_.data(), dec_gelu_.data(), At(p, u, kFcProjW),
-                                        At(p, u, kFcProjB), 1, 4 * C, C));
+                                        At(p, u, kFcProjB), rows, 4 * C, C));
       RETURN_IF_ERROR(
-          lora_.Forward(ctx, l, kLoraFcProj, dec_gelu_.data(), dec_tmp_.data(), 1, true));
-      RETURN_IF_ERROR(ops.Add(s, dec_x_.data(), dec_x_.data(), dec_tmp_.data(), C));
+          lora_.Forward(ctx, l, kLoraFcProj, dec_gelu_.data(), dec_tmp_.data(), rows, true));
+      RETURN_IF_ERROR(ops.Add(s, dec_x_.data(), dec_x_.data(), dec_tmp_.data(), n));
     }
+    // The logits of the last row alone: the next token's.
+    const void* last = static_cast<const char*>(dec_x_.data()) + (n - C) * bytes;
     const void* pf = ctx.params[L + 1];
-    RETURN_IF_ERROR(ops.LayerNormForward(s, dec_ln_.data(), mean, rstd, dec_x_.data(),
+    RETURN_IF_ERROR(ops.LayerNormForward(s, dec_ln_.data(), mean, rstd, last,
                                          At(pf, L + 1, kLnfW), At(pf, L + 1, kLnfB), 1, C));
     return ops.MatmulForward(s, logits_.data(), dec_ln_.data(), At(p0, 0, kWte), nullptr, 1, C,
                              config_.padded_vocab);
@@ -363,11 +381,11 @@ class Gpt : public DecoderBase {
   void* ResidualInput(int l) { return l == 0 ? encoded_.data() : blocks_[l - 1].residual3.data(); }
 
   GptConfig config_;
-  // Generation (PrepareDecode): each block's qkv rows of every position, one token's
-  // activations.
-  int decode_len_ = 0;
+  // Generation (PrepareDecode): each block's qkv rows of every position, the activations
+  // of up to decode_rows_ tokens.
+  int decode_len_ = 0, decode_rows_ = 0;
   std::vector<Buffer> decode_cache_;
-  Buffer dec_x_, dec_ln_, dec_stats_, dec_att_, dec_tmp_, dec_fc_, dec_gelu_;
+  Buffer dec_x_, dec_ln_, dec_stats_, dec_att_, dec_att_stats_, dec_tmp_, dec_fc_, dec_gelu_;
   Buffer lnf_mean_, lnf_rstd_;
   Buffer dqkv_, dfch_gelu_, dfch_;
   std::vector<BlockActivations> blocks_;

@@ -224,10 +224,12 @@ class Llama : public DecoderBase {
                                a.ln1_rstd.as<float>(), N, C);
   }
 
-  Status PrepareDecode(Device& device, int max_len) override {
+  Status PrepareDecode(Device& device, int max_len, int max_rows) override {
     const size_t C = config_.channels, F = config_.ffn_hidden, Q = QueryWidth();
     const size_t QKV = Q + 2 * static_cast<size_t>(config_.kv_heads) * HeadSize();
+    const size_t R = static_cast<size_t>(max_rows);
     decode_len_ = max_len;
+    decode_rows_ = max_rows;
     auto act = [&](size_t elements, DType type, const std::string& what) {
       return Activation(device, elements, type, what);
     };
@@ -236,27 +238,29 @@ class Llama : public DecoderBase {
       ASSIGN_OR_RETURN(Buffer cache, act(static_cast<size_t>(max_len) * QKV, dtype_, "kv cache"));
       decode_cache_.push_back(std::move(cache));
     }
-    ASSIGN_OR_RETURN(dec_x_, act(C, dtype_, "decode residual"));
-    ASSIGN_OR_RETURN(dec_ln_, act(C, dtype_, "decode norm"));
-    ASSIGN_OR_RETURN(dec_rstd_, act(1, DType::kF32, "decode norm rstd"));
-    ASSIGN_OR_RETURN(dec_att_, act(Q, dtype_, "decode attention"));
-    ASSIGN_OR_RETURN(dec_tmp_, act(C, dtype_, "decode projection"));
-    ASSIGN_OR_RETURN(dec_gate_up_, act(2 * F, dtype_, "decode gate_up"));
-    ASSIGN_OR_RETURN(dec_swiglu_, act(F, dtype_, "decode swiglu"));
+    ASSIGN_OR_RETURN(dec_x_, act(R * C, dtype_, "decode residual"));
+    ASSIGN_OR_RETURN(dec_ln_, act(R * C, dtype_, "decode norm"));
+    ASSIGN_OR_RETURN(dec_rstd_, act(R, DType::kF32, "decode norm rstd"));
+    ASSIGN_OR_RETURN(dec_att_, act(R * Q, dtype_, "decode attention"));
+    ASSIGN_OR_RETURN(dec_att_stats_, act(R * config_.heads, DType::kF32, "decode attention stats"));
+    ASSIGN_OR_RETURN(dec_tmp_, act(R * C, dtype_, "decode projection"));
+    ASSIGN_OR_RETURN(dec_gate_up_, act(R * 2 * F, dtype_, "decode gate_up"));
+    ASSIGN_OR_RETURN(dec_swiglu_, act(R * F, dtype_, "decode swiglu"));
     if (config_.qk_norm) {
-      const size_t rows = static_cast<size_t>(QkHeads()) * HeadSize();
+      const size_t rows = R * QkHeads() * HeadSize();
       ASSIGN_OR_RETURN(dec_qk_raw_, act(rows, dtype_, "decode q/k before norm"));
       ASSIGN_OR_RETURN(dec_qk_rows_, act(rows, dtype_, "decode q/k norm rows"));
-      ASSIGN_OR_RETURN(dec_qk_rstd_, act(QkHeads(), DType::kF32, "decode q/k norm rstd"));
+      ASSIGN_OR_RETURN(dec_qk_rstd_, act(R * QkHeads(), DType::kF32, "decode q/k norm rstd"));
     }
     ASSIGN_OR_RETURN(logits_, act(config_.padded_vocab, dtype_, "decode logits"));
-    return lora_.PrepareDecode(device);
+    return lora_.PrepareDecode(device, max_rows);
   }
 
-  Status DecodeStep(const StepContext& ctx, int position) override {
-    if (position < 0 || position >= decode_len_) {
-      return absl::OutOfRangeError(absl::StrFormat("decode position %d outside the cache (%d)",
-                                                   position, decode_len_));
+  Status DecodeStep(const StepContext& ctx, int position, int rows) override {
+    if (rows < 1 || rows > decode_rows_ || position < 0 || position + rows > decode_len_) {
+      return absl::OutOfRangeError(
+          absl::StrFormat("decode of %d rows (at most %d) at position %d outside the cache (%d)",
+                          rows, decode_rows_, position, decode_len_));
     }
     Ops& ops = *ctx.ops;
     Stream& s = *ctx.stream;
@@ -264,49 +268,64 @@ class Llama : public DecoderBase {
     const int NH = config_.heads, NKV = config_.kv_heads, hs = HeadSize(), Q = QueryWidth();
     const size_t QKV = Q + 2 * static_cast<size_t>(NKV) * hs;
     const size_t bytes = DTypeBytes(dtype_);
+    const size_t n = static_cast<size_t>(rows) * C;
     const float eps = config_.norm_eps;
     float* rstd = dec_rstd_.as<float>();
     RETURN_IF_ERROR(ops.EncoderForward(s, dec_x_.data(), ctx.inputs,
-                                       At(ctx.params[0], 0, kTokEmbed), nullptr, 1, 1, C));
+                                       At(ctx.params[0], 0, kTokEmbed), nullptr, 1, rows, C));
     for (int l = 0; l < L; ++l) {
       const int u = l + 1;
       const void* p = ctx.params[u];
-      void* qkv_row =
-          static_cast<char*>(decode_cache_[l].data()) + static_cast<size_t>(position) * QKV * bytes;
+      char* cache = static_cast<char*>(decode_cache_[l].data());
+      void* qkv_rows = cache + static_cast<size_t>(position) * QKV * bytes;
       RETURN_IF_ERROR(ops.RmsNormForward(s, dec_ln_.data(), rstd, dec_x_.data(),
-                                         At(p, u, kAttnNorm), 1, C, eps));
-      RETURN_IF_ERROR(ops.MatmulForward(s, qkv_row, dec_ln_.data(), At(p, u, kQkvW), QkvBias(p, u),
-                                        1, C, static_cast<int>(QKV)));
+                                         At(p, u, kAttnNorm), rows, C, eps));
+      RETURN_IF_ERROR(ops.MatmulForward(s, qkv_rows, dec_ln_.data(), At(p, u, kQkvW), QkvBias(p, u),
+                                        rows, C, static_cast<int>(QKV)));
       for (int t : {kLoraQ, kLoraK, kLoraV}) {
-        RETURN_IF_ERROR(lora_.Forward(ctx, l, t, dec_ln_.data(), qkv_row, 1, true));
+        RETURN_IF_ERROR(lora_.Forward(ctx, l, t, dec_ln_.data(), qkv_rows, rows, true));
       }
       if (config_.qk_norm) {
-        RETURN_IF_ERROR(QkNormForward(ops, s, qkv_row, dec_qk_raw_.data(), dec_qk_rstd_.as<float>(),
-                                      dec_qk_rows_.data(), p, u, 1));
+        RETURN_IF_ERROR(QkNormForward(ops, s, qkv_rows, dec_qk_raw_.data(), dec_qk_rstd_.as<float>(),
+                                      dec_qk_rows_.data(), p, u, rows));
       }
-      RETURN_IF_ERROR(ops.RopeForward(s, qkv_row, 1, 1, NH, NKV, hs, config_.rope, position));
-      RETURN_IF_ERROR(ops.AttentionDecode(s, dec_att_.data(), decode_cache_[l].data(), position + 1,
-                                          Q, NH, NKV));
+      RETURN_IF_ERROR(ops.RopeForward(s, qkv_rows, 1, rows, NH, NKV, hs, config_.rope, position));
+      // Each row over the cache up to its own position (its keys are in by now): from
+      // position 0, the causal attention of all rows in one call (the training kernel over
+      // the cache's first rows); after it, row by row.
+      if (position == 0 && rows > 1) {
+        RETURN_IF_ERROR(ops.AttentionForward(s, dec_att_.data(), dec_att_stats_.as<float>(),
+                                             cache, 1, rows, Q, NH, NKV));
+      } else {
+        for (int r = 0; r < rows; ++r) {
+          RETURN_IF_ERROR(ops.AttentionDecode(
+              s, static_cast<char*>(dec_att_.data()) + static_cast<size_t>(r) * Q * bytes, cache,
+              position + r + 1, Q, NH, NKV));
+        }
+      }
       RETURN_IF_ERROR(ops.MatmulForward(s, dec_tmp_.data(), dec_att_.data(), At(p, u, kAttProjW),
-                                        nullptr, 1, Q, C));
+                                        nullptr, rows, Q, C));
       RETURN_IF_ERROR(
-          lora_.Forward(ctx, l, kLoraAttProj, dec_att_.data(), dec_tmp_.data(), 1, true));
-      RETURN_IF_ERROR(ops.Add(s, dec_x_.data(), dec_x_.data(), dec_tmp_.data(), C));
+          lora_.Forward(ctx, l, kLoraAttProj, dec_att_.data(), dec_tmp_.data(), rows, true));
+      RETURN_IF_ERROR(ops.Add(s, dec_x_.data(), dec_x_.data(), dec_tmp_.data(), n));
       RETURN_IF_ERROR(ops.RmsNormForward(s, dec_ln_.data(), rstd, dec_x_.data(),
-                                         At(p, u, kMlpNorm), 1, C, eps));
+                                         At(p, u, kMlpNorm), rows, C, eps));
       RETURN_IF_ERROR(ops.MatmulForward(s, dec_gate_up_.data(), dec_ln_.data(),
-                                        At(p, u, kGateUpW), nullptr, 1, C, 2 * F));
+                                        At(p, u, kGateUpW), nullptr, rows, C, 2 * F));
       for (int t : {kLoraGate, kLoraUp}) {
-        RETURN_IF_ERROR(lora_.Forward(ctx, l, t, dec_ln_.data(), dec_gate_up_.data(), 1, true));
+        RETURN_IF_ERROR(
+            lora_.Forward(ctx, l, t, dec_ln_.data(), dec_gate_up_.data(), rows, true));
       }
-      RETURN_IF_ERROR(ops.SwiGluForward(s, dec_swiglu_.data(), dec_gate_up_.data(), 1, F));
+      RETURN_IF_ERROR(ops.SwiGluForward(s, dec_swiglu_.data(), dec_gate_up_.data(), rows, F));
       RETURN_IF_ERROR(ops.MatmulForward(s, dec_tmp_.data(), dec_swiglu_.data(), At(p, u, kDownW),
-                                        nullptr, 1, F, C));
+                                        nullptr, rows, F, C));
       RETURN_IF_ERROR(
-          lora_.Forward(ctx, l, kLoraDown, dec_swiglu_.data(), dec_tmp_.data(), 1, true));
-      RETURN_IF_ERROR(ops.Add(s, dec_x_.data(), dec_x_.data(), dec_tmp_.data(), C));
+          lora_.Forward(ctx, l, kLoraDown, dec_swiglu_.data(), dec_tmp_.data(), rows, true));
+      RETURN_IF_ERROR(ops.Add(s, dec_x_.data(), dec_x_.data(), dec_tmp_.data(), n));
     }
-    RETURN_IF_ERROR(ops.RmsNormForward(s, dec_ln_.data(), rstd, dec_x_.data(),
+    // The logits of the last row alone: the next token's.
+    const void* last = static_cast<const char*>(dec_x_.data()) + (n - C) * bytes;
+    RETURN_IF_ERROR(ops.RmsNormForward(s, dec_ln_.data(), rstd, last,
                                        At(ctx.params[L + 1], L + 1, kNorm), 1, C, eps));
     return ops.MatmulForward(s, logits_.data(), dec_ln_.data(), HeadWeight(ctx), nullptr,
                              1, C, config_.padded_vocab);
@@ -475,10 +494,11 @@ class Llama : public DecoderBase {
 
   LlamaConfig config_;
   // Generation (PrepareDecode): each block's qkv rows (k, v rotated) of every position,
-  // one token's activations.
-  int decode_len_ = 0;
+  // the activations of up to decode_rows_ tokens.
+  int decode_len_ = 0, decode_rows_ = 0;
   std::vector<Buffer> decode_cache_;
-  Buffer dec_x_, dec_ln_, dec_rstd_, dec_att_, dec_tmp_, dec_gate_up_, dec_swiglu_;
+  Buffer dec_x_, dec_ln_, dec_rstd_, dec_att_, dec_att_stats_, dec_tmp_, dec_gate_up_,
+      dec_swiglu_;
   Buffer dec_qk_raw_, dec_qk_rows_, dec_qk_rstd_;  // qk_norm
   Buffer qk_rows_, qk_drows_;                      // qk_norm: rows of heads, scratch
   Buffer lnf_rstd_;
