@@ -10,14 +10,18 @@
 #include "core/input_file.h"
 #include "absl/strings/str_join.h"
 #include "core/files.h"
+#include "core/strict_json.h"
 
 namespace strata {
 namespace {
 
 using Json = nlohmann::json;
 
+// A JSON integer (core/strict_json.h: not 2.0, not true) that can be an id of a model:
+// in [0, 2^31 - 1].
 bool IsId(const Json& value) {
-  return value.is_number_unsigned() || (value.is_number_integer() && value.get<int64_t>() >= 0);
+  const StatusOr<int32_t> id = JsonInteger<int32_t>(value);
+  return id.ok() && *id >= 0;
 }
 
 // An id or a non-empty list of ids.
@@ -39,11 +43,12 @@ std::vector<std::pair<const char*, Json*>> Slots(HfSpecialTokens* tokens) {
 
 StatusOr<Json> ReadJson(const std::string& path) {
   ASSIGN_OR_RETURN(const std::string text, ReadInputFile(path, "model file", kJsonInputLimit));
-  try {
-    return Json::parse(text);
-  } catch (const std::exception& error) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " is not valid JSON: ", error.what()));
+  // Strictly: a key twice is refused (nlohmann would keep the last id silently).
+  Json json;
+  if (const std::string problem = ParseJsonStrict(text, &json); !problem.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " ", problem));
   }
+  return json;
 }
 
 // A special token as tokenizer_config.json states it: "<|eot_id|>" or {"content": ...}.

@@ -66,6 +66,14 @@ TEST(HfSpecialTokensTest, KeysAsTheSourceWroteThem) {
   problems.clear();
   SpecialTokensOf(Json::parse(R"({"eos_token_id": [2, 2.5]})"), "c.json", &problems);
   EXPECT_THAT(problems, ElementsAre(HasSubstr("expected a token id or a list of them")));
+  // Ids read strictly (core/strict_json.h): beyond any model's ids, 2.0, true are no ids.
+  problems.clear();
+  SpecialTokensOf(
+      Json::parse(R"({"bos_token_id": 4294967396, "eos_token_id": 2.0, "pad_token_id": true})"),
+      "c.json", &problems);
+  EXPECT_THAT(problems, ElementsAre(HasSubstr("field 'bos_token_id' is 4294967396"),
+                                    HasSubstr("field 'eos_token_id' is 2.0"),
+                                    HasSubstr("field 'pad_token_id' is true")));
 }
 
 TEST(HfSpecialTokensTest, ReadFromConfigJson) {
@@ -78,7 +86,12 @@ TEST(HfSpecialTokensTest, ReadFromConfigJson) {
                                                  HasSubstr("field 'eos_token_id' is \"</s>\"")));
   Write(dir, "config.json", "{");
   EXPECT_THAT(ReadHfSpecialTokens(dir),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is not valid JSON")));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is not valid UTF-8 JSON")));
+  // A key twice: refused (the last one was kept).
+  Write(dir, "config.json", R"({"eos_token_id": 2, "eos_token_id": 32000})");
+  EXPECT_THAT(ReadHfSpecialTokens(dir),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("config.json key 'eos_token_id' appears twice")));
   EXPECT_THAT(ReadHfSpecialTokens(Dir("empty")), StatusIs(absl::StatusCode::kNotFound));
 }
 
