@@ -5,7 +5,12 @@
 // unregistering thread itself runs to the end before that thread resumes).
 #include "core/remove_on_signal.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <atomic>
 #include <cstring>
@@ -23,6 +28,28 @@ struct Slot {
 static_assert(std::atomic<int>::is_always_lock_free, "the handler needs lock-free atomics");
 
 Slot g_slots[kRemoveOnSignalSlots];
+
+// A registered directory (a staging directory of core/staged_directory.h): its entries
+// unlinked, then the directory itself. Flat only: staging directories have no
+// subdirectories. Only system calls on a stack buffer: async-signal-safe.
+bool RemoveFlatDirectory(const char* path) {
+  const int fd = ::open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return false;
+  alignas(8) char buffer[4096];
+  for (;;) {
+    const long got = ::syscall(SYS_getdents64, fd, buffer, sizeof(buffer));
+    if (got <= 0) break;
+    for (long offset = 0; offset < got;) {
+      const auto* entry = reinterpret_cast<const struct dirent64*>(buffer + offset);
+      const char* name = entry->d_name;
+      const bool dot = name[0] == '.' && (name[1] == 0 || (name[1] == '.' && name[2] == 0));
+      if (!dot) ::unlinkat(fd, name, 0);
+      offset += entry->d_reclen;
+    }
+  }
+  ::close(fd);
+  return ::rmdir(path) == 0;
+}
 
 }  // namespace
 
@@ -53,7 +80,9 @@ int RemoveRegisteredPaths() {
   for (Slot& slot : g_slots) {
     int expected = kLive;
     if (!slot.state.compare_exchange_strong(expected, kRemoving)) continue;
-    if (::unlink(slot.path) == 0) ++removed;
+    if (::unlink(slot.path) == 0 || (errno == EISDIR && RemoveFlatDirectory(slot.path))) {
+      ++removed;
+    }
     slot.state.store(kLive, std::memory_order_release);
   }
   return removed;

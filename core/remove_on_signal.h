@@ -1,5 +1,6 @@
-// Files to remove when a signal stops the process: the swap files and lock files a run
-// creates register here, and a signal handler removes every registered path with
+// Files to remove when a signal stops the process: the swap files, lock files, partial
+// outputs and staging directories (flat: their files, then the directory) a run creates
+// register here, and a signal handler removes every registered path with
 // RemoveRegisteredPaths (async-signal-safe: unlink(2) over a fixed table, no allocation, no
 // locks), before the process goes on to stop. Removing a file that is still open keeps its
 // data readable and writable through the open descriptors (the space is freed at the last

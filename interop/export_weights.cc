@@ -15,13 +15,16 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/input_file.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "checkpoint/checkpoint.h"
 #include "core/atomic_file.h"
 #include "core/files.h"
+#include "core/input_file.h"
+#include "core/run_inputs.h"
+#include "core/staged_directory.h"
 #include "core/progress.h"
 #include "data/tokenizer/tokenizer.h"
 #include "interop/export_generation.h"
@@ -502,6 +505,19 @@ StatusOr<int> CheckAdapterUnits(const OpenedCheckpoint& checkpoint, const Model&
   return first;
 }
 
+// The checkpoint, and the directories its run read its model from (checkpoint.source, a
+// LoRA base), noted as inputs of this export (core/run_inputs.h).
+Status NoteExportInputs(const OpenedCheckpoint& checkpoint) {
+  RETURN_IF_ERROR(NoteRunInputPath(checkpoint.path, "the checkpoint"));
+  for (const auto& [from, what] :
+       {std::pair<std::string, std::string>{checkpoint.source,
+                                            "the weights the checkpoint was trained from"},
+        {checkpoint.base.from, "the LoRA checkpoint's base"}}) {
+    if (absl::StartsWith(from, "hf:")) RETURN_IF_ERROR(NoteRunInputPath(from.substr(3), what));
+  }
+  return absl::OkStatus();
+}
+
 StatusOr<std::string> ExportWeights(const ExportRequest& request) {
   ASSIGN_OR_RETURN(const OpenedCheckpoint checkpoint, OpenCheckpoint(request.from));
   auto destination = [&request](const std::string& scheme) {
@@ -537,15 +553,32 @@ StatusOr<std::string> ExportWeights(const ExportRequest& request) {
     return absl::InvalidArgumentError(
         "export: --to llmc: writes llm.c's fp32 checkpoint (version 3); leave out --dtype");
   }
+  // What the export reads, and what its training read, are inputs: no output goes over
+  // them (the weights the checkpoint was trained from, a LoRA checkpoint's base).
+  RETURN_IF_ERROR(NoteExportInputs(checkpoint));
+  if (llmc) {
+    RETURN_IF_ERROR(CheckWholeFileOutput(request.to.substr(5), "export: --to llmc: file"));
+  }
   RETURN_IF_ERROR(VerifyCheckpointFiles(checkpoint, request.show_progress));
-  if (peft) return ExportPeft(checkpoint, request.to.substr(5), request);
   if (llmc) return ExportLlmc(checkpoint, request.to.substr(5));
-  const std::string dir = request.to.substr(3);
-  ASSIGN_OR_RETURN(const std::string written, request.merge_lora
-                                                  ? ExportMerged(checkpoint, dir, request)
-                                                  : ExportHf(checkpoint, dir, request));
-  ASSIGN_OR_RETURN(const std::string tokenizer, CopyTokenizer(checkpoint, dir));
-  return written + tokenizer;
+  // A directory output is staged (core/staged_directory.h): it changes only once every
+  // file is written, so a failure or a signal part-way leaves it as it was.
+  const std::string dir = request.to.substr(peft ? 5 : 3);
+  ASSIGN_OR_RETURN(std::unique_ptr<StagedDirectory> staged,
+                   StagedDirectory::Begin(dir, peft ? "export: --to peft: directory"
+                                                    : "export: --to hf: directory"));
+  const std::string& stage = staged->path();
+  std::string written;
+  if (peft) {
+    ASSIGN_OR_RETURN(written, ExportPeft(checkpoint, stage, request));
+  } else {
+    ASSIGN_OR_RETURN(written, request.merge_lora ? ExportMerged(checkpoint, stage, request)
+                                                 : ExportHf(checkpoint, stage, request));
+    ASSIGN_OR_RETURN(const std::string tokenizer, CopyTokenizer(checkpoint, stage));
+    written += tokenizer;
+  }
+  RETURN_IF_ERROR(staged->Commit().status());
+  return absl::StrReplaceAll(written, {{stage, dir}});
 }
 
 }  // namespace strata

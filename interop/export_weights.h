@@ -36,8 +36,10 @@ struct ExportRequest {
   bool merge_lora = false;
 };
 
-// Verifies the checkpoint's files, then writes the output; every file is written under a
-// temporary name and renamed, so a failed export leaves no half-written file. Returns one
+// Verifies the checkpoint's files, then writes the output: llmc:FILE whole or not at all
+// (core/atomic_file.h); hf:DIR and peft:DIR staged (core/staged_directory.h), so a failed
+// or interrupted export leaves the directory as it was. Never over an input: the
+// checkpoint, the weights it was trained from (checkpoint.source), a LoRA base. Returns one
 // line saying what was written.
 StatusOr<std::string> ExportWeights(const ExportRequest& request);
 

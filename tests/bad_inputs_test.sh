@@ -93,6 +93,12 @@ if ! "$strata" export --from "$D/ck" --to "hf:$D/hf_nan" > "$D/export.log" 2>&1 
    ! "$strata" export --from "$D/ck" --to "llmc:$D/llmc_nan.bin" >> "$D/export.log" 2>&1; then
   echo "FAIL: could not export the checkpoint fixture"; cat "$D/export.log"; exit 1
 fi
+# A model exported from the checkpoint, and a checkpoint trained from it (model.from=hf:).
+if ! "$strata" export --from "$D/ck" --to "hf:$D/hf_src" >> "$D/export.log" 2>&1 ||
+   ! "$strata" $TRAIN --set model.from="hf:$D/hf_src" --set train.checkpoint_every=2 \
+       --set train.checkpoint_dir="$D/ck_hf" >> "$D/export.log" 2>&1; then
+  echo "FAIL: could not make the hf: checkpoint fixture"; cat "$D/export.log"; exit 1
+fi
 perl -e 'open(my $f, "+<", $ARGV[0]) or die; binmode $f; read($f, my $n, 8);
   seek($f, 8 + unpack("Q<", $n), 0); print $f pack("L<", 0x7fc00000)' "$D/hf_nan/model.safetensors"
 perl -e 'open(my $f, "+<", $ARGV[0]) or die; binmode $f; seek($f, 1024 + 4 * 70, 0);
@@ -117,7 +123,7 @@ fingerprint() {
   (cd "$D" && find . "$SHM" -type f ! -path './work/*' -print0 | sort -z | xargs -0 md5sum)
 }
 leftovers() {
-  find "$D" "$SHM" \( -name '*.swap' -o -name '*.partial' -o \
+  find "$D" "$SHM" \( -name '*.swap' -o -name '*.partial' -o -name '*.partial-*' -o \
        \( -name 'strata-*.lock' ! -name 'strata-live99-rank0.lock' \
           ! -path "$D/ck_locked/strata-checkpoint.lock" \) \) -print
 }
