@@ -12,7 +12,9 @@
 // (keys a checkpoint of an older strata lacks take the value a GPT of its shape had;
 // version 4 added rope_scaling, qkv_bias and sliding_window, version 5 head_dim and qk_norm, so
 // that an older strata refuses such a model), "units":
-// [{"name", "elements", "file", "xxh3"}], optionally "tokenizer" (the spec the run's text
+// [{"name", "elements", "file", "xxh3"}], optionally "train_steps" (the writing run's
+// train.steps: a resume with another is said in the log; an older strata ignores it),
+// optionally "tokenizer" (the spec the run's text
 // went through: an older strata ignores it) and "tokenizer_files" ([{"name", "xxh3"}]: the
 // copy of that tokenizer's files in step-<k>/tokenizer/, under their Hugging Face names, so
 // that a checkpoint moved to another machine samples and exports with its own tokenizer),

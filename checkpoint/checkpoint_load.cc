@@ -40,7 +40,8 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
   // every rank learns whether any failed.
   const int world = agree != nullptr ? agree->world_size() : 1;
   const int rank = agree != nullptr ? agree->rank() : 0;
-  StatusOr<OpenedCheckpoint> opened = OpenCheckpointForRun(model, options, where, base);
+  StatusOr<OpenedCheckpoint> opened =
+      OpenCheckpointForRun(model, options, where, base, /*say=*/show_progress);
   int failed_file = -1;
   Status checked = opened.status();
   if (checked.ok()) {

@@ -8,6 +8,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "data/tokenizer/training_data.h"
+#include "core/logging.h"
 #include "checkpoint/checkpoint_files.h"
 #include "checkpoint/checkpoint_format.h"
 #include "core/progress.h"
@@ -123,6 +125,7 @@ StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
     model.sliding_window = key("sliding_window").get<int>();
     opened.next_step = meta.at("next_step").get<int>();
     if (meta.contains("tokenizer")) opened.tokenizer = meta.at("tokenizer").get<std::string>();
+    if (meta.contains("train_steps")) opened.train_steps = meta.at("train_steps").get<int>();
     if (meta.contains("tokenizer_files")) {
       for (const nlohmann::json& entry : meta.at("tokenizer_files")) {
         const std::string name = entry.at("name").get<std::string>();
@@ -216,7 +219,8 @@ Status ReadCheckpointMaster(const OpenedCheckpoint& checkpoint, int unit, size_t
 }
 
 StatusOr<OpenedCheckpoint> OpenCheckpointForRun(const Model& model, const Options& options,
-                                                const std::string& where, const LoraBase* base) {
+                                                const std::string& where, const LoraBase* base,
+                                                bool say) {
   ASSIGN_OR_RETURN(ParsedMeta parsed, ParseCheckpoint(where));
   const std::string& path = parsed.opened.path;
   // The units a checkpoint holds: the trainable ones (a LoRA run's adapters).
@@ -296,6 +300,20 @@ StatusOr<OpenedCheckpoint> OpenCheckpointForRun(const Model& model, const Option
     return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", path, " resumes at step ",
                                                    next_step, " but train.steps is ",
                                                    options.train.steps, ": raise train.steps"));
+  }
+  const OpenedCheckpoint& opened = parsed.opened;
+  if (say && opened.train_steps > 0 && opened.train_steps != options.train.steps) {
+    spdlog::warn(
+        "resuming {}: its run had train.steps={}, this one has {}: the learning-rate schedule "
+        "(warmup, then decay to the last step) differs from step {} on",
+        path, opened.train_steps, options.train.steps, next_step + 1);
+  }
+  const std::string tokenizer = say ? TrainingTokenizer(options) : std::string();
+  if (say && !opened.tokenizer.empty() && !tokenizer.empty() && opened.tokenizer != tokenizer) {
+    spdlog::warn(
+        "resuming {}: its text went through the tokenizer {}, this run's goes through {}: the "
+        "model continues on other token ids (the same tokenizer at two paths is fine)",
+        path, opened.tokenizer, tokenizer);
   }
   return std::move(parsed.opened);
 }

@@ -24,6 +24,9 @@ namespace strata {
 struct OpenedCheckpoint {
   std::string path;  // the step-<k> directory
   int next_step = 0;
+  // train.steps of the run that wrote it (its learning-rate schedule); 0 when the
+  // checkpoint predates the key.
+  int train_steps = 0;
   ModelOptions model;  // resolved: no "0 = default" values
   struct Unit {
     std::string name, file;
@@ -66,7 +69,11 @@ Status ReadCheckpointMaster(const OpenedCheckpoint& checkpoint, int unit, size_t
 // step of LoadCheckpoint): a LoRA checkpoint's rank, alpha, targets and `base` (may be null:
 // none), the model's shape key by key, every unit's name and size, the step against
 // train.steps. Each mismatch is kInvalidArgument naming the key or unit and what to set.
+// What may change on a resume but changes the run is said in the log (`say`, one rank): a
+// train.steps other than the checkpoint's run's (the learning-rate schedule changes) and a
+// tokenizer other than the one its text went through.
 StatusOr<OpenedCheckpoint> OpenCheckpointForRun(const Model& model, const Options& options,
-                                                const std::string& where, const LoraBase* base);
+                                                const std::string& where, const LoraBase* base,
+                                                bool say = false);
 
 }  // namespace strata

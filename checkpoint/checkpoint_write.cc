@@ -105,6 +105,7 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
   nlohmann::json meta = {{"format", kFormat},
                          {"version", kVersion},
                          {"next_step", next_step},
+                         {"train_steps", options.train.steps},
                          {"model", ModelJson(options.model)},
                          {"units", nlohmann::json::array()}};
   if (!tokenizer.empty()) meta["tokenizer"] = tokenizer;

@@ -259,6 +259,12 @@ grep -q "step     1/4" "$tmp/resumed.txt" && fail "the resumed run ran step 1"
 losses_of() { grep -o "step     [34]/4 | loss [0-9.]*" "$1"; }
 [ "$(losses_of "$tmp/ck.txt")" = "$(losses_of "$tmp/resumed.txt")" ] \
   || { losses_of "$tmp/ck.txt"; losses_of "$tmp/resumed.txt"; fail "resumed losses differ"; }
+grep -q "its run had train.steps" "$tmp/resumed.txt" && fail "the same train.steps was said to differ"
+# Resuming with another train.steps (another learning-rate schedule) is said, not silent.
+"$strata" train "${ck[@]}" --set train.resume="$tmp/ck/step-2" --set train.steps=6 \
+  > "$tmp/resumed6.txt" 2>&1 || { cat "$tmp/resumed6.txt"; fail "resumed run with 6 steps failed"; }
+grep -q "its run had train.steps=4, this one has 6: the learning-rate schedule" "$tmp/resumed6.txt" \
+  || { cat "$tmp/resumed6.txt"; fail "another train.steps was not said"; }
 
 # bench offload runs end to end on a tiny model and prints its ratios.
 "$strata" bench offload --steps 1 --set model.preset=tiny --set train.seq_len=16 \
