@@ -47,9 +47,18 @@ int main(int argc, char** argv) {
     }
   }
   if (status.code() == absl::StatusCode::kCancelled && strata::StopSignal() != 0) {
+    // The lead rank says where the run stopped; every other rank (each process under
+    // mpirun) says that it stopped and with which status, so no exit is silent.
+    const int signal_number = strata::StopSignal();
     const std::string summary = strata::InterruptSummary();
-    if (!summary.empty()) std::fprintf(stderr, "strata: %s\n", summary.c_str());
-    return strata::ExitCodeForSignal(strata::StopSignal());
+    if (!summary.empty()) {
+      std::fprintf(stderr, "strata: %s\n", summary.c_str());
+    } else {
+      std::fprintf(stderr, "strata: stopped by %s with the other ranks (exit %d)\n",
+                   strata::SignalName(signal_number).c_str(),
+                   strata::ExitCodeForSignal(signal_number));
+    }
+    return strata::ExitCodeForSignal(signal_number);
   }
   if (!status.ok()) {
     std::fprintf(stderr, "strata: error: %s\n", std::string(status.message()).c_str());

@@ -83,6 +83,11 @@ GracefulStop::~GracefulStop() { g_graceful.fetch_sub(1); }
 
 int StopSignal() { return g_stop_signal.load(); }
 
+void NoteAgreedStop(int signal_number) {
+  int none = 0;
+  g_stop_signal.compare_exchange_strong(none, signal_number);
+}
+
 std::string SignalName(int signal_number) {
   switch (signal_number) {
     case SIGINT:

@@ -34,6 +34,10 @@ class GracefulStop {
 
 // The first stop signal received, or 0.
 int StopSignal();
+// Records a stop the ranks agreed on (rank_agreement.h's AgreeOnStop) in a process that
+// did not receive the signal itself (another rank's, under mpirun), so that it exits with
+// that signal's status too. A signal already received stays.
+void NoteAgreedStop(int signal_number);
 // "SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE", else "signal N".
 std::string SignalName(int signal_number);
 // 128 + signal_number.

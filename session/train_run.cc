@@ -157,6 +157,7 @@ class RankRun {
   // The ranks stop together after `step` for signal `stop`: SIGTERM first writes a
   // checkpoint of the steps done (schedulers send it before they preempt).
   Status StopAfter(int step, int stop) {
+    NoteAgreedStop(stop);  // a rank that did not get the signal exits with its status too
     std::string saved;
     if (stop == SIGTERM && !options_.train.checkpoint_dir.empty() &&
         step > last_checkpoint_step_) {

@@ -206,6 +206,18 @@ if command -v mpirun > /dev/null; then
   expect_text "train.steps: rank 0 8; rank 1 9"
   expect_text "train.seed: rank 0 1337; rank 1 7"
   expect_clean "$d"
+  # 15. SIGTERM under mpirun: the ranks agree to stop after the same step; every rank exits
+  #     143 and says so (the lead where it stopped, the others that they stopped with it);
+  #     mpirun's own status is Open MPI's (non-zero).
+  begin mpi_sigterm
+  d="$T/mpi_sigterm"
+  run STRATA_FAULT_SIGNAL="SIGTERM@2" "${MPI[@]}" "$strata" "${BASE[@]}" \
+    --set zero.nvme_dir="$d/swap" --set zero.comm_timeout_s=30
+  rc=$?
+  [[ "$rc" != 0 && "$rc" != 124 ]] || fail "exit $rc: a SIGTERM'd job did not fail cleanly"
+  expect_text "interrupted by SIGTERM after step 2 of $STEPS"
+  expect_text "stopped by SIGTERM with the other ranks (exit 143)"
+  expect_clean "$d"
 else
   echo "SKIPPED: mpirun cases (no mpirun)"
 fi
