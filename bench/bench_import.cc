@@ -140,8 +140,13 @@ StatusOr<ModelFiles> WriteModelFiles(const BenchArgs& args, const std::string& d
   ASSIGN_OR_RETURN(const std::vector<HfTensor> map, HfTensorMap(written.model, model->units()));
   written.dir = dir + "/strata-bench-import";
   const std::string& out = written.dir;
-  std::filesystem::remove_all(out);
-  std::filesystem::create_directories(out);
+  std::error_code error;
+  std::filesystem::remove_all(out, error);
+  std::filesystem::create_directories(out, error);
+  if (error) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "bench import: cannot create ", out, " (--dir ", dir, "): ", error.message()));
+  }
 
   std::vector<StOutputTensor> tensors;
   for (const HfTensor& entry : map) {
@@ -481,6 +486,14 @@ void PrintVerdict(const Report& r) {
 }  // namespace
 
 Status RunBenchImport(const BenchArgs& args, const std::string& dir, DType file_dtype) {
+  // The model files go, whatever the outcome: a failed bench leaves nothing in --dir.
+  struct RemoveOnExit {
+    std::string dir;
+    ~RemoveOnExit() {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  } remove_on_exit{dir + "/strata-bench-import"};
   ASSIGN_OR_RETURN(const ModelFiles model, WriteModelFiles(args, dir, file_dtype));
   ASSIGN_OR_RETURN(const std::unique_ptr<ImportRig> rig, ImportRig::Create(model));
   Report report;
@@ -497,7 +510,6 @@ Status RunBenchImport(const BenchArgs& args, const std::string& dir, DType file_
   ASSIGN_OR_RETURN(report.halves, MeasureHalves(model.files, weights, plan, *rig));
   report.written = BytesWritten(plan, *rig);
   report.copy_gb_s = PlainCopyGbPerS();
-  std::filesystem::remove_all(model.dir);
 
   PrintRates(report);
   PrintMemory(report, plan);
