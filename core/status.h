@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -33,10 +34,22 @@ inline Status ErrnoError(int error_number, const std::string& context) {
   return Status(code, absl::StrCat(context, ": ", std::strerror(error_number)));
 }
 
-// Prefixes a non-OK status's message with context; OK passes through.
+// Prefixes a non-OK status's message with context (payloads kept); OK passes through.
 inline Status Annotate(const Status& status, const std::string& context) {
   if (status.ok()) return status;
-  return Status(status.code(), absl::StrCat(context, ": ", status.message()));
+  Status annotated(status.code(), absl::StrCat(context, ": ", status.message()));
+  status.ForEachPayload([&](absl::string_view key, const absl::Cord& value) {
+    annotated.SetPayload(key, value);
+  });
+  return annotated;
+}
+
+// The payload that marks an error its rank already printed (session/ranks.cc prints a
+// rank's own error before it tells the other ranks, which may end the job): main does not
+// print it again.
+inline constexpr const char kErrorPrintedPayload[] = "strata/error-printed";
+inline bool ErrorAlreadyPrinted(const Status& status) {
+  return status.GetPayload(kErrorPrintedPayload).has_value();
 }
 
 }  // namespace strata

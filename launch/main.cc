@@ -61,7 +61,9 @@ int main(int argc, char** argv) {
     return strata::ExitCodeForSignal(signal_number);
   }
   if (!status.ok()) {
-    std::fprintf(stderr, "strata: error: %s\n", std::string(status.message()).c_str());
+    if (!strata::ErrorAlreadyPrinted(status)) {
+      std::fprintf(stderr, "strata: error: %s\n", std::string(status.message()).c_str());
+    }
     return 1;
   }
   return 0;

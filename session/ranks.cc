@@ -1,6 +1,7 @@
 // Rank launcher: MPI process or local threads; see ranks.h.
 #include "session/ranks.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
@@ -13,6 +14,17 @@
 #include "core/run_identity.h"
 
 namespace strata {
+
+namespace {
+
+// Prints `status` as main would, and marks it printed (kErrorPrintedPayload).
+void PrintErrorNow(Status& status) {
+  std::fprintf(stderr, "strata: error: %s\n", std::string(status.message()).c_str());
+  std::fflush(stderr);
+  status.SetPayload(kErrorPrintedPayload, absl::Cord("1"));
+}
+
+}  // namespace
 
 const char* MpiLaunchVariable() {
   // Open MPI's mpirun, PMIx (srun --mpi=pmix, prterun), PMI-1/2 (Hydra: MPICH, Intel MPI,
@@ -52,9 +64,13 @@ Status RunRanksWithControl(const Options& options, const RanksBody& body) {
     Status status = body(*communicator, *control);
     // A stop every rank agreed on (kCancelled) needs no abort: they all stop together.
     if (!status.ok() && status.code() != absl::StatusCode::kCancelled) {
+      // This rank's own error is printed before the others learn of it: once they exit,
+      // mpirun may end this process before main could print it.
+      Status own = Annotate(status, absl::StrCat("rank ", world.rank, " on host ", HostName()));
+      PrintErrorNow(own);
       communicator->Abort(std::string(status.message()));
       control->Abort(std::string(status.message()));
-      return Annotate(status, absl::StrCat("rank ", world.rank, " on host ", HostName()));
+      return own;
     }
     return status.ok() ? status
                        : Annotate(status, absl::StrCat("rank ", world.rank, " on host ",
