@@ -382,6 +382,14 @@ StatusOr<std::unique_ptr<Tokenizer>> NewByteLevelBpe(ByteLevelBpeSpec spec) {
   if (max_id >= static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
     return fail(absl::StrCat("id ", max_id, " is too large (ids must be below 2^31 - 1)"));
   }
+  // The id table is as long as the largest id: a sparse id (2^31 - 2 among a few hundred
+  // tokens) would allocate gigabytes. Real vocabularies are dense (added tokens follow the
+  // model's, with small gaps), so ids stay below twice the tokens plus 65,536.
+  const uint64_t entries = spec.vocab.size() + spec.added_tokens.size();
+  if (max_id >= 2 * entries + 65536) {
+    return fail(absl::StrCat("id ", max_id, " is far beyond its ", entries,
+                             " tokens (ids must be dense: below 2 x tokens + 65536)"));
+  }
   tokenizer->vocab_size_ = static_cast<int>(max_id + 1);
   tokenizer->id_bytes_.resize(max_id + 1);
   tokenizer->id_known_.assign(max_id + 1, false);

@@ -393,6 +393,13 @@ TEST(ByteLevelBpeTest, RefusalsNameTheFieldAndValue) {
        },
        absl::StatusCode::kInvalidArgument, "added_tokens[0].id",
        "is 4294967560: expected an integer from 0 to 4294967295"},
+      // A sparse id would make a table of gigabytes (was std::bad_alloc, exit 134).
+      {"sparse_id",
+       [](Json& d) {
+         d["added_tokens"] = Json::array(
+             {{{"id", 2147483600u}, {"content", "<|end|>"}, {"special", true}}});
+       },
+       absl::StatusCode::kInvalidArgument, "id 2147483600", "ids must be dense"},
       {"added_bool_id",
        [](Json& d) {
          d["added_tokens"] =
