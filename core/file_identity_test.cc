@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "core/testing/status_matchers.h"
+#include "core/testing/test_dir.h"
 
 namespace strata {
 namespace {
@@ -20,11 +21,7 @@ namespace fs = std::filesystem;
 class FileIdentityTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    dir_ = fs::path(tmp != nullptr ? tmp : "/tmp") /
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = testing::FreshTestDir();
   }
   std::string Path(const std::string& name) const { return (dir_ / name).string(); }
   void Write(const std::string& name, const std::string& bytes) const {

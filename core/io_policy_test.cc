@@ -26,6 +26,7 @@
 #include "core/run_inputs.h"
 #include "core/streaming_output.h"
 #include "core/testing/status_matchers.h"
+#include "core/testing/test_dir.h"
 
 namespace strata {
 namespace {
@@ -38,11 +39,7 @@ using testing::StatusIs;
 class IoPolicy : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    dir_ = fs::path(tmp != nullptr ? tmp : "/tmp") /
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = testing::FreshTestDir();
     ForgetRunInputs();
   }
   void TearDown() override { ForgetRunInputs(); }

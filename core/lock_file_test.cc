@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/testing/status_matchers.h"
+#include "core/testing/test_dir.h"
 
 namespace strata {
 namespace {
@@ -25,12 +26,7 @@ using testing::StatusIs;
 class DirLockTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    dir_ = (fs::path(tmp != nullptr ? tmp : "/tmp") /
-            ::testing::UnitTest::GetInstance()->current_test_info()->name())
-               .string();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = testing::FreshTestDir().string();
   }
   void Plant(const LockHolder& holder) const {
     std::ofstream(dir_ + "/x.lock") << "strata-lock host=" << holder.host << " pid=" << holder.pid

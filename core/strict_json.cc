@@ -13,8 +13,13 @@ namespace {
 
 using Json = nlohmann::json;
 
-// Bytes of a parser message that came from the file, made printable (\xNN).
-std::string Printable(std::string_view text) {
+Status Refused(const Json& value, const std::string& expected) {
+  return absl::InvalidArgumentError(absl::StrCat(JsonShown(value), ": expected ", expected));
+}
+
+}  // namespace
+
+std::string PrintableText(std::string_view text) {
   std::string out;
   for (const char c : text) {
     const auto byte = static_cast<unsigned char>(c);
@@ -26,12 +31,6 @@ std::string Printable(std::string_view text) {
   }
   return out;
 }
-
-Status Refused(const Json& value, const std::string& expected) {
-  return absl::InvalidArgumentError(absl::StrCat(JsonShown(value), ": expected ", expected));
-}
-
-}  // namespace
 
 std::string ParseJsonStrict(std::string_view text, Json* out, std::string* duplicate_top_key) {
   struct OpenObject {
@@ -56,11 +55,11 @@ std::string ParseJsonStrict(std::string_view text, Json* out, std::string* dupli
       if (!open.back().keys.insert(key).second && problem.empty()) {
         if (depth == 1) {
           if (duplicate_top_key != nullptr) *duplicate_top_key = key;
-          problem = absl::StrCat("key '", Printable(key), "' appears twice");
+          problem = absl::StrCat("key '", PrintableText(key), "' appears twice");
         } else {
-          problem = absl::StrCat("key '", Printable(key), "' appears twice in the object of '",
-                                 Printable(open.size() >= 2 ? open[open.size() - 2].last_key : ""),
-                                 "'");
+          const std::string& parent = open.size() >= 2 ? open[open.size() - 2].last_key : "";
+          problem = absl::StrCat("key '", PrintableText(key),
+                                 "' appears twice in the object of '", PrintableText(parent), "'");
         }
       }
       open.back().last_key = std::move(key);
@@ -70,7 +69,7 @@ std::string ParseJsonStrict(std::string_view text, Json* out, std::string* dupli
   try {
     *out = Json::parse(text.begin(), text.end(), callback);
   } catch (const Json::exception& e) {
-    return absl::StrCat("is not valid UTF-8 JSON: ", Printable(e.what()));
+    return absl::StrCat("is not valid UTF-8 JSON: ", PrintableText(e.what()));
   }
   return problem;
 }
@@ -78,7 +77,7 @@ std::string ParseJsonStrict(std::string_view text, Json* out, std::string* dupli
 std::string JsonShown(const Json& value) {
   std::string text = value.dump(-1, ' ', false, Json::error_handler_t::replace);
   if (text.size() > 80) text = text.substr(0, 77) + "...";
-  return Printable(text);
+  return PrintableText(text);
 }
 
 namespace strict_json_internal {

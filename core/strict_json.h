@@ -30,6 +30,9 @@ namespace strata {
 std::string ParseJsonStrict(std::string_view text, nlohmann::json* out,
                             std::string* duplicate_top_key = nullptr);
 
+// Text from a file made printable for a message: bytes outside printable ASCII as \xNN.
+std::string PrintableText(std::string_view text);
+
 // A JSON value for a message: as written (numbers in their shortest round-trip form,
 // strings quoted), cut to about 80 characters.
 std::string JsonShown(const nlohmann::json& value);

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/input_file.h"
+#include "core/strict_json.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
@@ -30,18 +31,7 @@ Status InvalidTensor(const std::string& file, const std::string& name, const std
   return InvalidFile(file, absl::StrCat("tensor '", name, "': ", what));
 }
 
-std::string Printable(std::string_view text) {
-  std::string out;
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte >= 0x20 && byte < 0x7f) {
-      out.push_back(c);
-    } else {
-      absl::StrAppend(&out, absl::StrFormat("\\x%02x", byte));
-    }
-  }
-  return out;
-}
+std::string Printable(std::string_view text) { return PrintableText(text); }
 
 std::string ShapeText(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
