@@ -215,10 +215,21 @@ StatusOr<std::shared_ptr<const TokenIds>> ReadTokens(int fd, const HeaderKind& k
   const int64_t num_tokens = header.num_tokens;
   const int64_t token_bytes = int64_t{sizeof(Id)} * num_tokens;
   const int64_t expected_file_bytes = kTokenHeaderBytes + token_bytes;
-  std::vector<Id> ids(static_cast<size_t>(num_tokens));
-  ASSIGN_OR_RETURN(const size_t got_bytes,
-                   ReadUpTo(fd, reinterpret_cast<char*>(ids.data()),
-                            static_cast<size_t>(token_bytes), kTokenHeaderBytes, source));
+  // The header's count against the file's size before any memory is taken for it: a 1 KiB
+  // file whose header says 2^31 tokens would otherwise allocate (and zero) 8 GiB first.
+  struct stat info;
+  const bool short_file = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode) &&
+                          info.st_size < expected_file_bytes;
+  std::vector<Id> ids;
+  size_t got_bytes = 0;
+  if (short_file) {
+    got_bytes = static_cast<size_t>(std::max<int64_t>(0, info.st_size - kTokenHeaderBytes));
+  } else {
+    ids.resize(static_cast<size_t>(num_tokens));
+    ASSIGN_OR_RETURN(got_bytes, ReadUpTo(fd, reinterpret_cast<char*>(ids.data()),
+                                         static_cast<size_t>(token_bytes), kTokenHeaderBytes,
+                                         source));
+  }
   if (static_cast<int64_t>(got_bytes) < token_bytes) {
     return absl::DataLossError(absl::StrCat(
         source, ": truncated ", kind.name, " file: the header says ", num_tokens, " tokens (",

@@ -14,24 +14,21 @@ namespace {
 
 constexpr char kHardwareFormat[] = "strata-hardware";
 
-}  // namespace
+// 2^64: a byte count at or above it does not fit uint64_t (a double cast to it would be
+// undefined behaviour).
+constexpr double kTwoTo64 = 18446744073709551616.0;
 
-StatusOr<Hardware> ParseHardware(const std::string& text, const std::string& where) {
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(where, " is not valid JSON: ", e.what()));
-  }
+StatusOr<Hardware> ParseHardwareJson(const nlohmann::json& json, const std::string& where) {
   if (!json.is_object() || json.value("format", "") != kHardwareFormat) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, " is not a strata hardware file (expected \"format\": \"", kHardwareFormat,
         "\"; write one with strata plan --hardware probe --save-hardware FILE)"));
   }
-  if (json.value("version", 0) != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": hardware format version ", json.value("version", 0),
-                     " (this strata reads version 1)"));
+  // Compared as JSON: value<int>() of 1e300 would cast a double that fits no int.
+  const nlohmann::json version = json.value("version", nlohmann::json(0));
+  if (!version.is_number_integer() || version != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": hardware format version ", version.dump(), " (this strata reads version 1)"));
   }
   Hardware hw;
   hw.source = json.contains("source") && json.at("source").is_string()
@@ -84,7 +81,15 @@ StatusOr<Hardware> ParseHardware(const std::string& text, const std::string& whe
       continue;
     }
     if (field.rate != nullptr) *field.rate = value.get<double>();
-    if (field.bytes != nullptr) *field.bytes = value.get<uint64_t>();
+    if (field.bytes != nullptr) {
+      if (!value.is_number_integer() && value.get<double>() >= kTwoTo64) {
+        problems.push_back(absl::StrCat(field.name, ": got ", value.dump(),
+                                        ", expected a number of bytes below 2^64"));
+        continue;
+      }
+      *field.bytes = value.is_number_integer() ? value.get<uint64_t>()
+                                               : static_cast<uint64_t>(value.get<double>());
+    }
     if (field.count != nullptr) {
       if (!value.is_number_integer() || value.get<int64_t>() < 1 || value.get<int64_t>() > 65536) {
         problems.push_back(absl::StrCat(field.name, ": got ", value.dump(),
@@ -101,6 +106,25 @@ StatusOr<Hardware> ParseHardware(const std::string& text, const std::string& whe
         absl::StrCat(where, ":\n  ", absl::StrJoin(problems, "\n  ")));
   }
   return hw;
+}
+
+}  // namespace
+
+StatusOr<Hardware> ParseHardware(const std::string& text, const std::string& where) {
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " is not valid JSON: ", e.what()));
+  }
+  // A field of the wrong type ("format": 1, "backend": true) throws in nlohmann's accessors:
+  // it is an error naming the file, as every parser of outside input returns Status.
+  try {
+    return ParseHardwareJson(json, where);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": a field of the wrong type (", e.what(), ")"));
+  }
 }
 
 std::string HardwareJson(const Hardware& hw) {

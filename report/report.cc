@@ -110,6 +110,13 @@ document.body.dataset.charts = String(drawn);
 
 StatusOr<std::vector<StepOverlap>> SummarizeTraceEvents(const nlohmann::json& trace);
 
+// The number `key` of a metrics record, or `fallback` where it is absent, null or an object
+// (ReadMetrics lets those through; value(key, fallback) would throw on a null).
+double NumberOr(const nlohmann::json& record, const char* key, double fallback) {
+  const auto found = record.find(key);
+  return found != record.end() && found->is_number() ? found->get<double>() : fallback;
+}
+
 }  // namespace
 
 StatusOr<std::vector<nlohmann::json>> ReadMetrics(const std::string& path) {
@@ -180,6 +187,13 @@ StatusOr<std::vector<StepOverlap>> SummarizeTrace(const nlohmann::json& trace) {
 
 namespace {
 
+// An event's "tid" where it is a JSON integer, else -1 (no track of strata's): a float
+// tid of 1e300 would be a double cast to a type it does not fit (undefined behaviour).
+int64_t TrackId(const nlohmann::json& event) {
+  const auto tid = event.find("tid");
+  return tid != event.end() && tid->is_number_integer() ? tid->get<int64_t>() : -1;
+}
+
 StatusOr<std::vector<StepOverlap>> SummarizeTraceEvents(const nlohmann::json& trace) {
   if (!trace.is_object() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array()) {
     return absl::InvalidArgumentError("report: the trace has no traceEvents (not a trace file)");
@@ -187,7 +201,8 @@ StatusOr<std::vector<StepOverlap>> SummarizeTraceEvents(const nlohmann::json& tr
   std::map<int64_t, std::string> names;
   for (const auto& event : trace["traceEvents"]) {
     if (event.value("ph", "") == "M" && event.value("name", "") == "thread_name") {
-      names[event.value("tid", int64_t{-1})] = event["args"].value("name", "");
+      // value(), not operator[]: a const json's operator[] on a missing key is an assertion.
+      names[TrackId(event)] = event.value("args", nlohmann::json::object()).value("name", "");
     }
   }
   struct Span {
@@ -198,7 +213,7 @@ StatusOr<std::vector<StepOverlap>> SummarizeTraceEvents(const nlohmann::json& tr
   for (const auto& event : trace["traceEvents"]) {
     if (event.value("ph", "") != "X") continue;
     const double begin = event.value("ts", 0.0);
-    Span span{names[event.value("tid", int64_t{-1})], event.value("name", ""), begin,
+    Span span{names[TrackId(event)], event.value("name", ""), begin,
               begin + event.value("dur", 0.0)};
     (span.track == "steps" ? steps : spans).push_back(std::move(span));
   }
@@ -251,16 +266,17 @@ std::string RenderReport(const std::string& title, const std::vector<nlohmann::j
   const std::string data_js = absl::StrReplaceAll(data.dump(), {{"</", "<\\/"}});
   // The summary line.
   std::vector<double> ms;
-  for (const auto& r : metrics) ms.push_back(r.value("ms_per_step", 0.0));
+  for (const auto& r : metrics) ms.push_back(NumberOr(r, "ms_per_step", 0.0));
   std::sort(ms.begin(), ms.end());
   const nlohmann::json& last = metrics.back();
   std::string summary = absl::StrCat(metrics.size(), " steps (", metrics.front()["step"].dump(),
                                      " to ", last["step"].dump(), "); last loss ",
-                                     absl::StrFormat("%.4f", last.value("loss", 0.0)));
+                                     absl::StrFormat("%.4f", NumberOr(last, "loss", 0.0)));
   for (auto it = metrics.rbegin(); it != metrics.rend(); ++it) {
-    if (it->contains("val_loss")) {
+    const auto val_loss = it->find("val_loss");
+    if (val_loss != it->end() && val_loss->is_number()) {
       absl::StrAppend(&summary, ", last validation loss ",
-                      absl::StrFormat("%.4f", it->value("val_loss", 0.0)), " (step ",
+                      absl::StrFormat("%.4f", val_loss->get<double>()), " (step ",
                       (*it)["step"].dump(), ")");
       break;
     }

@@ -1,6 +1,7 @@
 // Tests the report's parts: metrics files read (and refused, naming the line), a trace
 // summarised per step against hand-computed busy times, and the page holding its data,
-// its five canvases and Chart.js (the headless rendering is tests/report_render_test).
+// its five canvases and Chart.js (the headless rendering is tests/report_render_test);
+// null fields and malformed trace metadata the fuzzer found taken as absent.
 #include "report/report.h"
 
 #include <gmock/gmock.h>
@@ -109,6 +110,25 @@ TEST(Report, PageHoldsDataCanvasesAndTheLibrary) {
   EXPECT_EQ(page.find("</script><b>"), std::string::npos);
   EXPECT_THAT(page, HasSubstr("last loss 5.0000, last validation loss 5.2000 (step 2)"));
   EXPECT_THAT(page, HasSubstr("<td>0.2 (20%)</td>"));  // the overlap table
+}
+
+// ReadMetrics lets null fields through (a step without validation may write "val_loss":
+// null): the page takes them as absent instead of throwing (found by
+// //fuzz:report_metrics_fuzz; its reproducer is fuzz/report_metrics/crashes/val_loss_null).
+// A trace's thread without "args" names no track (fuzz/report_trace/crashes/).
+TEST(Report, NullFieldsAndThreadsWithoutArgsAreAbsentNotFatal) {
+  const std::vector<nlohmann::json> metrics = {
+      {{"step", 1}, {"loss", 5.5}, {"ms_per_step", 10.0}, {"val_loss", 5.3}},
+      {{"step", 2}, {"loss", nullptr}, {"ms_per_step", nullptr}, {"val_loss", nullptr}}};
+  const std::string page = RenderReport("nulls", metrics, std::nullopt, "");
+  EXPECT_THAT(page, HasSubstr("last loss 0.0000, last validation loss 5.3000 (step 1)"));
+  nlohmann::json trace = HandMadeTrace();
+  trace["traceEvents"].push_back({{"ph", "M"}, {"name", "thread_name"}, {"tid", 99}});
+  trace["traceEvents"].push_back({{"ph", "M"}, {"name", "thread_name"}, {"tid", 1e300},
+                                  {"args", {{"name", "steps"}}}});
+  ASSERT_OK_AND_ASSIGN(const auto steps, SummarizeTrace(trace));
+  ASSERT_OK_AND_ASSIGN(const auto expected, SummarizeTrace(HandMadeTrace()));
+  EXPECT_EQ(steps.size(), expected.size());
 }
 
 TEST(Report, ChartJsFromTheEnvironmentOrANamedPackage) {

@@ -26,7 +26,7 @@ LAYERS=(
   "plan report"
   "bench"
   "launch"
-  "tests tools"
+  "tests tools fuzz"
 )
 
 declare -A rank

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fails when docs/testing.md does not list every test target of the tree, or lists one that
 # no longer exists. A test target is a cc_test or sh_test of a BUILD file (also inside a
-# list comprehension) or the `NAME_test` a cpu_kernel(name = NAME) macro declares; the page
+# list comprehension), the `NAME_test` a cpu_kernel(name = NAME) macro declares or the
+# `NAME_replay_test` a fuzz_target(name = NAME) declares (fuzz/fuzz_target.bzl); the page
 # names each by its label, `//package:name`.
 # Run by the test suite (//tools:testing_doc_test) and by hand: tools/check_testing_doc.sh [ROOT]
 set -euo pipefail
@@ -19,6 +20,7 @@ while IFS= read -r build; do
   awk -v package="$package" '
     /^\[?(cc_test|sh_test)\(/ { want = "" ; in_test = 1; next }
     /^\[?cpu_kernel\(/ { want = "_test"; in_test = 1; next }
+    /^\[?fuzz_target\(/ { want = "_replay_test"; in_test = 1; next }
     in_test && /^[[:space:]]*name = "/ {
       match($0, /"[^"]+"/)
       print "//" package ":" substr($0, RSTART + 1, RLENGTH - 2) want

@@ -25,6 +25,7 @@ PACKAGES=(
   curl ca-certificates                          # GPT-2 files when npm is absent (below)
   libjs-chart.js                                # strata report's plots (inlined in the page)
   chromium-headless-shell                       # renders the report page in its test
+  clang-14 libclang-rt-14-dev libomp-14-dev     # fuzz/'s libFuzzer targets (tools/fuzz.sh)
 )
 
 missing=()
