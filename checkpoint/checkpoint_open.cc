@@ -5,16 +5,31 @@
 #include <exception>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stdexcept>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "data/tokenizer/training_data.h"
-#include "core/logging.h"
 #include "checkpoint/checkpoint_files.h"
 #include "checkpoint/checkpoint_format.h"
+#include "core/logging.h"
 #include "core/progress.h"
+#include "core/strict_json.h"
+#include "data/tokenizer/training_data.h"
 
 namespace strata {
+namespace {
+
+// An integer field of checkpoint.json, strictly (core/strict_json.h): 4.99e36 or 3.5 where
+// a count belongs throws, and the caller's catch names the file (a double cast to an
+// integer it does not fit is undefined behaviour; nlohmann's get<T>() would do it).
+template <typename T>
+T Integer(const nlohmann::json& value) {
+  StatusOr<T> integer = JsonInteger<T>(value);
+  if (!integer.ok()) throw std::invalid_argument(std::string(integer.status().message()));
+  return *integer;
+}
+
+}  // namespace
 
 using checkpoint_internal::CheckFile;
 using checkpoint_internal::kFormat;
@@ -86,15 +101,15 @@ StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
           absl::StrCat("checkpoint: ", meta_path, " is of model family '", family, "'"));
     }
     model.family = family == "gpt" ? ModelFamily::kGpt : ModelFamily::kLlama;
-    model.layers = key("layers").get<int>();
-    model.heads = key("heads").get<int>();
-    model.kv_heads = key("kv_heads").get<int>();
-    model.head_dim = key("head_dim").get<int>();
-    model.channels = key("channels").get<int>();
-    model.ffn_hidden = key("ffn_hidden").get<int>();
-    model.vocab = key("vocab").get<int>();
-    model.padded_vocab = key("padded_vocab").get<int>();
-    model.max_seq_len = key("max_seq_len").get<int>();
+    model.layers = Integer<int>(key("layers"));
+    model.heads = Integer<int>(key("heads"));
+    model.kv_heads = Integer<int>(key("kv_heads"));
+    model.head_dim = Integer<int>(key("head_dim"));
+    model.channels = Integer<int>(key("channels"));
+    model.ffn_hidden = Integer<int>(key("ffn_hidden"));
+    model.vocab = Integer<int>(key("vocab"));
+    model.padded_vocab = Integer<int>(key("padded_vocab"));
+    model.max_seq_len = Integer<int>(key("max_seq_len"));
     if (!key("rope_theta").is_null()) {
       model.rope.theta = std::stof(key("rope_theta").get<std::string>());
       model.norm_eps = std::stof(key("norm_eps").get<std::string>());
@@ -116,16 +131,16 @@ StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
       }
       if (model.rope.scaling == RopeScaling::kLlama3 ||
           model.rope.scaling == RopeScaling::kDynamic) {
-        model.rope.original_max_seq_len = scaling.at("original_max_seq_len").get<int>();
+        model.rope.original_max_seq_len = Integer<int>(scaling.at("original_max_seq_len"));
       }
     }
     model.tie_embeddings = key("tie_embeddings").get<bool>();
     model.qkv_bias = key("qkv_bias").get<bool>();
     model.qk_norm = key("qk_norm").get<bool>();
-    model.sliding_window = key("sliding_window").get<int>();
-    opened.next_step = meta.at("next_step").get<int>();
+    model.sliding_window = Integer<int>(key("sliding_window"));
+    opened.next_step = Integer<int>(meta.at("next_step"));
     if (meta.contains("tokenizer")) opened.tokenizer = meta.at("tokenizer").get<std::string>();
-    if (meta.contains("train_steps")) opened.train_steps = meta.at("train_steps").get<int>();
+    if (meta.contains("train_steps")) opened.train_steps = Integer<int>(meta.at("train_steps"));
     if (meta.contains("tokenizer_files")) {
       for (const nlohmann::json& entry : meta.at("tokenizer_files")) {
         const std::string name = entry.at("name").get<std::string>();
@@ -159,19 +174,19 @@ StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
     }
     if (meta.contains("lora")) {
       const nlohmann::json& lora = meta.at("lora");
-      opened.lora.rank = lora.at("rank").get<int>();
+      opened.lora.rank = Integer<int>(lora.at("rank"));
       opened.lora.alpha = std::stof(lora.at("alpha").get<std::string>());
       opened.lora.targets = lora.at("targets").get<std::string>();
       const nlohmann::json& base = meta.at("base");
       opened.base.from = base.at("from").get<std::string>();
-      opened.base.seed = base.at("seed").get<uint64_t>();
+      opened.base.seed = Integer<uint64_t>(base.at("seed"));
       opened.base.xxh3 = base.at("xxh3").get<std::string>();
       ASSIGN_OR_RETURN(opened.base.dtype, ParseDType(base.at("dtype").get<std::string>()));
     }
     for (const nlohmann::json& entry : meta.at("units")) {
       opened.units.push_back(
           {entry.at("name").get<std::string>(), path + "/" + entry.at("file").get<std::string>(),
-           entry.at("elements").get<size_t>(), entry.at("xxh3").get<std::string>()});
+           Integer<size_t>(entry.at("elements")), entry.at("xxh3").get<std::string>()});
     }
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -3,6 +3,9 @@
 
 #include <sentencepiece_processor.h>
 
+#include <exception>
+#include <string>
+
 namespace strata {
 
 SentencePieceModel::SentencePieceModel()
@@ -13,9 +16,17 @@ SentencePieceModel::~SentencePieceModel() = default;
 std::unique_ptr<SentencePieceModel> SentencePieceModel::Load(const std::string& serialized,
                                                              std::string* error) {
   std::unique_ptr<SentencePieceModel> model(new SentencePieceModel());
-  const sentencepiece::util::Status status = model->processor_->LoadFromSerializedProto(serialized);
-  if (!status.ok()) {
-    *error = status.ToString();
+  // The library throws from its trie builder on some models (a zero-length piece:
+  // Darts' "zero-length key"): an error like its Status, never terminate().
+  try {
+    const sentencepiece::util::Status status =
+        model->processor_->LoadFromSerializedProto(serialized);
+    if (!status.ok()) {
+      *error = status.ToString();
+      return nullptr;
+    }
+  } catch (const std::exception& thrown) {
+    *error = std::string("libsentencepiece refused it: ") + thrown.what();
     return nullptr;
   }
   return model;
