@@ -128,5 +128,5 @@ for target in "${targets[@]}"; do
     echo "    merged: fuzz/$target/corpus has $(ls fuzz/"$target"/corpus | wc -l) files"
   fi
 done
-echo "fuzz: ${#targets[@]} targets, -runs=$runs -seed=$seed${time_bound:+ (time bound ${time_bound} s)}, $crashed crashed; logs in $log_dir"
+echo "fuzz: ${#targets[@]} targets, ${bound[*]} -seed=$seed, $crashed crashed; logs in $log_dir"
 [ "$crashed" -eq 0 ]
