@@ -37,7 +37,7 @@ while [ $# -gt 0 ]; do
     --time) time_bound="$2"; shift 2 ;;
     --merge) merge=1; shift ;;
     --list) all_targets; exit 0 ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     -*) echo "fuzz: unknown flag $1 (see tools/fuzz.sh --help)" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
