@@ -94,7 +94,9 @@ for target in "${targets[@]}"; do
   start=$(date +%s)
   status=0
   # stdin from /dev/null: an option naming /dev/stdin reads nothing instead of waiting.
-  ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1" \
+  # TMPDIR inside the work directory: a crashed target's scratch files go with it.
+  mkdir -p "$work/tmp"
+  TMPDIR="$work/tmp" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1" \
     "${no_aslr[@]}" "$bin/fuzz/${target}_fuzz" "${bound[@]}" -seed="$seed" -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$artifacts/" "$corpus" < /dev/null > "$log" 2>&1 ||
     status=$?
