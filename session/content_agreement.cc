@@ -5,7 +5,6 @@
 #include <map>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -15,17 +14,10 @@
 #include "collectives/agreement.h"
 #include "core/file_identity.h"
 #include "core/run_identity.h"
+#include "session/file_checks.h"
 
 namespace strata {
 namespace {
-
-// The path after a source's prefix ("hf:DIR" -> DIR), or "" for a source without a file.
-std::string SourcePath(const std::string& source) {
-  for (const char* prefix : {"hf:", "llmc:", "sentencepiece:"}) {
-    if (absl::StartsWith(source, prefix)) return source.substr(std::string(prefix).size());
-  }
-  return "";
-}
 
 ContentClaim Claim(const std::string& what, const std::string& path, const std::string& file) {
   ContentClaim claim{what, path, 0, ""};

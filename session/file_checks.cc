@@ -51,7 +51,7 @@ Status CheckOutput(const std::string& flag, const std::string& path, bool whole_
 
 }  // namespace
 
-std::string PathOfSource(const std::string& source) {
+std::string SourcePath(const std::string& source) {
   for (const char* prefix : {"hf:", "llmc:", "sentencepiece:"}) {
     const std::string p(prefix);
     if (source.rfind(p, 0) == 0) return source.substr(p.size());
@@ -64,9 +64,9 @@ Status NoteOptionInputs(const std::string& config_path, const Options& options) 
   if (!options.data.path.empty()) {
     RETURN_IF_ERROR(NoteRunInputPath(options.data.path, "the data file (data.path)"));
   }
-  const std::string model = PathOfSource(options.model.from);
+  const std::string model = SourcePath(options.model.from);
   if (!model.empty()) RETURN_IF_ERROR(NoteRunInputPath(model, "the model (model.from)"));
-  const std::string tokenizer = PathOfSource(options.data.tokenizer);
+  const std::string tokenizer = SourcePath(options.data.tokenizer);
   if (!tokenizer.empty()) {
     RETURN_IF_ERROR(NoteRunInputPath(tokenizer, "the tokenizer (data.tokenizer)"));
   }

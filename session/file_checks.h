@@ -36,6 +36,10 @@ struct OutputFile {
   bool whole_file = false;
 };
 
+// The path a source option names after its scheme ("hf:DIR" -> DIR, "llmc:FILE",
+// "sentencepiece:FILE"), or "" for one without a file ("", "gpt2", "bytes").
+std::string SourcePath(const std::string& source);
+
 // Notes the inputs `options` and the config file name (see above).
 Status NoteOptionInputs(const std::string& config_path, const Options& options);
 
