@@ -74,8 +74,10 @@ StatusOr<int> StagedDirectory::Commit() {
     ::rmdir(staging_.c_str());
   }
   committed_ = true;
+  // The renames on the disk: the target's entries, and the target's own entry in its
+  // parent. Best effort, as core/atomic_file.h: the files are complete either way.
+  SyncPath(dir_).IgnoreError();
   SyncParentDirectory(dir_);
-  SyncParentDirectory(dir_ + "/x");
   return static_cast<int>(names.size());
 }
 
