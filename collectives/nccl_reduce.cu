@@ -5,6 +5,7 @@
 
 #include "collectives/nccl_reduce.h"
 #include "device/cuda/cuda_status.h"
+#include "device/cuda/launch.h"
 
 namespace strata {
 namespace {
@@ -46,13 +47,13 @@ Status SumSlotsInRankOrderAsync(const void* slots, size_t stride_elements, int n
   constexpr int kThreads = 256;
   const size_t blocks = std::min<size_t>((count + kThreads - 1) / kThreads, 8192);
   if (dtype == DType::kF32) {
-    SumSlotsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        static_cast<const float*>(slots), stride_elements, num_slots, static_cast<float*>(output),
-        count);
+    ::strata::cuda::Launch<&SumSlotsKernel<float>>(
+        static_cast<unsigned>(blocks), kThreads, 0, stream, static_cast<const float*>(slots),
+        stride_elements, num_slots, static_cast<float*>(output), count);
   } else {
-    SumSlotsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        static_cast<const uint16_t*>(slots), stride_elements, num_slots,
-        static_cast<uint16_t*>(output), count);
+    ::strata::cuda::Launch<&SumSlotsKernel<uint16_t>>(
+        static_cast<unsigned>(blocks), kThreads, 0, stream, static_cast<const uint16_t*>(slots),
+        stride_elements, num_slots, static_cast<uint16_t*>(output), count);
   }
   CUDA_RETURN_IF_ERROR(cudaGetLastError(),
                        absl::StrCat("launching the rank-order sum of ", num_slots, " x ", count,

@@ -18,6 +18,9 @@ the objects to a cc_library, which links them like any C++ object.
 - `alwayslink` is off by default: a .cu object is linked when its host-side launcher is
   referenced, which is how our kernels are reached. Pass alwayslink = True for a .cu that
   only registers itself through a static initializer.
+- Under --config=simgpu (SIMGPU True) the same rule compiles each .cu with the C++
+  toolchain's g++ instead (`-x c++`, simgpu/simt.h first; _SIMGPU_COPTS) and adds
+  //simgpu:simt; a target's nvcc `copts` are not passed to g++.
 - Where CUDA is absent (HAS_CUDA False: no toolkit, or --config=nocuda) the library has
   the headers and deps but no objects, and carries no CUDA symbols.
 
@@ -27,10 +30,35 @@ tags. For select() there is the config_setting `//third_party:has_cuda`, which m
 exactly when HAS_CUDA is True.
 """
 
-load("@local_cuda//:defs.bzl", _CUDA_REASON = "CUDA_REASON", _HAS_CUDA = "HAS_CUDA", _NVCC = "NVCC")
+load(
+    "@local_cuda//:defs.bzl",
+    _CUDA_REASON = "CUDA_REASON",
+    _HAS_CUDA = "HAS_CUDA",
+    _NVCC = "NVCC",
+    _SIMGPU = "SIMGPU",
+)
 
 HAS_CUDA = _HAS_CUDA
+SIMGPU = _SIMGPU
 CUDA_REASON = _CUDA_REASON
+
+# simgpu (--config=simgpu): .cu files compiled by the C++ toolchain's g++ as C++, with
+# simgpu/simt.h (the CUDA language on the SIMT executor) included first. No fused
+# multiply-adds, so a kernel's float arithmetic is what its source says, as nvcc's __f*_rn
+# intrinsics and the CPU references compute it.
+_SIMGPU_COPTS = [
+    "-std=c++17",
+    "-O2",
+    "-g1",
+    "-fPIC",
+    "-ffp-contract=off",
+    "-Wall",
+    "-Wno-sign-compare",
+    "-Wno-unknown-pragmas",
+    "-DSTRATA_SIMGPU",
+    "-include",
+    "simgpu/simt.h",
+]
 
 # Compute capabilities compiled to SASS: A100 (sm_80; also runs on sm_86/sm_89) and H100/H200
 # (sm_90).
@@ -71,27 +99,32 @@ def _cuda_objects_impl(ctx):
             continue
         obj = ctx.actions.declare_file(_object_path(ctx, src))
         args = ctx.actions.args()
-        args.add("-ccbin", cc_toolchain.compiler_executable)
-        args.add_all(["-x", "cu", "-c", src.path, "-o", obj.path])
-        args.add_all(["-std=c++17", "-O3", "-lineinfo", "--expt-relaxed-constexpr"])
-        args.add_all(["-Xcompiler", "-fPIC"])
-        for arch in CUDA_ARCHS:
-            args.add("-gencode=arch=compute_{a},code=sm_{a}".format(a = arch))
+        if SIMGPU:
+            args.add_all(["-x", "c++", "-c", src.path, "-o", obj.path])
+            args.add_all(_SIMGPU_COPTS)
+        else:
+            args.add("-ccbin", cc_toolchain.compiler_executable)
+            args.add_all(["-x", "cu", "-c", src.path, "-o", obj.path])
+            args.add_all(["-std=c++17", "-O3", "-lineinfo", "--expt-relaxed-constexpr"])
+            args.add_all(["-Xcompiler", "-fPIC"])
+            for arch in CUDA_ARCHS:
+                args.add("-gencode=arch=compute_{a},code=sm_{a}".format(a = arch))
         args.add_all(quote_includes, before_each = "-I")
         args.add_all(includes, before_each = "-I")
         args.add_all(system_includes, before_each = "-isystem")
         args.add_all(defines, format_each = "-D%s")
-        args.add_all(ctx.attr.copts)
+        if not SIMGPU:
+            args.add_all(ctx.attr.copts)
         ctx.actions.run(
-            executable = _NVCC,
+            executable = cc_toolchain.compiler_executable if SIMGPU else _NVCC,
             arguments = [args],
             inputs = depset(
                 [src] + [f for f in ctx.files.srcs if not f.basename.endswith(".cu")],
                 transitive = [headers, cc_toolchain.all_files],
             ),
             outputs = [obj],
-            mnemonic = "Nvcc",
-            progress_message = "nvcc %s" % src.short_path,
+            mnemonic = "SimgpuCompile" if SIMGPU else "Nvcc",
+            progress_message = ("g++ (simgpu) %s" if SIMGPU else "nvcc %s") % src.short_path,
             # nvcc and its host compiler run in the client's environment (PATH, TMPDIR),
             # as the C++ actions do with --incompatible_strict_action_env=false.
             use_default_shell_env = True,
@@ -138,11 +171,12 @@ def cuda_library(
       **kwargs: passed to the cc_library (visibility, testonly, tags, ...).
     """
     if HAS_CUDA:
+        simt = ["@//simgpu:simt"] if SIMGPU else []
         _cuda_objects(
             name = name + "_cu",
             srcs = srcs,
             hdrs = hdrs,
-            deps = deps + ["@local_cuda//:cuda"],
+            deps = deps + ["@local_cuda//:cuda"] + simt,
             copts = copts,
             defines = defines,
             includes = includes,
@@ -154,7 +188,7 @@ def cuda_library(
             name = name,
             srcs = [":" + name + "_cu"],
             hdrs = hdrs,
-            deps = deps + ["@local_cuda//:cuda"],
+            deps = deps + ["@local_cuda//:cuda"] + simt,
             defines = defines,
             includes = includes,
             alwayslink = alwayslink,
@@ -170,6 +204,10 @@ def cuda_library(
             alwayslink = alwayslink,
             **kwargs
         )
+
+def if_simgpu(if_true, if_false = []):
+    """`if_true` under --config=simgpu (the CUDA backend on the CPU doubles), else `if_false`."""
+    return if_true if SIMGPU else if_false
 
 def if_cuda(if_true, if_false = []):
     """`if_true` where the CUDA toolkit was found (HAS_CUDA), else `if_false`.

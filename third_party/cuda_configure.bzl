@@ -15,7 +15,14 @@ Targets of @local_cuda (all public):
 Link options carry an rpath to the toolkit's lib64, so binaries and tests run without
 LD_LIBRARY_PATH wherever the toolkit sits at the same path.
 
-Re-running: the rule depends on CUDA_PATH and STRATA_NO_CUDA (`environ`), so changing
+simgpu (STRATA_SIMGPU set, as `--config=simgpu` does; docs/simgpu.md): the toolkit's headers
+are required (the rule fails, naming what is missing, rather than build a CPU-only strata
+that would skip every GPU test), nvcc and the GPU libraries are not. HAS_CUDA = True and
+SIMGPU = True; :cuda and :cublas link strata's CPU doubles (//simgpu:cudart, //simgpu:cublas)
+instead of libcudart and libcublas, and cuda_library compiles .cu files with g++ against
+simgpu's SIMT executor (//third_party:cuda.bzl).
+
+Re-running: the rule depends on CUDA_PATH, STRATA_NO_CUDA and STRATA_SIMGPU (`environ`), so changing
 either (in the client environment, or through --action_env / --repo_env as
 `--config=nocuda` does) re-runs it; `local = True` re-runs it when the Bazel server
 restarts, which picks up a toolkit installed or removed since.
@@ -62,10 +69,48 @@ cc_library(
 )
 """.format(root = root, globs = repr(_HEADERS_GLOB))
 
+def _simgpu_build():
+    return """# simgpu: the toolkit's headers, strata's CPU doubles for its libraries (docs/simgpu.md).
+package(default_visibility = ["//visibility:public"])
+cc_library(
+    name = "cuda_headers",
+    hdrs = glob({globs}, allow_empty = True),
+    includes = ["include", "include/cccl"],
+)
+cc_library(
+    name = "cuda",
+    deps = [":cuda_headers", "@//simgpu:cudart"],
+)
+cc_library(
+    name = "cublas",
+    deps = [":cuda", "@//simgpu:cublas"],
+)
+cc_library(
+    name = "nccl",
+    deps = [":cuda_headers"],
+    linkopts = ["-ldl"],
+)
+""".format(globs = repr(_HEADERS_GLOB))
+
 def _cuda_configure_impl(ctx):
     root = ctx.os.environ.get("CUDA_PATH", "") or "/usr/local/cuda"
     root = root.rstrip("/") or "/"
     nvcc = ctx.path(root + "/bin/nvcc")
+    if ctx.os.environ.get("STRATA_SIMGPU", "") != "":
+        for header in ["cuda_runtime.h", "cuda.h", "cublas_v2.h", "nccl.h"]:
+            if not ctx.path(root + "/include/" + header).exists:
+                fail("--config=simgpu needs the CUDA toolkit's headers (and NCCL's): no " +
+                     "include/%s under %s (set CUDA_PATH to the toolkit)" % (header, root))
+        ctx.symlink(root + "/include", "include")
+        ctx.file("BUILD", _simgpu_build())
+        ctx.file("defs.bzl", """# Written by //third_party:cuda_configure.bzl; do not edit.
+HAS_CUDA = True
+SIMGPU = True
+CUDA_ROOT = {root}
+NVCC = ""
+CUDA_REASON = "simgpu: the CUDA backend on strata's CPU doubles (--config=simgpu)"
+""".format(root = repr(root)))
+        return
     reason = ""
     if ctx.os.environ.get("STRATA_NO_CUDA", "") != "":
         reason = "STRATA_NO_CUDA is set (--config=nocuda)"
@@ -84,6 +129,7 @@ def _cuda_configure_impl(ctx):
         ctx.file("BUILD", _empty_build(reason))
     ctx.file("defs.bzl", """# Written by //third_party:cuda_configure.bzl; do not edit.
 HAS_CUDA = {has_cuda}
+SIMGPU = False
 CUDA_ROOT = {root}
 NVCC = {nvcc}
 CUDA_REASON = {reason}
@@ -96,6 +142,6 @@ CUDA_REASON = {reason}
 
 cuda_configure = repository_rule(
     implementation = _cuda_configure_impl,
-    environ = ["CUDA_PATH", "STRATA_NO_CUDA"],
+    environ = ["CUDA_PATH", "STRATA_NO_CUDA", "STRATA_SIMGPU"],
     local = True,
 )

@@ -13,6 +13,7 @@ root="${1:-$(cd "$(dirname "$0")/.." && pwd)}"
 cd "$root"
 
 LAYERS=(
+  "simgpu"
   "core"
   "device"
   "data kernels collectives nvme"

@@ -26,6 +26,7 @@ PACKAGES=(
   libjs-chart.js                                # strata report's plots (inlined in the page)
   chromium-headless-shell                       # renders the report page in its test
   clang-14 libclang-rt-14-dev libomp-14-dev     # fuzz/'s libFuzzer targets (tools/fuzz.sh)
+  libboost-context-dev                          # simgpu: a CUDA block's threads as fibers
 )
 
 missing=()

@@ -4,6 +4,7 @@
 
 #include "device/cuda/cuda_status.h"
 #include "device/cuda/fill_kernel.h"
+#include "device/cuda/launch.h"
 
 namespace strata {
 namespace {
@@ -22,7 +23,8 @@ Status FillAsync(float* dst, float value, size_t count, cudaStream_t stream) {
   if (count == 0) return absl::OkStatus();
   constexpr int kThreads = 256;
   const size_t blocks = std::min<size_t>((count + kThreads - 1) / kThreads, 4096);
-  FillKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(dst, value, count);
+  ::strata::cuda::Launch<&FillKernel>(static_cast<unsigned>(blocks), kThreads, 0, stream, dst,
+                                      value, count);
   CUDA_RETURN_IF_ERROR(cudaGetLastError(),
                        absl::StrCat("launching FillKernel over ", count, " floats"));
   return absl::OkStatus();

@@ -43,8 +43,8 @@ Status AdamW(DType dtype, void* param, float* master, const float* grad, float* 
   const AdamConstants k = MakeAdamConstants(hp);
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    AdamWKernel<S><<<GridStrideBlocks(n, kThreads), kThreads, 0, stream>>>(
-        static_cast<S*>(param), master, grad, m, v, n, k);
+    ::strata::cuda::Launch<&AdamWKernel<S>>(GridStrideBlocks(n, kThreads), kThreads, 0, stream,
+                                            static_cast<S*>(param), master, grad, m, v, n, k);
     return 0;
   });
   return LaunchStatus("AdamWKernel", n);

@@ -71,7 +71,7 @@ template <typename S>
 __global__ void __launch_bounds__(kThreads)
     AttentionForwardKernel(S* out, float* stats, const S* qkv, int T, int C, int NH, int NKV,
                            float scale) {
-  extern __shared__ float shared[];
+  float* shared = ::strata::cuda::DynamicShared<float>();
   const int hs = C / NH, key_stride = OddStride(hs);
   float* queries = shared;
   float* keys = queries + kTile * hs;
@@ -164,7 +164,7 @@ template <typename S>
 __global__ void __launch_bounds__(kThreads)
     AttentionBackwardQueryKernel(S* dqkv, const S* dout, const S* qkv, const S* out,
                                  const float* stats, int T, int C, int NH, int NKV, float scale) {
-  extern __shared__ float shared[];
+  float* shared = ::strata::cuda::DynamicShared<float>();
   const int hs = C / NH, stride = OddStride(hs);
   float* queries = shared;
   float* douts = queries + kTile * hs;
@@ -247,7 +247,7 @@ __global__ void __launch_bounds__(kThreads)
     AttentionBackwardKeyValueKernel(S* dqkv, const S* dout, const S* qkv, const S* out,
                                     const float* stats, int T, int C, int NH, int NKV,
                                     float scale) {
-  extern __shared__ float shared[];
+  float* shared = ::strata::cuda::DynamicShared<float>();
   const int hs = C / NH, stride = OddStride(hs);
   float* keys = shared;
   float* values = keys + kTile * hs;
@@ -342,18 +342,18 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Launches `kernel` with `shared_bytes` of dynamic shared memory, raising the kernel's limit
+// Launches kKernel with `shared_bytes` of dynamic shared memory, raising the kernel's limit
 // first when it exceeds the default 48 KiB (hs > ~100).
-template <typename Kernel, typename... Args>
-Status LaunchWithShared(Kernel kernel, const char* name, dim3 grid, size_t shared_bytes,
-                        cudaStream_t stream, Args... args) {
+template <auto kKernel, typename... Args>
+Status LaunchWithShared(const char* name, dim3 grid, size_t shared_bytes, cudaStream_t stream,
+                        Args... args) {
   if (shared_bytes > 48 * 1024) {
     CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(shared_bytes)),
         absl::StrCat("allowing ", shared_bytes, " bytes of shared memory for ", name));
   }
-  kernel<<<grid, kThreads, shared_bytes, stream>>>(args...);
+  ::strata::cuda::Launch<kKernel>(grid, kThreads, shared_bytes, stream, args...);
   CUDA_RETURN_IF_ERROR(cudaGetLastError(), absl::StrCat("launching ", name, " on a ", grid.x, "x",
                                                         grid.y, "x", grid.z, " grid"));
   return absl::OkStatus();
@@ -370,9 +370,9 @@ Status AttentionForward(DType dtype, void* out, float* stats, const void* qkv, i
   const size_t shared_bytes = sizeof(float) * kTile * (2 * hs + OddStride(hs));
   return DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    return LaunchWithShared(AttentionForwardKernel<S>, "AttentionForwardKernel", grid, shared_bytes,
-                            stream, static_cast<S*>(out), stats, static_cast<const S*>(qkv), T, C,
-                            NH, NKV, scale);
+    return LaunchWithShared<&AttentionForwardKernel<S>>(
+        "AttentionForwardKernel", grid, shared_bytes, stream, static_cast<S*>(out), stats,
+        static_cast<const S*>(qkv), T, C, NH, NKV, scale);
   });
 }
 
@@ -388,14 +388,14 @@ Status AttentionBackward(DType dtype, void* dqkv, const void* dout, const void* 
   const size_t key_value_shared_bytes = query_shared_bytes + sizeof(float) * 2 * kTile;
   return DispatchStorage(dtype, [&](auto tag) -> Status {
     using S = decltype(tag);
-    RETURN_IF_ERROR(LaunchWithShared(
-        AttentionBackwardQueryKernel<S>, "AttentionBackwardQueryKernel", query_grid,
-        query_shared_bytes, stream, static_cast<S*>(dqkv), static_cast<const S*>(dout),
-        static_cast<const S*>(qkv), static_cast<const S*>(out), stats, T, C, NH, NKV, scale));
-    return LaunchWithShared(AttentionBackwardKeyValueKernel<S>, "AttentionBackwardKeyValueKernel",
-                            key_value_grid, key_value_shared_bytes, stream, static_cast<S*>(dqkv),
-                            static_cast<const S*>(dout), static_cast<const S*>(qkv),
-                            static_cast<const S*>(out), stats, T, C, NH, NKV, scale);
+    RETURN_IF_ERROR(LaunchWithShared<&AttentionBackwardQueryKernel<S>>(
+        "AttentionBackwardQueryKernel", query_grid, query_shared_bytes, stream,
+        static_cast<S*>(dqkv), static_cast<const S*>(dout), static_cast<const S*>(qkv),
+        static_cast<const S*>(out), stats, T, C, NH, NKV, scale));
+    return LaunchWithShared<&AttentionBackwardKeyValueKernel<S>>(
+        "AttentionBackwardKeyValueKernel", key_value_grid, key_value_shared_bytes, stream,
+        static_cast<S*>(dqkv), static_cast<const S*>(dout), static_cast<const S*>(qkv),
+        static_cast<const S*>(out), stats, T, C, NH, NKV, scale);
   });
 }
 
@@ -444,9 +444,9 @@ Status AttentionDecode(DType dtype, void* out, const void* qkv, int T, int C, in
                        "allocating attention decode scores");
   Status launched = DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    AttentionDecodeKernel<S><<<NH, 128, 0, stream>>>(static_cast<S*>(out), scores,
-                                                     static_cast<const S*>(qkv), T, C, NH, NKV,
-                                                     scale);
+    ::strata::cuda::Launch<&AttentionDecodeKernel<S>>(NH, 128, 0, stream, static_cast<S*>(out),
+                                                      scores, static_cast<const S*>(qkv), T, C, NH,
+                                                      NKV, scale);
     return LaunchStatus("AttentionDecodeKernel", static_cast<size_t>(NH) * T);
   });
   CUDA_RETURN_IF_ERROR(cudaFreeAsync(scores, stream), "freeing attention decode scores");

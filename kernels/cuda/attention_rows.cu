@@ -73,8 +73,8 @@ Status AttentionSoftmaxRows(DType dtype, void* p, float* stats, int64_t stats_st
   if (heads == 0 || T == 0) return absl::OkStatus();
   return DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    SoftmaxRowsKernel<S><<<dim3(T, heads), kRowThreads, 0, stream>>>(static_cast<S*>(p), stats,
-                                                                     stats_stride, scores, T);
+    ::strata::cuda::Launch<&SoftmaxRowsKernel<S>>(
+        dim3(T, heads), kRowThreads, 0, stream, static_cast<S*>(p), stats, stats_stride, scores, T);
     return LaunchStatus("SoftmaxRowsKernel", static_cast<size_t>(heads) * T);
   });
 }
@@ -87,9 +87,10 @@ Status AttentionSoftmaxBackwardRows(DType dtype, void* p, void* ds, const float*
   if (heads == 0 || T == 0) return absl::OkStatus();
   return DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    SoftmaxBackwardRowsKernel<S><<<dim3(T, heads), kRowThreads, 0, stream>>>(
-        static_cast<S*>(p), static_cast<S*>(ds), scores, dp, stats, stats_stride,
-        static_cast<const S*>(dout), static_cast<const S*>(out), row_stride, head_stride, hs, T);
+    ::strata::cuda::Launch<&SoftmaxBackwardRowsKernel<S>>(
+        dim3(T, heads), kRowThreads, 0, stream, static_cast<S*>(p), static_cast<S*>(ds), scores, dp,
+        stats, stats_stride, static_cast<const S*>(dout), static_cast<const S*>(out), row_stride,
+        head_stride, hs, T);
     return LaunchStatus("SoftmaxBackwardRowsKernel", static_cast<size_t>(heads) * T);
   });
 }
@@ -100,8 +101,9 @@ Status AttentionAddFloatRows(DType dtype, void* dst, int64_t row_stride, int64_t
   if (n == 0) return absl::OkStatus();
   return DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    AddFloatRowsKernel<S><<<GridStrideBlocks(n, 256), 256, 0, stream>>>(
-        static_cast<S*>(dst), row_stride, head_stride, src, T, hs, n);
+    ::strata::cuda::Launch<&AddFloatRowsKernel<S>>(GridStrideBlocks(n, 256), 256, 0, stream,
+                                                   static_cast<S*>(dst), row_stride, head_stride,
+                                                   src, T, hs, n);
     return LaunchStatus("AddFloatRowsKernel", n);
   });
 }

@@ -92,23 +92,26 @@ Status ColumnSums(S* dsum, S* dnorm_sum, const S* dout, const S* inp, const floa
   const dim3 grid((C + kWarpSize - 1) / kWarpSize, layout.groups);
   const dim3 block(kWarpSize, kColumnThreadRows);
   if (dsum != nullptr && dnorm_sum != nullptr) {
-    ColumnPartialsKernel<S, true, true><<<grid, block, 0, stream>>>(
-        sum_partials, norm_partials, dout, inp, mean, rstd, N, C, layout.rows_per_group);
+    ::strata::cuda::Launch<&ColumnPartialsKernel<S, true, true>>(
+        grid, block, 0, stream, sum_partials, norm_partials, dout, inp, mean, rstd, N, C,
+        layout.rows_per_group);
   } else if (dsum != nullptr) {
-    ColumnPartialsKernel<S, true, false><<<grid, block, 0, stream>>>(
-        sum_partials, nullptr, dout, nullptr, nullptr, nullptr, N, C, layout.rows_per_group);
+    ::strata::cuda::Launch<&ColumnPartialsKernel<S, true, false>>(
+        grid, block, 0, stream, sum_partials, nullptr, dout, nullptr, nullptr, nullptr, N, C,
+        layout.rows_per_group);
   } else {
-    ColumnPartialsKernel<S, false, true><<<grid, block, 0, stream>>>(
-        nullptr, norm_partials, dout, inp, mean, rstd, N, C, layout.rows_per_group);
+    ::strata::cuda::Launch<&ColumnPartialsKernel<S, false, true>>(
+        grid, block, 0, stream, nullptr, norm_partials, dout, inp, mean, rstd, N, C,
+        layout.rows_per_group);
   }
   const unsigned final_blocks = GridStrideBlocks(C, kThreads);
   if (dsum != nullptr) {
-    ColumnFinalKernel<S>
-        <<<final_blocks, kThreads, 0, stream>>>(dsum, sum_partials, layout.groups, C);
+    ::strata::cuda::Launch<&ColumnFinalKernel<S>>(final_blocks, kThreads, 0, stream, dsum,
+                                                  sum_partials, layout.groups, C);
   }
   if (dnorm_sum != nullptr) {
-    ColumnFinalKernel<S>
-        <<<final_blocks, kThreads, 0, stream>>>(dnorm_sum, norm_partials, layout.groups, C);
+    ::strata::cuda::Launch<&ColumnFinalKernel<S>>(final_blocks, kThreads, 0, stream, dnorm_sum,
+                                                  norm_partials, layout.groups, C);
   }
   const Status launched = LaunchStatus("column sum kernels", static_cast<size_t>(N) * C);
   CUDA_RETURN_IF_ERROR(cudaFreeAsync(partials, stream), "freeing column partial sums");

@@ -47,8 +47,8 @@ Status SoftmaxCrossEntropy(DType dtype, float* losses, void* logits, const int32
   if (N == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    SoftmaxCrossEntropyKernel<S>
-        <<<N, kThreads, 0, stream>>>(losses, static_cast<S*>(logits), targets, V, Vp, dloss);
+    ::strata::cuda::Launch<&SoftmaxCrossEntropyKernel<S>>(
+        N, kThreads, 0, stream, losses, static_cast<S*>(logits), targets, V, Vp, dloss);
     return 0;
   });
   return LaunchStatus("SoftmaxCrossEntropyKernel", static_cast<size_t>(N) * Vp);

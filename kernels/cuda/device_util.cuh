@@ -15,6 +15,7 @@
 #include "device/cuda/cuda_status.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "device/cuda/launch.h"
 
 namespace strata::cuda_kernels {
 

@@ -128,8 +128,9 @@ Status GeluForward(DType dtype, void* out, const void* inp, size_t n, cudaStream
   if (n == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    GeluForwardKernel<S><<<GridStrideBlocks(n, kThreads), kThreads, 0, stream>>>(
-        static_cast<S*>(out), static_cast<const S*>(inp), n);
+    ::strata::cuda::Launch<&GeluForwardKernel<S>>(GridStrideBlocks(n, kThreads), kThreads, 0,
+                                                  stream, static_cast<S*>(out),
+                                                  static_cast<const S*>(inp), n);
     return 0;
   });
   return LaunchStatus("GeluForwardKernel", n);
@@ -140,8 +141,9 @@ Status GeluBackward(DType dtype, void* dinp, const void* inp, const void* dout, 
   if (n == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    GeluBackwardKernel<S><<<GridStrideBlocks(n, kThreads), kThreads, 0, stream>>>(
-        static_cast<S*>(dinp), static_cast<const S*>(inp), static_cast<const S*>(dout), n);
+    ::strata::cuda::Launch<&GeluBackwardKernel<S>>(
+        GridStrideBlocks(n, kThreads), kThreads, 0, stream, static_cast<S*>(dinp),
+        static_cast<const S*>(inp), static_cast<const S*>(dout), n);
     return 0;
   });
   return LaunchStatus("GeluBackwardKernel", n);
@@ -151,8 +153,9 @@ Status Add(DType dtype, void* out, const void* a, const void* b, size_t n, cudaS
   if (n == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    AddKernel<S><<<GridStrideBlocks(n, kThreads), kThreads, 0, stream>>>(
-        static_cast<S*>(out), static_cast<const S*>(a), static_cast<const S*>(b), n);
+    ::strata::cuda::Launch<&AddKernel<S>>(GridStrideBlocks(n, kThreads), kThreads, 0, stream,
+                                          static_cast<S*>(out), static_cast<const S*>(a),
+                                          static_cast<const S*>(b), n);
     return 0;
   });
   return LaunchStatus("AddKernel", n);
@@ -168,8 +171,9 @@ Status AddScaledColumns(DType dtype, void* dst, int dst_cols, int col, const voi
   if (total == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    AddScaledColumnsKernel<S><<<GridStrideBlocks(total, kThreads), kThreads, 0, stream>>>(
-        static_cast<S*>(dst), dst_cols, col, static_cast<const S*>(src), n, alpha, total);
+    ::strata::cuda::Launch<&AddScaledColumnsKernel<S>>(
+        GridStrideBlocks(total, kThreads), kThreads, 0, stream, static_cast<S*>(dst), dst_cols, col,
+        static_cast<const S*>(src), n, alpha, total);
     return 0;
   });
   return LaunchStatus("AddScaledColumnsKernel", total);
@@ -181,8 +185,9 @@ Status ScaledColumns(DType dtype, void* dst, const void* src, int src_cols, int 
   if (total == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    ScaledColumnsKernel<S><<<GridStrideBlocks(total, kThreads), kThreads, 0, stream>>>(
-        static_cast<S*>(dst), static_cast<const S*>(src), src_cols, col, n, alpha, total);
+    ::strata::cuda::Launch<&ScaledColumnsKernel<S>>(
+        GridStrideBlocks(total, kThreads), kThreads, 0, stream, static_cast<S*>(dst),
+        static_cast<const S*>(src), src_cols, col, n, alpha, total);
     return 0;
   });
   return LaunchStatus("ScaledColumnsKernel", total);
@@ -195,9 +200,9 @@ Status Dropout(DType dtype, void* out, const void* in, int N, int C, int T, int6
   const float keep_denominator = 1.0f - p;  // on the host, as the reference computes it
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    DropoutKernel<S><<<GridStrideBlocks(total, kThreads), kThreads, 0, stream>>>(
-        static_cast<S*>(out), static_cast<const S*>(in), C, T, row0, p, keep_denominator, key,
-        accumulate, total);
+    ::strata::cuda::Launch<&DropoutKernel<S>>(
+        GridStrideBlocks(total, kThreads), kThreads, 0, stream, static_cast<S*>(out),
+        static_cast<const S*>(in), C, T, row0, p, keep_denominator, key, accumulate, total);
     return 0;
   });
   return LaunchStatus("DropoutKernel", total);
@@ -207,8 +212,8 @@ Status AccumulateToFloat(DType dtype, float* dst, const void* src, size_t n, cud
   if (n == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    AccumulateToFloatKernel<S><<<GridStrideBlocks(n, kThreads), kThreads, 0, stream>>>(
-        dst, static_cast<const S*>(src), n);
+    ::strata::cuda::Launch<&AccumulateToFloatKernel<S>>(GridStrideBlocks(n, kThreads), kThreads, 0,
+                                                        stream, dst, static_cast<const S*>(src), n);
     return 0;
   });
   return LaunchStatus("AccumulateToFloatKernel", n);
@@ -218,8 +223,8 @@ Status CastFromFloat(DType dtype, void* dst, const float* src, size_t n, cudaStr
   if (n == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    CastFromFloatKernel<S>
-        <<<GridStrideBlocks(n, kThreads), kThreads, 0, stream>>>(static_cast<S*>(dst), src, n);
+    ::strata::cuda::Launch<&CastFromFloatKernel<S>>(GridStrideBlocks(n, kThreads), kThreads, 0,
+                                                    stream, static_cast<S*>(dst), src, n);
     return 0;
   });
   return LaunchStatus("CastFromFloatKernel", n);
@@ -229,8 +234,8 @@ Status CastToFloat(DType dtype, float* dst, const void* src, size_t n, cudaStrea
   if (n == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    CastToFloatKernel<S><<<GridStrideBlocks(n, kThreads), kThreads, 0, stream>>>(
-        dst, static_cast<const S*>(src), n);
+    ::strata::cuda::Launch<&CastToFloatKernel<S>>(GridStrideBlocks(n, kThreads), kThreads, 0,
+                                                  stream, dst, static_cast<const S*>(src), n);
     return 0;
   });
   return LaunchStatus("CastToFloatKernel", n);
@@ -243,8 +248,9 @@ Status SumSquares(float* result, const float* x, size_t n, cudaStream_t stream) 
   CUDA_RETURN_IF_ERROR(cudaMallocAsync(reinterpret_cast<void**>(&partials),
                                        kSumSquaresBlocks * sizeof(double), stream),
                        "allocating SumSquares' partial sums");
-  SumSquaresPartialKernel<<<kSumSquaresBlocks, kThreads, 0, stream>>>(partials, x, n);
-  SumSquaresFinalKernel<<<1, kSumSquaresBlocks, 0, stream>>>(result, partials);
+  ::strata::cuda::Launch<&SumSquaresPartialKernel>(kSumSquaresBlocks, kThreads, 0, stream, partials,
+                                                   x, n);
+  ::strata::cuda::Launch<&SumSquaresFinalKernel>(1, kSumSquaresBlocks, 0, stream, result, partials);
   const Status launched = LaunchStatus("SumSquares kernels", n);
   CUDA_RETURN_IF_ERROR(cudaFreeAsync(partials, stream), "freeing SumSquares' partial sums");
   return launched;

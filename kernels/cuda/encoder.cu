@@ -99,9 +99,9 @@ Status EncoderForward(DType dtype, void* out, const int32_t* tokens, const void*
   if (total == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    EncoderForwardKernel<S><<<GridStrideBlocks(total, kThreads), kThreads, 0, stream>>>(
-        static_cast<S*>(out), tokens, static_cast<const S*>(wte), static_cast<const S*>(wpe), T, C,
-        total);
+    ::strata::cuda::Launch<&EncoderForwardKernel<S>>(
+        GridStrideBlocks(total, kThreads), kThreads, 0, stream, static_cast<S*>(out), tokens,
+        static_cast<const S*>(wte), static_cast<const S*>(wpe), T, C, total);
     return 0;
   });
   return LaunchStatus("EncoderForwardKernel", total);
@@ -115,14 +115,15 @@ Status EncoderBackward(DType dtype, void* dwte, void* dwpe, const void* dout, co
     using S = decltype(tag);
     if (dwpe != nullptr) {
       const size_t position_total = static_cast<size_t>(T) * C;
-      EncoderBackwardPositionsKernel<S>
-          <<<GridStrideBlocks(position_total, kThreads), kThreads, 0, stream>>>(
-              static_cast<S*>(dwpe), static_cast<const S*>(dout), B, T, C);
+      ::strata::cuda::Launch<&EncoderBackwardPositionsKernel<S>>(
+          GridStrideBlocks(position_total, kThreads), kThreads, 0, stream, static_cast<S*>(dwpe),
+          static_cast<const S*>(dout), B, T, C);
     }
     const dim3 grid((rows + kWarpsPerBlock - 1) / kWarpsPerBlock,
                     (C + kEncoderChannelsPerWarp - 1) / kEncoderChannelsPerWarp);
-    EncoderBackwardTokensKernel<S><<<grid, kThreads, 0, stream>>>(
-        static_cast<S*>(dwte), static_cast<const S*>(dout), tokens, rows, C);
+    ::strata::cuda::Launch<&EncoderBackwardTokensKernel<S>>(
+        grid, kThreads, 0, stream, static_cast<S*>(dwte), static_cast<const S*>(dout), tokens, rows,
+        C);
     return 0;
   });
   return LaunchStatus("EncoderBackward kernels", static_cast<size_t>(rows) * C);

@@ -34,9 +34,9 @@ Status CopyHeads(DType dtype, void* qkv, void* rows, int N, int heads_per_row, i
   if (total == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    CopyHeadsKernel<S><<<GridStrideBlocks(total, kThreads), kThreads, 0, stream>>>(
-        static_cast<S*>(qkv), static_cast<S*>(rows), heads_per_row, first, count, hs, to_rows,
-        total);
+    ::strata::cuda::Launch<&CopyHeadsKernel<S>>(GridStrideBlocks(total, kThreads), kThreads, 0,
+                                                stream, static_cast<S*>(qkv), static_cast<S*>(rows),
+                                                heads_per_row, first, count, hs, to_rows, total);
     return 0;
   });
   return LaunchStatus("CopyHeadsKernel", total);

@@ -80,8 +80,9 @@ Status LayerNormForward(DType dtype, void* out, float* mean, float* rstd, const 
   if (N == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    LayerNormForwardKernel<S><<<(N + kWarpsPerBlock - 1) / kWarpsPerBlock, kThreads, 0, stream>>>(
-        static_cast<S*>(out), mean, rstd, static_cast<const S*>(inp), static_cast<const S*>(weight),
+    ::strata::cuda::Launch<&LayerNormForwardKernel<S>>(
+        (N + kWarpsPerBlock - 1) / kWarpsPerBlock, kThreads, 0, stream, static_cast<S*>(out), mean,
+        rstd, static_cast<const S*>(inp), static_cast<const S*>(weight),
         static_cast<const S*>(bias), N, C);
     return 0;
   });
@@ -94,10 +95,10 @@ Status LayerNormBackward(DType dtype, void* dinp, void* dweight, void* dbias, co
   if (N == 0 || C == 0) return absl::OkStatus();
   return DispatchStorage(dtype, [&](auto tag) -> Status {
     using S = decltype(tag);
-    LayerNormBackwardInputKernel<S>
-        <<<(N + kWarpsPerBlock - 1) / kWarpsPerBlock, kThreads, 0, stream>>>(
-            static_cast<S*>(dinp), static_cast<const S*>(dout), static_cast<const S*>(inp),
-            static_cast<const S*>(weight), mean, rstd, N, C);
+    ::strata::cuda::Launch<&LayerNormBackwardInputKernel<S>>(
+        (N + kWarpsPerBlock - 1) / kWarpsPerBlock, kThreads, 0, stream, static_cast<S*>(dinp),
+        static_cast<const S*>(dout), static_cast<const S*>(inp), static_cast<const S*>(weight),
+        mean, rstd, N, C);
     RETURN_IF_ERROR(LaunchStatus("LayerNormBackwardInputKernel", static_cast<size_t>(N) * C));
     return ColumnSums(static_cast<S*>(dbias), static_cast<S*>(dweight), static_cast<const S*>(dout),
                       static_cast<const S*>(inp), mean, rstd, N, C, stream);

@@ -26,8 +26,9 @@ Status BroadcastBias(DType dtype, void* out, const void* bias, int N, int OC, cu
   if (total == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    BroadcastBiasKernel<S><<<GridStrideBlocks(total, kThreads), kThreads, 0, stream>>>(
-        static_cast<S*>(out), static_cast<const S*>(bias), OC, total);
+    ::strata::cuda::Launch<&BroadcastBiasKernel<S>>(GridStrideBlocks(total, kThreads), kThreads, 0,
+                                                    stream, static_cast<S*>(out),
+                                                    static_cast<const S*>(bias), OC, total);
     return 0;
   });
   return LaunchStatus("BroadcastBiasKernel", total);

@@ -65,9 +65,9 @@ Status RmsNormForward(DType dtype, void* out, float* rstd, const void* inp, cons
   if (N == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    RmsNormForwardKernel<S><<<N, kThreads, 0, stream>>>(static_cast<S*>(out), rstd,
-                                                        static_cast<const S*>(inp),
-                                                        static_cast<const S*>(weight), C, eps);
+    ::strata::cuda::Launch<&RmsNormForwardKernel<S>>(N, kThreads, 0, stream, static_cast<S*>(out),
+                                                     rstd, static_cast<const S*>(inp),
+                                                     static_cast<const S*>(weight), C, eps);
     return 0;
   });
   return LaunchStatus("RmsNormForwardKernel", static_cast<size_t>(N) * C);
@@ -78,9 +78,9 @@ Status RmsNormBackward(DType dtype, void* dinp, void* dweight, const void* dout,
   if (N == 0 || C == 0) return absl::OkStatus();
   return DispatchStorage(dtype, [&](auto tag) -> Status {
     using S = decltype(tag);
-    RmsNormBackwardInputKernel<S><<<N, kThreads, 0, stream>>>(
-        static_cast<S*>(dinp), static_cast<const S*>(dout), static_cast<const S*>(inp),
-        static_cast<const S*>(weight), rstd, C);
+    ::strata::cuda::Launch<&RmsNormBackwardInputKernel<S>>(
+        N, kThreads, 0, stream, static_cast<S*>(dinp), static_cast<const S*>(dout),
+        static_cast<const S*>(inp), static_cast<const S*>(weight), rstd, C);
     RETURN_IF_ERROR(LaunchStatus("RmsNormBackwardInputKernel", static_cast<size_t>(N) * C));
     return ColumnSums(static_cast<S*>(nullptr), static_cast<S*>(dweight),
                       static_cast<const S*>(dout), static_cast<const S*>(inp),

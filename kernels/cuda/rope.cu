@@ -61,8 +61,9 @@ Status Rope(DType dtype, void* qkv, int B, int T, int NH, int NKV, int hs, const
   const int row_stride = (NH + 2 * NKV) * hs;
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    RopeKernel<S><<<GridStrideBlocks(total, kThreads), kThreads, 0, stream>>>(
-        static_cast<S*>(qkv), inv_freq, T, NH + NKV, row_stride, hs, position0, sign, total);
+    ::strata::cuda::Launch<&RopeKernel<S>>(GridStrideBlocks(total, kThreads), kThreads, 0, stream,
+                                           static_cast<S*>(qkv), inv_freq, T, NH + NKV, row_stride,
+                                           hs, position0, sign, total);
     return 0;
   });
   return LaunchStatus("RopeKernel", total);

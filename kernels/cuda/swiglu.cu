@@ -50,8 +50,9 @@ Status SwiGluForward(DType dtype, void* out, const void* inp, int N, int F, cuda
   if (total == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    SwiGluForwardKernel<S><<<GridStrideBlocks(total, kThreads), kThreads, 0, stream>>>(
-        static_cast<S*>(out), static_cast<const S*>(inp), F, total);
+    ::strata::cuda::Launch<&SwiGluForwardKernel<S>>(GridStrideBlocks(total, kThreads), kThreads, 0,
+                                                    stream, static_cast<S*>(out),
+                                                    static_cast<const S*>(inp), F, total);
     return 0;
   });
   return LaunchStatus("SwiGluForwardKernel", total);
@@ -63,8 +64,9 @@ Status SwiGluBackward(DType dtype, void* dinp, const void* inp, const void* dout
   if (total == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    SwiGluBackwardKernel<S><<<GridStrideBlocks(total, kThreads), kThreads, 0, stream>>>(
-        static_cast<S*>(dinp), static_cast<const S*>(inp), static_cast<const S*>(dout), F, total);
+    ::strata::cuda::Launch<&SwiGluBackwardKernel<S>>(
+        GridStrideBlocks(total, kThreads), kThreads, 0, stream, static_cast<S*>(dinp),
+        static_cast<const S*>(inp), static_cast<const S*>(dout), F, total);
     return 0;
   });
   return LaunchStatus("SwiGluBackwardKernel", total);
