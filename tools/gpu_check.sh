@@ -3,43 +3,179 @@
 # the GPU kit alone (tools/gpu_kit.sh builds it here; the device tool carries ".gpu"), with
 # no apt, no Bazel and no compiler. It finds cuBLAS and NCCL where the machine keeps them
 # (CUDA toolkit folders, the ldconfig cache, a Python environment's nvidia/*/lib), prints
-# the machine's facts, then runs each step under its own timeout, in order of value:
-#   1. the kit loads (every binary finds its libraries)
-#   2. the CUDA device tests (streams, events, errors, pools; a cuda_library kernel)
-#   3. the CUDA kernels against their CPU references
-#   4. 30 training steps on the CPU (fp32) and on CUDA (fp32, bf16), the loss curves side
-#      by side and their largest relative differences
-#   5. NCCL: its loading, and the communicator test (its two-rank cases need 2 GPUs)
-#   6. the CPU-vs-CUDA trajectory tests, one process per test so one hang cannot eat the rest
-#      (before them: a traced run on CUDA, and `strata sample` on CUDA against the CPU)
-#   7. `strata bench gpu` for gpt2-124m, then gpt2-1.5b with an explicit host memory limit
-#   8. `strata bench import` into a CUDA engine (the import-rate goal where stores are DMA),
-#      optimizer on the device and on the host (values straight into the pinned master)
-#   9. compute-sanitizer memcheck of the kernel tests, if time is left
+# its plan (each step's limit and the sum of the limits up to it, against the budget) and
+# the machine's facts, then runs each step under its own timeout, in order of value, so
+# that the first five (what a GPU run must settle before anything else: does it load, do
+# the device and the kernels keep their contracts, does training match the CPU, does NCCL
+# work) fit the first 300 s even if each uses all of its limit. The steps and what each
+# proves are the table STEP_* below (--list prints it). A lent machine costs its start-up
+# and the kit's transfer before the first step, so a rerun of a failing step should not
+# pay for the steps that passed: --only runs the chosen ones.
+#
 # Everything it prints goes to $OUT/gpu_check.txt (or ./gpu_check_results.txt where OUT is
 # unset), headed by the date and the kit's manifest. It ends with one line per step
-# (PASS / FAIL / TIMEOUT / SKIP and seconds) and the benchmark's goal lines. The whole run
-# keeps within GPU_CHECK_BUDGET_S (default 360 s), so a rerun fits a 15-minute lease.
+# (PASS / FAIL / TIMEOUT / SKIP, seconds, number, name) and the benchmark's goal lines. The
+# whole run keeps within GPU_CHECK_BUDGET_S (default 360 s), so a rerun fits a 15-minute
+# lease: a step gets its limit or what is left, whichever is less.
 #
 # --dry-run: every step says SKIP with its reason, within seconds, without a GPU (CI runs
 # it: //tools:gpu_check_dry_test). Without a kit, or a kit built for another architecture,
 # cuBLAS or NCCL not found, or too little GPU memory, the step that needs it fails with one
 # line of reason; nothing crashes or hangs the check.
-# Usage: tools/gpu_check.sh [--dry-run] [--kit DIR]   (DIR default: .gpu beside tools/)
+readonly USAGE='usage: tools/gpu_check.sh [--dry-run] [--kit DIR] [--only STEP...] [--list]
+  --dry-run        every step SKIPs with its reason (no GPU needed)
+  --kit DIR        the GPU kit (default: .gpu beside tools/)
+  --only STEP...   runs only these steps, by number or name, space- or comma-separated
+                   (e.g. --only 2 kernels, --only device,kernels); the others SKIP "not
+                   selected". Step 1 (kit) always runs: every other step runs its binaries.
+  --list           prints the steps (number, name, limit, sum of limits, what each proves)'
 set -uo pipefail
 
 readonly BUDGET_S="${GPU_CHECK_BUDGET_S:-360}"
+readonly SUMMARY_RESERVE_S=10   # kept back from the steps for the summary
 readonly START_S="$(date +%s)"
+
+# --- the steps, in order of value -------------------------------------------------------
+# One line each: name (for --only), limit in seconds (what the step needs on an H200 with
+# room for a slow first CUDA context, not a share of the budget), title, command (run by
+# bash -c with the functions below exported) and what a PASS proves. The limits of the
+# first five add up to at most 300 s (//tools:gpu_check_dry_test checks it through
+# --list); the later ones run in what the earlier ones leave of the budget.
+STEP_NAMES=()
+STEP_LIMITS_S=()
+STEP_TITLES=()
+STEP_COMMANDS=()
+STEP_PROVES=()
+add_step() {
+  STEP_NAMES+=("$1") STEP_LIMITS_S+=("$2") STEP_TITLES+=("$3") STEP_COMMANDS+=("$4")
+  STEP_PROVES+=("$5")
+}
+# Step 1 is run whatever --only says: every other step runs the kit's binaries, and a kit
+# that does not load would only make them fail with the loader's message instead.
+add_step kit 20 "kit loads" "kit_loads" \
+  "every binary of the kit finds its libraries here and strata starts (always runs: the other steps run its binaries)"
+add_step device 45 "CUDA device contract tests" "device_tests" \
+  "the CUDA device keeps the device contract (stream order, events, sticky errors, pools, no driver calls in a steady state, traced spans) and a cuda_library kernel runs"
+add_step kernels 60 "CUDA kernels against CPU references" "gpu_test cuda_ops_test" \
+  "every CUDA op matches its CPU reference elementwise within its stated tolerance, fp32 and bf16"
+add_step train 75 "30 steps CPU vs CUDA (fp32, bf16; GPT, llama-tiny)" "train_comparison" \
+  "the built-in GPT and llama-tiny train 30 steps on CUDA, loss beside the CPU's step by step; bf16 within 1e-2 relative"
+add_step nccl 45 "NCCL loading and communicator" "nccl_tests" \
+  "NCCL loads (>= 2.14) and the communicator's collectives work (its two-rank cases need 2 GPUs)"
+add_step trajectory 120 "CPU-vs-CUDA trajectory tests" "trajectory_tests" \
+  "training on CUDA matches the CPU over 10 steps (stages 0-3, offload, NVMe, LLaMA; fp32 1e-4, bf16 2e-2), one process per test"
+add_step sample 30 "sample on CUDA (KV cache, sliding context)" "cuda_sample" \
+  "strata sample on CUDA (fp32, bf16) gives 40 greedy tokens past the 32-position context, as the CPU does"
+add_step trace 30 "trace on CUDA (device-time spans)" "cuda_trace" \
+  "a traced stage-3 run on CUDA has device-time compute spans whose waits sum to compute_stall_ms"
+add_step bench-124m 120 "bench gpu: gpt2-124m" "bench --presets gpt2-124m --nvme-presets gpt2-124m" \
+  "tokens/s and MFU of gpt2-124m (device, offload, delayed update, NVMe) against the goals"
+add_step bench-1.5b 150 "bench gpu: gpt2-1.5b" \
+  "bench --presets gpt2-1.5b --nvme-presets '' --set tiers.host_memory_limit=64GiB" \
+  "the same for gpt2-1.5b, host memory limited to 64 GiB"
+add_step bench-flash 60 "bench gpu: gpt2-124m, flash attention" "bench_flash" \
+  "gpt2-124m with the CUDA-core flash attention, beside the GEMM attention's figures"
+add_step bench-import 75 "bench import on CUDA" "import_bench" \
+  "the Hugging Face import into a CUDA engine against the disk's read rate (optimizer on the device, then on the host)"
+add_step memcheck 90 "compute-sanitizer memcheck (kernels)" "memcheck" \
+  "compute-sanitizer finds no memory error in the kernel tests"
+readonly STEP_COUNT=${#STEP_NAMES[@]}
+
+usage_error() {
+  echo "gpu_check: $*" >&2
+  echo "$USAGE" >&2
+  exit 2
+}
+
+step_names_line() {
+  local index line=""
+  for index in "${!STEP_NAMES[@]}"; do line+="${line:+, }$((index + 1)) ${STEP_NAMES[$index]}"; done
+  echo "$line"
+}
+
+# The selected steps, "1 kit, 3 kernels".
+selected_line() {
+  local index line=""
+  for index in "${!STEP_NAMES[@]}"; do
+    [ "${SELECTED[$index]}" -eq 1 ] && line+="${line:+, }$((index + 1)) ${STEP_NAMES[$index]}"
+  done
+  echo "$line"
+}
+
+print_list() {
+  local index by_s=0
+  echo "steps of tools/gpu_check.sh, in order of value (limit: the step's timeout; by: the sum"
+  echo "of the limits up to it, against the ${BUDGET_S}s budget less ${SUMMARY_RESERVE_S}s for the summary):"
+  printf '%2s  %-13s %6s %6s  %s\n' "#" name limit by proves
+  for index in "${!STEP_NAMES[@]}"; do
+    by_s=$((by_s + STEP_LIMITS_S[index]))
+    printf '%2d  %-13s %5ss %5ss  %s\n' "$((index + 1))" "${STEP_NAMES[$index]}" \
+      "${STEP_LIMITS_S[$index]}" "$by_s" "${STEP_PROVES[$index]}"
+  done
+}
+
 dry_run=0
+list=0
 kit_dir=""
+only=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry_run=1 ;;
-    --kit) kit_dir="$2"; shift ;;
-    *) echo "gpu_check: unknown argument $1 (usage: tools/gpu_check.sh [--dry-run] [--kit DIR])"; exit 2 ;;
+    --list) list=1 ;;
+    --kit)
+      [ $# -ge 2 ] || usage_error "--kit needs a folder"
+      kit_dir="$2"
+      shift
+      ;;
+    --only)
+      shift
+      [ $# -gt 0 ] && [[ "$1" != --* ]] || usage_error "--only needs at least one step ($(step_names_line))"
+      while [ $# -gt 0 ] && [[ "$1" != --* ]]; do
+        only+=("$1")
+        shift
+      done
+      continue
+      ;;
+    -h | --help) echo "$USAGE"; exit 0 ;;
+    *) usage_error "unknown argument $1" ;;
   esac
   shift
 done
+
+# SELECTED[i] is 1 where step i+1 runs: every step without --only; with it, step 1 and the
+# steps named (by number or name; unknown ones are an error listing the valid names).
+SELECTED=()
+for index in "${!STEP_NAMES[@]}"; do SELECTED[index]=$((${#only[@]} == 0 ? 1 : 0)); done
+if [ ${#only[@]} -gt 0 ]; then
+  SELECTED[0]=1
+  unknown=()
+  for word in "${only[@]}"; do
+    IFS=',' read -r -a parts <<<"$word"
+    for part in "${parts[@]}"; do
+      [ -n "$part" ] || continue
+      found=""
+      if [[ "$part" =~ ^[0-9]+$ ]] && [ "$((10#$part))" -ge 1 ] && [ "$((10#$part))" -le "$STEP_COUNT" ]; then
+        found=$((10#$part - 1))
+      else
+        for index in "${!STEP_NAMES[@]}"; do
+          [ "${STEP_NAMES[$index]}" = "$part" ] && found="$index"
+        done
+      fi
+      if [ -n "$found" ]; then SELECTED[found]=1; else unknown+=("'$part'"); fi
+    done
+  done
+  if [ ${#unknown[@]} -gt 0 ]; then
+    names="$(printf ", %s" "${unknown[@]}")"
+    echo "gpu_check: unknown step ${names#, }: the steps are $(step_names_line) (by number or name)" >&2
+    exit 2
+  fi
+fi
+
+if [ "$list" -eq 1 ]; then
+  print_list
+  exit 0
+fi
+
 cd "$(dirname "$0")/.."
 kit_dir="${kit_dir:-$PWD/.gpu}"
 if [ -n "${OUT:-}" ]; then
@@ -49,42 +185,74 @@ else
   RESULTS="$PWD/gpu_check_results.txt"
 fi
 
-SUMMARY=()   # one line per step
-KIT=""       # the unpacked kit (bin/, lib/)
+SUMMARY=()      # one line per step
+KIT=""          # the unpacked kit (bin/, lib/)
+KIT_FAILURE=""  # why there is no kit: step 1 fails saying it, the others skip
 
-remaining() { echo $((BUDGET_S - ($(date +%s) - START_S) - 10)); }
+remaining() { echo $((BUDGET_S - ($(date +%s) - START_S) - SUMMARY_RESERVE_S)); }
 
-# step NAME MAX_S COMMAND...: runs COMMAND under timeout (MAX_S or what is left), records
-# PASS/FAIL/TIMEOUT and its seconds. In a dry run, or where SKIP_REASON is set, it only
-# records SKIP with the reason.
+# The plan: the selected steps with their limits and the sum of the limits up to each,
+# against the budget; a step past it runs only in what the steps before it leave.
+print_plan() {
+  local index by_s=0 note
+  echo "plan: limits and their running sum against ${BUDGET_S}s (${SUMMARY_RESERVE_S}s of it kept for the summary):"
+  for index in "${!STEP_NAMES[@]}"; do
+    if [ "${SELECTED[$index]}" -eq 0 ]; then
+      printf '  %2d %-13s %5ss %6s  not selected\n' "$((index + 1))" "${STEP_NAMES[$index]}" \
+        "${STEP_LIMITS_S[$index]}" "-"
+      continue
+    fi
+    by_s=$((by_s + STEP_LIMITS_S[index]))
+    note=""
+    [ "$by_s" -gt $((BUDGET_S - SUMMARY_RESERVE_S)) ] &&
+      note="past the budget: runs in what the steps before it leave"
+    [ "$index" -eq 0 ] && [ ${#only[@]} -gt 0 ] && note="always runs: the other steps run the kit's binaries"
+    printf '  %2d %-13s %5ss %5ss%s\n' "$((index + 1))" "${STEP_NAMES[$index]}" \
+      "${STEP_LIMITS_S[$index]}" "$by_s" "${note:+  $note}"
+  done
+}
+
+# step INDEX: runs the step's command under timeout (its limit or what is left), records
+# PASS/FAIL/TIMEOUT and its seconds. A step not selected, or any step in a dry run or where
+# SKIP_REASON is set, only records SKIP with the reason.
 step() {
-  local name="$1" max_s="$2"
-  shift 2
-  local left began status verdict
+  local index="$1"
+  local max_s="${STEP_LIMITS_S[$index]}" command="${STEP_COMMANDS[$index]}"
+  local label left began status verdict
+  label="$(printf '%2d %-13s %s' "$((index + 1))" "${STEP_NAMES[$index]}" "${STEP_TITLES[$index]}")"
+  if [ "${SELECTED[$index]}" -eq 0 ]; then
+    SUMMARY+=("$(printf 'SKIP     %4ss  %s: not selected' 0 "$label")")
+    return 0
+  fi
   left="$(remaining)"
   [ "$left" -lt "$max_s" ] && max_s="$left"
   echo
-  echo "=== $name (limit ${max_s}s, $(($(date +%s) - START_S))s elapsed) ==="
+  echo "=== $label (limit ${max_s}s, $(($(date +%s) - START_S))s elapsed) ==="
+  if [ "$index" -eq 0 ] && [ -n "$KIT_FAILURE" ]; then
+    echo "FAIL: $KIT_FAILURE"
+    SUMMARY+=("$(printf 'FAIL     %4ss  %s: %s' 0 "$label" "$KIT_FAILURE")")
+    return 1
+  fi
   if [ -n "${SKIP_REASON:-}" ]; then
     echo "SKIP: $SKIP_REASON"
-    SUMMARY+=("$(printf 'SKIP     %4ss  %s: %s' 0 "$name" "$SKIP_REASON")")
+    SUMMARY+=("$(printf 'SKIP     %4ss  %s: %s' 0 "$label" "$SKIP_REASON")")
     return 0
   fi
   if [ "$max_s" -le 5 ]; then
     echo "SKIP: no time left in the ${BUDGET_S}s budget"
-    SUMMARY+=("$(printf 'SKIP     %4ss  %s: no time left' 0 "$name")")
+    SUMMARY+=("$(printf 'SKIP     %4ss  %s: no time left' 0 "$label")")
     return 0
   fi
   began="$(date +%s)"
-  timeout -k 10 "$max_s" bash -c '"$@"' "$name" "$@"
+  timeout -k 10 "$max_s" bash -c "$command"
   status=$?
   case "$status" in
     0) verdict=PASS ;;
     124 | 137) verdict=TIMEOUT ;;
     *) verdict=FAIL ;;
   esac
-  echo "=== $name: $verdict (exit $status) ==="
-  SUMMARY+=("$(printf '%-8s %4ss  %s' "$verdict" "$(($(date +%s) - began))" "$name")")
+  echo "=== ${STEP_NAMES[$index]}: $verdict (exit $status) ==="
+  SUMMARY+=("$(printf '%-8s %4ss  %s' "$verdict" "$(($(date +%s) - began))" "$label")")
   return "$status"
 }
 
@@ -122,18 +290,24 @@ find_library_dirs() {
   } | xargs -r -n1 dirname 2>/dev/null | awk '!seen[$0]++'
 }
 
-# The kit unpacked (a tarball from gpu_kit.sh, or loose bin/ and lib/), its manifest shown.
+# The kit unpacked (a tarball from gpu_kit.sh, or loose bin/ and lib/), its manifest shown;
+# where there is none, KIT_FAILURE says why (step 1 fails with it).
 unpack_kit() {
   if [ -d "$kit_dir/bin" ]; then
     KIT="$kit_dir"
   elif [ -f "$kit_dir/kit.tar.xz" ]; then
     KIT="$(mktemp -d /tmp/strata-kit.XXXXXX)"
-    tar -C "$KIT" -xJf "$kit_dir/kit.tar.xz" || return 1
+    tar -C "$KIT" -xJf "$kit_dir/kit.tar.xz" || {
+      KIT_FAILURE="the GPU kit $kit_dir/kit.tar.xz does not unpack (rebuild it with tools/gpu_kit.sh)"
+      return 1
+    }
   else
-    echo "no GPU kit at $kit_dir: build it here with tools/gpu_kit.sh and carry .gpu"
+    KIT_FAILURE="no GPU kit at $kit_dir (build it with tools/gpu_kit.sh; the device tool carries .gpu)"
     return 1
   fi
-  cat "$KIT/MANIFEST.txt" 2>/dev/null | head -6
+  # The manifest only informs: a kit without one still runs.
+  head -6 "$KIT/MANIFEST.txt" 2>/dev/null || echo "(the kit has no MANIFEST.txt)"
+  return 0
 }
 
 # Every binary of the kit finds its libraries.
@@ -165,6 +339,19 @@ gpu_test() {
   return "$status"
 }
 
+# Several gpu_test binaries in one step, each run even if one before it failed (a step's
+# line should say all that is wrong, not the first thing).
+gpu_tests() {
+  local binary failed=0
+  for binary in "$@"; do
+    echo "--- $binary"
+    gpu_test "$binary" || failed=1
+  done
+  return "$failed"
+}
+device_tests() { gpu_tests cuda_device_test fill_kernel_test; }
+nccl_tests() { gpu_tests nccl_library_test nccl_communicator_test; }
+
 # 30 steps of the built-in GPT (or, with arguments, e.g. --set model.preset=llama-tiny, the
 # model they name) on the CPU (fp32) and on CUDA (fp32, bf16), side by side.
 trajectories() {
@@ -185,6 +372,17 @@ trajectories() {
           printf "%4d  %9.5f  %9.5f  %9.5f\n", NR, $1, $2, $3}
          END {printf "largest relative difference to the CPU: fp32 %.2e, bf16 %.2e (goal: bf16 <= 1e-2)\n", f, w;
               exit (NR == 30 && w <= 1e-2) ? 0 : 1}'
+}
+
+# The built-in GPT, then llama-tiny: 30 steps each on the CPU and on CUDA (both run even
+# if the first fails).
+train_comparison() {
+  local failed=0
+  echo "--- the built-in GPT"
+  trajectories || failed=1
+  echo "--- llama-tiny"
+  trajectories --set model.preset=llama-tiny || failed=1
+  return "$failed"
 }
 
 # strata sample on CUDA (KV-cache decode, and the context sliding past the model's 32
@@ -254,7 +452,7 @@ PY
 trajectory_tests() {
   local test failed=0
   for test in $("$KIT/bin/gpu_training_test" --gtest_list_tests | awk '/^[^ ]/ {suite=$1} /^  / {print suite $1}'); do
-    timeout -k 5 120 "$KIT/bin/gpu_training_test" --gtest_filter="$test" 2>&1 |
+    timeout -k 5 60 "$KIT/bin/gpu_training_test" --gtest_filter="$test" 2>&1 |
       grep -E "^\[ +(OK|FAILED|SKIPPED) |Failure|no usable GPU" || true
     [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
   done
@@ -309,19 +507,21 @@ memcheck() {
 
 BENCH_LOG="$(mktemp)"
 export KIT BENCH_LOG
-export -f kit_loads gpu_test trajectories cuda_trace cuda_sample trajectory_tests bench bench_flash \
-  import_bench memcheck
+export -f kit_loads gpu_test gpu_tests device_tests nccl_tests trajectories train_comparison \
+  cuda_trace cuda_sample trajectory_tests bench bench_flash import_bench memcheck
 
 main() {
   echo "strata GPU check$([ "$dry_run" -eq 1 ] && echo ' (dry run: every step is skipped)')"
   echo "budget: ${BUDGET_S}s; results in $RESULTS"
+  [ ${#only[@]} -gt 0 ] &&
+    echo "only: $(selected_line) (step 1 always runs: the other steps run the kit's binaries)"
+  print_plan
   facts
 
   if [ "$dry_run" -eq 1 ]; then
     SKIP_REASON="dry run"
   elif ! unpack_kit; then
     SKIP_REASON="no GPU kit"
-    SUMMARY+=("FAIL        0s  the GPU kit: none at $kit_dir (tools/gpu_kit.sh)")
   fi
   export KIT
 
@@ -336,23 +536,10 @@ main() {
     SKIP_REASON="no nvidia-smi: not a GPU machine"
   fi
 
-  step "kit loads" 30 kit_loads
-  step "CUDA device tests" 60 gpu_test cuda_device_test
-  step "CUDA kernel (fill_kernel_test)" 30 gpu_test fill_kernel_test
-  step "CUDA kernels against CPU references" 90 gpu_test cuda_ops_test
-  step "30 steps CPU vs CUDA (fp32, bf16)" 90 trajectories
-  step "30 steps CPU vs CUDA, llama-tiny" 45 trajectories --set model.preset=llama-tiny
-  step "trace on CUDA (device-time spans)" 30 cuda_trace
-  step "sample on CUDA (KV cache, sliding context)" 30 cuda_sample
-  step "NCCL loading" 20 gpu_test nccl_library_test
-  step "NCCL communicator" 60 gpu_test nccl_communicator_test
-  step "CPU-vs-CUDA trajectory tests" 120 trajectory_tests
-  step "bench gpu: gpt2-124m" 120 bench --presets gpt2-124m --nvme-presets gpt2-124m
-  step "bench gpu: gpt2-1.5b" 150 bench --presets gpt2-1.5b --nvme-presets "" \
-    --set tiers.host_memory_limit=64GiB
-  step "bench gpu: gpt2-124m, flash attention" 60 bench_flash
-  step "bench import on CUDA" 75 import_bench
-  step "compute-sanitizer memcheck (kernels)" 90 memcheck
+  local index
+  for index in "${!STEP_NAMES[@]}"; do
+    step "$index"
+  done
 
   echo
   echo "=== summary ($(($(date +%s) - START_S))s of ${BUDGET_S}s) ==="
@@ -366,6 +553,10 @@ main() {
   fi
   if [ -n "${SKIP_REASON:-}" ]; then
     echo "GPU CHECK SKIPPED: $SKIP_REASON"
+    return 0
+  fi
+  if [ ${#only[@]} -gt 0 ]; then
+    echo "GPU CHECK PASSED (only steps $(selected_line))"
     return 0
   fi
   echo "GPU CHECK PASSED"
