@@ -19,8 +19,9 @@ the objects to a cc_library, which links them like any C++ object.
   referenced, which is how our kernels are reached. Pass alwayslink = True for a .cu that
   only registers itself through a static initializer.
 - Under --config=simgpu (SIMGPU True) the same rule compiles each .cu with the C++
-  toolchain's g++ instead (`-x c++`, simgpu/simt.h first; _SIMGPU_COPTS) and adds
-  //simgpu:simt; a target's nvcc `copts` are not passed to g++.
+  toolchain's g++ instead (`-x c++`, simgpu/simt.h first; _SIMGPU_COPTS) against
+  //simgpu:simt_headers, and the library links //simgpu:simt (no headers, so dependants'
+  compiles are the normal build's); a target's nvcc `copts` are not passed to g++.
 - Where CUDA is absent (HAS_CUDA False: no toolkit, or --config=nocuda) the library has
   the headers and deps but no objects, and carries no CUDA symbols.
 
@@ -171,12 +172,11 @@ def cuda_library(
       **kwargs: passed to the cc_library (visibility, testonly, tags, ...).
     """
     if HAS_CUDA:
-        simt = ["@//simgpu:simt"] if SIMGPU else []
         _cuda_objects(
             name = name + "_cu",
             srcs = srcs,
             hdrs = hdrs,
-            deps = deps + ["@local_cuda//:cuda"] + simt,
+            deps = deps + ["@local_cuda//:cuda"] + (["@//simgpu:simt_headers"] if SIMGPU else []),
             copts = copts,
             defines = defines,
             includes = includes,
@@ -188,7 +188,7 @@ def cuda_library(
             name = name,
             srcs = [":" + name + "_cu"],
             hdrs = hdrs,
-            deps = deps + ["@local_cuda//:cuda"] + simt,
+            deps = deps + ["@local_cuda//:cuda"] + (["@//simgpu:simt"] if SIMGPU else []),
             defines = defines,
             includes = includes,
             alwayslink = alwayslink,
