@@ -44,10 +44,12 @@ void LaunchKernel(const char* name, const void* kernel, dim3 grid, dim3 block,
     return;
   }
   const uint64_t seed = Seed();
+  // The closure owns a copy of the name: a stream may run it after KernelName's static died.
   const cudaError_t enqueued = Enqueue(
       stream, std::string("kernel ") + name, std::move(accesses),
-      [name, grid, block, shared_bytes, seed, body = std::move(thread_body)]() {
-        return RunGrid(name, grid, block, shared_bytes, seed, body);
+      [kernel_name = std::string(name), grid, block, shared_bytes, seed,
+       body = std::move(thread_body)]() {
+        return RunGrid(kernel_name.c_str(), grid, block, shared_bytes, seed, body);
       });
   if (enqueued != cudaSuccess) SetLaunchError(enqueued);
 }
