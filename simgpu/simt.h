@@ -19,6 +19,10 @@
 //   bound), not here.
 // - The float intrinsics (__fadd_rn ...) are plain IEEE operations on float; the build sets
 //   -ffp-contract=off, so no multiply-add is fused unless the kernel asks (__fmaf_rn).
+// - Also from CUDA's device headers: integer and float min/max, __ffs/__popc/__clz, and the
+//   runtime's cudaFuncSetAttribute/cudaFuncGetAttributes overloads taking a kernel pointer.
+//   Math (expf, fmaxf, tanhf, ...) is <cmath>'s. `#pragma unroll` is unknown to g++: compile
+//   with -Wno-unknown-pragmas.
 // - simgpu::Launch checks a launch as an H200 would (CUDA's own error codes through
 //   cudaGetLastError, the kernel not run), then enqueues the grid on the runtime double's
 //   stream (work.h) with the kernel's pointer arguments as the operation's accesses.
