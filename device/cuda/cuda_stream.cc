@@ -143,12 +143,14 @@ Status CudaStream::WaitTimed(cudaEvent_t event, const std::string& on) {
   CUDA_RETURN_IF_ERROR(cudaEventRecord(before, handle_.get()), Where("timing a wait"));
   CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(handle_.get(), event, 0), Where("waiting for an event"));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(after, handle_.get()), Where("timing a wait"));
+  work_since_mark_.store(true, std::memory_order_relaxed);  // the wait is the unlabelled span
   if (traced) RETURN_IF_ERROR(AddMarkLocked(label_));
   stalls_.push_back({before, after, traced, on});
   return absl::OkStatus();
 }
 
 void CudaStream::Feeding() {
+  work_since_mark_.store(true, std::memory_order_relaxed);
   feeder_.store(std::this_thread::get_id(), std::memory_order_relaxed);
   if (!drain_pending_.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(stall_mutex_);
@@ -264,8 +266,13 @@ Status CudaStream::AddMarkLocked(std::shared_ptr<const TraceLabel> label) {
     CUDA_RETURN_IF_ERROR(cudaEventSynchronize(anchor_event_), Where("anchoring the trace"));
     anchor_host_ = Trace::Clock::now();
   }
+  if (!marks_.empty() && !work_since_mark_.load(std::memory_order_relaxed)) {
+    marks_.back().label = std::move(label);  // the interval since it holds no work
+    return absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(cudaEvent_t event, RecordTimingEventLocked("marking the trace"));
   marks_.push_back({event, std::move(label)});
+  work_since_mark_.store(false, std::memory_order_relaxed);
   return absl::OkStatus();
 }
 

@@ -121,7 +121,9 @@ class CudaStream : public Stream {
   // failure it goes back to the pool and the error is cleared and returned).
   StatusOr<cudaEvent_t> RecordTimingEventLocked(const char* what) const;
   // Under stall_mutex_: a mark where `label` begins; the first one also anchors GPU time
-  // to host time (an event waited for at once, read against the host clock).
+  // to host time (an event waited for at once, read against the host clock). Where nothing
+  // was enqueued since the last mark, that mark takes the new label instead: a label
+  // without work (an outer label around an inner one) shows no span, as on the CPU device.
   Status AddMarkLocked(std::shared_ptr<const TraceLabel> label);
   // Host time of a completed timing event of this stream.
   Trace::Clock::time_point HostTime(cudaEvent_t event) const;
@@ -142,6 +144,7 @@ class CudaStream : public Stream {
   const std::atomic<Trace*>* trace_;         // the device's
   std::shared_ptr<const TraceLabel> label_;  // under stall_mutex_
   std::deque<Mark> marks_;                   // under stall_mutex_
+  std::atomic<bool> work_since_mark_{false};  // set by Feeding and timed waits
   cudaEvent_t anchor_event_ = nullptr;       // GPU time 0 of this stream's trace
   Trace::Clock::time_point anchor_host_;
   mutable int track_ = -1;

@@ -217,7 +217,7 @@ void ExpectTracedStreamsShowLabelsAndWaits(Device& device_ref) {
                   static_cast<double>(on_compute[i - 1]["dur"]) - 0.001);
   }
   const auto on_comm = SpansOn(parsed, "comm");
-  ASSERT_EQ(on_comm.size(), 1u);
+  ASSERT_EQ(on_comm.size(), 1u) << parsed.dump(1);
   EXPECT_EQ(on_comm[0]["name"], "all-gather");
   EXPECT_EQ(on_comm[0]["args"]["bytes"], "4096");
   EXPECT_EQ(on_comm[0]["args"]["for"], "gather h3");
