@@ -150,8 +150,11 @@ template <typename T>
 void AddAccess(std::vector<Access>& accesses, const T& value) {
   if constexpr (std::is_pointer_v<T> && std::is_object_v<std::remove_pointer_t<T>>) {
     if (value != nullptr) {
+      // Only the element the pointer points at: strata packs small arrays that different
+      // streams write element by element into one buffer (a page would race falsely).
       accesses.push_back(Access{reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(value)),
-                                0, !std::is_const_v<std::remove_pointer_t<T>>});
+                                sizeof(std::remove_pointer_t<T>),
+                                !std::is_const_v<std::remove_pointer_t<T>>});
     }
   }
 }

@@ -22,8 +22,10 @@
 namespace simgpu {
 
 // One memory range an operation touches. A kernel's pointer argument is known only by its
-// start: bytes == 0 means [ptr, the next 4 KiB boundary), the page the pointer points into
-// from ptr on (strata's blocks are 4 KiB-aligned, so this never reaches a neighbour).
+// start: the launcher records the element it points at, [ptr, ptr + sizeof(*ptr)), which
+// every other operation on the same array also touches (its first element), and never a
+// neighbour packed beside it (strata's per-unit norm parts, written by two streams).
+// bytes == 0 means [ptr, the next 4 KiB boundary).
 struct Access {
   const void* ptr = nullptr;
   size_t bytes = 0;

@@ -8,6 +8,8 @@
 set -uo pipefail
 strata="$(realpath "$1")"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+# Absolute: mpirun and strata may run elsewhere than the runfiles folder.
+[ -n "${STRATA_NCCL_LIBRARY:-}" ] && export STRATA_NCCL_LIBRARY="$(realpath "$STRATA_NCCL_LIBRARY")"
 fail() { echo "FAIL: $*"; exit 1; }
 common=(--set model.preset=tiny --set train.seq_len=16 --set train.micro_batch=2
         --set train.eval_every=0 --set zero.prefetch_bytes=64KiB)

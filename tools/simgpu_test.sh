@@ -12,8 +12,12 @@ cd "$(dirname "$0")/.."
 base="${STRATA_SIMGPU_OUTPUT_BASE:-$HOME/.cache/strata-simgpu}"
 bazel_simgpu() { bazel --output_base="$base" "$@"; }
 
+# The checkout's own packages (//... would also walk the normal output base's bazel-<dir>
+# link, which this output base does not know as its own).
+packages="$(git ls-files '*BUILD' | grep -v '^third_party/' | cut -d/ -f1 | grep -v BUILD |
+  sort -u | sed 's|.*|//&/...|' | paste -sd+ -)"
 targets="$(bazel_simgpu query --repo_env=STRATA_SIMGPU=1 \
-  'attr(tags, "\bgpu\b", tests(//...)) + tests(//simgpu/...)' 2>/dev/null)"
+  "attr(tags, '\bgpu\b', tests($packages)) + tests(//simgpu/...)" 2>/dev/null)"
 if [ -z "$targets" ]; then
   echo "simgpu: no targets found (bazel query failed?)"
   exit 1
