@@ -14,15 +14,17 @@
 #include <boost/context/fiber.hpp>
 
 #include <cinttypes>
+#include <cstddef>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
 #include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "simgpu/executor.h"
 #include "simgpu/executor_memory.h"
@@ -34,7 +36,8 @@
 namespace simgpu {
 namespace internal {
 
-thread_local const ThreadCoordinates* current_coordinates = nullptr;
+__thread const ThreadCoordinates* current_coordinates
+    __attribute__((tls_model("initial-exec"))) = nullptr;
 
 }  // namespace internal
 
@@ -132,8 +135,10 @@ int SourceLane(WarpOpKind kind, int lane, int lane_argument, int width) {
 enum class ThreadState { kRunnable, kAtBarrier, kAtWarpOperation, kExited };
 
 class Block;
+struct Worker;
 
-// One thread of the running block.
+// One thread of the running block. The coordinates come first: the thread-local
+// internal::current_coordinates points at them, and CurrentThread finds the thread from it.
 struct KernelThread {
   ThreadCoordinates coordinates{};  // what threadIdx & co. read
   Block* block = nullptr;
@@ -141,16 +146,31 @@ struct KernelThread {
   int lane = 0;
   int warp = 0;
   ThreadState state = ThreadState::kRunnable;
-  WarpRequest request;  // while at a warp operation
-  uint64_t result = 0;  // the warp operation's result for this lane
+  WarpRequest request;      // while at a warp operation
+  uint64_t result = 0;      // the warp operation's result for this lane
+  Worker* worker = nullptr;  // the fiber that runs it from its start; nullptr: not started
+};
+static_assert(std::is_standard_layout_v<KernelThread> && offsetof(KernelThread, coordinates) == 0,
+              "CurrentThread casts the coordinates' address back to the thread");
+
+// A fiber that runs kernel threads one after another: created when a thread starts and no
+// idle one exists, reused by later threads and blocks of the grid, ended with the grid. A
+// thread that returns without having waited hands its fiber straight to the next unstarted
+// thread in line (grid-stride kernels with more threads than elements never switch).
+struct Worker {
   Stack stack;
-  context::fiber fiber;                 // while suspended: the thread's continuation
-  context::fiber* scheduler = nullptr;  // while running: the scheduler's continuation
-  void* fake_stack = nullptr;           // ASan's fake stack while switched out
+  context::fiber fiber;             // while suspended: its continuation
+  KernelThread* thread = nullptr;   // the thread it runs; nullptr when idle (resumed: end)
+  void* fake_stack = nullptr;       // ASan's fake stack while switched out
 };
 
-// The running kernel thread of this OS thread (nullptr outside a kernel).
-thread_local KernelThread* current_thread = nullptr;
+// One warp's lanes as bit masks (bit i is lane i), so that a warp operation checks its mask
+// in O(1) and only the lane that completes it visits the lanes.
+struct WarpLanes {
+  unsigned existing = 0;  // lanes the block has (a partial last warp has fewer)
+  unsigned waiting = 0;   // lanes waiting at a warp operation (state kAtWarpOperation)
+  unsigned exited = 0;
+};
 
 // Boost.Context's stack allocator for one fiber: hands out a stack taken from the pool
 // beforehand and gives it back when the fiber ends.
@@ -172,40 +192,47 @@ class PooledStack {
   Stack stack_;
 };
 
+// The blocks of one grid, run one after another with the same threads and fibers.
 class Block {
  public:
-  Block(const char* name, uint3 index, dim3 grid, dim3 block_dim, void* dynamic_shared,
-        const std::function<void()>& thread_body)
+  Block(const char* name, dim3 grid, dim3 block_dim, const std::function<void()>& thread_body)
       : name_(name),
-        index_(index),
         count_(static_cast<int>(block_dim.x * block_dim.y * block_dim.z)),
-        dynamic_shared_(dynamic_shared),
         thread_body_(thread_body),
-        threads_(new KernelThread[count_]) {
+        threads_(new KernelThread[count_]),
+        warps_(new WarpLanes[(count_ + kWarpLanes - 1) / kWarpLanes]),
+        runnable_(new int[count_]) {
     for (int linear = 0; linear < count_; ++linear) {
       KernelThread& thread = threads_[linear];
       const unsigned x = linear % block_dim.x, y = linear / block_dim.x % block_dim.y,
                      z = linear / (block_dim.x * block_dim.y);
-      thread.coordinates = ThreadCoordinates{uint3{x, y, z}, index, block_dim, grid};
+      thread.coordinates = ThreadCoordinates{uint3{x, y, z}, uint3{}, block_dim, grid};
       thread.block = this;
       thread.linear = linear;
       thread.lane = linear % kWarpLanes;
       thread.warp = linear / kWarpLanes;
+      warps_[thread.warp].existing |= 1u << thread.lane;
     }
   }
   Block(const Block&) = delete;
   Block& operator=(const Block&) = delete;
+  // Ends every fiber (all idle once Run returns), giving their stacks back to the pool.
+  ~Block();
 
-  // Runs the block to the end; "" or the error.
-  std::string Run();
+  // Runs block `index` to the end with `dynamic_shared` as its shared memory; "" or the
+  // error. After an error the object may only be destroyed.
+  std::string Run(uint3 index, void* dynamic_shared);
 
   void* dynamic_shared() const { return dynamic_shared_; }
   void SyncThreads(KernelThread& thread);
   uint64_t WarpOperation(KernelThread& thread, const WarpRequest& request);
 
  private:
-  context::fiber Main(KernelThread& thread, context::fiber&& scheduler);
-  void Resume(KernelThread& thread);
+  context::fiber WorkerMain(Worker& worker, context::fiber&& scheduler);
+  void RunThread(KernelThread& thread);
+  Worker& IdleWorker();
+  void Resume(Worker& worker);
+  void SwitchToScheduler(Worker& worker);
   void Suspend(KernelThread& thread);
   void ReleaseBarrier(const KernelThread* self);
   void CompleteWarpOperation(KernelThread& self);
@@ -216,45 +243,131 @@ class Block {
   std::string Deadlock() const;
   void Abandon();
 
-  const char* name_;
-  const uint3 index_;
+  // The runnable threads, first to last: a ring of at most count_ (a thread is queued once).
+  void PushRunnable(int linear) {
+    int slot = runnable_head_ + runnable_size_;
+    if (slot >= count_) slot -= count_;
+    runnable_[slot] = linear;
+    ++runnable_size_;
+  }
+  int PopRunnable() {
+    const int linear = runnable_[runnable_head_];
+    if (++runnable_head_ == count_) runnable_head_ = 0;
+    --runnable_size_;
+    return linear;
+  }
+
+  const char* const name_;
   const int count_;
-  void* const dynamic_shared_;
   const std::function<void()>& thread_body_;
-  std::unique_ptr<KernelThread[]> threads_;
-  std::deque<int> runnable_;
+  const std::unique_ptr<KernelThread[]> threads_;
+  const std::unique_ptr<WarpLanes[]> warps_;
+  const std::unique_ptr<int[]> runnable_;
+  int runnable_head_ = 0;
+  int runnable_size_ = 0;
+  uint3 index_{};
+  void* dynamic_shared_ = nullptr;
   int at_barrier_ = 0;
   int exited_ = 0;
   bool abandoning_ = false;
   std::string error_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<Worker*> idle_workers_;
+  // While a worker runs: the scheduler's continuation (one worker runs at a time).
+  context::fiber scheduler_;
   // The scheduler's stack, learnt from ASan when a fiber first starts.
   const void* scheduler_stack_bottom_ = nullptr;
   size_t scheduler_stack_bytes_ = 0;
 };
 
-std::string Block::Run() {
+Block::~Block() {
+  for (const std::unique_ptr<Worker>& worker : workers_) {
+    worker->thread = nullptr;
+    Resume(*worker);
+    if (worker->fiber) {
+      std::fprintf(stderr, "simgpu: kernel %s: a fiber did not end\n", name_);
+      std::abort();
+    }
+  }
+  internal::current_coordinates = nullptr;
+}
+
+std::string Block::Run(uint3 index, void* dynamic_shared) {
+  index_ = index;
+  dynamic_shared_ = dynamic_shared;
   for (int linear = 0; linear < count_; ++linear) {
     KernelThread& thread = threads_[linear];
-    thread.stack = executor::AcquireStack();
-    thread.fiber = context::fiber(std::allocator_arg, PooledStack(thread.stack),
-                                  [this, &thread](context::fiber&& scheduler) {
-                                    return Main(thread, std::move(scheduler));
-                                  });
-    runnable_.push_back(linear);
+    thread.coordinates.block_index = index;
+    thread.state = ThreadState::kRunnable;
+    thread.worker = nullptr;
+    runnable_[linear] = linear;
   }
-  while (!runnable_.empty() && error_.empty()) {
-    const int next = runnable_.front();
-    runnable_.pop_front();
-    Resume(threads_[next]);
+  for (int warp = 0; warp < (count_ + kWarpLanes - 1) / kWarpLanes; ++warp) {
+    warps_[warp].waiting = 0;
+    warps_[warp].exited = 0;
+  }
+  runnable_head_ = 0;
+  runnable_size_ = count_;
+  at_barrier_ = 0;
+  exited_ = 0;
+  while (runnable_size_ > 0 && error_.empty()) {
+    KernelThread& thread = threads_[PopRunnable()];
+    if (thread.worker == nullptr) {
+      Worker& worker = IdleWorker();
+      worker.thread = &thread;
+      thread.worker = &worker;
+    }
+    Resume(*thread.worker);
   }
   if (error_.empty() && exited_ < count_) RecordError(Deadlock());
   if (!error_.empty()) Abandon();
+  internal::current_coordinates = nullptr;
   return error_;
 }
 
-context::fiber Block::Main(KernelThread& thread, context::fiber&& scheduler) {
+Worker& Block::IdleWorker() {
+  if (!idle_workers_.empty()) {
+    Worker* worker = idle_workers_.back();
+    idle_workers_.pop_back();
+    return *worker;
+  }
+  workers_.push_back(std::make_unique<Worker>());
+  Worker& worker = *workers_.back();
+  worker.stack = executor::AcquireStack();
+  worker.fiber = context::fiber(std::allocator_arg, PooledStack(worker.stack),
+                                [this, &worker](context::fiber&& scheduler) {
+                                  return WorkerMain(worker, std::move(scheduler));
+                                });
+  return worker;
+}
+
+context::fiber Block::WorkerMain(Worker& worker, context::fiber&& scheduler) {
   FinishSwitch(nullptr, &scheduler_stack_bottom_, &scheduler_stack_bytes_);
-  thread.scheduler = &scheduler;
+  scheduler_ = std::move(scheduler);
+  while (worker.thread != nullptr) {
+    RunThread(*worker.thread);
+    // The next thread in line has not started: it runs here, as the scheduler would run it
+    // next, without switching to the scheduler and to a fiber of its own.
+    if (runnable_size_ > 0 && error_.empty() && !abandoning_) {
+      KernelThread& next = threads_[runnable_[runnable_head_]];
+      if (next.worker == nullptr) {
+        PopRunnable();
+        next.worker = &worker;
+        worker.thread = &next;
+        internal::current_coordinates = &next.coordinates;
+        continue;
+      }
+    }
+    worker.thread = nullptr;
+    idle_workers_.push_back(&worker);
+    SwitchToScheduler(worker);
+  }
+  // The fiber ends: ASan may free its fake stack.
+  StartSwitch(nullptr, scheduler_stack_bottom_, scheduler_stack_bytes_);
+  return std::move(scheduler_);
+}
+
+void Block::RunThread(KernelThread& thread) {
   if (!abandoning_) {
     try {
       thread_body_();
@@ -266,29 +379,28 @@ context::fiber Block::Main(KernelThread& thread, context::fiber&& scheduler) {
     }
   }
   thread.state = ThreadState::kExited;
+  warps_[thread.warp].exited |= 1u << thread.lane;
   ++exited_;
   if (at_barrier_ > 0 && at_barrier_ + exited_ == count_) ReleaseBarrier(nullptr);
-  thread.scheduler = nullptr;
-  // The fiber ends: ASan may free its fake stack.
-  StartSwitch(nullptr, scheduler_stack_bottom_, scheduler_stack_bytes_);
-  return std::move(scheduler);
 }
 
-void Block::Resume(KernelThread& thread) {
-  current_thread = &thread;
-  internal::current_coordinates = &thread.coordinates;
+void Block::Resume(Worker& worker) {
+  internal::current_coordinates =
+      worker.thread != nullptr ? &worker.thread->coordinates : nullptr;
   void* fake_stack = nullptr;
-  StartSwitch(&fake_stack, thread.stack.bottom, thread.stack.bytes);
-  thread.fiber = std::move(thread.fiber).resume();
+  StartSwitch(&fake_stack, worker.stack.bottom, worker.stack.bytes);
+  worker.fiber = std::move(worker.fiber).resume();
   FinishSwitch(fake_stack, nullptr, nullptr);
-  current_thread = nullptr;
-  internal::current_coordinates = nullptr;
+}
+
+void Block::SwitchToScheduler(Worker& worker) {
+  StartSwitch(&worker.fake_stack, scheduler_stack_bottom_, scheduler_stack_bytes_);
+  scheduler_ = std::move(scheduler_).resume();
+  FinishSwitch(worker.fake_stack, &scheduler_stack_bottom_, &scheduler_stack_bytes_);
 }
 
 void Block::Suspend(KernelThread& thread) {
-  StartSwitch(&thread.fake_stack, scheduler_stack_bottom_, scheduler_stack_bytes_);
-  *thread.scheduler = std::move(*thread.scheduler).resume();
-  FinishSwitch(thread.fake_stack, &scheduler_stack_bottom_, &scheduler_stack_bytes_);
+  SwitchToScheduler(*thread.worker);
   if (abandoning_) throw AbandonThread{};
 }
 
@@ -308,7 +420,7 @@ void Block::ReleaseBarrier(const KernelThread* self) {
     KernelThread& thread = threads_[linear];
     if (thread.state != ThreadState::kAtBarrier) continue;
     thread.state = ThreadState::kRunnable;
-    if (&thread != self) runnable_.push_back(linear);
+    if (&thread != self) PushRunnable(linear);
   }
   at_barrier_ = 0;
 }
@@ -317,30 +429,33 @@ uint64_t Block::WarpOperation(KernelThread& thread, const WarpRequest& request) 
   if (abandoning_) throw AbandonThread{};
   // Messages only: the checks below are on every warp operation's path.
   auto who_string = [&] { return DescribeThread(thread); };
-  if (IsShuffle(request.kind) &&
+  const bool shuffle = IsShuffle(request.kind);
+  if (shuffle &&
       (request.width < 1 || request.width > kWarpLanes || (request.width & (request.width - 1)))) {
     Fail(Format("%s calls %s with width %d, not a power of two from 1 to 32", who_string().c_str(),
                 Describe(request).c_str(), request.width));
   }
-  if ((request.mask >> thread.lane & 1u) == 0) {
+  const unsigned own_bit = 1u << thread.lane;
+  if ((request.mask & own_bit) == 0) {
     Fail(Format("%s (lane %d) calls %s, whose mask does not include its own lane", who_string().c_str(),
                 thread.lane, Describe(request).c_str()));
   }
-  const int warp_begin = thread.warp * kWarpLanes;
-  for (int lane = 0; lane < kWarpLanes; ++lane) {
-    if ((request.mask >> lane & 1u) == 0) continue;
-    if (warp_begin + lane >= count_) {
+  WarpLanes& warp = warps_[thread.warp];
+  // The lowest lane of the mask that has exited or does not exist (exited lanes exist, and
+  // every existing lane is below every missing one).
+  const unsigned unusable = request.mask & (warp.exited | ~warp.existing);
+  if (unusable != 0) {
+    const int lane = __builtin_ctz(unusable);
+    if ((warp.existing >> lane & 1u) == 0) {
       Fail(Format("%s calls %s, which names lane %d of warp %d; the block has %d threads, so "
                   "that lane does not exist",
                   who_string().c_str(), Describe(request).c_str(), lane, thread.warp, count_));
     }
-    const KernelThread& other = threads_[warp_begin + lane];
-    if (other.state == ThreadState::kExited) {
-      Fail(Format("%s calls %s, which names lane %d (%s), which has exited", who_string().c_str(),
-                  Describe(request).c_str(), lane, DescribeThread(other).c_str()));
-    }
+    const KernelThread& other = threads_[thread.warp * kWarpLanes + lane];
+    Fail(Format("%s calls %s, which names lane %d (%s), which has exited", who_string().c_str(),
+                Describe(request).c_str(), lane, DescribeThread(other).c_str()));
   }
-  if (IsShuffle(request.kind)) {
+  if (shuffle) {
     const int source = SourceLane(request.kind, thread.lane, request.lane_argument, request.width);
     if ((request.mask >> source & 1u) == 0) {
       Fail(Format("%s calls %s reading lane %d, which is not in the mask (an inactive lane)",
@@ -349,11 +464,14 @@ uint64_t Block::WarpOperation(KernelThread& thread, const WarpRequest& request) 
   }
   thread.request = request;
   thread.state = ThreadState::kAtWarpOperation;
-  bool complete = true;
-  for (int lane = 0; lane < kWarpLanes && complete; ++lane) {
-    if ((request.mask >> lane & 1u) == 0) continue;
-    const KernelThread& other = threads_[warp_begin + lane];
-    complete = other.state == ThreadState::kAtWarpOperation && SameOperation(other.request, request);
+  warp.waiting |= own_bit;
+  bool complete = (warp.waiting & request.mask) == request.mask;
+  if (complete) {
+    const KernelThread* lanes = &threads_[thread.warp * kWarpLanes];
+    for (unsigned others = request.mask & ~own_bit; others != 0 && complete;
+         others &= others - 1) {
+      complete = SameOperation(lanes[__builtin_ctz(others)].request, request);
+    }
   }
   if (complete) {
     CompleteWarpOperation(thread);
@@ -366,33 +484,42 @@ uint64_t Block::WarpOperation(KernelThread& thread, const WarpRequest& request) 
 void Block::CompleteWarpOperation(KernelThread& self) {
   const WarpRequest& request = self.request;
   const unsigned mask = request.mask;
-  const int warp_begin = self.warp * kWarpLanes;
-  uint64_t ballot = 0;
-  for (int lane = 0; lane < kWarpLanes; ++lane) {
-    if ((mask >> lane & 1u) != 0 && threads_[warp_begin + lane].request.value != 0) {
-      ballot |= uint64_t{1} << lane;
+  const WarpOpKind kind = request.kind;
+  KernelThread* const lanes = &threads_[self.warp * kWarpLanes];
+  if (IsShuffle(kind)) {
+    // Each lane's own source: lanes may pass different arguments to one shuffle.
+    for (unsigned remaining = mask; remaining != 0; remaining &= remaining - 1) {
+      const int lane = __builtin_ctz(remaining);
+      KernelThread& thread = lanes[lane];
+      const int source =
+          SourceLane(kind, lane, thread.request.lane_argument, thread.request.width);
+      thread.result = lanes[source].request.value;
     }
-  }
-  for (int lane = 0; lane < kWarpLanes; ++lane) {
-    if ((mask >> lane & 1u) == 0) continue;
-    KernelThread& thread = threads_[warp_begin + lane];
-    switch (request.kind) {
-      case WarpOpKind::kBallot: thread.result = ballot; break;
-      case WarpOpKind::kAny: thread.result = ballot != 0; break;
-      case WarpOpKind::kAll: thread.result = ballot == mask; break;
-      case WarpOpKind::kSyncWarp: thread.result = 0; break;
-      default: {
-        const int source = SourceLane(request.kind, lane, thread.request.lane_argument,
-                                      thread.request.width);
-        thread.result = threads_[warp_begin + source].request.value;
+  } else {
+    uint64_t ballot = 0;
+    if (kind != WarpOpKind::kSyncWarp) {
+      for (unsigned remaining = mask; remaining != 0; remaining &= remaining - 1) {
+        const int lane = __builtin_ctz(remaining);
+        if (lanes[lane].request.value != 0) ballot |= uint64_t{1} << lane;
       }
     }
+    uint64_t result = 0;
+    switch (kind) {
+      case WarpOpKind::kBallot: result = ballot; break;
+      case WarpOpKind::kAny: result = ballot != 0; break;
+      case WarpOpKind::kAll: result = ballot == mask; break;
+      default: break;
+    }
+    for (unsigned remaining = mask; remaining != 0; remaining &= remaining - 1) {
+      lanes[__builtin_ctz(remaining)].result = result;
+    }
   }
-  for (int lane = 0; lane < kWarpLanes; ++lane) {
-    if ((mask >> lane & 1u) == 0) continue;
-    KernelThread& thread = threads_[warp_begin + lane];
+  warps_[self.warp].waiting &= ~mask;
+  for (unsigned remaining = mask; remaining != 0; remaining &= remaining - 1) {
+    const int lane = __builtin_ctz(remaining);
+    KernelThread& thread = lanes[lane];
     thread.state = ThreadState::kRunnable;
-    if (&thread != &self) runnable_.push_back(warp_begin + lane);
+    if (&thread != &self) PushRunnable(thread.linear);
   }
 }
 
@@ -464,9 +591,9 @@ void Block::Abandon() {
   abandoning_ = true;
   for (int linear = 0; linear < count_; ++linear) {
     KernelThread& thread = threads_[linear];
-    if (!thread.fiber) continue;
-    Resume(thread);
-    if (thread.fiber) {
+    if (thread.worker == nullptr || thread.state == ThreadState::kExited) continue;
+    Resume(*thread.worker);
+    if (thread.state != ThreadState::kExited) {
       std::fprintf(stderr,
                    "simgpu: kernel %s: %s did not end when abandoned (does the kernel catch "
                    "every exception?)\n",
@@ -477,9 +604,10 @@ void Block::Abandon() {
 }
 
 KernelThread& CurrentThread(const char* what) {
-  KernelThread* thread = current_thread;
-  if (thread == nullptr) internal::OutsideKernel(what);
-  return *thread;
+  const ThreadCoordinates* coordinates = internal::current_coordinates;
+  if (coordinates == nullptr) internal::OutsideKernel(what);
+  // The coordinates are a KernelThread's first member (static_assert above).
+  return *reinterpret_cast<KernelThread*>(const_cast<ThreadCoordinates*>(coordinates));
 }
 
 // A random permutation of [0, count) visited without storing it: a four-round Feistel
@@ -574,14 +702,13 @@ std::string RunGrid(const char* name, dim3 grid, dim3 block, size_t dynamic_shar
                   dynamic_shared_bytes, executor::kMaxSharedBytesPerBlock);
   }
   std::string error;
+  Block running(name, grid, block, thread_body);
   BlockOrder(blocks, seed).ForEach([&](uint64_t index) {
     const uint3 block_index{static_cast<unsigned>(index % grid.x),
                             static_cast<unsigned>(index / grid.x % grid.y),
                             static_cast<unsigned>(index / (uint64_t{grid.x} * grid.y))};
     std::lock_guard<std::mutex> lock(BlockMutex());
-    Block running(name, block_index, grid, block,
-                  executor::PrepareDynamicShared(dynamic_shared_bytes), thread_body);
-    error = running.Run();
+    error = running.Run(block_index, executor::PrepareDynamicShared(dynamic_shared_bytes));
     return error.empty();
   });
   return error;

@@ -89,7 +89,11 @@ struct ThreadCoordinates {
 namespace internal {
 
 // The running kernel thread's coordinates on this OS thread; nullptr outside a kernel.
-extern thread_local const ThreadCoordinates* current_coordinates;
+// Every threadIdx reads it: __thread (no C++ thread_local wrapper call) in the initial-exec
+// model (one %fs-relative load, no __tls_get_addr), which holds as long as the executor's
+// library is loaded with the program, never with dlopen.
+extern __thread const ThreadCoordinates* current_coordinates
+    __attribute__((tls_model("initial-exec")));
 
 // Aborts: `what` (threadIdx, __syncthreads, ...) used outside a kernel's thread.
 [[noreturn]] void OutsideKernel(const char* what);
