@@ -228,11 +228,14 @@ class Block {
   uint64_t WarpOperation(KernelThread& thread, const WarpRequest& request);
 
  private:
-  context::fiber WorkerMain(Worker& worker, context::fiber&& scheduler);
+  context::fiber WorkerMain(Worker& worker, context::fiber&& from);
   void RunThread(KernelThread& thread);
   Worker& IdleWorker();
+  void SwitchTo(context::fiber& own, void** own_fake_stack, context::fiber& target,
+                const void* target_bottom, size_t target_bytes);
+  void Arrived(context::fiber&& from, void* fake_stack);
   void Resume(Worker& worker);
-  void SwitchToScheduler(Worker& worker);
+  void SwitchToNext(Worker& worker);
   void Suspend(KernelThread& thread);
   void ReleaseBarrier(const KernelThread* self);
   void CompleteWarpOperation(KernelThread& self);
@@ -273,9 +276,13 @@ class Block {
   std::string error_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<Worker*> idle_workers_;
-  // While a worker runs: the scheduler's continuation (one worker runs at a time).
+  // While a worker runs: the scheduler's continuation.
   context::fiber scheduler_;
-  // The scheduler's stack, learnt from ASan when a fiber first starts.
+  void* scheduler_fake_stack_ = nullptr;
+  // Set by the context that switches away: the slot its continuation goes to, filled by
+  // the context it switched to (Arrived).
+  context::fiber* from_slot_ = nullptr;
+  // The scheduler's stack, learnt from ASan when the scheduler switches to a fiber.
   const void* scheduler_stack_bottom_ = nullptr;
   size_t scheduler_stack_bytes_ = 0;
 };
@@ -341,13 +348,12 @@ Worker& Block::IdleWorker() {
   return worker;
 }
 
-context::fiber Block::WorkerMain(Worker& worker, context::fiber&& scheduler) {
-  FinishSwitch(nullptr, &scheduler_stack_bottom_, &scheduler_stack_bytes_);
-  scheduler_ = std::move(scheduler);
+context::fiber Block::WorkerMain(Worker& worker, context::fiber&& from) {
+  Arrived(std::move(from), nullptr);
   while (worker.thread != nullptr) {
     RunThread(*worker.thread);
     // The next thread in line has not started: it runs here, as the scheduler would run it
-    // next, without switching to the scheduler and to a fiber of its own.
+    // next, without a switch to a fiber of its own.
     if (runnable_size_ > 0 && error_.empty() && !abandoning_) {
       KernelThread& next = threads_[runnable_[runnable_head_]];
       if (next.worker == nullptr) {
@@ -360,9 +366,10 @@ context::fiber Block::WorkerMain(Worker& worker, context::fiber&& scheduler) {
     }
     worker.thread = nullptr;
     idle_workers_.push_back(&worker);
-    SwitchToScheduler(worker);
+    SwitchToNext(worker);  // the next thread in line has a fiber: no idle one is taken
   }
-  // The fiber ends: ASan may free its fake stack.
+  // The fiber ends (only the scheduler ends workers): ASan may free its fake stack.
+  from_slot_ = &worker.fiber;
   StartSwitch(nullptr, scheduler_stack_bottom_, scheduler_stack_bytes_);
   return std::move(scheduler_);
 }
@@ -384,23 +391,59 @@ void Block::RunThread(KernelThread& thread) {
   if (at_barrier_ > 0 && at_barrier_ + exited_ == count_) ReleaseBarrier(nullptr);
 }
 
+// Every switch between the scheduler and the fibers, and between fibers, goes through here.
+void Block::SwitchTo(context::fiber& own, void** own_fake_stack, context::fiber& target,
+                     const void* target_bottom, size_t target_bytes) {
+  from_slot_ = &own;
+  StartSwitch(own_fake_stack, target_bottom, target_bytes);
+  context::fiber from = std::move(target).resume();
+  Arrived(std::move(from), *own_fake_stack);
+}
+
+// Where a context continues after a switch (or a fiber starts): keeps the continuation of
+// the context that switched here in that context's slot.
+void Block::Arrived(context::fiber&& from, void* fake_stack) {
+  const void* from_bottom = nullptr;
+  size_t from_bytes = 0;
+  FinishSwitch(fake_stack, &from_bottom, &from_bytes);
+  if (from_slot_ == &scheduler_) {
+    scheduler_stack_bottom_ = from_bottom;
+    scheduler_stack_bytes_ = from_bytes;
+  }
+  *from_slot_ = std::move(from);
+}
+
+// From the scheduler to `worker`, until some fiber switches back to the scheduler.
 void Block::Resume(Worker& worker) {
   internal::current_coordinates =
       worker.thread != nullptr ? &worker.thread->coordinates : nullptr;
-  void* fake_stack = nullptr;
-  StartSwitch(&fake_stack, worker.stack.bottom, worker.stack.bytes);
-  worker.fiber = std::move(worker.fiber).resume();
-  FinishSwitch(fake_stack, nullptr, nullptr);
+  SwitchTo(scheduler_, &scheduler_fake_stack_, worker.fiber, worker.stack.bottom,
+           worker.stack.bytes);
 }
 
-void Block::SwitchToScheduler(Worker& worker) {
-  StartSwitch(&worker.fake_stack, scheduler_stack_bottom_, scheduler_stack_bytes_);
-  scheduler_ = std::move(scheduler_).resume();
-  FinishSwitch(worker.fake_stack, &scheduler_stack_bottom_, &scheduler_stack_bytes_);
+// From `worker` straight to the fiber of the next runnable thread, in the scheduler's order
+// (half the switches of going through the scheduler); to the scheduler when no thread is
+// runnable or after an error.
+void Block::SwitchToNext(Worker& worker) {
+  if (runnable_size_ > 0 && error_.empty() && !abandoning_) {
+    KernelThread& next = threads_[PopRunnable()];
+    if (next.worker == nullptr) {
+      Worker& idle = IdleWorker();
+      idle.thread = &next;
+      next.worker = &idle;
+    }
+    internal::current_coordinates = &next.coordinates;
+    Worker& target = *next.worker;
+    SwitchTo(worker.fiber, &worker.fake_stack, target.fiber, target.stack.bottom,
+             target.stack.bytes);
+  } else {
+    SwitchTo(worker.fiber, &worker.fake_stack, scheduler_, scheduler_stack_bottom_,
+             scheduler_stack_bytes_);
+  }
 }
 
 void Block::Suspend(KernelThread& thread) {
-  SwitchToScheduler(*thread.worker);
+  SwitchToNext(*thread.worker);
   if (abandoning_) throw AbandonThread{};
 }
 
