@@ -2,10 +2,13 @@
 # The CUDA backend's tests on the CPU doubles (docs/simgpu.md): builds with --config=simgpu
 # in its own output base (~/.cache/strata-simgpu; the disk cache shares every object that
 # does not depend on CUDA with the normal build) and runs every test tagged "gpu" plus
-# simgpu's own. Here a skip is a failure: the doubles are there so that nothing skips. The
+# simgpu's own in ordering mode (every stream ordering checked), then the kernels and the
+# CLI again in blocking mode (a host access to device memory faults; the device contract's
+# cases that block a stream on the host's later action cannot run there). Here a skip is a
+# failure: the doubles are there so that nothing skips. The
 # only skips allowed are the tests of machines WITHOUT a GPU (they say "a GPU is present" or
 # "a GPU is usable here"; the normal build runs them).
-# Prints one "simgpu: N passed, N failed" line and exits non-zero on any failure or skip.
+# Prints "simgpu: N passed, N failed" (both passes) and exits non-zero on any failure or skip.
 # Usage: tools/simgpu_test.sh [extra bazel test arguments]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,35 +25,48 @@ if [ -z "$targets" ]; then
   echo "simgpu: no targets found (bazel query failed?)"
   exit 1
 fi
-echo "simgpu: $(echo "$targets" | wc -l) test targets"
-log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
-# shellcheck disable=SC2086
-bazel_simgpu test --config=simgpu --keep_going --nocache_test_results $targets "$@" 2>&1 | tee "$log"
-status=${PIPESTATUS[0]}
-passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
-failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|FAILED TO BUILD|NO STATUS)' "$log")
-
-# Skips: every test log of these targets, each skipped case with its reason.
 testlogs="$(bazel_simgpu info --config=simgpu bazel-testlogs 2>/dev/null)"
-skips=0
-for target in $targets; do
-  path="${target#//}"
-  file="$testlogs/${path/://}/test.log"
-  [ -f "$file" ] || continue
-  while IFS= read -r line; do
-    case "$line" in
-      *"a GPU is present"*|*"a GPU is usable here"*) continue ;;
-    esac
-    echo "simgpu: SKIPPED in $target: $line"
-    skips=$((skips + 1))
-  done < <({ grep -B1 -E '^\[  SKIPPED \] [A-Za-z]' "$file" | grep -vE '^\[  SKIPPED \]|^--$'
-              grep -E '^SKIPPED' "$file"; } | sed 's/^ *//')
-done
-if [ "$skips" -gt 0 ]; then
-  echo "simgpu: $skips skipped test cases: under simgpu a skip is a failure"
-  failed=$((failed + 1))
-  status=1
-fi
+passed=0
+failed=0
+status=0
+# run_pass NAME TARGETS ARGS...: one bazel test run, its results and skips counted.
+run_pass() {
+  local name="$1" pass_targets="$2"
+  shift 2
+  local log
+  log="$(mktemp)"
+  echo "simgpu: $name: $(echo "$pass_targets" | wc -w) test targets"
+  # shellcheck disable=SC2086
+  bazel_simgpu test --config=simgpu --keep_going --nocache_test_results "$@" $pass_targets \
+    2>&1 | tee "$log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  passed=$((passed + $(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")))
+  failed=$((failed + $(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|FAILED TO BUILD|NO STATUS)' "$log")))
+  rm -f "$log"
+  # Skips: every test log of the pass, each skipped case with its reason.
+  local target path file line skips=0
+  for target in $pass_targets; do
+    path="${target#//}"
+    file="$testlogs/${path/://}/test.log"
+    [ -f "$file" ] || continue
+    while IFS= read -r line; do
+      case "$line" in
+        *"a GPU is present"*|*"a GPU is usable here"*) continue ;;
+      esac
+      echo "simgpu: SKIPPED in $target ($name): $line"
+      skips=$((skips + 1))
+    done < <({ grep -B1 -E '^\[  SKIPPED \] [A-Za-z]' "$file" | grep -vE '^\[  SKIPPED \]|^--$'
+                grep -E '^SKIPPED' "$file"; } | sed 's/^ *//')
+  done
+  if [ "$skips" -gt 0 ]; then
+    echo "simgpu: $skips skipped test cases: under simgpu a skip is a failure"
+    failed=$((failed + 1))
+    status=1
+  fi
+}
+
+run_pass ordering "$targets" "$@"
+run_pass blocking "//kernels/cuda:cuda_ops_test //device/cuda:fill_kernel_test //tests:cuda_cli_test" \
+  --test_env=STRATA_SIMGPU_MODE=blocking "$@"
 echo "simgpu: ${passed} passed, ${failed} failed"
 exit "$status"
