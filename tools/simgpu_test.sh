@@ -68,5 +68,16 @@ run_pass() {
 run_pass ordering "$targets" "$@"
 run_pass blocking "//kernels/cuda:cuda_ops_test //device/cuda:fill_kernel_test //tests:cuda_cli_test" \
   --test_env=STRATA_SIMGPU_MODE=blocking "$@"
+# simgpu's own executor, runtime and cuBLAS tests under AddressSanitizer (the fibers'
+# switches annotated), in the ASan output base; they link nothing of strata, so it is small.
+asan_log="$(mktemp)"
+echo "simgpu: asan: 3 test targets"
+bazel --output_base="${STRATA_ASAN_OUTPUT_BASE:-$HOME/.cache/strata-asan}" test --config=asan \
+  --symlink_prefix=bazel-asan- --keep_going --nocache_test_results \
+  //simgpu:executor_test //simgpu:cudart_test //simgpu:cublas_test 2>&1 | tee "$asan_log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+passed=$((passed + $(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$asan_log")))
+failed=$((failed + $(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|FAILED TO BUILD|NO STATUS)' "$asan_log")))
+rm -f "$asan_log"
 echo "simgpu: ${passed} passed, ${failed} failed"
 exit "$status"
