@@ -4,11 +4,11 @@
 # does not depend on CUDA with the normal build) and runs every test tagged "gpu" plus
 # simgpu's own in ordering mode (every stream ordering checked), then the kernels and the
 # CLI again in blocking mode (a host access to device memory faults; the device contract's
-# cases that block a stream on the host's later action cannot run there). Here a skip is a
-# failure: the doubles are there so that nothing skips. The
-# only skips allowed are the tests of machines WITHOUT a GPU (they say "a GPU is present" or
-# "a GPU is usable here"; the normal build runs them).
-# Prints "simgpu: N passed, N failed" (both passes) and exits non-zero on any failure or skip.
+# cases that block a stream on the host's later action cannot run there), then simgpu's own
+# tests under AddressSanitizer. Here a skip is a failure: the doubles are there so that
+# nothing skips. The only skips allowed are the tests of machines WITHOUT a GPU (they say
+# "a GPU is present" or "a GPU is usable here"; the normal build runs them).
+# Prints "simgpu: N passed, N failed" (all passes) and exits non-zero on any failure or skip.
 # Usage: tools/simgpu_test.sh [extra bazel test arguments]
 set -uo pipefail
 cd "$(dirname "$0")/.."
