@@ -119,7 +119,8 @@ std::string Describe(const WarpRequest& request) {
 // The lane a shuffle reads, as PTX's shfl.sync computes it for CUDA's __shfl*_sync with
 // `width` (a power of two): within the lane's segment of `width` lanes; a source outside the
 // rules (before the segment for up, after it for down and xor) reads the lane itself.
-int SourceLane(WarpOpKind kind, int lane, int lane_argument, int width) {
+inline __attribute__((always_inline)) int SourceLane(WarpOpKind kind, int lane,
+                                                    int lane_argument, int width) {
   const int segment_begin = lane & ~(width - 1);
   const int segment_last = segment_begin + width - 1;
   const int argument = lane_argument & (kWarpLanes - 1);
@@ -225,19 +226,25 @@ class Block {
 
   void* dynamic_shared() const { return dynamic_shared_; }
   void SyncThreads(KernelThread& thread);
-  uint64_t WarpOperation(KernelThread& thread, const WarpRequest& request);
+  // Hot: inlined into internal::WarpOperation (fewer returns to mispredict after a switch).
+  __attribute__((always_inline)) uint64_t WarpOperation(KernelThread& thread,
+                                                        const WarpRequest& request);
 
  private:
   context::fiber WorkerMain(Worker& worker, context::fiber&& from);
   void RunThread(KernelThread& thread);
   Worker& IdleWorker();
-  void SwitchTo(context::fiber& own, void** own_fake_stack, context::fiber& target,
-                const void* target_bottom, size_t target_bytes);
-  void Arrived(context::fiber&& from, void* fake_stack);
+  // The switches are inlined into their callers for the same reason as WarpOperation.
+  __attribute__((always_inline)) void SwitchTo(context::fiber& own, void** own_fake_stack,
+                                               context::fiber& target,
+                                               const void* target_bottom, size_t target_bytes);
+  __attribute__((always_inline)) void Arrived(context::fiber&& from, void* fake_stack);
   void Resume(Worker& worker);
-  void SwitchToNext(Worker& worker);
-  void Suspend(KernelThread& thread);
+  __attribute__((always_inline)) void SwitchToNext(Worker& worker);
+  __attribute__((always_inline)) void Suspend(KernelThread& thread);
   void ReleaseBarrier(const KernelThread* self);
+  [[noreturn]] __attribute__((noinline, cold)) void RejectWarpOperation(
+      KernelThread& thread, const WarpRequest& request);
   void CompleteWarpOperation(KernelThread& self);
   [[noreturn]] void Fail(const std::string& message);
   void RecordError(const std::string& message);
@@ -468,9 +475,9 @@ void Block::ReleaseBarrier(const KernelThread* self) {
   at_barrier_ = 0;
 }
 
-uint64_t Block::WarpOperation(KernelThread& thread, const WarpRequest& request) {
-  if (abandoning_) throw AbandonThread{};
-  // Messages only: the checks below are on every warp operation's path.
+// The checks of WarpOperation again, in their order, each with its message: out of the hot
+// path, reached only when one of them fails.
+void Block::RejectWarpOperation(KernelThread& thread, const WarpRequest& request) {
   auto who_string = [&] { return DescribeThread(thread); };
   const bool shuffle = IsShuffle(request.kind);
   if (shuffle &&
@@ -505,6 +512,25 @@ uint64_t Block::WarpOperation(KernelThread& thread, const WarpRequest& request) 
                   who_string().c_str(), Describe(request).c_str(), source));
     }
   }
+  std::abort();  // WarpOperation found a fault that none of the checks above names
+}
+
+uint64_t Block::WarpOperation(KernelThread& thread, const WarpRequest& request) {
+  if (abandoning_) throw AbandonThread{};
+  const bool shuffle = IsShuffle(request.kind);
+  const unsigned own_bit = 1u << thread.lane;
+  WarpLanes& warp = warps_[thread.warp];
+  // Its own lane in the mask, no exited or missing lane in it; a shuffle's width a power of
+  // two up to 32 and its source lane in the mask.
+  bool rejected = (request.mask & own_bit) == 0 ||
+                  (request.mask & (warp.exited | ~warp.existing)) != 0;
+  if (shuffle) {
+    const int width = request.width;
+    rejected = rejected || width < 1 || width > kWarpLanes || (width & (width - 1)) != 0 ||
+               (request.mask >> SourceLane(request.kind, thread.lane, request.lane_argument,
+                                           width) & 1u) == 0;
+  }
+  if (__builtin_expect(rejected, 0)) RejectWarpOperation(thread, request);
   thread.request = request;
   thread.state = ThreadState::kAtWarpOperation;
   warp.waiting |= own_bit;
