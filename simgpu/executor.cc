@@ -227,8 +227,8 @@ class Block {
   void* dynamic_shared() const { return dynamic_shared_; }
   void SyncThreads(KernelThread& thread);
   // Hot: inlined into internal::WarpOperation (fewer returns to mispredict after a switch).
-  __attribute__((always_inline)) uint64_t WarpOperation(KernelThread& thread,
-                                                        const WarpRequest& request);
+  // The thread's request is filled in; the thread waits there unless it rejects it.
+  __attribute__((always_inline)) uint64_t WarpOperation(KernelThread& thread);
 
  private:
   context::fiber WorkerMain(Worker& worker, context::fiber&& from);
@@ -515,8 +515,9 @@ void Block::RejectWarpOperation(KernelThread& thread, const WarpRequest& request
   std::abort();  // WarpOperation found a fault that none of the checks above names
 }
 
-uint64_t Block::WarpOperation(KernelThread& thread, const WarpRequest& request) {
+uint64_t Block::WarpOperation(KernelThread& thread) {
   if (abandoning_) throw AbandonThread{};
+  const WarpRequest& request = thread.request;
   const bool shuffle = IsShuffle(request.kind);
   const unsigned own_bit = 1u << thread.lane;
   WarpLanes& warp = warps_[thread.warp];
@@ -531,7 +532,6 @@ uint64_t Block::WarpOperation(KernelThread& thread, const WarpRequest& request) 
                                            width) & 1u) == 0;
   }
   if (__builtin_expect(rejected, 0)) RejectWarpOperation(thread, request);
-  thread.request = request;
   thread.state = ThreadState::kAtWarpOperation;
   warp.waiting |= own_bit;
   bool complete = (warp.waiting & request.mask) == request.mask;
@@ -743,9 +743,12 @@ void OutsideKernel(const char* what) {
 
 uint64_t WarpOperation(WarpOpKind kind, unsigned mask, uint64_t value, int value_bytes,
                        int lane_argument, int width) {
-  KernelThread& thread = CurrentThread(OperationName(kind));
-  return thread.block->WarpOperation(
-      thread, WarpRequest{kind, mask, value, value_bytes, lane_argument, width});
+  const ThreadCoordinates* coordinates = current_coordinates;
+  if (__builtin_expect(coordinates == nullptr, 0)) OutsideKernel(OperationName(kind));
+  KernelThread& thread = CurrentThread("");
+  // Straight into the thread: completing lanes read every lane's request there.
+  thread.request = WarpRequest{kind, mask, value, value_bytes, lane_argument, width};
+  return thread.block->WarpOperation(thread);
 }
 
 void SyncThreads() {

@@ -355,6 +355,48 @@ TEST(ExecutorTest, AMaskNamingALaneBeyondAPartialWarpIsAnError) {
                                "lane 8 of warp 1; the block has 40 threads"));
 }
 
+// Warps at or beyond `live_warps` return at once (their fibers go straight to the next
+// thread); the live warps sum their lanes by shuffles and the block's warps through shared
+// memory, waiting at barriers the exited warps count as reached.
+__global__ void PartlyExitedBlockSumKernel(const int* in, int* out, int live_warps) {
+  __shared__ int warp_sums[32];
+  const int t = threadIdx.x, lane = t % warpSize, warp = t / warpSize;
+  if (warp >= live_warps) return;
+  int value = in[blockIdx.x * blockDim.x + t];
+  for (int offset = warpSize / 2; offset > 0; offset /= 2) {
+    value += __shfl_xor_sync(kFull, value, offset);
+  }
+  if (lane == 0) warp_sums[warp] = value;
+  __syncthreads();
+  int total = lane < live_warps ? warp_sums[lane] : 0;
+  for (int offset = warpSize / 2; offset > 0; offset /= 2) {
+    total += __shfl_down_sync(kFull, total, offset);
+  }
+  __syncthreads();
+  if (t == 0) out[blockIdx.x] = total;
+  out[gridDim.x + blockIdx.x * blockDim.x + t] = __shfl_sync(kFull, total, 0);
+}
+
+TEST(ExecutorTest, ThreadsThatExitAtOnceAndFibersReusedAcrossBlocks) {
+  constexpr int kBlocks = 9, kThreads = 256, kLiveWarps = 3;
+  std::vector<int> in(kBlocks * kThreads);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int>(i * 7 % 101) - 50;
+  std::vector<int> out(kBlocks + kBlocks * kThreads, 12345);
+  ASSERT_EQ(RunKernel("PartlyExitedBlockSumKernel", PartlyExitedBlockSumKernel, dim3(kBlocks),
+                      dim3(kThreads), 0, 5, static_cast<const int*>(in.data()), out.data(),
+                      kLiveWarps),
+            "");
+  for (int b = 0; b < kBlocks; ++b) {
+    int expected = 0;
+    for (int t = 0; t < kLiveWarps * 32; ++t) expected += in[b * kThreads + t];
+    EXPECT_EQ(out[b], expected) << "block " << b;
+    for (int t = 0; t < kThreads; ++t) {
+      EXPECT_EQ(out[kBlocks + b * kThreads + t], t < kLiveWarps * 32 ? expected : 12345)
+          << "block " << b << " thread " << t;
+    }
+  }
+}
+
 TEST(ExecutorTest, FailedBlocksLeaveTheExecutorUsable) {
   std::vector<float> out(1024);
   for (int round = 0; round < 20; ++round) {
