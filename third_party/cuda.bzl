@@ -102,6 +102,10 @@ def _cuda_objects_impl(ctx):
         args = ctx.actions.args()
         if SIMGPU:
             args.add_all(["-x", "c++", "-c", src.path, "-o", obj.path])
+            # The build's own --copt/--cxxopt first (an ASan build instruments the kernels
+            # too: a static __shared__ overrun is then found), simgpu's after them.
+            args.add_all(ctx.fragments.cpp.copts)
+            args.add_all(ctx.fragments.cpp.cxxopts)
             args.add_all(_SIMGPU_COPTS)
         else:
             args.add("-ccbin", cc_toolchain.compiler_executable)

@@ -5,7 +5,7 @@
 # simgpu's own in ordering mode (every stream ordering checked), then the kernels and the
 # CLI again in blocking mode (a host access to device memory faults; the device contract's
 # cases that block a stream on the host's later action cannot run there), then simgpu's own
-# tests under AddressSanitizer. Here a skip is a failure: the doubles are there so that
+# tests and the kernels under AddressSanitizer. Here a skip is a failure: the doubles are there so that
 # nothing skips. The only skips allowed are the tests of machines WITHOUT a GPU (they say
 # "a GPU is present" or "a GPU is usable here"; the normal build runs them).
 # Prints "simgpu: N passed, N failed" (all passes) and exits non-zero on any failure or skip.
@@ -68,15 +68,16 @@ run_pass() {
 run_pass ordering "$targets" "$@"
 run_pass blocking "//kernels/cuda:cuda_ops_test //device/cuda:fill_kernel_test //tests:cuda_cli_test" \
   --test_env=STRATA_SIMGPU_MODE=blocking "$@"
-# simgpu's own executor, runtime and cuBLAS tests under AddressSanitizer (the fibers'
-# switches annotated), in the ASan output base; they link nothing of strata, so it is small.
-# (Not the kernels: gcc gives no redzone to a template's function statics, so a static
-# __shared__ overrun would go unseen there, and the doubles' device memory is mmap'd.)
+# Under AddressSanitizer (the ASan output base): simgpu's own tests (the fibers' switches
+# annotated) and the kernels against their references, the .cu files instrumented too, so
+# a static __shared__ array's overrun is found (a function static in an anonymous
+# namespace: ASan guards it; dynamic shared memory ends at a guard page in every build).
 asan_log="$(mktemp)"
-echo "simgpu: asan: 3 test targets"
+echo "simgpu: asan: 5 test targets"
 bazel --output_base="${STRATA_ASAN_OUTPUT_BASE:-$HOME/.cache/strata-asan}" test --config=simgpu \
   --config=asan --symlink_prefix=bazel-asan- --keep_going --nocache_test_results \
-  //simgpu:executor_test //simgpu:cudart_test //simgpu:cublas_test 2>&1 | tee "$asan_log"
+  //simgpu:executor_test //simgpu:cudart_test //simgpu:cublas_test \
+  //kernels/cuda:cuda_ops_test //device/cuda:fill_kernel_test 2>&1 | tee "$asan_log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 passed=$((passed + $(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$asan_log")))
 failed=$((failed + $(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|FAILED TO BUILD|NO STATUS)' "$asan_log")))
