@@ -44,19 +44,23 @@ run_pass() {
   failed=$((failed + $(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|FAILED TO BUILD|NO STATUS)' "$log")))
   rm -f "$log"
   # Skips: every test log of the pass, each skipped case with its reason.
-  local target path file line skips=0
+  local target path dir file line skips=0
   for target in $pass_targets; do
     path="${target#//}"
-    file="$testlogs/${path/://}/test.log"
-    [ -f "$file" ] || continue
-    while IFS= read -r line; do
-      case "$line" in
-        *"a GPU is present"*|*"a GPU is usable here"*) continue ;;
-      esac
-      echo "simgpu: SKIPPED in $target ($name): $line"
-      skips=$((skips + 1))
-    done < <({ grep -B1 -E '^\[  SKIPPED \] [A-Za-z]' "$file" | grep -vE '^\[  SKIPPED \]|^--$'
-                grep -E '^SKIPPED' "$file"; } | sed 's/^ *//')
+    dir="$testlogs/${path/://}"
+    # A sharded test's logs are per shard (its test.log may be an older unsharded run's).
+    for file in "$dir"/shard_*_of_*/test.log "$dir/test.log"; do
+      [ -f "$file" ] || continue
+      [ "$file" = "$dir/test.log" ] && compgen -G "$dir/shard_*_of_*/test.log" > /dev/null && continue
+      while IFS= read -r line; do
+        case "$line" in
+          *"a GPU is present"*|*"a GPU is usable here"*) continue ;;
+        esac
+        echo "simgpu: SKIPPED in $target ($name): $line"
+        skips=$((skips + 1))
+      done < <({ grep -B1 -E '^\[  SKIPPED \] [A-Za-z]' "$file" | grep -vE '^\[  SKIPPED \]|^--$'
+                  grep -E '^SKIPPED' "$file"; } | sed 's/^ *//')
+    done
   done
   if [ "$skips" -gt 0 ]; then
     echo "simgpu: $skips skipped test cases: under simgpu a skip is a failure"
