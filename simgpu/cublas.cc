@@ -19,10 +19,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "simgpu/work.h"
 
 struct cublasContext {
@@ -34,26 +34,12 @@ namespace {
 // At most this many access ranges per matrix; past it, one range per batch entry.
 constexpr size_t kMaxRanges = 1024;
 
-float Bf16ToFloat(uint16_t bits) {
-  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &wide, sizeof(value));
-  return value;
-}
-
-uint16_t FloatToBf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);  // to nearest, ties to even
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
 
 size_t ElementBytes(cudaDataType type) { return type == CUDA_R_32F ? 4 : 2; }
 
 float Load(const void* base, cudaDataType type, int64_t index) {
   if (type == CUDA_R_32F) return static_cast<const float*>(base)[index];
-  return Bf16ToFloat(static_cast<const uint16_t*>(base)[index]);
+  return strata::ToFloat(static_cast<const strata::bf16*>(base)[index]);
 }
 
 // One GEMM's arguments, copied so that the work can run later on the stream's thread.
@@ -112,7 +98,7 @@ void Run(const Gemm& g) {
         if (g.c_type == CUDA_R_32F) {
           static_cast<float*>(g.c)[index] = result;
         } else {
-          static_cast<uint16_t*>(g.c)[index] = FloatToBf16(result);
+          static_cast<strata::bf16*>(g.c)[index] = strata::ToBf16(result);  // nearest even
         }
       }
     }

@@ -21,29 +21,19 @@
 using simgpu::runtime::CurrentDevice;
 using simgpu::runtime::DeviceAllocation;
 using simgpu::runtime::Fail;
+using simgpu::runtime::kPageBytes;
+using simgpu::runtime::Pointer;
 using simgpu::runtime::GetConfig;
 using simgpu::runtime::HostRange;
 using simgpu::runtime::LastError;
 using simgpu::runtime::Runtime;
 using simgpu::runtime::Sticky;
 
-#define SIMGPU_RETURN_IF_STICKY()                                   \
-  do {                                                              \
-    if (cudaError_t sticky = Sticky(); sticky != cudaSuccess) return sticky; \
-  } while (0)
 
 namespace {
 
-constexpr size_t kPageBytes = 4096;
-
 size_t RoundToPages(size_t bytes) {
   return std::max<size_t>(kPageBytes, (bytes + kPageBytes - 1) / kPageBytes * kPageBytes);
-}
-
-std::string Pointer(const void* pointer) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%p", pointer);
-  return text;
 }
 
 // One memory pool per device, the default one; its handle is its address.

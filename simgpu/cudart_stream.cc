@@ -19,6 +19,7 @@ using simgpu::runtime::Clock;
 using simgpu::runtime::CurrentDevice;
 using simgpu::runtime::EventState;
 using simgpu::runtime::Fail;
+using simgpu::runtime::Pointer;
 using simgpu::runtime::Join;
 using simgpu::runtime::Op;
 using simgpu::runtime::RecordState;
@@ -26,18 +27,8 @@ using simgpu::runtime::Runtime;
 using simgpu::runtime::StreamState;
 using simgpu::runtime::Sticky;
 
-#define SIMGPU_RETURN_IF_STICKY()                                            \
-  do {                                                                       \
-    if (cudaError_t sticky = Sticky(); sticky != cudaSuccess) return sticky; \
-  } while (0)
 
 namespace {
-
-std::string Pointer(const void* pointer) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%p", pointer);
-  return text;
-}
 
 // Submits and turns an unknown stream into the runtime's error for `call`.
 cudaError_t SubmitFor(const char* call, cudaStream_t stream, Op op,

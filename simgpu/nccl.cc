@@ -250,6 +250,19 @@ ncclResult_t Launch(const Api& api, std::vector<Op> ops) {
   return result;
 }
 
+// An operation call's arguments (a Send has no receive buffer, a Recv no send buffer).
+Op Call(OpKind kind, const void* send, void* recv, size_t count, ncclDataType_t type,
+        cudaStream_t stream) {
+  Op op;
+  op.kind = kind;
+  op.send = static_cast<const char*>(send);
+  op.recv = static_cast<char*>(recv);
+  op.count = count;
+  op.type = type;
+  op.stream = stream;
+  return op;
+}
+
 // The common path of every operation call.
 ncclResult_t Submit(ncclComm_t comm, Op op) {
   const char* call = OpName(op.kind);
@@ -519,14 +532,8 @@ SIMGPU_NCCL_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* ran
 SIMGPU_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                               ncclDataType_t datatype, ncclRedOp_t op,
                                               ncclComm_t comm, cudaStream_t stream) {
-  Op call;
-  call.kind = OpKind::kAllReduce;
-  call.send = static_cast<const char*>(sendbuff);
-  call.recv = static_cast<char*>(recvbuff);
-  call.count = count;
-  call.type = datatype;
+  Op call = Call(OpKind::kAllReduce, sendbuff, recvbuff, count, datatype, stream);
   call.reduction = op;
-  call.stream = stream;
   return Submit(comm, std::move(call));
 }
 
@@ -534,66 +541,37 @@ SIMGPU_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* re
                                                   size_t recvcount, ncclDataType_t datatype,
                                                   ncclRedOp_t op, ncclComm_t comm,
                                                   cudaStream_t stream) {
-  Op call;
-  call.kind = OpKind::kReduceScatter;
-  call.send = static_cast<const char*>(sendbuff);
-  call.recv = static_cast<char*>(recvbuff);
-  call.count = recvcount;
-  call.type = datatype;
+  Op call = Call(OpKind::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, stream);
   call.reduction = op;
-  call.stream = stream;
   return Submit(comm, std::move(call));
 }
 
 SIMGPU_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff,
                                               size_t sendcount, ncclDataType_t datatype,
                                               ncclComm_t comm, cudaStream_t stream) {
-  Op call;
-  call.kind = OpKind::kAllGather;
-  call.send = static_cast<const char*>(sendbuff);
-  call.recv = static_cast<char*>(recvbuff);
-  call.count = sendcount;
-  call.type = datatype;
-  call.stream = stream;
-  return Submit(comm, std::move(call));
+  return Submit(comm, Call(OpKind::kAllGather, sendbuff, recvbuff, sendcount, datatype, stream));
 }
 
 SIMGPU_NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                                               ncclDataType_t datatype, int root, ncclComm_t comm,
                                               cudaStream_t stream) {
-  Op call;
-  call.kind = OpKind::kBroadcast;
-  call.send = static_cast<const char*>(sendbuff);
-  call.recv = static_cast<char*>(recvbuff);
-  call.count = count;
-  call.type = datatype;
+  Op call = Call(OpKind::kBroadcast, sendbuff, recvbuff, count, datatype, stream);
   call.root = root;
-  call.stream = stream;
   return Submit(comm, std::move(call));
 }
 
 SIMGPU_NCCL_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count,
                                          ncclDataType_t datatype, int peer, ncclComm_t comm,
                                          cudaStream_t stream) {
-  Op call;
-  call.kind = OpKind::kSend;
-  call.send = static_cast<const char*>(sendbuff);
-  call.count = count;
-  call.type = datatype;
+  Op call = Call(OpKind::kSend, sendbuff, nullptr, count, datatype, stream);
   call.root = peer;
-  call.stream = stream;
   return Submit(comm, std::move(call));
 }
 
 SIMGPU_NCCL_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype,
                                          int peer, ncclComm_t comm, cudaStream_t stream) {
-  Op call;
-  call.kind = OpKind::kRecv;
-  call.recv = static_cast<char*>(recvbuff);
-  call.count = count;
-  call.type = datatype;
+  Op call = Call(OpKind::kRecv, nullptr, recvbuff, count, datatype, stream);
   call.root = peer;
-  call.stream = stream;
   return Submit(comm, std::move(call));
 }
 

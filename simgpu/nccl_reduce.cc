@@ -9,6 +9,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/dtype.h"
+
 namespace simgpu {
 namespace nccl {
 namespace {
@@ -25,16 +27,6 @@ uint32_t FloatToBits(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, sizeof(bits));
   return bits;
-}
-
-// bf16: the upper half of an fp32; rounding to nearest even, NaN kept a (quiet) NaN.
-float Bf16ToFloat(uint16_t bits) { return BitsToFloat(static_cast<uint32_t>(bits) << 16); }
-
-uint16_t FloatToBf16(float value) {
-  const uint32_t bits = FloatToBits(value);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
 }
 
 // IEEE fp16: 1 sign, 5 exponent (bias 15), 10 mantissa bits.
@@ -80,8 +72,9 @@ struct Plain {
 struct Bf16 {
   using Storage = uint16_t;
   using Acc = float;
-  static float Load(uint16_t value) { return Bf16ToFloat(value); }
-  static uint16_t Store(float value) { return FloatToBf16(value); }
+  // core/dtype.h's: nearest even, NaN kept a (quiet) NaN, as strata's own reduce.
+  static float Load(uint16_t value) { return strata::ToFloat(strata::bf16{value}); }
+  static uint16_t Store(float value) { return strata::ToBf16(value).bits; }
 };
 struct Half {
   using Storage = uint16_t;

@@ -22,7 +22,6 @@ namespace simgpu {
 namespace runtime {
 namespace {
 
-constexpr uintptr_t kPageBytes = 4096;
 
 std::atomic<int> g_sticky{cudaSuccess};
 std::atomic<bool> g_work_failed{false};
@@ -132,6 +131,12 @@ cudaError_t& LastError() {
 int& CurrentDevice() {
   thread_local int device = 0;
   return device;
+}
+
+std::string Pointer(const void* pointer) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%p", pointer);
+  return text;
 }
 
 Runtime& Runtime::Get() {

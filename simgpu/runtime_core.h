@@ -185,5 +185,16 @@ cudaError_t& LastError();
 // The thread's current device (cudaSetDevice).
 int& CurrentDevice();
 
+// Pages: device allocations are whole pages (mmap), pinned ones page-aligned.
+constexpr size_t kPageBytes = 4096;
+// A pointer as messages print it ("0x7f...").
+std::string Pointer(const void* pointer);
+
 }  // namespace runtime
 }  // namespace simgpu
+
+// Every runtime call returns the sticky error first, as the real runtime does after a fault.
+#define SIMGPU_RETURN_IF_STICKY()                                                          \
+  do {                                                                                     \
+    if (cudaError_t sticky = ::simgpu::runtime::Sticky(); sticky != cudaSuccess) return sticky; \
+  } while (0)

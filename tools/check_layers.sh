@@ -13,8 +13,8 @@ root="${1:-$(cd "$(dirname "$0")/.." && pwd)}"
 cd "$root"
 
 LAYERS=(
-  "simgpu"
   "core"
+  "simgpu"
   "device"
   "data kernels collectives nvme"
   "tiers"

@@ -13,36 +13,36 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 base="${STRATA_SIMGPU_OUTPUT_BASE:-$HOME/.cache/strata-simgpu}"
-bazel_simgpu() { bazel --output_base="$base" "$@"; }
 
 # The checkout's own packages (//... would also walk the normal output base's bazel-<dir>
 # link, which this output base does not know as its own).
 packages="$(git ls-files '*BUILD' | grep -v '^third_party/' | cut -d/ -f1 | grep -v BUILD |
   sort -u | sed 's|.*|//&/...|' | paste -sd+ -)"
-targets="$(bazel_simgpu query --repo_env=STRATA_SIMGPU=1 \
+targets="$(bazel --output_base="$base" query --repo_env=STRATA_SIMGPU=1 \
   "attr(tags, '\bgpu\b', tests($packages)) + tests(//simgpu/...)" 2>/dev/null)"
 if [ -z "$targets" ]; then
   echo "simgpu: no targets found (bazel query failed?)"
   exit 1
 fi
-testlogs="$(bazel_simgpu info --config=simgpu bazel-testlogs 2>/dev/null)"
 passed=0
 failed=0
 status=0
-# run_pass NAME TARGETS ARGS...: one bazel test run, its results and skips counted.
+# run_pass NAME OUTPUT_BASE TARGETS ARGS...: one `bazel test --config=simgpu` run, its
+# results and skips counted.
 run_pass() {
-  local name="$1" pass_targets="$2"
-  shift 2
-  local log
+  local name="$1" pass_base="$2" pass_targets="$3"
+  shift 3
+  local log testlogs
   log="$(mktemp)"
   echo "simgpu: $name: $(echo "$pass_targets" | wc -w) test targets"
   # shellcheck disable=SC2086
-  bazel_simgpu test --config=simgpu --keep_going --nocache_test_results "$@" $pass_targets \
-    2>&1 | tee "$log"
+  bazel --output_base="$pass_base" test --config=simgpu --keep_going --nocache_test_results \
+    "$@" $pass_targets 2>&1 | tee "$log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   passed=$((passed + $(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")))
   failed=$((failed + $(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|FAILED TO BUILD|NO STATUS)' "$log")))
   rm -f "$log"
+  testlogs="$(bazel --output_base="$pass_base" info --config=simgpu "$@" bazel-testlogs 2>/dev/null)"
   # Skips: every test log of the pass, each skipped case with its reason.
   local target path dir file line skips=0
   for target in $pass_targets; do
@@ -69,22 +69,16 @@ run_pass() {
   fi
 }
 
-run_pass ordering "$targets" "$@"
-run_pass blocking "//kernels/cuda:cuda_ops_test //device/cuda:fill_kernel_test //tests:cuda_cli_test" \
+run_pass ordering "$base" "$targets" "$@"
+run_pass blocking "$base" \
+  "//kernels/cuda:cuda_ops_test //device/cuda:fill_kernel_test //tests:cuda_cli_test" \
   --test_env=STRATA_SIMGPU_MODE=blocking "$@"
 # Under AddressSanitizer (the ASan output base): simgpu's own tests (the fibers' switches
 # annotated) and the kernels against their references, the .cu files instrumented too, so
 # a static __shared__ array's overrun is found (a function static in an anonymous
 # namespace: ASan guards it; dynamic shared memory ends at a guard page in every build).
-asan_log="$(mktemp)"
-echo "simgpu: asan: 5 test targets"
-bazel --output_base="${STRATA_ASAN_OUTPUT_BASE:-$HOME/.cache/strata-asan}" test --config=simgpu \
-  --config=asan --symlink_prefix=bazel-asan- --keep_going --nocache_test_results \
-  //simgpu:executor_test //simgpu:cudart_test //simgpu:cublas_test \
-  //kernels/cuda:cuda_ops_test //device/cuda:fill_kernel_test 2>&1 | tee "$asan_log"
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-passed=$((passed + $(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$asan_log")))
-failed=$((failed + $(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|FAILED TO BUILD|NO STATUS)' "$asan_log")))
-rm -f "$asan_log"
+run_pass asan "${STRATA_ASAN_OUTPUT_BASE:-$HOME/.cache/strata-asan}" \
+  "//simgpu:executor_test //simgpu:cudart_test //simgpu:cublas_test //kernels/cuda:cuda_ops_test //device/cuda:fill_kernel_test" \
+  --config=asan --symlink_prefix=bazel-asan- "$@"
 echo "simgpu: ${passed} passed, ${failed} failed"
 exit "$status"
