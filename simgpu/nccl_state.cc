@@ -71,9 +71,12 @@ void CommState::Fail(ncclResult_t code, const std::string& text, bool publish) {
     if (failed.load()) return;
     error_ = code;
     error_text_ = full;
+    // Printed before the failure is visible: a rank that sees it and exits must not cut the
+    // report off.
+    std::fprintf(stderr, "%s\n", full.c_str());
+    std::fflush(stderr);
     failed.store(true);
   }
-  std::fprintf(stderr, "%s\n", full.c_str());
   if (publish) rendezvous->PublishFailure(rank, Who() + ": " + text);
 }
 

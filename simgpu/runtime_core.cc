@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <thread>
 
 namespace simgpu {
@@ -108,11 +109,15 @@ void Join(Clock& into, const Clock& other) {
 cudaError_t Sticky() { return static_cast<cudaError_t>(g_sticky.load(std::memory_order_acquire)); }
 
 void MakeSticky(cudaError_t error, const std::string& message) {
-  int expected = cudaSuccess;
-  if (g_sticky.compare_exchange_strong(expected, error, std::memory_order_acq_rel)) {
-    std::fprintf(stderr, "simgpu: %s (every later CUDA call returns %s)\n", message.c_str(),
-                 cudaGetErrorName(error));
-  }
+  // The report is printed before the error becomes visible: a caller that sees the sticky code
+  // and exits at once must not cut the report off (the worker thread prints it).
+  static std::mutex report;
+  std::lock_guard<std::mutex> lock(report);
+  if (g_sticky.load(std::memory_order_acquire) != cudaSuccess) return;
+  std::fprintf(stderr, "simgpu: %s (every later CUDA call returns %s)\n", message.c_str(),
+               cudaGetErrorName(error));
+  std::fflush(stderr);
+  g_sticky.store(error, std::memory_order_release);
 }
 
 bool WorkFailed() { return g_work_failed.load(std::memory_order_acquire); }
