@@ -24,7 +24,8 @@ int Trace::Track(const std::string& name) {
 }
 
 int64_t Trace::Since(Clock::time_point t) const {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t - start_).count();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t - start_).count() +
+         options_.clock_skew_ns;
 }
 
 bool Trace::Admit() {
@@ -82,6 +83,7 @@ std::string Trace::ToJson() const {
   std::lock_guard<std::mutex> lock(mutex_);
   nlohmann::json list = nlohmann::json::array();
   const int pid = options_.rank;
+  const int64_t offset_ns = clock_offset_ns_.load();
   list.push_back({{"ph", "M"}, {"pid", pid}, {"name", "process_name"},
                   {"args", {{"name", absl::StrCat("rank ", pid)}}}});
   for (size_t t = 0; t < tracks_.size(); ++t) {
@@ -98,7 +100,7 @@ std::string Trace::ToJson() const {
                    [](const Event* a, const Event* b) { return a->begin_ns < b->begin_ns; });
   for (const Event* event : order) {
     nlohmann::json item = {{"ph", std::string(1, event->phase)}, {"pid", pid},
-                           {"name", event->name}, {"ts", event->begin_ns / 1000.0}};
+                           {"name", event->name}, {"ts", (event->begin_ns - offset_ns) / 1000.0}};
     if (event->phase == 'C') {
       item["args"] = {{"value", event->value}};
       list.push_back(std::move(item));
@@ -122,7 +124,8 @@ std::string Trace::ToJson() const {
                           {"events", events_.size()},
                           {"max_events", options_.max_events},
                           {"truncated", dropped_ > 0},
-                          {"dropped_events", dropped_}};
+                          {"dropped_events", dropped_},
+                          {"clock_offset_us", offset_ns / 1000.0}};
   nlohmann::json root = {{"traceEvents", std::move(list)},
                          {"displayTimeUnit", "ms"},
                          {"otherData", std::move(other)}};
@@ -131,6 +134,32 @@ std::string Trace::ToJson() const {
 
 Status Trace::Write(const std::string& path) const {
   return Annotate(WriteFileAtomically(path, ToJson()), "trace");
+}
+
+StatusOr<std::string> MergeTraces(const std::vector<std::string>& rank_traces) {
+  nlohmann::json events = nlohmann::json::array();
+  nlohmann::json ranks = nlohmann::json::array();
+  for (size_t r = 0; r < rank_traces.size(); ++r) {
+    nlohmann::json one = nlohmann::json::parse(rank_traces[r], nullptr, false);
+    if (one.is_discarded() || !one.is_object() || !one.contains("traceEvents") ||
+        !one["traceEvents"].is_array()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("merging traces: rank ", r, "'s is not a strata trace (no traceEvents)"));
+    }
+    for (nlohmann::json& event : one["traceEvents"]) {
+      if (!event.is_object() || !event.contains("pid") || event["pid"] != static_cast<int>(r)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "merging traces: rank ", r, "'s trace holds an event of another process: ",
+            event.dump().substr(0, 120)));
+      }
+      events.push_back(std::move(event));
+    }
+    ranks.push_back(one.contains("otherData") ? one["otherData"] : nlohmann::json::object());
+  }
+  nlohmann::json root = {{"traceEvents", std::move(events)},
+                         {"displayTimeUnit", "ms"},
+                         {"otherData", {{"merged", true}, {"ranks", std::move(ranks)}}}};
+  return root.dump();
 }
 
 }  // namespace strata

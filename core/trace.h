@@ -31,6 +31,10 @@ namespace strata {
 struct TraceOptions {
   int rank = 0;                     // the process id ("pid") of every event
   uint64_t max_events = 1'000'000;  // then the trace stops recording, saying so
+  // This rank's clock reads that much ahead, as a machine's clock that disagrees with the
+  // others' would: simulated nodes share one clock, so the tests of the alignment inject
+  // it (STRATA_FAULT_TRACE_CLOCK, session/faults.h). 0 everywhere else.
+  int64_t clock_skew_ns = 0;
 };
 
 class Trace {
@@ -64,6 +68,14 @@ class Trace {
   // A counter's value from `at` on (e.g. "nvme in flight" = 3).
   void Counter(const std::string& name, Clock::time_point at, double value);
 
+  // Now on this trace's clock (nanoseconds since it began, skew included): what the ranks
+  // compare to align their traces (collectives/clock_sync.h).
+  int64_t Now() const { return Since(Clock::now()); }
+  // This trace's clock minus the reference's (rank 0's), as measured at start-up: written
+  // times are shifted by it, so every rank's file is on rank 0's timeline, and the offset
+  // is in "otherData" ("clock_offset_us").
+  void SetClockOffset(int64_t offset_ns) { clock_offset_ns_.store(offset_ns); }
+
   uint64_t events() const;   // recorded so far
   uint64_t dropped() const;  // past max_events
 
@@ -89,12 +101,19 @@ class Trace {
   const TraceOptions options_;
   const Clock::time_point start_;
   std::atomic<bool> recording_{false};
+  std::atomic<int64_t> clock_offset_ns_{0};
   mutable std::mutex mutex_;
   std::vector<Event> events_;
   std::vector<std::string> tracks_;
   std::map<std::string, int> track_ids_;
   uint64_t dropped_ = 0;
 };
+
+// One trace of several ranks' (each a Trace::ToJson, in rank order; each rank's events keep
+// its rank as process id, so a viewer shows a process per rank on one timeline): their
+// events concatenated, "otherData" holding each rank's under "ranks". Errors name the rank
+// whose text is not a trace of strata (not JSON, no traceEvents, another rank's pid).
+StatusOr<std::string> MergeTraces(const std::vector<std::string>& rank_traces);
 
 // What a stream's spans are called (see Stream::SetTraceLabel in device/device.h).
 struct TraceLabel {

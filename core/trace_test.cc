@@ -118,5 +118,64 @@ TEST(TraceTest, WritesTheFileWhole) {
   EXPECT_NE(std::string(bad.message()).find("/nonexistent-dir/trace.json"), std::string::npos);
 }
 
+TEST(TraceTest, ASkewedClockIsShiftedBackByItsMeasuredOffset) {
+  // Two ranks' traces begun together; rank 1's clock reads 5 s ahead. Its offset, as the
+  // ranks measure it (collectives/clock_sync.h), puts its events back on rank 0's timeline.
+  Trace rank0({.rank = 0});
+  Trace rank1({.rank = 1, .clock_skew_ns = 5'000'000'000});
+  const int64_t offset = rank1.Now() - rank0.Now();
+  EXPECT_NEAR(offset / 1e9, 5.0, 0.05);
+  rank1.SetClockOffset(offset);
+  const auto t0 = Trace::Clock::now();
+  for (Trace* trace : {&rank0, &rank1}) {
+    trace->SetRecording(true);
+    trace->Span(trace->Track("compute"), "forward", "compute", t0, t0 + microseconds(100));
+  }
+  const auto ts = [](const Trace& trace) {
+    return OfPhase(nlohmann::json::parse(trace.ToJson()), "X").at(0)["ts"].get<double>();
+  };
+  EXPECT_NEAR(ts(rank1), ts(rank0), 50'000.0);  // within 50 ms (the two Now() calls apart)
+  EXPECT_NEAR(nlohmann::json::parse(rank1.ToJson())["otherData"]["clock_offset_us"].get<double>(),
+              offset / 1000.0, 1.0);
+  rank1.SetClockOffset(0);  // unaligned, the span sits 5 s later
+  EXPECT_NEAR(ts(rank1) - ts(rank0), 5e6, 50'000.0);
+}
+
+TEST(TraceTest, MergedTracesKeepAProcessPerRank) {
+  std::vector<std::string> texts;
+  for (int r = 0; r < 3; ++r) {
+    Trace trace({.rank = r});
+    trace.SetRecording(true);
+    const auto t0 = Trace::Clock::now();
+    trace.Span(trace.Track("compute"), "forward", "compute", t0, t0 + microseconds(10 * (r + 1)));
+    texts.push_back(trace.ToJson());
+  }
+  const StatusOr<std::string> merged = MergeTraces(texts);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  const nlohmann::json parsed = nlohmann::json::parse(*merged);
+  const auto spans = OfPhase(parsed, "X");
+  ASSERT_EQ(spans.size(), 3u);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(spans[r]["pid"], r);
+    EXPECT_DOUBLE_EQ(spans[r]["dur"].get<double>(), 10.0 * (r + 1));
+  }
+  int process_names = 0;
+  for (const auto& meta : OfPhase(parsed, "M")) process_names += meta["name"] == "process_name";
+  EXPECT_EQ(process_names, 3);
+  EXPECT_EQ(parsed["otherData"]["merged"], true);
+  ASSERT_EQ(parsed["otherData"]["ranks"].size(), 3u);
+  EXPECT_EQ(parsed["otherData"]["ranks"][2]["rank"], 2);
+
+  // A rank's text that is not a trace, or that holds another rank's events, is named.
+  std::vector<std::string> bad = texts;
+  bad[1] = "not json";
+  EXPECT_NE(std::string(MergeTraces(bad).status().message()).find("rank 1's is not a strata trace"),
+            std::string::npos);
+  bad = texts;
+  std::swap(bad[0], bad[2]);
+  EXPECT_NE(std::string(MergeTraces(bad).status().message()).find("rank 0's trace holds an event of another process"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace strata

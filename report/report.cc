@@ -2,15 +2,17 @@
 #include "report/report.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "core/input_file.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "core/input_file.h"
 
 namespace strata {
 namespace {
@@ -194,18 +196,34 @@ int64_t TrackId(const nlohmann::json& event) {
   return tid != event.end() && tid->is_number_integer() ? tid->get<int64_t>() : -1;
 }
 
+// An event's "pid" where it is a JSON integer, else 0 (a trace of one rank).
+int64_t ProcessId(const nlohmann::json& event) {
+  const auto pid = event.find("pid");
+  return pid != event.end() && pid->is_number_integer() ? pid->get<int64_t>() : 0;
+}
+
+// The number of a step span's name ("step 12" -> 12; -1 for another name).
+int64_t StepNumber(const std::string& name) {
+  int64_t number = -1;
+  if (name.rfind("step ", 0) != 0 || !absl::SimpleAtoi(name.substr(5), &number)) return -1;
+  return number;
+}
+
 StatusOr<std::vector<StepOverlap>> SummarizeTraceEvents(const nlohmann::json& trace) {
   if (!trace.is_object() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array()) {
     return absl::InvalidArgumentError("report: the trace has no traceEvents (not a trace file)");
   }
-  std::map<int64_t, std::string> names;
+  // Tracks are per process (a merged trace holds every rank's).
+  std::map<std::pair<int64_t, int64_t>, std::string> names;
   for (const auto& event : trace["traceEvents"]) {
     if (event.value("ph", "") == "M" && event.value("name", "") == "thread_name") {
       // value(), not operator[]: a const json's operator[] on a missing key is an assertion.
-      names[TrackId(event)] = event.value("args", nlohmann::json::object()).value("name", "");
+      names[{ProcessId(event), TrackId(event)}] =
+          event.value("args", nlohmann::json::object()).value("name", "");
     }
   }
   struct Span {
+    int64_t rank;
     std::string track, name;
     double begin, end;  // us
   };
@@ -213,7 +231,8 @@ StatusOr<std::vector<StepOverlap>> SummarizeTraceEvents(const nlohmann::json& tr
   for (const auto& event : trace["traceEvents"]) {
     if (event.value("ph", "") != "X") continue;
     const double begin = event.value("ts", 0.0);
-    Span span{names[TrackId(event)], event.value("name", ""), begin,
+    const int64_t rank = ProcessId(event);
+    Span span{rank, names[{rank, TrackId(event)}], event.value("name", ""), begin,
               begin + event.value("dur", 0.0)};
     (span.track == "steps" ? steps : spans).push_back(std::move(span));
   }
@@ -221,14 +240,25 @@ StatusOr<std::vector<StepOverlap>> SummarizeTraceEvents(const nlohmann::json& tr
     return absl::InvalidArgumentError(
         "report: the trace has no step spans (not from strata train --trace, or no traced step)");
   }
-  std::sort(steps.begin(), steps.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  // Step order (rank 0's timeline: the ranks' clocks are aligned), ranks in order.
+  std::map<int64_t, double> first_begin;  // step name's number -> its earliest begin
+  for (const Span& step : steps) {
+    auto [it, added] = first_begin.emplace(StepNumber(step.name), step.begin);
+    if (!added) it->second = std::min(it->second, step.begin);
+  }
+  std::sort(steps.begin(), steps.end(), [&](const Span& a, const Span& b) {
+    const double ta = first_begin[StepNumber(a.name)], tb = first_begin[StepNumber(b.name)];
+    return ta != tb ? ta < tb : a.rank < b.rank;
+  });
   std::vector<StepOverlap> out;
   for (const Span& step : steps) {
     StepOverlap o;
     o.name = step.name;
+    o.rank = static_cast<int>(std::clamp<int64_t>(step.rank, 0, 1 << 30));
     o.step_ms = (step.end - step.begin) / 1000.0;
     std::vector<std::pair<double, double>> nvme;
     for (const Span& span : spans) {
+      if (span.rank != step.rank) continue;
       const double begin = std::max(span.begin, step.begin), end = std::min(span.end, step.end);
       if (end <= begin) continue;
       const double ms = (end - begin) / 1000.0;
@@ -248,9 +278,45 @@ StatusOr<std::vector<StepOverlap>> SummarizeTraceEvents(const nlohmann::json& tr
 
 }  // namespace
 
+std::string DescribeStragglers(const std::vector<StepOverlap>& overlap) {
+  std::map<int, std::pair<double, int>> busy;  // rank -> (sum of compute busy ms, steps)
+  for (const StepOverlap& o : overlap) {
+    busy[o.rank].first += o.compute_busy_ms;
+    busy[o.rank].second += 1;
+  }
+  if (busy.size() < 2) return "";
+  std::vector<std::pair<double, int>> mean;  // (ms per step, rank)
+  for (const auto& [rank, sum] : busy) mean.emplace_back(sum.first / sum.second, rank);
+  std::sort(mean.begin(), mean.end());
+  // The median rank (the lower middle: with two ranks, the faster one).
+  const double median = mean[(mean.size() - 1) / 2].first;
+  const auto [slowest_ms, slowest] = mean.back();
+  if (median <= 0 || slowest_ms <= 1.2 * median) {
+    return absl::StrFormat("No straggler: every rank's compute is within 20%% of the median "
+                           "rank's (%.1f ms per traced step; the busiest, rank %d, %.1f ms).",
+                           median, slowest, slowest_ms);
+  }
+  return absl::StrFormat("Rank %d is the straggler: its compute is busy %.1f ms per traced "
+                         "step, %.0f%% more than the median rank's %.1f ms; the other ranks "
+                         "wait for it at every collective.",
+                         slowest, slowest_ms, 100 * (slowest_ms / median - 1), median);
+}
+
 std::string RenderReport(const std::string& title, const std::vector<nlohmann::json>& metrics,
-                         const std::optional<std::vector<StepOverlap>>& overlap,
+                         const std::optional<std::vector<StepOverlap>>& all_ranks,
                          const std::string& chart_js) {
+  // The overlap plot and table: the lowest rank's steps; the ranks' table: all of them.
+  std::optional<std::vector<StepOverlap>> overlap;
+  bool several_ranks = false;
+  if (all_ranks) {
+    int lowest = INT32_MAX;
+    for (const StepOverlap& o : *all_ranks) lowest = std::min(lowest, o.rank);
+    overlap.emplace();
+    for (const StepOverlap& o : *all_ranks) {
+      if (o.rank == lowest) overlap->push_back(o);
+      else several_ranks = true;
+    }
+  }
   nlohmann::json data = {{"metrics", metrics}, {"overlap", nullptr}};
   if (overlap) {
     nlohmann::json list = nlohmann::json::array();
@@ -299,6 +365,26 @@ std::string RenderReport(const std::string& title, const std::vector<nlohmann::j
                     "than 100% where they overlap. Compute stalled = the compute stream waiting "
                     "for another stream: the time overlap did not hide.</p>");
   }
+  std::string ranks_section;
+  if (several_ranks) {
+    ranks_section = absl::StrCat(
+        "<section><h2>Ranks (from the merged trace)</h2><p id=\"stragglers\">",
+        HtmlEscape(DescribeStragglers(*all_ranks)),
+        "</p><table><tr><th>step</th><th>rank</th><th>ms</th><th>compute busy</th>"
+        "<th>compute stalled</th><th>comm</th></tr>");
+    for (const StepOverlap& o : *all_ranks) {
+      absl::StrAppend(&ranks_section, "<tr><td>", HtmlEscape(o.name), "</td>",
+                      absl::StrFormat("<td>%d</td><td>%.1f</td><td>%.1f</td><td>%.1f</td>"
+                                      "<td>%.1f</td></tr>",
+                                      o.rank, o.step_ms, o.compute_busy_ms, o.compute_wait_ms,
+                                      o.comm_ms));
+    }
+    absl::StrAppend(&ranks_section, "</table><p class=\"note\">Milliseconds of each traced "
+                    "step per rank, on rank 0's clock (the ranks' clocks are aligned at "
+                    "start-up). A rank whose compute is busier than the others' is the one "
+                    "they wait for (their compute stalls, their collectives take longer).</p>"
+                    "</section>");
+  }
   auto panel = [](const char* id, const char* heading) {
     return absl::StrCat("<section><h2>", heading, "</h2><canvas id=\"", id,
                         "\" width=\"900\" height=\"300\"></canvas></section>");
@@ -312,7 +398,9 @@ std::string RenderReport(const std::string& title, const std::vector<nlohmann::j
       HtmlEscape(title), "</h1><p>", HtmlEscape(summary), "</p>\n",
       panel("loss", "Loss"), panel("time", "Step time: forward, backward, exposed optimizer, other; compute stall"),
       panel("memory", "Peak memory per tier"), panel("nvme", "NVMe traffic"),
-      panel("overlap", "Overlap per traced step (from the trace)"), overlap_table,
+      panel("overlap", several_ranks ? "Overlap per traced step (from the trace; rank 0)"
+                                     : "Overlap per traced step (from the trace)"),
+      overlap_table, ranks_section,
       "\n<script>\n", chart_js, "\n</script>\n<script>\nconst DATA = ", data_js, ";\n", kScript,
       "</script>\n</body></html>\n");
 }

@@ -31,9 +31,10 @@ StatusOr<std::vector<nlohmann::json>> ReadMetrics(const std::string& path);
 // The trace file of `strata train --trace`, parsed. Errors name the file.
 StatusOr<nlohmann::json> ReadTrace(const std::string& path);
 
-// One traced step: its wall time and what each track group did during it.
+// One traced step of one rank: its wall time and what each track group did during it.
 struct StepOverlap {
   std::string name;          // "step 2"
+  int rank = 0;              // the trace's process id (a merged trace holds every rank)
   double step_ms = 0;
   double compute_busy_ms = 0;  // compute spans other than waits
   double compute_wait_ms = 0;  // compute's "wait" spans: the stall
@@ -43,11 +44,19 @@ struct StepOverlap {
   double nvme_ms = 0;          // time with at least one NVMe request in flight (any tier)
 };
 
-// Per traced step (the spans of the "steps" track), each track's busy time clipped to the
-// step. Errors: not a trace of strata (no traceEvents, no steps track).
+// Per traced step (the spans of the "steps" track) and rank (process id), each track's
+// busy time clipped to the step, in step order, ranks in order within a step. Errors: not
+// a trace of strata (no traceEvents, no steps track).
 StatusOr<std::vector<StepOverlap>> SummarizeTrace(const nlohmann::json& trace);
 
-// The page: `chart_js` is the Chart.js source inlined; `title` heads it.
+// Across ranks (a merged trace): the rank whose compute is busiest per traced step, on
+// average, when it is more than 20% above the median rank's ("rank 2 is the straggler:
+// ..."), else that the ranks are within 20% of each other; empty for one rank.
+std::string DescribeStragglers(const std::vector<StepOverlap>& overlap);
+
+// The page: `chart_js` is the Chart.js source inlined; `title` heads it. With several ranks
+// in `overlap`, the overlap plot and table show the lowest rank, and a table of every
+// rank's steps with DescribeStragglers's verdict follows.
 std::string RenderReport(const std::string& title, const std::vector<nlohmann::json>& metrics,
                          const std::optional<std::vector<StepOverlap>>& overlap,
                          const std::string& chart_js);

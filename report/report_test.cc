@@ -16,6 +16,7 @@ namespace strata {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::StatusIs;
 
 std::string Write(const std::string& name, const std::string& text) {
@@ -129,6 +130,59 @@ TEST(Report, NullFieldsAndThreadsWithoutArgsAreAbsentNotFatal) {
   ASSERT_OK_AND_ASSIGN(const auto steps, SummarizeTrace(trace));
   ASSERT_OK_AND_ASSIGN(const auto expected, SummarizeTrace(HandMadeTrace()));
   EXPECT_EQ(steps.size(), expected.size());
+}
+
+// A merged trace of three ranks (process ids 0-2), two traced steps each: rank 2's compute
+// takes twice as long, the others wait for it. Track ids repeat across ranks (each rank
+// numbers its own), and rank 1 names its tracks in another order.
+nlohmann::json ThreeRankTrace(double rank2_forward_us) {
+  nlohmann::json events = nlohmann::json::array();
+  for (int rank = 0; rank < 3; ++rank) {
+    const int steps = rank == 1 ? 1 : 0, compute = rank == 1 ? 0 : 1;
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", steps},
+                      {"args", {{"name", "steps"}}}});
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", compute},
+                      {"args", {{"name", "compute"}}}});
+    for (int step = 0; step < 2; ++step) {
+      const double begin = 10'000 * (step + 1) + rank * 3;  // aligned clocks: a few us apart
+      const double forward = rank == 2 ? rank2_forward_us : 400;
+      auto span = [&](int tid, const std::string& name, double ts, double dur) {
+        events.push_back({{"ph", "X"}, {"pid", rank}, {"tid", tid}, {"name", name},
+                          {"ts", ts}, {"dur", dur}});
+      };
+      span(steps, "step " + std::to_string(step + 2), begin, 1000);
+      span(compute, "forward", begin, forward);
+      if (forward < 800) span(compute, "wait", begin + forward, 800 - forward);
+    }
+  }
+  return {{"traceEvents", events}};
+}
+
+TEST(Report, AMergedTraceIsSummarisedPerRankAndTheStragglerNamed) {
+  ASSERT_OK_AND_ASSIGN(const auto overlap, SummarizeTrace(ThreeRankTrace(800)));
+  ASSERT_EQ(overlap.size(), 6u);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(overlap[i].name, i < 3 ? "step 2" : "step 3");
+    EXPECT_EQ(overlap[i].rank, i % 3);
+    EXPECT_DOUBLE_EQ(overlap[i].compute_busy_ms, i % 3 == 2 ? 0.8 : 0.4) << i;
+    EXPECT_DOUBLE_EQ(overlap[i].compute_wait_ms, i % 3 == 2 ? 0.0 : 0.4) << i;
+  }
+  EXPECT_EQ(DescribeStragglers(overlap),
+            "Rank 2 is the straggler: its compute is busy 0.8 ms per traced step, 100% more "
+            "than the median rank's 0.4 ms; the other ranks wait for it at every collective.");
+  const std::vector<nlohmann::json> metrics = {{{"step", 2}, {"loss", 5.0}, {"ms_per_step", 1.0}}};
+  const std::string page = RenderReport("ranks", metrics, overlap, "");
+  EXPECT_THAT(page, HasSubstr("Ranks (from the merged trace)"));
+  EXPECT_THAT(page, HasSubstr("Rank 2 is the straggler"));
+  EXPECT_THAT(page, HasSubstr("<td>step 3</td><td>2</td><td>1.0</td><td>0.8</td><td>0.0</td>"));
+  EXPECT_THAT(page, HasSubstr("Overlap per traced step (from the trace; rank 0)"));
+
+  // Within 20%: no straggler. One rank: nothing to say, and no ranks table.
+  ASSERT_OK_AND_ASSIGN(const auto even, SummarizeTrace(ThreeRankTrace(470)));
+  EXPECT_THAT(DescribeStragglers(even), HasSubstr("No straggler: every rank's compute is within 20%"));
+  ASSERT_OK_AND_ASSIGN(const auto one, SummarizeTrace(HandMadeTrace()));
+  EXPECT_EQ(DescribeStragglers(one), "");
+  EXPECT_THAT(RenderReport("one", metrics, one, ""), Not(HasSubstr("Ranks (from")));
 }
 
 TEST(Report, ChartJsFromTheEnvironmentOrANamedPackage) {

@@ -4,6 +4,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
 namespace strata {
 namespace {
 
@@ -27,6 +30,16 @@ StatusOr<RunFaults> FaultsFromEnvironment() {
   StatusOr<std::optional<SignalFault>> signal = ParseSignalFault(Variable("STRATA_FAULT_SIGNAL"));
   if (!signal.ok()) return Annotate(signal.status(), "STRATA_FAULT_SIGNAL");
   faults.signal = *signal;
+  if (const std::string skew = Variable("STRATA_FAULT_TRACE_CLOCK"); !skew.empty()) {
+    // Within +-1e6 ms per rank, so that a rank's skew (times up to a few thousand ranks)
+    // stays far from the nanosecond clock's range.
+    if (!absl::SimpleAtoi(skew, &faults.trace_clock_skew_ms) ||
+        std::abs(faults.trace_clock_skew_ms) > 1'000'000) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "STRATA_FAULT_TRACE_CLOCK=", skew,
+          ": expected milliseconds per rank, an integer within +-1000000"));
+    }
+  }
   return faults;
 }
 

@@ -19,7 +19,8 @@ using ::testing::HasSubstr;
 using testing::StatusIs;
 
 void Clear() {
-  for (const char* name : {"STRATA_FAULT_NVME", "STRATA_FAULT_CHECKPOINT", "STRATA_FAULT_SIGNAL"}) {
+  for (const char* name : {"STRATA_FAULT_NVME", "STRATA_FAULT_CHECKPOINT", "STRATA_FAULT_SIGNAL",
+                           "STRATA_FAULT_TRACE_CLOCK"}) {
     ::unsetenv(name);
   }
 }
@@ -30,6 +31,7 @@ TEST(Faults, NoneSetIsNoFault) {
   EXPECT_FALSE(faults.nvme.has_value());
   EXPECT_FALSE(faults.checkpoint.has_value());
   EXPECT_FALSE(faults.signal.has_value());
+  EXPECT_EQ(faults.trace_clock_skew_ms, 0);
 }
 
 TEST(Faults, EachVariableParsedIntoWhatActsOnIt) {
@@ -37,7 +39,9 @@ TEST(Faults, EachVariableParsedIntoWhatActsOnIt) {
   ::setenv("STRATA_FAULT_NVME", "torn@3", 1);
   ::setenv("STRATA_FAULT_CHECKPOINT", "enospc@4:2", 1);
   ::setenv("STRATA_FAULT_SIGNAL", "SIGINT*2@5", 1);
+  ::setenv("STRATA_FAULT_TRACE_CLOCK", "-2500", 1);
   ASSERT_OK_AND_ASSIGN(const RunFaults faults, FaultsFromEnvironment());
+  EXPECT_EQ(faults.trace_clock_skew_ms, -2500);
   ASSERT_TRUE(faults.nvme.has_value());
   ASSERT_EQ(faults.nvme->rules.size(), 1u);
   EXPECT_EQ(faults.nvme->rules[0].kind, nvme::FaultKind::kTornWrite);
@@ -63,7 +67,9 @@ TEST(Faults, UnparsableValuesAreRefusedNamingTheVariable) {
                {"STRATA_FAULT_CHECKPOINT", "burn@1:1"},
                {"STRATA_FAULT_SIGNAL", "SIGFOO@1"},
                {"STRATA_FAULT_SIGNAL", "SIGINT*0@1"},
-               {"STRATA_FAULT_SIGNAL", "SIGTERM"}};
+               {"STRATA_FAULT_SIGNAL", "SIGTERM"},
+               {"STRATA_FAULT_TRACE_CLOCK", "3s"},
+               {"STRATA_FAULT_TRACE_CLOCK", "2000000"}};
   for (const auto& c : cases) {
     Clear();
     ::setenv(c.name, c.value, 1);

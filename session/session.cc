@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint.h"
+#include "collectives/clock_sync.h"
 #include "collectives/local_communicator.h"
 #include "collectives/nccl_communicator.h"
 #include "collectives/self_communicator.h"
@@ -60,7 +61,9 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
   if (trace) {
     ASSIGN_OR_RETURN(const auto steps, ParseStepRange(options.train.trace_steps));
     session->trace_steps_ = {steps.first - 1, steps.second - 1};
-    session->trace_ = std::make_unique<Trace>(TraceOptions{.rank = communicator->rank()});
+    session->trace_ = std::make_unique<Trace>(TraceOptions{
+        .rank = communicator->rank(),
+        .clock_skew_ns = faults.trace_clock_skew_ms * communicator->rank() * 1'000'000});
   }
   // The backend first: a missing GPU (or CUDA build) fails before any data is read. Each
   // rank picks its GPU by its place on its node, as the communicator knows it (threads:
@@ -242,6 +245,14 @@ StatusOr<std::string> TrainingSession::Checkpoint(int next_step) {
                      faults_.checkpoint ? &*faults_.checkpoint : nullptr);
   if (!path.ok()) return AbortOnError(path.status());
   return path;
+}
+
+Status TrainingSession::AlignTraceClock(Communicator& control) {
+  if (trace_ == nullptr) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const std::vector<int64_t> offsets,
+                   MeasureClockOffsets(control, [this] { return trace_->Now(); }));
+  trace_->SetClockOffset(offsets[control.rank()]);
+  return absl::OkStatus();
 }
 
 Status TrainingSession::WriteTrace(const std::string& path) const {

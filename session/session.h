@@ -86,6 +86,10 @@ class TrainingSession {
   Status Finish();
   // The trace so far as Chrome trace-event JSON at `path` (FailedPrecondition without one).
   Status WriteTrace(const std::string& path) const;
+  // Puts this rank's trace on rank 0's timeline: the ranks measure their clocks' offsets
+  // over `control` (collectives/clock_sync.h). Collective: every rank calls it after
+  // Create when tracing (without a trace it does nothing, on every rank alike).
+  Status AlignTraceClock(Communicator& control);
   const Trace* trace() const { return trace_.get(); }
 
   const Options& options() const { return options_; }

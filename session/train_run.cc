@@ -1,10 +1,15 @@
 // `strata train`: see train_run.h.
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 
 #include <signal.h>
 
 #include "checkpoint/checkpoint.h"
+#include "collectives/agreement.h"
 #include "config/options_parse.h"
+#include "core/atomic_file.h"
+#include "core/bytes.h"
 #include "core/logging.h"
 #include "core/run_identity.h"
 #include "core/trace.h"
@@ -19,6 +24,10 @@
 
 namespace strata {
 namespace {
+
+// The most the ranks' traces may hold together for rank 0 to merge them (every rank
+// receives all of them on the way: GatherTexts).
+constexpr uint64_t kMergedTraceLimit = 256ull << 20;
 
 nlohmann::json StepRecord(const StepReport& r) {
   nlohmann::json record = {
@@ -105,7 +114,7 @@ class RankRun {
       StatusOr<StepReport> stepped = session_->Step(step);
       if (!stepped.ok()) {
         // What was traced up to the failure is what a user debugging it wants to see.
-        if (Status written = WriteTrace(); !written.ok()) {
+        if (Status written = WriteTrace(/*merge=*/false); !written.ok()) {
           spdlog::warn("the trace of the failed run could not be written: {}",
                        std::string(written.message()));
         }
@@ -114,7 +123,7 @@ class RankRun {
       RETURN_IF_ERROR(Report(step, std::move(stepped).value()));
     }
     RETURN_IF_ERROR(session_->Finish());
-    return WriteTrace();
+    return WriteTrace(/*merge=*/true);
   }
 
  private:
@@ -133,6 +142,8 @@ class RankRun {
     ASSIGN_OR_RETURN(session_, TrainingSession::Create(options_, &communicator_,
                                                        !args_.trace_path.empty(), args_.faults));
     last_checkpoint_ = session_->resumed_from();
+    // Every rank's trace on rank 0's timeline (measured now, before any step).
+    RETURN_IF_ERROR(session_->AlignTraceClock(control_));
     if (!lead_) return absl::OkStatus();
     ASSIGN_OR_RETURN(checkpoint_lock_,
                      ClaimCheckpointDir(options_, CheckpointBytes(session_->model())));
@@ -166,7 +177,7 @@ class RankRun {
       saved = " (written on SIGTERM)";
     }
     RETURN_IF_ERROR(session_->Finish());
-    RETURN_IF_ERROR(WriteTrace());
+    RETURN_IF_ERROR(WriteTrace(/*merge=*/true));
     if (lead_) {
       SetInterruptSummary(absl::StrCat(
           "interrupted by ", SignalName(stop), " after step ", step, " of ", options_.train.steps,
@@ -201,17 +212,42 @@ class RankRun {
     return absl::OkStatus();
   }
 
-  // The trace, whenever training ends (finished, failed or stopped by a signal).
-  Status WriteTrace() {
+  // The trace, whenever training ends (finished, failed or stopped by a signal): each
+  // rank's own file, and where the ranks ended together (`merge`: not after a failed step,
+  // when the others may be gone) one file of all ranks, written by rank 0 at the path
+  // given, unless the ranks' traces together exceed kMergedTraceLimit.
+  Status WriteTrace(bool merge) {
     if (args_.trace_path.empty()) return absl::OkStatus();
-    const std::string path =
-        TracePathOfRank(args_.trace_path, communicator_.rank(), communicator_.world_size());
+    const int world = communicator_.world_size();
+    const std::string path = TracePathOfRank(args_.trace_path, communicator_.rank(), world);
     RETURN_IF_ERROR(session_->WriteTrace(path));
     const Trace& trace = *session_->trace();
+    std::string merged;
+    if (merge && world > 1) {
+      const std::string mine = trace.ToJson();
+      ASSIGN_OR_RETURN(const std::vector<uint32_t> sizes,
+                       AgreeOnOutcomes(control_, static_cast<uint32_t>(
+                                                     std::min<size_t>(mine.size(), UINT32_MAX))));
+      const uint64_t longest = *std::max_element(sizes.begin(), sizes.end());
+      if (longest * world > kMergedTraceLimit) {
+        if (lead_) {
+          spdlog::warn("trace: the ranks' traces are too large to merge ({} ranks, up to {} "
+                       "each; limit {} in all): open the per-rank files together instead",
+                       world, FormatBytes(longest), FormatBytes(kMergedTraceLimit));
+        }
+      } else {
+        ASSIGN_OR_RETURN(const std::vector<std::string> all, GatherTexts(control_, mine));
+        if (lead_) {
+          ASSIGN_OR_RETURN(const std::string text, MergeTraces(all));
+          RETURN_IF_ERROR(Annotate(WriteFileAtomically(args_.trace_path, text), "trace"));
+          merged = absl::StrCat(" (every rank's file merged into ", args_.trace_path, ")");
+        }
+      }
+    }
     if (lead_) {
-      spdlog::info("trace: {}{} ({} events, steps {}){}", path,
-                   communicator_.world_size() > 1 ? " and one file per other rank" : "",
-                   trace.events(), options_.train.trace_steps,
+      spdlog::info("trace: {}{}{} ({} events, steps {}){}", path,
+                   world > 1 ? " and one file per other rank" : "", merged, trace.events(),
+                   options_.train.trace_steps,
                    trace.dropped() > 0
                        ? absl::StrCat("; truncated: ", trace.dropped(), " events past the bound")
                        : std::string());

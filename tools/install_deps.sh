@@ -28,6 +28,7 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev libomp-14-dev     # fuzz/'s libFuzzer targets (tools/fuzz.sh)
   libboost-context-dev                          # simgpu: a CUDA block's threads as fibers
   iproute2 util-linux procps                    # simulated nodes (ip netns, unshare, sysctl)
+  python3                                       # tests that read JSON (traces)
 )
 
 missing=()
