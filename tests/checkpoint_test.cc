@@ -611,7 +611,9 @@ TEST(Checkpoint, AFailureAtEachPhaseLeavesThePreviousCheckpointValid) {
     ASSERT_OK_AND_ASSIGN(const OpenedCheckpoint previous, OpenCheckpoint(dir + "/step-2"));
     EXPECT_OK(VerifyCheckpointFiles(previous, false));
     EXPECT_EQ(fs::exists(dir + "/step-4/checkpoint.json"), c.new_one_complete);
-    if (!c.new_one_complete) EXPECT_FALSE(fs::exists(dir + "/step-4"));
+    if (!c.new_one_complete) {
+      EXPECT_FALSE(fs::exists(dir + "/step-4"));
+    }
     EXPECT_EQ(LatestCheckpoint(dir), dir + (c.new_one_complete ? "/step-4" : "/step-2"));
     const int from = c.new_one_complete ? 4 : 2;
     const PlacementRun resumed = TrainAllRanks(Make(2, 3, {"train.resume=" + dir}));
@@ -635,6 +637,42 @@ TEST(Checkpoint, AFailureAtEachPhaseLeavesThePreviousCheckpointValid) {
   EXPECT_EQ(resumed.losses, Tail(reference.losses, 2));
   EXPECT_EQ(RemovePartialCheckpoints(dir), std::vector<std::string>{dir + "/step-4"});
   EXPECT_TRUE(fs::exists(dir + "/step-2/checkpoint.json"));
+}
+
+// Node-local directories: rank 1's file on "another node". Consolidation finds it in the
+// directory given, checks every file and writes one rank's checkpoint with the same arrays,
+// which resumes with the same losses as the original.
+TEST(Checkpoint, ConsolidatesRankFilesFromSeveralDirectories) {
+  namespace fs = std::filesystem;
+  const std::string dir = TestDir("consolidate"), node1 = TestDir("consolidate-node1");
+  ASSERT_OK(TrainAllRanks(Make(2, 3, {"train.checkpoint_dir=" + dir, "train.checkpoint_every=3"}))
+                .status);
+  const std::string step = dir + "/step-3";
+  const std::vector<std::vector<float>> arrays = Arrays(step);
+  const PlacementRun from_original = TrainAllRanks(Make(1, 0, {"train.resume=" + step}));
+  ASSERT_OK(from_original.status);
+  fs::create_directories(node1 + "/step-3");
+  fs::rename(step + "/rank-00001.bin", node1 + "/step-3/rank-00001.bin");
+  const std::string to = TestDir("consolidated") + "/step-3";
+  EXPECT_THAT(ConsolidateCheckpoint({{step}, to}),
+              StatusIs(absl::StatusCode::kNotFound,
+                       ::testing::AllOf(HasSubstr("rank-00001.bin (written by rank 1 on host " +
+                                                  HostName() + ")"),
+                                        HasSubstr("another --from"))));
+  EXPECT_FALSE(fs::exists(to));
+  ASSERT_OK_AND_ASSIGN(const std::string written, ConsolidateCheckpoint({{step, node1}, to}));
+  EXPECT_EQ(written, to);
+  ASSERT_OK_AND_ASSIGN(const OpenedCheckpoint one, OpenCheckpoint(to));
+  EXPECT_EQ(one.world, 1);
+  ASSERT_EQ(one.files.size(), 1u);
+  EXPECT_OK(VerifyCheckpointFiles(one, false));
+  EXPECT_TRUE(Arrays(to) == arrays);
+  const PlacementRun from_one = TrainAllRanks(Make(1, 0, {"train.resume=" + to}));
+  ASSERT_OK(from_one.status);
+  EXPECT_EQ(from_one.losses, from_original.losses);
+  // Never over an existing directory.
+  EXPECT_THAT(ConsolidateCheckpoint({{step, node1}, to}),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("not an empty directory")));
 }
 
 }  // namespace

@@ -127,13 +127,13 @@ echo "np 2: ranks that would read different content at one path are refused, nam
 # A resume that fails: each rank prints its own error, once, before the others learn of
 # it (so mpirun tearing the job down cannot swallow it), three times over.
 cp -r "$tmp/mck/step-10" "$tmp/bad-step"
-printf '\x7f' | dd of="$tmp/bad-step/unit-1.bin" bs=1 seek=100 conv=notrunc status=none
+printf '\x7f' | dd of="$tmp/bad-step/rank-00001.bin" bs=1 seek=100 conv=notrunc status=none
 for try in 1 2 3; do
   timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$strata" train "${common[@]}" \
     --set train.micro_batch=2 --set train.resume="$tmp/bad-step" > "$tmp/badres.log" 2>&1 \
     && fail "a damaged checkpoint resumed"
   for r in 0 1; do
-    [ "$(grep -c "strata: error: rank $r on host .*unit-1.bin: checksum mismatch" "$tmp/badres.log")" -eq 1 ] \
+    [ "$(grep -c "strata: error: rank $r on host .*rank-00001.bin: checksum mismatch" "$tmp/badres.log")" -eq 1 ] \
       || { cat "$tmp/badres.log"; fail "try $try: rank $r's own error not printed exactly once"; }
   done
 done
