@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <vector>
 
@@ -59,8 +60,19 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
     }
     std::sort(needed.begin(), needed.end());
     needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
-    checked = whole ? VerifyCheckpointFiles(*opened, show_progress, rank, world, &failed_file)
-                    : VerifyCheckpointFileList(*opened, needed, show_progress, &failed_file);
+    // Every file this rank reads is there (node-local directories hold only their own
+    // ranks' files): a missing one is named, with its host, before any state changes.
+    for (const int file : needed) {
+      if (!checked.ok()) break;
+      std::error_code error;
+      if (!std::filesystem::exists(opened->files[file].path, error)) {
+        checked = VerifyCheckpointFileList(*opened, {file}, false, &failed_file);
+      }
+    }
+    if (checked.ok()) {
+      checked = whole ? VerifyCheckpointFiles(*opened, show_progress, rank, world, &failed_file)
+                      : VerifyCheckpointFileList(*opened, needed, show_progress, &failed_file);
+    }
   }
   if (world > 1) {
     const uint32_t code = checked.ok()       ? kChecked
@@ -79,7 +91,8 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
       RETURN_IF_ERROR(VerifyCheckpointFileList(*opened, {index}, false));
       return absl::DataLossError(absl::StrCat("checkpoint: ", opened->files[index].path,
                                               " failed its check on rank ", r, " but not on rank ",
-                                              rank, ": do the ranks see different files?"));
+                                              rank, ": do the ranks see different files (node-local "
+                                              "directories without every file each rank reads)?"));
     }
   }
   RETURN_IF_ERROR(checked);
