@@ -65,7 +65,8 @@ Status FindRankFiles(const std::vector<std::string>& from, OpenedCheckpoint* che
     }
     if (!found) {
       return absl::NotFoundError(absl::StrCat(
-          "checkpoint consolidate: ", name, file.rank >= 0
+          "checkpoint consolidate: ", name,
+          file.rank >= 0
               ? absl::StrCat(" (written by rank ", file.rank, " on host ", file.host, ")")
               : std::string(),
           " is in none of ", absl::StrJoin(searched, ", "),
@@ -115,8 +116,8 @@ StatusOr<std::string> ConsolidateCheckpoint(const ConsolidateRequest& request) {
 
   fs::create_directories(to, error);
   if (error) {
-    return absl::InternalError(absl::StrCat("checkpoint consolidate: cannot create ",
-                                            to.string(), ": ", error.message()));
+    return absl::InternalError(
+        absl::StrCat("checkpoint consolidate: cannot create ", to.string(), ": ", error.message()));
   }
   // One rank's file: every unit's master, exp_avg and exp_avg_sq whole, in order.
   uint64_t total = 0;
@@ -133,7 +134,7 @@ StatusOr<std::string> ConsolidateCheckpoint(const ConsolidateRequest& request) {
     }
   } closer{fd};
   std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> hash(XXH3_createState(),
-                                                                        XXH3_freeState);
+                                                                       XXH3_freeState);
   XXH3_64bits_reset(hash.get());
   std::vector<float> piece;
   nlohmann::json units = nlohmann::json::array();
@@ -152,9 +153,9 @@ StatusOr<std::string> ConsolidateCheckpoint(const ConsolidateRequest& request) {
         piece.resize(count);
         RETURN_IF_ERROR(
             ReadCheckpointArray(checkpoint, static_cast<int>(u), k, begin, count, piece.data()));
-        RETURN_IF_ERROR(Annotate(WriteAllBytes(fd, piece.data(), count * sizeof(float),
-                                               file_path.string()),
-                                 "checkpoint consolidate"));
+        RETURN_IF_ERROR(
+            Annotate(WriteAllBytes(fd, piece.data(), count * sizeof(float), file_path.string()),
+                     "checkpoint consolidate"));
         XXH3_64bits_update(hash.get(), piece.data(), count * sizeof(float));
         if (progress) progress->Advance(count * sizeof(float));
       }
