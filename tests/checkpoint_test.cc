@@ -675,5 +675,51 @@ TEST(Checkpoint, ConsolidatesRankFilesFromSeveralDirectories) {
               StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("not an empty directory")));
 }
 
+// A format-6 manifest (its checksum made again) with an array this strata cannot read, or
+// shards that leave elements uncovered or lie outside their file, is refused when opened,
+// naming the unit and the array.
+TEST(Checkpoint, AManifestOfArraysItCannotReadIsRefusedNamingThem) {
+  const std::string dir = TestDir("manifest-arrays");
+  ASSERT_OK(TrainAllRanks(Make(2, 3, {"train.checkpoint_dir=" + dir, "train.checkpoint_every=2",
+                                      "train.steps=2"}))
+                .status);
+  const std::string meta_path = dir + "/step-2/checkpoint.json";
+  nlohmann::json original;
+  {
+    std::ifstream in(meta_path);
+    original = nlohmann::json::parse(in);
+  }
+  const std::string unit = original["units"][1]["name"].get<std::string>();
+  auto write = [&](nlohmann::json meta) {
+    meta.erase("checksum");
+    const std::string compact = meta.dump();
+    meta["checksum"] = absl::StrFormat("%016x", XXH3_64bits(compact.data(), compact.size()));
+    std::ofstream(meta_path, std::ios::trunc) << meta.dump(2);
+  };
+  nlohmann::json quantized = original;
+  quantized["units"][1]["arrays"][0]["dtype"] = "nf4";
+  quantized["units"][1]["arrays"][0]["block"] = 64;
+  write(quantized);
+  EXPECT_THAT(OpenCheckpoint(dir + "/step-2"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::AllOf(HasSubstr("unit " + unit + "'s master is of dtype nf4"),
+                                        HasSubstr("reads f32 arrays without blocks or scales"))));
+  nlohmann::json gap = original;
+  gap["units"][1]["arrays"][2]["shards"].erase(1);  // rank 1's part of exp_avg_sq
+  write(gap);
+  EXPECT_THAT(OpenCheckpoint(dir + "/step-2"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("unit " + unit + "'s exp_avg_sq covers [0, ")));
+  nlohmann::json outside = original;
+  outside["units"][1]["arrays"][1]["shards"][0]["offset"] = 1ull << 40;
+  write(outside);
+  EXPECT_THAT(OpenCheckpoint(dir + "/step-2"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::AllOf(HasSubstr("unit " + unit + "'s exp_avg has a shard of rank 0"),
+                                        HasSubstr("lies outside its file"))));
+  write(original);
+  EXPECT_OK(OpenCheckpoint(dir + "/step-2").status());
+}
+
 }  // namespace
 }  // namespace strata
