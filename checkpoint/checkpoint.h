@@ -2,52 +2,42 @@
 // depend on the ZeRO stage, the placement or the world size (a checkpoint written by any
 // configuration resumes in any other).
 //
-// Layout: <train.checkpoint_dir>/step-<k>/ holds checkpoint.json and unit-<u>.bin per
-// model unit: the unit's fp32 master weights, exp_avg and exp_avg_sq over its used
-// elements (UnitLayout::used_elements, no world padding), one array after the other,
-// little-endian. checkpoint.json: {"format": "strata-checkpoint", "version": 5,
-// "next_step": k, "model": {family, layers, heads, kv_heads, head_dim, channels, ffn_hidden, vocab,
-// padded_vocab, max_seq_len, rope_theta, norm_eps, rope_scaling, tie_embeddings, qkv_bias,
-// sliding_window}
-// (keys a checkpoint of an older strata lacks take the value a GPT of its shape had;
-// version 4 added rope_scaling, qkv_bias and sliding_window, version 5 head_dim and qk_norm, so
-// that an older strata refuses such a model), "units":
-// [{"name", "elements", "file", "xxh3"}], optionally "train_steps" (the writing run's
-// train.steps: a resume with another is said in the log; an older strata ignores it),
-// optionally "tokenizer" (the spec the run's text
-// went through: an older strata ignores it) and "tokenizer_files" ([{"name", "xxh3"}]: the
-// copy of that tokenizer's files in step-<k>/tokenizer/, under their Hugging Face names, so
-// that a checkpoint moved to another machine samples and exports with its own tokenizer),
-// optionally "source" (model.from=hf:DIR: {"from", its config.json's bos_token_id,
-// eos_token_id and pad_token_id as written, "files": [{"name": "generation_config.json",
-// "xxh3"}]}, the copy in step-<k>/source/, so that an export writes them; an older strata
-// ignores it),
-// "checksum"}, where "checksum" is the XXH3 (hex)
-// of the compact JSON of every other field (keys sorted): a corrupt checkpoint.json is
-// kDataLoss, never a misread. Version 1 (no checksum) still loads; others are refused
-// naming the version. The params are not stored: they are the master
-// cast to train.dtype. The data order and learning rate follow from the step.
+// Layout (format 6; docs/checkpoints.md): <train.checkpoint_dir>/step-<k>/ holds
+// rank-<r>.bin per rank of the writing run (checkpoint_layout.h: the shard of every
+// trainable unit that rank owns, fp32 master, exp_avg and exp_avg_sq over the unit's used
+// elements in it, no world padding) and checkpoint.json, the manifest, written last:
+// {"format": "strata-checkpoint", "version": 6, "next_step": k, "model": {...}, "world",
+// "files": [{rank, name, host, bytes, xxh3}], "units": [{"name", "elements", "arrays":
+// [{name, dtype "f32", block 0, scales null, shards: [{rank, begin, end, offset}]}]}],
+// optionally "train_steps", "tokenizer", "tokenizer_files" (a copy of the tokenizer in
+// step-<k>/tokenizer/), "source" (step-<k>/source/), "lora" and "base", and "checksum" (the
+// XXH3 of the compact JSON of every other field, keys sorted: a corrupt checkpoint.json is
+// kDataLoss, never a misread). Versions 1-5 (unit-<u>.bin per unit, written by rank 0)
+// still load. The params are not stored: they are the master cast to train.dtype. The data
+// order and learning rate follow from the step.
 //
-// Rank 0 writes into step-<k>.partial and renames it to step-<k> once every file is
-// synced, so a crash never leaves a half-written step-<k> (an older one is replaced);
-// with train.checkpoint_keep=N it then removes all but the newest N step-<k>.
-// Loading checks the model shape against options.model, every unit's name and size, and
-// every file's size and XXH3: a mismatch is an error naming the key or the file, before
-// any state is changed. Then a rank that stores a unit's shard (stage 3 on several ranks)
-// reads only its part of each array; one that stores it whole reads and checks it again.
-// Both calls are collective: every rank of the engine calls them together.
+// Every rank writes its own file and syncs it; after an exchange of outcomes and hashes the
+// lowest rank on each host writes the manifest (temp file, sync, rename, directory sync);
+// after a barrier older checkpoints beyond train.checkpoint_keep are removed. A directory
+// without its manifest is not a checkpoint, so a crash at any phase leaves the previous
+// one valid. Loading checks the model shape against options.model, every unit's name and
+// size, and the files' sizes and XXH3 (each rank those it reads): a mismatch is an error
+// naming the key or the file, before any state is changed. Then each rank reads only the
+// element ranges it holds (pread across the writing run's rank files). Both calls are
+// collective: every rank of the engine calls them together.
 //
 // This header gathers the checkpoint API; each part has its own header and .cc:
 //   checkpoint_write.h      SaveCheckpoint, the fault suite's CheckpointFault
-//   checkpoint_open.h       OpenCheckpoint, VerifyCheckpointFiles, ReadCheckpointMaster
+//   checkpoint_consolidate.h  ConsolidateCheckpoint (rank files into one directory)
+//   checkpoint_open.h       OpenCheckpoint, VerifyCheckpointFiles, ReadCheckpointArray
 //   checkpoint_load.h       LoadCheckpoint (resuming)
 //   checkpoint_tokenizer.h  the copy of the run's tokenizer (CheckpointTokenizer)
 //   checkpoint_source.h     what it keeps of the model's source (its special-token ids,
 //                           generation_config.json)
 //   checkpoint_dir.h        LatestCheckpoint, RemovePartialCheckpoints, CheckRoomForCheckpoint
 //   lora_base.h             LoraBase, BaseHash, BaseHasher
-// and, internal to the library, checkpoint_format.h (checkpoint.json's vocabulary) and
-// checkpoint_files.h (the file helpers). Thread-safety: see each header.
+// and, internal to the library, checkpoint_format.h (checkpoint.json's vocabulary),
+// checkpoint_layout.h (what each rank's file holds) and checkpoint_files.h (the file helpers). Thread-safety: see each header.
 #pragma once
 
 #include <memory>
@@ -56,6 +46,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/checkpoint_consolidate.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/checkpoint_load.h"
 #include "checkpoint/checkpoint_open.h"

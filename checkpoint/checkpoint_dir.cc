@@ -37,7 +37,7 @@ StatusOr<std::string> ResolveCheckpointPath(const std::string& path) {
 }
 
 uint64_t CheckpointBytes(const Model& model) {
-  uint64_t bytes = 1 << 20;  // checkpoint.json and slack
+  uint64_t bytes = 1 << 20;  // checkpoint.json and slack (all ranks' files together)
   for (const UnitLayout& unit : model.units()) {
     if (unit.trainable()) bytes += 3 * unit.used_elements() * 4;
   }
@@ -50,10 +50,10 @@ std::vector<std::string> RemovePartialCheckpoints(const std::string& dir) {
   std::error_code error;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind("step-", 0) != 0 || name.size() < 8 ||
-        name.substr(name.size() - 8) != ".partial" || !entry.is_directory(error)) {
-      continue;
-    }
+    if (name.rfind("step-", 0) != 0 || !entry.is_directory(error)) continue;
+    // step-<k>.partial (versions 1-5), or a step-<k> without its manifest (version 6).
+    const bool partial = name.size() >= 8 && name.substr(name.size() - 8) == ".partial";
+    if (!partial && fs::exists(entry.path() / "checkpoint.json", error)) continue;
     std::error_code removing;
     fs::remove_all(entry.path(), removing);
     if (!removing) removed.push_back(entry.path().string());

@@ -24,8 +24,9 @@ StatusOr<std::string> ResolveCheckpointPath(const std::string& path);
 // Bytes a checkpoint of `model` takes (its unit files and the metadata, with slack).
 uint64_t CheckpointBytes(const Model& model);
 
-// Removes every step-<k>.partial directory under `dir` (left by a process killed while
-// writing a checkpoint); returns their paths.
+// Removes every incomplete checkpoint under `dir` (left by a process killed while writing
+// one): a step-<k> without its checkpoint.json, and the step-<k>.partial of versions 1-5;
+// returns their paths. Run by each node's lead rank, before any checkpoint is written.
 std::vector<std::string> RemovePartialCheckpoints(const std::string& dir);
 
 // OK when the filesystem of `dir` has `bytes` free; else kResourceExhausted naming the

@@ -83,18 +83,6 @@ Status CheckFile(const std::string& path, uint64_t bytes, const std::string& has
   return absl::OkStatus();
 }
 
-Status ReadUnitArray(const std::string& file, size_t elements, int array, size_t begin,
-                     size_t count, float* out) {
-  if (begin + count > elements) {
-    return absl::OutOfRangeError(absl::StrCat("checkpoint: ", file, " has ", elements,
-                                              " elements, asked for [", begin, ", ", begin + count,
-                                              ")"));
-  }
-  ASSIGN_OR_RETURN(const InputFile in, InputFile::Open(file, "checkpoint: file"));
-  return PreadFully(in.fd(), out, count * sizeof(float),
-                    (array * elements + begin) * sizeof(float), "checkpoint: " + file);
-}
-
 std::vector<std::pair<int, std::filesystem::path>> ListCheckpoints(const std::string& dir) {
   namespace fs = std::filesystem;
   std::vector<std::pair<int, fs::path>> found;
@@ -119,6 +107,12 @@ std::vector<std::pair<int, std::filesystem::path>> ListCheckpoints(const std::st
 StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
   if (std::filesystem::exists(path + "/checkpoint.json")) return path;
   const auto found = ListCheckpoints(path);
+  if (found.empty() && std::filesystem::is_directory(path) &&
+      std::filesystem::path(path).filename().string().rfind("step-", 0) == 0) {
+    return absl::NotFoundError(absl::StrCat(
+        "checkpoint: ", path, " has no checkpoint.json: its writing did not finish (the manifest "
+        "is written last, after every rank's file), so it is not a checkpoint"));
+  }
   if (found.empty()) {
     return absl::NotFoundError(absl::StrCat("checkpoint: no checkpoint at ", path, " (neither ",
                                             path,

@@ -1,6 +1,5 @@
 // The file helpers of the checkpoint code (internal: in the library's srcs, so nothing
-// outside checkpoint/ can include it): whole files written, synced and read, a unit file's
-// arrays read in part, a file checked against its size and XXH3, the step-<k> directories
+// outside checkpoint/ can include it): whole files written, synced and read, a file checked against its size and XXH3, the step-<k> directories
 // of a checkpoint directory listed. Every error names the file and starts "checkpoint: ".
 // Thread-safety: reentrant; each call works on its own file descriptors and buffers.
 #pragma once
@@ -40,11 +39,6 @@ StatusOr<std::vector<char>> ReadBytes(const std::string& path);
 // `progress` (may be null) advances by the bytes read.
 Status CheckFile(const std::string& path, uint64_t bytes, const std::string& hash,
                  Progress* progress);
-
-// Elements [begin, begin + count) of array `array` (0 master, 1 exp_avg, 2 exp_avg_sq) of the
-// unit file `file` of `elements` used elements (pread).
-Status ReadUnitArray(const std::string& file, size_t elements, int array, size_t begin,
-                     size_t count, float* out);
 
 // The complete step-<k> directories under `dir` (with a checkpoint.json; no .partial),
 // oldest first.

@@ -21,8 +21,12 @@ inline constexpr const char* kFormat = "strata-checkpoint";
 // still loads. 3: "units" are the trainable units only, and a LoRA run's checkpoint has
 // "lora" {rank, alpha, targets} and "base" {from, seed, xxh3}. 4: "model" has
 // "rope_scaling", "qkv_bias" and "sliding_window" (absent before: none, false, 0). 5:
-// "model" has "head_dim" and "qk_norm" (absent before: channels / heads, false).
-inline constexpr int kVersion = 5;
+// "model" has "head_dim" and "qk_norm" (absent before: channels / heads, false). 6: one file
+// per rank (checkpoint_layout.h) instead of one per unit: "world", "files" [{rank, name,
+// host, bytes, xxh3}], and per unit "arrays" [{name, dtype, block, scales, shards: [{rank,
+// begin, end, offset}]}] (dtype "f32", block 0 and scales null: the fields a quantized
+// array will fill); checkpoint.json is written last, after every rank's file is durable.
+inline constexpr int kVersion = 6;
 inline constexpr int kOldestVersion = 1;
 
 // The directory inside a checkpoint that holds its tokenizer's files.

@@ -1,26 +1,20 @@
 // Resuming from a checkpoint: see checkpoint_load.h.
 #include "checkpoint/checkpoint_load.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "checkpoint/checkpoint_files.h"
 #include "checkpoint/checkpoint_open.h"
 #include "collectives/agreement.h"
 #include "core/progress.h"
 
 namespace strata {
 
-using checkpoint_internal::CheckFile;
-using checkpoint_internal::Hex;
-using checkpoint_internal::ReadBytesInto;
-using checkpoint_internal::ReadUnitArray;
 
 namespace {
 
@@ -44,8 +38,41 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
       OpenCheckpointForRun(model, options, where, base, /*say=*/show_progress);
   int failed_file = -1;
   Status checked = opened.status();
+  std::vector<int> trainable;
+  for (size_t u = 0; u < model.units().size(); ++u) {
+    if (model.units()[u].trainable()) trainable.push_back(static_cast<int>(u));
+  }
   if (checked.ok()) {
-    checked = VerifyCheckpointFiles(*opened, show_progress, rank, world, &failed_file);
+    // Where every rank holds whole units (one rank, or stage 0) the ranks share the files'
+    // check (rank r checks files r, r + world, ...); where each holds its shard it checks
+    // the files its shards lie in (at the writer's world size and stage: its own file).
+    bool whole = true;
+    std::vector<int> needed;
+    for (size_t i = 0; i < trainable.size() && i < opened->units.size(); ++i) {
+      const auto [begin, end] = engine.state().StateRange(trainable[i]);
+      if (begin > 0 || end < engine.state().PaddedElements(trainable[i])) whole = false;
+      const size_t used = opened->units[i].elements;
+      if (begin >= used) continue;
+      for (const int file : CheckpointFilesFor(*opened, static_cast<int>(i), begin,
+                                               std::min(end, used))) {
+        needed.push_back(file);
+      }
+    }
+    std::sort(needed.begin(), needed.end());
+    needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
+    // Every file this rank reads is there (node-local directories hold only their own
+    // ranks' files): a missing one is named, with its host, before any state changes.
+    for (const int file : needed) {
+      if (!checked.ok()) break;
+      std::error_code error;
+      if (!std::filesystem::exists(opened->files[file].path, error)) {
+        checked = VerifyCheckpointFileList(*opened, {file}, false, &failed_file);
+      }
+    }
+    if (checked.ok()) {
+      checked = whole ? VerifyCheckpointFiles(*opened, show_progress, rank, world, &failed_file)
+                      : VerifyCheckpointFileList(*opened, needed, show_progress, &failed_file);
+    }
   }
   if (world > 1) {
     const uint32_t code = checked.ok()       ? kChecked
@@ -55,70 +82,52 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
     RETURN_IF_ERROR(checked);  // this rank's own error
     for (int r = 0; r < world; ++r) {
       if (codes[r] == kChecked) continue;
-      if (codes[r] == kFailedBeforeFiles || codes[r] >= opened->units.size()) {
+      if (codes[r] == kFailedBeforeFiles || codes[r] >= opened->files.size()) {
         return absl::FailedPreconditionError(absl::StrCat(
             "checkpoint: rank ", r, " could not use ", opened->path, " (its own error says why)"));
       }
       // The same error as that rank's, from this rank's own look at the file.
-      const OpenedCheckpoint::Unit& file = opened->units[codes[r]];
-      RETURN_IF_ERROR(CheckFile(file.file, 3 * file.elements * 4, file.hash, nullptr));
-      return absl::DataLossError(absl::StrCat("checkpoint: ", file.file,
+      const int index = static_cast<int>(codes[r]);
+      RETURN_IF_ERROR(VerifyCheckpointFileList(*opened, {index}, false));
+      return absl::DataLossError(absl::StrCat("checkpoint: ", opened->files[index].path,
                                               " failed its check on rank ", r, " but not on rank ",
-                                              rank, ": do the ranks see different files?"));
+                                              rank, ": do the ranks see different files (node-local "
+                                              "directories without every file each rank reads)?"));
     }
   }
   RETURN_IF_ERROR(checked);
   const std::string& path = opened->path;
-  std::vector<int> trainable;
-  for (size_t u = 0; u < model.units().size(); ++u) {
-    if (model.units()[u].trainable()) trainable.push_back(static_cast<int>(u));
-  }
   const std::vector<OpenedCheckpoint::Unit>& files = opened->units;
   const int next_step = opened->next_step;
   uint64_t checkpoint_bytes = 0;
-  for (const OpenedCheckpoint::Unit& file : files) checkpoint_bytes += 3 * file.elements * 4;
+  for (size_t u = 0; u < files.size(); ++u) {
+    const auto [begin, end] = engine.state().StateRange(trainable[u]);
+    const size_t n = files[u].elements;
+    if (begin < n) checkpoint_bytes += 3 * (std::min(end, n) - begin) * sizeof(float);
+  }
   std::optional<Progress> loading;
   if (show_progress) loading.emplace(absl::StrCat("resuming from ", path), checkpoint_bytes);
-  // Buffers reused from unit to unit: fresh pages per unit cost more than the copies.
-  std::vector<char> bytes;
+  // Each unit's state over the range this rank holds (its shard where the optimizer state is
+  // sharded, else the whole unit), read from whichever files hold it (pread), zero past the
+  // used elements. Buffers reused from unit to unit: fresh pages per unit cost more than
+  // the copies.
   UnitOptimizerState state;
   for (size_t u = 0; u < files.size(); ++u) {
     const size_t n = files[u].elements;
-    const auto [begin, end] = engine.state().StoredRange(trainable[u]);
-    if (begin > 0 || end < n) {
-      // This rank stores a shard (stage 3 on several ranks): only its part of each array
-      // is read, zero past the used elements.
-      const size_t part = end - begin, used = begin < n ? std::min(end, n) - begin : 0;
-      std::vector<float>* arrays[] = {&state.master, &state.exp_avg, &state.exp_avg_sq};
-      for (int k = 0; k < 3; ++k) {
-        arrays[k]->assign(part, 0.0f);
-        if (used > 0) {
-          RETURN_IF_ERROR(
-              ReadUnitArray(files[u].file, files[u].elements, k, begin, used, arrays[k]->data()));
-        }
+    const auto [begin, end] = engine.state().StateRange(trainable[u]);
+    const size_t used = begin < n ? std::min(end, n) - begin : 0;
+    std::vector<float>* arrays[] = {&state.master, &state.exp_avg, &state.exp_avg_sq};
+    for (int k = 0; k < 3; ++k) {
+      arrays[k]->assign(end - begin, 0.0f);
+      if (used > 0) {
+        RETURN_IF_ERROR(ReadCheckpointArray(*opened, static_cast<int>(u), k, begin, used,
+                                            arrays[k]->data()));
       }
-      RETURN_IF_ERROR(engine.state().WriteStoredState(
-          trainable[u], state.master.data(), state.exp_avg.data(), state.exp_avg_sq.data()));
-      if (loading) loading->Advance(3 * n * sizeof(float));
-      continue;
     }
-    RETURN_IF_ERROR(ReadBytesInto(files[u].file, &bytes));
-    if (bytes.size() != 3 * n * sizeof(float) ||
-        Hex(XXH3_64bits(bytes.data(), bytes.size())) != files[u].hash) {
-      return absl::DataLossError(absl::StrCat("checkpoint: ", files[u].file,
-                                              " changed while "
-                                              "it was being loaded"));
-    }
-    size_t offset = 0;
-    const size_t padded = engine.state().PaddedElements(trainable[u]);
-    for (std::vector<float>* array : {&state.master, &state.exp_avg, &state.exp_avg_sq}) {
-      array->resize(padded);
-      std::memcpy(array->data(), bytes.data() + offset, n * sizeof(float));
-      std::fill(array->begin() + static_cast<ptrdiff_t>(n), array->end(), 0.0f);
-      offset += n * sizeof(float);
-    }
-    RETURN_IF_ERROR(engine.state().WriteOptimizerState(trainable[u], state));
-    if (loading) loading->Advance(bytes.size());
+    // Collective at stages 1-2 on several ranks (the params gathered from the masters).
+    RETURN_IF_ERROR(engine.state().WriteStateRange(
+        trainable[u], state.master.data(), state.exp_avg.data(), state.exp_avg_sq.data()));
+    if (loading) loading->Advance(3 * used * sizeof(float));
   }
   return LoadedCheckpoint{next_step, path};
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -11,8 +12,12 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint_files.h"
 #include "checkpoint/checkpoint_format.h"
+#include "checkpoint/checkpoint_layout.h"
+#include "core/input_file.h"
 #include "core/logging.h"
+#include "core/pread_fully.h"
 #include "core/progress.h"
+#include "core/run_identity.h"
 #include "core/strict_json.h"
 #include "data/tokenizer/training_data.h"
 
@@ -32,6 +37,8 @@ T Integer(const nlohmann::json& value) {
 }  // namespace
 
 using checkpoint_internal::CheckFile;
+using checkpoint_internal::kArrayNames;
+using checkpoint_internal::RankFileName;
 using checkpoint_internal::kFormat;
 using checkpoint_internal::kGenerationConfig;
 using checkpoint_internal::kOldestVersion;
@@ -42,11 +49,90 @@ using checkpoint_internal::LoraTargetsOf;
 using checkpoint_internal::MetaChecksum;
 using checkpoint_internal::ModelJson;
 using checkpoint_internal::ReadBytes;
-using checkpoint_internal::ReadUnitArray;
 using checkpoint_internal::ResolveCheckpoint;
 using checkpoint_internal::StoredModelKey;
 
 namespace {
+
+// Version 6's "world", "files" and "units" (each array's dtype, block and scale fields, and
+// its shards: which rank's file holds which elements, at which offset), checked so that the
+// reader never reads outside a file or leaves an element uncovered. Throws on a missing
+// field or one of the wrong type (the caller names the file).
+Status ParseShardedArrays(const nlohmann::json& meta, const std::string& meta_path,
+                          const std::string& path, OpenedCheckpoint* opened) {
+  auto invalid = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", meta_path, ": ", what));
+  };
+  opened->world = Integer<int>(meta.at("world"));
+  const nlohmann::json& files = meta.at("files");
+  if (opened->world < 1 || files.size() != static_cast<size_t>(opened->world)) {
+    return invalid(absl::StrCat("\"world\" is ", opened->world, " but it lists ", files.size(),
+                                " rank files"));
+  }
+  for (size_t r = 0; r < files.size(); ++r) {
+    const nlohmann::json& entry = files[r];
+    const std::string name = entry.at("name").get<std::string>();
+    if (Integer<int>(entry.at("rank")) != static_cast<int>(r) || name != RankFileName(r)) {
+      return invalid(absl::StrCat("rank file ", r, " is '", name, "' of rank ",
+                                  entry.at("rank").dump(), " (expected ", RankFileName(r), ")"));
+    }
+    opened->files.push_back({path + "/" + name, Integer<uint64_t>(entry.at("bytes")),
+                             entry.at("xxh3").get<std::string>(), static_cast<int>(r),
+                             entry.at("host").get<std::string>()});
+  }
+  for (const nlohmann::json& entry : meta.at("units")) {
+    OpenedCheckpoint::Unit unit;
+    unit.name = entry.at("name").get<std::string>();
+    unit.elements = Integer<size_t>(entry.at("elements"));
+    const nlohmann::json& arrays = entry.at("arrays");
+    if (arrays.size() != 3) {
+      return invalid(absl::StrCat("unit ", unit.name, " has ", arrays.size(),
+                                  " arrays (expected master, exp_avg, exp_avg_sq)"));
+    }
+    for (int k = 0; k < 3; ++k) {
+      const nlohmann::json& array = arrays[k];
+      const std::string name = array.at("name").get<std::string>();
+      const std::string dtype = array.at("dtype").get<std::string>();
+      const uint64_t block = Integer<uint64_t>(array.at("block"));
+      if (name != kArrayNames[k]) {
+        return invalid(absl::StrCat("unit ", unit.name, "'s array ", k, " is '", name,
+                                    "' (expected ", kArrayNames[k], ")"));
+      }
+      if (dtype != "f32" || block != 0 || !array.at("scales").is_null()) {
+        return invalid(absl::StrCat("unit ", unit.name, "'s ", name, " is of dtype ", dtype,
+                                    " with blocks of ", block, " and scales ",
+                                    array.at("scales").dump(),
+                                    "; this strata reads f32 arrays without blocks or scales"));
+      }
+      size_t covered = 0;
+      for (const nlohmann::json& shard : array.at("shards")) {
+        OpenedCheckpoint::Piece piece;
+        piece.file = Integer<int>(shard.at("rank"));
+        piece.begin = Integer<size_t>(shard.at("begin"));
+        piece.end = Integer<size_t>(shard.at("end"));
+        piece.offset = Integer<uint64_t>(shard.at("offset"));
+        if (piece.file < 0 || piece.file >= opened->world || piece.begin != covered ||
+            piece.end <= piece.begin || piece.end > unit.elements ||
+            piece.offset + (piece.end - piece.begin) * sizeof(float) >
+                opened->files[piece.file].bytes) {
+          return invalid(absl::StrCat("unit ", unit.name, "'s ", name, " has a shard of rank ",
+                                      piece.file, " over [", piece.begin, ", ", piece.end,
+                                      ") at byte ", piece.offset,
+                                      " that does not continue its cover of [0, ", unit.elements,
+                                      ") or lies outside its file"));
+        }
+        covered = piece.end;
+        unit.arrays[k].push_back(piece);
+      }
+      if (covered != unit.elements) {
+        return invalid(absl::StrCat("unit ", unit.name, "'s ", name, " covers [0, ", covered,
+                                    ") of its ", unit.elements, " elements"));
+      }
+    }
+    opened->units.push_back(std::move(unit));
+  }
+  return absl::OkStatus();
+}
 
 // checkpoint.json parsed and checked (format, version, checksum): what OpenCheckpoint
 // returns, and the stored model object for LoadCheckpoint's key-by-key comparison.
@@ -183,10 +269,24 @@ StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
       opened.base.xxh3 = base.at("xxh3").get<std::string>();
       ASSIGN_OR_RETURN(opened.base.dtype, ParseDType(base.at("dtype").get<std::string>()));
     }
-    for (const nlohmann::json& entry : meta.at("units")) {
-      opened.units.push_back(
-          {entry.at("name").get<std::string>(), path + "/" + entry.at("file").get<std::string>(),
-           Integer<size_t>(entry.at("elements")), entry.at("xxh3").get<std::string>()});
+    opened.version = version;
+    if (version < 6) {
+      // One file per unit: master, exp_avg, exp_avg_sq over its used elements.
+      for (const nlohmann::json& entry : meta.at("units")) {
+        OpenedCheckpoint::Unit unit;
+        unit.name = entry.at("name").get<std::string>();
+        unit.elements = Integer<size_t>(entry.at("elements"));
+        const int file = static_cast<int>(opened.files.size());
+        opened.files.push_back({path + "/" + entry.at("file").get<std::string>(),
+                                3 * unit.elements * sizeof(float),
+                                entry.at("xxh3").get<std::string>()});
+        for (int k = 0; k < 3; ++k) {
+          unit.arrays[k].push_back({file, 0, unit.elements, k * unit.elements * sizeof(float)});
+        }
+        opened.units.push_back(std::move(unit));
+      }
+    } else {
+      RETURN_IF_ERROR(ParseShardedArrays(meta, meta_path, path, &opened));
     }
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -202,35 +302,101 @@ StatusOr<OpenedCheckpoint> OpenCheckpoint(const std::string& where) {
   return std::move(parsed.opened);
 }
 
-Status VerifyCheckpointFiles(const OpenedCheckpoint& checkpoint, bool show_progress, int rank,
-                             int world, int* failed) {
-  const size_t count = checkpoint.units.size();
-  uint64_t checkpoint_bytes = 0;
-  for (size_t i = rank; i < count; i += world) {
-    checkpoint_bytes += 3 * checkpoint.units[i].elements * 4;
+namespace {
+
+// File `index` of the checkpoint against its size and XXH3; a missing one is kNotFound
+// naming it, and for a rank's file, the rank and host that wrote it and this host.
+Status CheckCheckpointFile(const OpenedCheckpoint& checkpoint, int index, Progress* progress) {
+  const OpenedCheckpoint::File& file = checkpoint.files[index];
+  std::error_code error;
+  if (!std::filesystem::exists(file.path, error)) {
+    if (file.rank < 0) {
+      return absl::NotFoundError(absl::StrCat("checkpoint: ", file.path, " is missing"));
+    }
+    return absl::NotFoundError(absl::StrCat(
+        "checkpoint: ", file.path, " is missing on host ", HostName(), " (written by rank ",
+        file.rank, " on host ", file.host,
+        "): with node-local checkpoint directories each node holds only its own ranks' files; "
+        "copy the file here, resume with the ranks on the hosts that wrote them, or gather the "
+        "checkpoint into one directory (strata checkpoint consolidate)"));
   }
+  return CheckFile(file.path, file.bytes, file.hash, progress);
+}
+
+}  // namespace
+
+Status VerifyCheckpointFileList(const OpenedCheckpoint& checkpoint, const std::vector<int>& files,
+                                bool show_progress, int* failed) {
+  uint64_t bytes = 0;
+  for (const int i : files) bytes += checkpoint.files[i].bytes;
   std::optional<Progress> verifying;
   if (show_progress) {
+    const bool all = files.size() == checkpoint.files.size();
     verifying.emplace(absl::StrCat("verifying ", checkpoint.path,
-                                   world > 1 ? absl::StrCat(" (1/", world, " of its files)") : ""),
-                      checkpoint_bytes);
+                                   all ? std::string()
+                                       : absl::StrCat(" (", files.size(), " of its ",
+                                                      checkpoint.files.size(), " files)")),
+                      bytes);
   }
-  for (size_t i = rank; i < count; i += world) {
-    const OpenedCheckpoint::Unit& unit = checkpoint.units[i];
-    Status status =
-        CheckFile(unit.file, 3 * unit.elements * 4, unit.hash, verifying ? &*verifying : nullptr);
+  for (const int i : files) {
+    Status status = CheckCheckpointFile(checkpoint, i, verifying ? &*verifying : nullptr);
     if (!status.ok()) {
-      if (failed != nullptr) *failed = static_cast<int>(i);
+      if (failed != nullptr) *failed = i;
       return status;
     }
   }
   return absl::OkStatus();
 }
 
+Status VerifyCheckpointFiles(const OpenedCheckpoint& checkpoint, bool show_progress, int rank,
+                             int world, int* failed) {
+  std::vector<int> files;
+  for (size_t i = rank; i < checkpoint.files.size(); i += world) {
+    files.push_back(static_cast<int>(i));
+  }
+  return VerifyCheckpointFileList(checkpoint, files, show_progress, failed);
+}
+
+std::vector<int> CheckpointFilesFor(const OpenedCheckpoint& checkpoint, int unit, size_t begin,
+                                    size_t end) {
+  std::vector<int> files;
+  for (const auto& pieces : checkpoint.units[unit].arrays) {
+    for (const OpenedCheckpoint::Piece& piece : pieces) {
+      if (piece.begin < end && begin < piece.end) files.push_back(piece.file);
+    }
+  }
+  std::sort(files.begin(), files.end());
+  files.erase(std::unique(files.begin(), files.end()), files.end());
+  return files;
+}
+
+Status ReadCheckpointArray(const OpenedCheckpoint& checkpoint, int unit, int array, size_t begin,
+                           size_t count, float* out) {
+  const OpenedCheckpoint::Unit& entry = checkpoint.units[unit];
+  const size_t end = begin + count;
+  if (end > entry.elements || end < begin) {
+    return absl::OutOfRangeError(absl::StrCat("checkpoint: ", checkpoint.path, ": unit ",
+                                              entry.name, " has ", entry.elements,
+                                              " elements, asked for [", begin, ", ", end, ")"));
+  }
+  for (const OpenedCheckpoint::Piece& piece : entry.arrays[array]) {
+    const size_t from = std::max(begin, piece.begin), to = std::min(end, piece.end);
+    if (from >= to) continue;
+    const OpenedCheckpoint::File& file = checkpoint.files[piece.file];
+    if (!std::filesystem::exists(file.path)) {
+      RETURN_IF_ERROR(CheckCheckpointFile(checkpoint, piece.file, nullptr));
+    }
+    ASSIGN_OR_RETURN(const InputFile in, InputFile::Open(file.path, "checkpoint: file"));
+    RETURN_IF_ERROR(PreadFully(in.fd(), out + (from - begin), (to - from) * sizeof(float),
+                               piece.offset + (from - piece.begin) * sizeof(float),
+                               "checkpoint: " + file.path));
+  }
+  return absl::OkStatus();
+}
+
 Status ReadCheckpointMaster(const OpenedCheckpoint& checkpoint, int unit, size_t begin,
                             size_t count, float* out) {
-  const OpenedCheckpoint::Unit& entry = checkpoint.units[unit];
-  return ReadUnitArray(entry.file, entry.elements, 0, begin, count, out);
+  return ReadCheckpointArray(checkpoint, unit, 0, begin, count, out);
 }
 
 StatusOr<OpenedCheckpoint> OpenCheckpointForRun(const Model& model, const Options& options,

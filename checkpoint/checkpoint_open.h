@@ -28,10 +28,32 @@ struct OpenedCheckpoint {
   // checkpoint predates the key.
   int train_steps = 0;
   ModelOptions model;  // resolved: no "0 = default" values
+  int version = 0;  // of the format (checkpoint_format.h)
+  // The files that hold the arrays: version 6, one per rank of the run that wrote it
+  // (`world` ranks); versions 1-5, one per unit (`world` 0).
+  int world = 0;
+  struct File {
+    std::string path;  // in the step-<k> directory
+    uint64_t bytes = 0;
+    std::string hash;  // XXH3 of the whole file, hex
+    int rank = -1;     // version 6: the rank that wrote it (-1: a unit's file, versions 1-5)
+    std::string host;  // version 6: that rank's host name
+  };
+  std::vector<File> files;
+  // Where elements of a unit's array lie: used elements [begin, end) at byte `offset` of
+  // files[file], fp32 (the only dtype this strata writes or reads; the manifest's block
+  // and scale fields are empty for it).
+  struct Piece {
+    int file = 0;
+    size_t begin = 0, end = 0;
+    uint64_t offset = 0;
+  };
   struct Unit {
-    std::string name, file;
+    std::string name;
     size_t elements = 0;  // used elements (no world padding)
-    std::string hash;     // XXH3 of the file, hex
+    // Per array (master, exp_avg, exp_avg_sq): its pieces, in element order, covering
+    // [0, elements) without gaps.
+    std::vector<Piece> arrays[3];
   };
   std::vector<Unit> units;  // the trainable units' (a LoRA checkpoint: the adapters')
   // A LoRA checkpoint (version 3): lora.rank > 0, alpha and the targets (strata names,
@@ -55,11 +77,22 @@ struct OpenedCheckpoint {
   std::vector<std::pair<std::string, std::string>> source_files;
 };
 StatusOr<OpenedCheckpoint> OpenCheckpoint(const std::string& path);
-// Every unit file's size and XXH3 against checkpoint.json (streamed, one unit in memory);
-// with `world` > 1 only files rank, rank + world, ... (this rank's share); `failed` (may be
-// null) gets the index of the file that failed.
+// Every file's size and XXH3 against checkpoint.json (streamed in 16 MiB pieces); with
+// `world` > 1 only files rank, rank + world, ... (this rank's share); `failed` (may be
+// null) gets the index of the file that failed. A missing file is kNotFound naming it and,
+// for a rank's file, the rank and host that wrote it.
 Status VerifyCheckpointFiles(const OpenedCheckpoint& checkpoint, bool show_progress, int rank = 0,
                              int world = 1, int* failed = nullptr);
+// The same for the files listed (indices into checkpoint.files).
+Status VerifyCheckpointFileList(const OpenedCheckpoint& checkpoint, const std::vector<int>& files,
+                                bool show_progress, int* failed = nullptr);
+// The files holding any of used elements [begin, end) of unit `unit` (indices, ascending).
+std::vector<int> CheckpointFilesFor(const OpenedCheckpoint& checkpoint, int unit, size_t begin,
+                                    size_t end);
+// Elements [begin, begin + count) of unit `unit`'s array `array` (0 master, 1 exp_avg,
+// 2 exp_avg_sq), pread from the files that hold them (whichever rank wrote them).
+Status ReadCheckpointArray(const OpenedCheckpoint& checkpoint, int unit, int array, size_t begin,
+                           size_t count, float* out);
 // Elements [begin, begin + count) of unit `unit`'s fp32 master weights (pread).
 Status ReadCheckpointMaster(const OpenedCheckpoint& checkpoint, int unit, size_t begin,
                             size_t count, float* out);

@@ -1,199 +1,392 @@
 // Writing a checkpoint: see checkpoint_write.h.
 #include "checkpoint/checkpoint_write.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <cerrno>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/checkpoint_files.h"
 #include "checkpoint/checkpoint_format.h"
+#include "checkpoint/checkpoint_layout.h"
 #include "checkpoint/checkpoint_source.h"
 #include "checkpoint/checkpoint_tokenizer.h"
+#include "collectives/agreement.h"
+#include "core/files.h"
 #include "core/progress.h"
+#include "core/run_identity.h"
 #include "data/tokenizer/tokenizer.h"
 
 namespace strata {
 
 using checkpoint_internal::Errno;
 using checkpoint_internal::Hex;
+using checkpoint_internal::kArrayNames;
 using checkpoint_internal::kFormat;
 using checkpoint_internal::kVersion;
 using checkpoint_internal::ListCheckpoints;
 using checkpoint_internal::LoraTargetsOf;
 using checkpoint_internal::MetaChecksum;
 using checkpoint_internal::ModelJson;
+using checkpoint_internal::RankFileName;
+using checkpoint_internal::RankPiece;
+using checkpoint_internal::RankFileLayout;
 using checkpoint_internal::SyncFile;
 using checkpoint_internal::WriteFile;
 
 namespace {
 
-// The fault suite's fault, if it is due after unit `unit` of the checkpoint of `next_step`.
-Status CheckpointFaultPoint(const CheckpointFault* fault, int next_step, size_t unit) {
-  if (fault == nullptr || fault->step != next_step || fault->unit != static_cast<int>(unit)) {
+namespace fs = std::filesystem;
+
+// The fault suite's fault, if it is due at `phase` (and unit `unit`) of the checkpoint of
+// `next_step` on rank `rank`.
+Status CheckpointFaultPoint(const CheckpointFault* fault, int next_step, int rank,
+                            CheckpointFault::Phase phase, int unit = 0) {
+  if (fault == nullptr || fault->step != next_step || fault->phase != phase ||
+      (phase == CheckpointFault::Phase::kUnit && fault->unit != unit) ||
+      (fault->rank >= 0 && fault->rank != rank)) {
     return absl::OkStatus();
   }
   if (fault->action == CheckpointFault::Action::kKill) ::raise(SIGKILL);
-  return Errno(ENOSPC, absl::StrCat("writing unit-", unit, ".bin"));
+  return Errno(ENOSPC, phase == CheckpointFault::Phase::kUnit
+                           ? absl::StrCat("writing unit ", unit, " into ", RankFileName(rank))
+                       : phase == CheckpointFault::Phase::kManifest
+                           ? std::string("writing checkpoint.json")
+                           : std::string("removing older checkpoints"));
+}
+
+// Every rank's outcome of a phase: this rank's own error, else the first failed rank's
+// (named), else OK. No collective without a communicator or at one rank.
+Status AgreeOnStatus(Communicator* communicator, const Status& mine, const std::string& what) {
+  if (communicator == nullptr || communicator->world_size() == 1) return mine;
+  ASSIGN_OR_RETURN(const std::vector<std::string> all,
+                   GatherTexts(*communicator, mine.ok() ? std::string()
+                                                        : absl::StrCat("!", mine.message())));
+  if (!mine.ok()) return mine;
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].empty()) continue;
+    return absl::AbortedError(
+        absl::StrCat("checkpoint: rank ", r, " failed ", what, ": ", all[r].substr(1)));
+  }
+  return absl::OkStatus();
+}
+
+// Removes a step-<k> directory: its manifest first (synced: from then on it is not a
+// checkpoint), then the rest. Where the directory is shared by the writers of several
+// hosts another may be removing it too: what is already gone is not an error.
+Status RemoveCheckpointDir(const fs::path& path) {
+  std::error_code error;
+  if (!fs::exists(path, error)) return absl::OkStatus();
+  fs::remove(path / "checkpoint.json", error);
+  SyncFile(path.string()).IgnoreError();
+  fs::remove_all(path, error);
+  if (error && fs::exists(path)) {
+    return absl::InternalError(
+        absl::StrCat("checkpoint: cannot remove ", path.string(), ": ", error.message()));
+  }
+  return absl::OkStatus();
+}
+
+// This rank's file: the shard it owns of every trainable unit (`layout`), read one unit
+// at a time (a shard in memory, or the whole unit where every rank holds it whole), written
+// and synced; returns its XXH3.
+StatusOr<std::string> WriteRankFile(Engine& engine, const std::vector<int>& trainable,
+                                    const std::vector<RankPiece>& layout, const fs::path& path,
+                                    int next_step, int rank, const CheckpointFault* fault,
+                                    Progress* progress) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return Errno(errno, "cannot create " + path.string());
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd >= 0) ::close(fd);
+    }
+  } closer{fd};
+  XXH3_state_t* hash = XXH3_createState();
+  XXH3_64bits_reset(hash);
+  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> hash_owner(hash,
+                                                                              XXH3_freeState);
+  std::vector<float> arrays[3];  // reused from unit to unit
+  for (size_t i = 0; i < trainable.size(); ++i) {
+    const auto [begin, end] = engine.state().StateRange(trainable[i]);
+    for (std::vector<float>& array : arrays) array.resize(end - begin);
+    RETURN_IF_ERROR(engine.state().ReadStateRange(trainable[i], arrays[0].data(),
+                                                  arrays[1].data(), arrays[2].data()));
+    const RankPiece& piece = layout[i];
+    const size_t count = piece.end - piece.begin;
+    if (count > 0 && (piece.begin < begin || piece.end > end)) {
+      return absl::InternalError(absl::StrCat("checkpoint: unit ", trainable[i], ": rank ", rank,
+                                              " holds [", begin, ", ", end, "), owns [",
+                                              piece.begin, ", ", piece.end, ")"));
+    }
+    for (const std::vector<float>& array : arrays) {
+      if (count == 0) break;
+      const float* data = array.data() + (piece.begin - begin);
+      RETURN_IF_ERROR(
+          Annotate(WriteAllBytes(fd, data, count * sizeof(float), path.string()), "checkpoint"));
+      XXH3_64bits_update(hash, data, count * sizeof(float));
+    }
+    RETURN_IF_ERROR(
+        CheckpointFaultPoint(fault, next_step, rank, CheckpointFault::Phase::kUnit, trainable[i]));
+    if (progress != nullptr) progress->Advance(3 * count * sizeof(float));
+  }
+  if (::fsync(fd) != 0) return Errno(errno, "syncing " + path.string());
+  closer.fd = -1;
+  if (::close(fd) != 0) return Errno(errno, "closing " + path.string());
+  return Hex(XXH3_64bits_digest(hash));
 }
 
 }  // namespace
 
 StatusOr<std::optional<CheckpointFault>> ParseCheckpointFault(const std::string& text) {
   if (text.empty()) return std::optional<CheckpointFault>();
-  const size_t at = text.find('@');
-  const size_t colon = text.find(':', at == std::string::npos ? 0 : at);
+  const std::vector<std::string> parts = absl::StrSplit(text, absl::ByAnyChar("@:"));
   CheckpointFault fault;
-  const std::string action = text.substr(0, at);
-  if (at == std::string::npos || colon == std::string::npos ||
-      !absl::SimpleAtoi(text.substr(at + 1, colon - at - 1), &fault.step) ||
-      !absl::SimpleAtoi(text.substr(colon + 1), &fault.unit) ||
-      (action != "kill" && action != "enospc")) {
-    return absl::InvalidArgumentError(absl::StrCat("'", text, "': expected kill|enospc@STEP:UNIT"));
+  bool ok = (parts.size() == 3 || parts.size() == 4) &&
+            (parts[0] == "kill" || parts[0] == "enospc") &&
+            absl::SimpleAtoi(parts[1], &fault.step) && text.find('@') == parts[0].size();
+  if (ok) {
+    if (parts[2] == "manifest") {
+      fault.phase = CheckpointFault::Phase::kManifest;
+    } else if (parts[2] == "keep") {
+      fault.phase = CheckpointFault::Phase::kKeep;
+    } else {
+      ok = absl::SimpleAtoi(parts[2], &fault.unit) && fault.unit >= 0;
+    }
+  }
+  if (ok && parts.size() == 4) ok = absl::SimpleAtoi(parts[3], &fault.rank) && fault.rank >= 0;
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", text, "': expected kill|enospc@STEP:WHERE[:RANK] (WHERE: a unit, manifest or keep)"));
   }
   fault.action =
-      action == "kill" ? CheckpointFault::Action::kKill : CheckpointFault::Action::kEnospc;
+      parts[0] == "kill" ? CheckpointFault::Action::kKill : CheckpointFault::Action::kEnospc;
   return std::optional<CheckpointFault>(fault);
 }
 
 StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,
-                                     int next_step, bool write, const LoraBase* base,
-                                     const std::string& tokenizer, const CheckpointFault* fault) {
-  namespace fs = std::filesystem;
+                                     int next_step, const CheckpointContext& context) {
+  Communicator* communicator = context.communicator;
+  const int world = communicator != nullptr ? communicator->world_size() : 1;
+  const int rank = communicator != nullptr ? communicator->rank() : 0;
+  const std::string host = context.host.empty() ? HostName() : context.host;
   const fs::path dir = options.train.checkpoint_dir;
-  const fs::path final_dir = dir / absl::StrCat("step-", next_step);
-  const fs::path partial = dir / absl::StrCat("step-", next_step, ".partial");
-  std::error_code error;
-  // A checkpoint that fails half-way (a full disk, an I/O error) leaves nothing behind.
-  struct PartialGuard {
-    fs::path path;
-    bool armed = false;
-    ~PartialGuard() {
-      std::error_code ignored;
-      if (armed) fs::remove_all(path, ignored);
-    }
-  } guard{partial};
-  if (write) {
-    fs::create_directories(dir, error);
-    if (error)
-      return absl::InternalError(
-          absl::StrCat("checkpoint: cannot create ", dir.string(), ": ", error.message()));
-    // Room for every unit's three fp32 arrays before anything is written (a leftover
-    // partial directory of the same step goes first).
-    fs::remove_all(partial, error);
-    uint64_t tokenizer_bytes = 0;  // the copy of its files
-    for (const auto& file : TokenizerFiles(tokenizer)) {
-      const uintmax_t size = fs::file_size(file.first, error);
-      if (!error) tokenizer_bytes += size;  // else said when the copy is tried
-    }
-    RETURN_IF_ERROR(CheckRoomForCheckpoint(
-        dir.string(),
-        CheckpointBytes(model) + tokenizer_bytes + ModelSourceBytes(options.model.from)));
-    fs::create_directory(partial, error);
-    if (error)
-      return absl::InternalError(
-          absl::StrCat("checkpoint: cannot create ", partial.string(), ": ", error.message()));
-    guard.armed = true;
-  }
-  nlohmann::json meta = {{"format", kFormat},
-                         {"version", kVersion},
-                         {"next_step", next_step},
-                         {"train_steps", options.train.steps},
-                         {"model", ModelJson(options.model)},
-                         {"units", nlohmann::json::array()}};
-  if (!tokenizer.empty()) meta["tokenizer"] = tokenizer;
-  if (write && !tokenizer.empty()) {
-    ASSIGN_OR_RETURN(const auto copied, CopyTokenizerFiles(tokenizer, partial.string()));
-    if (!copied.empty()) {
-      nlohmann::json entries = nlohmann::json::array();
-      for (const auto& [name, xxh3] : copied) entries.push_back({{"name", name}, {"xxh3", xxh3}});
-      meta["tokenizer_files"] = std::move(entries);
-    }
-  }
-  if (write) {
-    ASSIGN_OR_RETURN(nlohmann::json source, CopyModelSource(options.model.from, partial.string()));
-    if (!source.is_null()) meta["source"] = std::move(source);
-  }
-  if (options.lora.enabled()) {
-    if (base == nullptr) return absl::InternalError("checkpoint: a LoRA run without its base");
-    meta["lora"] = {{"rank", options.lora.rank},
-                    {"alpha", absl::StrCat(options.lora.alpha)},
-                    {"targets", LoraTargetsOf(model)}};
-    meta["base"] = {{"from", base->from},
-                    {"seed", base->seed},
-                    {"dtype", DTypeName(base->dtype)},
-                    {"xxh3", base->xxh3}};
-  }
+  const fs::path step_dir = dir / absl::StrCat("step-", next_step);
+  const std::string step_name = absl::StrCat("step-", next_step);
   const std::vector<UnitLayout>& units = model.units();
-  std::optional<Progress> progress;
-  if (write) progress.emplace(absl::StrCat("checkpoint step-", next_step), CheckpointBytes(model));
-  UnitOptimizerState state;  // reused from unit to unit
+  std::vector<int> trainable;
+  std::vector<size_t> used, shard_elements;
   for (size_t u = 0; u < units.size(); ++u) {
     if (!units[u].trainable()) continue;  // a LoRA base: referred to by its hash
-    // Collective: every rank reads (gathers) the unit; rank 0 writes it.
-    RETURN_IF_ERROR(engine.state().ReadOptimizerState(static_cast<int>(u), &state));
-    if (!write) continue;
-    const size_t n = units[u].used_elements();
-    std::vector<std::pair<const char*, size_t>> pieces;
-    XXH3_state_t* hash = XXH3_createState();
-    XXH3_64bits_reset(hash);
-    for (const std::vector<float>* array : {&state.master, &state.exp_avg, &state.exp_avg_sq}) {
-      pieces.push_back({reinterpret_cast<const char*>(array->data()), n * sizeof(float)});
-      XXH3_64bits_update(hash, array->data(), n * sizeof(float));
+    trainable.push_back(static_cast<int>(u));
+    used.push_back(units[u].used_elements());
+    shard_elements.push_back(engine.state().PaddedElements(static_cast<int>(u)) / world);
+  }
+  std::vector<std::vector<RankPiece>> layouts(world);
+  std::vector<uint64_t> file_bytes(world);
+  for (int r = 0; r < world; ++r) {
+    layouts[r] = RankFileLayout(used, shard_elements, r, &file_bytes[r]);
+  }
+  // Nothing of the engine in flight on the communicator before the agreements below (a
+  // delayed update is put in place first).
+  RETURN_IF_ERROR(engine.state().Sync());
+  // The manifest writers: the lowest rank on each host.
+  std::vector<std::string> hosts = {host};
+  if (communicator != nullptr) {
+    ASSIGN_OR_RETURN(hosts, GatherTexts(*communicator, host));
+  }
+  const bool writes_manifest =
+      std::find(hosts.begin(), hosts.end(), host) - hosts.begin() == rank;
+
+  // 1. The room for this rank's files, and a step-<k> of an earlier run removed (manifest
+  //    first) before any rank writes into it.
+  Status prepared = [&]() -> Status {
+    std::error_code error;
+    fs::create_directories(dir, error);
+    if (error) {
+      return absl::InternalError(
+          absl::StrCat("checkpoint: cannot create ", dir.string(), ": ", error.message()));
     }
-    const std::string digest = Hex(XXH3_64bits_digest(hash));
-    XXH3_freeState(hash);
-    const std::string file = absl::StrCat("unit-", u, ".bin");
-    RETURN_IF_ERROR(WriteFile((partial / file).string(), pieces));
-    RETURN_IF_ERROR(CheckpointFaultPoint(fault, next_step, u));
-    progress->Advance(3 * n * sizeof(float));
-    meta["units"].push_back(
-        {{"name", units[u].name()}, {"elements", n}, {"file", file}, {"xxh3", digest}});
+    uint64_t bytes = file_bytes[rank];
+    if (writes_manifest) {
+      bytes += 1 << 20;  // the manifest and slack
+      for (const auto& file : TokenizerFiles(context.tokenizer)) {
+        const uintmax_t size = fs::file_size(file.first, error);
+        if (!error) bytes += size;  // else said when the copy is tried
+      }
+      bytes += ModelSourceBytes(options.model.from);
+      RETURN_IF_ERROR(RemoveCheckpointDir(step_dir));
+      RETURN_IF_ERROR(RemoveCheckpointDir(dir / (step_name + ".partial")));  // versions 1-5
+    }
+    return CheckRoomForCheckpoint(dir.string(), bytes);
+  }();
+  RETURN_IF_ERROR(AgreeOnStatus(communicator, prepared, "to prepare " + step_dir.string()));
+
+  // 2. Every rank's own file, synced.
+  std::optional<Progress> progress;
+  if (rank == 0) {
+    progress.emplace(absl::StrCat("checkpoint ", step_name, world > 1 ? " (rank 0's file)" : ""),
+                     file_bytes[0]);
   }
-  if (!write) return final_dir.string();
-  meta["checksum"] = MetaChecksum(meta);
-  const std::string text = meta.dump(2) + "\n";
-  RETURN_IF_ERROR(WriteFile((partial / "checkpoint.json").string(), {{text.data(), text.size()}}));
-  // Every file (and the tokenizer's directory) on the disk before the rename makes the
-  // checkpoint visible.
-  for (const fs::directory_entry& entry : fs::recursive_directory_iterator(partial, error)) {
-    RETURN_IF_ERROR(SyncFile(entry.path().string()));
+  const fs::path own_file = step_dir / RankFileName(rank);
+  StatusOr<std::string> own_hash = [&]() -> StatusOr<std::string> {
+    std::error_code error;
+    fs::create_directories(step_dir, error);
+    if (error) {
+      return absl::InternalError(
+          absl::StrCat("checkpoint: cannot create ", step_dir.string(), ": ", error.message()));
+    }
+    ASSIGN_OR_RETURN(std::string hash,
+                     WriteRankFile(engine, trainable, layouts[rank], own_file, next_step, rank,
+                                   context.fault, progress ? &*progress : nullptr));
+    RETURN_IF_ERROR(SyncFile(step_dir.string()));  // its entry
+    return hash;
+  }();
+  // 3. The exchange: each rank's outcome and its file's XXH3.
+  std::vector<std::string> hashes = {own_hash.ok() ? *own_hash : std::string()};
+  Status written = own_hash.status();
+  if (communicator != nullptr && world > 1) {
+    ASSIGN_OR_RETURN(hashes, GatherTexts(*communicator,
+                                         own_hash.ok() ? *own_hash
+                                                       : absl::StrCat("!", own_hash.status().message())));
+    for (int r = 0; r < world && written.ok(); ++r) {
+      if (!hashes[r].empty() && hashes[r][0] == '!') {
+        written = absl::AbortedError(absl::StrCat("checkpoint: rank ", r, " failed to write ",
+                                                  (step_dir / RankFileName(r)).string(), ": ",
+                                                  hashes[r].substr(1)));
+      }
+    }
   }
-  if (error)
-    return absl::InternalError(
-        absl::StrCat("checkpoint: cannot list ", partial.string(), ": ", error.message()));
-  RETURN_IF_ERROR(SyncFile(partial.string()));  // its entries
-  fs::remove_all(final_dir, error);
-  if (error)
-    return absl::InternalError(
-        absl::StrCat("checkpoint: cannot replace ", final_dir.string(), ": ", error.message()));
-  fs::rename(partial, final_dir, error);
-  if (error)
-    return absl::InternalError(
-        absl::StrCat("checkpoint: cannot rename ", partial.string(), ": ", error.message()));
-  guard.armed = false;
-  // The rename itself is durable once the directory is synced (best effort: the
-  // checkpoint is complete either way).
-  SyncFile(dir.string()).IgnoreError();
+  if (!written.ok()) {
+    // Every rank is done with the directory: nothing of it stays.
+    std::error_code ignored;
+    fs::remove(own_file, ignored);
+    if (writes_manifest) RemoveCheckpointDir(step_dir).IgnoreError();
+    return written;
+  }
+
+  // 4. The manifest, last: written by the lowest rank on each host, identical everywhere.
+  Status manifest = [&]() -> Status {
+    RETURN_IF_ERROR(
+        CheckpointFaultPoint(context.fault, next_step, rank, CheckpointFault::Phase::kManifest));
+    if (!writes_manifest) return absl::OkStatus();
+    nlohmann::json meta = {{"format", kFormat},
+                           {"version", kVersion},
+                           {"next_step", next_step},
+                           {"train_steps", options.train.steps},
+                           {"model", ModelJson(options.model)},
+                           {"world", world},
+                           {"files", nlohmann::json::array()},
+                           {"units", nlohmann::json::array()}};
+    for (int r = 0; r < world; ++r) {
+      meta["files"].push_back({{"rank", r},
+                               {"name", RankFileName(r)},
+                               {"host", hosts[r]},
+                               {"bytes", file_bytes[r]},
+                               {"xxh3", hashes[r]}});
+    }
+    for (size_t i = 0; i < trainable.size(); ++i) {
+      nlohmann::json arrays = nlohmann::json::array();
+      for (int k = 0; k < 3; ++k) {
+        nlohmann::json shards = nlohmann::json::array();
+        for (int r = 0; r < world; ++r) {
+          const RankPiece& piece = layouts[r][i];
+          if (piece.end == piece.begin) continue;
+          shards.push_back({{"rank", r},
+                            {"begin", piece.begin},
+                            {"end", piece.end},
+                            {"offset", piece.offsets[k]}});
+        }
+        // fp32: no blocks, no scales (a quantized array would name its block size and
+        // where its scales lie).
+        arrays.push_back({{"name", kArrayNames[k]},
+                          {"dtype", "f32"},
+                          {"block", 0},
+                          {"scales", nullptr},
+                          {"shards", std::move(shards)}});
+      }
+      meta["units"].push_back({{"name", units[trainable[i]].name()},
+                               {"elements", used[i]},
+                               {"arrays", std::move(arrays)}});
+    }
+    const std::string& tokenizer = context.tokenizer;
+    if (!tokenizer.empty()) {
+      meta["tokenizer"] = tokenizer;
+      ASSIGN_OR_RETURN(const auto copied, CopyTokenizerFiles(tokenizer, step_dir.string()));
+      if (!copied.empty()) {
+        nlohmann::json entries = nlohmann::json::array();
+        for (const auto& [name, xxh3] : copied) entries.push_back({{"name", name}, {"xxh3", xxh3}});
+        meta["tokenizer_files"] = std::move(entries);
+      }
+    }
+    ASSIGN_OR_RETURN(nlohmann::json source, CopyModelSource(options.model.from, step_dir.string()));
+    if (!source.is_null()) meta["source"] = std::move(source);
+    if (options.lora.enabled()) {
+      const LoraBase* base = context.base;
+      if (base == nullptr) return absl::InternalError("checkpoint: a LoRA run without its base");
+      meta["lora"] = {{"rank", options.lora.rank},
+                      {"alpha", absl::StrCat(options.lora.alpha)},
+                      {"targets", LoraTargetsOf(model)}};
+      meta["base"] = {{"from", base->from},
+                      {"seed", base->seed},
+                      {"dtype", DTypeName(base->dtype)},
+                      {"xxh3", base->xxh3}};
+    }
+    meta["checksum"] = MetaChecksum(meta);
+    const std::string text = meta.dump(2) + "\n";
+    // The copies (tokenizer, source) on the disk before the manifest names them.
+    std::error_code error, ignored;
+    for (const fs::directory_entry& entry : fs::recursive_directory_iterator(step_dir, error)) {
+      if (entry.is_directory(ignored)) RETURN_IF_ERROR(SyncFile(entry.path().string()));
+      if (entry.is_regular_file(ignored) &&
+          entry.path().filename().string().rfind("rank-", 0) != 0) {
+        RETURN_IF_ERROR(SyncFile(entry.path().string()));
+      }
+    }
+    // A temporary name of this rank's own, so that writers sharing the directory never
+    // write into one file; the rename of identical bytes over each other is harmless.
+    const fs::path temporary = step_dir / absl::StrCat("checkpoint.json.tmp-", rank);
+    RETURN_IF_ERROR(WriteFile(temporary.string(), {{text.data(), text.size()}}));
+    RETURN_IF_ERROR(SyncFile(temporary.string()));
+    fs::rename(temporary, step_dir / "checkpoint.json", error);
+    if (error) {
+      return absl::InternalError(absl::StrCat("checkpoint: cannot rename ", temporary.string(),
+                                              ": ", error.message()));
+    }
+    RETURN_IF_ERROR(SyncFile(step_dir.string()));
+    return SyncFile(dir.string());
+  }();
+  // 5. Every manifest durable (a barrier): only then may older checkpoints go. A manifest
+  //    missing on any host makes the checkpoint absent everywhere.
+  Status everywhere = AgreeOnStatus(communicator, manifest, "to write " + step_name + "'s manifest");
+  if (!everywhere.ok()) {
+    if (writes_manifest) RemoveCheckpointDir(step_dir).IgnoreError();
+    return everywhere;
+  }
+
+  // 6. checkpoint_keep: the older step-<k> beyond the newest N, on each host by its
+  //    manifest writer.
+  RETURN_IF_ERROR(CheckpointFaultPoint(context.fault, next_step, rank, CheckpointFault::Phase::kKeep));
   const int keep = options.train.checkpoint_keep;
-  if (keep > 0) {
+  if (keep > 0 && writes_manifest) {
     const auto found = ListCheckpoints(dir.string());
     for (size_t i = 0; i + keep < found.size(); ++i) {
-      if (found[i].second == final_dir) continue;
-      fs::remove_all(found[i].second, error);
-      if (error)
-        return absl::InternalError(absl::StrCat("checkpoint: cannot remove ",
-                                                found[i].second.string(), ": ", error.message()));
+      if (found[i].second == step_dir) continue;
+      RETURN_IF_ERROR(RemoveCheckpointDir(found[i].second));
     }
   }
-  return final_dir.string();
+  return step_dir.string();
 }
 
 }  // namespace strata

@@ -1,7 +1,7 @@
-// Writing a checkpoint: the state before a step, written by rank 0 into step-<k>.partial
-// and renamed to step-<k> once every file is synced (a crash never leaves a half-written
-// step-<k>; a failure removes the partial directory), then the older ones beyond
-// train.checkpoint_keep removed; and the fault the fault suite injects into the writer.
+// Writing a checkpoint: the state before a step, each rank writing the shards it owns, the
+// manifest written last (a crash never leaves a step-<k> that looks complete), then the
+// older ones beyond train.checkpoint_keep removed; and the fault the fault suite injects
+// into the writer.
 // Part of //checkpoint (see checkpoint.h for the layout).
 // Thread-safety: SaveCheckpoint is collective (every rank of the engine calls it together);
 // one checkpoint is written into a directory at a time.
@@ -11,6 +11,7 @@
 #include <string>
 
 #include "checkpoint/lora_base.h"
+#include "collectives/communicator.h"
 #include "core/options.h"
 #include "core/status.h"
 #include "runtime/engine.h"
@@ -18,28 +19,52 @@
 
 namespace strata {
 
-// A fault the fault suite injects into the checkpoint writer (STRATA_FAULT_CHECKPOINT,
-// read once at the top of the program): just after unit `unit`'s file of the checkpoint of
-// step `step` was written, kKill raises SIGKILL (a process killed mid-checkpoint), kEnospc
-// fails as a full disk would.
+// A fault the fault suite injects into the checkpoint writer (STRATA_FAULT_CHECKPOINT, read
+// once at the top of the program) in the checkpoint of step `step`, on rank `rank` (-1:
+// every rank), at one of its phases: kUnit just after unit `unit`'s arrays went into the
+// rank's file (some rank files written, no manifest); kManifest after every rank's file is
+// durable, before the manifest is written; kKeep after the manifest is durable on every
+// rank, before older checkpoints are removed. kKill raises SIGKILL (a process killed
+// there), kEnospc fails as a full disk would.
 struct CheckpointFault {
   enum class Action { kKill, kEnospc };
+  enum class Phase { kUnit, kManifest, kKeep };
   Action action = Action::kKill;
+  Phase phase = Phase::kUnit;
   int step = 0;
   int unit = 0;
+  int rank = -1;
 };
-// "kill|enospc@STEP:UNIT"; "" is none; anything else kInvalidArgument naming the text.
+// "kill|enospc@STEP:WHERE[:RANK]", WHERE a unit's index, "manifest" or "keep"; "" is none;
+// anything else kInvalidArgument naming the text.
 StatusOr<std::optional<CheckpointFault>> ParseCheckpointFault(const std::string& text);
 
-// Writes the state before step `next_step` to <options.train.checkpoint_dir>/step-<k>
-// (rank 0 writes when `write`, showing progress: core/progress.h); returns that path.
-// Only trainable units are written; a LoRA run (`base` given) records its base.
-// `tokenizer` (TrainingTokenizer; "" none) is recorded for sample and export, and what the
-// checkpoint keeps of options.model.from (checkpoint_source.h) for export. `fault`
-// (may be null): the fault suite's.
+// What SaveCheckpoint needs besides the engine and the options.
+struct CheckpointContext {
+  // The run's host communicator (every rank calls SaveCheckpoint together); null: one rank.
+  Communicator* communicator = nullptr;
+  const LoraBase* base = nullptr;  // a LoRA run: its base, recorded
+  // The tokenizer (TrainingTokenizer; "" none), recorded for sample and export.
+  std::string tokenizer;
+  const CheckpointFault* fault = nullptr;  // the fault suite's (may be null)
+  // This rank's host as the manifest records it ("": HostName()). Ranks on one host share
+  // a manifest writer.
+  std::string host;
+};
+
+// Writes the state before step `next_step` to <options.train.checkpoint_dir>/step-<k>;
+// returns that path. Format version 6 (checkpoint.h): every rank writes the shard of each
+// trainable unit it owns into rank-<r>.bin and syncs it (no gather, one shard in memory);
+// the ranks exchange their files' sizes and XXH3 (and whether each succeeded); then the
+// lowest rank on each host writes the manifest, checkpoint.json (a temporary file, synced,
+// renamed over, the directory synced), identical on every host, so that node-local
+// directories each get one and a shared directory ends with one; the ranks agree that
+// every manifest is durable, and only then are checkpoints beyond train.checkpoint_keep
+// removed (their manifest first). A directory without its manifest is not a checkpoint, so
+// a crash at any phase leaves the previous checkpoint valid. Rank 0 shows progress
+// (core/progress.h). A failure on any rank is an error on every rank, naming the rank, and
+// the incomplete directory is removed.
 StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,
-                                     int next_step, bool write, const LoraBase* base = nullptr,
-                                     const std::string& tokenizer = "",
-                                     const CheckpointFault* fault = nullptr);
+                                     int next_step, const CheckpointContext& context = {});
 
 }  // namespace strata

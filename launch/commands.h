@@ -16,5 +16,6 @@ void AddSampleCommand(CLI::App& app, Commands* commands);    // launch/sample_cl
 void AddPlanCommand(CLI::App& app, Commands* commands);      // launch/plan_cli.cc
 void AddReportCommand(CLI::App& app, Commands* commands);    // launch/report_cli.cc
 void AddBenchCommands(CLI::App& app, Commands* commands);    // launch/bench_cli.cc
+void AddCheckpointCommand(CLI::App& app, Commands* commands);  // launch/checkpoint_cli.cc
 
 }  // namespace strata

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   strata::AddPlanCommand(app, &commands);
   strata::AddReportCommand(app, &commands);
   strata::AddBenchCommands(app, &commands);
+  strata::AddCheckpointCommand(app, &commands);
 
   try {
     app.parse(argc, argv);

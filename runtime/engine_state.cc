@@ -145,6 +145,42 @@ Status EngineState::WriteStoredState(int unit, const float* master, const float*
   return status;
 }
 
+Status EngineState::Sync() { return parts_.sync(); }
+
+std::pair<size_t, size_t> EngineState::StateRange(int unit) const {
+  const UnitState& state = parts_.units[unit];
+  if (!parts_.components.sharded_state()) return {0, state.padded_elements};
+  const ShardRange own = OwnedRange(state, parts_.communicator->rank());
+  return {own.begin, own.end};
+}
+
+Status EngineState::ReadStateRange(int unit, float* master, float* exp_avg, float* exp_avg_sq) {
+  RETURN_IF_ERROR(CheckTrainable(unit));
+  RETURN_IF_ERROR(parts_.sync());
+  Status status = parts_.components.ReadOptimizerState(unit, master, exp_avg, exp_avg_sq);
+  ForgetTraffic();
+  return status;
+}
+
+Status EngineState::WriteStateRange(int unit, const float* master, const float* exp_avg,
+                                    const float* exp_avg_sq) {
+  RETURN_IF_ERROR(CheckTrainable(unit));
+  const auto [begin, end] = StateRange(unit);
+  const auto [stored_begin, stored_end] = StoredRange(unit);
+  Status status;
+  if (stored_begin >= begin && stored_end <= end) {
+    status = WriteState(unit, {master, exp_avg, exp_avg_sq, begin, end});
+  } else {
+    // Whole params from a sharded state (stages 1-2): every rank's master, gathered.
+    RETURN_IF_ERROR(parts_.sync());
+    std::vector<float> full;
+    RETURN_IF_ERROR(GatherInto(unit, master, &full));
+    status = WriteState(unit, {master, exp_avg, exp_avg_sq, begin, end}, nullptr, full.data());
+  }
+  ForgetTraffic();
+  return status;
+}
+
 std::pair<size_t, size_t> EngineState::StoredRange(int unit) const {
   const UnitState& state = parts_.units[unit];
   const ShardRange own = OwnedRange(state, parts_.communicator->rank());
@@ -213,9 +249,10 @@ Status EngineState::WriteStoredValues(int unit, const float* values, const bf16*
   return status;
 }
 
-Status EngineState::WriteState(int unit, const UnitStateView& view, const bf16* params) {
+Status EngineState::WriteState(int unit, const UnitStateView& view, const bf16* params,
+                               const float* full_master) {
   UnitState& state = parts_.units[unit];
-  const auto [need_begin, need_end] = StoredRange(unit);
+  const auto [need_begin, need_end] = full_master != nullptr ? StateRange(unit) : StoredRange(unit);
   if (view.begin > need_begin || view.end < need_end) {
     return absl::InternalError(absl::StrCat("unit ", unit, ": state given for [", view.begin, ", ",
                                             view.end, "), this rank stores [", need_begin, ", ",
@@ -244,7 +281,9 @@ Status EngineState::WriteState(int unit, const UnitStateView& view, const bf16* 
   // home; fp32 params go to their home as they are.
   const size_t param_elements = parts_.components.param_part_elements(unit);
   const bool full = param_elements == state.padded_elements;
-  const float* param_src = view.master + ((full ? 0 : own.begin) - view.begin);
+  const float* param_src = full_master != nullptr
+                               ? full_master + (full ? 0 : own.begin)
+                               : view.master + ((full ? 0 : own.begin) - view.begin);
   if (parts_.config.dtype == DType::kF32) {  // nothing more where they are the master itself
     return WriteTargets(unit).params_share_master
                ? absl::OkStatus()

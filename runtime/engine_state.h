@@ -87,6 +87,11 @@ class EngineState {
   EngineState(const EngineState&) = delete;
   EngineState& operator=(const EngineState&) = delete;
 
+  // Pending updates in place and every stream of the engine at its end (what each call
+  // here does first): a caller that then uses the engine's communicator from the host
+  // (a checkpoint's agreements) finds no collective of the engine in flight.
+  Status Sync();
+
   // Reads (see above).
   StatusOr<std::vector<float>> ReadParams(int unit);
   StatusOr<std::vector<float>> ReadMaster(int unit);
@@ -119,6 +124,19 @@ class EngineState {
   // then be null for a unit without optimizer state (frozen: a LoRA model's base).
   Status WriteStoredValues(int unit, const float* values, const bf16* params = nullptr);
 
+  // The optimizer state of one unit as this rank holds it, without a collective where it
+  // can be done without one (per-rank checkpoints): StateRange is the element range of
+  // the padded unit whose master and moments this rank holds (its own shard where the
+  // optimizer state is sharded, else the whole unit). ReadStateRange brings the three
+  // arrays out over that range (each `end - begin` long; no collective); WriteStateRange
+  // puts them in, with the params cast from the master: where the params are whole but
+  // the state a shard (stages 1-2 on several ranks) the masters are gathered for the
+  // params, so every rank must call it together for each unit; elsewhere no collective.
+  std::pair<size_t, size_t> StateRange(int unit) const;
+  Status ReadStateRange(int unit, float* master, float* exp_avg, float* exp_avg_sq);
+  Status WriteStateRange(int unit, const float* master, const float* exp_avg,
+                         const float* exp_avg_sq);
+
   // The length of the full-unit views (the unit padded to the world size).
   size_t PaddedElements(int unit) const;
   // The element range [begin, end) of `unit` this rank stores, which the partial writes
@@ -150,7 +168,10 @@ class EngineState {
     size_t begin = 0, end = 0;
   };
   // `params`: the bf16 params as they are (WriteStoredValues), else cast from the master.
-  Status WriteState(int unit, const UnitStateView& view, const bf16* params = nullptr);
+  // `full_master` (WriteStateRange at stages 1-2): the whole unit's master for the params,
+  // where the view holds the own shard only.
+  Status WriteState(int unit, const UnitStateView& view, const bf16* params = nullptr,
+                    const float* full_master = nullptr);
   // Marks what moved on NVMe so far as not a step's traffic.
   void ForgetTraffic();
 

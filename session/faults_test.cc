@@ -58,6 +58,31 @@ TEST(Faults, EachVariableParsedIntoWhatActsOnIt) {
   Clear();
 }
 
+// The checkpoint writer's phases: a unit on every rank or one, the manifest, the removal of
+// older checkpoints.
+TEST(Faults, CheckpointFaultsNameTheirPhaseAndRank) {
+  ASSERT_OK_AND_ASSIGN(std::optional<CheckpointFault> unit, ParseCheckpointFault("kill@6:1:1"));
+  ASSERT_TRUE(unit.has_value());
+  EXPECT_EQ(unit->action, CheckpointFault::Action::kKill);
+  EXPECT_EQ(unit->phase, CheckpointFault::Phase::kUnit);
+  EXPECT_EQ(unit->step, 6);
+  EXPECT_EQ(unit->unit, 1);
+  EXPECT_EQ(unit->rank, 1);
+  ASSERT_OK_AND_ASSIGN(std::optional<CheckpointFault> manifest,
+                       ParseCheckpointFault("enospc@4:manifest"));
+  EXPECT_EQ(manifest->phase, CheckpointFault::Phase::kManifest);
+  EXPECT_EQ(manifest->rank, -1);
+  ASSERT_OK_AND_ASSIGN(std::optional<CheckpointFault> keep, ParseCheckpointFault("kill@8:keep:0"));
+  EXPECT_EQ(keep->phase, CheckpointFault::Phase::kKeep);
+  EXPECT_EQ(keep->step, 8);
+  EXPECT_EQ(keep->rank, 0);
+  for (const char* bad : {"kill@6:nowhere", "kill@6:1:-1", "kill@6:1:1:1", "kill6:1", "kill@6"}) {
+    EXPECT_THAT(ParseCheckpointFault(bad),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(bad)))
+        << bad;
+  }
+}
+
 TEST(Faults, UnparsableValuesAreRefusedNamingTheVariable) {
   const struct {
     const char* name;

@@ -239,10 +239,12 @@ StatusOr<StepReport> TrainingSession::Step(int step) {
 }
 
 StatusOr<std::string> TrainingSession::Checkpoint(int next_step) {
-  StatusOr<std::string> path =
-      SaveCheckpoint(*engine_, *model_, options_, next_step, communicator_->rank() == 0,
-                     lora_base_ ? &*lora_base_ : nullptr, TrainingTokenizer(options_),
-                     faults_.checkpoint ? &*faults_.checkpoint : nullptr);
+  CheckpointContext context;
+  context.communicator = communicator_;
+  context.base = lora_base_ ? &*lora_base_ : nullptr;
+  context.tokenizer = TrainingTokenizer(options_);
+  context.fault = faults_.checkpoint ? &*faults_.checkpoint : nullptr;
+  StatusOr<std::string> path = SaveCheckpoint(*engine_, *model_, options_, next_step, context);
   if (!path.ok()) return AbortOnError(path.status());
   return path;
 }

@@ -85,8 +85,8 @@ fi
 for name in ck_json ck_sum ck_unit ck_bits ck_version; do cp -r "$D/ck" "$D/$name"; done
 echo '{"format": "strata-checkpoint", "version": 4,' > "$D/ck_json/step-2/checkpoint.json"
 sed -i 's/"next_step": 2/"next_step": 1/' "$D/ck_sum/step-2/checkpoint.json"
-truncate -s -4 "$D/ck_unit/step-2/unit-0.bin"
-printf '\x7f' | dd of="$D/ck_bits/step-2/unit-1.bin" bs=1 seek=100 conv=notrunc status=none
+truncate -s -4 "$D/ck_unit/step-2/rank-00000.bin"
+printf '\x7f' | dd of="$D/ck_bits/step-2/rank-00000.bin" bs=1 seek=100 conv=notrunc status=none
 sed -i -E 's/"version": [0-9]+/"version": 99/' "$D/ck_version/step-2/checkpoint.json"
 rm -f "$D/ck"/step-1/* 2>/dev/null; rm -rf "$D/ck/step-1" "$D"/ck_*/step-1
 # The checkpoint exported, then a NaN written over the first weight of each file: a

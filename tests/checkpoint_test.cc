@@ -20,8 +20,10 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/run_identity.h"
 #include "core/testing/status_matchers.h"
 #include "data/tokenizer/tokenizer.h"
+#include "session/faults.h"
 #include "session/ranks.h"
 #include "session/session.h"
 #include "tests/engine_rig.h"
@@ -233,7 +235,7 @@ TEST(Checkpoint, DamagedOrMismatchedCheckpointsAreClearErrors) {
   // Resuming past train.steps.
   EXPECT_THAT(resume_error({"train.steps=2"}), ::testing::HasSubstr("raise train.steps"));
   // A flipped byte in a unit's file: the checksum names the file.
-  const std::string unit = step + "/unit-1.bin";
+  const std::string unit = step + "/rank-00000.bin";  // one rank: one file
   {
     std::fstream file(unit, std::ios::in | std::ios::out | std::ios::binary);
     file.seekp(100);
@@ -250,7 +252,7 @@ TEST(Checkpoint, DamagedOrMismatchedCheckpointsAreClearErrors) {
   EXPECT_THAT(resume_error({}), ::testing::HasSubstr(step + "/checkpoint.json"));
 }
 
-// At two ranks each checks half of the files (rank r the files r, r + 2, ...) and both
+// At two ranks each checks the file of its own shard (rank r the file rank r wrote) and both
 // learn of a failure before any state changes: a damaged file is named by both ranks,
 // whichever checked it, and nothing trains.
 TEST(Checkpoint, RanksShareTheFileChecksAndAgreeOnTheOutcome) {
@@ -262,7 +264,8 @@ TEST(Checkpoint, RanksShareTheFileChecksAndAgreeOnTheOutcome) {
   ASSERT_GE(opened.units.size(), 2u);
   for (int damaged = 0; damaged < 2; ++damaged) {
     SCOPED_TRACE(damaged);
-    const std::string file = opened.units[damaged].file;
+    ASSERT_EQ(opened.files.size(), 2u);  // one per rank
+    const std::string file = opened.files[damaged].path;
     std::string original;
     {
       std::ifstream in(file, std::ios::binary);
@@ -360,13 +363,362 @@ TEST(Checkpoint, CarriesACopyOfItsTokenizer) {
   // went on): the spec alone is recorded, as by a strata older than the copies.
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<EngineRig> rig, MakeEngineRig(Make(1, 1, {})));
   Options options = Make(1, 1, {"train.checkpoint_dir=" + dir + "/ck-without"});
+  CheckpointContext context;
+  context.tokenizer = spec;
   ASSERT_OK_AND_ASSIGN(const std::string written,
-                       SaveCheckpoint(*rig->engine, *rig->model, options, 2, true, nullptr, spec));
+                       SaveCheckpoint(*rig->engine, *rig->model, options, 2, context));
   ASSERT_OK_AND_ASSIGN(const OpenedCheckpoint without, OpenCheckpoint(written));
   EXPECT_EQ(without.tokenizer, spec);
   EXPECT_TRUE(without.tokenizer_files.empty());
   EXPECT_FALSE(fs::exists(written + "/tokenizer"));
   EXPECT_THAT(CheckpointTokenizer(without), testing::IsOkAndHolds(spec));
+}
+
+// Every array of every unit of checkpoint `path`, read through the manifest.
+std::vector<std::vector<float>> Arrays(const std::string& path) {
+  std::vector<std::vector<float>> arrays;
+  StatusOr<OpenedCheckpoint> opened = OpenCheckpoint(path);
+  EXPECT_OK(opened.status());
+  if (!opened.ok()) return arrays;
+  for (size_t u = 0; u < opened->units.size(); ++u) {
+    for (int k = 0; k < 3; ++k) {
+      std::vector<float> values(opened->units[u].elements);
+      EXPECT_OK(ReadCheckpointArray(*opened, static_cast<int>(u), k, 0, values.size(),
+                                    values.data()));
+      arrays.push_back(std::move(values));
+    }
+  }
+  return arrays;
+}
+
+// Loads `options`' train.resume on every rank and writes the state straight back (no step
+// between) as the checkpoint of `next_step` in options' train.checkpoint_dir.
+Status LoadAndWriteBack(const Options& options, int next_step) {
+  return RunRanks(options, [&](Communicator& communicator) -> Status {
+    ASSIGN_OR_RETURN(auto session, TrainingSession::Create(options, &communicator));
+    return session->Checkpoint(next_step).status();
+  });
+}
+
+// Format 6: one file per rank, each holding that rank's shards, and a manifest naming each
+// array's dtype, element ranges and file offsets. A checkpoint written at world 2 (stage 3)
+// loads at world 1, 2 and 3 and at stages 0-3, each rank reading only the elements it
+// holds: written straight back, every array is element for element the same.
+TEST(Checkpoint, WritesOneFilePerRankAndLoadsAtAnyWorldSizeElementForElement) {
+  namespace fs = std::filesystem;
+  const std::string dir = TestDir("per-rank");
+  ASSERT_OK(TrainAllRanks(Make(2, 3, {"train.checkpoint_dir=" + dir, "train.checkpoint_every=3"}))
+                .status);
+  const std::string step = dir + "/step-3";
+  std::vector<std::string> names;
+  for (const fs::directory_entry& entry : fs::directory_iterator(step)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"checkpoint.json", "rank-00000.bin",
+                                             "rank-00001.bin"}));
+  std::ifstream in(step + "/checkpoint.json");
+  const nlohmann::json meta = nlohmann::json::parse(in);
+  EXPECT_EQ(meta["version"], 6);
+  EXPECT_EQ(meta["world"], 2);
+  ASSERT_EQ(meta["files"].size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    const nlohmann::json& file = meta["files"][r];
+    EXPECT_EQ(file["rank"], r);
+    EXPECT_EQ(file["host"], HostName());
+    EXPECT_EQ(file["bytes"].get<uint64_t>(),
+              fs::file_size(step + "/" + file["name"].get<std::string>()));
+  }
+  size_t elements = 0;
+  for (const nlohmann::json& unit : meta["units"]) {
+    elements += unit["elements"].get<size_t>();
+    ASSERT_EQ(unit["arrays"].size(), 3u);
+    for (const nlohmann::json& array : unit["arrays"]) {
+      EXPECT_EQ(array["dtype"], "f32");
+      EXPECT_EQ(array["block"], 0);
+      EXPECT_TRUE(array["scales"].is_null());
+      // Shards in rank order, each rank's elements from rank * shard on.
+      size_t covered = 0;
+      for (const nlohmann::json& shard : array["shards"]) {
+        EXPECT_EQ(shard["begin"].get<size_t>(), covered);
+        covered = shard["end"].get<size_t>();
+      }
+      EXPECT_EQ(covered, unit["elements"].get<size_t>());
+    }
+  }
+  // The two files hold every element's three arrays once.
+  EXPECT_EQ(fs::file_size(step + "/rank-00000.bin") + fs::file_size(step + "/rank-00001.bin"),
+            3 * elements * sizeof(float));
+  const std::vector<std::vector<float>> written = Arrays(step);
+  ASSERT_FALSE(written.empty());
+  struct Config {
+    int world, stage;
+    std::vector<std::string> sets;
+  };
+  const std::vector<Config> configs = {
+      {1, 0, {}},
+      {2, 1, {"zero.optimizer_tier=host", "zero.grad_tier=host"}},
+      {3, 3, {}},
+      {3, 2, {}},
+      {3, 3, {"zero.optimizer_tier=nvme", "zero.param_tier=nvme", "nvme.chunk_bytes=16KiB"}},
+  };
+  for (const Config& config : configs) {
+    const std::string what = absl::StrCat("world ", config.world, " stage ", config.stage, " ",
+                                          absl::StrJoin(config.sets, " "));
+    const std::string again = TestDir(absl::StrCat("per-rank-again-", config.world, "-",
+                                                   config.stage, "-", config.sets.size()));
+    std::vector<std::string> sets = config.sets;
+    sets.insert(sets.end(), {"train.resume=" + step, "train.checkpoint_dir=" + again});
+    ASSERT_OK(LoadAndWriteBack(Make(config.world, config.stage, sets), 3)) << what;
+    ASSERT_OK_AND_ASSIGN(const OpenedCheckpoint reopened, OpenCheckpoint(again + "/step-3"));
+    EXPECT_EQ(reopened.world, config.world) << what;
+    EXPECT_OK(VerifyCheckpointFiles(reopened, false)) << what;
+    EXPECT_TRUE(Arrays(again + "/step-3") == written) << what;
+  }
+}
+
+// A rank's file missing (a node-local directory of another node): the error names the file,
+// the rank and host that wrote it.
+TEST(Checkpoint, AMissingRankFileIsNamedWithTheHostThatWroteIt) {
+  namespace fs = std::filesystem;
+  const std::string dir = TestDir("missing-rank-file");
+  ASSERT_OK(TrainAllRanks(Make(2, 3, {"train.checkpoint_dir=" + dir, "train.checkpoint_every=2",
+                                      "train.steps=2"}))
+                .status);
+  const std::string file = dir + "/step-2/rank-00001.bin";
+  ASSERT_TRUE(fs::remove(file));
+  for (const int world : {1, 2}) {
+    const PlacementRun resumed = TrainAllRanks(Make(world, 3, {"train.resume=" + dir}));
+    EXPECT_THAT(resumed.status,
+                StatusIs(::testing::Ne(absl::StatusCode::kOk),
+                         ::testing::AllOf(HasSubstr(file), HasSubstr("is missing on host"),
+                                          HasSubstr("written by rank 1 on host " + HostName()))))
+        << "world " << world;
+    EXPECT_TRUE(resumed.losses.empty());
+  }
+}
+
+// A checkpoint of format 5 (one file per unit, written by rank 0) still loads: made here
+// from a format-6 one (the same arrays), it resumes with the same losses.
+TEST(Checkpoint, FormatFiveStillLoads) {
+  const std::string dir = TestDir("format-five");
+  const PlacementRun written =
+      TrainAllRanks(Make(2, 1, {"train.checkpoint_dir=" + dir, "train.checkpoint_every=3"}));
+  ASSERT_OK(written.status);
+  const std::string step = dir + "/step-3", old = TestDir("format-five-old") + "/step-3";
+  std::filesystem::create_directories(old);
+  std::ifstream in(step + "/checkpoint.json");
+  nlohmann::json meta = nlohmann::json::parse(in);
+  const std::vector<std::vector<float>> arrays = Arrays(step);
+  nlohmann::json units = nlohmann::json::array();
+  for (size_t u = 0; u < meta["units"].size(); ++u) {
+    std::string bytes;
+    for (int k = 0; k < 3; ++k) {
+      bytes.append(reinterpret_cast<const char*>(arrays[3 * u + k].data()),
+                   arrays[3 * u + k].size() * sizeof(float));
+    }
+    const std::string name = absl::StrCat("unit-", u, ".bin");
+    std::ofstream(old + "/" + name, std::ios::binary) << bytes;
+    units.push_back({{"name", meta["units"][u]["name"]},
+                     {"elements", meta["units"][u]["elements"]},
+                     {"file", name},
+                     {"xxh3", absl::StrFormat("%016x", XXH3_64bits(bytes.data(), bytes.size()))}});
+  }
+  meta["units"] = units;
+  meta["version"] = 5;
+  meta.erase("world");
+  meta.erase("files");
+  meta.erase("checksum");
+  const std::string compact = meta.dump();
+  meta["checksum"] = absl::StrFormat("%016x", XXH3_64bits(compact.data(), compact.size()));
+  std::ofstream(old + "/checkpoint.json") << meta.dump(2);
+  ASSERT_OK_AND_ASSIGN(const OpenedCheckpoint opened, OpenCheckpoint(old));
+  EXPECT_EQ(opened.version, 5);
+  EXPECT_TRUE(Arrays(old) == arrays);
+  for (const int world : {1, 2}) {
+    const PlacementRun from_new = TrainAllRanks(Make(world, 3, {"train.resume=" + step}));
+    const PlacementRun from_old = TrainAllRanks(Make(world, 3, {"train.resume=" + old}));
+    ASSERT_OK(from_new.status);
+    ASSERT_OK(from_old.status);
+    EXPECT_EQ(from_old.losses, from_new.losses) << "world " << world;
+    ASSERT_EQ(from_old.losses.size(), static_cast<size_t>(kSteps - 3));
+  }
+}
+
+// A run at two ranks with a fault injected into the checkpoint writer: every rank's status
+// and rank 0's losses.
+struct FaultedRun {
+  std::vector<Status> statuses{2};
+  std::vector<double> losses;
+};
+FaultedRun TrainWithFault(const Options& options, const std::string& fault) {
+  FaultedRun run;
+  StatusOr<std::optional<CheckpointFault>> parsed = ParseCheckpointFault(fault);
+  EXPECT_OK(parsed.status());
+  RunFaults faults;
+  if (parsed.ok()) faults.checkpoint = *parsed;
+  std::mutex mutex;
+  RunRanks(options, [&](Communicator& communicator) -> Status {
+    Status status = [&]() -> Status {
+      ASSIGN_OR_RETURN(auto session, TrainingSession::Create(options, &communicator, false, faults));
+      for (int step = session->first_step(); step < options.train.steps; ++step) {
+        ASSIGN_OR_RETURN(StepReport report, session->Step(step));
+        if (communicator.rank() == 0) run.losses.push_back(report.result.loss);
+      }
+      return absl::OkStatus();
+    }();
+    std::lock_guard<std::mutex> lock(mutex);
+    run.statuses[communicator.rank()] = status;
+    return absl::OkStatus();
+  }).IgnoreError();
+  return run;
+}
+
+// A failure at each phase of writing step-4 (some rank files written; every file durable
+// but no manifest; the manifest durable everywhere but the older checkpoints not yet
+// removed) fails every rank and leaves step-2 valid: the run resumed from the directory
+// goes on with the uninterrupted run's losses. A crash (a directory left without its
+// manifest) is not a checkpoint either.
+TEST(Checkpoint, AFailureAtEachPhaseLeavesThePreviousCheckpointValid) {
+  namespace fs = std::filesystem;
+  const PlacementRun reference = TrainAllRanks(Make(2, 3, {}));
+  ASSERT_OK(reference.status);
+  struct Case {
+    std::string fault, error;
+    bool new_one_complete;
+  };
+  const std::vector<Case> cases = {
+      {"enospc@4:1:1", "rank-00001.bin", false},  // rank 1's file, unit 1
+      {"enospc@4:manifest", "writing checkpoint.json", false},
+      // Rank 1 writes no manifest (rank 0 does, for the host): its failure still makes
+      // the checkpoint absent.
+      {"enospc@4:manifest:1", "writing checkpoint.json", false},
+      {"enospc@4:keep", "removing older checkpoints", true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.fault);
+    const std::string dir = TestDir("phase-" + c.fault);
+    fs::remove_all(dir);
+    const FaultedRun run = TrainWithFault(
+        Make(2, 3, {"train.checkpoint_dir=" + dir, "train.checkpoint_every=2",
+                    "train.checkpoint_keep=1"}),
+        c.fault);
+    for (const Status& status : run.statuses) {
+      EXPECT_THAT(status, StatusIs(::testing::Ne(absl::StatusCode::kOk), HasSubstr(c.error)));
+    }
+    EXPECT_EQ(run.losses.size(), 3u);  // step 4's report is the failed checkpoint's
+    // step-2 complete and intact.
+    ASSERT_OK_AND_ASSIGN(const OpenedCheckpoint previous, OpenCheckpoint(dir + "/step-2"));
+    EXPECT_OK(VerifyCheckpointFiles(previous, false));
+    EXPECT_EQ(fs::exists(dir + "/step-4/checkpoint.json"), c.new_one_complete);
+    if (!c.new_one_complete) {
+      EXPECT_FALSE(fs::exists(dir + "/step-4"));
+    }
+    EXPECT_EQ(LatestCheckpoint(dir), dir + (c.new_one_complete ? "/step-4" : "/step-2"));
+    const int from = c.new_one_complete ? 4 : 2;
+    const PlacementRun resumed = TrainAllRanks(Make(2, 3, {"train.resume=" + dir}));
+    ASSERT_OK(resumed.status);
+    EXPECT_EQ(resumed.losses, Tail(reference.losses, from));
+  }
+  // A crash after some rank files: step-4 without its manifest.
+  const std::string dir = TestDir("phase-crash");
+  ASSERT_OK(TrainAllRanks(Make(2, 3, {"train.checkpoint_dir=" + dir, "train.checkpoint_every=2",
+                                      "train.steps=2"}))
+                .status);
+  fs::create_directories(dir + "/step-4");
+  fs::copy_file(dir + "/step-2/rank-00000.bin", dir + "/step-4/rank-00000.bin");
+  EXPECT_EQ(LatestCheckpoint(dir), dir + "/step-2");
+  const PlacementRun explicit_step = TrainAllRanks(Make(2, 3, {"train.resume=" + dir + "/step-4"}));
+  EXPECT_THAT(explicit_step.status,
+              StatusIs(::testing::Ne(absl::StatusCode::kOk),
+                       HasSubstr(dir + "/step-4 has no checkpoint.json: its writing did not finish")));
+  const PlacementRun resumed = TrainAllRanks(Make(2, 3, {"train.resume=" + dir}));
+  ASSERT_OK(resumed.status);
+  EXPECT_EQ(resumed.losses, Tail(reference.losses, 2));
+  EXPECT_EQ(RemovePartialCheckpoints(dir), std::vector<std::string>{dir + "/step-4"});
+  EXPECT_TRUE(fs::exists(dir + "/step-2/checkpoint.json"));
+}
+
+// Node-local directories: rank 1's file on "another node". Consolidation finds it in the
+// directory given, checks every file and writes one rank's checkpoint with the same arrays,
+// which resumes with the same losses as the original.
+TEST(Checkpoint, ConsolidatesRankFilesFromSeveralDirectories) {
+  namespace fs = std::filesystem;
+  const std::string dir = TestDir("consolidate"), node1 = TestDir("consolidate-node1");
+  ASSERT_OK(TrainAllRanks(Make(2, 3, {"train.checkpoint_dir=" + dir, "train.checkpoint_every=3"}))
+                .status);
+  const std::string step = dir + "/step-3";
+  const std::vector<std::vector<float>> arrays = Arrays(step);
+  const PlacementRun from_original = TrainAllRanks(Make(1, 0, {"train.resume=" + step}));
+  ASSERT_OK(from_original.status);
+  fs::create_directories(node1 + "/step-3");
+  fs::rename(step + "/rank-00001.bin", node1 + "/step-3/rank-00001.bin");
+  const std::string to = TestDir("consolidated") + "/step-3";
+  EXPECT_THAT(ConsolidateCheckpoint({{step}, to}),
+              StatusIs(absl::StatusCode::kNotFound,
+                       ::testing::AllOf(HasSubstr("rank-00001.bin (written by rank 1 on host " +
+                                                  HostName() + ")"),
+                                        HasSubstr("another --from"))));
+  EXPECT_FALSE(fs::exists(to));
+  ASSERT_OK_AND_ASSIGN(const std::string written, ConsolidateCheckpoint({{step, node1}, to}));
+  EXPECT_EQ(written, to);
+  ASSERT_OK_AND_ASSIGN(const OpenedCheckpoint one, OpenCheckpoint(to));
+  EXPECT_EQ(one.world, 1);
+  ASSERT_EQ(one.files.size(), 1u);
+  EXPECT_OK(VerifyCheckpointFiles(one, false));
+  EXPECT_TRUE(Arrays(to) == arrays);
+  const PlacementRun from_one = TrainAllRanks(Make(1, 0, {"train.resume=" + to}));
+  ASSERT_OK(from_one.status);
+  EXPECT_EQ(from_one.losses, from_original.losses);
+  // Never over an existing directory.
+  EXPECT_THAT(ConsolidateCheckpoint({{step, node1}, to}),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("not an empty directory")));
+}
+
+// A format-6 manifest (its checksum made again) with an array this strata cannot read, or
+// shards that leave elements uncovered or lie outside their file, is refused when opened,
+// naming the unit and the array.
+TEST(Checkpoint, AManifestOfArraysItCannotReadIsRefusedNamingThem) {
+  const std::string dir = TestDir("manifest-arrays");
+  ASSERT_OK(TrainAllRanks(Make(2, 3, {"train.checkpoint_dir=" + dir, "train.checkpoint_every=2",
+                                      "train.steps=2"}))
+                .status);
+  const std::string meta_path = dir + "/step-2/checkpoint.json";
+  nlohmann::json original;
+  {
+    std::ifstream in(meta_path);
+    original = nlohmann::json::parse(in);
+  }
+  const std::string unit = original["units"][1]["name"].get<std::string>();
+  auto write = [&](nlohmann::json meta) {
+    meta.erase("checksum");
+    const std::string compact = meta.dump();
+    meta["checksum"] = absl::StrFormat("%016x", XXH3_64bits(compact.data(), compact.size()));
+    std::ofstream(meta_path, std::ios::trunc) << meta.dump(2);
+  };
+  nlohmann::json quantized = original;
+  quantized["units"][1]["arrays"][0]["dtype"] = "nf4";
+  quantized["units"][1]["arrays"][0]["block"] = 64;
+  write(quantized);
+  EXPECT_THAT(OpenCheckpoint(dir + "/step-2"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::AllOf(HasSubstr("unit " + unit + "'s master is of dtype nf4"),
+                                        HasSubstr("reads f32 arrays without blocks or scales"))));
+  nlohmann::json gap = original;
+  gap["units"][1]["arrays"][2]["shards"].erase(1);  // rank 1's part of exp_avg_sq
+  write(gap);
+  EXPECT_THAT(OpenCheckpoint(dir + "/step-2"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("unit " + unit + "'s exp_avg_sq covers [0, ")));
+  nlohmann::json outside = original;
+  outside["units"][1]["arrays"][1]["shards"][0]["offset"] = 1ull << 40;
+  write(outside);
+  EXPECT_THAT(OpenCheckpoint(dir + "/step-2"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::AllOf(HasSubstr("unit " + unit + "'s exp_avg has a shard of rank 0"),
+                                        HasSubstr("lies outside its file"))));
+  write(original);
+  EXPECT_OK(OpenCheckpoint(dir + "/step-2").status());
 }
 
 }  // namespace

@@ -28,6 +28,11 @@ expect_clean() {
   left="$(find "$@" \( -name '*.swap' -o -name 'strata-*.lock' -o -name '.strata-*' \
           -o -name '*.partial' \) -print 2>/dev/null)"
   [[ -z "$left" ]] || fail "left behind: $left"
+  # A checkpoint directory without its manifest (format 6: written last) is a partial one.
+  local step
+  for step in $(find "$@" -type d -name 'step-*' 2>/dev/null); do
+    [[ -f "$step/checkpoint.json" ]] || fail "left behind: $step without its checkpoint.json"
+  done
 }
 losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
 begin() { case_name="$1"; cases=$((cases + 1)); mkdir -p "$T/$case_name/swap"; }
@@ -90,23 +95,65 @@ rc="${PIPESTATUS[0]}"
 expect_rc "$rc" 141
 expect_clean "$d"
 
-# 6. kill -9 in the middle of writing a checkpoint: swap files, lock and step-6.partial
-#    stay; the next run in the same directories removes them, resumes from step-4 and
-#    reaches the uninterrupted run's losses.
+# 6. kill -9 in the middle of writing a checkpoint: swap files, lock and step-6 without its
+#    manifest stay; the next run in the same directories removes them, resumes from step-4
+#    and reaches the uninterrupted run's losses.
 begin kill_mid_checkpoint
 d="$T/kill_mid_checkpoint"
 run STRATA_FAULT_CHECKPOINT=kill@6:1 "$strata" "${BASE[@]}" --set zero.nvme_dir="$d/swap" \
   --set train.checkpoint_dir="$d/ck" --set train.checkpoint_every=2 --metrics "$d/m.jsonl"
 expect_rc $? 137
-[[ -d "$d/ck/step-6.partial" && -d "$d/ck/step-4" ]] || fail "expected step-4 and step-6.partial"
+[[ -f "$d/ck/step-6/rank-00000.bin" && ! -e "$d/ck/step-6/checkpoint.json" && -d "$d/ck/step-4" ]] \
+  || fail "expected step-4 and step-6 without its manifest"
 [[ -n "$(find "$d/swap" -name '*.swap')" ]] || fail "a SIGKILL cannot remove swap files; none found"
 run "$strata" "${BASE[@]}" --set zero.nvme_dir="$d/swap" --set train.checkpoint_dir="$d/ck" \
   --set train.checkpoint_every=2 --set train.resume="$d/ck" --metrics "$d/resumed.jsonl"
 expect_rc $? 0
-expect_text "removed $d/ck/step-6.partial"
+expect_text "removed $d/ck/step-6, a checkpoint an earlier run did not finish"
 expect_text "leftover file(s) of crashed runs"
 [[ "$(losses "$d/m.jsonl" | head -4; losses "$d/resumed.jsonl")" == "$reference_losses" ]] \
   || fail "losses after the resume differ from the uninterrupted run"
+expect_clean "$d"
+
+# 6b. kill -9 after every rank file is durable, before the manifest: step-6 is not a
+#     checkpoint; the resume goes on from step-4 with the uninterrupted run's losses.
+begin kill_before_manifest
+d="$T/kill_before_manifest"
+run STRATA_FAULT_CHECKPOINT=kill@6:manifest "$strata" "${BASE[@]}" --set zero.nvme_dir="$d/swap" \
+  --set train.checkpoint_dir="$d/ck" --set train.checkpoint_every=2 --metrics "$d/m.jsonl"
+expect_rc $? 137
+[[ -f "$d/ck/step-6/rank-00000.bin" && ! -e "$d/ck/step-6/checkpoint.json" ]] \
+  || fail "expected step-6's rank file without its manifest"
+[[ -f "$d/ck/step-4/checkpoint.json" ]] || fail "step-4 is gone"
+run "$strata" "${BASE[@]}" --set zero.nvme_dir="$d/swap" --set train.checkpoint_dir="$d/ck" \
+  --set train.checkpoint_every=2 --set train.resume="$d/ck" --metrics "$d/resumed.jsonl"
+expect_rc $? 0
+expect_text "resumed from $d/ck/step-4"
+[[ "$(losses "$d/m.jsonl" | head -4; losses "$d/resumed.jsonl")" == "$reference_losses" ]] \
+  || fail "losses after the resume differ from the uninterrupted run"
+expect_clean "$d"
+
+# 6c. kill -9 after the manifest is durable, before checkpoint_keep=1 removes step-4: both
+#     are complete; the resume goes on from step-6.
+begin kill_before_keep
+d="$T/kill_before_keep"
+run STRATA_FAULT_CHECKPOINT=kill@6:keep "$strata" "${BASE[@]}" --set zero.nvme_dir="$d/swap" \
+  --set train.checkpoint_dir="$d/ck" --set train.checkpoint_every=2 \
+  --set train.checkpoint_keep=1 --metrics "$d/m.jsonl"
+expect_rc $? 137
+[[ -f "$d/ck/step-6/checkpoint.json" && -f "$d/ck/step-4/checkpoint.json" ]] \
+  || fail "expected step-4 and step-6 both complete"
+[[ ! -e "$d/ck/step-2" ]] || fail "step-2 was not removed after step-4"
+run "$strata" "${BASE[@]}" --set zero.nvme_dir="$d/swap" --set train.checkpoint_dir="$d/ck" \
+  --set train.checkpoint_every=2 --set train.checkpoint_keep=1 --set train.resume="$d/ck" \
+  --metrics "$d/resumed.jsonl"
+expect_rc $? 0
+expect_text "resumed from $d/ck/step-6"
+# (step 6's record was not written: the run was killed inside it)
+[[ "$(losses "$d/m.jsonl" | head -5; losses "$d/resumed.jsonl")" == \
+   "$(echo "$reference_losses" | sed 6d)" ]] \
+  || fail "losses after the resume differ from the uninterrupted run"
+[[ ! -e "$d/ck/step-4" ]] || fail "checkpoint_keep=1 left step-4 after step-8"
 expect_clean "$d"
 
 # 7. A full disk while a checkpoint is written: a clear error, no partial checkpoint, the

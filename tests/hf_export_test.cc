@@ -92,7 +92,7 @@ std::vector<std::vector<float>> ImportedMasters(const std::string& from,
     masters.push_back(*master);
   }
   if (!checkpoint_dir.empty()) {
-    EXPECT_OK(SaveCheckpoint(*(*rig)->engine, *(*rig)->model, options, 0, true).status());
+    EXPECT_OK(SaveCheckpoint(*(*rig)->engine, *(*rig)->model, options, 0).status());
   }
   return masters;
 }
@@ -282,9 +282,9 @@ TEST(HfExportGeneration, IdsFromTheTokenizerElseNone) {
     std::filesystem::remove_all(dir);
     options->train.checkpoint_dir = dir;
     ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(*options));
-    ASSERT_OK(SaveCheckpoint(*rig->engine, *rig->model, *options, 0, true, nullptr,
-                             with_tokenizer ? "hf:" + tokenizer : "")
-                  .status());
+    CheckpointContext context;
+    context.tokenizer = with_tokenizer ? "hf:" + tokenizer : "";
+    ASSERT_OK(SaveCheckpoint(*rig->engine, *rig->model, *options, 0, context).status());
     const std::string out = TestDir(absl::StrCat("export-tokenizer-out-", with_tokenizer));
     std::filesystem::remove_all(out);
     ASSERT_OK_AND_ASSIGN(const std::string line,

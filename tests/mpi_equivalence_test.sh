@@ -127,15 +127,56 @@ echo "np 2: ranks that would read different content at one path are refused, nam
 # A resume that fails: each rank prints its own error, once, before the others learn of
 # it (so mpirun tearing the job down cannot swallow it), three times over.
 cp -r "$tmp/mck/step-10" "$tmp/bad-step"
-printf '\x7f' | dd of="$tmp/bad-step/unit-1.bin" bs=1 seek=100 conv=notrunc status=none
+printf '\x7f' | dd of="$tmp/bad-step/rank-00001.bin" bs=1 seek=100 conv=notrunc status=none
 for try in 1 2 3; do
   timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$strata" train "${common[@]}" \
     --set train.micro_batch=2 --set train.resume="$tmp/bad-step" > "$tmp/badres.log" 2>&1 \
     && fail "a damaged checkpoint resumed"
   for r in 0 1; do
-    [ "$(grep -c "strata: error: rank $r on host .*unit-1.bin: checksum mismatch" "$tmp/badres.log")" -eq 1 ] \
+    [ "$(grep -c "strata: error: rank $r on host .*rank-00001.bin: checksum mismatch" "$tmp/badres.log")" -eq 1 ] \
       || { cat "$tmp/badres.log"; fail "try $try: rank $r's own error not printed exactly once"; }
   done
 done
 echo "np 2: a failed resume prints each rank's own error once"
+
+# Node-local checkpoint directories on two hosts: each rank runs as host node<r> (a UTS
+# namespace of its own) in a directory of its own, so one relative checkpoint_dir is a
+# different directory per "node". Each node gets its own rank's file and the same manifest
+# (the lowest rank on each host writes it); resumed at stages 3 and 1 (each rank reads its
+# own shard, from its own file) the run goes on with the uninterrupted run's losses; at
+# stage 0 (every rank reads everything) the missing file is named with both hosts.
+if unshare --uts true 2>/dev/null; then
+  for r in 0 1; do mkdir -p "$tmp/host$r"; cp "$tmp/node0/train.txt" "$tmp/host$r/"; done
+  cat > "$tmp/as_host.sh" <<EOF
+#!/bin/sh
+cd "$tmp/host\$OMPI_COMM_WORLD_RANK" || exit 1
+exec unshare --uts sh -c 'hostname "node\$OMPI_COMM_WORLD_RANK" && exec "\$0" "\$@"' "$absolute" train "\$@"
+EOF
+  chmod +x "$tmp/as_host.sh"
+  per_host() { timeout 90 mpirun --allow-run-as-root --oversubscribe -np 2 "$tmp/as_host.sh" "$@"; }
+  hosts=("${common[@]}" --set data.path=train.txt --set train.micro_batch=2)
+  per_host "${hosts[@]}" --set zero.stage=3 --set train.checkpoint_dir=ck \
+    --set train.checkpoint_every=10 --metrics "$tmp/hosts.jsonl" > "$tmp/hosts.log" 2>&1 \
+    || { tail -20 "$tmp/hosts.log"; fail "np 2 on two hosts: checkpointing"; }
+  step0="$tmp/host0/ck/step-10" step1="$tmp/host1/ck/step-10"
+  [ -f "$step0/rank-00000.bin" ] && [ ! -e "$step0/rank-00001.bin" ] &&
+    [ -f "$step1/rank-00001.bin" ] && [ ! -e "$step1/rank-00000.bin" ] ||
+    fail "two hosts: each node should hold its own rank's file only"
+  cmp -s "$step0/checkpoint.json" "$step1/checkpoint.json" || fail "two hosts: the manifests differ"
+  grep -q '"host": "node1"' "$step0/checkpoint.json" || fail "two hosts: rank 1's host not recorded"
+  for stage in 3 1; do
+    per_host "${hosts[@]}" --set zero.stage=$stage --set train.resume=ck/step-10 \
+      --metrics "$tmp/hosts-res$stage.jsonl" > "$tmp/hosts-res.log" 2>&1 \
+      || { tail -20 "$tmp/hosts-res.log"; fail "two hosts: resume at stage $stage"; }
+    cmp -s <(losses "$tmp/hosts.jsonl" | tail -10) <(losses "$tmp/hosts-res$stage.jsonl") \
+      || fail "two hosts: the losses resumed at stage $stage differ"
+  done
+  per_host "${hosts[@]}" --set zero.stage=0 --set train.resume=ck/step-10 > "$tmp/hosts-bad.log" 2>&1 \
+    && fail "two hosts: stage 0 resumed without the other node's file"
+  grep -q "rank-00001.bin is missing on host node0 (written by rank 1 on host node1" \
+    "$tmp/hosts-bad.log" || { cat "$tmp/hosts-bad.log"; fail "two hosts: the missing file not named"; }
+  echo "np 2 on two hosts: node-local checkpoints, each node its ranks' files and a manifest"
+else
+  echo "SKIP: two hosts (unshare --uts not permitted here)"
+fi
 echo PASS

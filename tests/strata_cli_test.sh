@@ -61,6 +61,46 @@ grep -q "new tokens at .* tokens/s" "$tmp/sample-err.txt" || fail "sample printe
 "$strata" export --from "$tmp/llama-ck" --to "llmc:$tmp/x.bin" > "$tmp/llmc.txt" 2>&1
 [ $? -eq 1 ] && grep -q "GPT-2 only" "$tmp/llmc.txt" || fail "llama to llm.c not refused"
 
+# A checkpoint of two ranks (format 6: one file per rank): export and sample read it as one
+# of one rank. Spread over two "nodes" (rank 1's file in another directory) export names the
+# missing file and the host that wrote it, and `strata checkpoint consolidate` gathers it
+# into one directory, which exports the same bytes and samples the same text.
+"$strata" train --set model.preset=llama-tiny --set train.steps=2 --set train.seq_len=32 \
+  --set zero.world=2 --set zero.stage=3 --set train.micro_batch=1 \
+  --set train.checkpoint_dir="$tmp/ck2" --set train.checkpoint_every=2 > "$tmp/ck2.txt" 2>&1 ||
+  { cat "$tmp/ck2.txt"; fail "world-2 checkpoint run failed"; }
+[ -f "$tmp/ck2/step-2/rank-00000.bin" ] && [ -f "$tmp/ck2/step-2/rank-00001.bin" ] ||
+  fail "a world-2 checkpoint without a file per rank"
+"$strata" export --from "$tmp/ck2" --to "hf:$tmp/ck2-hf" > "$tmp/ck2-export.txt" 2>&1 ||
+  { cat "$tmp/ck2-export.txt"; fail "export of a world-2 checkpoint failed"; }
+"$strata" sample --from "$tmp/ck2" --prompt "Anne" --tokens 8 --temperature 0 \
+  > "$tmp/ck2-sample.txt" 2> "$tmp/ck2-sample-err.txt" ||
+  { cat "$tmp/ck2-sample-err.txt"; fail "sample from a world-2 checkpoint failed"; }
+mkdir -p "$tmp/node1/step-2"
+mv "$tmp/ck2/step-2/rank-00001.bin" "$tmp/node1/step-2/"
+"$strata" export --from "$tmp/ck2" --to "hf:$tmp/ck2-missing" > "$tmp/missing.txt" 2>&1 &&
+  fail "exported without rank 1's file"
+grep -q "rank-00001.bin is missing on host .* (written by rank 1 on host " "$tmp/missing.txt" ||
+  { cat "$tmp/missing.txt"; fail "the missing rank file is not named with its host"; }
+"$strata" checkpoint consolidate --from "$tmp/ck2" --to "$tmp/one" > "$tmp/cons.txt" 2>&1 &&
+  fail "consolidated without rank 1's file"
+grep -q "rank-00001.bin (written by rank 1 on host .*) is in none of" "$tmp/cons.txt" ||
+  { cat "$tmp/cons.txt"; fail "consolidate did not name the missing file"; }
+"$strata" checkpoint consolidate --from "$tmp/ck2" --from "$tmp/node1" --to "$tmp/one" \
+  > "$tmp/cons.txt" 2>&1 || { cat "$tmp/cons.txt"; fail "consolidate failed"; }
+grep -q '"world": 1' "$tmp/one/checkpoint.json" && [ -f "$tmp/one/rank-00000.bin" ] ||
+  fail "the consolidated checkpoint is not one of one rank"
+"$strata" export --from "$tmp/one" --to "hf:$tmp/one-hf" > "$tmp/one-export.txt" 2>&1 ||
+  { cat "$tmp/one-export.txt"; fail "export of the consolidated checkpoint failed"; }
+cmp -s "$tmp/ck2-hf/model.safetensors" "$tmp/one-hf/model.safetensors" ||
+  fail "the consolidated checkpoint exports other weights"
+"$strata" sample --from "$tmp/one" --prompt "Anne" --tokens 8 --temperature 0 \
+  > "$tmp/one-sample.txt" 2> /dev/null || fail "sample from the consolidated checkpoint failed"
+cmp -s "$tmp/ck2-sample.txt" "$tmp/one-sample.txt" || fail "the consolidated checkpoint samples other text"
+"$strata" checkpoint consolidate --from "$tmp/one" --to "$tmp/one" > "$tmp/cons.txt" 2>&1 &&
+  fail "consolidate wrote over a directory"
+grep -q "exists and is not an empty directory" "$tmp/cons.txt" || fail "no clear error for --to"
+
 # A checkpoint remembers its tokenizer (here a SentencePiece model, given by a relative
 # path): sample uses it without --tokenizer, export copies it into the Hugging Face
 # directory as tokenizer.model, and the directory samples the same greedy text.
