@@ -11,6 +11,7 @@
 #   nodes_up 2
 #   slurm_up                    # cluster of every node, 2 CPUs each; waits until all idle
 #   slurm_srun -N 2 --ntasks-per-node=2 -- strata train ...   # srun --mpi=pmix from node0
+#   slurm_client sbatch --wait -N 2 job.sh                    # any client, from node0
 #
 # Slurm reads $SLURM_CONF (exported by slurm_up) for its config; the clients (srun, sinfo)
 # run inside node0 through on_node so that they reach slurmctld at node0's address.
@@ -131,16 +132,21 @@ slurm_logs() {
   done
 }
 
-# slurm_srun SRUN_ARGS... -- COMMAND...: srun --mpi=pmix from node0, with Open MPI told to
-# use the nodes' subnet (what mpirun's --mca options say in nodes_mpirun: the same settings
-# as OMPI_MCA_* variables, which srun hands on to every task); killed after
-# $NODES_TIMEOUT seconds (300).
+# slurm_client COMMAND...: a Slurm client command (srun, sbatch, sinfo, ...) run in node0,
+# with Open MPI told to use the nodes' subnet (what mpirun's --mca options say in
+# nodes_mpirun, as OMPI_MCA_* variables, which srun and sbatch hand on to every task);
+# killed after $NODES_TIMEOUT seconds (300).
+slurm_client() {
+  OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include="$NODES_CIDR" \
+    OMPI_MCA_oob_tcp_if_include="$NODES_CIDR" \
+    timeout -k 5 "${NODES_TIMEOUT:-300}" "$NODES_DIR/on_node" 0 "$@"
+}
+
+# slurm_srun SRUN_ARGS... -- COMMAND...: srun --mpi=pmix from node0 (a later --mpi in
+# SRUN_ARGS wins).
 slurm_srun() {
   local args=()
   while [ $# -gt 0 ] && [ "$1" != "--" ]; do args+=("$1"); shift; done
   [ "${1:-}" = "--" ] && shift
-  OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include="$NODES_CIDR" \
-    OMPI_MCA_oob_tcp_if_include="$NODES_CIDR" \
-    timeout -k 5 "${NODES_TIMEOUT:-300}" "$NODES_DIR/on_node" 0 \
-    srun --mpi=pmix "${args[@]}" "$@"
+  slurm_client srun --mpi=pmix "${args[@]}" "$@"
 }
