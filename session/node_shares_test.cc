@@ -59,7 +59,8 @@ TEST(NodePlaceMismatch, NamesTheHostsWhereMpiDiffers) {
   // A launcher that told MPI every rank is alone on its node.
   EXPECT_EQ(NodePlaceMismatch({Place("a", 0, 1), Place("a", 0, 1), Place("b", 0, 1)}),
             "a has ranks 0-1, which MPI makes local ranks 0,0 of 1,1");
-  EXPECT_EQ(NodePlaceMismatch({Place("a", 0, 2)}), "a has rank 0, which MPI makes local rank 0 of 2");
+  EXPECT_EQ(NodePlaceMismatch({Place("a", 0, 2)}),
+            "a has rank 0, which MPI makes local rank 0 of 2");
 }
 
 TEST(RankPlaceText, RoundTripsAndRejectsMalformed) {

@@ -27,7 +27,8 @@ slurm_require() {
     missing=" Slurm's mpi/pmix plugin"
   fi
   [ -z "$missing" ] && return 0
-  local why="a Slurm cluster needs Debian's slurmd, slurmctld, slurm-client and munge (missing:$missing; tools/install_deps.sh installs them)"
+  local why="a Slurm cluster needs Debian's slurmd, slurmctld, slurm-client and munge"
+  why="$why (missing:$missing; tools/install_deps.sh installs them)"
   if [ "${STRATA_MULTINODE_REQUIRED:-0}" = 1 ]; then
     nodes_fail "$why, and STRATA_MULTINODE_REQUIRED=1 (a skip is a failure here)"
   fi

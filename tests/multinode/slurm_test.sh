@@ -10,6 +10,7 @@
 #   - a batch job (sbatch) whose script runs srun --mpi=pmix trains the same losses, and
 #     strata run by the script itself (one process, no step) trains them as 4 threads;
 #   - srun without PMIx (--mpi=none) is refused by every task, naming --mpi=pmix;
+#   - without the Slurm packages it says SKIPPED (a failure where STRATA_MULTINODE_REQUIRED=1);
 #   - the daemons (munged, slurmctld, slurmd; the jobs' slurmstepd are gone already) and their
 #     files are gone when the nodes are removed (at exit, whether the test passed or not).
 # Usage (from Bazel): slurm_test.sh <strata> <nodes.sh> <slurm.sh>
@@ -21,6 +22,18 @@ slurm_require
 fail() { echo "FAIL: $*"; exit 1; }
 start=$SECONDS
 nodes_up 2
+
+# Without the Slurm packages (a PATH without them): SKIPPED and success, or a failure where
+# a skip is not allowed.
+nobin="$NODES_DIR/no-slurm-bin"
+mkdir -p "$nobin"
+for tool in ip unshare id; do ln -s "$(command -v "$tool")" "$nobin/$tool"; done
+require() { PATH="$nobin" "$BASH" -c "source '$2'; source '$3'; slurm_require; echo not skipped" 2>&1; }
+out="$(STRATA_MULTINODE_REQUIRED=0 require "$@")"
+[ $? -eq 0 ] && [[ "$out" == "SKIPPED: a Slurm cluster needs"*"missing: munged slurmctld slurmd srun sinfo"* ]] \
+  || fail "without Slurm: '$out'"
+out="$(STRATA_MULTINODE_REQUIRED=1 require "$@")"
+[ $? -ne 0 ] && [[ "$out" == *"a skip is a failure here"* ]] || fail "without Slurm, required: '$out'"
 slurm_up 2
 echo "cluster up in $((SECONDS - start)) s: $(on_node 0 sinfo -h -N -o '%N:%T' | sort -u | tr '\n' ' ')"
 tmp="${TEST_TMPDIR:-$NODES_DIR}"
