@@ -37,7 +37,7 @@ slurm_require() {
 }
 
 # slurm_up [CPUS]: munged, slurmctld on node0 and a slurmd on every node (CPUS each, 2 by
-# default), then waits until every node is idle (SLURM_UP_TIMEOUT seconds, 30).
+# default), then waits until every node is idle (SLURM_UP_TIMEOUT seconds, 60).
 slurm_up() {
   local cpus="${1:-2}" k names=""
   SLURM_DIR="$NODES_DIR/slurm"
@@ -112,13 +112,13 @@ slurm_up() {
   for ((k = 0; k < NODES_N; k++)); do
     on_node "$k" slurmd -D -N "node$k" -f "$SLURM_CONF" > "$SLURM_DIR/log/slurmd$k.out" 2>&1 &
   done
-  local deadline=$((SECONDS + ${SLURM_UP_TIMEOUT:-30})) states
+  local deadline=$((SECONDS + ${SLURM_UP_TIMEOUT:-60})) states
   while :; do
     states="$(on_node 0 sinfo -h -N -o '%N %T' 2> /dev/null | sort -u)"
     [ "$(grep -c ' idle$' <<< "$states")" = "$NODES_N" ] && return 0
     if [ "$SECONDS" -ge "$deadline" ]; then
       slurm_logs >&2
-      nodes_fail "slurm_up: not every node idle after ${SLURM_UP_TIMEOUT:-30} s: $states"
+      nodes_fail "slurm_up: not every node idle after ${SLURM_UP_TIMEOUT:-60} s: $states"
     fi
     sleep 0.3
   done
