@@ -74,6 +74,11 @@ slurm_up() {
     echo "SelectType=select/cons_tres"
     echo "SelectTypeParameters=CR_CPU"
     echo "ReturnToService=2"
+    # Job ids of this cluster's own: Open MPI names its shared-memory segments (in the
+    # machine's /dev/shm) after the host and the PMIx namespace, slurm.pmix.JOB.STEP, so
+    # two clusters side by side that both start at job 1 on node0 would share segments
+    # (seen: a rank's SIGSEGV, a hung step). Below Slurm's MaxJobId (67043328).
+    echo "FirstJobId=$(( ($$ % 60000) * 1000 + RANDOM % 1000 + 1 ))"
     # The nodes' CPUs as configured here, whatever the machine has.
     echo "SlurmdParameters=config_overrides"
     echo "AccountingStorageType=accounting_storage/none"
