@@ -11,7 +11,7 @@
 #     strata run by the script itself (one process, no step) trains them as 4 threads;
 #   - srun without PMIx (--mpi=none) is refused by every task, naming --mpi=pmix;
 #   - without the Slurm packages it says SKIPPED (a failure where STRATA_MULTINODE_REQUIRED=1);
-#   - the daemons (munged, slurmctld, slurmd; the jobs' slurmstepd are gone already) and their
+#   - the daemons (munged, slurmctld and its slurmscriptd, slurmd, any slurmstepd) and their
 #     files are gone when the nodes are removed (at exit, whether the test passed or not).
 # Usage (from Bazel): slurm_test.sh <strata> <nodes.sh> <slurm.sh>
 set -uo pipefail
