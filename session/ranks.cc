@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -28,15 +29,43 @@ void PrintErrorNow(Status& status) {
 
 const char* MpiLaunchVariable() {
   // Open MPI's mpirun, PMIx (srun --mpi=pmix, prterun), PMI-1/2 (Hydra: MPICH, Intel MPI,
-  // MVAPICH), and Slurm with more than one task.
+  // MVAPICH; srun --mpi=pmi2), and a step srun started with more than one task. Not
+  // SLURM_NTASKS: an allocation's batch script has it (and SLURM_PROCID) too, and is one
+  // process that may run its ranks as threads.
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"}) {
     if (const char* value = std::getenv(name); value != nullptr && *value != '\0') return name;
   }
-  const char* tasks = std::getenv("SLURM_NTASKS");
+  const char* tasks = std::getenv("SLURM_STEP_NUM_TASKS");
   if (tasks != nullptr && std::atoi(tasks) > 1 && std::getenv("SLURM_PROCID") != nullptr) {
-    return "SLURM_NTASKS";
+    return "SLURM_STEP_NUM_TASKS";
   }
   return nullptr;
+}
+
+const char* MpiLauncherName() {
+  const char* variable = MpiLaunchVariable();
+  if (variable == nullptr) return nullptr;
+  // mpirun inside a Slurm allocation (or inside a task srun started) sets Open MPI's own.
+  if (std::string(variable) == "OMPI_COMM_WORLD_SIZE") return "mpirun";
+  if (std::getenv("SLURM_STEP_NUM_TASKS") != nullptr && std::getenv("SLURM_PROCID") != nullptr) {
+    return "srun";
+  }
+  return "the MPI launcher";
+}
+
+Status CheckMpiLaunch() {
+  const char* variable = MpiLaunchVariable();
+  if (variable == nullptr || std::string(variable) != "SLURM_STEP_NUM_TASKS") {
+    return absl::OkStatus();
+  }
+  // srun started several tasks but gave them no process-management interface: MPI_Init
+  // cannot join them into one job (Open MPI ends the process with a long message).
+  const char* type = std::getenv("SLURM_MPI_TYPE");
+  return absl::FailedPreconditionError(absl::StrCat(
+      "srun started ", std::getenv("SLURM_STEP_NUM_TASKS"), " tasks without PMIx (srun --mpi=",
+      type != nullptr && *type != '\0' ? type : "none",
+      "), so they cannot join one MPI job: run srun --mpi=pmix (or set MpiDefault=pmix in "
+      "slurm.conf); one task (srun -n 1) runs zero.world ranks as threads"));
 }
 
 bool UnderMpirun() { return MpiLaunchVariable() != nullptr; }
@@ -49,12 +78,17 @@ Status RunRanks(const Options& options, const std::function<Status(Communicator&
 
 Status RunRanksWithControl(const Options& options, const RanksBody& body) {
   if (UnderMpirun()) {
+    RETURN_IF_ERROR(CheckMpiLaunch());
     ASSIGN_OR_RETURN(MpiWorld world, GetMpiWorld());
     if (options.zero.world != 1 && options.zero.world != world.size) {
+      const std::string launcher = MpiLauncherName();
       return absl::InvalidArgumentError(absl::StrFormat(
-          "zero.world=%d but mpirun started %d ranks: leave zero.world at 1 under mpirun (the "
-          "world is mpirun's -np) or make them equal",
-          options.zero.world, world.size));
+          "zero.world=%d but %s started %d ranks: leave zero.world at 1 under %s (the "
+          "world is %s) or make them equal",
+          options.zero.world, launcher, world.size, launcher,
+          launcher == "mpirun" ? "mpirun's -np"
+          : launcher == "srun" ? "srun's task count"
+                               : "its process count"));
     }
     InitLogging(world.rank, world.size);
     MpiOptions mpi_options;

@@ -15,10 +15,16 @@ namespace strata {
 
 // The environment variable that shows this process was started by an MPI launcher (Open
 // MPI's OMPI_COMM_WORLD_SIZE, PMIx's PMIX_RANK, PMI's PMI_RANK/PMI_SIZE, or Slurm's
-// SLURM_NTASKS above 1 with SLURM_PROCID), or null: not under MPI.
+// SLURM_STEP_NUM_TASKS above 1 with SLURM_PROCID: a step srun started), or null: not
+// under MPI. An allocation's batch script (SLURM_NTASKS, SLURM_PROCID, no step) is not.
 const char* MpiLaunchVariable();
 // True when MpiLaunchVariable() found one: ranks are MPI processes.
 bool UnderMpirun();
+// "mpirun", "srun" or "the MPI launcher" (for messages); null when not under MPI.
+const char* MpiLauncherName();
+// kFailedPrecondition where srun started several tasks without PMIx or PMI (srun
+// --mpi=none), which MPI_Init cannot join into one job: the message says srun --mpi=pmix.
+Status CheckMpiLaunch();
 
 // Calls body(communicator) for every rank this process plays; returns the first error,
 // prefixed with its rank. zero.world must be 1 or mpirun's -np under mpirun.

@@ -17,6 +17,7 @@
 #include "session/interrupt.h"
 #include "session/content_agreement.h"
 #include "session/metrics.h"
+#include "session/node_shares.h"
 #include "session/rank_agreement.h"
 #include "session/ranks.h"
 #include "session/session.h"
@@ -144,7 +145,21 @@ class RankRun {
     last_checkpoint_ = session_->resumed_from();
     // Every rank's trace on rank 0's timeline (measured now, before any step).
     RETURN_IF_ERROR(session_->AlignTraceClock(control_));
+    // What each rank got of its node: its local rank (its GPU) and its tiers (its share of
+    // the node's memory), as its launcher told MPI (mpirun, srun with PMIx) or as threads.
+    RankPlace place;
+    place.host = hosts[communicator_.rank()];
+    place.local_rank = communicator_.local_rank();
+    place.local_size = communicator_.local_size();
+    place.device_bytes = session_->device().pool(Tier::kDevice).Stats().capacity_bytes;
+    place.host_bytes = session_->device().pool(Tier::kHost).Stats().capacity_bytes;
+    ASSIGN_OR_RETURN(const std::vector<RankPlace> places, GatherRankPlaces(control_, place));
     if (!lead_) return absl::OkStatus();
+    spdlog::info("node shares: {}", DescribeNodeShares(places));
+    if (const std::string mismatch = NodePlaceMismatch(places); !mismatch.empty()) {
+      spdlog::warn("MPI's grouping of ranks into nodes differs from their host names ({}): "
+                   "each rank's GPU and memory share follow MPI's grouping", mismatch);
+    }
     ASSIGN_OR_RETURN(checkpoint_lock_,
                      ClaimCheckpointDir(options_, CheckpointBytes(session_->model())));
     if (!options_.train.checkpoint_dir.empty()) {
