@@ -32,6 +32,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "device/device.h"
@@ -66,6 +67,14 @@ struct TrafficBytes {
   uint64_t across_nodes = 0;
 };
 
+class Communicator;
+
+// The two communicators of hybrid sharding (NodeTraffic::SplitByNode).
+struct NodeGroups {
+  std::unique_ptr<Communicator> node;  // the ranks of this rank's node, in rank order
+  std::unique_ptr<Communicator> rail;  // the rank at this rank's place on every node, in node order
+};
+
 // Capability of a communicator that knows which node each rank is on (the MPI one): the
 // node layout its collectives assume and what this rank sent. Counters are cumulative from
 // the communicator's creation, over the payloads of collectives (not the abort channel);
@@ -79,6 +88,10 @@ class NodeTraffic {
   virtual TrafficBytes sent() const = 0;
   // Collectives that took the hierarchical path so far (the rest took the flat one).
   virtual uint64_t hierarchical_collectives() const = 0;
+  // New communicators over this rank's node and its rail, with this one's options. Every
+  // rank must call it, at set-up (not while collectives of this communicator run); needs
+  // nodes in rank blocks (FailedPrecondition naming the layout otherwise).
+  virtual StatusOr<NodeGroups> SplitByNode() const = 0;
 };
 
 class Communicator {

@@ -34,6 +34,7 @@ class StateTraffic : public NodeTraffic {
   int ranks_per_node() const override { return state_->layout().ranks_per_node; }
   TrafficBytes sent() const override { return state_->sent(); }
   uint64_t hierarchical_collectives() const override { return state_->hierarchical_collectives(); }
+  StatusOr<NodeGroups> SplitByNode() const override;
 
  private:
   const State* state_;
@@ -70,6 +71,31 @@ class MpiCommunicator : public CheckedCommunicator {
   std::shared_ptr<State> state_;
   StateTraffic traffic_;
 };
+
+StatusOr<NodeGroups> StateTraffic::SplitByNode() const {
+  const NodeLayout& layout = state_->layout();
+  if (!layout.blocks) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "splitting the ranks by node needs nodes of equal size in rank blocks; the layout is ",
+        layout.Describe(), " (start the ranks with mpirun's default --map-by slot, or set "
+        "STRATA_RANKS_PER_NODE)"));
+  }
+  const int k = layout.ranks_per_node;
+  const int node = state_->rank() / k, local = state_->rank() % k;
+  MpiOptions node_options = state_->options();
+  node_options.ranks_per_node = k;  // one node of k ranks: all its traffic within the node
+  auto node_state = std::make_shared<State>(state_->process(), node_options);
+  RETURN_IF_ERROR(node_state->Open(node, absl::StrCat("node ", node, " (", layout.Describe(), ")")));
+  MpiOptions rail_options = state_->options();
+  rail_options.ranks_per_node = 1;  // one rank on each of n nodes: all its traffic across
+  auto rail_state = std::make_shared<State>(state_->process(), rail_options);
+  RETURN_IF_ERROR(rail_state->Open(
+      k + local, absl::StrCat("rail ", local, " (", layout.Describe(), ")")));
+  NodeGroups groups;
+  groups.node.reset(new MpiCommunicator(std::move(node_state)));
+  groups.rail.reset(new MpiCommunicator(std::move(rail_state)));
+  return groups;
+}
 
 // The environment's STRATA_RANKS_PER_NODE and STRATA_MPI_HIERARCHICAL_MIN_BYTES, where set,
 // replace the options' values (mpi_world.h).

@@ -43,16 +43,24 @@ State::~State() {
   MPI_Comm_free(&comm_);
 }
 
-Status State::Open() {
-  const std::string context = "creating an MPI communicator over MPI_COMM_WORLD";
+Status State::Open(int color, const std::string& group) {
+  const std::string context =
+      color < 0 ? std::string("creating an MPI communicator over MPI_COMM_WORLD")
+                : absl::StrCat("creating the MPI communicator of ", group);
   MPI_Request request = MPI_REQUEST_NULL;
   {
     auto lock = process_->Lock();
-    MPI_RETURN_IF_ERROR(MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &request), context);
+    if (color >= 0) {
+      // No non-blocking split in MPI 3; the ranks come here together at set-up.
+      MPI_RETURN_IF_ERROR(
+          MPI_Comm_split(MPI_COMM_WORLD, color, process_->world().rank, &comm_), context);
+    } else {
+      MPI_RETURN_IF_ERROR(MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &request), context);
+    }
   }
   const auto deadline = Deadline(Clock::now());
   Backoff backoff;
-  while (true) {
+  while (color < 0) {
     int done = 0;
     {
       auto lock = process_->Lock();
@@ -75,6 +83,7 @@ Status State::Open() {
     MPI_RETURN_IF_ERROR(MPI_Comm_size(comm_, &size_), context);
   }
   RETURN_IF_ERROR(OpenLayout(deadline));
+  if (!group.empty()) layout_.source = group;
   auto lock = process_->Lock();
   MPI_RETURN_IF_ERROR(MPI_Irecv(abort_inbox_.data(), kAbortMessageBytes, MPI_CHAR, MPI_ANY_SOURCE,
                                 kAbortTag, comm_, &abort_receive_),

@@ -54,8 +54,14 @@ class State {
   ~State();
 
   // Duplicates MPI_COMM_WORLD (non-blocking, with the deadline), sets up the node layout
-  // (checking that every rank has the same one) and opens the abort channel.
-  Status Open();
+  // (checking that every rank has the same one) and opens the abort channel. With
+  // `color` >= 0 the communicator is instead the ranks of MPI_COMM_WORLD that pass the same
+  // color, in world rank order (MPI_Comm_split, which blocks: every rank must call it at
+  // set-up), its layout named `group`.
+  Status Open(int color = -1, const std::string& group = "");
+
+  MpiProcess* process() const { return process_; }
+  const MpiOptions& options() const { return options_; }
 
   const NodeLayout& layout() const { return layout_; }
   TrafficBytes sent() const {
