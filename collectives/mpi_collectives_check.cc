@@ -37,6 +37,7 @@
 #include "collectives/local_communicator.h"
 #include "collectives/mpi_communicator.h"
 #include "collectives/test_pattern.h"
+#include "collectives/traffic_formulas.h"
 #include "device/cpu_device.h"
 
 namespace strata {
@@ -91,84 +92,6 @@ Bytes Filled(size_t count, DType dtype, int rank, uint64_t step) {
   Bytes bytes(count * DTypeBytes(dtype));
   tp::Fill(bytes.data(), count, dtype, rank, step);
   return bytes;
-}
-
-// The node layout the environment asks for, as the check expects it: k ranks per node
-// (STRATA_RANKS_PER_NODE, else every rank on one node) and the hierarchical threshold.
-struct ExpectedLayout {
-  int ranks_per_node = 1;
-  int nodes = 1;
-  uint64_t min_bytes = 1u << 20;
-};
-
-ExpectedLayout ReadExpectedLayout(int world) {
-  ExpectedLayout layout;
-  layout.ranks_per_node = world;
-  if (const char* k = std::getenv("STRATA_RANKS_PER_NODE")) layout.ranks_per_node = std::atoi(k);
-  layout.nodes = world / layout.ranks_per_node;
-  if (const char* bytes = std::getenv("STRATA_MPI_HIERARCHICAL_MIN_BYTES")) {
-    layout.min_bytes =
-        std::string(bytes) == "never" ? ~uint64_t{0} : std::strtoull(bytes, nullptr, 10);
-  }
-  return layout;
-}
-
-// What one rank sends in one collective (docs/multinode.md, "Bytes"), for counts where the
-// formulas are exact: c a multiple of N for the flat all-reduce, of k for the hierarchical
-// one. N ranks, n nodes of k, this rank on node m, b bytes per element, fp32 partials.
-struct ExpectedTraffic {
-  bool hierarchical = false;
-  TrafficBytes sent;
-};
-
-ExpectedTraffic Formula(CollectiveOp op, const ExpectedLayout& layout, int rank, uint64_t c,
-                        uint64_t b, int root = 0) {
-  const uint64_t N = layout.nodes * layout.ranks_per_node, n = layout.nodes,
-                 k = layout.ranks_per_node, m = rank / layout.ranks_per_node;
-  ExpectedTraffic t;
-  uint64_t bytes = c * b * (op == CollectiveOp::kAllReduce ? 1 : N);
-  const bool large = n > 1 && k > 1 && bytes > 0 && bytes >= layout.min_bytes;
-  switch (op) {
-    case CollectiveOp::kAllReduce:
-      t.hierarchical = large && 4 + b < 2 * k * b;
-      if (t.hierarchical) {
-        t.sent.within_node = 2 * (k - 1) * (c / k) * b;
-        t.sent.across_nodes = m < n - 1 ? (c / k) * 4 : (n - 1) * (c / k) * b;
-      } else {
-        t.sent.within_node = 2 * (k - 1) * (c / N) * b;
-        t.sent.across_nodes = 2 * (N - k) * (c / N) * b;
-      }
-      break;
-    case CollectiveOp::kReduceScatter:
-      t.hierarchical = large && 4 * n + b < n * k * b;
-      if (t.hierarchical) {
-        t.sent.within_node = (k - 1) * n * c * b;
-        t.sent.across_nodes = m < n - 1 ? n * c * 4 : (n - 1) * c * b;
-      } else {
-        t.sent.within_node = (k - 1) * c * b;
-        t.sent.across_nodes = (N - k) * c * b;
-      }
-      break;
-    case CollectiveOp::kAllGather:
-      t.hierarchical = large;
-      if (t.hierarchical) {
-        t.sent.within_node = (k - 1) * n * c * b;
-        t.sent.across_nodes = (n - 1) * c * b;
-      } else {
-        t.sent.within_node = (k - 1) * c * b;
-        t.sent.across_nodes = (N - k) * c * b;
-      }
-      break;
-    case CollectiveOp::kBroadcast:
-      if (rank == root) {
-        t.sent.within_node = (k - 1) * c * b;
-        t.sent.across_nodes = (N - k) * c * b;
-      }
-      break;
-    case CollectiveOp::kBarrier:
-      break;
-  }
-  return t;
 }
 
 class Checker {

@@ -3,10 +3,14 @@
 # bf16, odd counts, in place and out of place, exact bytes against the rank-order reference
 # and against the local communicator) under mpirun with 1, 2, 3 and 4 ranks on this machine.
 # Each run is bounded by `timeout`, so the test fails rather than hangs.
+# Last, the layouts benchmark once, small: flat, hierarchical and hybrid sharding's bytes
+# equal their formulas on every rank.
 # Usage (from Bazel): mpi_collectives_test.sh <path of mpi_collectives_check>
+#                     [<path of mpi_layouts_bench>]
 set -uo pipefail
 
 readonly BINARY="$1"
+readonly BENCH="${2:-}"
 # Open MPI puts its session sockets under TMPDIR; Bazel's is too long for a socket path.
 TMPDIR="$(mktemp -d /tmp/strata_mpi.XXXXXX)"
 export TMPDIR
@@ -79,4 +83,18 @@ expect_refusal disagree "the ranks disagree" \
   mpirun --allow-run-as-root --oversubscribe -np 2 sh -c \
   'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then export STRATA_RANKS_PER_NODE=1; fi; exec "$0"' \
   "$BINARY"
+if [ -n "$BENCH" ]; then
+  log="$TMPDIR/bench.log"
+  timeout -k 5 90 mpirun --allow-run-as-root --oversubscribe -np 4 -x STRATA_RANKS_PER_NODE=2 \
+    "$BENCH" --elements=40000 --iterations=1 >"$log" 2>&1
+  status=$?
+  if [ "$status" -ne 0 ] || ! grep -q "^PASS: every rank's bytes equal the formulas" "$log"; then
+    echo "FAIL: mpi_layouts_bench: exit $status"
+    cat "$log"
+    failures=$((failures + 1))
+  else
+    echo "ok: mpi_layouts_bench's bytes equal the formulas"
+    cat "$log"
+  fi
+fi
 exit $((failures > 0))
