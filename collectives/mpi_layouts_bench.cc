@@ -145,16 +145,16 @@ int Main(int argc, char** argv) {
   for (auto* entry : {&flat_comm, &hier_comm}) {
     Communicator& comm = *entry;
     const ExpectedLayout& layout = entry == &flat_comm ? never : always;
-    schemes.push_back(
-        {entry == &flat_comm ? "flat  RS+AG" : "hier  RS+AG",
-         [&comm, &full, &shard, &gathered, &s, U, world] {
-           RETURN_IF_ERROR(comm.ReduceScatter(full.data(), shard.data(), U / world,
-                                              DType::kF32, s));
-           return comm.AllGather(shard.data(), gathered.data(), U / world, DType::kF32, s);
-         },
-         {&comm},
-         Add(formula(CollectiveOp::kReduceScatter, layout, rank, U / world),
-             formula(CollectiveOp::kAllGather, layout, rank, U / world))});
+    schemes.push_back({entry == &flat_comm ? "flat  RS+AG" : "hier  RS+AG",
+                       [&comm, &full, &shard, &gathered, &s, U, world] {
+                         RETURN_IF_ERROR(comm.ReduceScatter(full.data(), shard.data(), U / world,
+                                                            DType::kF32, s));
+                         return comm.AllGather(shard.data(), gathered.data(), U / world,
+                                               DType::kF32, s);
+                       },
+                       {&comm},
+                       Add(formula(CollectiveOp::kReduceScatter, layout, rank, U / world),
+                           formula(CollectiveOp::kAllGather, layout, rank, U / world))});
   }
   schemes.push_back(
       {"hybrid RS+AR+AG",
@@ -170,13 +170,11 @@ int Main(int argc, char** argv) {
            formula(CollectiveOp::kAllGather, node_layout, node_comm.rank(), U / k))});
   for (auto* entry : {&flat_comm, &hier_comm}) {
     Communicator& comm = *entry;
-    schemes.push_back({entry == &flat_comm ? "flat  AR" : "hier  AR",
-                       [&comm, &gathered, &s, U] {
-                         return comm.AllReduce(gathered.data(), U, DType::kF32, s);
-                       },
-                       {&comm},
-                       formula(CollectiveOp::kAllReduce, entry == &flat_comm ? never : always,
-                               rank, U)});
+    schemes.push_back(
+        {entry == &flat_comm ? "flat  AR" : "hier  AR",
+         [&comm, &gathered, &s, U] { return comm.AllReduce(gathered.data(), U, DType::kF32, s); },
+         {&comm},
+         formula(CollectiveOp::kAllReduce, entry == &flat_comm ? never : always, rank, U)});
   }
   schemes.push_back({"MPI_Allreduce", nullptr, {}, {}, true});
 
@@ -185,8 +183,8 @@ int Main(int argc, char** argv) {
         "%d ranks as %d node(s) x %d, U = %zu fp32 elements (%.1f MiB) per unit; bytes summed "
         "over the ranks, per run\n",
         world, n, k, U, U * 4.0 / (1 << 20));
-    std::printf("%-16s %14s %14s %14s %14s %10s\n", "scheme", "across B", "formula",
-                "within B", "formula", "median ms");
+    std::printf("%-16s %14s %14s %14s %14s %10s\n", "scheme", "across B", "formula", "within B",
+                "formula", "median ms");
   }
   int failures = 0;
   for (Scheme& scheme : schemes) {
@@ -222,8 +220,8 @@ int Main(int argc, char** argv) {
     const double median = times[times.size() / 2];
     if (scheme.timed_only) {
       if (rank == 0) {
-        std::printf("%-16s %14s %14s %14s %14s %10.2f\n", scheme.name.c_str(), "-", "-", "-",
-                    "-", median);
+        std::printf("%-16s %14s %14s %14s %14s %10.2f\n", scheme.name.c_str(), "-", "-", "-", "-",
+                    median);
       }
       continue;
     }
