@@ -85,7 +85,8 @@ StatusOr<NodeGroups> StateTraffic::SplitByNode() const {
   MpiOptions node_options = state_->options();
   node_options.ranks_per_node = k;  // one node of k ranks: all its traffic within the node
   auto node_state = std::make_shared<State>(state_->process(), node_options);
-  RETURN_IF_ERROR(node_state->Open(node, absl::StrCat("node ", node, " (", layout.Describe(), ")")));
+  RETURN_IF_ERROR(
+      node_state->Open(node, absl::StrCat("node ", node, " (", layout.Describe(), ")")));
   MpiOptions rail_options = state_->options();
   rail_options.ranks_per_node = 1;  // one rank on each of n nodes: all its traffic across
   auto rail_state = std::make_shared<State>(state_->process(), rail_options);
