@@ -32,6 +32,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "device/device.h"
@@ -59,6 +60,39 @@ std::string DescribeCall(const CollectiveCall& call);
 
 // True when two ranks' calls describe the same collective (op, dtype, count, root).
 bool SameCollective(const CollectiveCall& a, const CollectiveCall& b);
+
+// Payload bytes one rank has sent to peers on its own node and on other nodes.
+struct TrafficBytes {
+  uint64_t within_node = 0;
+  uint64_t across_nodes = 0;
+};
+
+class Communicator;
+
+// The two communicators of hybrid sharding (NodeTraffic::SplitByNode).
+struct NodeGroups {
+  std::unique_ptr<Communicator> node;  // the ranks of this rank's node, in rank order
+  std::unique_ptr<Communicator> rail;  // the rank at this rank's place on every node, in node order
+};
+
+// Capability of a communicator that knows which node each rank is on (the MPI one): the
+// node layout its collectives assume and what this rank sent. Counters are cumulative from
+// the communicator's creation, over the payloads of collectives (not the abort channel);
+// take differences for a step. Thread-safety: every method from any thread.
+class NodeTraffic {
+ public:
+  virtual ~NodeTraffic() = default;
+  virtual int node() const = 0;            // this rank's node, 0 .. nodes()-1
+  virtual int nodes() const = 0;
+  virtual int ranks_per_node() const = 0;  // 0 when the nodes differ in size
+  virtual TrafficBytes sent() const = 0;
+  // Collectives that took the hierarchical path so far (the rest took the flat one).
+  virtual uint64_t hierarchical_collectives() const = 0;
+  // New communicators over this rank's node and its rail, with this one's options. Every
+  // rank must call it, at set-up (not while collectives of this communicator run); needs
+  // nodes in rank blocks (FailedPrecondition naming the layout otherwise).
+  virtual StatusOr<NodeGroups> SplitByNode() const = 0;
+};
 
 class Communicator {
  public:
@@ -103,6 +137,10 @@ class Communicator {
 
   // "local rank 1 of 4", "MPI rank 0 of 2 on host vm", "NCCL rank 0 of 2 on GPU 0".
   virtual std::string Describe() const = 0;
+
+  // Capability: the node layout and the bytes sent within and across nodes; null where
+  // the implementation does not count them (local, NCCL, dry run).
+  virtual const NodeTraffic* node_traffic() const { return nullptr; }
 };
 
 // The common front end of host-driven implementations (local, MPI): each call's

@@ -10,6 +10,12 @@
 //   hang:  stops issuing collectives but stays alive - survivors time out (--timeout_s)
 //          with an error naming the operation and the rank, and exit non-zero.
 //   abort: calls Abort(reason) - survivors fail at once naming the rank and the reason.
+// Node layout (docs/multinode.md): with STRATA_RANKS_PER_NODE=k in the environment (mpirun
+// -x), the ranks play nodes of k ranks; the check then also expects that layout from the
+// communicator, and checks the bytes each rank sent within and across nodes in every
+// collective against the formulas of docs/multinode.md (written here independently of the
+// communicator), which also tells whether the hierarchical or the flat path ran.
+// STRATA_MPI_HIERARCHICAL_MIN_BYTES sets the size from which the hierarchical path runs.
 // --bench: rank 0 prints all-reduce times of 64 MiB fp32, this communicator against
 //          MPI_Allreduce, in the same run.
 // Exit status 0 when every check passed (mode check), 1 otherwise.
@@ -31,6 +37,7 @@
 #include "collectives/local_communicator.h"
 #include "collectives/mpi_communicator.h"
 #include "collectives/test_pattern.h"
+#include "collectives/traffic_formulas.h"
 #include "device/cpu_device.h"
 
 namespace strata {
@@ -138,6 +145,76 @@ class Checker {
     Run("barrier " + what, comm_.Barrier(stream_));
   }
 
+  // Every collective on (dtype, count), and what each rank sent within and across nodes
+  // against the formulas (count must make them exact: a multiple of world * k).
+  void CheckTraffic(DType dtype, size_t count, uint64_t step) {
+    const ExpectedLayout layout = ReadExpectedLayout(world_);
+    const size_t b = DTypeBytes(dtype);
+    const NodeTraffic* traffic = comm_.node_traffic();
+    ++checks_;
+    if (traffic == nullptr) return Fail("the MPI communicator has no node_traffic()");
+    const std::string what = absl::StrCat(DTypeName(dtype), " count ", count);
+    auto measure = [&](CollectiveOp op, const std::string& name, const Status& issued,
+                       const TrafficBytes& before, uint64_t hierarchical_before, int root) {
+      Run(name + " " + what, issued);
+      const TrafficBytes after = traffic->sent();
+      const ExpectedTraffic expected = Formula(op, layout, rank_, count, b, root);
+      const uint64_t within = after.within_node - before.within_node;
+      const uint64_t across = after.across_nodes - before.across_nodes;
+      const bool hierarchical = traffic->hierarchical_collectives() != hierarchical_before;
+      ++checks_;
+      if (within != expected.sent.within_node || across != expected.sent.across_nodes ||
+          hierarchical != expected.hierarchical) {
+        Fail(absl::StrCat(name, " ", what, ": sent ", within, " B within and ", across,
+                          " B across nodes (", hierarchical ? "hierarchical" : "flat",
+                          "), the formula says ", expected.sent.within_node, " and ",
+                          expected.sent.across_nodes, " (",
+                          expected.hierarchical ? "hierarchical" : "flat", ")"));
+      }
+      if (hierarchical) ++hierarchical_runs_;
+    };
+    Bytes data = Filled(count, dtype, rank_, step);
+    TrafficBytes before = traffic->sent();
+    uint64_t hierarchical = traffic->hierarchical_collectives();
+    measure(CollectiveOp::kAllReduce, "all_reduce",
+            comm_.AllReduce(data.data(), count, dtype, stream_), before, hierarchical, 0);
+    Expect("all_reduce " + what, data.data(),
+           tp::Expected(CollectiveOp::kAllReduce, rank_, world_, count, dtype, step), dtype);
+
+    Bytes input = Filled(count * world_, dtype, rank_, step);
+    Bytes output(count * b);
+    before = traffic->sent();
+    hierarchical = traffic->hierarchical_collectives();
+    measure(CollectiveOp::kReduceScatter, "reduce_scatter",
+            comm_.ReduceScatter(input.data(), output.data(), count, dtype, stream_), before,
+            hierarchical, 0);
+    Expect("reduce_scatter " + what, output.data(),
+           tp::Expected(CollectiveOp::kReduceScatter, rank_, world_, count, dtype, step), dtype);
+
+    Bytes mine = Filled(count, dtype, rank_, step);
+    Bytes gathered(count * world_ * b);
+    before = traffic->sent();
+    hierarchical = traffic->hierarchical_collectives();
+    measure(CollectiveOp::kAllGather, "all_gather",
+            comm_.AllGather(mine.data(), gathered.data(), count, dtype, stream_), before,
+            hierarchical, 0);
+    Expect("all_gather " + what, gathered.data(),
+           tp::Expected(CollectiveOp::kAllGather, rank_, world_, count, dtype, step), dtype);
+
+    const int root = world_ - 1;
+    Bytes broadcast = Filled(count, dtype, root, step);
+    before = traffic->sent();
+    hierarchical = traffic->hierarchical_collectives();
+    measure(CollectiveOp::kBroadcast, "broadcast",
+            comm_.Broadcast(broadcast.data(), count, dtype, root, stream_), before, hierarchical,
+            root);
+    before = traffic->sent();
+    hierarchical = traffic->hierarchical_collectives();
+    measure(CollectiveOp::kBarrier, "barrier", comm_.Barrier(stream_), before, hierarchical, 0);
+  }
+
+  int hierarchical_runs() const { return hierarchical_runs_; }
+
   // The process's place (one node here) and the option checks.
   void CheckSetUp() {
     StatusOr<MpiWorld> world = GetMpiWorld();
@@ -154,6 +231,20 @@ class Checker {
     if (comm_.local_rank() != rank_ || comm_.local_size() != world_) {
       Fail(absl::StrCat("communicator: local rank ", comm_.local_rank(), " local size ",
                         comm_.local_size()));
+    }
+    // The node layout the collectives assume: the override's, else MPI's (one machine).
+    const ExpectedLayout layout = ReadExpectedLayout(world_);
+    const NodeTraffic* traffic = comm_.node_traffic();
+    ++checks_;
+    if (traffic == nullptr || traffic->nodes() != layout.nodes ||
+        traffic->ranks_per_node() != layout.ranks_per_node ||
+        traffic->node() != rank_ / layout.ranks_per_node) {
+      Fail(absl::StrCat("node layout: expected node ", rank_ / layout.ranks_per_node, " of ",
+                        layout.nodes, " x ", layout.ranks_per_node, ", got ",
+                        traffic == nullptr ? std::string("no node_traffic()")
+                                           : absl::StrCat("node ", traffic->node(), " of ",
+                                                          traffic->nodes(), " x ",
+                                                          traffic->ranks_per_node())));
     }
     MpiOptions bad;
     bad.timeout_s = 0;
@@ -222,6 +313,7 @@ class Checker {
   const int world_;
   int failures_ = 0;
   int checks_ = 0;
+  int hierarchical_runs_ = 0;
   double collective_seconds_ = 0;
 };
 
@@ -235,10 +327,16 @@ int RunCheck(Communicator& comm, Stream& stream) {
       checker.CheckAll(dtype, count, step++);
     }
     checker.CheckDeterminism(dtype, 1000003);
+    // Counts that make the byte formulas exact: below and above the hierarchical threshold.
+    const size_t unit = static_cast<size_t>(comm.world_size()) * comm.world_size();
+    for (size_t count : {unit * 3, unit * 30011}) checker.CheckTraffic(dtype, count, step++);
   }
-  std::printf("rank %d of %d: %s, %d checks, %d failed, %.2f s (%.2f s in collectives)\n",
-              comm.rank(), comm.world_size(), checker.failures() == 0 ? "PASS" : "FAIL",
-              checker.checks(), checker.failures(), Seconds(start), checker.collective_seconds());
+  std::printf(
+      "rank %d of %d: %s, %d checks, %d failed, %d hierarchical, %.2f s (%.2f s in "
+      "collectives)\n",
+      comm.rank(), comm.world_size(), checker.failures() == 0 ? "PASS" : "FAIL", checker.checks(),
+      checker.failures(), checker.hierarchical_runs(), Seconds(start),
+      checker.collective_seconds());
   std::fflush(stdout);
   return checker.failures() == 0 ? 0 : 1;
 }

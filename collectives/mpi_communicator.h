@@ -17,6 +17,12 @@
 // - all-gather and broadcast: direct sends (bytes are copied, so any order is exact).
 // - barrier: a zero-byte message from every rank to every rank.
 // Reductions bound their scratch memory (max_scratch_bytes) by running in segments.
+// Node-aware (docs/multinode.md): with the ranks on n nodes of k ranks in rank blocks (from
+// MPI_COMM_TYPE_SHARED, or STRATA_RANKS_PER_NODE=k), large all-reduces, reduce-scatters
+// and all-gathers go within nodes and then among them (mpi_hierarchical.cc), where that
+// sends fewer bytes across nodes; reductions then chain fp32 partial sums through the nodes
+// in rank order, so their results are bit-identical to the flat path's. node_traffic()
+// gives the layout and the bytes sent within and across nodes.
 //
 // Failure: every wait polls MPI_Testsome until a deadline (timeout_s from the start of the
 // collective), never blocks in MPI. On timeout the collective fails with kDeadlineExceeded

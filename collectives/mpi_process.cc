@@ -135,7 +135,14 @@ Status MpiProcess::Init() {
       context);
   MPI_RETURN_IF_ERROR(MPI_Comm_rank(node, &world_.local_rank), context);
   MPI_RETURN_IF_ERROR(MPI_Comm_size(node, &world_.local_size), context);
+  // The node's lowest world rank names it (the split orders a node's ranks by world rank).
+  int first_rank = world_.rank;
+  MPI_RETURN_IF_ERROR(MPI_Bcast(&first_rank, 1, MPI_INT, 0, node), context);
   MPI_RETURN_IF_ERROR(MPI_Comm_free(&node), context);
+  world_.first_rank_of_node.assign(world_.size, 0);
+  MPI_RETURN_IF_ERROR(MPI_Allgather(&first_rank, 1, MPI_INT, world_.first_rank_of_node.data(), 1,
+                                    MPI_INT, MPI_COMM_WORLD),
+                      context);
   char host[MPI_MAX_PROCESSOR_NAME];
   int host_length = 0;
   MPI_RETURN_IF_ERROR(MPI_Get_processor_name(host, &host_length), context);

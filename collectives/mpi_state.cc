@@ -25,194 +25,8 @@ namespace mpi_internal {
 namespace {
 
 constexpr int kAbortTag = 32767;
-constexpr uint64_t kTagModulus = 32767;
-// Largest single message of all-gather and broadcast (MPI counts are ints).
-constexpr size_t kMaxMessageBytes = 256u << 20;
-
-// Polling pauses: spin briefly, then yield, then sleep up to 1 ms, so ranks waiting on a
-// slow peer leave the cores to it (several ranks often share a core here).
-class Backoff {
- public:
-  void Reset() { idle_since_ = Clock::now(); }
-  void Pause() {
-    const auto idle = Clock::now() - idle_since_;
-    if (idle < std::chrono::microseconds(50)) return;
-    if (idle < std::chrono::microseconds(500)) {
-      std::this_thread::yield();
-      return;
-    }
-    const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(idle).count();
-    std::this_thread::sleep_for(std::chrono::microseconds(std::min<int64_t>(1000, micros / 8)));
-  }
-
- private:
-  Clock::time_point idle_since_ = Clock::now();
-};
 
 }  // namespace
-
-// The non-blocking messages of one step of a collective, and the wait for all of them.
-class State::Exchange {
- public:
-  Exchange(State& state, const CollectiveCall& call, Clock::time_point deadline)
-      : state_(state),
-        call_(call),
-        deadline_(deadline),
-        tag_(static_cast<int>(call.sequence % kTagModulus)) {}
-
-  // Buffers must stay valid until Wait returns.
-  void Send(const void* data, size_t bytes, int peer) { Post(data, bytes, peer, false); }
-  void Receive(void* data, size_t bytes, int peer) { Post(data, bytes, peer, true); }
-
-  // Waits for every message posted since the last Wait; on failure cancels the rest.
-  Status Wait() {
-    Status status = WaitAll();
-    if (!status.ok()) CancelAll();
-    requests_.clear();
-    messages_.clear();
-    return status;
-  }
-
- private:
-  struct Message {
-    int peer;
-    bool receive;
-    size_t bytes;
-  };
-
-  void Post(const void* data, size_t bytes, int peer, bool receive) {
-    if (!post_error_.ok()) return;
-    static char empty;  // MPI wants a valid address even for zero bytes
-    void* buffer = bytes == 0 ? &empty : const_cast<void*>(data);
-    MPI_Request request = MPI_REQUEST_NULL;
-    int code;
-    {
-      auto lock = state_.process_->Lock();
-      code = receive ? MPI_Irecv(buffer, static_cast<int>(bytes), MPI_BYTE, peer, tag_,
-                                 state_.comm_, &request)
-                     : MPI_Isend(buffer, static_cast<int>(bytes), MPI_BYTE, peer, tag_,
-                                 state_.comm_, &request);
-    }
-    if (code != MPI_SUCCESS) {
-      post_error_ =
-          MpiError(code, receive ? "MPI_Irecv" : "MPI_Isend",
-                   absl::StrCat(state_.Where(call_), ": ",
-                                receive ? "receiving from" : "sending to", " rank ", peer));
-      return;
-    }
-    requests_.push_back(request);
-    messages_.push_back(Message{peer, receive, bytes});
-  }
-
-  Status WaitAll() {
-    RETURN_IF_ERROR(post_error_);
-    size_t remaining = requests_.size();
-    std::vector<int> indices(requests_.size());
-    std::vector<MPI_Status> statuses(requests_.size());
-    Backoff backoff;
-    Report();
-    while (remaining > 0) {
-      int completed = 0;
-      int code;
-      {
-        auto lock = state_.process_->Lock();
-        code = MPI_Testsome(static_cast<int>(requests_.size()), requests_.data(), &completed,
-                            indices.data(), statuses.data());
-      }
-      if (code != MPI_SUCCESS && code != MPI_ERR_IN_STATUS) {
-        return MpiError(code, "MPI_Testsome", state_.Where(call_));
-      }
-      if (completed == MPI_UNDEFINED) break;
-      for (int k = 0; k < completed; ++k) {
-        const Message& message = messages_[indices[k]];
-        if (code == MPI_ERR_IN_STATUS && statuses[k].MPI_ERROR != MPI_SUCCESS) {
-          return MessageError(message, statuses[k].MPI_ERROR);
-        }
-        if (message.receive) {
-          int received = 0;
-          MPI_Get_count(&statuses[k], MPI_BYTE, &received);
-          if (static_cast<size_t>(received) != message.bytes) {
-            return Disagreement(message, absl::StrCat(received));
-          }
-        }
-        --remaining;
-      }
-      if (completed > 0) {
-        backoff.Reset();
-        Report();
-        continue;
-      }
-      RETURN_IF_ERROR(state_.CheckAborted(call_));
-      if (Clock::now() >= deadline_) return TimedOut();
-      backoff.Pause();
-    }
-    return absl::OkStatus();
-  }
-
-  Status MessageError(const Message& message, int code) {
-    if (message.receive && code == MPI_ERR_TRUNCATE) {
-      return Disagreement(message, "more than that");
-    }
-    return MpiError(
-        code, message.receive ? "MPI_Irecv" : "MPI_Isend",
-        absl::StrCat(state_.Where(call_), ": ", message.receive ? "receiving from" : "sending to",
-                     " rank ", message.peer));
-  }
-
-  Status Disagreement(const Message& message, const std::string& received) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(state_.Where(call_), ": expected ", message.bytes, " bytes from rank ",
-                     message.peer, ", received ", received,
-                     ": the ranks issued different collectives (compare their "
-                     "logs)"));
-  }
-
-  // Peers with a message still in flight: the ones that have not answered.
-  std::set<int> Waiting() const {
-    std::set<int> waiting;
-    for (size_t i = 0; i < requests_.size(); ++i) {
-      if (requests_[i] != MPI_REQUEST_NULL) waiting.insert(messages_[i].peer);
-    }
-    return waiting;
-  }
-
-  Status TimedOut() const {
-    const std::set<int> waiting = Waiting();
-    std::vector<int> answered;
-    for (int peer = 0; peer < state_.size_; ++peer) {
-      if (peer != state_.rank_ && waiting.count(peer) == 0) answered.push_back(peer);
-    }
-    return absl::DeadlineExceededError(absl::StrCat(
-        state_.Where(call_), " timed out after ", state_.options_.timeout_s,
-        " s (zero.comm_timeout_s): no answer from rank(s) ", absl::StrJoin(waiting, ", "),
-        answered.empty() ? "" : absl::StrCat(" (answered: ", absl::StrJoin(answered, ", "), ")"),
-        "; such a rank died, hangs, or stopped issuing collectives"));
-  }
-
-  void Report() const {
-    SetReportText(absl::StrCat("in ", DescribeCall(call_), " waiting for rank(s) ",
-                               absl::StrJoin(Waiting(), ", ")));
-  }
-
-  // The request's buffer may still be written if a cancel does not take; the caller's
-  // collective has failed and its buffers must not be reused (see mpi_communicator.h).
-  void CancelAll() {
-    auto lock = state_.process_->Lock();
-    for (MPI_Request& request : requests_) {
-      if (request == MPI_REQUEST_NULL) continue;
-      MPI_Cancel(&request);
-      MPI_Request_free(&request);
-    }
-  }
-
-  State& state_;
-  const CollectiveCall& call_;
-  const Clock::time_point deadline_;
-  const int tag_;
-  std::vector<MPI_Request> requests_;
-  std::vector<Message> messages_;
-  Status post_error_;
-};
 
 State::~State() {
   watch_.reset();  // no failure from its thread while the communicator closes
@@ -229,16 +43,24 @@ State::~State() {
   MPI_Comm_free(&comm_);
 }
 
-Status State::Open() {
-  const std::string context = "creating an MPI communicator over MPI_COMM_WORLD";
+Status State::Open(int color, const std::string& group) {
+  const std::string context =
+      color < 0 ? std::string("creating an MPI communicator over MPI_COMM_WORLD")
+                : absl::StrCat("creating the MPI communicator of ", group);
   MPI_Request request = MPI_REQUEST_NULL;
   {
     auto lock = process_->Lock();
-    MPI_RETURN_IF_ERROR(MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &request), context);
+    if (color >= 0) {
+      // No non-blocking split in MPI 3; the ranks come here together at set-up.
+      MPI_RETURN_IF_ERROR(
+          MPI_Comm_split(MPI_COMM_WORLD, color, process_->world().rank, &comm_), context);
+    } else {
+      MPI_RETURN_IF_ERROR(MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &request), context);
+    }
   }
   const auto deadline = Deadline(Clock::now());
   Backoff backoff;
-  while (true) {
+  while (color < 0) {
     int done = 0;
     {
       auto lock = process_->Lock();
@@ -254,10 +76,15 @@ Status State::Open() {
     }
     backoff.Pause();
   }
+  {
+    auto lock = process_->Lock();
+    MPI_RETURN_IF_ERROR(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), context);
+    MPI_RETURN_IF_ERROR(MPI_Comm_rank(comm_, &rank_), context);
+    MPI_RETURN_IF_ERROR(MPI_Comm_size(comm_, &size_), context);
+  }
+  RETURN_IF_ERROR(OpenLayout(deadline));
+  if (!group.empty()) layout_.source = group;
   auto lock = process_->Lock();
-  MPI_RETURN_IF_ERROR(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), context);
-  MPI_RETURN_IF_ERROR(MPI_Comm_rank(comm_, &rank_), context);
-  MPI_RETURN_IF_ERROR(MPI_Comm_size(comm_, &size_), context);
   MPI_RETURN_IF_ERROR(MPI_Irecv(abort_inbox_.data(), kAbortMessageBytes, MPI_CHAR, MPI_ANY_SOURCE,
                                 kAbortTag, comm_, &abort_receive_),
                       context);
@@ -265,6 +92,97 @@ Status State::Open() {
       Who(), options_.timeout_s,
       [this](const Status& status, uint64_t sequence) { FailAndTell(status, sequence); });
   return absl::OkStatus();
+}
+
+Status State::OpenLayout(Clock::time_point deadline) {
+  if (options_.ranks_per_node > 0) {
+    ASSIGN_OR_RETURN(layout_, OverriddenLayout(size_, options_.ranks_per_node));
+  } else {
+    layout_ = DiscoveredLayout(process_->world().first_rank_of_node);
+    if (layout_.world() != size_) {
+      return absl::InternalError(absl::StrCat(Who(), ": MPI reported the nodes of ",
+                                              layout_.world(), " ranks in a world of ", size_));
+    }
+  }
+  node_ = layout_.node_of_rank[rank_];
+  ranks_per_node_ = std::max(1, layout_.ranks_per_node);
+  local_ = rank_ - node_ * ranks_per_node_;
+  hierarchical_ok_ = layout_.blocks && layout_.nodes > 1 && layout_.ranks_per_node > 1;
+
+  // Every rank must see the same layout and threshold, or their collectives would differ
+  // (and fail as a disagreement or a timeout): compare the minimum and maximum of each.
+  const uint64_t mine[3] = {static_cast<uint64_t>(layout_.ranks_per_node),
+                            static_cast<uint64_t>(layout_.nodes), options_.hierarchical_min_bytes};
+  uint64_t values[6], reduced[6];
+  for (int i = 0; i < 3; ++i) {
+    values[i] = mine[i];
+    values[3 + i] = ~mine[i];  // min of ~x is ~(max of x)
+  }
+  const std::string context = absl::StrCat(Who(), ": comparing the node layout of the ranks");
+  MPI_Request request = MPI_REQUEST_NULL;
+  {
+    auto lock = process_->Lock();
+    MPI_RETURN_IF_ERROR(
+        MPI_Iallreduce(values, reduced, 6, MPI_UINT64_T, MPI_MIN, comm_, &request), context);
+  }
+  Backoff backoff;
+  while (true) {
+    int done = 0;
+    {
+      auto lock = process_->Lock();
+      MPI_RETURN_IF_ERROR(MPI_Test(&request, &done, MPI_STATUS_IGNORE), context);
+    }
+    if (done) break;
+    if (Clock::now() >= deadline) {
+      g_process_failed = true;
+      return absl::DeadlineExceededError(
+          absl::StrCat(context, ": not every rank answered within ", options_.timeout_s,
+                       " s (zero.comm_timeout_s)"));
+    }
+    backoff.Pause();
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (reduced[i] != ~reduced[3 + i]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          context, ": the ranks disagree (this rank: ", layout_.Describe(),
+          ", hierarchical from ", options_.hierarchical_min_bytes,
+          " bytes); set STRATA_RANKS_PER_NODE and STRATA_MPI_HIERARCHICAL_MIN_BYTES alike for "
+          "every rank (mpirun -x NAME)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool State::Hierarchical(const Job& job) const {
+  if (!hierarchical_ok_) return false;
+  const CollectiveCall& call = job.call;
+  uint64_t bytes = static_cast<uint64_t>(call.count) * DTypeBytes(call.dtype);
+  switch (call.op) {
+    case CollectiveOp::kAllReduce:
+      break;
+    case CollectiveOp::kReduceScatter:
+    case CollectiveOp::kAllGather:
+      bytes *= static_cast<uint64_t>(size_);
+      break;
+    default:
+      return false;
+  }
+  if (bytes == 0 || bytes < options_.hierarchical_min_bytes) return false;
+  // Only where it sends fewer bytes across nodes than the flat path, by the formulas of
+  // docs/multinode.md (the chained partial sums travel as fp32, 4 bytes per element):
+  // all-reduce (n-1)c(4+b) against 2k(n-1)cb; reduce-scatter k(n-1)c(4n+b) against
+  // nk*k(n-1)cb; all-gather always (k > 1).
+  const uint64_t n = static_cast<uint64_t>(layout_.nodes);
+  const uint64_t k = static_cast<uint64_t>(ranks_per_node_);
+  const uint64_t b = DTypeBytes(call.dtype);
+  switch (call.op) {
+    case CollectiveOp::kAllReduce:
+      return 4 + b < 2 * k * b;
+    case CollectiveOp::kReduceScatter:
+      return 4 * n + b < n * k * b;
+    default:
+      return true;
+  }
 }
 
 Status State::Run(const Job& job) {
@@ -371,6 +289,19 @@ Status State::RunChecked(const Job& job) {
 }
 
 Status State::Dispatch(const Job& job, Clock::time_point deadline) {
+  if (Hierarchical(job)) {
+    hierarchical_collectives_.fetch_add(1);
+    switch (job.call.op) {
+      case CollectiveOp::kAllReduce:
+        return HierarchicalAllReduce(job, deadline);
+      case CollectiveOp::kReduceScatter:
+        return HierarchicalReduceScatter(job, deadline);
+      case CollectiveOp::kAllGather:
+        return HierarchicalAllGather(job, deadline);
+      default:
+        break;
+    }
+  }
   switch (job.call.op) {
     case CollectiveOp::kAllReduce:
       return AllReduce(job, deadline);

@@ -30,7 +30,41 @@ void SumTyped(const void* const* sources, int num_sources, void* const* outputs,
   }
 }
 
+template <typename T>
+void AccumulateTyped(float* acc, bool resume, const void* const* sources, int num_sources,
+                     size_t count) {
+  int s = 0;
+  if (!resume) {
+    const T* first = static_cast<const T*>(sources[0]);
+    for (size_t i = 0; i < count; ++i) acc[i] = Load(first + i);
+    s = 1;
+  }
+  for (; s < num_sources; ++s) {
+    const T* source = static_cast<const T*>(sources[s]);
+    for (size_t i = 0; i < count; ++i) acc[i] += Load(source + i);
+  }
+}
+
 }  // namespace
+
+void AccumulateInRankOrder(float* acc, bool resume, const void* const* sources, int num_sources,
+                           size_t count, DType dtype) {
+  if (count == 0 || (num_sources <= 0 && resume)) return;
+  if (dtype == DType::kF32) {
+    AccumulateTyped<float>(acc, resume, sources, num_sources, count);
+  } else {
+    AccumulateTyped<bf16>(acc, resume, sources, num_sources, count);
+  }
+}
+
+void StoreSums(const float* acc, void* out, size_t count, DType dtype) {
+  if (dtype == DType::kF32) {
+    std::memcpy(out, acc, count * sizeof(float));
+    return;
+  }
+  bf16* typed = static_cast<bf16*>(out);
+  for (size_t i = 0; i < count; ++i) Store(typed + i, acc[i]);
+}
 
 void SumInRankOrder(const void* const* sources, int num_sources, void* const* outputs,
                     int num_outputs, size_t count, DType dtype) {

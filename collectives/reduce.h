@@ -19,4 +19,16 @@ namespace strata {
 void SumInRankOrder(const void* const* sources, int num_sources, void* const* outputs,
                     int num_outputs, size_t count, DType dtype);
 
+// The same fold in pieces, for sums chained across nodes (mpi_communicator.h): with
+// `resume` false, acc[i] = float(sources[0][i]) + sources[1][i] + ...; with `resume` true
+// the fold goes on from acc[i] (a partial sum of the ranks before, kept in fp32):
+// acc[i] = acc[i] + sources[0][i] + .... Folding ranks 0..a-1 and then resuming with
+// a..N-1 performs exactly the additions of SumInRankOrder over 0..N-1, so StoreSums of
+// the result gives the same bits.
+void AccumulateInRankOrder(float* acc, bool resume, const void* const* sources, int num_sources,
+                           size_t count, DType dtype);
+
+// out[i] = acc[i] stored as `dtype` (rounded to nearest even for bf16): the one rounding.
+void StoreSums(const float* acc, void* out, size_t count, DType dtype);
+
 }  // namespace strata

@@ -313,6 +313,13 @@ const std::vector<KeySpec>& Keys() {
        "computed on params one update old); needs optimizer_tier=host, grad_tier=host, "
        "param_tier=device.",
        false, {}, false},
+      {"zero.shard_group", Enum(+[](Options& o) { return &o.zero.shard_group; }),
+       "world | node: the ranks each unit's state is split over. node (hybrid sharding): "
+       "shards within each node, replicas across nodes, gradient shards all-reduced across "
+       "nodes (less traffic between nodes, more memory per rank; losses equal world's "
+       "within 1e-5 relative: docs/placement.md). Needs zero.stage >= 1 and mpirun on the "
+       "cpu backend; the node layout is MPI's or STRATA_RANKS_PER_NODE (docs/multinode.md).",
+       false, {}, false},
       {"zero.nvme_dir", +[](Options& o) { return &o.zero.nvme_dir; },
        "directory of the swap files when a tier is nvme (O_DIRECT-capable, not tmpfs); a "
        "directory a live run uses is refused, crashed runs' leftovers there are removed.",

@@ -95,6 +95,7 @@ const std::vector<std::string> kAllKeys = {
     "zero.grad_tier",
     "zero.param_tier",
     "zero.param_update",
+    "zero.shard_group",
     "zero.nvme_dir",
     "zero.nvme_allow_memory_fs",
     "tiers.host_memory_limit",
@@ -176,6 +177,7 @@ void ExpectOptionsEqual(const Options& got, const Options& want) {
   EXPECT_EQ(got.zero.grad_tier, want.zero.grad_tier);
   EXPECT_EQ(got.zero.param_tier, want.zero.param_tier);
   EXPECT_EQ(got.zero.param_update, want.zero.param_update);
+  EXPECT_EQ(got.zero.shard_group, want.zero.shard_group);
   EXPECT_EQ(got.tiers.host_memory_limit, want.tiers.host_memory_limit);
 }
 
@@ -795,6 +797,9 @@ TEST(ValidatePlacement, RunnableCombinationsPass) {
        "zero.nvme_dir=/d"},
       {"zero.stage=3", "zero.optimizer_tier=host", "zero.grad_tier=host",
        "zero.param_update=delayed"},
+      {"zero.stage=1", "zero.shard_group=node"},
+      {"zero.stage=3", "zero.shard_group=node", "zero.optimizer_tier=nvme",
+       "zero.param_tier=nvme", "zero.nvme_dir=/d"},
   };
   for (const auto& sets : ok) {
     ASSERT_OK_AND_ASSIGN(const Options options, ParseOptions("", sets));
@@ -847,6 +852,10 @@ TEST(ValidatePlacement, EachImpossibleCombinationSaysWhatWouldWork) {
        "lora.base_tier=host needs zero.stage=3"},
       {{"lora.rank=4", "lora.base_tier=nvme", "zero.stage=3"}, "zero.nvme_dir is empty"},
       {{"lora.base_tier=disk"}, "lora.base_tier: got 'disk', expected device, host or nvme"},
+      {{"zero.shard_group=rack"}, "zero.shard_group: got 'rack', expected world or node"},
+      {{"zero.shard_group=node"}, "zero.shard_group=node needs zero.stage >= 1"},
+      {{"zero.stage=1", "zero.shard_group=node", "device.backend=cuda"},
+       "zero.shard_group=node needs device.backend=cpu"},
       {{"zero.stage=2", "zero.param_update=delayed"},
        "zero.param_update=delayed needs zero.optimizer_tier=host, zero.grad_tier=host and "
        "zero.param_tier=device (got device, device, device)"},

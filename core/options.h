@@ -27,6 +27,8 @@ enum class CudaAttentionKind { kGemm, kFlash };
 enum class StateTier { kDevice, kHost, kNvme };
 // zero.param_update.
 enum class ParamUpdate { kExact, kDelayed };
+// zero.shard_group.
+enum class ShardGroup { kWorld, kNode };
 // train.recompute.
 enum class Recompute { kNone, kBlocks };
 // nvme.engine.
@@ -64,6 +66,10 @@ struct OptionNames<StateTier> {
 template <>
 struct OptionNames<ParamUpdate> {
   static constexpr std::array<const char*, 2> kNames = {"exact", "delayed"};
+};
+template <>
+struct OptionNames<ShardGroup> {
+  static constexpr std::array<const char*, 2> kNames = {"world", "node"};
 };
 template <>
 struct OptionNames<Recompute> {
@@ -228,6 +234,10 @@ struct ZeroOptions {
   // computed on params one update old (ZeRO-Offload's delayed parameter update). Hides
   // the optimizer where backward is shorter than the CPU Adam; not bit-identical to exact.
   ParamUpdate param_update = ParamUpdate::kExact;
+  // zero.shard_group: world (every unit's state split over all ranks) | node (hybrid
+  // sharding: split over the ranks of each node, replicated across nodes; gradient shards
+  // all-reduced across nodes). Needs stage >= 1 and the MPI communicator.
+  ShardGroup shard_group = ShardGroup::kWorld;
   // zero.nvme_dir: directory of this rank's swap files (O_DIRECT-capable filesystem, not
   // tmpfs); required when a tier is nvme.
   std::string nvme_dir;

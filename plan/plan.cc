@@ -32,9 +32,18 @@ std::string GiB(uint64_t bytes) { return absl::StrFormat("%.2f GiB", bytes / dou
 
 double Seconds(double amount, double rate) { return amount <= 0 ? 0.0 : rate > 0 ? amount / rate : INFINITY; }
 
+// The dry run's communicator has no nodes to split by.
+Status HybridNotPlanned() {
+  return absl::UnimplementedError(
+      "strata plan does not plan zero.shard_group=node yet: a rank of a hybrid run keeps "
+      "what a rank of a world-sharded run over the ranks of one node keeps, so plan "
+      "zero.shard_group=world with the world set to the ranks per node");
+}
+
 }  // namespace
 
 StatusOr<DryRunResult> DryRun(const Options& options, int world, BackendKind backend) {
+  if (options.zero.shard_group == ShardGroup::kNode) return HybridNotPlanned();
   CpuDeviceOptions device_options;
   device_options.dry_run = true;
   device_options.dry_run_of_gpu = backend == BackendKind::kCuda;
@@ -293,6 +302,7 @@ void AddHardwareAdvice(Plan* plan, const Hardware& hw) {
 }
 
 StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hw, ShapeTimer* timer) {
+  if (job.zero.shard_group == ShardGroup::kNode) return HybridNotPlanned();
   Plan plan;
   for (const PlanConfig& config : DecisionOrder(job, world)) {
     PlannedConfig planned;

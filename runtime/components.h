@@ -14,7 +14,8 @@
 // business of the homes in tiers/ (param_home.h, grad_home.h, optimizer_home.h), which the
 // components call. Special modes reach the components through optional capabilities (null
 // where a component cannot do them), asked for by the step schedules (step_schedule.h).
-// Every unit's flat buffer is padded to `world` equal shards; rank r owns shard r. Every
+// Every unit's flat buffer is padded to equal shards, one per rank of the shard group (the
+// world, or the node with hybrid sharding); rank r of the group owns shard r. Every
 // collective goes on the one comm stream, ordered against compute by events, so every
 // rank issues the same collectives in the same order. Reductions sum in rank order, so
 // the fp32 gradient shard of a unit is bit-identical across stages at one world size.
@@ -35,7 +36,14 @@ namespace strata {
 // What the components share: the homes' context (device, kernels, streams, layouts, unit
 // state) plus the communicator and the stage-3 plan's inputs.
 struct ZeroContext : HomeContext {
+  // The ranks each unit is sharded over (the world, or with zero.shard_group=node the
+  // rank's node): shards, reduce-scatters and gathers are this communicator's.
   Communicator* communicator = nullptr;
+  // Hybrid sharding (zero.shard_group=node): the ranks holding the same shard on the other
+  // nodes, over which each reduced gradient shard is all-reduced; null otherwise.
+  Communicator* replicas = nullptr;
+  // This rank in the world (its swap files' names): communicator's rank unless hybrid.
+  int world_rank = 0;
   uint64_t prefetch_bytes = 0;
   std::vector<int> trace;  // unit of every access of one micro-batch (forward, backward)
 };

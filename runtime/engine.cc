@@ -35,10 +35,12 @@ double MillisecondsSince(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 Engine::Engine(const EngineConfig& config, Device* device, Ops* ops, Ops* host_ops,
-               Model* model, Communicator* communicator)
+               Model* model, Communicator* communicator, ShardGroups groups)
     : config_(config), device_(device), ops_(ops), host_ops_(host_ops), model_(model),
       communicator_(communicator),
-      state_(EngineState::Parts{config_, device_, ops_, host_ops_, model_, communicator_,
+      shards_(groups.shards != nullptr ? groups.shards : communicator),
+      replicas_(groups.replicas),
+      state_(EngineState::Parts{config_, device_, ops_, host_ops_, model_, shards_,
                                 &compute_, &comm_, &host_, units_, components_,
                                 traffic_counted_, [this] { return SyncStreams(); }}) {}
 
@@ -52,7 +54,7 @@ Engine::~Engine() {
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config, Device* device,
                                                  Ops* ops, Ops* host_ops, Model* model,
                                                  Communicator* communicator,
-                                                 InitialState initial) {
+                                                 InitialState initial, ShardGroups groups) {
   if (ops == nullptr || host_ops == nullptr) return absl::InvalidArgumentError("no kernels");
   if (ops->dtype() != config.dtype || host_ops->dtype() != config.dtype) {
     return absl::InvalidArgumentError("the kernels' dtype differs from train.dtype");
@@ -63,8 +65,18 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config, Dev
         "the engine's placement is for ", config.placement.world, " ranks, the communicator has ",
         communicator->world_size()));
   }
+  if ((groups.shards == nullptr) != (groups.replicas == nullptr)) {
+    return absl::InvalidArgumentError("hybrid sharding needs both the shard and replica groups");
+  }
+  if (groups.shards != nullptr &&
+      groups.shards->world_size() * groups.replicas->world_size() != communicator->world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hybrid sharding: ", groups.shards->world_size(), " ranks per shard group times ",
+        groups.replicas->world_size(), " replicas is not the world of ",
+        communicator->world_size()));
+  }
   std::unique_ptr<Engine> engine(
-      new Engine(config, device, ops, host_ops, model, communicator));
+      new Engine(config, device, ops, host_ops, model, communicator, groups));
   RETURN_IF_ERROR(engine->Init(initial));
   return engine;
 }
@@ -118,7 +130,9 @@ Status Engine::Init(InitialState initial) {
   zero.comm = comm_.get();
   zero.copy = copy_.get();
   zero.host = host_.get();
-  zero.communicator = communicator_;
+  zero.communicator = shards_;
+  zero.replicas = replicas_;
+  zero.world_rank = communicator_->rank();
   zero.layouts = &layouts;
   zero.units = &units_;
   zero.dtype = config_.dtype;
@@ -128,7 +142,9 @@ Status Engine::Init(InitialState initial) {
   const EngineStreams streams{compute_.get(), comm_.get(), copy_.get(), host_.get()};
   std::vector<bool> frozen;
   for (const UnitLayout& unit : layouts) frozen.push_back(!unit.trainable());
-  ASSIGN_OR_RETURN(norm_, GradNorm::Create(device_, communicator_, streams, frozen));
+  // The norm sums the parts of one shard group: with hybrid sharding every node holds the
+  // whole (all-reduced) gradient, so its node is the whole.
+  ASSIGN_OR_RETURN(norm_, GradNorm::Create(device_, shards_, streams, frozen));
   schedule.device = device_;
   schedule.streams = streams;
   schedule.components = &components_;

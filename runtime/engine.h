@@ -77,6 +77,14 @@ struct UnitAccess {
   bool backward;
 };
 
+// Hybrid sharding (zero.shard_group=node): `shards` (the rank's node) splits each unit's
+// state and `replicas` (its rail: the same place on every node) all-reduces the reduced
+// gradient shards. Both null: the state is split over the engine communicator's world.
+struct EngineShardGroups {
+  Communicator* shards = nullptr;
+  Communicator* replicas = nullptr;
+};
+
 class Engine {
  public:
   // `ops` are the backend's kernels (device-tier memory), `host_ops` CPU kernels on host
@@ -86,11 +94,13 @@ class Engine {
   // skips that for a caller that writes every unit's state next (resuming a checkpoint):
   // until then the state is unspecified.
   enum class InitialState { kModelInit, kLoadedLater };
+  using ShardGroups = EngineShardGroups;
   // `config`: EngineConfig::From(options, world).
   static StatusOr<std::unique_ptr<Engine>> Create(const EngineConfig& config, Device* device,
                                                   Ops* ops, Ops* host_ops, Model* model,
                                                   Communicator* communicator,
-                                                  InitialState initial = InitialState::kModelInit);
+                                                  InitialState initial = InitialState::kModelInit,
+                                                  ShardGroups groups = {});
   ~Engine();
 
   // Runs grad_accum micro-batches (micro_batches.size() must equal train.grad_accum),
@@ -121,7 +131,7 @@ class Engine {
 
  private:
   Engine(const EngineConfig& config, Device* device, Ops* ops, Ops* host_ops, Model* model,
-         Communicator* communicator);
+         Communicator* communicator, ShardGroups groups);
   Status Init(InitialState initial);
   // The gradients of `micro_batches` summed into the gradient state; `params`: the step's
   // hyper-parameters (the schedule may step units during backward), or null. Returns the
@@ -141,7 +151,9 @@ class Engine {
   Ops* ops_;
   Ops* host_ops_;
   Model* model_;
-  Communicator* communicator_;
+  Communicator* communicator_;  // the world: rows, loss scale and mean
+  Communicator* shards_;        // the shard group: the components, the norm, the state
+  Communicator* replicas_;      // hybrid sharding's rail, else null
   std::unique_ptr<Stream> compute_;
   std::unique_ptr<Stream> comm_;
   std::unique_ptr<Stream> copy_;

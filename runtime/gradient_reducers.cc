@@ -127,7 +127,7 @@ class ReduceScatterReducer : public ReducerBase, public RangedReduction {
   // ranges (the host home).
   RangedReduction* ranged() override {
     const bool can = per_unit_ && ctx_.communicator->world_size() == 1 &&
-                     home_->ranged() != nullptr;
+                     ctx_.replicas == nullptr && home_->ranged() != nullptr;
     return can ? this : nullptr;
   }
 
@@ -211,6 +211,12 @@ class ReduceScatterReducer : public ReducerBase, public RangedReduction {
     StreamLabel label(*ctx_.comm, "reduce " + (*ctx_.layouts)[unit].name(), "comm");
     RETURN_IF_ERROR(ctx_.communicator->ReduceScatter(full, own, state.shard_elements, ctx_.dtype,
                                                      *ctx_.comm));
+    if (ctx_.replicas != nullptr) {
+      // Hybrid sharding: the node's sum of the shard, summed over the nodes (in node order;
+      // the flat world sum adds the same values in another grouping: docs/placement.md).
+      RETURN_IF_ERROR(
+          ctx_.replicas->AllReduce(own, state.shard_elements, ctx_.dtype, *ctx_.comm));
+    }
     return home_->Add(unit, own, *ctx_.comm);
   }
 

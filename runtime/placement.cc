@@ -56,6 +56,16 @@ std::vector<std::string> PlacementProblems(const Options& options) {
         "zero.param_tier=device (got ", optimizer, ", ", OptionName(zero.grad_tier), ", ",
         OptionName(zero.param_tier), "): set those, or zero.param_update=exact"));
   }
+  if (zero.shard_group == ShardGroup::kNode && zero.stage == 0) {
+    problems.push_back(
+        "zero.shard_group=node needs zero.stage >= 1 (stage 0 shards nothing): set "
+        "zero.stage=1, 2 or 3, or zero.shard_group=world");
+  }
+  if (zero.shard_group == ShardGroup::kNode && options.device.backend == BackendKind::kCuda) {
+    problems.push_back(
+        "zero.shard_group=node needs device.backend=cpu under mpirun (the NCCL communicator "
+        "does not split by node yet): set zero.shard_group=world");
+  }
   const LoraOptions& lora = options.lora;
   if (lora.base_tier != StateTier::kDevice && !lora.enabled()) {
     problems.push_back(absl::StrCat(

@@ -63,7 +63,7 @@ StatusOr<std::unique_ptr<NvmeTier>> CreateNvmeTier(
     const std::vector<std::vector<NvmeChunk>>& chunks) {
   NvmeStoreOptions store;
   store.dir = nvme.dir;
-  store.rank = ctx.communicator->rank();
+  store.rank = ctx.world_rank;
   store.allow_memory_fs = nvme.allow_memory_fs;
   store.dry_run = ctx.device->dry_run();  // a plan's dry run touches no disk
   store.engine.engine = nvme.engine;

@@ -102,13 +102,27 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
   ASSIGN_OR_RETURN(EngineConfig config,
                    EngineConfig::From(options, session->engine_communicator().world_size()));
   config.nvme.fault = faults.nvme;
+  Engine::ShardGroups groups;
+  if (options.zero.shard_group == ShardGroup::kNode) {
+    const NodeTraffic* nodes = session->engine_communicator().node_traffic();
+    if (nodes == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "zero.shard_group=node needs a communicator that knows the nodes (MPI: mpirun on "
+          "the cpu backend); this run's is ", session->engine_communicator().Describe(),
+          ": set zero.shard_group=world"));
+    }
+    ASSIGN_OR_RETURN(session->node_groups_, nodes->SplitByNode());
+    groups.shards = session->node_groups_.node.get();
+    groups.replicas = session->node_groups_.rail.get();
+  }
   ASSIGN_OR_RETURN(session->engine_,
                    Engine::Create(config, session->backend_.device.get(),
                                   session->backend_.ops.get(), session->backend_.host_ops.get(),
                                   session->model_.get(), &session->engine_communicator(),
                                   (options.train.resume.empty() || lora) && !import
                                       ? Engine::InitialState::kModelInit
-                                      : Engine::InitialState::kLoadedLater));
+                                      : Engine::InitialState::kLoadedLater,
+                                  groups));
   if (import) {
     // model.from is "hf:DIR" or "llmc:FILE" (the parser accepts nothing else).
     const std::string& from = options.model.from;
@@ -196,6 +210,7 @@ StatusOr<StepReport> TrainingSession::Step(int step) {
   }
   report.lr = LearningRate(options_.train, step);
   const bool traced = trace_ != nullptr && step >= trace_steps_.first && step <= trace_steps_.second;
+  const std::optional<TrafficBytes> sent_before = SentBytes();
   const auto engine_start = std::chrono::steady_clock::now();
   if (traced) {
     trace_->SetRecording(true);
@@ -223,6 +238,10 @@ StatusOr<StepReport> TrainingSession::Step(int step) {
   const int every = options_.train.eval_every;
   if (every > 0 && val_sampler_ && ((step + 1) % every == 0 || step + 1 == options_.train.steps)) {
     ASSIGN_OR_RETURN(report.val_loss, Validate());
+  }
+  if (const std::optional<TrafficBytes> sent = SentBytes(); sent && sent_before) {
+    report.comm_bytes = TrafficBytes{sent->within_node - sent_before->within_node,
+                                     sent->across_nodes - sent_before->across_nodes};
   }
   const int checkpoint_every = options_.train.checkpoint_every;
   if (checkpoint_every > 0 &&
@@ -283,10 +302,25 @@ StatusOr<double> TrainingSession::Validate() {
 }
 
 Status TrainingSession::AbortOnError(const Status& status) {
-  if (!status.ok() && device_communicator_) {
-    device_communicator_->Abort(std::string(status.message()));
+  if (status.ok()) return status;
+  for (Communicator* communicator : {device_communicator_.get(), node_groups_.node.get(),
+                                     node_groups_.rail.get()}) {
+    if (communicator != nullptr) communicator->Abort(std::string(status.message()));
   }
   return status;
+}
+
+std::optional<TrafficBytes> TrainingSession::SentBytes() {
+  const NodeTraffic* world = engine_communicator().node_traffic();
+  if (world == nullptr) return std::nullopt;
+  TrafficBytes total = world->sent();
+  for (Communicator* group : {node_groups_.node.get(), node_groups_.rail.get()}) {
+    if (group == nullptr || group->node_traffic() == nullptr) continue;
+    const TrafficBytes sent = group->node_traffic()->sent();
+    total.within_node += sent.within_node;
+    total.across_nodes += sent.across_nodes;
+  }
+  return total;
 }
 
 std::string TracePathOfRank(const std::string& path, int rank, int world_size) {

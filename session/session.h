@@ -43,6 +43,10 @@ struct StepReport {
   PoolStats device;  // peaks so far
   PoolStats host;
   std::optional<double> val_loss;
+  // Payload bytes this rank sent to ranks on its node and on other nodes in the step's
+  // collectives (training step and validation; not the checkpoint), where the engine's
+  // communicator counts them (MPI: NodeTraffic, docs/multinode.md).
+  std::optional<TrafficBytes> comm_bytes;
   std::optional<std::string> checkpoint;  // written after this step (train.checkpoint_every)
   double checkpoint_ms = 0.0;             // its writing (not in ms_per_step)
 };
@@ -112,6 +116,9 @@ class TrainingSession {
   // fail promptly instead of waiting for zero.comm_timeout_s (RunRanks aborts only the
   // bootstrap communicator). Returns `status`.
   Status AbortOnError(const Status& status);
+  // What this rank sent within and across nodes so far, over the engine's communicators
+  // (with hybrid sharding also its node and rail ones); none where they do not count it.
+  std::optional<TrafficBytes> SentBytes();
 
   Options options_;
   RunFaults faults_;
@@ -125,6 +132,9 @@ class TrainingSession {
   // device.backend=cuda: the NCCL communicator over communicator_ (after backend_: it
   // needs the Device to outlive it; before engine_: the engine issues collectives on it).
   std::unique_ptr<Communicator> device_communicator_;
+  // zero.shard_group=node: the rank's node and rail communicators (collectives/
+  // communicator.h NodeGroups), made from the engine's; before engine_, which uses them.
+  NodeGroups node_groups_;
   std::optional<BatchSampler> train_sampler_;
   std::optional<BatchSampler> val_sampler_;
   std::unique_ptr<Model> model_;

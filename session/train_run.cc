@@ -61,6 +61,10 @@ nlohmann::json StepRecord(const StepReport& r) {
                           {"written", r.result.nvme_written_bytes}};
   record["nvme_busy_ms"] = {{"optimizer", r.result.nvme_busy_ms},
                             {"params", r.result.param_nvme_busy_ms}};
+  if (r.comm_bytes) {
+    record["comm_bytes"] = {{"within_node", r.comm_bytes->within_node},
+                            {"across_nodes", r.comm_bytes->across_nodes}};
+  }
   if (r.checkpoint) {
     record["checkpoint"] = {{"path", *r.checkpoint}, {"ms", r.checkpoint_ms}};
   }
