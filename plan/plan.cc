@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "collectives/dry_communicator.h"
+#include "core/bytes.h"
 #include "config/options_parse.h"
 #include "device/cpu_device.h"
 #include "kernels/attention_gemm.h"
@@ -476,7 +477,7 @@ std::string RenderPlan(const Plan& plan, const Hardware& hw) {
                     " ranks; each configuration also planned with hybrid sharding "
                     "(zero.shard_group=node: shards within a node, replicas across nodes)\n");
   }
-  absl::StrAppend(&out, absl::StrFormat("%-30s %11s %11s %11s %11s %5s %10s %10s  %s\n",
+  absl::StrAppend(&out, absl::StrFormat("%-38s %11s %11s %11s %11s %5s %10s %10s  %s\n",
                                         "configuration", "device", "pinned host", "RSS est.",
                                         "NVMe files", "fits", "step s", "tokens/s",
                                         "bound by"));
@@ -485,12 +486,12 @@ std::string RenderPlan(const Plan& plan, const Hardware& hw) {
     const std::string name =
         absl::StrCat(static_cast<int>(i) == plan.recommended ? "* " : "  ", c.config.name);
     if (!c.status.ok()) {
-      absl::StrAppend(&out, absl::StrFormat("%-30s cannot run: %s\n", name, c.status.message()));
+      absl::StrAppend(&out, absl::StrFormat("%-38s cannot run: %s\n", name, c.status.message()));
       continue;
     }
     const bool priced = std::isfinite(c.step.seconds);
     absl::StrAppend(
-        &out, absl::StrFormat("%-30s %11s %11s %11s %11s %5s %10s %10s  %s\n", name,
+        &out, absl::StrFormat("%-38s %11s %11s %11s %11s %5s %10s %10s  %s\n", name,
                               GiB(c.dry.device.peak_bytes), GiB(c.dry.host.peak_bytes),
                               GiB(c.rss_estimate), GiB(c.dry.nvme_file_bytes),
                               c.fits ? "yes" : "no",
@@ -503,9 +504,10 @@ std::string RenderPlan(const Plan& plan, const Hardware& hw) {
       absl::StrAppend(
           &out, absl::StrFormat("      network per step: %s within a node (a rank), %s across "
                                 "nodes (a node: %s at %s/s, %.3f s)\n",
-                                GiB(c.dry.within_node_bytes), GiB(c.dry.across_node_bytes),
-                                GiB(c.dry.across_node_bytes * hw.ranks_per_node),
-                                GiB(static_cast<uint64_t>(hw.inter_node_network)),
+                                FormatBytes(c.dry.within_node_bytes),
+                                FormatBytes(c.dry.across_node_bytes),
+                                FormatBytes(c.dry.across_node_bytes * hw.ranks_per_node),
+                                FormatBytes(static_cast<uint64_t>(hw.inter_node_network)),
                                 c.dry.across_node_bytes * double(hw.ranks_per_node) /
                                     hw.inter_node_network));
     }
