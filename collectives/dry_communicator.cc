@@ -1,7 +1,10 @@
 // See dry_communicator.h.
 #include "collectives/dry_communicator.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "collectives/traffic_formulas.h"
 
 namespace strata {
 
@@ -23,6 +26,26 @@ Status DryCommunicator::Issue(const CollectiveCall& call, const void*, void*, St
   }
   bytes_sent_ += static_cast<uint64_t>(sent);
   ++collectives_;
+  if (world_ > 1 && call.op != CollectiveOp::kBarrier) {
+    ExpectedLayout layout;
+    layout.ranks_per_node = ranks_per_node_;
+    layout.nodes = world_ / ranks_per_node_;
+    const uint64_t b = DTypeBytes(call.dtype);
+    if (call.op == CollectiveOp::kBroadcast) {  // what its root sends
+      const int root = std::max(call.root, 0);
+      const TrafficBytes sent = Formula(call.op, layout, root, call.count, b, root).sent;
+      within_ += sent.within_node;
+      across_ += sent.across_nodes;
+    } else {
+      uint64_t across = 0;
+      for (int node = 0; node < layout.nodes; ++node) {
+        across = std::max(
+            across, Formula(call.op, layout, node * ranks_per_node_, call.count, b).sent.across_nodes);
+      }
+      within_ += Formula(call.op, layout, 0, call.count, b).sent.within_node;
+      across_ += across;
+    }
+  }
   return absl::OkStatus();
 }
 

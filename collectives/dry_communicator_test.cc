@@ -47,5 +47,34 @@ TEST(DryCommunicator, OneRankSendsNothing) {
   EXPECT_EQ(comm.bytes_sent(), 0u);
 }
 
+// With a node layout: bytes within and across nodes by the formulas of docs/multinode.md,
+// the hierarchical path for collectives of 1 MiB or more (2 nodes of 2 ranks here).
+TEST(DryCommunicator, SplitsBytesWithinAndAcrossNodes) {
+  auto device = CreateCpuDevice({});
+  ASSERT_OK_AND_ASSIGN(auto stream, device->CreateStream("comm"));
+  DryCommunicator comm(0, 4, 2);
+  const size_t c = 65536;  // per rank: 4 ranks x 64 Ki fp32 = 1 MiB gathered
+  std::vector<float> in(c), out(4 * c);
+  ASSERT_OK(comm.AllGather(in.data(), out.data(), c, DType::kF32, *stream));
+  // Hierarchical: (k-1) n c b within, (n-1) c b across.
+  EXPECT_EQ(comm.traffic().within_node, 1u * 2 * c * 4);
+  EXPECT_EQ(comm.traffic().across_nodes, 1u * c * 4);
+  ASSERT_OK(comm.AllGather(in.data(), out.data(), 100, DType::kF32, *stream));
+  // Flat (under 1 MiB): (k-1) c b within, (N-k) c b across.
+  EXPECT_EQ(comm.traffic().within_node, 2u * c * 4 + 400);
+  EXPECT_EQ(comm.traffic().across_nodes, 1u * c * 4 + 800);
+  // A rail (one rank per node): everything crosses; an all-reduce sends 2 (N-1)/N of it.
+  DryCommunicator rail(0, 2, 1);
+  ASSERT_OK(rail.AllReduce(in.data(), 1000, DType::kF32, *stream));
+  EXPECT_EQ(rail.traffic().within_node, 0u);
+  EXPECT_EQ(rail.traffic().across_nodes, 4000u);
+  // One node: nothing crosses.
+  DryCommunicator node(0, 4);
+  ASSERT_OK(node.AllGather(in.data(), out.data(), c, DType::kF32, *stream));
+  EXPECT_EQ(node.traffic().across_nodes, 0u);
+  EXPECT_EQ(node.traffic().within_node, 3u * c * 4);
+  ASSERT_OK(stream->Synchronize());
+}
+
 }  // namespace
 }  // namespace strata

@@ -18,6 +18,12 @@ void AddPlanCommand(CLI::App& app, Commands* commands) {
   plan->add_option("--save-hardware", args->save_hardware,
                    "write the figures used as a hardware file (edit it to plan for another "
                    "machine)");
+  plan->add_option("--nodes", args->nodes,
+                   "plan a cluster of N such nodes (zero.world / N ranks each)")
+      ->check(CLI::Range(1, 65536));
+  plan->add_option("--inter-node-bandwidth", args->inter_node_bandwidth,
+                   "bytes per second one node sends to the others (with --nodes)")
+      ->check(CLI::PositiveNumber);
   plan->add_option("--emit", args->emit_path,
                    "write the recommended configuration as a config file strata train accepts");
   commands->push_back({plan, [args]() { return RunPlan(*args); }});

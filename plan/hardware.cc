@@ -56,6 +56,7 @@ StatusOr<Hardware> ParseHardwareJson(const nlohmann::json& json, const std::stri
       {"network", &hw.network},
       {"nodes", nullptr, nullptr, &hw.nodes},
       {"ranks_per_node", nullptr, nullptr, &hw.ranks_per_node},
+      {"inter_node_network", &hw.inter_node_network},
   };
   std::set<std::string> known = {"format", "version", "backend", "source"};
   for (const Field& field : fields) known.insert(field.name);
@@ -101,6 +102,10 @@ StatusOr<Hardware> ParseHardwareJson(const nlohmann::json& json, const std::stri
   }
   if (hw.device_memory_bytes == 0) problems.push_back("device_memory_bytes: missing or 0");
   if (hw.host_memory_bytes == 0) problems.push_back("host_memory_bytes: missing or 0");
+  if (hw.nodes > 1 && hw.inter_node_network <= 0) {
+    problems.push_back(absl::StrCat("inter_node_network: missing or 0, but nodes is ", hw.nodes,
+                                    " (the bytes per second one node sends to the others)"));
+  }
   if (!problems.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ":\n  ", absl::StrJoin(problems, "\n  ")));
@@ -147,6 +152,7 @@ std::string HardwareJson(const Hardware& hw) {
       {"network", hw.network},
       {"nodes", hw.nodes},
       {"ranks_per_node", hw.ranks_per_node},
+      {"inter_node_network", hw.inter_node_network},
   };
   return json.dump(2) + "\n";
 }

@@ -28,6 +28,9 @@ struct Hardware {
   double network = 0;  // bytes per second a rank sends (collectives across ranks)
   int nodes = 1;
   int ranks_per_node = 1;
+  // Bytes per second one node sends to the others (its network link, shared by its ranks);
+  // needed where nodes > 1. `network` is then the rate within a node.
+  double inter_node_network = 0;
 };
 // A hardware file ({"format": "strata-hardware", "version": 1, ...} with the fields above
 // by name); unknown fields, impossible values and other formats are errors naming them.

@@ -49,13 +49,15 @@ TEST(Hardware, ByteCountsMustFitUint64) {
 TEST(Hardware, WrittenFilesReadBack) {
   ASSERT_OK_AND_ASSIGN(const Hardware hardware,
                        ParseHardware(With(R"(, "matmul_flops_fp32": 5.3690149473514244e10,
-                                              "source": "a probe", "nodes": 2)"),
+                                              "source": "a probe", "nodes": 2,
+                                              "inter_node_network": 1.25e9)"),
                                      "h.json"));
   const std::string written = HardwareJson(hardware);
   ASSERT_OK_AND_ASSIGN(const Hardware again, ParseHardware(written, "again.json"));
   EXPECT_EQ(HardwareJson(again), written);
   EXPECT_EQ(again.source, "a probe");
   EXPECT_EQ(again.nodes, 2);
+  EXPECT_EQ(again.inter_node_network, 1.25e9);
 }
 
 }  // namespace

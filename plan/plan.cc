@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "collectives/dry_communicator.h"
+#include "core/bytes.h"
 #include "config/options_parse.h"
 #include "device/cpu_device.h"
 #include "kernels/attention_gemm.h"
@@ -32,18 +33,22 @@ std::string GiB(uint64_t bytes) { return absl::StrFormat("%.2f GiB", bytes / dou
 
 double Seconds(double amount, double rate) { return amount <= 0 ? 0.0 : rate > 0 ? amount / rate : INFINITY; }
 
-// The dry run's communicator has no nodes to split by.
-Status HybridNotPlanned() {
-  return absl::UnimplementedError(
-      "strata plan does not plan zero.shard_group=node yet: a rank of a hybrid run keeps "
-      "what a rank of a world-sharded run over the ranks of one node keeps, so plan "
-      "zero.shard_group=world with the world set to the ranks per node");
-}
-
 }  // namespace
 
-StatusOr<DryRunResult> DryRun(const Options& options, int world, BackendKind backend) {
-  if (options.zero.shard_group == ShardGroup::kNode) return HybridNotPlanned();
+StatusOr<DryRunResult> DryRun(const Options& options, int world, BackendKind backend,
+                              int ranks_per_node) {
+  const int k = ranks_per_node > 0 ? ranks_per_node : world;
+  if (world % k != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "plan: ", k, " ranks per node do not divide the world of ", world, " ranks"));
+  }
+  const bool hybrid = options.zero.shard_group == ShardGroup::kNode;
+  if (hybrid && (k == world || k == 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "plan: zero.shard_group=node needs several nodes of several ranks (", world / k,
+        " node(s) of ", k, "): plan a cluster with a hardware file whose nodes and "
+        "ranks_per_node say so"));
+  }
   CpuDeviceOptions device_options;
   device_options.dry_run = true;
   device_options.dry_run_of_gpu = backend == BackendKind::kCuda;
@@ -51,14 +56,18 @@ StatusOr<DryRunResult> DryRun(const Options& options, int world, BackendKind bac
   device_options.host_memory_bytes = kUnbounded;
   std::unique_ptr<Device> device = CreateCpuDevice(device_options);
   CountingOps ops(options.train.dtype), host_ops(options.train.dtype);
-  DryCommunicator communicator(0, world);
+  DryCommunicator communicator(0, world, k);
+  // Hybrid sharding's groups: rank 0's node (all within) and its rail (one rank per node).
+  DryCommunicator node(0, k, k), rail(0, world / k, 1);
+  Engine::ShardGroups groups;
+  if (hybrid) groups = {&node, &rail};
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                    CreateModel(options.model, options.train.recompute, options.train.dtype,
                                options.lora));
   ASSIGN_OR_RETURN(const EngineConfig config, EngineConfig::From(options, world));
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                    Engine::Create(config, device.get(), &ops, &host_ops, model.get(),
-                                  &communicator, Engine::InitialState::kLoadedLater));
+                                  &communicator, Engine::InitialState::kLoadedLater, groups));
   // The set-up's transient buffers (a unit's values go to its home through host buffers):
   // the largest unit of each group (trainable, frozen) stored once, from untouched memory.
   const auto& units = model->units();
@@ -102,14 +111,28 @@ StatusOr<DryRunResult> DryRun(const Options& options, int world, BackendKind bac
       host_ops.Reset();
     }
     const std::array<uint64_t, 3> copies_before = device->dry_copy_bytes();
-    const uint64_t sent_before = communicator.bytes_sent();
+    const DryCommunicator* comms[] = {&communicator, &node, &rail};
+    uint64_t sent_before = 0, within_before = 0, across_before = 0;
+    for (const DryCommunicator* c : comms) {
+      sent_before += c->bytes_sent();
+      within_before += c->traffic().within_node;
+      across_before += c->traffic().across_nodes;
+    }
     // Steps back to back, as a run makes them (a Finish between them would drop what the
     // step end reads ahead for the next one).
     ASSIGN_OR_RETURN(StepResult step_result, engine->TrainStep(batches, 1e-4f, step));
     if (step == 1) {
       const std::array<uint64_t, 3> copies = device->dry_copy_bytes();
       for (int k = 0; k < 3; ++k) result.copy_bytes[k] = copies[k] - copies_before[k];
-      result.network_bytes = communicator.bytes_sent() - sent_before;
+      result.network_bytes = result.within_node_bytes = result.across_node_bytes = 0;
+      for (const DryCommunicator* c : comms) {
+        result.network_bytes += c->bytes_sent();
+        result.within_node_bytes += c->traffic().within_node;
+        result.across_node_bytes += c->traffic().across_nodes;
+      }
+      result.network_bytes -= sent_before;
+      result.within_node_bytes -= within_before;
+      result.across_node_bytes -= across_before;
       result.nvme_read_bytes = step_result.nvme_read_bytes;
       result.nvme_written_bytes = step_result.nvme_written_bytes;
       result.param_nvme_read_bytes = step_result.param_nvme_read_bytes;
@@ -218,7 +241,10 @@ StepPrediction PredictStep(const DryRunResult& dry, const Options& options,
                    Seconds(dry.first_param_read_bytes * ranks, hw.disk_read) +
                    Seconds(dry.first_param_read_bytes, hw.host_to_device);
   }
-  p.network_s = Seconds(dry.network_bytes, hw.network);
+  p.network_s = hw.nodes > 1
+                    ? std::max(Seconds(dry.within_node_bytes, hw.network),
+                               Seconds(dry.across_node_bytes * ranks, hw.inter_node_network))
+                    : Seconds(dry.network_bytes, hw.network);
   struct Term {
     const char* name;
     double seconds;
@@ -301,79 +327,125 @@ void AddHardwareAdvice(Plan* plan, const Hardware& hw) {
   }
 }
 
+namespace {
+
+// One configuration of a plan: its dry run, whether it fits, its predicted step (a set-up
+// that fails keeps its status).
+PlannedConfig PlanOne(const Options& job, int world, const Hardware& hw, ShapeTimer* timer,
+                      const PlanConfig& config) {
+  PlannedConfig planned;
+  planned.config = config;
+  // The job's options with the configuration's keys over them (text round trip: the
+  // same parser and checks as strata train).
+  std::vector<std::string> sets =
+      absl::StrSplit(FormatResolved(job), '\n', absl::SkipEmpty());
+  sets.insert(sets.end(), config.sets.begin(), config.sets.end());
+  StatusOr<Options> options = ParseOptions("", sets);
+  if (!options.ok()) {
+    planned.status = options.status();
+    return planned;
+  }
+  planned.options = *options;
+  StatusOr<DryRunResult> dry =
+      DryRun(planned.options, world, hw.backend, hw.nodes > 1 ? hw.ranks_per_node : 0);
+  if (!dry.ok()) {
+    planned.status = dry.status();
+    return planned;
+  }
+  planned.dry = *dry;
+  if (hw.backend == BackendKind::kCuda &&
+      planned.options.device.cuda_attention == CudaAttentionKind::kGemm) {
+    // The GEMM attention's score matrices come from outside the device tier's pool.
+    const ModelOptions m = ResolveModelOptions(planned.options.model);
+    planned.dry.device.peak_bytes +=
+        AttentionGemmScratchBytes(planned.options.train.dtype, planned.options.train.seq_len,
+                                  m.heads * m.head_dim, m.heads, m.kv_heads);
+  }
+  const uint64_t device_peak = planned.dry.device.peak_bytes;
+  const uint64_t host_peak =
+      dry->host.peak_bytes + (hw.backend == BackendKind::kCpu ? device_peak : 0);
+  const uint64_t host_share = hw.host_memory_bytes / std::max(1, hw.ranks_per_node);
+  const uint64_t disk_need = dry->nvme_file_bytes * std::max(1, hw.ranks_per_node);
+  std::vector<std::string> short_of;
+  if (device_peak > hw.device_memory_bytes) {
+    short_of.push_back(absl::StrCat("device needs ", GiB(device_peak), ", has ",
+                                    GiB(hw.device_memory_bytes)));
+  }
+  if (host_peak > host_share) {
+    short_of.push_back(absl::StrCat("host RAM needs ", GiB(host_peak), " per rank, has ",
+                                    GiB(host_share)));
+  }
+  if (disk_need > 0 && hw.disk_free_bytes > 0 && disk_need > hw.disk_free_bytes) {
+    short_of.push_back(absl::StrCat("NVMe needs ", GiB(disk_need), ", has ",
+                                    GiB(hw.disk_free_bytes), " free"));
+  }
+  planned.fits = short_of.empty();
+  planned.why_not = absl::StrJoin(short_of, "; ");
+  // RSS: the pools (RAM), the set-up's staging (an import's buffers, or one unit's fp32
+  // values), and the process itself (libraries, kernels' scratch, data, threads: ~150 MiB
+  // here).
+  planned.rss_estimate = host_peak + dry->staging_bytes + kProcessBytes;
+  std::map<std::array<int, 6>, double> shape_seconds;
+  if (timer != nullptr) {
+    for (const auto& [shape, calls] : dry->device_ops.shapes) {
+      StatusOr<double> seconds = timer->SecondsPerCall(planned.options.train.dtype, shape);
+      if (!seconds.ok()) {
+        planned.status = seconds.status();
+        return planned;
+      }
+      shape_seconds[shape] = *seconds;
+    }
+  }
+  planned.step =
+      PredictStep(*dry, planned.options, hw, timer != nullptr ? &shape_seconds : nullptr);
+  planned.tokens_per_s = planned.step.seconds > 0 && std::isfinite(planned.step.seconds)
+                             ? dry->tokens / planned.step.seconds
+                             : 0;
+  return planned;
+}
+
+}  // namespace
+
 StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hw, ShapeTimer* timer) {
-  if (job.zero.shard_group == ShardGroup::kNode) return HybridNotPlanned();
+  const bool cluster = hw.nodes > 1;
+  if (cluster && world != hw.nodes * hw.ranks_per_node) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "plan: the hardware has ", hw.nodes, " nodes of ", hw.ranks_per_node,
+        " ranks, but the job's zero.world is ", world, ": set zero.world=",
+        hw.nodes * hw.ranks_per_node));
+  }
+  if (job.zero.shard_group == ShardGroup::kNode && !cluster) {
+    return absl::InvalidArgumentError(
+        "plan: zero.shard_group=node shards within a node and replicates across nodes: plan "
+        "it for a cluster (a --hardware file with nodes > 1, ranks_per_node and "
+        "inter_node_network; docs/plan.md)");
+  }
   Plan plan;
   for (const PlanConfig& config : DecisionOrder(job, world)) {
-    PlannedConfig planned;
-    planned.config = config;
-    // The job's options with the configuration's keys over them (text round trip: the
-    // same parser and checks as strata train).
-    std::vector<std::string> sets =
-        absl::StrSplit(FormatResolved(job), '\n', absl::SkipEmpty());
-    sets.insert(sets.end(), config.sets.begin(), config.sets.end());
-    StatusOr<Options> options = ParseOptions("", sets);
-    if (!options.ok()) {
-      planned.status = options.status();
-      plan.configs.push_back(std::move(planned));
-      continue;
+    const int flat = static_cast<int>(plan.configs.size());
+    plan.configs.push_back(PlanOne(job, world, hw, timer, config));
+    const PlannedConfig& planned = plan.configs[flat];
+    // On a cluster, the same with hybrid sharding (stages 1-3, the MPI communicator).
+    int hybrid = -1;
+    if (cluster && job.zero.shard_group != ShardGroup::kNode && planned.status.ok() &&
+        planned.options.zero.stage >= 1 && hw.backend == BackendKind::kCpu &&
+        hw.ranks_per_node > 1) {
+      PlanConfig variant = config;
+      variant.name += ", hybrid";
+      variant.sets.push_back("zero.shard_group=node");
+      hybrid = static_cast<int>(plan.configs.size());
+      plan.configs.push_back(PlanOne(job, world, hw, timer, variant));
     }
-    planned.options = *options;
-    StatusOr<DryRunResult> dry = DryRun(planned.options, world, hw.backend);
-    if (!dry.ok()) {
-      planned.status = dry.status();
-      plan.configs.push_back(std::move(planned));
-      continue;
-    }
-    planned.dry = *dry;
-    if (hw.backend == BackendKind::kCuda &&
-        planned.options.device.cuda_attention == CudaAttentionKind::kGemm) {
-      // The GEMM attention's score matrices come from outside the device tier's pool.
-      const ModelOptions m = ResolveModelOptions(planned.options.model);
-      planned.dry.device.peak_bytes +=
-          AttentionGemmScratchBytes(planned.options.train.dtype, planned.options.train.seq_len,
-                                    m.heads * m.head_dim, m.heads, m.kv_heads);
-    }
-    const uint64_t device_peak = planned.dry.device.peak_bytes;
-    const uint64_t host_peak =
-        dry->host.peak_bytes + (hw.backend == BackendKind::kCpu ? device_peak : 0);
-    const uint64_t host_share = hw.host_memory_bytes / std::max(1, hw.ranks_per_node);
-    const uint64_t disk_need = dry->nvme_file_bytes * std::max(1, hw.ranks_per_node);
-    std::vector<std::string> short_of;
-    if (device_peak > hw.device_memory_bytes) {
-      short_of.push_back(absl::StrCat("device needs ", GiB(device_peak), ", has ",
-                                      GiB(hw.device_memory_bytes)));
-    }
-    if (host_peak > host_share) {
-      short_of.push_back(absl::StrCat("host RAM needs ", GiB(host_peak), " per rank, has ",
-                                      GiB(host_share)));
-    }
-    if (disk_need > 0 && hw.disk_free_bytes > 0 && disk_need > hw.disk_free_bytes) {
-      short_of.push_back(absl::StrCat("NVMe needs ", GiB(disk_need), ", has ",
-                                      GiB(hw.disk_free_bytes), " free"));
-    }
-    planned.fits = short_of.empty();
-    planned.why_not = absl::StrJoin(short_of, "; ");
-    // RSS: the pools (RAM), the set-up's staging (an import's buffers, or one unit's fp32
-    // values), and the process itself (libraries, kernels' scratch, data, threads: ~150 MiB
-    // here).
-    planned.rss_estimate = host_peak + dry->staging_bytes + kProcessBytes;
-    std::map<std::array<int, 6>, double> shape_seconds;
-    if (timer != nullptr) {
-      for (const auto& [shape, calls] : dry->device_ops.shapes) {
-        ASSIGN_OR_RETURN(shape_seconds[shape],
-                         timer->SecondsPerCall(planned.options.train.dtype, shape));
+    if (plan.recommended >= 0) continue;
+    // The first step of the decision order where something fits; of flat and hybrid there,
+    // the faster that fits.
+    for (const int i : {flat, hybrid}) {
+      if (i < 0 || !plan.configs[i].fits) continue;
+      if (plan.recommended < 0 ||
+          plan.configs[i].step.seconds < plan.configs[plan.recommended].step.seconds) {
+        plan.recommended = i;
       }
     }
-    planned.step =
-        PredictStep(*dry, planned.options, hw, timer != nullptr ? &shape_seconds : nullptr);
-    planned.tokens_per_s = planned.step.seconds > 0 && std::isfinite(planned.step.seconds)
-                               ? dry->tokens / planned.step.seconds
-                               : 0;
-    if (planned.fits && plan.recommended < 0) {
-      plan.recommended = static_cast<int>(plan.configs.size());
-    }
-    plan.configs.push_back(std::move(planned));
   }
   AddHardwareAdvice(&plan, hw);
   if (plan.recommended < 0) {
@@ -400,7 +472,12 @@ std::string RenderPlan(const Plan& plan, const Hardware& hw) {
   std::string out = absl::StrCat("plan for ", hw.source, " (", hw.backend == BackendKind::kCpu ? "cpu" : "cuda",
                                  " backend; device ", GiB(hw.device_memory_bytes), ", RAM ",
                                  GiB(hw.host_memory_bytes), ")\n");
-  absl::StrAppend(&out, absl::StrFormat("%-30s %11s %11s %11s %11s %5s %10s %10s  %s\n",
+  if (hw.nodes > 1) {
+    absl::StrAppend(&out, hw.nodes, " nodes of ", hw.ranks_per_node,
+                    " ranks; each configuration also planned with hybrid sharding "
+                    "(zero.shard_group=node: shards within a node, replicas across nodes)\n");
+  }
+  absl::StrAppend(&out, absl::StrFormat("%-38s %11s %11s %11s %11s %5s %10s %10s  %s\n",
                                         "configuration", "device", "pinned host", "RSS est.",
                                         "NVMe files", "fits", "step s", "tokens/s",
                                         "bound by"));
@@ -409,12 +486,12 @@ std::string RenderPlan(const Plan& plan, const Hardware& hw) {
     const std::string name =
         absl::StrCat(static_cast<int>(i) == plan.recommended ? "* " : "  ", c.config.name);
     if (!c.status.ok()) {
-      absl::StrAppend(&out, absl::StrFormat("%-30s cannot run: %s\n", name, c.status.message()));
+      absl::StrAppend(&out, absl::StrFormat("%-38s cannot run: %s\n", name, c.status.message()));
       continue;
     }
     const bool priced = std::isfinite(c.step.seconds);
     absl::StrAppend(
-        &out, absl::StrFormat("%-30s %11s %11s %11s %11s %5s %10s %10s  %s\n", name,
+        &out, absl::StrFormat("%-38s %11s %11s %11s %11s %5s %10s %10s  %s\n", name,
                               GiB(c.dry.device.peak_bytes), GiB(c.dry.host.peak_bytes),
                               GiB(c.rss_estimate), GiB(c.dry.nvme_file_bytes),
                               c.fits ? "yes" : "no",
@@ -423,6 +500,17 @@ std::string RenderPlan(const Plan& plan, const Hardware& hw) {
                               priced ? c.step.bottleneck
                                      : c.step.bottleneck + " (its rate is unknown)"));
     if (!c.fits) absl::StrAppend(&out, "      short: ", c.why_not, "\n");
+    if (hw.nodes > 1) {
+      absl::StrAppend(
+          &out, absl::StrFormat("      network per step: %s within a node (a rank), %s across "
+                                "nodes (a node: %s at %s/s, %.3f s)\n",
+                                FormatBytes(c.dry.within_node_bytes),
+                                FormatBytes(c.dry.across_node_bytes),
+                                FormatBytes(c.dry.across_node_bytes * hw.ranks_per_node),
+                                FormatBytes(static_cast<uint64_t>(hw.inter_node_network)),
+                                c.dry.across_node_bytes * double(hw.ranks_per_node) /
+                                    hw.inter_node_network));
+    }
   }
   if (plan.recommended >= 0) {
     absl::StrAppend(&out, "recommended: ", plan.configs[plan.recommended].config.name, "\n");

@@ -45,6 +45,9 @@ struct DryRunResult {
   // ahead can bring before the step (they are written back at the end of the previous one).
   uint64_t first_param_read_bytes = 0;
   uint64_t network_bytes = 0;     // sent by this rank (ring collectives)
+  // With a node layout (DryRun's ranks_per_node): the bytes of a step sent within this
+  // rank's node, and across nodes by the rank that sends the most across (docs/plan.md).
+  uint64_t within_node_bytes = 0, across_node_bytes = 0;
   uint64_t tokens = 0;            // of the global batch
   // Host memory the set-up stages values in beyond the pools: a Hugging Face import's own
   // buffers (ImportPlan::HostBytes: the files' dtypes and the run's placements decide
@@ -54,8 +57,11 @@ struct DryRunResult {
 };
 // `backend`: the device the dry run models (its buffers are always the CPU device's; on
 // CUDA the device tier is not host memory, which decides where an import writes).
+// `ranks_per_node` (0: all on one node) splits the collectives' bytes within and across
+// nodes, and lets zero.shard_group=node be planned (a node's ranks shard, the nodes hold
+// replicas: the dry run has the engine's node and rail communicators).
 StatusOr<DryRunResult> DryRun(const Options& options, int world,
-                              BackendKind backend = BackendKind::kCpu);
+                              BackendKind backend = BackendKind::kCpu, int ranks_per_node = 0);
 
 // One configuration of the decision order: its name and the --set lines that make it from
 // the job's options.
@@ -65,7 +71,9 @@ struct PlanConfig {
 };
 std::vector<PlanConfig> DecisionOrder(const Options& job, int world);
 
-// A step's predicted time and what bounds it.
+// A step's predicted time and what bounds it. On several nodes the network term is the
+// slower of the bytes within a node at `network` and the bytes across nodes of a node's
+// ranks at `inter_node_network` (the links run at once).
 struct StepPrediction {
   double seconds = 0;
   std::string bottleneck;  // compute | PCIe | CPU Adam | disk | network
@@ -91,7 +99,11 @@ struct PlannedConfig {
 };
 struct Plan {
   std::vector<PlannedConfig> configs;
-  int recommended = -1;  // index of the first that fits, -1: none
+  // Index of the first that fits, -1: none. On several nodes (hardware.nodes > 1) each
+  // configuration at stage 1-3 on the cpu backend is also planned with
+  // zero.shard_group=node right after it (the "hybrid" row), and of the two the faster one
+  // that fits is recommended.
+  int recommended = -1;
   std::vector<std::string> advice;  // what to buy / change
 };
 // `timer` (may be null): this machine's shape timer, for a plan of this machine on the CPU

@@ -42,6 +42,17 @@ Status RunPlan(const PlanArgs& args) {
     RETURN_IF_ERROR(CheckWholeFileOutput(args.save_hardware, "--save-hardware file"));
   }
   const int world = job.zero.world;
+  // A cluster's shape, before any probe.
+  if (args.nodes > 0 && world % args.nodes != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "plan: --nodes ", args.nodes, " does not divide zero.world=", world,
+        " (the ranks per node are zero.world / --nodes)"));
+  }
+  if (args.nodes > 1 && args.inter_node_bandwidth <= 0 && args.hardware == "probe") {
+    return absl::InvalidArgumentError(
+        "plan: --nodes without --inter-node-bandwidth: a probe of this machine cannot measure "
+        "the link between nodes (give it in bytes per second)");
+  }
   Hardware hardware;
   if (args.hardware == "probe") {
     // A probe of this machine, cached (keyed by the CPU, the memory and the nvme_dir).
@@ -65,6 +76,16 @@ Status RunPlan(const PlanArgs& args) {
     StatusOr<std::string> text = ReadInputFile(args.hardware, "--hardware file", kJsonInputLimit);
     if (!text.ok()) return Annotate(text.status(), "plan: cannot read --hardware");
     ASSIGN_OR_RETURN(hardware, ParseHardware(*text, args.hardware));
+  }
+  if (args.nodes > 0) {  // a cluster of such nodes
+    hardware.nodes = args.nodes;
+    hardware.ranks_per_node = world / args.nodes;
+  }
+  if (args.inter_node_bandwidth > 0) hardware.inter_node_network = args.inter_node_bandwidth;
+  if (hardware.nodes > 1 && hardware.inter_node_network <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "plan: ", hardware.nodes, " nodes but no rate between them: give "
+        "--inter-node-bandwidth BYTES_PER_S (or inter_node_network in the hardware file)"));
   }
   if (!args.save_hardware.empty()) {
     RETURN_IF_ERROR(

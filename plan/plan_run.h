@@ -19,6 +19,10 @@ struct PlanArgs {
   bool reprobe = false;            // --reprobe: measure again instead of the cached probe
   std::string save_hardware;       // --save-hardware FILE: the figures used, as a hardware file
   std::string emit_path;           // --emit FILE.json: the recommended configuration
+  // A cluster of this machine's (or the file's) nodes: --nodes N --inter-node-bandwidth B/s
+  // (ranks per node: zero.world / N). 0: as the hardware says.
+  int nodes = 0;
+  double inter_node_bandwidth = 0;
 };
 
 Status RunPlan(const PlanArgs& args);

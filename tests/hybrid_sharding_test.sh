@@ -82,6 +82,6 @@ grep -q "zero.shard_group=node needs a communicator that knows the nodes" "$tmp/
   || { cat "$tmp/threads.log"; fail "threads: unclear error"; }
 "$strata" plan "${common[@]}" --set zero.stage=1 --set zero.shard_group=node \
   > "$tmp/plan.log" 2>&1 && fail "strata plan planned hybrid sharding"
-grep -q "strata plan does not plan zero.shard_group=node yet" "$tmp/plan.log" \
+grep -q "zero.shard_group=node shards within a node and replicates across nodes: plan it for a cluster" "$tmp/plan.log" \
   || { cat "$tmp/plan.log"; fail "plan: unclear error"; }
 echo PASS

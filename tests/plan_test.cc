@@ -348,6 +348,82 @@ TEST(Plan, RecommendsTheFirstThatFitsAndSaysWhatToBuy) {
               HasSubstr("train.micro_batch=1 with train.grad_accum=16 (the same batch): LoRA"));
 }
 
+// A cluster (2 nodes of 2 ranks): every configuration at stages 1-3 is planned flat and with
+// hybrid sharding; the dry run splits each step's bytes within and across nodes, hybrid
+// sends fewer across and keeps more per rank; over a slow link between nodes the hybrid
+// row of the first step that fits is recommended, over a fast one with memory for the flat
+// row only, the flat one.
+TEST(Plan, ClustersArePlannedFlatAndHybrid) {
+  const Options job = PlacementRunOptions(4, 3, {"model.layers=4", "model.channels=128"}, 2);
+  ASSERT_OK_AND_ASSIGN(Hardware hw, ParseHardware(HardwareText(1ull << 30, 64ull << 30), "hw"));
+  hw.nodes = 2;
+  hw.ranks_per_node = 2;
+  hw.inter_node_network = 1e6;  // 1 MB/s between nodes: the network bounds every step
+  ASSERT_OK_AND_ASSIGN(const Plan slow, MakePlan(job, 4, hw));
+  int pairs = 0;
+  for (size_t i = 0; i + 1 < slow.configs.size(); ++i) {
+    const PlannedConfig& flat = slow.configs[i];
+    const PlannedConfig& hybrid = slow.configs[i + 1];
+    if (hybrid.config.name != flat.config.name + ", hybrid") continue;
+    ++pairs;
+    SCOPED_TRACE(flat.config.name);
+    ASSERT_OK(flat.status);
+    ASSERT_OK(hybrid.status);
+    EXPECT_EQ(hybrid.options.zero.shard_group, ShardGroup::kNode);
+    EXPECT_GT(flat.dry.across_node_bytes, 0u);
+    EXPECT_LT(hybrid.dry.across_node_bytes, flat.dry.across_node_bytes);
+    EXPECT_GT(hybrid.dry.within_node_bytes, 0u);
+    for (const PlannedConfig* c : {&flat, &hybrid}) {
+      // The network term: the slower of a rank's bytes within its node and its node's bytes
+      // across (2 ranks' worth) over the link.
+      EXPECT_DOUBLE_EQ(c->step.network_s,
+                       std::max(c->dry.within_node_bytes / hw.network,
+                                c->dry.across_node_bytes * 2.0 / hw.inter_node_network));
+    }
+    if (flat.options.lora.rank == 0 && flat.options.zero.optimizer_tier == StateTier::kDevice) {
+      // Optimizer state sharded over a node's 2 ranks instead of the world's 4.
+      EXPECT_GT(hybrid.dry.device.peak_bytes, flat.dry.device.peak_bytes);
+    }
+  }
+  EXPECT_EQ(pairs, 8);  // every step of the decision order runs at stage 2 or 3 at world 4
+  ASSERT_GE(slow.recommended, 0);
+  EXPECT_EQ(slow.configs[slow.recommended].config.name, "LoRA on the device, hybrid");
+  EXPECT_THAT(RenderPlan(slow, hw), HasSubstr("2 nodes of 2 ranks"));
+  EXPECT_THAT(RenderPlan(slow, hw), HasSubstr("across nodes (a node:"));
+
+  // Full training only (a job that fits flat but not hybrid on the device), a fast link.
+  const Options full = PlacementRunOptions(4, 3, {"model.layers=4", "model.channels=128",
+                                                  "train.recompute=blocks"}, 2);
+  ASSERT_OK_AND_ASSIGN(const DryRunResult flat_run, DryRun(full, 4, BackendKind::kCpu, 2));
+  Options full_hybrid = full;
+  full_hybrid.zero.shard_group = ShardGroup::kNode;
+  ASSERT_OK_AND_ASSIGN(const DryRunResult hybrid_run,
+                       DryRun(full_hybrid, 4, BackendKind::kCpu, 2));
+  ASSERT_LT(flat_run.device.peak_bytes, hybrid_run.device.peak_bytes);
+  EXPECT_LT(hybrid_run.across_node_bytes, flat_run.across_node_bytes);
+  Hardware roomy = hw;
+  roomy.inter_node_network = 1e12;
+  roomy.device_memory_bytes = (flat_run.device.peak_bytes + hybrid_run.device.peak_bytes) / 2;
+  Options no_lora = full;
+  ASSERT_OK_AND_ASSIGN(const Plan fast, MakePlan(no_lora, 4, roomy));
+  ASSERT_GE(fast.recommended, 0);
+  const PlannedConfig& chosen = fast.configs[fast.recommended];
+  EXPECT_EQ(chosen.options.zero.shard_group, ShardGroup::kWorld) << chosen.config.name;
+
+  // What a cluster plan refuses: a world that is not nodes x ranks per node; a hardware
+  // file of several nodes without the link's rate; hybrid sharding on one machine.
+  EXPECT_THAT(MakePlan(job, 2, hw),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("set zero.world=4")));
+  std::string text = HardwareText(1ull << 30, 64ull << 30);
+  text.replace(text.find("\"nodes\": 1"), 10, "\"nodes\": 2");
+  EXPECT_THAT(ParseHardware(text, "c.json"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("inter_node_network: missing or 0, but nodes is 2")));
+  ASSERT_OK_AND_ASSIGN(Hardware one, ParseHardware(HardwareText(1ull << 30, 64ull << 30), "one"));
+  EXPECT_THAT(MakePlan(full_hybrid, 4, one),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan it for a cluster")));
+}
+
 // On CUDA the GEMM attention's scratch (outside the device tier's pool) is added to what each
 // configuration needs on the device; the flash kernels need none.
 TEST(Plan, CudaCountsTheGemmAttentionScratch) {
