@@ -7,26 +7,10 @@
 #     a layout that puts rank 1 on node1 is refused naming the missing file and its host.
 #   shared: 2 nodes x 2 ranks write, 3 nodes x 1 rank + node0 x 1 (world 4, another layout)
 #     resume: every file is found, the same losses bit for bit; one manifest.
-# Usage (from Bazel): checkpoint_test.sh <strata> <nodes.sh>
+# Usage (from Bazel): checkpoint_test.sh <strata> <nodes.sh> (runs.sh beside it)
 set -uo pipefail
-strata="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
-source "$2"
-nodes_require_root
-nodes_up 3
-tmp="${TEST_TMPDIR:-$NODES_DIR}"
-fail() { echo "FAIL: $*"; exit 1; }
-losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
-common=(--set model.preset=tiny --set model.channels=32 --set train.seq_len=16
-        --set train.steps=12 --set train.grad_accum=2 --set train.eval_every=0
-        --set train.lr=3e-3 --set device.threads=1 --set zero.comm_timeout_s=60
-        --set train.micro_batch=2)
-run() {  # run TAG HOSTS [--set ...]
-  local tag="$1" hosts="$2"
-  shift 2
-  NODES_TIMEOUT=180 nodes_mpirun "$hosts" -- "$strata" train "${common[@]}" "$@" \
-    --metrics "$NODES_SHARED/$tag.jsonl" > "$tmp/$tag.log" 2>&1 \
-    || { tail -30 "$tmp/$tag.log"; fail "$tag: mpirun -H $hosts failed"; }
-}
+source "$(dirname "$2")/runs.sh"
+runs_start "$1" 3
 same_tail() {  # same_tail REF TAG: TAG's losses are REF's last six
   cmp -s <(losses "$NODES_SHARED/$1.jsonl" | tail -6) <(losses "$NODES_SHARED/$2.jsonl") || {
     paste <(losses "$NODES_SHARED/$1.jsonl" | tail -6) <(losses "$NODES_SHARED/$2.jsonl")

@@ -7,14 +7,10 @@
 #     fail with strata's own error naming the collective and the silent rank within
 #     zero.comm_timeout_s, and mpirun ends within seconds after (its TCP keepalives,
 #     nodes.sh's settings, notice the lost daemon).
-# Usage (from Bazel): failure_test.sh <strata> <nodes.sh>
+# Usage (from Bazel): failure_test.sh <strata> <nodes.sh> (runs.sh beside it)
 set -uo pipefail
-strata="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
-source "$2"
-nodes_require_root
-nodes_up 2
-tmp="${TEST_TMPDIR:-$NODES_DIR}"
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$2")/runs.sh"
+runs_start "$1" 2
 timeout_s=8
 # Long enough to outlast the fault (tiny steps take ~10 ms): the job must end by failing.
 long=(--set model.preset=tiny --set model.channels=32 --set train.seq_len=16

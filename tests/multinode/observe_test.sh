@@ -5,14 +5,10 @@
 # clock k x 1000 s ahead, since simulated nodes share one clock) and the merged trace still
 # has every rank's step spans within 100 ms of rank 0's; `strata report` of it has a table of
 # every rank and a verdict on stragglers.
-# Usage (from Bazel): observe_test.sh <strata> <nodes.sh>
+# Usage (from Bazel): observe_test.sh <strata> <nodes.sh> (runs.sh beside it)
 set -uo pipefail
-strata="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
-source "$2"
-nodes_require_root
-nodes_up 2
-tmp="${TEST_TMPDIR:-$NODES_DIR}"
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$2")/runs.sh"
+runs_start "$1" 2
 
 STRATA_FAULT_TRACE_CLOCK=1000000 NODES_TIMEOUT=180 nodes_mpirun node0:2,node1:2 \
   -x STRATA_FAULT_TRACE_CLOCK -- "$strata" train --set model.preset=tiny \

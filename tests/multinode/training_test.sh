@@ -9,30 +9,10 @@
 #   2 nodes x 2 ranks  stage 3, params and optimizer on NVMe in each node's local directory
 #   2 nodes x 1 rank   stage 2, optimizer state and gradients in host RAM (ZeRO-Offload)
 #   3 nodes x 1 rank   stage 3, optimizer on NVMe in the shared directory, 2+1 ranks per node
-# Usage (from Bazel): training_test.sh <strata> <nodes.sh>
+# Usage (from Bazel): training_test.sh <strata> <nodes.sh> (runs.sh beside it)
 set -uo pipefail
-strata="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
-source "$2"
-nodes_require_root
-nodes_up 3
-tmp="${TEST_TMPDIR:-$NODES_DIR}"
-fail() { echo "FAIL: $*"; exit 1; }
-losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
-common=(--set model.preset=tiny --set model.channels=32 --set train.seq_len=16
-        --set train.steps=12 --set train.grad_accum=2 --set train.eval_every=0
-        --set train.lr=3e-3 --set device.threads=1 --set zero.comm_timeout_s=60
-        --set train.micro_batch=2)
-
-# run TAG HOSTS [--set ...]: strata train under mpirun across HOSTS; metrics to the shared
-# directory (rank 0 writes them).
-run() {
-  local tag="$1" hosts="$2"
-  shift 2
-  NODES_TIMEOUT=180 nodes_mpirun "$hosts" -- "$strata" train "${common[@]}" "$@" \
-    --metrics "$NODES_SHARED/$tag.jsonl" > "$tmp/$tag.log" 2>&1 \
-    || { tail -30 "$tmp/$tag.log"; fail "$tag: mpirun -H $hosts failed"; }
-  [ "$(losses "$NODES_SHARED/$tag.jsonl" | wc -l)" -eq 12 ] || fail "$tag: not 12 steps"
-}
+source "$(dirname "$2")/runs.sh"
+runs_start "$1" 3
 same() {  # same REF TAG: identical losses
   cmp -s <(losses "$NODES_SHARED/$1.jsonl") <(losses "$NODES_SHARED/$2.jsonl") || {
     paste <(losses "$NODES_SHARED/$1.jsonl") <(losses "$NODES_SHARED/$2.jsonl") | head -12
