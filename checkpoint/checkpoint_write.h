@@ -7,7 +7,10 @@
 // one checkpoint is written into a directory at a time.
 #pragma once
 
+#include <atomic>
+#include <memory>
 #include <optional>
+#include <thread>
 #include <string>
 
 #include "checkpoint/lora_base.h"
@@ -66,5 +69,50 @@ struct CheckpointContext {
 // the incomplete directory is removed.
 StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,
                                      int next_step, const CheckpointContext& context = {});
+
+// A checkpoint written in the background (train.checkpoint_async): Start (collective) does
+// SaveCheckpoint's preparation, then copies this rank's owned shards, one unit at a time,
+// into host buffers bounded by train.checkpoint_buffer_bytes and hands them to a writer
+// thread, which writes them into rank-<r>.bin, hashes and syncs it. Start returns once the
+// copy is complete (it waits while the buffers are full), so the next step may change the
+// state: the checkpoint is the state before `next_step`, whatever runs after. NVMe-resident
+// state is read from its swap files one unit at a time; never the whole state in RAM.
+// Finish (collective; every rank calls it at the same step boundary) waits for the writer
+// and does the rest as SaveCheckpoint does: the exchange of outcomes and XXH3, the
+// manifest written last, the barrier, checkpoint_keep. Until the manifest the directory is
+// not a checkpoint: a crash while the writer runs leaves the previous one valid. Destroyed
+// without Finish, it joins the writer and writes no manifest (an absent checkpoint).
+// Thread-safety: Start, Finish and the destructor on the training thread; written() from
+// any thread. `engine`, `model` and the context's pointers must outlive it.
+class BackgroundCheckpoint {
+ public:
+  struct Queue;  // the buffers between the snapshot and the writer (checkpoint_write.cc)
+
+  static StatusOr<std::unique_ptr<BackgroundCheckpoint>> Start(Engine& engine,
+                                                               const Model& model,
+                                                               const Options& options,
+                                                               int next_step,
+                                                               const CheckpointContext& context);
+  ~BackgroundCheckpoint();
+  BackgroundCheckpoint(const BackgroundCheckpoint&) = delete;
+  BackgroundCheckpoint& operator=(const BackgroundCheckpoint&) = delete;
+
+  int next_step() const;
+  // This rank's file is durable (or failed): Finish would not wait for the writer.
+  bool written() const;
+  // How long the snapshot waited for the writer to drain a buffer (back-pressure).
+  double snapshot_wait_ms() const;
+  // The path of the complete checkpoint, or every rank's error (named as SaveCheckpoint
+  // names it; the incomplete directory removed).
+  StatusOr<std::string> Finish();
+
+ private:
+  struct Parts;  // the plan and what the manifest needs
+  BackgroundCheckpoint();
+  std::unique_ptr<Parts> parts_;
+  std::unique_ptr<Queue> queue_;
+  std::thread writer_;
+  bool finished_ = false;
+};
 
 }  // namespace strata

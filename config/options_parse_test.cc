@@ -76,6 +76,8 @@ const std::vector<std::string> kAllKeys = {
     "train.checkpoint_dir",
     "train.checkpoint_every",
     "train.checkpoint_keep",
+    "train.checkpoint_async",
+    "train.checkpoint_buffer_bytes",
     "train.resume",
     "train.trace_steps",
     "lora.rank",
@@ -158,6 +160,8 @@ void ExpectOptionsEqual(const Options& got, const Options& want) {
   EXPECT_EQ(got.train.checkpoint_dir, want.train.checkpoint_dir);
   EXPECT_EQ(got.train.checkpoint_every, want.train.checkpoint_every);
   EXPECT_EQ(got.train.checkpoint_keep, want.train.checkpoint_keep);
+  EXPECT_EQ(got.train.checkpoint_async, want.train.checkpoint_async);
+  EXPECT_EQ(got.train.checkpoint_buffer_bytes, want.train.checkpoint_buffer_bytes);
   EXPECT_EQ(got.train.resume, want.train.resume);
   EXPECT_EQ(got.lora.rank, want.lora.rank);
   EXPECT_EQ(got.lora.alpha, want.lora.alpha);
