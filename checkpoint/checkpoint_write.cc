@@ -543,8 +543,8 @@ void WriteInBackground(BackgroundCheckpoint::Queue* queue, int fd, fs::path path
   if (status.ok() && ::fsync(fd) != 0) status = Errno(errno, "syncing " + path.string());
   if (::close(fd) != 0 && status.ok()) status = Errno(errno, "closing " + path.string());
   if (status.ok()) status = SyncFile(step_dir.string());  // its entry
-  StatusOr<std::string> outcome = status;
-  if (status.ok()) outcome = Hex(XXH3_64bits_digest(hash));
+  StatusOr<std::string> outcome =
+      status.ok() ? StatusOr<std::string>(Hex(XXH3_64bits_digest(hash))) : StatusOr<std::string>(status);
   XXH3_freeState(hash);
   {
     std::lock_guard<std::mutex> lock(queue->mutex);
