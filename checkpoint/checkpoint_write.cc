@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -463,8 +464,10 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
 // the writer's outcome.
 struct BackgroundCheckpoint::Queue {
   struct Piece {
-    int unit = 0;              // for the fault point
-    std::vector<float> data;   // master, exp_avg, exp_avg_sq of the owned piece, in a row
+    int unit = 0;                    // for the fault point
+    std::unique_ptr<float[]> data;   // master, exp_avg, exp_avg_sq of the owned piece, in a row
+    size_t count = 0;                // floats of them in `data`
+    size_t held = 0;                 // floats `data` holds (counted against the budget)
   };
   std::mutex mutex;
   std::condition_variable changed;
@@ -478,7 +481,8 @@ struct BackgroundCheckpoint::Queue {
 
   // Room for `bytes`: waits while the buffers held would exceed the budget (a piece larger
   // than the whole budget waits until nothing else is held).
-  std::vector<float> Acquire(size_t count) {
+  // Uninitialised: the snapshot overwrites it whole.
+  std::unique_ptr<float[]> Acquire(size_t count) {
     const uint64_t bytes = count * sizeof(float);
     std::unique_lock<std::mutex> lock(mutex);
     const auto start = std::chrono::steady_clock::now();
@@ -487,7 +491,7 @@ struct BackgroundCheckpoint::Queue {
                                                            start).count();
     held_bytes += bytes;
     lock.unlock();
-    return std::vector<float>(count);
+    return std::unique_ptr<float[]>(new float[count]);
   }
   void Push(Piece piece) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -527,18 +531,18 @@ void WriteInBackground(BackgroundCheckpoint::Queue* queue, int fd, fs::path path
   XXH3_64bits_reset(hash);
   Status status;
   while (std::optional<BackgroundCheckpoint::Queue::Piece> piece = queue->Pop()) {
-    const size_t count = piece->data.size();
+    const size_t count = piece->count;
     if (status.ok() && count > 0) {
-      status = Annotate(WriteAllBytes(fd, piece->data.data(), count * sizeof(float),
+      status = Annotate(WriteAllBytes(fd, piece->data.get(), count * sizeof(float),
                                       path.string()),
                         "checkpoint");
-      if (status.ok()) XXH3_64bits_update(hash, piece->data.data(), count * sizeof(float));
+      if (status.ok()) XXH3_64bits_update(hash, piece->data.get(), count * sizeof(float));
     }
     if (status.ok()) {
       status = CheckpointFaultPoint(fault, next_step, rank, CheckpointFault::Phase::kUnit,
                                     piece->unit);
     }
-    queue->Release(count);
+    queue->Release(piece->held);
   }
   if (status.ok() && ::fsync(fd) != 0) status = Errno(errno, "syncing " + path.string());
   if (::close(fd) != 0 && status.ok()) status = Errno(errno, "closing " + path.string());
@@ -601,7 +605,6 @@ StatusOr<std::unique_ptr<BackgroundCheckpoint>> BackgroundCheckpoint::Start(
   // The snapshot: one unit's owned piece at a time into the queue's buffers, read from the
   // state's tier (device, host, or the NVMe swap files) before the next step can change it.
   const std::vector<RankPiece>& layout = plan.layouts[plan.rank];
-  std::vector<float> arrays[3];  // a unit held whole by every rank: read whole, then cut
   Status snapshot;
   for (size_t i = 0; i < plan.trainable.size() && snapshot.ok(); ++i) {
     const int unit = plan.trainable[i];
@@ -618,22 +621,24 @@ StatusOr<std::unique_ptr<BackgroundCheckpoint>> BackgroundCheckpoint::Start(
                                                     ")"));
         break;
       }
-      out.data = queue.Acquire(3 * count);
-      float* data = out.data.data();
-      if (begin == piece.begin && end == piece.end) {  // a shard: straight into the buffer
-        snapshot = engine.state().ReadStateRange(unit, data, data + count, data + 2 * count);
-      } else {
-        for (std::vector<float>& array : arrays) array.resize(end - begin);
-        snapshot = engine.state().ReadStateRange(unit, arrays[0].data(), arrays[1].data(),
-                                                 arrays[2].data());
-        for (int k = 0; k < 3 && snapshot.ok(); ++k) {
-          std::copy(arrays[k].begin() + (piece.begin - begin),
-                    arrays[k].begin() + (piece.end - begin), data + k * count);
-        }
-      }
+      // The state's whole range is read straight into the buffer (no second copy), then the
+      // owned piece of each array moved to the front, in a row (where a unit is held whole or
+      // padded, the range is larger than the piece).
+      const size_t range = end - begin;
+      out.held = 3 * range;
+      out.count = 3 * count;
+      out.data = queue.Acquire(out.held);
+      float* data = out.data.get();
+      snapshot = engine.state().ReadStateRange(unit, data, data + range, data + 2 * range);
       if (!snapshot.ok()) {
-        queue.Release(3 * count);
+        queue.Release(out.held);
         break;
+      }
+      if (range != count) {
+        for (int k = 0; k < 3; ++k) {
+          std::memmove(data + k * count, data + k * range + (piece.begin - begin),
+                       count * sizeof(float));
+        }
       }
     }
     queue.Push(std::move(out));
