@@ -474,6 +474,7 @@ struct BackgroundCheckpoint::Queue {
   std::deque<Piece> pieces;
   uint64_t budget_bytes = 0;
   uint64_t held_bytes = 0;  // in `pieces` and in the writer's hands
+  uint64_t peak_held_bytes = 0;
   bool closed = false;      // the snapshot is complete (or abandoned)
   double waited_ms = 0.0;   // the snapshot's waits for room
   StatusOr<std::string> outcome = absl::UnknownError("checkpoint: writer not finished");
@@ -490,6 +491,7 @@ struct BackgroundCheckpoint::Queue {
     waited_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                            start).count();
     held_bytes += bytes;
+    peak_held_bytes = std::max(peak_held_bytes, held_bytes);
     lock.unlock();
     return std::unique_ptr<float[]>(new float[count]);
   }
@@ -664,6 +666,11 @@ bool BackgroundCheckpoint::written() const { return queue_->done; }
 double BackgroundCheckpoint::snapshot_wait_ms() const {
   std::lock_guard<std::mutex> lock(queue_->mutex);
   return queue_->waited_ms;
+}
+
+uint64_t BackgroundCheckpoint::peak_buffer_bytes() const {
+  std::lock_guard<std::mutex> lock(queue_->mutex);
+  return queue_->peak_held_bytes;
 }
 
 StatusOr<std::string> BackgroundCheckpoint::Finish() {

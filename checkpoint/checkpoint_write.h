@@ -1,7 +1,9 @@
 // Writing a checkpoint: the state before a step, each rank writing the shards it owns, the
 // manifest written last (a crash never leaves a step-<k> that looks complete), then the
-// older ones beyond train.checkpoint_keep removed; and the fault the fault suite injects
-// into the writer.
+// older ones beyond train.checkpoint_keep removed; synchronously (SaveCheckpoint) or in the
+// background (BackgroundCheckpoint: a snapshot into bounded host buffers, a writer thread,
+// the manifest at a later step boundary); and the fault the fault suite injects into the
+// writer.
 // Part of //checkpoint (see checkpoint.h for the layout).
 // Thread-safety: SaveCheckpoint is collective (every rank of the engine calls it together);
 // one checkpoint is written into a directory at a time.
@@ -25,7 +27,8 @@ namespace strata {
 // A fault the fault suite injects into the checkpoint writer (STRATA_FAULT_CHECKPOINT, read
 // once at the top of the program) in the checkpoint of step `step`, on rank `rank` (-1:
 // every rank), at one of its phases: kUnit just after unit `unit`'s arrays went into the
-// rank's file (some rank files written, no manifest); kManifest after every rank's file is
+// rank's file (some rank files written, no manifest; in the background, on the writer
+// thread while the next step runs); kManifest after every rank's file is
 // durable, before the manifest is written; kKeep after the manifest is durable on every
 // rank, before older checkpoints are removed. kKill raises SIGKILL (a process killed
 // there), kEnospc fails as a full disk would.
@@ -102,6 +105,9 @@ class BackgroundCheckpoint {
   bool written() const;
   // How long the snapshot waited for the writer to drain a buffer (back-pressure).
   double snapshot_wait_ms() const;
+  // The most bytes of buffers held at once (at most train.checkpoint_buffer_bytes, or one
+  // unit's state range where that alone is larger).
+  uint64_t peak_buffer_bytes() const;
   // The path of the complete checkpoint, or every rank's error (named as SaveCheckpoint
   // names it; the incomplete directory removed).
   StatusOr<std::string> Finish();

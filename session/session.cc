@@ -262,6 +262,7 @@ StatusOr<StepReport> TrainingSession::Step(int step) {
       pending_checkpoint_ = std::move(started).value();
       report.checkpoint_started = step + 1;
       report.checkpoint_wait_ms = pending_checkpoint_->snapshot_wait_ms();
+      report.checkpoint_buffer_peak_bytes = pending_checkpoint_->peak_buffer_bytes();
     } else {
       ASSIGN_OR_RETURN(report.checkpoint, Checkpoint(step + 1));
       report.checkpoint_step = step + 1;

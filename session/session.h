@@ -56,6 +56,8 @@ struct StepReport {
   // writer, checkpoint_wait_ms) and the completion (waiting for the writer, the manifest).
   double checkpoint_ms = 0.0;
   double checkpoint_wait_ms = 0.0;
+  // The background snapshot's most bytes of host buffers held at once.
+  uint64_t checkpoint_buffer_peak_bytes = 0;
 };
 
 // --trace FILE under several ranks: rank k writes FILE.rank<k>.json ("t.json" ->

@@ -689,6 +689,51 @@ TEST(Checkpoint, BackgroundCheckpointsMatchSynchronousOnesAndResumeExactly) {
   EXPECT_EQ(resumed.losses, Tail(reference.losses, 2));
 }
 
+// The background snapshot's buffers stay within train.checkpoint_buffer_bytes (1 MiB)
+// although the rank's state is larger: never the whole state in RAM; its file is still
+// complete and equal to the synchronous one.
+TEST(Checkpoint, TheBackgroundSnapshotStaysWithinItsBuffers) {
+  namespace fs = std::filesystem;
+  const std::string dir = TestDir("background-bounded");
+  const std::string sync_dir = TestDir("background-bounded-sync");
+  fs::remove_all(dir);
+  fs::remove_all(sync_dir);
+  const auto run = [](const Options& options) -> StatusOr<std::vector<StepReport>> {
+    ASSIGN_OR_RETURN(auto session, TrainingSession::CreateSingleRank(options));
+    std::vector<StepReport> reports;
+    for (int step = 0; step < options.train.steps; ++step) {
+      ASSIGN_OR_RETURN(StepReport report, session->Step(step));
+      reports.push_back(std::move(report));
+    }
+    RETURN_IF_ERROR(session->Finish());
+    return reports;
+  };
+  ASSERT_OK_AND_ASSIGN(
+      const std::vector<StepReport> reports,
+      run(Make(1, 1, {"model.channels=64", "zero.optimizer_tier=host", "train.checkpoint_dir=" + dir,
+                      "train.checkpoint_every=2", "train.checkpoint_async=true",
+                      "train.checkpoint_buffer_bytes=1MiB"})));
+  ASSERT_OK(run(Make(1, 1, {"model.channels=64", "zero.optimizer_tier=host",
+                            "train.checkpoint_dir=" + sync_dir,
+                            "train.checkpoint_every=2"}))
+                .status());
+  const uint64_t file_bytes = fs::file_size(dir + "/step-2/rank-00000.bin");
+  EXPECT_GT(file_bytes, 1u << 20);  // the bound matters
+  int started = 0;
+  for (const StepReport& report : reports) {
+    if (report.checkpoint_started == 0) continue;
+    ++started;
+    EXPECT_GT(report.checkpoint_buffer_peak_bytes, 0u);
+    EXPECT_LE(report.checkpoint_buffer_peak_bytes, 1u << 20) << "step " << report.step + 1;
+  }
+  EXPECT_EQ(started, 2);  // after steps 2 and 4; step 6's (the last) is synchronous
+  for (const std::string step : {"step-2", "step-4", "step-6"}) {
+    EXPECT_TRUE(FileBytes(dir + "/" + step + "/rank-00000.bin") ==
+                FileBytes(sync_dir + "/" + step + "/rank-00000.bin"))
+        << step;
+  }
+}
+
 // A failure of the background writer (a full disk on rank 1 while unit 1 goes into its
 // file) is an error on every rank when the checkpoint is completed, at a later step; the
 // incomplete step-4 is removed, step-2 stays valid and the resume from the directory gives
