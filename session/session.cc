@@ -239,6 +239,9 @@ StatusOr<StepReport> TrainingSession::Step(int step) {
     if (!complete && communicator_->world_size() == 1) {
       complete = pending_checkpoint_->written();
     } else if (!complete) {
+      // Nothing of the engine in flight on the communicator before this agreement (its
+      // collectives are ordered on one stream; a delayed update is put in place first).
+      if (Status synced = engine_->state().Sync(); !synced.ok()) return AbortOnError(synced);
       ASSIGN_OR_RETURN(const std::vector<std::string> written,
                        GatherTexts(*communicator_, pending_checkpoint_->written() ? "1" : "0"));
       complete = std::count(written.begin(), written.end(), "1") ==
