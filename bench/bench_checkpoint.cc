@@ -151,9 +151,9 @@ Status RunBenchCheckpoint(const BenchArgs& args, const std::string& dir, int rou
   if (ratio > 0.1) {
     std::printf("  why not: %s\n",
                 f.background_stall_ms / write > 0.1
-                    ? "the stall alone exceeds it: the snapshot copies the state into "
-                      "buffers allocated afresh (a memory copy and their page faults, on "
-                      "cores training shares), waits for the writer where "
+                    ? "the stall alone exceeds it: the snapshot copies the state into host "
+                      "buffers (a memory copy on cores training shares; the first checkpoint "
+                      "also faults their pages in), waits for the writer where "
                       "train.checkpoint_buffer_bytes is smaller than the state, and the "
                       "completion writes the manifest"
                     : absl::StrCat("the writer (write, XXH3, fsync) competes with training "

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <filesystem>
@@ -479,6 +480,7 @@ struct BackgroundCheckpoint::Queue {
   double waited_ms = 0.0;   // the snapshot's waits for room
   StatusOr<std::string> outcome = absl::UnknownError("checkpoint: writer not finished");
   std::atomic<bool> done{false};
+  CheckpointBufferPool* pool = nullptr;  // where buffers go back to (may be null)
 
   // Room for `bytes`: waits while the buffers held would exceed the budget (a piece larger
   // than the whole budget waits until nothing else is held).
@@ -493,6 +495,9 @@ struct BackgroundCheckpoint::Queue {
     held_bytes += bytes;
     peak_held_bytes = std::max(peak_held_bytes, held_bytes);
     lock.unlock();
+    if (pool != nullptr) {
+      if (std::unique_ptr<float[]> kept = pool->Take(count)) return kept;
+    }
     return std::unique_ptr<float[]>(new float[count]);
   }
   void Push(Piece piece) {
@@ -545,6 +550,7 @@ void WriteInBackground(BackgroundCheckpoint::Queue* queue, int fd, fs::path path
                                     piece->unit);
     }
     queue->Release(piece->held);
+    if (queue->pool != nullptr) queue->pool->Give(std::move(piece->data), piece->held);
   }
   if (status.ok() && ::fsync(fd) != 0) status = Errno(errno, "syncing " + path.string());
   if (::close(fd) != 0 && status.ok()) status = Errno(errno, "closing " + path.string());
@@ -577,9 +583,26 @@ BackgroundCheckpoint::~BackgroundCheckpoint() {
   }
 }
 
+std::unique_ptr<float[]> CheckpointBufferPool::Take(size_t count) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = free_.find(count);
+  if (found == free_.end()) return nullptr;
+  std::unique_ptr<float[]> buffer = std::move(found->second);
+  free_.erase(found);
+  free_bytes_ -= count * sizeof(float);
+  return buffer;
+}
+
+void CheckpointBufferPool::Give(std::unique_ptr<float[]> buffer, size_t count) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (buffer == nullptr || free_bytes_ + count * sizeof(float) > limit_bytes_) return;
+  free_bytes_ += count * sizeof(float);
+  free_.emplace(count, std::move(buffer));
+}
+
 StatusOr<std::unique_ptr<BackgroundCheckpoint>> BackgroundCheckpoint::Start(
     Engine& engine, const Model& model, const Options& options, int next_step,
-    const CheckpointContext& context) {
+    const CheckpointContext& context, CheckpointBufferPool* pool) {
   std::unique_ptr<BackgroundCheckpoint> checkpoint(new BackgroundCheckpoint());
   checkpoint->parts_ = std::make_unique<Parts>();
   Parts& parts = *checkpoint->parts_;
@@ -590,6 +613,7 @@ StatusOr<std::unique_ptr<BackgroundCheckpoint>> BackgroundCheckpoint::Start(
   checkpoint->queue_ = std::make_unique<Queue>();
   Queue& queue = *checkpoint->queue_;
   queue.budget_bytes = options.train.checkpoint_buffer_bytes;
+  queue.pool = pool;
   const CheckpointPlan& plan = parts.plan;
   Status opened = plan.created;
   int fd = -1;

@@ -10,7 +10,9 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <string>
@@ -73,6 +75,24 @@ struct CheckpointContext {
 StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,
                                      int next_step, const CheckpointContext& context = {});
 
+// Host buffers kept from one background checkpoint to the next, by size (a model's units
+// repeat theirs), so that a snapshot copies into memory whose pages are already touched
+// instead of faulting fresh pages in. Holds at most `limit_bytes` (what is given beyond
+// that is freed). Thread-safe; must outlive every BackgroundCheckpoint given it.
+class CheckpointBufferPool {
+ public:
+  explicit CheckpointBufferPool(uint64_t limit_bytes) : limit_bytes_(limit_bytes) {}
+  // A kept buffer of exactly `count` floats, or null.
+  std::unique_ptr<float[]> Take(size_t count);
+  void Give(std::unique_ptr<float[]> buffer, size_t count);
+
+ private:
+  std::mutex mutex_;
+  std::multimap<size_t, std::unique_ptr<float[]>> free_;
+  uint64_t free_bytes_ = 0;
+  const uint64_t limit_bytes_;
+};
+
 // A checkpoint written in the background (train.checkpoint_async): Start (collective) does
 // SaveCheckpoint's preparation, then copies this rank's owned shards, one unit at a time,
 // into host buffers bounded by train.checkpoint_buffer_bytes and hands them to a writer
@@ -95,7 +115,8 @@ class BackgroundCheckpoint {
                                                                const Model& model,
                                                                const Options& options,
                                                                int next_step,
-                                                               const CheckpointContext& context);
+                                                               const CheckpointContext& context,
+                                                               CheckpointBufferPool* pool = nullptr);
   ~BackgroundCheckpoint();
   BackgroundCheckpoint(const BackgroundCheckpoint&) = delete;
   BackgroundCheckpoint& operator=(const BackgroundCheckpoint&) = delete;

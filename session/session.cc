@@ -259,8 +259,12 @@ StatusOr<StepReport> TrainingSession::Step(int step) {
   if (due) {
     const auto checkpoint_start = std::chrono::steady_clock::now();
     if (options_.train.checkpoint_async && !last) {
+      if (!checkpoint_buffers_) {
+        checkpoint_buffers_ =
+            std::make_unique<CheckpointBufferPool>(options_.train.checkpoint_buffer_bytes);
+      }
       StatusOr<std::unique_ptr<BackgroundCheckpoint>> started = BackgroundCheckpoint::Start(
-          *engine_, *model_, options_, step + 1, CheckpointContextOf());
+          *engine_, *model_, options_, step + 1, CheckpointContextOf(), checkpoint_buffers_.get());
       if (!started.ok()) return AbortOnError(started.status());
       pending_checkpoint_ = std::move(started).value();
       report.checkpoint_started = step + 1;

@@ -159,6 +159,9 @@ class TrainingSession {
   // read).
   std::optional<LoraBase> lora_base_;
   CheckpointContext CheckpointContextOf() const;
+  // The background checkpoints' buffers, kept between them (before pending_checkpoint_:
+  // it outlives the writer).
+  std::unique_ptr<CheckpointBufferPool> checkpoint_buffers_;
   // The background checkpoint being written (after engine_: destroyed first).
   std::unique_ptr<BackgroundCheckpoint> pending_checkpoint_;
 };
