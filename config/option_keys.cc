@@ -257,7 +257,8 @@ const std::vector<KeySpec>& Keys() {
        +[](Options& o) { return &o.train.checkpoint_buffer_bytes; },
        "with train.checkpoint_async: host memory for the checkpoint's copy (bytes or a size "
        "like 256MiB); when full the copy waits for the writer to drain a buffer (one "
-       "unit's shard is copied at a time, whatever the bound).",
+       "unit's shard is copied at a time, whatever the bound); kept allocated between "
+       "checkpoints.",
        true, AtLeast(1 << 20, " (1 MiB)"), true},
       {"train.resume", +[](Options& o) { return &o.train.resume; },
        "a checkpoint (<dir>/step-<k>) to resume from, at step k, or a checkpoint_dir (its "
