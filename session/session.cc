@@ -271,6 +271,8 @@ StatusOr<StepReport> TrainingSession::Step(int step) {
       report.checkpoint_wait_ms = pending_checkpoint_->snapshot_wait_ms();
       report.checkpoint_buffer_peak_bytes = pending_checkpoint_->peak_buffer_bytes();
     } else {
+      // A background one completed just now is followed by this step's: both are reported.
+      if (report.checkpoint) report.checkpoint_completed_before = *report.checkpoint;
       ASSIGN_OR_RETURN(report.checkpoint, Checkpoint(step + 1));
       report.checkpoint_step = step + 1;
     }

@@ -49,6 +49,9 @@ struct StepReport {
   // (or because a new one is due, or this is the last step).
   std::optional<std::string> checkpoint;
   int checkpoint_step = 0;
+  // Where a background checkpoint was completed at this step and then this step's own
+  // checkpoint written synchronously (the last step's): the earlier one's path.
+  std::optional<std::string> checkpoint_completed_before;
   // A background checkpoint was started after this step (its snapshot taken): its next step.
   int checkpoint_started = 0;
   // What this step's checkpoints held training up (not in ms_per_step): a synchronous

@@ -221,6 +221,9 @@ class RankRun {
       last_checkpoint_step_ = report.checkpoint_step;
     }
     if (!lead_) return absl::OkStatus();
+    if (report.checkpoint_completed_before) {
+      spdlog::info("checkpoint: {}", *report.checkpoint_completed_before);
+    }
     if (report.checkpoint) {
       spdlog::info("checkpoint: {} ({:.1f} s{})", *report.checkpoint, report.checkpoint_ms / 1e3,
                    options_.train.checkpoint_async ? " held up training" : "");
