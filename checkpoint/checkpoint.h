@@ -27,7 +27,8 @@
 // collective: every rank of the engine calls them together.
 //
 // This header gathers the checkpoint API; each part has its own header and .cc:
-//   checkpoint_write.h      SaveCheckpoint, the fault suite's CheckpointFault
+//   checkpoint_write.h      SaveCheckpoint, BackgroundCheckpoint, the fault suite's
+//                           CheckpointFault
 //   checkpoint_consolidate.h  ConsolidateCheckpoint (rank files into one directory)
 //   checkpoint_open.h       OpenCheckpoint, VerifyCheckpointFiles, ReadCheckpointArray
 //   checkpoint_load.h       LoadCheckpoint (resuming)

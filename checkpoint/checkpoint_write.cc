@@ -7,6 +7,13 @@
 #include <xxhash.h>
 
 #include <cerrno>
+#include <cstring>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -147,6 +154,21 @@ StatusOr<std::string> WriteRankFile(Engine& engine, const std::vector<int>& trai
   return Hex(XXH3_64bits_digest(hash));
 }
 
+// What the phases of one checkpoint share: its layout and this rank's part in it.
+struct CheckpointPlan {
+  Communicator* communicator = nullptr;
+  int world = 1, rank = 0, next_step = 0;
+  fs::path dir, step_dir, own_file;
+  std::string step_name;
+  std::vector<int> trainable;  // the units written, in order
+  std::vector<size_t> used;    // their used elements
+  std::vector<std::vector<RankPiece>> layouts;  // per rank, per trainable unit
+  std::vector<uint64_t> file_bytes;             // per rank
+  std::vector<std::string> hosts;               // per rank
+  bool writes_manifest = false;
+  Status created;  // this rank's step directory
+};
+
 }  // namespace
 
 StatusOr<std::optional<CheckpointFault>> ParseCheckpointFault(const std::string& text) {
@@ -175,26 +197,37 @@ StatusOr<std::optional<CheckpointFault>> ParseCheckpointFault(const std::string&
   return std::optional<CheckpointFault>(fault);
 }
 
-StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,
-                                     int next_step, const CheckpointContext& context) {
-  Communicator* communicator = context.communicator;
-  const int world = communicator != nullptr ? communicator->world_size() : 1;
-  const int rank = communicator != nullptr ? communicator->rank() : 0;
+namespace {
+
+// Phases 0-1 of a checkpoint (collective): the layout, the manifest writers, the room,
+// a step-<k> of an earlier run removed; and this rank's step directory created.
+StatusOr<CheckpointPlan> PrepareCheckpoint(Engine& engine, const Model& model,
+                                           const Options& options, int next_step,
+                                           const CheckpointContext& context) {
+  CheckpointPlan plan;
+  plan.next_step = next_step;
+  Communicator* communicator = plan.communicator = context.communicator;
+  const int world = plan.world = communicator != nullptr ? communicator->world_size() : 1;
+  const int rank = plan.rank = communicator != nullptr ? communicator->rank() : 0;
   const std::string host = context.host.empty() ? HostName() : context.host;
-  const fs::path dir = options.train.checkpoint_dir;
-  const fs::path step_dir = dir / absl::StrCat("step-", next_step);
-  const std::string step_name = absl::StrCat("step-", next_step);
+  const fs::path dir = plan.dir = options.train.checkpoint_dir;
+  const fs::path step_dir = plan.step_dir = dir / absl::StrCat("step-", next_step);
+  const std::string step_name = plan.step_name = absl::StrCat("step-", next_step);
+  plan.own_file = step_dir / RankFileName(rank);
   const std::vector<UnitLayout>& units = model.units();
-  std::vector<int> trainable;
-  std::vector<size_t> used, shard_elements;
+  std::vector<int>& trainable = plan.trainable;
+  std::vector<size_t>& used = plan.used;
+  std::vector<size_t> shard_elements;
   for (size_t u = 0; u < units.size(); ++u) {
     if (!units[u].trainable()) continue;  // a LoRA base: referred to by its hash
     trainable.push_back(static_cast<int>(u));
     used.push_back(units[u].used_elements());
     shard_elements.push_back(engine.state().PaddedElements(static_cast<int>(u)) / world);
   }
-  std::vector<std::vector<RankPiece>> layouts(world);
-  std::vector<uint64_t> file_bytes(world);
+  std::vector<std::vector<RankPiece>>& layouts = plan.layouts;
+  std::vector<uint64_t>& file_bytes = plan.file_bytes;
+  layouts.resize(world);
+  file_bytes.resize(world);
   for (int r = 0; r < world; ++r) {
     layouts[r] = RankFileLayout(used, shard_elements, r, &file_bytes[r]);
   }
@@ -202,11 +235,12 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
   // delayed update is put in place first).
   RETURN_IF_ERROR(engine.state().Sync());
   // The manifest writers: the lowest rank on each host.
-  std::vector<std::string> hosts = {host};
+  std::vector<std::string>& hosts = plan.hosts;
+  hosts = {host};
   if (communicator != nullptr) {
     ASSIGN_OR_RETURN(hosts, GatherTexts(*communicator, host));
   }
-  const bool writes_manifest =
+  const bool writes_manifest = plan.writes_manifest =
       std::find(hosts.begin(), hosts.end(), host) - hosts.begin() == rank;
 
   // 1. The room for this rank's files, and a step-<k> of an earlier run removed (manifest
@@ -233,27 +267,38 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
   }();
   RETURN_IF_ERROR(AgreeOnStatus(communicator, prepared, "to prepare " + step_dir.string()));
 
-  // 2. Every rank's own file, synced.
-  std::optional<Progress> progress;
-  if (rank == 0) {
-    progress.emplace(absl::StrCat("checkpoint ", step_name, world > 1 ? " (rank 0's file)" : ""),
-                     file_bytes[0]);
+  // This rank's room in it (an error here is this rank's outcome, exchanged later).
+  std::error_code error;
+  fs::create_directories(step_dir, error);
+  if (error) {
+    plan.created = absl::InternalError(
+        absl::StrCat("checkpoint: cannot create ", step_dir.string(), ": ", error.message()));
   }
-  const fs::path own_file = step_dir / RankFileName(rank);
-  StatusOr<std::string> own_hash = [&]() -> StatusOr<std::string> {
-    std::error_code error;
-    fs::create_directories(step_dir, error);
-    if (error) {
-      return absl::InternalError(
-          absl::StrCat("checkpoint: cannot create ", step_dir.string(), ": ", error.message()));
-    }
-    ASSIGN_OR_RETURN(std::string hash,
-                     WriteRankFile(engine, trainable, layouts[rank], own_file, next_step, rank,
-                                   context.fault, progress ? &*progress : nullptr));
-    RETURN_IF_ERROR(SyncFile(step_dir.string()));  // its entry
-    return hash;
-  }();
+  return plan;
+}
+
+// Phases 3-6 (collective), once this rank's file is durable (`own_hash`) or failed: the
+// exchange of outcomes and hashes, the manifest, the barrier, checkpoint_keep.
+StatusOr<std::string> CompleteCheckpoint(const CheckpointPlan& plan,
+                                         const StatusOr<std::string>& own_hash,
+                                         const Model& model, const Options& options,
+                                         const CheckpointContext& context) {
   // 3. The exchange: each rank's outcome and its file's XXH3.
+  const std::vector<UnitLayout>& units = model.units();
+  Communicator* communicator = plan.communicator;
+  const int world = plan.world;
+  const int rank = plan.rank;
+  const int next_step = plan.next_step;
+  const fs::path& dir = plan.dir;
+  const fs::path& step_dir = plan.step_dir;
+  const std::string& step_name = plan.step_name;
+  const fs::path& own_file = plan.own_file;
+  const bool writes_manifest = plan.writes_manifest;
+  const std::vector<int>& trainable = plan.trainable;
+  const std::vector<size_t>& used = plan.used;
+  const std::vector<std::vector<RankPiece>>& layouts = plan.layouts;
+  const std::vector<uint64_t>& file_bytes = plan.file_bytes;
+  const std::vector<std::string>& hosts = plan.hosts;
   std::vector<std::string> hashes = {own_hash.ok() ? *own_hash : std::string()};
   Status written = own_hash.status();
   if (communicator != nullptr && world > 1) {
@@ -387,6 +432,278 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
     }
   }
   return step_dir.string();
+}
+
+
+}  // namespace
+
+StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const Options& options,
+                                     int next_step, const CheckpointContext& context) {
+  ASSIGN_OR_RETURN(const CheckpointPlan plan,
+                   PrepareCheckpoint(engine, model, options, next_step, context));
+  // 2. Every rank's own file, synced.
+  std::optional<Progress> progress;
+  if (plan.rank == 0) {
+    progress.emplace(absl::StrCat("checkpoint ", plan.step_name,
+                                  plan.world > 1 ? " (rank 0's file)" : ""),
+                     plan.file_bytes[0]);
+  }
+  StatusOr<std::string> own_hash = [&]() -> StatusOr<std::string> {
+    RETURN_IF_ERROR(plan.created);
+    ASSIGN_OR_RETURN(std::string hash,
+                     WriteRankFile(engine, plan.trainable, plan.layouts[plan.rank],
+                                   plan.own_file, next_step, plan.rank, context.fault,
+                                   progress ? &*progress : nullptr));
+    RETURN_IF_ERROR(SyncFile(plan.step_dir.string()));  // its entry
+    return hash;
+  }();
+  return CompleteCheckpoint(plan, own_hash, model, options, context);
+}
+
+// The background writer's shared state: the snapshot's buffers on their way to the file,
+// bounded by `budget_bytes` (the training thread waits in Acquire while they are full), and
+// the writer's outcome.
+struct BackgroundCheckpoint::Queue {
+  struct Piece {
+    int unit = 0;                    // for the fault point
+    std::unique_ptr<float[]> data;   // master, exp_avg, exp_avg_sq of the owned piece, in a row
+    size_t count = 0;                // floats of them in `data`
+    size_t held = 0;                 // floats `data` holds (counted against the budget)
+  };
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<Piece> pieces;
+  uint64_t budget_bytes = 0;
+  uint64_t held_bytes = 0;  // in `pieces` and in the writer's hands
+  uint64_t peak_held_bytes = 0;
+  bool closed = false;      // the snapshot is complete (or abandoned)
+  double waited_ms = 0.0;   // the snapshot's waits for room
+  StatusOr<std::string> outcome = absl::UnknownError("checkpoint: writer not finished");
+  std::atomic<bool> done{false};
+  CheckpointBufferPool* pool = nullptr;  // where buffers go back to (may be null)
+
+  // Room for `bytes`: waits while the buffers held would exceed the budget (a piece larger
+  // than the whole budget waits until nothing else is held).
+  // Uninitialised: the snapshot overwrites it whole.
+  std::unique_ptr<float[]> Acquire(size_t count) {
+    const uint64_t bytes = count * sizeof(float);
+    std::unique_lock<std::mutex> lock(mutex);
+    const auto start = std::chrono::steady_clock::now();
+    changed.wait(lock, [&] { return held_bytes == 0 || held_bytes + bytes <= budget_bytes; });
+    waited_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                           start).count();
+    held_bytes += bytes;
+    peak_held_bytes = std::max(peak_held_bytes, held_bytes);
+    lock.unlock();
+    if (pool != nullptr) {
+      if (std::unique_ptr<float[]> kept = pool->Take(count)) return kept;
+    }
+    return std::unique_ptr<float[]>(new float[count]);
+  }
+  void Push(Piece piece) {
+    std::lock_guard<std::mutex> lock(mutex);
+    pieces.push_back(std::move(piece));
+    changed.notify_all();
+  }
+  void Close() {
+    std::lock_guard<std::mutex> lock(mutex);
+    closed = true;
+    changed.notify_all();
+  }
+  // The next piece, or none once closed and drained.
+  std::optional<Piece> Pop() {
+    std::unique_lock<std::mutex> lock(mutex);
+    changed.wait(lock, [&] { return closed || !pieces.empty(); });
+    if (pieces.empty()) return std::nullopt;
+    Piece piece = std::move(pieces.front());
+    pieces.pop_front();
+    return piece;
+  }
+  void Release(size_t count) {
+    std::lock_guard<std::mutex> lock(mutex);
+    held_bytes -= count * sizeof(float);
+    changed.notify_all();
+  }
+};
+
+namespace {
+
+// The writer thread: each piece into the rank file (`fd`, owned), hashed, then the file
+// synced and its directory entry; the outcome (XXH3 or the first error) into the queue.
+// After an error it goes on draining (discarding), so that the snapshot never waits for a
+// writer that stopped.
+void WriteInBackground(BackgroundCheckpoint::Queue* queue, int fd, fs::path path,
+                       fs::path step_dir, int next_step, int rank, const CheckpointFault* fault) {
+  XXH3_state_t* hash = XXH3_createState();
+  XXH3_64bits_reset(hash);
+  Status status;
+  while (std::optional<BackgroundCheckpoint::Queue::Piece> piece = queue->Pop()) {
+    const size_t count = piece->count;
+    if (status.ok() && count > 0) {
+      status = Annotate(WriteAllBytes(fd, piece->data.get(), count * sizeof(float),
+                                      path.string()),
+                        "checkpoint");
+      if (status.ok()) XXH3_64bits_update(hash, piece->data.get(), count * sizeof(float));
+    }
+    if (status.ok()) {
+      status = CheckpointFaultPoint(fault, next_step, rank, CheckpointFault::Phase::kUnit,
+                                    piece->unit);
+    }
+    queue->Release(piece->held);
+    if (queue->pool != nullptr) queue->pool->Give(std::move(piece->data), piece->held);
+  }
+  if (status.ok() && ::fsync(fd) != 0) status = Errno(errno, "syncing " + path.string());
+  if (::close(fd) != 0 && status.ok()) status = Errno(errno, "closing " + path.string());
+  if (status.ok()) status = SyncFile(step_dir.string());  // its entry
+  StatusOr<std::string> outcome =
+      status.ok() ? StatusOr<std::string>(Hex(XXH3_64bits_digest(hash))) : StatusOr<std::string>(status);
+  XXH3_freeState(hash);
+  {
+    std::lock_guard<std::mutex> lock(queue->mutex);
+    queue->outcome = std::move(outcome);
+  }
+  queue->done = true;
+}
+
+}  // namespace
+
+struct BackgroundCheckpoint::Parts {
+  CheckpointPlan plan;
+  const Model* model = nullptr;
+  Options options;
+  CheckpointContext context;
+};
+
+BackgroundCheckpoint::BackgroundCheckpoint() = default;
+
+BackgroundCheckpoint::~BackgroundCheckpoint() {
+  if (writer_.joinable()) {
+    queue_->Close();
+    writer_.join();
+  }
+}
+
+std::unique_ptr<float[]> CheckpointBufferPool::Take(size_t count) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = free_.find(count);
+  if (found == free_.end()) return nullptr;
+  std::unique_ptr<float[]> buffer = std::move(found->second);
+  free_.erase(found);
+  free_bytes_ -= count * sizeof(float);
+  return buffer;
+}
+
+void CheckpointBufferPool::Give(std::unique_ptr<float[]> buffer, size_t count) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (buffer == nullptr || free_bytes_ + count * sizeof(float) > limit_bytes_) return;
+  free_bytes_ += count * sizeof(float);
+  free_.emplace(count, std::move(buffer));
+}
+
+StatusOr<std::unique_ptr<BackgroundCheckpoint>> BackgroundCheckpoint::Start(
+    Engine& engine, const Model& model, const Options& options, int next_step,
+    const CheckpointContext& context, CheckpointBufferPool* pool) {
+  std::unique_ptr<BackgroundCheckpoint> checkpoint(new BackgroundCheckpoint());
+  checkpoint->parts_ = std::make_unique<Parts>();
+  Parts& parts = *checkpoint->parts_;
+  ASSIGN_OR_RETURN(parts.plan, PrepareCheckpoint(engine, model, options, next_step, context));
+  parts.model = &model;
+  parts.options = options;
+  parts.context = context;
+  checkpoint->queue_ = std::make_unique<Queue>();
+  Queue& queue = *checkpoint->queue_;
+  queue.budget_bytes = options.train.checkpoint_buffer_bytes;
+  queue.pool = pool;
+  const CheckpointPlan& plan = parts.plan;
+  Status opened = plan.created;
+  int fd = -1;
+  if (opened.ok()) {
+    fd = ::open(plan.own_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) opened = Errno(errno, "cannot create " + plan.own_file.string());
+  }
+  if (!opened.ok()) {  // this rank's outcome, exchanged by Finish
+    queue.outcome = opened;
+    queue.done = true;
+    return checkpoint;
+  }
+  checkpoint->writer_ = std::thread(WriteInBackground, &queue, fd, plan.own_file, plan.step_dir,
+                                    next_step, plan.rank, context.fault);
+  // The snapshot: one unit's owned piece at a time into the queue's buffers, read from the
+  // state's tier (device, host, or the NVMe swap files) before the next step can change it.
+  const std::vector<RankPiece>& layout = plan.layouts[plan.rank];
+  Status snapshot;
+  for (size_t i = 0; i < plan.trainable.size() && snapshot.ok(); ++i) {
+    const int unit = plan.trainable[i];
+    const RankPiece& piece = layout[i];
+    const size_t count = piece.end - piece.begin;
+    Queue::Piece out;
+    out.unit = unit;
+    if (count > 0) {
+      const auto [begin, end] = engine.state().StateRange(unit);
+      if (piece.begin < begin || piece.end > end) {
+        snapshot = absl::InternalError(absl::StrCat("checkpoint: unit ", unit, ": rank ",
+                                                    plan.rank, " holds [", begin, ", ", end,
+                                                    "), owns [", piece.begin, ", ", piece.end,
+                                                    ")"));
+        break;
+      }
+      // The state's whole range is read straight into the buffer (no second copy), then the
+      // owned piece of each array moved to the front, in a row (where a unit is held whole or
+      // padded, the range is larger than the piece).
+      const size_t range = end - begin;
+      out.held = 3 * range;
+      out.count = 3 * count;
+      out.data = queue.Acquire(out.held);
+      float* data = out.data.get();
+      snapshot = engine.state().ReadStateRange(unit, data, data + range, data + 2 * range);
+      if (!snapshot.ok()) {
+        queue.Release(out.held);
+        break;
+      }
+      if (range != count) {
+        for (int k = 0; k < 3; ++k) {
+          std::memmove(data + k * count, data + k * range + (piece.begin - begin),
+                       count * sizeof(float));
+        }
+      }
+    }
+    queue.Push(std::move(out));
+  }
+  if (!snapshot.ok()) {
+    // The file must not look written: the writer stops, and this rank's outcome is the
+    // snapshot's error.
+    queue.Close();
+    checkpoint->writer_.join();
+    std::error_code ignored;
+    fs::remove(plan.own_file, ignored);
+    queue.outcome = snapshot;
+    return checkpoint;
+  }
+  queue.Close();
+  return checkpoint;
+}
+
+int BackgroundCheckpoint::next_step() const { return parts_->plan.next_step; }
+
+bool BackgroundCheckpoint::written() const { return queue_->done; }
+
+double BackgroundCheckpoint::snapshot_wait_ms() const {
+  std::lock_guard<std::mutex> lock(queue_->mutex);
+  return queue_->waited_ms;
+}
+
+uint64_t BackgroundCheckpoint::peak_buffer_bytes() const {
+  std::lock_guard<std::mutex> lock(queue_->mutex);
+  return queue_->peak_held_bytes;
+}
+
+StatusOr<std::string> BackgroundCheckpoint::Finish() {
+  if (finished_) return absl::FailedPreconditionError("checkpoint: Finish called twice");
+  finished_ = true;
+  if (writer_.joinable()) writer_.join();
+  StatusOr<std::string> own_hash = queue_->outcome;
+  return CompleteCheckpoint(parts_->plan, own_hash, *parts_->model, parts_->options,
+                            parts_->context);
 }
 
 }  // namespace strata

@@ -248,6 +248,18 @@ const std::vector<KeySpec>& Keys() {
        "write a checkpoint after every N steps (and after the last); 0 = never.", false, AtLeast(0), false},
       {"train.checkpoint_keep", +[](Options& o) { return &o.train.checkpoint_keep; },
        "keep only the newest N checkpoints in train.checkpoint_dir; 0 = all.", false, AtLeast(0), false},
+      {"train.checkpoint_async", +[](Options& o) { return &o.train.checkpoint_async; },
+       "true: a checkpoint is copied into host buffers at its step and written and synced "
+       "by a writer thread while the next steps run (its manifest follows at a later step "
+       "boundary, the end of training or a SIGTERM stop); false: training waits for it.",
+       false, {}, false},
+      {"train.checkpoint_buffer_bytes",
+       +[](Options& o) { return &o.train.checkpoint_buffer_bytes; },
+       "with train.checkpoint_async: host memory for the checkpoint's copy (bytes or a size "
+       "like 256MiB); when full the copy waits for the writer to drain a buffer (one "
+       "unit's shard is copied at a time, whatever the bound); kept allocated between "
+       "checkpoints.",
+       true, AtLeast(1 << 20, " (1 MiB)"), true},
       {"train.resume", +[](Options& o) { return &o.train.resume; },
        "a checkpoint (<dir>/step-<k>) to resume from, at step k, or a checkpoint_dir (its "
        "newest); \"\" = start fresh.",

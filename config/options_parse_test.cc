@@ -76,6 +76,8 @@ const std::vector<std::string> kAllKeys = {
     "train.checkpoint_dir",
     "train.checkpoint_every",
     "train.checkpoint_keep",
+    "train.checkpoint_async",
+    "train.checkpoint_buffer_bytes",
     "train.resume",
     "train.trace_steps",
     "lora.rank",
@@ -159,6 +161,8 @@ void ExpectOptionsEqual(const Options& got, const Options& want) {
   EXPECT_EQ(got.train.checkpoint_dir, want.train.checkpoint_dir);
   EXPECT_EQ(got.train.checkpoint_every, want.train.checkpoint_every);
   EXPECT_EQ(got.train.checkpoint_keep, want.train.checkpoint_keep);
+  EXPECT_EQ(got.train.checkpoint_async, want.train.checkpoint_async);
+  EXPECT_EQ(got.train.checkpoint_buffer_bytes, want.train.checkpoint_buffer_bytes);
   EXPECT_EQ(got.train.resume, want.train.resume);
   EXPECT_EQ(got.lora.rank, want.lora.rank);
   EXPECT_EQ(got.lora.alpha, want.lora.alpha);
@@ -841,6 +845,10 @@ TEST(ValidatePlacement, EachImpossibleCombinationSaysWhatWouldWork) {
       {{"train.checkpoint_every=5"}, "train.checkpoint_dir is empty"},
       {{"train.checkpoint_every=-1"}, "train.checkpoint_every: got -1, expected >= 0"},
       {{"train.checkpoint_keep=-2"}, "train.checkpoint_keep: got -2, expected >= 0"},
+      {{"train.checkpoint_buffer_bytes=1000"},
+       "train.checkpoint_buffer_bytes: got 1000, expected >= 1048576 (1 MiB)"},
+      {{"train.checkpoint_async=maybe"},
+       "train.checkpoint_async: got 'maybe', expected true or false"},
       {{"train.recompute=all"}, "train.recompute: got 'all', expected none or blocks"},
       {{"zero.param_update=stale"}, "zero.param_update: got 'stale', expected exact or delayed"},
       {{"lora.rank=-1"}, "lora.rank: got -1, expected in [0, 4096]"},

@@ -189,6 +189,14 @@ struct TrainOptions {
   std::string checkpoint_dir;
   int checkpoint_every = 0;
   int checkpoint_keep = 0;
+  // train.checkpoint_async: true: a checkpoint's state is copied into host buffers at its
+  // step boundary and a writer thread writes and syncs the rank file while training goes
+  // on; the manifest follows at a later step boundary (checkpoint/checkpoint_writer.h).
+  // false: the step waits for the whole checkpoint. train.checkpoint_buffer_bytes: the
+  // host buffers of that copy (at least one unit's shard is copied at a time; when they
+  // are full the copy waits for the writer).
+  bool checkpoint_async = false;
+  uint64_t checkpoint_buffer_bytes = 256ull << 20;
   std::string resume;
   // train.trace_steps: with `strata train --trace FILE`, the steps traced, "A:B" (1-based,
   // inclusive). Default 2:3: the first two steps after the first (which plans and touches

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "bench/bench_adam.h"
+#include "bench/bench_checkpoint.h"
 #include "bench/bench_gpu.h"
 #include "bench/bench_import.h"
 #include "bench/bench_infinity.h"
@@ -59,6 +60,26 @@ void AddTraceBench(CLI::App* bench, Commands* commands) {
            "the timeline trace's cost: step time without, off and on (goals <= 1%, 3%)", 20,
            "measured steps per session", trace),
        [trace]() { return RunBenchTrace(*trace); }});
+}
+
+// `strata bench checkpoint`: what checkpoints cost training, synchronous and background.
+void AddCheckpointBench(CLI::App* bench, Commands* commands) {
+  auto checkpoint = std::make_shared<BenchArgs>();
+  struct CheckpointArgs {
+    std::string dir;
+    int rounds = 3;
+  };
+  auto extra = std::make_shared<CheckpointArgs>();
+  CLI::App* app = AddTrainingBench(
+      bench, "checkpoint",
+      "a checkpoint's extra wall time: synchronous write (fsync) vs background (stall + "
+      "slowed steps); goal background extra / synchronous write <= 0.1",
+      6, "steps per round and mode (the first a checkpoint step)", checkpoint);
+  app->add_option("--dir", extra->dir, "directory for the checkpoints (default $TMPDIR)");
+  app->add_option("--rounds", extra->rounds, "rounds (the modes take turns in each)");
+  commands->push_back({app, [checkpoint, extra]() {
+                         return RunBenchCheckpoint(*checkpoint, extra->dir, extra->rounds);
+                       }});
 }
 
 // `strata bench zero`: the ZeRO stages at world 2.
@@ -178,6 +199,7 @@ void AddBenchCommands(CLI::App& app, Commands* commands) {
   AddTrainBench(bench, commands);
   AddPlanBench(bench, commands);
   AddTraceBench(bench, commands);
+  AddCheckpointBench(bench, commands);
   AddZeroBench(bench, commands);
   AddOffloadBench(bench, commands);
   AddGpuBench(bench, commands);

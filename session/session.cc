@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint.h"
+#include "collectives/agreement.h"
 #include "collectives/clock_sync.h"
 #include "collectives/local_communicator.h"
 #include "collectives/nccl_communicator.h"
@@ -244,28 +245,88 @@ StatusOr<StepReport> TrainingSession::Step(int step) {
                                      sent->across_nodes - sent_before->across_nodes};
   }
   const int checkpoint_every = options_.train.checkpoint_every;
-  if (checkpoint_every > 0 &&
-      ((step + 1) % checkpoint_every == 0 || step + 1 == options_.train.steps)) {
+  const bool last = step + 1 == options_.train.steps;
+  const bool due = checkpoint_every > 0 && ((step + 1) % checkpoint_every == 0 || last);
+  const auto since = [](std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
+  if (pending_checkpoint_) {
+    // Completed once every rank's file is durable (the ranks agree: a collective per step
+    // while one is pending), at the latest when the next is due or training ends.
+    bool complete = due || last;
+    if (!complete && communicator_->world_size() == 1) {
+      complete = pending_checkpoint_->written();
+    } else if (!complete) {
+      // Nothing of the engine in flight on the communicator before this agreement (its
+      // collectives are ordered on one stream; a delayed update is put in place first).
+      if (Status synced = engine_->state().Sync(); !synced.ok()) return AbortOnError(synced);
+      ASSIGN_OR_RETURN(const std::vector<std::string> written,
+                       GatherTexts(*communicator_, pending_checkpoint_->written() ? "1" : "0"));
+      complete = std::count(written.begin(), written.end(), "1") ==
+                 static_cast<std::ptrdiff_t>(written.size());
+    }
+    if (complete) {
+      const auto completion_start = std::chrono::steady_clock::now();
+      ASSIGN_OR_RETURN(const std::optional<CompletedCheckpoint> completed,
+                       FinishPendingCheckpoint());
+      report.checkpoint = completed->path;
+      report.checkpoint_step = completed->step;
+      report.checkpoint_ms += since(completion_start);
+    }
+  }
+  if (due) {
     const auto checkpoint_start = std::chrono::steady_clock::now();
-    ASSIGN_OR_RETURN(report.checkpoint, Checkpoint(step + 1));
-    report.checkpoint_ms = std::chrono::duration<double, std::milli>(
-                               std::chrono::steady_clock::now() - checkpoint_start)
-                               .count();
+    if (options_.train.checkpoint_async && !last) {
+      if (!checkpoint_buffers_) {
+        checkpoint_buffers_ =
+            std::make_unique<CheckpointBufferPool>(options_.train.checkpoint_buffer_bytes);
+      }
+      StatusOr<std::unique_ptr<BackgroundCheckpoint>> started = BackgroundCheckpoint::Start(
+          *engine_, *model_, options_, step + 1, CheckpointContextOf(), checkpoint_buffers_.get());
+      if (!started.ok()) return AbortOnError(started.status());
+      pending_checkpoint_ = std::move(started).value();
+      report.checkpoint_started = step + 1;
+      report.checkpoint_wait_ms = pending_checkpoint_->snapshot_wait_ms();
+      report.checkpoint_buffer_peak_bytes = pending_checkpoint_->peak_buffer_bytes();
+    } else {
+      // A background one completed just now is followed by this step's: both are reported.
+      if (report.checkpoint) report.checkpoint_completed_before = *report.checkpoint;
+      ASSIGN_OR_RETURN(report.checkpoint, Checkpoint(step + 1));
+      report.checkpoint_step = step + 1;
+    }
+    report.checkpoint_ms += since(checkpoint_start);
   }
   report.device = backend_.device->pool(Tier::kDevice).Stats();
   report.host = backend_.device->pool(Tier::kHost).Stats();
   return report;
 }
 
-StatusOr<std::string> TrainingSession::Checkpoint(int next_step) {
+CheckpointContext TrainingSession::CheckpointContextOf() const {
   CheckpointContext context;
   context.communicator = communicator_;
   context.base = lora_base_ ? &*lora_base_ : nullptr;
   context.tokenizer = TrainingTokenizer(options_);
   context.fault = faults_.checkpoint ? &*faults_.checkpoint : nullptr;
-  StatusOr<std::string> path = SaveCheckpoint(*engine_, *model_, options_, next_step, context);
+  return context;
+}
+
+StatusOr<std::string> TrainingSession::Checkpoint(int next_step) {
+  ASSIGN_OR_RETURN(const std::optional<CompletedCheckpoint> completed, FinishPendingCheckpoint());
+  if (completed && completed->step == next_step) return completed->path;
+  StatusOr<std::string> path =
+      SaveCheckpoint(*engine_, *model_, options_, next_step, CheckpointContextOf());
   if (!path.ok()) return AbortOnError(path.status());
   return path;
+}
+
+StatusOr<std::optional<TrainingSession::CompletedCheckpoint>>
+TrainingSession::FinishPendingCheckpoint() {
+  if (!pending_checkpoint_) return std::optional<CompletedCheckpoint>();
+  std::unique_ptr<BackgroundCheckpoint> pending = std::move(pending_checkpoint_);
+  StatusOr<std::string> path = pending->Finish();
+  if (!path.ok()) return AbortOnError(path.status());
+  return std::optional<CompletedCheckpoint>(CompletedCheckpoint{*path, pending->next_step()});
 }
 
 Status TrainingSession::AlignTraceClock(Communicator& control) {
@@ -282,6 +343,7 @@ Status TrainingSession::WriteTrace(const std::string& path) const {
 }
 
 Status TrainingSession::Finish() {
+  RETURN_IF_ERROR(FinishPendingCheckpoint().status());
   Status status = engine_->Finish();
   if (!status.ok()) return AbortOnError(status);
   return status;

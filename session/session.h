@@ -47,8 +47,24 @@ struct StepReport {
   // collectives (training step and validation; not the checkpoint), where the engine's
   // communicator counts them (MPI: NodeTraffic, docs/multinode.md).
   std::optional<TrafficBytes> comm_bytes;
-  std::optional<std::string> checkpoint;  // written after this step (train.checkpoint_every)
-  double checkpoint_ms = 0.0;             // its writing (not in ms_per_step)
+  // A checkpoint completed (its manifest written) after this step, and the step it goes
+  // on from. Synchronous (train.checkpoint_async=false): the one of this step. Background:
+  // one started after an earlier step, completed here once every rank's file was durable
+  // (or because a new one is due, or this is the last step).
+  std::optional<std::string> checkpoint;
+  int checkpoint_step = 0;
+  // Where a background checkpoint was completed at this step and then this step's own
+  // checkpoint written synchronously (the last step's): the earlier one's path.
+  std::optional<std::string> checkpoint_completed_before;
+  // A background checkpoint was started after this step (its snapshot taken): its next step.
+  int checkpoint_started = 0;
+  // What this step's checkpoints held training up (not in ms_per_step): a synchronous
+  // checkpoint's whole writing; in the background the snapshot (with its waits for the
+  // writer, checkpoint_wait_ms) and the completion (waiting for the writer, the manifest).
+  double checkpoint_ms = 0.0;
+  double checkpoint_wait_ms = 0.0;
+  // The background snapshot's most bytes of host buffers held at once.
+  uint64_t checkpoint_buffer_peak_bytes = 0;
 };
 
 // --trace FILE under several ranks: rank k writes FILE.rank<k>.json ("t.json" ->
@@ -82,11 +98,21 @@ class TrainingSession {
   StatusOr<StepReport> Step(int step);
   // Writes a checkpoint of the state before step `next_step` (every step before it has
   // run) to train.checkpoint_dir; returns its path (collective).
+  // A background checkpoint still being written is completed first (if it is the one of
+  // `next_step`, it is the one returned).
   StatusOr<std::string> Checkpoint(int next_step);
+  // The background checkpoint being written (train.checkpoint_async), completed: waits for
+  // every rank's file, writes the manifest (collective). Its path and step; none pending:
+  // nullopt.
+  struct CompletedCheckpoint {
+    std::string path;
+    int step = 0;
+  };
+  StatusOr<std::optional<CompletedCheckpoint>> FinishPendingCheckpoint();
   // Mean validation loss over train.eval_batches micro-batches.
   StatusOr<double> Validate();
-  // The end of training: pending work (a delayed update, copies in flight) done, and its
-  // first error, if any, returned.
+  // The end of training: pending work (a background checkpoint, a delayed update, copies in
+  // flight) done, and its first error, if any, returned.
   Status Finish();
   // The trace so far as Chrome trace-event JSON at `path` (FailedPrecondition without one).
   Status WriteTrace(const std::string& path) const;
@@ -145,6 +171,12 @@ class TrainingSession {
   // A LoRA run's base as its checkpoints refer to it (set where checkpoints are written or
   // read).
   std::optional<LoraBase> lora_base_;
+  CheckpointContext CheckpointContextOf() const;
+  // The background checkpoints' buffers, kept between them (before pending_checkpoint_:
+  // it outlives the writer).
+  std::unique_ptr<CheckpointBufferPool> checkpoint_buffers_;
+  // The background checkpoint being written (after engine_: destroyed first).
+  std::unique_ptr<BackgroundCheckpoint> pending_checkpoint_;
 };
 
 }  // namespace strata

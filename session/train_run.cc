@@ -66,7 +66,12 @@ nlohmann::json StepRecord(const StepReport& r) {
                             {"across_nodes", r.comm_bytes->across_nodes}};
   }
   if (r.checkpoint) {
+    // ms: what checkpoints held this step up (the whole write, or in the background the
+    // completion and any snapshot).
     record["checkpoint"] = {{"path", *r.checkpoint}, {"ms", r.checkpoint_ms}};
+  }
+  if (r.checkpoint_started > 0) {  // a background checkpoint's snapshot after this step
+    record["checkpoint_started"] = {{"step", r.checkpoint_started}, {"ms", r.checkpoint_ms}};
   }
   return record;
 }
@@ -188,6 +193,12 @@ class RankRun {
   // checkpoint of the steps done (schedulers send it before they preempt).
   Status StopAfter(int step, int stop) {
     NoteAgreedStop(stop);  // a rank that did not get the signal exits with its status too
+    // A background checkpoint still being written is completed first (collective).
+    ASSIGN_OR_RETURN(const auto completed, session_->FinishPendingCheckpoint());
+    if (completed) {
+      last_checkpoint_ = completed->path;
+      last_checkpoint_step_ = completed->step;
+    }
     std::string saved;
     if (stop == SIGTERM && !options_.train.checkpoint_dir.empty() &&
         step > last_checkpoint_step_) {
@@ -211,11 +222,15 @@ class RankRun {
   Status Report(int step, const StepReport& report) {
     if (report.checkpoint) {
       last_checkpoint_ = *report.checkpoint;
-      last_checkpoint_step_ = step + 1;
+      last_checkpoint_step_ = report.checkpoint_step;
     }
     if (!lead_) return absl::OkStatus();
+    if (report.checkpoint_completed_before) {
+      spdlog::info("checkpoint: {}", *report.checkpoint_completed_before);
+    }
     if (report.checkpoint) {
-      spdlog::info("checkpoint: {} ({:.1f} s)", *report.checkpoint, report.checkpoint_ms / 1e3);
+      spdlog::info("checkpoint: {} ({:.1f} s{})", *report.checkpoint, report.checkpoint_ms / 1e3,
+                   options_.train.checkpoint_async ? " held up training" : "");
     }
     RETURN_IF_ERROR(metrics_->Write(StepRecord(report)));
     const bool last = step + 1 == options_.train.steps;

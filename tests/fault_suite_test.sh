@@ -156,6 +156,45 @@ expect_text "resumed from $d/ck/step-6"
 [[ ! -e "$d/ck/step-4" ]] || fail "checkpoint_keep=1 left step-4 after step-8"
 expect_clean "$d"
 
+# 6d. kill -9 while a background checkpoint (train.checkpoint_async) is written, its
+#     snapshot read from the NVMe swap files and the writer going on during step 5: step-4
+#     has no manifest, step-2 stays valid, and the resume reaches the uninterrupted losses.
+begin kill_background_write
+d="$T/kill_background_write"
+ASYNC=(--set train.checkpoint_async=true --set train.checkpoint_buffer_bytes=1MiB)
+run STRATA_FAULT_CHECKPOINT=kill@4:1 "$strata" "${BASE[@]}" "${ASYNC[@]}" \
+  --set zero.nvme_dir="$d/swap" --set train.checkpoint_dir="$d/ck" \
+  --set train.checkpoint_every=2 --metrics "$d/m.jsonl"
+expect_rc $? 137
+[[ -f "$d/ck/step-2/checkpoint.json" && -d "$d/ck/step-4" && ! -e "$d/ck/step-4/checkpoint.json" ]] \
+  || fail "expected step-2 complete and step-4 without its manifest"
+run "$strata" "${BASE[@]}" "${ASYNC[@]}" --set zero.nvme_dir="$d/swap" \
+  --set train.checkpoint_dir="$d/ck" --set train.checkpoint_every=2 --set train.resume="$d/ck" \
+  --metrics "$d/resumed.jsonl"
+expect_rc $? 0
+expect_text "resumed from $d/ck/step-2"
+[[ "$(losses "$d/m.jsonl" | head -2; losses "$d/resumed.jsonl")" == "$reference_losses" ]] \
+  || fail "losses after the resume differ from the uninterrupted run"
+[[ -f "$d/ck/step-8/checkpoint.json" && -f "$d/ck/step-4/checkpoint.json" ]] \
+  || fail "the resumed background run did not complete step-4 and step-8"
+expect_clean "$d"
+
+# 6e. SIGTERM while a background checkpoint (step-4) is being written: it is completed,
+#     then step-5 written; exit 143; the resume from step-5 gives the uninterrupted losses.
+begin sigterm_background
+d="$T/sigterm_background"
+run STRATA_FAULT_SIGNAL=SIGTERM@5 "$strata" "${BASE[@]}" "${ASYNC[@]}" \
+  --set zero.nvme_dir="$d/swap" --set train.checkpoint_dir="$d/ck" \
+  --set train.checkpoint_every=4 --metrics "$d/m.jsonl"
+expect_rc $? 143
+expect_text "last checkpoint: $d/ck/step-5 (written on SIGTERM)"
+[[ -f "$d/ck/step-4/checkpoint.json" ]] || fail "the background step-4 was not completed"
+run "$strata" "${BASE[@]}" --set zero.nvme_dir="$d/swap" --set train.checkpoint_dir="$d/ck" \
+  --set train.resume="$d/ck" --metrics "$d/m.jsonl"
+expect_rc $? 0
+[[ "$(losses "$d/m.jsonl")" == "$reference_losses" ]] || fail "resumed losses differ from the uninterrupted run"
+expect_clean "$d"
+
 # 7. A full disk while a checkpoint is written: a clear error, no partial checkpoint, the
 #    earlier checkpoint intact, no swap files.
 begin full_disk_checkpoint
