@@ -59,22 +59,14 @@ Status State::Open(int color, const std::string& group) {
     }
   }
   const auto deadline = Deadline(Clock::now());
-  Backoff backoff;
-  while (color < 0) {
-    int done = 0;
-    {
-      auto lock = process_->Lock();
-      MPI_RETURN_IF_ERROR(MPI_Test(&request, &done, MPI_STATUS_IGNORE), context);
+  if (color < 0) {
+    Status joined = WaitForSetUp(
+        &request, deadline, context,
+        absl::StrCat("not every one of the ", process_->world().size, " processes joined"));
+    if (!joined.ok()) {
+      if (absl::IsDeadlineExceeded(joined)) comm_ = MPI_COMM_NULL;
+      return joined;
     }
-    if (done) break;
-    if (Clock::now() >= deadline) {
-      g_process_failed = true;
-      comm_ = MPI_COMM_NULL;
-      return absl::DeadlineExceededError(absl::StrCat(
-          context, ": not every one of the ", process_->world().size, " processes joined within ",
-          options_.timeout_s, " s (zero.comm_timeout_s)"));
-    }
-    backoff.Pause();
   }
   {
     auto lock = process_->Lock();
@@ -125,22 +117,7 @@ Status State::OpenLayout(Clock::time_point deadline) {
     MPI_RETURN_IF_ERROR(
         MPI_Iallreduce(values, reduced, 6, MPI_UINT64_T, MPI_MIN, comm_, &request), context);
   }
-  Backoff backoff;
-  while (true) {
-    int done = 0;
-    {
-      auto lock = process_->Lock();
-      MPI_RETURN_IF_ERROR(MPI_Test(&request, &done, MPI_STATUS_IGNORE), context);
-    }
-    if (done) break;
-    if (Clock::now() >= deadline) {
-      g_process_failed = true;
-      return absl::DeadlineExceededError(
-          absl::StrCat(context, ": not every rank answered within ", options_.timeout_s,
-                       " s (zero.comm_timeout_s)"));
-    }
-    backoff.Pause();
-  }
+  RETURN_IF_ERROR(WaitForSetUp(&request, deadline, context, "not every rank answered"));
   for (int i = 0; i < 3; ++i) {
     if (reduced[i] != ~reduced[3 + i]) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -151,6 +128,26 @@ Status State::OpenLayout(Clock::time_point deadline) {
     }
   }
   return absl::OkStatus();
+}
+
+Status State::WaitForSetUp(MPI_Request* request, Clock::time_point deadline,
+                           const std::string& context, const std::string& missing) {
+  Backoff backoff;
+  while (true) {
+    int done = 0;
+    {
+      auto lock = process_->Lock();
+      MPI_RETURN_IF_ERROR(MPI_Test(request, &done, MPI_STATUS_IGNORE), context);
+    }
+    if (done) return absl::OkStatus();
+    if (Clock::now() >= deadline) {
+      g_process_failed = true;
+      return absl::DeadlineExceededError(absl::StrCat(context, ": ", missing, " within ",
+                                                      options_.timeout_s,
+                                                      " s (zero.comm_timeout_s)"));
+    }
+    backoff.Pause();
+  }
 }
 
 bool State::Hierarchical(const Job& job) const {

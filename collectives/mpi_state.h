@@ -114,6 +114,10 @@ class State {
 
   // The node layout from the options (or MPI), agreed among the ranks with the deadline.
   Status OpenLayout(Clock::time_point deadline);
+  // Polls `request` (under the process lock) until it completes, or past `deadline` marks
+  // the process failed and returns kDeadlineExceeded: "CONTEXT: MISSING within T s".
+  Status WaitForSetUp(MPI_Request* request, Clock::time_point deadline,
+                      const std::string& context, const std::string& missing);
   // True when `job` takes the hierarchical path (the layout allows it and it is large).
   bool Hierarchical(const Job& job) const;
   int NodePeer(int local) const { return node_ * ranks_per_node_ + local; }
