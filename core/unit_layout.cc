@@ -20,6 +20,11 @@ int UnitLayout::Add(const std::string& name, std::vector<int> shape, bool weight
   return static_cast<int>(tensors_.size()) - 1;
 }
 
+void UnitLayout::MarkLinear(int index, std::vector<int> piece_rows) {
+  tensors_[index].linear = true;
+  tensors_[index].piece_rows = std::move(piece_rows);
+}
+
 size_t UnitLayout::num_params() const {
   size_t total = 0;
   for (const TensorSpec& t : tensors_) total += t.numel;

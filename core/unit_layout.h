@@ -25,6 +25,13 @@ struct TensorSpec {
   bool weight_decay = false;  // AdamW decay applies (matrices yes, biases/norms no)
   InitKind init = InitKind::kZeros;
   float init_std = 0.0f;  // for kNormal
+  // A linear layer's weight matrix [rows, cols] (UnitLayout::MarkLinear): what a quantized
+  // frozen base (lora.base_dtype) quantizes; everything else (embeddings, norms, biases, the
+  // LM head) stays in the compute dtype.
+  bool linear = false;
+  // Rows of each piece quantized as a whole (one per Hugging Face matrix of a fused one,
+  // e.g. LLaMA's q|k|v rows); empty: the whole tensor is one piece.
+  std::vector<int> piece_rows;
 };
 
 class UnitLayout {
@@ -34,6 +41,10 @@ class UnitLayout {
   // Appends a tensor at the next aligned offset; returns its index.
   int Add(const std::string& name, std::vector<int> shape, bool weight_decay, InitKind init,
           float init_std = 0.0f);
+
+  // Marks tensor `index` (2-D) a linear layer's weight, quantized as `piece_rows` row ranges
+  // (empty: one piece).
+  void MarkLinear(int index, std::vector<int> piece_rows = {});
 
   const std::string& name() const { return name_; }
   // A frozen unit (a LoRA base) is read by compute but never trained: it has no gradient

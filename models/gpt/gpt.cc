@@ -43,15 +43,15 @@ class Gpt : public DecoderBase {
       UnitLayout block("block " + std::to_string(l));
       block.Add("ln1.weight", {C}, false, InitKind::kOnes);
       block.Add("ln1.bias", {C}, false, InitKind::kZeros);
-      block.Add("attn.qkv.weight", {3 * C, C}, true, InitKind::kNormal, 0.02f);
+      block.MarkLinear(block.Add("attn.qkv.weight", {3 * C, C}, true, InitKind::kNormal, 0.02f));
       block.Add("attn.qkv.bias", {3 * C}, false, InitKind::kZeros);
-      block.Add("attn.proj.weight", {C, C}, true, InitKind::kNormal, std_residual);
+      block.MarkLinear(block.Add("attn.proj.weight", {C, C}, true, InitKind::kNormal, std_residual));
       block.Add("attn.proj.bias", {C}, false, InitKind::kZeros);
       block.Add("ln2.weight", {C}, false, InitKind::kOnes);
       block.Add("ln2.bias", {C}, false, InitKind::kZeros);
-      block.Add("mlp.fc.weight", {4 * C, C}, true, InitKind::kNormal, 0.02f);
+      block.MarkLinear(block.Add("mlp.fc.weight", {4 * C, C}, true, InitKind::kNormal, 0.02f));
       block.Add("mlp.fc.bias", {4 * C}, false, InitKind::kZeros);
-      block.Add("mlp.proj.weight", {C, 4 * C}, true, InitKind::kNormal, std_residual);
+      block.MarkLinear(block.Add("mlp.proj.weight", {C, 4 * C}, true, InitKind::kNormal, std_residual));
       block.Add("mlp.proj.bias", {C}, false, InitKind::kZeros);
       units_.push_back(block);
     }

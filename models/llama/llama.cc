@@ -45,11 +45,14 @@ class Llama : public DecoderBase {
     for (int l = 0; l < L; ++l) {
       UnitLayout block("block " + std::to_string(l));
       block.Add("attn_norm.weight", {C}, false, InitKind::kOnes);
-      block.Add("attn.qkv.weight", {qkv_rows, C}, true, InitKind::kNormal, 0.02f);
-      block.Add("attn.proj.weight", {C, Q}, true, InitKind::kNormal, std_residual);
+      const int kv_rows = config.kv_heads * hs;
+      block.MarkLinear(block.Add("attn.qkv.weight", {qkv_rows, C}, true, InitKind::kNormal, 0.02f),
+                       {Q, kv_rows, kv_rows});
+      block.MarkLinear(block.Add("attn.proj.weight", {C, Q}, true, InitKind::kNormal, std_residual));
       block.Add("mlp_norm.weight", {C}, false, InitKind::kOnes);
-      block.Add("mlp.gate_up.weight", {2 * F, C}, true, InitKind::kNormal, 0.02f);
-      block.Add("mlp.down.weight", {C, F}, true, InitKind::kNormal, std_residual);
+      block.MarkLinear(block.Add("mlp.gate_up.weight", {2 * F, C}, true, InitKind::kNormal, 0.02f),
+                       {F, F});
+      block.MarkLinear(block.Add("mlp.down.weight", {C, F}, true, InitKind::kNormal, std_residual));
       if (config.qkv_bias) block.Add("attn.qkv.bias", {qkv_rows}, false, InitKind::kZeros);
       if (config.qk_norm) {
         block.Add("attn.q_norm.weight", {hs}, false, InitKind::kOnes);
