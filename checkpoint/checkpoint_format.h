@@ -26,7 +26,9 @@ inline constexpr const char* kFormat = "strata-checkpoint";
 // host, bytes, xxh3}], and per unit "arrays" [{name, dtype, block, scales, shards: [{rank,
 // begin, end, offset}]}] (dtype "f32", block 0 and scales null: the fields a quantized
 // array will fill); checkpoint.json is written last, after every rank's file is durable.
-inline constexpr int kVersion = 6;
+// 7: a LoRA run's "base" has "base_dtype" (train, bf16, int8, nf4: lora.base_dtype; absent
+// before: train) and, where it is not train, "xxh3" hashes the quantized units' stored bytes.
+inline constexpr int kVersion = 7;
 inline constexpr int kOldestVersion = 1;
 
 // The directory inside a checkpoint that holds its tokenizer's files.

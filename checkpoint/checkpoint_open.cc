@@ -268,6 +268,10 @@ StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
       opened.base.seed = Integer<uint64_t>(base.at("seed"));
       opened.base.xxh3 = base.at("xxh3").get<std::string>();
       ASSIGN_OR_RETURN(opened.base.dtype, ParseDType(base.at("dtype").get<std::string>()));
+      if (base.contains("base_dtype")) {  // version 7 on
+        ASSIGN_OR_RETURN(opened.base.base_dtype,
+                         ParseBaseDType(base.at("base_dtype").get<std::string>()));
+      }
     }
     opened.version = version;
     if (version < 6) {
@@ -432,6 +436,13 @@ StatusOr<OpenedCheckpoint> OpenCheckpointForRun(const Model& model, const Option
         return absl::InvalidArgumentError(absl::StrCat(
             "checkpoint: ", path, " has adapters on ", stored.targets, " but lora.targets gives ",
             LoraTargetsOf(model), ": set lora.targets=", stored.targets));
+      }
+      if (parsed.opened.base.base_dtype != options.lora.base_dtype) {
+        const char* was = BaseDTypeName(parsed.opened.base.base_dtype);
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint: ", path, " holds adapters trained on a base stored as ", was,
+            " but lora.base_dtype=", BaseDTypeName(options.lora.base_dtype),
+            " (the adapters fit the base they were trained on): set lora.base_dtype=", was));
       }
       if (base == nullptr || base->xxh3 != parsed.opened.base.xxh3) {
         const LoraBase& was = parsed.opened.base;

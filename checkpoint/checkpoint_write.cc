@@ -386,6 +386,7 @@ StatusOr<std::string> CompleteCheckpoint(const CheckpointPlan& plan,
       meta["base"] = {{"from", base->from},
                       {"seed", base->seed},
                       {"dtype", DTypeName(base->dtype)},
+                      {"base_dtype", BaseDTypeName(base->base_dtype)},
                       {"xxh3", base->xxh3}};
     }
     meta["checksum"] = MetaChecksum(meta);

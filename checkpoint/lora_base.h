@@ -28,16 +28,21 @@ struct LoraBase {
   std::string from;
   uint64_t seed = 0;
   DType dtype = DType::kF32;  // train.dtype: the params hashed are the base in this dtype
+  // lora.base_dtype: where not kTrain, the packed units' stored (quantized) bytes are
+  // hashed instead of their values (version 7 on; older versions: kTrain).
+  BaseDType base_dtype = BaseDType::kTrain;
   std::string xxh3;
 };
 // The XXH3 of every frozen unit's params (compute dtype widened to fp32, used elements, in
-// unit order). Collective (Engine::ReadParams gathers shards); one unit in memory at a time.
+// unit order; a packed unit of a quantized base: its stored bytes, core/stored_layout.h). Collective (Engine::ReadParams gathers shards); one unit in memory at a time.
 StatusOr<std::string> BaseHash(Engine& engine, const Model& model);
 // The same hash fed unit by unit from elsewhere (a base made again from its source: export,
 // sample): each base unit's used elements, in unit order.
 class BaseHasher {
  public:
   BaseHasher();
+  // A packed unit's stored bytes (StoredUnit::bytes() of them).
+  void AddBytes(const uint8_t* bytes, size_t count);
   void Add(const float* values, size_t count);
   void Add(const std::vector<float>& values) { Add(values.data(), values.size()); }
   std::string Hex() const;  // 16 hex digits

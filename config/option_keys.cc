@@ -286,6 +286,11 @@ const std::vector<KeySpec>& Keys() {
        "where the frozen base's params live between uses: device | host | nvme (host, nvme: "
        "zero.stage=3; independent of where the adapters and their optimizer live).",
        false, {}, false},
+      {"lora.base_dtype", Enum(+[](Options& o) { return &o.lora.base_dtype; }),
+       "what the frozen base's linear matrices are stored as: train (train.dtype) | bf16 | "
+       "int8 (blockwise absmax, blocks of 64) | nf4 (QLoRA's 4-bit NormalFloat, double-"
+       "quantized absmaxes); dequantized per unit before each use (docs/quantization.md).",
+       false, {}, false},
       {"device.backend", Enum(+[](Options& o) { return &o.device.backend; }),
        "compute backend: cpu | cuda (one GPU per local rank; needs a CUDA build).", false, {}, false},
       {"device.memory_limit", +[](Options& o) { return &o.device.memory_limit; },

@@ -85,6 +85,7 @@ const std::vector<std::string> kAllKeys = {
     "lora.targets",
     "lora.dropout",
     "lora.base_tier",
+    "lora.base_dtype",
     "device.backend",
     "device.memory_limit",
     "device.threads",
@@ -169,6 +170,7 @@ void ExpectOptionsEqual(const Options& got, const Options& want) {
   EXPECT_EQ(got.lora.targets, want.lora.targets);
   EXPECT_EQ(got.lora.dropout, want.lora.dropout);
   EXPECT_EQ(got.lora.base_tier, want.lora.base_tier);
+  EXPECT_EQ(got.lora.base_dtype, want.lora.base_dtype);
   EXPECT_EQ(got.device.backend, want.device.backend);
   EXPECT_EQ(got.device.memory_limit, want.device.memory_limit);
   EXPECT_EQ(got.device.threads, want.device.threads);
@@ -793,6 +795,7 @@ TEST(ValidatePlacement, RunnableCombinationsPass) {
       {"zero.stage=2", "zero.optimizer_tier=host"},  // sums on the device, copied at the step
       {"lora.rank=8", "zero.stage=3", "lora.base_tier=nvme", "zero.nvme_dir=/d"},
       {"lora.rank=8", "zero.stage=3", "lora.base_tier=host", "zero.optimizer_tier=host"},
+      {"lora.rank=8", "lora.base_dtype=nf4"},
       {"zero.stage=3", "zero.optimizer_tier=host", "zero.grad_tier=host",
        "zero.param_tier=host"},
       {"zero.stage=3", "zero.optimizer_tier=nvme", "zero.param_tier=nvme", "zero.nvme_dir=/d"},
@@ -860,6 +863,10 @@ TEST(ValidatePlacement, EachImpossibleCombinationSaysWhatWouldWork) {
        "lora.base_tier=host needs zero.stage=3"},
       {{"lora.rank=4", "lora.base_tier=nvme", "zero.stage=3"}, "zero.nvme_dir is empty"},
       {{"lora.base_tier=disk"}, "lora.base_tier: got 'disk', expected device, host or nvme"},
+      {{"lora.base_dtype=nf4"},
+       "lora.base_dtype=nf4 quantizes a frozen LoRA base, but lora.rank is 0"},
+      {{"lora.rank=4", "lora.base_dtype=fp4"},
+       "lora.base_dtype: got 'fp4', expected train, bf16, int8 or nf4"},
       {{"zero.shard_group=rack"}, "zero.shard_group: got 'rack', expected world or node"},
       {{"zero.shard_group=node"}, "zero.shard_group=node needs zero.stage >= 1"},
       {{"zero.stage=1", "zero.shard_group=node", "device.backend=cuda"},

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/quant_format.h"
 #include "core/rope.h"
 
 namespace strata {
@@ -62,6 +63,10 @@ struct OptionNames<CudaAttentionKind> {
 template <>
 struct OptionNames<StateTier> {
   static constexpr std::array<const char*, 3> kNames = {"device", "host", "nvme"};
+};
+template <>
+struct OptionNames<BaseDType> {
+  static constexpr std::array<const char*, 4> kNames = {"train", "bf16", "int8", "nf4"};
 };
 template <>
 struct OptionNames<ParamUpdate> {
@@ -299,6 +304,10 @@ struct LoraOptions {
   // (host, nvme: zero.stage=3, gathered ahead like the trainable params), whatever the
   // adapters' placement (zero.*).
   StateTier base_tier = StateTier::kDevice;
+  // lora.base_dtype: train | bf16 | int8 | nf4: what the frozen base's linear matrices are
+  // stored as (core/quant_format.h; docs/quantization.md), dequantized per unit just before
+  // each use; train = as the trainable params (train.dtype).
+  BaseDType base_dtype = BaseDType::kTrain;
 
   // Whether LoRA is on (the one place that says what rank 0 means).
   bool enabled() const { return rank > 0; }

@@ -21,6 +21,8 @@
 #include "absl/strings/str_split.h"
 #include "checkpoint/checkpoint.h"
 #include "core/atomic_file.h"
+#include "core/stored_layout.h"
+#include "runtime/quantized_base.h"
 #include "core/files.h"
 #include "core/input_file.h"
 #include "core/run_inputs.h"
@@ -279,7 +281,12 @@ StatusOr<std::string> ExportPeft(const OpenedCheckpoint& checkpoint, const std::
   return absl::StrCat("exported ", checkpoint.path, " (LoRA adapters of rank ", rank, " on ",
                       modules.size(), " modules of ", checkpoint.model.layers, " blocks) to ", dir,
                       ": adapter_model.safetensors in ", StDTypeName(dtype),
-                      " and adapter_config.json (PEFT)");
+                      " and adapter_config.json (PEFT)",
+                      checkpoint.base.base_dtype == BaseDType::kTrain
+                          ? ""
+                          : absl::StrCat("; trained on the base stored as ",
+                                         BaseDTypeName(checkpoint.base.base_dtype),
+                                         ", they apply to the original base (as QLoRA's do)"));
 }
 
 // A model's units with the adapters merged in, one unit at a time: the unit a read asks for
@@ -396,8 +403,7 @@ StatusOr<std::string> ExportMerged(const OpenedCheckpoint& checkpoint, const std
     BaseHasher hasher;
     std::vector<float> values;
     for (int u : base.units()) {
-      RETURN_IF_ERROR(base.Read(u, &values));
-      hasher.Add(values);
+      RETURN_IF_ERROR(base.Read(u, &values, &hasher));
       if (checking) checking->Advance(values.size() * 4);
     }
     RETURN_IF_ERROR(CheckLoraBaseHash(checkpoint, base, hasher.Hex(), "export"));
@@ -410,8 +416,14 @@ StatusOr<std::string> ExportMerged(const OpenedCheckpoint& checkpoint, const std
   const ExportedGeneration generation = GenerationOfCheckpoint(checkpoint);
   ASSIGN_OR_RETURN(const std::vector<std::string> files,
                    WriteHfDirectory(checkpoint.model, *model, read, dir, request, generation));
-  return absl::StrCat("exported ", checkpoint.path, " merged: ", base.Describe(), " (",
-                      model->Describe(), ") + LoRA adapters (rank ", checkpoint.lora.rank,
+  // A quantized base is merged as training computed with it: dequantized (then the
+  // adapters added in fp32, written in --dtype).
+  const std::string dequantized =
+      base.base_dtype() == BaseDType::kTrain
+          ? std::string()
+          : absl::StrCat(" dequantized from ", BaseDTypeName(base.base_dtype()));
+  return absl::StrCat("exported ", checkpoint.path, " merged: ", base.Describe(), dequantized,
+                      " (", model->Describe(), ") + LoRA adapters (rank ", checkpoint.lora.rank,
                       ", alpha ", checkpoint.lora.alpha, ") on ", adapters.size(),
                       " projections, to ", dir, ": ", FilesWritten(files, request.dtype),
                       generation.Describe());
@@ -430,6 +442,7 @@ StatusOr<LoraBaseReader> LoraBaseReader::Open(const OpenedCheckpoint& checkpoint
   reader.units_ = BaseUnits(model);
   reader.seed_ = checkpoint.base.seed;
   reader.dtype_ = checkpoint.base.dtype;
+  reader.base_dtype_ = checkpoint.base.base_dtype;
   reader.from_ = checkpoint.base.from;
   const std::string& from = checkpoint.base.from;
   if (absl::StartsWith(from, "hf:")) {
@@ -448,17 +461,36 @@ StatusOr<LoraBaseReader> LoraBaseReader::Open(const OpenedCheckpoint& checkpoint
   return reader;
 }
 
-Status LoraBaseReader::Read(int unit, std::vector<float>* values) const {
-  values->assign(model_->units()[unit].used_elements(), 0.0f);
+Status LoraBaseReader::Read(int unit, std::vector<float>* values, BaseHasher* hasher) const {
+  const UnitLayout& layout = model_->units()[unit];
+  values->assign(layout.used_elements(), 0.0f);
   if (weights_) {
     RETURN_IF_ERROR(weights_->Fill(unit, 0, values->size(), values->data(), nullptr));
   } else {
     model_->InitUnit(unit, seed_, values->data());
   }
+  // A quantized base: the unit's stored bytes made as training made them, then its values
+  // dequantized from them.
+  UnitLayout frozen = layout;
+  frozen.set_trainable(false);
+  const StoredUnit stored = StoredUnit::Of(frozen, base_dtype_, dtype_);
+  if (stored.packed()) {
+    std::vector<uint8_t> bytes(stored.bytes());
+    const std::vector<float>& raw = *values;
+    RETURN_IF_ERROR(PackRange(stored, layout,
+                              [&raw](size_t begin, size_t end, float* out) {
+                                std::copy(raw.begin() + begin, raw.begin() + end, out);
+                                return absl::OkStatus();
+                              },
+                              0, bytes.size(), bytes.data()));
+    if (hasher != nullptr) hasher->AddBytes(bytes.data(), bytes.size());
+    return UnpackUnit(stored, layout, bytes.data(), values->data());
+  }
   // Training held the base in its compute dtype only (a frozen unit has no fp32 master).
   if (dtype_ == DType::kBF16) {
     for (float& v : *values) v = ToFloat(ToBf16(v));
   }
+  if (hasher != nullptr) hasher->Add(*values);
   return absl::OkStatus();
 }
 

@@ -56,8 +56,13 @@ class LoraBaseReader {
                                        const std::string& who);
   // The base units, in order (the model's frozen units, or all of a model without LoRA).
   const std::vector<int>& units() const { return units_; }
-  // Unit `unit`'s values (one of units()) into `values` (resized to its used elements).
-  Status Read(int unit, std::vector<float>* values) const;
+  // Unit `unit`'s values (one of units()) as training used them into `values` (resized to
+  // its used elements): rounded to the compute dtype, or quantized as the checkpoint's
+  // base_dtype says and dequantized. `hasher` (may be null) is fed what BaseHash hashed of
+  // the unit in training: its values, or a packed unit's stored bytes.
+  Status Read(int unit, std::vector<float>* values, BaseHasher* hasher = nullptr) const;
+  // The checkpoint's lora.base_dtype.
+  BaseDType base_dtype() const { return base_dtype_; }
   // "hf:DIR", or "random weights of seed S".
   std::string Describe() const;
 
@@ -68,6 +73,7 @@ class LoraBaseReader {
   std::optional<HfWeights> weights_;  // an hf: base; else the model's init
   uint64_t seed_ = 0;
   DType dtype_ = DType::kF32;
+  BaseDType base_dtype_ = BaseDType::kTrain;
   std::string from_;
 };
 

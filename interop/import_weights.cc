@@ -358,7 +358,9 @@ uint64_t ImportPlan::HostBytes() const {
 
 ImportPlan PlanImport(const HfWeights& weights, const Engine& engine, const Model& model) {
   ImportPlan plan;
-  plan.units = BaseUnits(model);
+  for (const int unit : BaseUnits(model)) {
+    (engine.state().Packed(unit) ? plan.packed : plan.units).push_back(unit);
+  }
   plan.reader_threads = ReaderThreads();
   for (const int unit : plan.units) {
     const auto [begin, end] = engine.state().StoredRange(unit);
@@ -465,6 +467,11 @@ Status ImportHfWeights(const std::string& dir, const ModelOptions& options, cons
   }
   reader.join();
   RETURN_IF_ERROR(status);
+  for (const int unit : plan.packed) {
+    RETURN_IF_ERROR(engine.state().WriteUnit(unit, [&](size_t begin, size_t end, float* out) {
+      return weights.Fill(unit, begin, end, out, progress ? &*progress : nullptr);
+    }));
+  }
   if (progress) progress->Finish();
   return absl::OkStatus();
 }

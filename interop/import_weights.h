@@ -71,6 +71,9 @@ UnitImportRoute RouteUnit(const HfWeights& weights, const Engine& engine, const 
 struct ImportPlan {
   std::vector<int> units;               // those the files hold (BaseUnits), in import order
   std::vector<UnitImportRoute> routes;  // per entry of units
+  // Units of a quantized base stored packed (EngineState::Packed): quantized as they are
+  // read, a piece at a time (EngineState::WriteUnit), after the others.
+  std::vector<int> packed;
   size_t largest_fp32 = 0;              // elements of the largest range through fp32 buffers
   size_t largest_bf16 = 0;              // ... through bf16 buffers
   int reader_threads = 0;               // Fill's threads, each with a bounce buffer
@@ -85,7 +88,10 @@ ImportPlan PlanImport(const HfWeights& weights, const Engine& engine, const Mode
 // stored: straight into each unit's master where the engine allows it (WriteTargets),
 // else through two buffers of one unit's range; a bf16 file's values also go to a bf16
 // engine's params as they are, with no cast (straight where the host can write them,
-// else through two buffers of their own). Nothing is written when Open fails.
+// else through two buffers of their own). A quantized base's packed units are quantized as
+// they are read, each rank reading the whole pieces its share of the stored bytes overlaps
+// (a piece's absmaxes are the piece's), one piece in memory at a time, never the model.
+// Nothing is written when Open fails.
 // `show_progress`: a progress line for long imports.
 Status ImportHfWeights(const std::string& dir, const ModelOptions& options, const Model& model,
                        Engine& engine, bool show_progress);

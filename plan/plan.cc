@@ -80,6 +80,17 @@ StatusOr<DryRunResult> DryRun(const Options& options, int world, BackendKind bac
     }
     if (largest < 0) continue;
     const auto [begin, end] = engine->state().StoredRange(largest);
+    if (engine->state().Packed(largest)) {
+      // A quantized base's unit is packed a piece at a time: the largest piece's fp32 values
+      // and the rank's stored bytes (not stored here: its quantization costs real time).
+      size_t piece = 0;
+      for (const StoredTensor& t : engine->state().stored(largest).tensors()) {
+        for (const StoredPiece& p : t.pieces) piece = std::max(piece, p.layout.elements);
+      }
+      largest_unit_bytes = std::max<uint64_t>(
+          largest_unit_bytes, piece * sizeof(float) + (end - begin) * DTypeBytes(config.dtype));
+      continue;
+    }
     largest_unit_bytes = std::max<uint64_t>(largest_unit_bytes, (end - begin) * sizeof(float));
     const size_t bytes = std::max<size_t>(4096, (end - begin) * sizeof(float));
     void* values = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
@@ -91,6 +102,13 @@ StatusOr<DryRunResult> DryRun(const Options& options, int world, BackendKind bac
   }
   DryRunResult result;
   result.staging_bytes = largest_unit_bytes;
+  for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+    if (units[u].trainable()) continue;
+    result.base_params += units[u].num_params();
+    result.base_bytes += engine->state().Packed(u)
+                             ? engine->state().stored(u).bytes()
+                             : units[u].num_params() * DTypeBytes(options.train.dtype);
+  }
   if (absl::StartsWith(options.model.from, "hf:")) {
     // The importer's buffers instead (its headers read, every tensor checked: a plan of
     // damaged files fails as the run would).
@@ -166,9 +184,37 @@ std::vector<PlanConfig> DecisionOrder(const Options& job, int world) {
     out.insert(out.end(), sets.begin(), sets.end());
     return out;
   };
-  return {
-      {"LoRA on the device", with({rank, lora_stage, "train.recompute=none"})},
-      {"LoRA + recompute", with({rank, lora_stage, "train.recompute=blocks"})},
+  // The base as the job stores it (train.dtype unless it asks for a quantized one); then
+  // NF4 on the device, the host and the SSD: alternatives unless the job asked for a
+  // quantized base (then its own dtype, placed further off the device).
+  const BaseDType asked = job.lora.enabled() ? job.lora.base_dtype : BaseDType::kTrain;
+  const std::string base = absl::StrCat("lora.base_dtype=", BaseDTypeName(asked));
+  const BaseDType quantized = asked == BaseDType::kTrain ? BaseDType::kNF4 : asked;
+  const std::string qbase = absl::StrCat("lora.base_dtype=", BaseDTypeName(quantized));
+  const std::string qname = asked == BaseDType::kNF4 || asked == BaseDType::kTrain
+                                ? "NF4"
+                                : std::string(BaseDTypeName(asked));
+  const bool alternative = asked == BaseDType::kTrain;
+  const std::string changes =
+      absl::StrCat("the base's linear matrices stored as ", BaseDTypeName(quantized));
+  std::vector<PlanConfig> order = {
+      {"LoRA on the device", with({rank, base, lora_stage, "train.recompute=none"})},
+      {"LoRA + recompute", with({rank, base, lora_stage, "train.recompute=blocks"})},
+  };
+  if (alternative) {
+    order.push_back({"LoRA on an NF4 base",
+                     with({rank, qbase, lora_stage, "train.recompute=blocks"}), true, changes});
+  }
+  order.push_back({absl::StrCat("LoRA, ", qname, " base on host"),
+                   with({rank, qbase, "zero.stage=3", "train.recompute=blocks",
+                         "lora.base_tier=host"}),
+                   alternative, changes});
+  order.push_back({absl::StrCat("LoRA, ", qname, " base on NVMe"),
+                   with({rank, qbase, "zero.stage=3", "train.recompute=blocks",
+                         "lora.base_tier=nvme", nvme}),
+                   alternative, changes});
+  const std::string full = "lora.base_dtype=train";
+  std::vector<PlanConfig> rest = {
       {"full training on the device", with({"lora.rank=0", full_stage, "train.recompute=blocks"})},
       {"optimizer on host",
        with({"lora.rank=0", "zero.stage=2", "train.recompute=blocks", "zero.optimizer_tier=host"})},
@@ -185,6 +231,13 @@ std::vector<PlanConfig> DecisionOrder(const Options& job, int world) {
        with({"lora.rank=0", "zero.stage=3", "train.recompute=blocks", "zero.optimizer_tier=nvme",
              "zero.grad_tier=nvme", "zero.param_tier=nvme", nvme})},
   };
+  for (PlanConfig& config : rest) {  // full training freezes nothing to quantize
+    if (std::find(config.sets.begin(), config.sets.end(), full) == config.sets.end()) {
+      config.sets.push_back(full);
+    }
+    order.push_back(std::move(config));
+  }
+  return order;
 }
 
 StepPrediction PredictStep(const DryRunResult& dry, const Options& options,
@@ -421,6 +474,7 @@ StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hw, Shape
         "inter_node_network; docs/plan.md)");
   }
   Plan plan;
+  int alternative = -1;  // the first alternative that fits (the faster of flat and hybrid)
   for (const PlanConfig& config : DecisionOrder(job, world)) {
     const int flat = static_cast<int>(plan.configs.size());
     plan.configs.push_back(PlanOne(job, world, hw, timer, config));
@@ -436,14 +490,14 @@ StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hw, Shape
       hybrid = static_cast<int>(plan.configs.size());
       plan.configs.push_back(PlanOne(job, world, hw, timer, variant));
     }
-    if (plan.recommended >= 0) continue;
+    int* pick = config.alternative ? &alternative : &plan.recommended;
+    if (*pick >= 0) continue;
     // The first step of the decision order where something fits; of flat and hybrid there,
     // the faster that fits.
     for (const int i : {flat, hybrid}) {
       if (i < 0 || !plan.configs[i].fits) continue;
-      if (plan.recommended < 0 ||
-          plan.configs[i].step.seconds < plan.configs[plan.recommended].step.seconds) {
-        plan.recommended = i;
+      if (*pick < 0 || plan.configs[i].step.seconds < plan.configs[*pick].step.seconds) {
+        *pick = i;
       }
     }
   }
@@ -457,12 +511,21 @@ StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hw, Shape
       smaller.train.micro_batch = 1;
       StatusOr<Plan> retry = MakePlan(smaller, world, hw, timer);
       if (retry.ok() && retry->recommended >= 0) {
+        const PlanConfig& fits = retry->configs[retry->recommended].config;
         plan.advice.insert(
             plan.advice.begin(),
             absl::StrCat("train.micro_batch=1 with train.grad_accum=", smaller.train.grad_accum,
-                         " (the same batch): ", retry->configs[retry->recommended].config.name,
-                         " fits"));
+                         " (the same batch): ", fits.name, " fits"));
+        if (!fits.alternative) return plan;  // a change of the job that keeps the numerics
       }
+    }
+    // Only a choice that changes the numerics fits: it is the recommendation.
+    if (alternative >= 0) {
+      plan.recommended = alternative;
+      plan.advice.insert(plan.advice.begin(),
+                         absl::StrCat("only ", plan.configs[alternative].config.name,
+                                      " fits: it changes the numerics (",
+                                      plan.configs[alternative].config.changes, ")"));
     }
   }
   return plan;
@@ -500,6 +563,35 @@ std::string RenderPlan(const Plan& plan, const Hardware& hw) {
                               priced ? c.step.bottleneck
                                      : c.step.bottleneck + " (its rate is unknown)"));
     if (!c.fits) absl::StrAppend(&out, "      short: ", c.why_not, "\n");
+    if (c.dry.base_params > 0) {
+      absl::StrAppend(&out, absl::StrFormat("      base: %.3f bytes/param, %s\n",
+                                            double(c.dry.base_bytes) / c.dry.base_params,
+                                            GiB(c.dry.base_bytes)));
+    }
+    if (c.config.alternative) {
+      // What it buys against the last LoRA row of the base as the job stores it.
+      int reference = -1;
+      for (size_t j = 0; j < i; ++j) {
+        const PlannedConfig& r = plan.configs[j];
+        if (!r.config.alternative && r.options.lora.enabled() && r.status.ok()) {
+          reference = static_cast<int>(j);
+        }
+      }
+      absl::StrAppend(&out, "      alternative: changes the numerics (", c.config.changes, ")");
+      if (reference >= 0) {
+        const PlannedConfig& r = plan.configs[reference];
+        absl::StrAppend(
+            &out, absl::StrFormat("; against %s: device %s (%s), base %s (%s), step %s s (%s s)",
+                                  r.config.name, GiB(c.dry.device.peak_bytes),
+                                  GiB(r.dry.device.peak_bytes), GiB(c.dry.base_bytes),
+                                  GiB(r.dry.base_bytes),
+                                  priced ? absl::StrFormat("%.3f", c.step.seconds) : "?",
+                                  std::isfinite(r.step.seconds)
+                                      ? absl::StrFormat("%.3f", r.step.seconds)
+                                      : "?"));
+      }
+      absl::StrAppend(&out, "\n");
+    }
     if (hw.nodes > 1) {
       absl::StrAppend(
           &out, absl::StrFormat("      network per step: %s within a node (a rank), %s across "

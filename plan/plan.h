@@ -54,6 +54,9 @@ struct DryRunResult {
   // them), else one unit's fp32 values (the largest: init, llm.c import).
   uint64_t staging_bytes = 0;
   ImportPlan import;  // a Hugging Face import's (model.from=hf:DIR), else empty
+  // A LoRA run's frozen base: its parameters and the bytes it is stored in (a quantized
+  // base's packed units: their stored bytes; the rest in train.dtype), the whole model's.
+  uint64_t base_params = 0, base_bytes = 0;
 };
 // `backend`: the device the dry run models (its buffers are always the CPU device's; on
 // CUDA the device tier is not host memory, which decides where an import writes).
@@ -68,6 +71,11 @@ StatusOr<DryRunResult> DryRun(const Options& options, int world,
 struct PlanConfig {
   std::string name;
   std::vector<std::string> sets;
+  // A choice that changes the numerics (a quantized base) the job did not ask for: shown
+  // with what it buys, recommended only where nothing else fits (not even the job with one
+  // row per micro-batch). `changes` says how.
+  bool alternative = false;
+  std::string changes;
 };
 std::vector<PlanConfig> DecisionOrder(const Options& job, int world);
 
@@ -99,7 +107,8 @@ struct PlannedConfig {
 };
 struct Plan {
   std::vector<PlannedConfig> configs;
-  // Index of the first that fits, -1: none. On several nodes (hardware.nodes > 1) each
+  // Index of the first that fits (of the alternatives only where nothing else does), -1:
+  // none. On several nodes (hardware.nodes > 1) each
   // configuration at stage 1-3 on the cpu backend is also planned with
   // zero.shard_group=node right after it (the "hybrid" row), and of the two the faster one
   // that fits is recommended.

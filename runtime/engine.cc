@@ -14,6 +14,8 @@
 #include <cstring>
 
 #include "kernels/dropout_mask.h"
+#include "runtime/quantized_base.h"
+#include "tiers/stream_helpers.h"
 
 
 namespace strata {
@@ -41,7 +43,7 @@ Engine::Engine(const EngineConfig& config, Device* device, Ops* ops, Ops* host_o
       shards_(groups.shards != nullptr ? groups.shards : communicator),
       replicas_(groups.replicas),
       state_(EngineState::Parts{config_, device_, ops_, host_ops_, model_, shards_,
-                                &compute_, &comm_, &host_, units_, components_,
+                                &compute_, &comm_, &host_, units_, stored_, components_,
                                 traffic_counted_, [this] { return SyncStreams(); }}) {}
 
 Engine::~Engine() {
@@ -133,7 +135,13 @@ Status Engine::Init(InitialState initial) {
   zero.communicator = shards_;
   zero.replicas = replicas_;
   zero.world_rank = communicator_->rank();
-  zero.layouts = &layouts;
+  // A quantized base's frozen units are kept, moved and gathered in their stored form.
+  stored_ = StoredUnits(layouts, config_.base_dtype, config_.dtype);
+  stored_layouts_.clear();
+  for (int u = 0; u < num_units; ++u) stored_layouts_.push_back(stored_[u].StoredLayout(layouts[u]));
+  dequantized_.assign(num_units, nullptr);
+  frees_ = std::make_unique<DeferredFrees>(device_);
+  zero.layouts = &stored_layouts_;
   zero.units = &units_;
   zero.dtype = config_.dtype;
   zero.prefetch_bytes = config_.prefetch_bytes;
@@ -162,7 +170,7 @@ Status Engine::Init(InitialState initial) {
   if (initial == InitialState::kModelInit) {
     std::vector<float> values;
     for (int u = 0; u < num_units; ++u) {
-      values.assign(units_[u].padded_elements, 0.0f);
+      values.assign(state_.PaddedElements(u), 0.0f);
       model_->InitUnit(u, config_.seed, values.data());
       RETURN_IF_ERROR(state_.WriteMaster(u, values));
     }
@@ -207,6 +215,7 @@ Status Engine::RunStage(int stage, bool backward, int* access) {
   for (size_t i = 0; i < spec.units.size(); ++i) {
     const int u = spec.units[i];
     ASSIGN_OR_RETURN(ctx_.params[u], gatherer.Acquire(first_access + i, u));
+    if (stored_[u].packed()) ASSIGN_OR_RETURN(ctx_.params[u], Dequantize(u, ctx_.params[u]));
     // A frozen unit's grads stay null: the model computes only its input gradients.
     if (backward && model_->units()[u].trainable()) {
       ASSIGN_OR_RETURN(ctx_.grads[u], components_.reducer().Grads(u));
@@ -228,11 +237,29 @@ Status Engine::RunStage(int stage, bool backward, int* access) {
       RETURN_IF_ERROR(schedule_->AfterBackward(stage, u));
     }
     RETURN_IF_ERROR(gatherer.Release(first_access + i, u));
+    if (dequantized_[u] != nullptr) {
+      RETURN_IF_ERROR(frees_->Add(*compute_, std::move(dequantized_[u])));
+      dequantized_[u] = nullptr;
+    }
     ctx_.params[u] = nullptr;
     ctx_.grads[u] = nullptr;
   }
   *access += static_cast<int>(spec.units.size());
   return absl::OkStatus();
+}
+
+StatusOr<const void*> Engine::Dequantize(int unit, const void* stored) {
+  const UnitLayout& layout = model_->units()[unit];
+  frees_->Collect();
+  ASSIGN_OR_RETURN(Buffer values,
+                   device_->Allocate(Tier::kDevice, StateKind::kParams,
+                                     layout.used_elements() * DTypeBytes(config_.dtype),
+                                     layout.name() + " dequantized params"));
+  dequantized_[unit] = std::make_shared<Buffer>(std::move(values));
+  StreamLabel label(*compute_, "dequantize " + layout.name(), "dequantize");
+  RETURN_IF_ERROR(DequantizeUnit(*ops_, *device_, *compute_, stored_[unit], layout, stored,
+                                 dequantized_[unit]->data()));
+  return static_cast<const void*>(dequantized_[unit]->data());
 }
 
 Status Engine::RunMicroBatch(const MicroBatch& batch, int index, float dloss,

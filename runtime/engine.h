@@ -26,8 +26,11 @@
 #include "runtime/placement.h"
 #include "runtime/step_schedule.h"
 #include "runtime/zero_components.h"
+#include "core/stored_layout.h"
 
 namespace strata {
+
+class DeferredFrees;
 
 struct StepResult {
   double loss = 0.0;       // mean over every token of every micro-batch
@@ -141,6 +144,9 @@ class Engine {
   Status RunMicroBatch(const MicroBatch& batch, int index, float dloss, double* forward_ms,
                        double* backward_ms);
   Status RunStage(int stage, bool backward, int* access);
+  // A packed unit's params (lora.base_dtype): its stored bytes `stored` (as gathered)
+  // dequantized on the compute stream into a buffer of its own, freed after the stage.
+  StatusOr<const void*> Dequantize(int unit, const void* stored);
   // Mean of the per-rank means of this rank's losses_host_ over `micro_batches`.
   StatusOr<double> GlobalMeanLoss(int micro_batches);
   // Pending updates in place, every stream to its end, then the state's write-backs; the
@@ -159,6 +165,12 @@ class Engine {
   std::unique_ptr<Stream> copy_;
   std::unique_ptr<Stream> host_;
   std::vector<UnitState> units_;
+  // Each unit's stored form (core/stored_layout.h) and the layouts the components see: a
+  // packed unit of a quantized base is one tensor of its stored bytes.
+  std::vector<StoredUnit> stored_;
+  std::vector<UnitLayout> stored_layouts_;
+  std::vector<std::shared_ptr<Buffer>> dequantized_;  // per unit, during its stage
+  std::unique_ptr<DeferredFrees> frees_;
   ZeroComponents components_;
   std::unique_ptr<GradNorm> norm_;
   std::unique_ptr<StepSchedule> schedule_;

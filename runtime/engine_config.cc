@@ -18,6 +18,7 @@ StatusOr<EngineConfig> EngineConfig::From(const Options& options, int world) {
   config.weight_decay = train.weight_decay;
   config.grad_clip = train.grad_clip;
   config.lora_dropout = options.lora.dropout;
+  config.base_dtype = options.lora.enabled() ? options.lora.base_dtype : BaseDType::kTrain;
   config.prefetch_bytes = options.zero.prefetch_bytes;
   NvmeSettings& nvme = config.nvme;
   nvme.dir = options.zero.nvme_dir;

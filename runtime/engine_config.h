@@ -42,6 +42,9 @@ struct EngineConfig {
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;  // AdamW
   float grad_clip = 1.0f;     // global-norm clipping; 0 = none
   float lora_dropout = 0.0f;  // lora.dropout, on the adapters' inputs
+  // lora.base_dtype: a frozen unit with linear matrices is stored in this form
+  // (core/stored_layout.h) and dequantized before each use; kTrain: as the model lays it out.
+  BaseDType base_dtype = BaseDType::kTrain;
   uint64_t prefetch_bytes = 256ull << 20;  // zero.prefetch_bytes (stage 3)
   NvmeSettings nvme;
 

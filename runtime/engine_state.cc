@@ -8,13 +8,59 @@
 #include "device/device.h"
 #include "kernels/ops.h"
 #include "runtime/model.h"
+#include "runtime/quantized_base.h"
 #include "runtime/zero_components.h"
 #include "tiers/unit_state.h"
 
 namespace strata {
 
 size_t EngineState::PaddedElements(int unit) const {
+  if (Packed(unit)) {
+    return parts_.model->units()[unit].PaddedElements(parts_.communicator->world_size());
+  }
   return parts_.units[unit].padded_elements;
+}
+
+StatusOr<std::vector<uint8_t>> EngineState::ReadStoredBytes(int unit) {
+  RETURN_IF_ERROR(parts_.sync());
+  const UnitState& state = parts_.units[unit];
+  const size_t element_bytes = DTypeBytes(parts_.config.dtype);
+  const size_t n = parts_.components.param_part_elements(unit);
+  std::vector<uint8_t> out(state.padded_elements * element_bytes);
+  if (n == state.padded_elements) {
+    RETURN_IF_ERROR(parts_.components.ReadParams(unit, out.data()));
+    ForgetTraffic();
+    return out;
+  }
+  // The own shard, then every rank's gathered as raw words (a shard is a multiple of 4 KiB).
+  std::vector<uint8_t> own(n * element_bytes);
+  RETURN_IF_ERROR(parts_.components.ReadParams(unit, own.data()));
+  ForgetTraffic();
+  const size_t shard_bytes = state.shard_elements * element_bytes;
+  ASSIGN_OR_RETURN(Buffer full, parts_.device->Allocate(Tier::kDevice, StateKind::kWorkspace,
+                                                        out.size(), "unit read-out"));
+  uint8_t* mine = static_cast<uint8_t*>(full.data()) + parts_.communicator->rank() * shard_bytes;
+  RETURN_IF_ERROR(parts_.device->CopyAsync(mine, own.data(), shard_bytes, comm()));
+  RETURN_IF_ERROR(parts_.communicator->AllGather(mine, full.data(), shard_bytes / 4, DType::kF32,
+                                                 comm()));
+  RETURN_IF_ERROR(parts_.device->CopyAsync(out.data(), full.data(), out.size(), comm()));
+  RETURN_IF_ERROR(comm().Synchronize());
+  return out;
+}
+
+Status EngineState::WritePacked(int unit, const UnitFill& values) {
+  const auto [begin, end] = StoredRange(unit);
+  const size_t element_bytes = DTypeBytes(parts_.config.dtype);
+  if (store_host_.size() < (end - begin) * element_bytes) {
+    store_host_.resize((end - begin) * element_bytes);
+  }
+  RETURN_IF_ERROR(PackRange(parts_.stored[unit], parts_.model->units()[unit], values,
+                            begin * element_bytes, end * element_bytes,
+                            reinterpret_cast<uint8_t*>(store_host_.data())));
+  RETURN_IF_ERROR(parts_.sync());
+  Status status = parts_.components.WriteParams(unit, store_host_.data());
+  ForgetTraffic();
+  return status;
 }
 
 void EngineState::ForgetTraffic() { parts_.traffic_counted = parts_.components.traffic(); }
@@ -56,6 +102,13 @@ Status EngineState::CheckTrainable(int unit) const {
 }
 
 StatusOr<std::vector<float>> EngineState::ReadParams(int unit) {
+  if (Packed(unit)) {
+    ASSIGN_OR_RETURN(const std::vector<uint8_t> bytes, ReadStoredBytes(unit));
+    std::vector<float> values(PaddedElements(unit), 0.0f);
+    RETURN_IF_ERROR(UnpackUnit(parts_.stored[unit], parts_.model->units()[unit], bytes.data(),
+                               values.data()));
+    return values;
+  }
   RETURN_IF_ERROR(parts_.sync());
   const UnitState& state = parts_.units[unit];
   const size_t n = parts_.components.param_part_elements(unit);
@@ -119,7 +172,7 @@ Status EngineState::WriteMaster(int unit, const std::vector<float>& values) {
 }
 
 Status EngineState::WriteOptimizerState(int unit, const UnitOptimizerState& full_state) {
-  const size_t padded = parts_.units[unit].padded_elements;
+  const size_t padded = PaddedElements(unit);
   for (const std::vector<float>* array :
        {&full_state.master, &full_state.exp_avg, &full_state.exp_avg_sq}) {
     const bool moments_left_out = array != &full_state.master && array->empty();
@@ -131,6 +184,13 @@ Status EngineState::WriteOptimizerState(int unit, const UnitOptimizerState& full
   auto data = [](const std::vector<float>& array) {
     return array.empty() ? nullptr : array.data();
   };
+  if (Packed(unit)) {  // frozen: its params alone, quantized from the values
+    const float* values = full_state.master.data();
+    return WritePacked(unit, [values](size_t begin, size_t end, float* out) {
+      std::copy(values + begin, values + end, out);
+      return absl::OkStatus();
+    });
+  }
   Status status = WriteState(unit, {full_state.master.data(), data(full_state.exp_avg),
                                         data(full_state.exp_avg_sq), 0, padded});
   ForgetTraffic();
@@ -190,6 +250,7 @@ std::pair<size_t, size_t> EngineState::StoredRange(int unit) const {
 }
 
 Status EngineState::WriteUnit(int unit, const UnitFill& fill) {
+  if (Packed(unit)) return WritePacked(unit, fill);
   const auto [begin, end] = StoredRange(unit);
   if (float* target = WriteTargets(unit).master) {  // straight into the master, once idle
     RETURN_IF_ERROR(parts_.sync());
@@ -207,6 +268,7 @@ UnitWriteTargets EngineState::WriteTargets(int unit) const {
   const auto [begin, end] = StoredRange(unit);
   const ShardRange own = OwnedRange(state, e.communicator->rank());
   UnitWriteTargets targets;
+  if (Packed(unit)) return targets;  // quantized from fp32 values: WriteUnit
   // The master: trainable, in memory the host addresses, holding exactly the range (not
   // where it is a shard of the range: stages 1-2 on several ranks).
   if (e.model->units()[unit].trainable() && !state.master.empty() &&
@@ -236,6 +298,9 @@ UnitWriteTargets EngineState::WriteTargets(int unit) const {
 }
 
 Status EngineState::WriteStoredValues(int unit, const float* values, const bf16* params) {
+  if (Packed(unit)) {
+    return absl::InternalError(absl::StrCat("unit ", unit, " is stored quantized: WriteUnit"));
+  }
   const auto [begin, end] = StoredRange(unit);
   if (params != nullptr && !WriteTargets(unit).takes_bf16_params) {
     return absl::InternalError(absl::StrCat(

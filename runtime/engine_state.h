@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/stored_layout.h"
 #include "core/status.h"
 
 namespace strata {
@@ -79,6 +80,9 @@ class EngineState {
     const std::unique_ptr<Stream>* comm;
     const std::unique_ptr<Stream>* host;
     std::vector<UnitState>& units;
+    // Each unit's stored form: a packed unit (a quantized base, core/stored_layout.h) keeps
+    // its stored bytes in the param home; the views here are of its values all the same.
+    const std::vector<StoredUnit>& stored;
     ZeroComponents& components;
     NvmeTraffic& traffic_counted;  // the NVMe traffic not a step's (reads and writes here)
     std::function<Status()> sync;  // pending updates in place, every stream to its end
@@ -139,6 +143,16 @@ class EngineState {
 
   // The length of the full-unit views (the unit padded to the world size).
   size_t PaddedElements(int unit) const;
+
+  // A packed unit (a quantized frozen base): ReadParams dequantizes it; the writes of
+  // whole units and WriteUnit quantize (runtime/quantized_base.h: every piece from all of
+  // its values). WriteStoredValues and WriteTargets' straight routes do not apply to it.
+  bool Packed(int unit) const { return parts_.stored[unit].packed(); }
+  const StoredUnit& stored(int unit) const { return parts_.stored[unit]; }
+  // The unit's whole stored buffer as it is (its padded stored elements' bytes: a packed
+  // unit's quantized bytes, else its compute-dtype params), gathered where sharded (every
+  // rank calls it together then).
+  StatusOr<std::vector<uint8_t>> ReadStoredBytes(int unit);
   // The element range [begin, end) of `unit` this rank stores, which the partial writes
   // take: the whole unit, or its own shard.
   std::pair<size_t, size_t> StoredRange(int unit) const;
@@ -172,6 +186,9 @@ class EngineState {
   // where the view holds the own shard only.
   Status WriteState(int unit, const UnitStateView& view, const bf16* params = nullptr,
                     const float* full_master = nullptr);
+  // A packed unit's own stored bytes, quantized from `values` (the unit's flat fp32 values,
+  // asked for a piece at a time), put in its param home.
+  Status WritePacked(int unit, const UnitFill& values);
   // Marks what moved on NVMe so far as not a step's traffic.
   void ForgetTraffic();
 

@@ -73,6 +73,12 @@ std::vector<std::string> PlacementProblems(const Options& options) {
         " places a frozen LoRA base, but lora.rank is 0 (full training, nothing frozen): set "
         "lora.rank > 0, or zero.param_tier for the params of full training"));
   }
+  if (lora.base_dtype != BaseDType::kTrain && !lora.enabled()) {
+    problems.push_back(absl::StrCat(
+        "lora.base_dtype=", OptionName(lora.base_dtype),
+        " quantizes a frozen LoRA base, but lora.rank is 0 (full training, nothing frozen): "
+        "set lora.rank > 0, or lora.base_dtype=train"));
+  }
   if (lora.base_tier != StateTier::kDevice && zero.stage != 3) {
     problems.push_back(absl::StrCat(
         "lora.base_tier=", OptionName(lora.base_tier), " needs zero.stage=3 (stage ",

@@ -106,8 +106,7 @@ StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& source
     if (weights) {
       RETURN_IF_ERROR(weights->Fill(unit, 0, n, values.data(), nullptr));
     } else if (base && unit < first_adapter) {
-      RETURN_IF_ERROR(base->Read(unit, &values));
-      base_hash.Add(values);
+      RETURN_IF_ERROR(base->Read(unit, &values, &base_hash));
     } else {
       RETURN_IF_ERROR(ReadCheckpointMaster(*checkpoint, unit - first_adapter, 0, n,
                                            values.data()));

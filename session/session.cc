@@ -153,7 +153,8 @@ StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const Options
     StatusOr<std::string> hash = BaseHash(*session->engine_, *session->model_);
     if (!hash.ok()) return session->AbortOnError(hash.status());
     session->lora_base_ =
-        LoraBase{options.model.from, options.train.seed, options.train.dtype, *hash};
+        LoraBase{options.model.from, options.train.seed, options.train.dtype,
+                 options.lora.base_dtype, *hash};
   }
   if (!options.train.resume.empty()) {
     StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(

@@ -9,7 +9,8 @@
 // - bf16: 2e-2. Params and activations are rounded to bf16 (8 mantissa bits, relative
 //   step 2^-8 = 3.9e-3) after every op; a different accumulation order flips single
 //   roundings, and those differences reach the loss through every later op and step.
-// Placements: stages 0-3 with everything on the device (world 1), and ZeRO-Offload
+// Placements: stages 0-3 with everything on the device (world 1), LoRA on a quantized base
+// (NF4, int8) on the device and on the host, and ZeRO-Offload
 // (zero.optimizer_tier=host, zero.grad_tier=host) at stages 2 and 3, the latter also with
 // zero.param_tier=host, each with clipping on and off (off lets the host AdamW start during
 // backward). Where CUDA sees two GPUs or more, world 2 (ranks as threads, NCCL over the
@@ -171,6 +172,22 @@ TEST_P(GpuTraining, LlamaMatchesCpu) {
                              "zero.grad_tier=nvme", "zero.nvme_dir=" + TestDir("gpu-swap"),
                              "nvme.chunk_bytes=16KiB"});
   ExpectSameTrajectory(GetParam(), 1, extra);
+}
+
+// LoRA on a quantized frozen base (lora.base_dtype): the base dequantized on the device by
+// the CUDA kernels before each use, on the device at stage 0 (GPT, NF4) and streamed from
+// the host at stage 3 (LLaMA's fused q|k|v and gate|up pieces; NF4, then int8).
+TEST_P(GpuTraining, QuantizedBaseMatchesCpu) {
+  SKIP_WITHOUT_GPU(1);
+  ExpectSameTrajectory(GetParam(), 1, {"zero.stage=0", "lora.rank=8", "lora.targets=all",
+                                       "lora.base_dtype=nf4", "train.lr=1e-2"});
+  for (const char* dtype : {"nf4", "int8"}) {
+    std::vector<std::string> extra = TinyLlamaSets();
+    extra.insert(extra.end(), {"model.channels=64", "zero.stage=3", "lora.rank=8",
+                               "lora.targets=all", "lora.base_tier=host", "train.lr=1e-2",
+                               std::string("lora.base_dtype=") + dtype});
+    ExpectSameTrajectory(GetParam(), 1, extra);
+  }
 }
 
 TEST_P(GpuTraining, TwoRanksOverNcclMatchCpu) {

@@ -297,11 +297,12 @@ TEST(Plan, RecommendsTheFirstThatFitsAndSaysWhatToBuy) {
   const uint64_t device = (lora.device.peak_bytes + full.device.peak_bytes) / 2;
   ASSERT_OK_AND_ASSIGN(Hardware hw, ParseHardware(HardwareText(device, 64ull << 30), "hw"));
   ASSERT_OK_AND_ASSIGN(const Plan plan, MakePlan(job, 1, hw));
-  ASSERT_EQ(plan.configs.size(), 8u);
+  ASSERT_EQ(plan.configs.size(), 11u);
   ASSERT_GE(plan.recommended, 0);
   EXPECT_EQ(plan.configs[plan.recommended].config.name, "LoRA on the device");
-  EXPECT_FALSE(plan.configs[2].fits) << plan.configs[2].why_not;
-  EXPECT_THAT(plan.configs[2].why_not, HasSubstr("device needs"));
+  ASSERT_EQ(plan.configs[5].config.name, "full training on the device");
+  EXPECT_FALSE(plan.configs[5].fits) << plan.configs[5].why_not;
+  EXPECT_THAT(plan.configs[5].why_not, HasSubstr("device needs"));
   for (const PlannedConfig& c : plan.configs) {
     EXPECT_OK(c.status) << c.config.name;
     EXPECT_GT(c.step.seconds, 0) << c.config.name;
@@ -346,6 +347,66 @@ TEST(Plan, RecommendsTheFirstThatFitsAndSaysWhatToBuy) {
   ASSERT_FALSE(smaller.advice.empty());
   EXPECT_THAT(smaller.advice[0],
               HasSubstr("train.micro_batch=1 with train.grad_accum=16 (the same batch): LoRA"));
+}
+
+// A quantized base changes the numerics: the NF4 rows (on the device, the host, the SSD)
+// come right after LoRA + recompute, each with its bytes per base parameter and what it
+// buys, but are recommended only where nothing else fits (here: a device too small for
+// the fp32 base, too little RAM for the optimizer of full training, no disk) or where the
+// job asks for a quantized base.
+TEST(Plan, AQuantizedBaseIsAnAlternative) {
+  const std::vector<std::string> shape = {"model.layers=8", "model.channels=512",
+                                          "model.heads=8"};
+  auto sets = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), shape.begin(), shape.end());
+    return extra;
+  };
+  const Options job = PlacementRunOptions(1, 0, sets({"lora.rank=16"}), 2);
+  ASSERT_OK_AND_ASSIGN(Hardware roomy, ParseHardware(HardwareText(8ull << 30, 64ull << 30), "hw"));
+  ASSERT_OK_AND_ASSIGN(const Plan plan, MakePlan(job, 1, roomy));
+  ASSERT_EQ(plan.configs.size(), 11u);
+  EXPECT_EQ(plan.configs[plan.recommended].config.name, "LoRA on the device");
+  const PlannedConfig& lora = plan.configs[1];
+  const PlannedConfig& nf4 = plan.configs[2];
+  ASSERT_EQ(nf4.config.name, "LoRA on an NF4 base");
+  EXPECT_TRUE(nf4.config.alternative);
+  EXPECT_EQ(plan.configs[3].config.name, "LoRA, NF4 base on host");
+  EXPECT_EQ(plan.configs[4].config.name, "LoRA, NF4 base on NVMe");
+  EXPECT_EQ(nf4.options.lora.base_dtype, BaseDType::kNF4);
+  EXPECT_EQ(plan.configs[5].options.lora.base_dtype, BaseDType::kTrain);  // full training
+  ASSERT_EQ(nf4.dry.base_params, lora.dry.base_params);
+  // fp32 base: 4 bytes per parameter; NF4: about 0.52 on the matrices, the (small)
+  // embedding and norms in fp32.
+  EXPECT_EQ(lora.dry.base_bytes, lora.dry.base_params * 4);
+  EXPECT_LT(nf4.dry.base_bytes * 5, lora.dry.base_bytes);
+  EXPECT_LT(nf4.dry.device.peak_bytes, lora.dry.device.peak_bytes);
+  const std::string text = RenderPlan(plan, roomy);
+  EXPECT_THAT(text, HasSubstr("alternative: changes the numerics (the base's linear matrices "
+                              "stored as nf4); against LoRA + recompute: device"));
+  EXPECT_THAT(text, HasSubstr("base: 4.000 bytes/param"));
+
+  // Only the NF4 base fits: the device holds its peak but not the fp32 base's, the RAM no
+  // optimizer of full training, no disk.
+  const uint64_t device = (nf4.dry.device.peak_bytes + lora.dry.device.peak_bytes) / 2;
+  std::string small_text = HardwareText(device, 400ull << 20);
+  small_text.replace(small_text.find("\"disk_free_bytes\": ") + 19,
+                     std::to_string(1ull << 40).size(), "0");
+  ASSERT_OK_AND_ASSIGN(Hardware small, ParseHardware(small_text, "small"));
+  ASSERT_OK_AND_ASSIGN(const Plan only, MakePlan(job, 1, small));
+  ASSERT_GE(only.recommended, 0) << RenderPlan(only, small);
+  EXPECT_EQ(only.configs[only.recommended].config.name, "LoRA on an NF4 base")
+      << RenderPlan(only, small);
+  ASSERT_FALSE(only.advice.empty());
+  EXPECT_THAT(only.advice[0], HasSubstr("only LoRA on an NF4 base fits: it changes the numerics"));
+
+  // The job asks for NF4: its rows are the job's own (no alternative), the first recommended.
+  const Options asks = PlacementRunOptions(1, 0, sets({"lora.rank=16", "lora.base_dtype=nf4"}), 2);
+  ASSERT_OK_AND_ASSIGN(const Plan asked, MakePlan(asks, 1, small));
+  ASSERT_EQ(asked.configs.size(), 10u);
+  for (const PlannedConfig& c : asked.configs) EXPECT_FALSE(c.config.alternative) << c.config.name;
+  EXPECT_EQ(asked.configs[0].options.lora.base_dtype, BaseDType::kNF4);
+  ASSERT_GE(asked.recommended, 0);
+  EXPECT_LE(asked.recommended, 1) << RenderPlan(asked, small);  // LoRA (+ recompute), NF4 base
 }
 
 // A cluster (2 nodes of 2 ranks): every configuration at stages 1-3 is planned flat and with

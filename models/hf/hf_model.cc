@@ -229,6 +229,26 @@ StatusOr<ModelOptions> ReadHfConfig(const std::string& dir) {
   if (config.contains("model_type") && config.at("model_type").is_string()) {
     model_type = config.at("model_type").get<std::string>();
   }
+  // A pre-quantized checkpoint (bitsandbytes' *-bnb-4bit, GPTQ, AWQ, ...) holds codes and
+  // scales in layouts of its library's own, which strata does not read: it quantizes an
+  // F32/BF16/F16 base itself (lora.base_dtype).
+  if (config.contains("quantization_config")) {
+    const Json& q = config.at("quantization_config");
+    std::string found;
+    if (q.is_object()) {
+      for (const char* key : {"quant_method", "bnb_4bit_quant_type", "load_in_4bit",
+                              "load_in_8bit", "bits"}) {
+        if (q.contains(key)) {
+          absl::StrAppend(&found, found.empty() ? "" : ", ", key, " ", q.at(key).dump());
+        }
+      }
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " describes a pre-quantized checkpoint (quantization_config: ",
+        found.empty() ? q.dump() : found,
+        "): strata reads F32, BF16 or F16 weights and quantizes a frozen LoRA base itself: "
+        "use the unquantized model's directory with lora.base_dtype=nf4 (or int8)"));
+  }
   ModelOptions model;
   model.preset = "hf:" + dir;
   std::vector<std::string> problems;

@@ -97,5 +97,19 @@ TEST(ReadHfConfig, RefusesAKeyWrittenTwice) {
                        HasSubstr("key 'factor' appears twice in the object of 'rope_scaling'")));
 }
 
+// A bitsandbytes 4-bit checkpoint (unsloth's *-bnb-4bit shape of config.json) is refused,
+// naming what its quantization_config says.
+TEST(ReadHfConfig, RefusesAPreQuantizedCheckpoint) {
+  const std::string dir = WriteConfig(
+      "bnb4", R"("quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": true,
+                 "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": true})");
+  EXPECT_THAT(ReadHfConfig(dir),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("pre-quantized checkpoint"),
+                             HasSubstr("quant_method \"bitsandbytes\""),
+                             HasSubstr("bnb_4bit_quant_type \"nf4\""),
+                             HasSubstr("lora.base_dtype=nf4"))));
+}
+
 }  // namespace
 }  // namespace strata
