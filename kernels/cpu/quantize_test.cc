@@ -49,8 +49,9 @@ std::vector<uint32_t> AllBits(const std::vector<T>& values) {
 
 // n values in blocks of varied kinds, chosen per block by a seeded generator: normal values
 // at scales from 1e-30 to 1e30, all zeros, values below kQuantMinAbsmax (denormals among
-// them), one 1.0 with every other element on an NF4 decision point (ties), and int8 ties
-// (absmax 127, halves).
+// them), one 1.0 with every other element on an NF4 decision point (ties), int8 ties
+// (absmax 127, halves), normal values with denormals among them, and values near FLT_MAX
+// (whose reciprocal absmax is itself denormal).
 std::vector<float> TestValues(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -58,7 +59,7 @@ std::vector<float> TestValues(size_t n, uint32_t seed) {
   const std::array<float, 15>& midpoints = Nf4Midpoints();
   for (size_t begin = 0; begin < n; begin += kQuantBlock) {
     const size_t end = std::min(n, begin + kQuantBlock);
-    const int kind = static_cast<int>(rng() % 8);
+    const int kind = static_cast<int>(rng() % 10);
     const float scale = std::pow(10.0f, static_cast<float>(static_cast<int>(rng() % 61) - 30));
     for (size_t i = begin; i < end; ++i) {
       switch (kind) {
@@ -73,6 +74,12 @@ std::vector<float> TestValues(size_t n, uint32_t seed) {
           break;
         case 3:
           x[i] = i == begin ? 127.0f : static_cast<float>(static_cast<int>(rng() % 253) - 126) + 0.5f;
+          break;
+        case 4:
+          x[i] = i % 3 == 0 ? normal(rng) * 1e-41f : normal(rng);
+          break;
+        case 5:
+          x[i] = std::max(-3.4e38f, std::min(3.4e38f, normal(rng) * 1.5e38f));
           break;
         default:
           x[i] = normal(rng) * scale;
