@@ -185,9 +185,8 @@ TEST_F(CountingOpsTest, DequantizationCountsCodesScalesAndOutput) {
   EXPECT_EQ(f32_->counts().elementwise_bytes, 2057 + 65 + 4 + 4 + 4 * n);
   EXPECT_EQ(bf16_->counts().elementwise_bytes, 2057 + 65 + 4 + 4 + 2 * n);
   f32_->Reset();
-  ASSERT_OK(f32_->DequantizeInt8(stream_, Fake(0x1000),
-                                 reinterpret_cast<const int8_t*>(Fake(0x2000)), FakeFloat(0x3000),
-                                 n));
+  ASSERT_OK(f32_->DequantizeInt8(
+      stream_, Fake(0x1000), reinterpret_cast<const int8_t*>(Fake(0x2000)), FakeFloat(0x3000), n));
   EXPECT_EQ(f32_->counts().elementwise_bytes, n + 4 * 65 + 4 * n);
   bf16_->Reset();
   ASSERT_OK(bf16_->WidenBf16(stream_, Fake(0x1000), static_cast<const bf16*>(Fake(0x2000)), 10));

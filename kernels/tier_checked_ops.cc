@@ -219,8 +219,7 @@ class TierCheckedOps : public Ops {
 
   Status DequantizeInt8(Stream& s, void* out, const int8_t* codes, const float* absmax,
                         size_t n) override {
-    RETURN_IF_ERROR(
-        Check("DequantizeInt8", {{"out", out}, {"codes", codes}, {"absmax", absmax}}));
+    RETURN_IF_ERROR(Check("DequantizeInt8", {{"out", out}, {"codes", codes}, {"absmax", absmax}}));
     return ops_->DequantizeInt8(s, out, codes, absmax, n);
   }
 

@@ -120,12 +120,12 @@ TEST_F(TierCheckedOpsTest, DequantizationChecksEveryArrayOfThePiece) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("DequantizeNf4 runs on the device tier, but offset is in the "
                                  "host tier")));
-  EXPECT_THAT(device_ops_->DequantizeInt8(*stream_, on_host_.data(),
-                                          reinterpret_cast<const int8_t*>(piece),
-                                          on_device_.as<float>() + 16, 16),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("DequantizeInt8 runs on the device tier, but out is in the host "
-                                 "tier")));
+  EXPECT_THAT(
+      device_ops_->DequantizeInt8(*stream_, on_host_.data(), reinterpret_cast<const int8_t*>(piece),
+                                  on_device_.as<float>() + 16, 16),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("DequantizeInt8 runs on the device tier, but out is in the host "
+                         "tier")));
   EXPECT_THAT(device_ops_->WidenBf16(*stream_, on_device_.data(),
                                      static_cast<const bf16*>(on_host_.data()), 16),
               StatusIs(absl::StatusCode::kInvalidArgument,

@@ -2,10 +2,10 @@
 // ops (encoder, layernorm forward/backward, matmul forward, attention forward/backward, GELU,
 // softmax + cross-entropy, AdamW, casts, sum of squares; LLaMA's RMSNorm, rotary embedding,
 // grouped-query attention, SwiGLU; the LoRA column-slice ops and dropout, and MatmulBackward
-// with a null dweight, a frozen weight; the dequantization of nf4, int8 and bf16 pieces) give what the reference kernels give when called
-// directly; calls only enqueue (nothing changes before Synchronize); the configured OpenMP
-// thread count is in force on the stream's thread; bad sizes are rejected before anything is
-// enqueued.
+// with a null dweight, a frozen weight; the dequantization of nf4, int8 and bf16 pieces) give
+// what the reference kernels give when called directly; calls only enqueue (nothing changes
+// before Synchronize); the configured OpenMP thread count is in force on the stream's thread;
+// bad sizes are rejected before anything is enqueued.
 //
 // Tolerances, |got - ref| <= atol + rtol * |ref| elementwise, as the kernels' own tests:
 // float atol 1e-4, rtol 1e-4 (matmul via oneDNN: rtol 1e-4 over C = 67 products); bf16

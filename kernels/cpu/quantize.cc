@@ -67,8 +67,8 @@ inline float DecodedAbsmax(const uint8_t* absmax_codes, const float* absmax2, fl
   return scaled + offset;
 }
 
-STRATA_CPU_SIMD_CLONES void BlockAbsmaxSpan(const float* x, size_t n, float* absmax,
-                                            size_t first, size_t end) {
+STRATA_CPU_SIMD_CLONES void BlockAbsmaxSpan(const float* x, size_t n, float* absmax, size_t first,
+                                            size_t end) {
   for (size_t b = first; b < end; ++b) {
     const size_t begin = b * kBlock, stop = std::min(n, begin + kBlock);
     float max_abs = 0.0f;
@@ -193,9 +193,8 @@ void BlockAbsmaxReference(const float* x, size_t n, float* absmax) {
 }
 
 void BlockAbsmax(const float* x, size_t n, float* absmax) {
-  ForEachBlockChunk(NumBlocks(n), [&](size_t first, size_t end) {
-    BlockAbsmaxSpan(x, n, absmax, first, end);
-  });
+  ForEachBlockChunk(NumBlocks(n),
+                    [&](size_t first, size_t end) { BlockAbsmaxSpan(x, n, absmax, first, end); });
 }
 
 void QuantizeAbsmaxes(const float* absmax, size_t blocks, uint8_t* codes, float* absmax2,
@@ -215,8 +214,8 @@ void QuantizeAbsmaxes(const float* absmax, size_t blocks, uint8_t* codes, float*
     absmax2[group_begin / kAbsmaxGroup] = max_abs;
     const float reciprocal = max_abs == 0.0f ? 0.0f : 1.0f / max_abs;
     for (size_t b = group_begin; b < group_end; ++b) {
-      codes[b] = max_abs == 0.0f ? kSignedMapZero
-                                 : CodeOf((absmax[b] - mean) * reciprocal, midpoints);
+      codes[b] =
+          max_abs == 0.0f ? kSignedMapZero : CodeOf((absmax[b] - mean) * reciprocal, midpoints);
     }
   }
 }
@@ -236,8 +235,8 @@ void EncodeNf4Reference(const float* x, size_t n, const float* absmax, uint8_t* 
       code = CodeOf(y, midpoints);
     }
     uint8_t& byte = codes[i / 2];
-    byte = i % 2 == 0 ? static_cast<uint8_t>(code << 4)
-                      : static_cast<uint8_t>((byte & 0xf0) | code);
+    byte =
+        i % 2 == 0 ? static_cast<uint8_t>(code << 4) : static_cast<uint8_t>((byte & 0xf0) | code);
   }
 }
 
@@ -273,8 +272,8 @@ void DequantizeNf4Reference(T* out, const uint8_t* codes, const uint8_t* absmax_
 }
 
 template <typename T>
-void DequantizeNf4(T* out, const uint8_t* codes, const uint8_t* absmax_codes,
-                   const float* absmax2, float offset, size_t n) {
+void DequantizeNf4(T* out, const uint8_t* codes, const uint8_t* absmax_codes, const float* absmax2,
+                   float offset, size_t n) {
   ForEachBlockChunk(NumBlocks(n), [&](size_t first, size_t end) {
     DequantizeNf4Span(out, codes, absmax_codes, absmax2, offset, n, first, end);
   });
@@ -358,8 +357,8 @@ void DequantizePiece(BaseDType dtype, const uint8_t* piece, size_t n, float* out
       WidenBf16Reference(out, At<bf16>(piece, layout.codes), n);
       break;
     case BaseDType::kInt8:
-      DequantizeInt8Reference(out, At<int8_t>(piece, layout.codes),
-                              At<float>(piece, layout.absmax), n);
+      DequantizeInt8Reference(out, At<int8_t>(piece, layout.codes), At<float>(piece, layout.absmax),
+                              n);
       break;
     case BaseDType::kNF4:
       DequantizeNf4Reference(out, At<uint8_t>(piece, layout.codes),
@@ -369,14 +368,13 @@ void DequantizePiece(BaseDType dtype, const uint8_t* piece, size_t n, float* out
   }
 }
 
-#define STRATA_QUANTIZE_INSTANTIATE(T)                                                       \
-  template void DequantizeNf4Reference<T>(T*, const uint8_t*, const uint8_t*, const float*, \
-                                          float, size_t);                                   \
-  template void DequantizeNf4<T>(T*, const uint8_t*, const uint8_t*, const float*, float,   \
-                                 size_t);                                                   \
-  template void DequantizeInt8Reference<T>(T*, const int8_t*, const float*, size_t);        \
-  template void DequantizeInt8<T>(T*, const int8_t*, const float*, size_t);                 \
-  template void WidenBf16Reference<T>(T*, const bf16*, size_t);                             \
+#define STRATA_QUANTIZE_INSTANTIATE(T)                                                             \
+  template void DequantizeNf4Reference<T>(T*, const uint8_t*, const uint8_t*, const float*, float, \
+                                          size_t);                                                 \
+  template void DequantizeNf4<T>(T*, const uint8_t*, const uint8_t*, const float*, float, size_t); \
+  template void DequantizeInt8Reference<T>(T*, const int8_t*, const float*, size_t);               \
+  template void DequantizeInt8<T>(T*, const int8_t*, const float*, size_t);                        \
+  template void WidenBf16Reference<T>(T*, const bf16*, size_t);                                    \
   template void WidenBf16<T>(T*, const bf16*, size_t);
 STRATA_QUANTIZE_INSTANTIATE(float)
 STRATA_QUANTIZE_INSTANTIATE(bf16)

@@ -64,8 +64,8 @@ template <typename T>
 void DequantizeNf4Reference(T* out, const uint8_t* codes, const uint8_t* absmax_codes,
                             const float* absmax2, float offset, size_t n);
 template <typename T>
-void DequantizeNf4(T* out, const uint8_t* codes, const uint8_t* absmax_codes,
-                   const float* absmax2, float offset, size_t n);
+void DequantizeNf4(T* out, const uint8_t* codes, const uint8_t* absmax_codes, const float* absmax2,
+                   float offset, size_t n);
 // Element i of block b is float(codes[i]) * (absmax[b] / 127).
 template <typename T>
 void DequantizeInt8Reference(T* out, const int8_t* codes, const float* absmax, size_t n);

@@ -73,7 +73,8 @@ std::vector<float> TestValues(size_t n, uint32_t seed) {
           x[i] = i == begin ? 1.0f : midpoints[rng() % 15];
           break;
         case 3:
-          x[i] = i == begin ? 127.0f : static_cast<float>(static_cast<int>(rng() % 253) - 126) + 0.5f;
+          x[i] =
+              i == begin ? 127.0f : static_cast<float>(static_cast<int>(rng() % 253) - 126) + 0.5f;
           break;
         case 4:
           x[i] = i % 3 == 0 ? normal(rng) * 1e-41f : normal(rng);
@@ -172,16 +173,16 @@ TEST(QuantizeTest, Nf4HandCases) {
   std::vector<float> x(128 + 4, 0.0f);
   const std::array<float, 16>& v = Nf4Values();
   const std::array<float, 15>& m = Nf4Midpoints();
-  x[0] = 2.0f;                 // y = 1: code 15
-  x[1] = -2.0f;                // y = -1: code 0
-  x[2] = 2.0f * m[9];          // on the decision point between codes 9 and 10: the lower
+  x[0] = 2.0f;                        // y = 1: code 15
+  x[1] = -2.0f;                       // y = -1: code 0
+  x[2] = 2.0f * m[9];                 // on the decision point between codes 9 and 10: the lower
   x[3] = std::nextafter(x[2], 1.0f);  // just above it: 10
-  x[4] = 2.0f * v[12];         // exactly a value: its code
-  x[5] = -0.0f;                // 7
-  x[6] = 2.0f * m[0];          // 0
-  x[7] = 1e-30f;               // 7
+  x[4] = 2.0f * v[12];                // exactly a value: its code
+  x[5] = -0.0f;                       // 7
+  x[6] = 2.0f * m[0];                 // 0
+  x[7] = 1e-30f;                      // 7
   x[128] = 0.5f;
-  x[129] = -0.1f;              // y = -0.2 (fp32): between v[4] = -0.284 and v[5] = -0.185: 5
+  x[129] = -0.1f;  // y = -0.2 (fp32): between v[4] = -0.284 and v[5] = -0.185: 5
   x[130] = 0.0f;
   x[131] = -0.5f;
   std::vector<float> absmax(3);
@@ -189,14 +190,14 @@ TEST(QuantizeTest, Nf4HandCases) {
   EXPECT_EQ(absmax, (std::vector<float>{2.0f, 0.0f, 0.5f}));
   std::vector<uint8_t> codes(96);
   EncodeNf4Reference(x.data(), x.size(), absmax.data(), codes.data());
-  EXPECT_EQ(codes[0], 0xf0);  // 15, 0
-  EXPECT_EQ(codes[1], 0x9a);  // 9, 10
-  EXPECT_EQ(codes[2], 0xc7);  // 12, 7
-  EXPECT_EQ(codes[3], 0x07);  // 0, 7
-  EXPECT_EQ(codes[4], 0x77);  // zeros in block 0
+  EXPECT_EQ(codes[0], 0xf0);                                     // 15, 0
+  EXPECT_EQ(codes[1], 0x9a);                                     // 9, 10
+  EXPECT_EQ(codes[2], 0xc7);                                     // 12, 7
+  EXPECT_EQ(codes[3], 0x07);                                     // 0, 7
+  EXPECT_EQ(codes[4], 0x77);                                     // zeros in block 0
   for (int i = 32; i < 64; ++i) EXPECT_EQ(codes[i], 0x77) << i;  // the zero block
-  EXPECT_EQ(codes[64], 0xf5);  // 15, 5
-  EXPECT_EQ(codes[65], 0x70);  // 7, 0
+  EXPECT_EQ(codes[64], 0xf5);                                    // 15, 5
+  EXPECT_EQ(codes[65], 0x70);                                    // 7, 0
   for (int i = 66; i < 96; ++i) EXPECT_EQ(codes[i], 0x77) << i;  // padding: 0.0
 }
 

@@ -1,11 +1,12 @@
 // Host-side launchers of the CUDA kernels behind CudaOps (cuda_ops.h); everything except
 // the GEMMs, which CudaOps runs through cuBLAS. The kernels live one op per .cu file, named
 // as the sections below (encoder.cu, layernorm.cu, rmsnorm.cu, linear.cu, attention.cu,
-// rope.cu, swiglu.cu, elementwise.cu, quantize.cu, cross_entropy.cu, adamw.cu). Each launcher enqueues its
-// kernel(s) on `stream` for the storage type `dtype` (every `void*` points to elements of it)
-// and returns the launch error, if any, as a Status; faults inside a kernel surface at the
-// stream's next synchronisation. Launchers do not check sizes or pointers (CudaOps does) and
-// launch nothing when there is no work. The CUDA device of `stream` must be current.
+// rope.cu, swiglu.cu, elementwise.cu, quantize.cu, cross_entropy.cu, adamw.cu). Each
+// launcher enqueues its kernel(s) on `stream` for the storage type `dtype` (every `void*`
+// points to elements of it) and returns the launch error, if any, as a Status; faults inside
+// a kernel surface at the stream's next synchronisation. Launchers do not check sizes or
+// pointers (CudaOps does) and launch nothing when there is no work. The CUDA device of
+// `stream` must be current.
 //
 // Semantics and shapes are those of kernels/ops.h and of the CPU references in
 // kernels/cpu/*.h (the specification); backward outputs ACCUMULATE (+=) with one rounding

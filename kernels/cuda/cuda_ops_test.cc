@@ -837,17 +837,17 @@ TYPED_TEST(CudaOpsTest, DequantizationMatchesTheHostReference) {
       T* d_out = this->Upload(std::vector<T>(n));
       Stream& s = *this->stream_;
       if (dtype == BaseDType::kNF4) {
-        ASSERT_OK(this->ops_->DequantizeNf4(
-            s, d_out, piece + layout.codes, piece + layout.absmax,
-            reinterpret_cast<const float*>(piece + layout.absmax2),
-            reinterpret_cast<const float*>(piece + layout.offset), n));
+        ASSERT_OK(this->ops_->DequantizeNf4(s, d_out, piece + layout.codes, piece + layout.absmax,
+                                            reinterpret_cast<const float*>(piece + layout.absmax2),
+                                            reinterpret_cast<const float*>(piece + layout.offset),
+                                            n));
       } else if (dtype == BaseDType::kInt8) {
         ASSERT_OK(this->ops_->DequantizeInt8(
             s, d_out, reinterpret_cast<const int8_t*>(piece + layout.codes),
             reinterpret_cast<const float*>(piece + layout.absmax), n));
       } else {
-        ASSERT_OK(
-            this->ops_->WidenBf16(s, d_out, reinterpret_cast<const bf16*>(piece + layout.codes), n));
+        ASSERT_OK(this->ops_->WidenBf16(s, d_out,
+                                        reinterpret_cast<const bf16*>(piece + layout.codes), n));
       }
       const std::vector<T> want = ToStorage<T>(expected);
       const std::vector<T> got = this->Download(d_out, n);

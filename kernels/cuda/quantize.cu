@@ -39,8 +39,8 @@ __global__ void __launch_bounds__(kThreads)
   const float piece_offset = *offset;
   STRATA_GRID_STRIDE_LOOP(i, n) {
     const size_t block = i / kQuantBlock;
-    const float scale = __fadd_rn(
-        __fmul_rn(map[absmax_codes[block]], absmax2[block / kAbsmaxGroup]), piece_offset);
+    const float scale =
+        __fadd_rn(__fmul_rn(map[absmax_codes[block]], absmax2[block / kAbsmaxGroup]), piece_offset);
     const uint8_t byte = codes[i / 2];
     const int code = (i & 1) != 0 ? (byte & 15) : (byte >> 4);
     DeviceStore(out + i, __fmul_rn(values[code], scale));
@@ -82,9 +82,8 @@ Status DequantizeInt8(DType dtype, void* out, const int8_t* codes, const float* 
   if (n == 0) return absl::OkStatus();
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    ::strata::cuda::Launch<&DequantizeInt8Kernel<S>>(GridStrideBlocks(n, kThreads), kThreads, 0,
-                                                     stream, static_cast<S*>(out), codes, absmax,
-                                                     n);
+    ::strata::cuda::Launch<&DequantizeInt8Kernel<S>>(
+        GridStrideBlocks(n, kThreads), kThreads, 0, stream, static_cast<S*>(out), codes, absmax, n);
     return 0;
   });
   return LaunchStatus("DequantizeInt8Kernel", n);
