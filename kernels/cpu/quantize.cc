@@ -71,8 +71,18 @@ STRATA_CPU_SIMD_CLONES void BlockAbsmaxSpan(const float* x, size_t n, float* abs
                                             size_t end) {
   for (size_t b = first; b < end; ++b) {
     const size_t begin = b * kBlock, stop = std::min(n, begin + kBlock);
-    float max_abs = 0.0f;
-    for (size_t i = begin; i < stop; ++i) max_abs = std::max(max_abs, std::fabs(x[i]));
+    // The largest |x| as the largest sign-cleared bit pattern: for finite values the integer
+    // order of those patterns is the order of the magnitudes, and an integer max reduction
+    // vectorises (a float one would need -ffinite-math-only -fno-signed-zeros).
+    uint32_t max_bits = 0;
+    for (size_t i = begin; i < stop; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, x + i, sizeof(bits));
+      bits &= 0x7fffffffu;
+      max_bits = max_bits > bits ? max_bits : bits;
+    }
+    float max_abs;
+    std::memcpy(&max_abs, &max_bits, sizeof(max_abs));
     absmax[b] = FlushAbsmax(max_abs);
   }
 }
