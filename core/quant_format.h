@@ -31,6 +31,10 @@ enum class BaseDType { kTrain, kBF16, kInt8, kNF4 };
 inline constexpr size_t kQuantBlock = 64;
 inline constexpr size_t kAbsmaxGroup = 256;
 inline constexpr size_t kQuantArrayAlign = 16;
+// A block absmax (and a group's absmax2) below this is stored as 0: the block is all zeros
+// after quantization. It keeps every reciprocal and scale of the encoding finite (1/absmax,
+// 127/absmax); real weights are never this small (2^-120 is about 7.5e-37).
+inline constexpr float kQuantMinAbsmax = 0x1p-120f;
 
 inline const char* BaseDTypeName(BaseDType dtype) {
   switch (dtype) {

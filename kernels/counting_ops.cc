@@ -254,6 +254,37 @@ Status CountingOps::SumSquares(Stream&, float* result, const float*, size_t n) {
   return Count(Bytes(kFloatBytes * static_cast<double>(n) + kFloatBytes));
 }
 
+Status CountingOps::DequantizeNf4(Stream&, void* out, const uint8_t* codes,
+                                  const uint8_t* absmax_codes, const float* absmax2,
+                                  const float* offset, size_t n) {
+  if (n > 0) {
+    RETURN_IF_ERROR(CheckNotNull("DequantizeNf4", {{"out", out},
+                                                   {"codes", codes},
+                                                   {"absmax_codes", absmax_codes},
+                                                   {"absmax2", absmax2},
+                                                   {"offset", offset}}));
+  }
+  const double blocks = static_cast<double>((n + 63) / 64);
+  const double groups = static_cast<double>((n + 64 * 256 - 1) / (64 * 256));
+  return Count(Bytes(static_cast<double>((n + 1) / 2) + blocks + kFloatBytes * groups +
+                     kFloatBytes + D() * static_cast<double>(n)));
+}
+
+Status CountingOps::DequantizeInt8(Stream&, void* out, const int8_t* codes, const float* absmax,
+                                   size_t n) {
+  if (n > 0) {
+    RETURN_IF_ERROR(
+        CheckNotNull("DequantizeInt8", {{"out", out}, {"codes", codes}, {"absmax", absmax}}));
+  }
+  const double blocks = static_cast<double>((n + 63) / 64);
+  return Count(Bytes((1.0 + D()) * static_cast<double>(n) + kFloatBytes * blocks));
+}
+
+Status CountingOps::WidenBf16(Stream&, void* out, const bf16* in, size_t n) {
+  if (n > 0) RETURN_IF_ERROR(CheckNotNull("WidenBf16", {{"out", out}, {"in", in}}));
+  return Count(Bytes((2.0 + D()) * static_cast<double>(n)));
+}
+
 Status CountingOps::AdamW(Stream&, void*, float*, const float*, float*, float*, size_t n,
                           const AdamParams& hp) {
   if (hp.step < 1) {

@@ -39,6 +39,10 @@
 //     SoftmaxCrossEntropy  D*N*V + 8*N (+ D*N*Vp when dloss != 0: the gradient written back)
 //     AccumulateToFloat  (D + 8)*n      CastFromFloat, CastToFloat  (D + 4)*n
 //     SumSquares         4*n + 4
+//     DequantizeNf4      ceil(n/2) + B + 4*ceil(B/256) + 4 + D*n   (codes, absmax codes, absmax2,
+//                                                             offset, out; B = ceil(n/64) blocks)
+//     DequantizeInt8     n + 4*B + D*n                        (codes, absmax, out)
+//     WidenBf16          (2 + D)*n
 //   ([x] is 1 when pointer x is non-null or flag x is set, else 0.)
 //   calls: every accepted call, whatever its sizes.
 // Counts are doubles: exact for integers below 2^53, plenty for any plan's totals.
@@ -139,6 +143,11 @@ class CountingOps : public Ops {
   Status CastFromFloat(Stream& s, void* dst, const float* src, size_t n) override;
   Status CastToFloat(Stream& s, float* dst, const void* src, size_t n) override;
   Status SumSquares(Stream& s, float* result, const float* x, size_t n) override;
+  Status DequantizeNf4(Stream& s, void* out, const uint8_t* codes, const uint8_t* absmax_codes,
+                       const float* absmax2, const float* offset, size_t n) override;
+  Status DequantizeInt8(Stream& s, void* out, const int8_t* codes, const float* absmax,
+                        size_t n) override;
+  Status WidenBf16(Stream& s, void* out, const bf16* in, size_t n) override;
   Status AdamW(Stream& s, void* param, float* master, const float* grad, float* m, float* v,
                size_t n, const AdamParams& hp) override;
 

@@ -38,6 +38,7 @@ class RecordingStream : public Stream {
 void* Fake(uintptr_t address) { return reinterpret_cast<void*>(address); }
 float* FakeFloat(uintptr_t address) { return reinterpret_cast<float*>(address); }
 int32_t* FakeTokens(uintptr_t address) { return reinterpret_cast<int32_t*>(address); }
+uint8_t* FakeBytes(uintptr_t address) { return reinterpret_cast<uint8_t*>(address); }
 
 class CountingOpsTest : public ::testing::Test {
  protected:
@@ -174,6 +175,25 @@ TEST_F(CountingOpsTest, ElementwiseBytesAreInTheComputeDtype) {
   EXPECT_EQ(stream_.enqueued, 0);
 }
 
+TEST_F(CountingOpsTest, DequantizationCountsCodesScalesAndOutput) {
+  // 4096 + 17 values: 65 blocks in 1 group; 2057 code bytes (the last byte half used).
+  const size_t n = 4096 + 17;
+  for (CountingOps* ops : {f32_.get(), bf16_.get()}) {
+    ASSERT_OK(ops->DequantizeNf4(stream_, Fake(0x1000), FakeBytes(0x2000), FakeBytes(0x3000),
+                                 FakeFloat(0x4000), FakeFloat(0x5000), n));
+  }
+  EXPECT_EQ(f32_->counts().elementwise_bytes, 2057 + 65 + 4 + 4 + 4 * n);
+  EXPECT_EQ(bf16_->counts().elementwise_bytes, 2057 + 65 + 4 + 4 + 2 * n);
+  f32_->Reset();
+  ASSERT_OK(f32_->DequantizeInt8(
+      stream_, Fake(0x1000), reinterpret_cast<const int8_t*>(Fake(0x2000)), FakeFloat(0x3000), n));
+  EXPECT_EQ(f32_->counts().elementwise_bytes, n + 4 * 65 + 4 * n);
+  bf16_->Reset();
+  ASSERT_OK(bf16_->WidenBf16(stream_, Fake(0x1000), static_cast<const bf16*>(Fake(0x2000)), 10));
+  EXPECT_EQ(bf16_->counts().elementwise_bytes, 10 * (2 + 2));
+  EXPECT_EQ(stream_.enqueued, 0);
+}
+
 // Every op of the interface, on fake pointers: nothing is dereferenced, nothing enqueued.
 int CallEveryOp(Ops& ops, Stream& s) {
   void* p = Fake(0x1000);
@@ -209,6 +229,9 @@ int CallEveryOp(Ops& ops, Stream& s) {
       ops.CastFromFloat(s, p, f, 64),
       ops.CastToFloat(s, f, c, 64),
       ops.SumSquares(s, f, f, 64),
+      ops.DequantizeNf4(s, p, FakeBytes(0x5000), FakeBytes(0x6000), f, f, 100),
+      ops.DequantizeInt8(s, p, reinterpret_cast<const int8_t*>(Fake(0x5000)), f, 100),
+      ops.WidenBf16(s, p, static_cast<const bf16*>(c), 64),
       ops.AdamW(s, p, f, f, f, f, 64, hp),
   };
   for (const Status& status : results) EXPECT_OK(status);
@@ -303,6 +326,18 @@ TEST_F(CountingOpsTest, BadArgumentsAreRefusedAsTheCpuOpsRefuseThem) {
        }},
       {"null SumSquares result",
        [&](Ops& o) { return o.SumSquares(stream_, nullptr, FakeFloat(0x1000), 4); }},
+      {"null DequantizeNf4 offset",
+       [&](Ops& o) {
+         return o.DequantizeNf4(stream_, Fake(0x1000), FakeBytes(0x2000), FakeBytes(0x3000),
+                                FakeFloat(0x4000), nullptr, 64);
+       }},
+      {"null DequantizeInt8 absmax",
+       [&](Ops& o) {
+         return o.DequantizeInt8(stream_, Fake(0x1000),
+                                 reinterpret_cast<const int8_t*>(Fake(0x2000)), nullptr, 64);
+       }},
+      {"null WidenBf16 in",
+       [&](Ops& o) { return o.WidenBf16(stream_, Fake(0x1000), nullptr, 64); }},
       {"AdamW step 0",
        [&](Ops& o) {
          return o.AdamW(stream_, nullptr, FakeFloat(0x1000), FakeFloat(0x2000), FakeFloat(0x3000),

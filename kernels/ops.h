@@ -179,6 +179,22 @@ class Ops {
   // *result (fp32, device memory) = sum of x[i]^2, accumulated in fp64.
   virtual Status SumSquares(Stream& s, float* result, const float* x, size_t n) = 0;
 
+  // Decoding of one piece of a quantized frozen base (docs/quantization.md; the CPU
+  // reference is kernels/cpu/quantize.h): out = the piece's first n values in the compute
+  // dtype, each the fp32 value of the specification rounded once (to nearest even for bf16),
+  // bit-identical on every backend. The piece's arrays are in device memory, laid out as
+  // PieceLayout (core/quant_format.h) says; NF4's `offset` points to the piece's one fp32
+  // offset (read when the kernel runs, as the host cannot read device memory when it
+  // enqueues). out must not overlap the piece.
+  virtual Status DequantizeNf4(Stream& s, void* out, const uint8_t* codes,
+                               const uint8_t* absmax_codes, const float* absmax2,
+                               const float* offset, size_t n) = 0;
+  virtual Status DequantizeInt8(Stream& s, void* out, const int8_t* codes, const float* absmax,
+                                size_t n) = 0;
+  // out (compute dtype) = in (bf16): a bf16 base widened, or copied when the compute dtype is
+  // bf16. (CastToFloat reads the compute dtype, so it cannot serve an fp32 run's bf16 base.)
+  virtual Status WidenBf16(Stream& s, void* out, const bf16* in, size_t n) = 0;
+
   // AdamW on fp32 master/m/v with fp32 grads; also writes the updated master into
   // `param` in the compute dtype (may be null to skip).
   virtual Status AdamW(Stream& s, void* param, float* master, const float* grad, float* m,

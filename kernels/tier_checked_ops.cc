@@ -207,6 +207,27 @@ class TierCheckedOps : public Ops {
     return ops_->SumSquares(s, result, x, n);
   }
 
+  Status DequantizeNf4(Stream& s, void* out, const uint8_t* codes, const uint8_t* absmax_codes,
+                       const float* absmax2, const float* offset, size_t n) override {
+    RETURN_IF_ERROR(Check("DequantizeNf4", {{"out", out},
+                                            {"codes", codes},
+                                            {"absmax_codes", absmax_codes},
+                                            {"absmax2", absmax2},
+                                            {"offset", offset}}));
+    return ops_->DequantizeNf4(s, out, codes, absmax_codes, absmax2, offset, n);
+  }
+
+  Status DequantizeInt8(Stream& s, void* out, const int8_t* codes, const float* absmax,
+                        size_t n) override {
+    RETURN_IF_ERROR(Check("DequantizeInt8", {{"out", out}, {"codes", codes}, {"absmax", absmax}}));
+    return ops_->DequantizeInt8(s, out, codes, absmax, n);
+  }
+
+  Status WidenBf16(Stream& s, void* out, const bf16* in, size_t n) override {
+    RETURN_IF_ERROR(Check("WidenBf16", {{"out", out}, {"in", in}}));
+    return ops_->WidenBf16(s, out, in, n);
+  }
+
   Status AdamW(Stream& s, void* param, float* master, const float* grad, float* m, float* v,
                size_t n, const AdamParams& hp) override {
     RETURN_IF_ERROR(

@@ -112,6 +112,38 @@ TEST_F(TierCheckedOpsTest, DropoutRunsOnItsTier) {
   EXPECT_EQ(on_device_.as<float>()[20], 0.0f);
 }
 
+TEST_F(TierCheckedOpsTest, DequantizationChecksEveryArrayOfThePiece) {
+  // An NF4 piece of 64 values whose offset sits in the host tier: refused, naming it.
+  uint8_t* piece = static_cast<uint8_t*>(on_device_.data());
+  EXPECT_THAT(device_ops_->DequantizeNf4(*stream_, on_device_.as<float>() + 32, piece, piece + 32,
+                                         on_device_.as<float>() + 12, on_host_.as<float>(), 16),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("DequantizeNf4 runs on the device tier, but offset is in the "
+                                 "host tier")));
+  EXPECT_THAT(
+      device_ops_->DequantizeInt8(*stream_, on_host_.data(), reinterpret_cast<const int8_t*>(piece),
+                                  on_device_.as<float>() + 16, 16),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("DequantizeInt8 runs on the device tier, but out is in the host "
+                         "tier")));
+  EXPECT_THAT(device_ops_->WidenBf16(*stream_, on_device_.data(),
+                                     static_cast<const bf16*>(on_host_.data()), 16),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("WidenBf16 runs on the device tier, but in is in the host "
+                                 "tier")));
+  // On the device tier: int8 codes of 2 (bytes 0..15), absmax 127 at float 16: out = 2.
+  ASSERT_OK(device_->MemsetAsync(on_device_.data(), 2, 16, *stream_));
+  ASSERT_OK(stream_->Synchronize());
+  on_device_.as<float>()[16] = 127.0f;
+  ASSERT_OK(device_ops_->DequantizeInt8(*stream_, on_device_.as<float>() + 32,
+                                        reinterpret_cast<const int8_t*>(piece),
+                                        on_device_.as<float>() + 16, 16));
+  ASSERT_OK(stream_->Synchronize());
+  EXPECT_EQ(on_device_.as<float>()[32], 2.0f);
+  EXPECT_EQ(on_device_.as<float>()[47], 2.0f);
+  EXPECT_EQ(on_device_.as<float>()[48], 0.0f);
+}
+
 TEST_F(TierCheckedOpsTest, AFreedBufferIsNoLongerATier) {
   void* freed = on_host_.data();
   on_host_.Reset();

@@ -29,6 +29,7 @@ PACKAGES=(
   libboost-context-dev                          # simgpu: a CUDA block's threads as fibers
   iproute2 util-linux procps                    # simulated nodes (ip netns, unshare, sysctl)
   python3                                       # tests that read JSON (traces)
+  python3-numpy                                 # the quantization reference (tools/quant_reference.py)
   # A Slurm cluster on the simulated nodes (//tests/multinode:slurm_test): slurmctld, slurmd,
   # srun/sbatch (slurm-wlm = slurmd + slurmctld + slurm-client; Slurm 22.05 with its
   # mpi/pmix plugin, which Debian's Open MPI joins through libpmix2) and munge, its

@@ -19,13 +19,15 @@ CPU_KERNEL_COPTS = [
     "-mprefer-vector-width=512",
 ]
 
-def cpu_kernel(name, srcs = [], deps = [], visibility = None):
+def cpu_kernel(name, srcs = [], deps = [], copts = [], visibility = None):
     """Declares cc_library `name` and its cc_test `name_test` (size small).
 
     Args:
       name: the kernel; its files are name.h, name.cc and name_test.cc.
       srcs: more .cc files of the kernel beyond name.cc, compiled with the same copts.
       deps: the library's dependencies besides //core:dtype and OpenMP.
+      copts: the library's compiler flags beyond CPU_KERNEL_COPTS (e.g. -ffp-contract=off
+        where the fast version must give the reference's bits).
       visibility: the library's dependents outside this package (default: private).
     """
     native.cc_library(
@@ -33,7 +35,7 @@ def cpu_kernel(name, srcs = [], deps = [], visibility = None):
         visibility = visibility,
         srcs = [name + ".cc"] + srcs,
         hdrs = [name + ".h"],
-        copts = CPU_KERNEL_COPTS,
+        copts = CPU_KERNEL_COPTS + copts,
         deps = deps + [
             "//core:dtype",
             "@system//:openmp",

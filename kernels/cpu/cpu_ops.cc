@@ -20,6 +20,7 @@
 #include "kernels/cpu/heads.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quantize.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
@@ -290,6 +291,41 @@ class CpuOps : public Ops {
   Status SumSquares(Stream& s, float* result, const float* x, size_t n) override {
     RETURN_IF_ERROR(CheckNotNull("SumSquares", {{"result", result}}));
     return Launch(s, [=](auto) { cpu::SumSquares(result, x, n); });
+  }
+
+  Status DequantizeNf4(Stream& s, void* out, const uint8_t* codes, const uint8_t* absmax_codes,
+                       const float* absmax2, const float* offset, size_t n) override {
+    if (n > 0) {
+      RETURN_IF_ERROR(CheckNotNull("DequantizeNf4", {{"out", out},
+                                                     {"codes", codes},
+                                                     {"absmax_codes", absmax_codes},
+                                                     {"absmax2", absmax2},
+                                                     {"offset", offset}}));
+    }
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      if (n > 0) cpu::DequantizeNf4(As<S>(out), codes, absmax_codes, absmax2, *offset, n);
+    });
+  }
+
+  Status DequantizeInt8(Stream& s, void* out, const int8_t* codes, const float* absmax,
+                        size_t n) override {
+    if (n > 0) {
+      RETURN_IF_ERROR(
+          CheckNotNull("DequantizeInt8", {{"out", out}, {"codes", codes}, {"absmax", absmax}}));
+    }
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::DequantizeInt8(As<S>(out), codes, absmax, n);
+    });
+  }
+
+  Status WidenBf16(Stream& s, void* out, const bf16* in, size_t n) override {
+    if (n > 0) RETURN_IF_ERROR(CheckNotNull("WidenBf16", {{"out", out}, {"in", in}}));
+    return Launch(s, [=](auto tag) {
+      using S = decltype(tag);
+      cpu::WidenBf16(As<S>(out), in, n);
+    });
   }
 
   Status AdamW(Stream& s, void* param, float* master, const float* grad, float* m, float* v,

@@ -2,15 +2,16 @@
 // ops (encoder, layernorm forward/backward, matmul forward, attention forward/backward, GELU,
 // softmax + cross-entropy, AdamW, casts, sum of squares; LLaMA's RMSNorm, rotary embedding,
 // grouped-query attention, SwiGLU; the LoRA column-slice ops and dropout, and MatmulBackward
-// with a null dweight, a frozen weight) give what the reference kernels give when called
-// directly; calls only enqueue (nothing changes before Synchronize); the configured OpenMP
-// thread count is in force on the stream's thread; bad sizes are rejected before anything is
-// enqueued.
+// with a null dweight, a frozen weight; the dequantization of nf4, int8 and bf16 pieces) give
+// what the reference kernels give when called directly; calls only enqueue (nothing changes
+// before Synchronize); the configured OpenMP thread count is in force on the stream's thread;
+// bad sizes are rejected before anything is enqueued.
 //
 // Tolerances, |got - ref| <= atol + rtol * |ref| elementwise, as the kernels' own tests:
 // float atol 1e-4, rtol 1e-4 (matmul via oneDNN: rtol 1e-4 over C = 67 products); bf16
 // atol 2e-3, rtol 1e-2 (one bf16 ulp is at most 2^-7 relative, plus fp32 differences).
-// The LoRA column-slice ops and dropout: exact (the same fp32 operations as the reference).
+// The LoRA column-slice ops, dropout and dequantization: exact (the same fp32 operations as
+// the reference; for dequantization, cpu::DequantizePiece rounded once to the dtype).
 // dinp and dbias of MatmulBackward with and without dweight: exact (the same GEMM and sums).
 #include "kernels/cpu/cpu_ops.h"
 
@@ -34,6 +35,7 @@
 #include "kernels/cpu/kernel_test_util.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quantize.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
@@ -242,6 +244,46 @@ TYPED_TEST(CpuOpsTest, CrossEntropyAdamWAndCastsMatchReferences) {
   this->Expect(d_param, param, "param");
   ExpectAllClose(std::vector<float>(d_back, d_back + n), ToFloats(d_param, n), 0.0f, 0.0f,
                  "cast to float");
+}
+
+// A quantized base's pieces decode to cpu::DequantizePiece's values (rounded once to the
+// dtype), bit for bit, at sizes with a padded block, several chunks and two absmax groups.
+TYPED_TEST(CpuOpsTest, DequantizationMatchesTheHostReference) {
+  using T = TypeParam;
+  for (size_t n : {size_t{1}, size_t{100}, size_t{4096 + 17}, size_t{300 * 64 + 29}}) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    std::vector<float> x = RandomFloats(n, -2.0f, 2.0f, static_cast<uint32_t>(n));
+    for (size_t i = 64; i < std::min(n, size_t{128}); ++i) x[i] = 0.0f;  // a zero block
+    for (BaseDType dtype : {BaseDType::kNF4, BaseDType::kInt8, BaseDType::kBF16}) {
+      SCOPED_TRACE(BaseDTypeName(dtype));
+      const QuantPiece layout = PieceLayout(dtype, n);
+      std::vector<uint8_t> host_piece(layout.bytes);
+      ASSERT_OK(cpu::QuantizePiece(dtype, x.data(), n, host_piece.data()));
+      std::vector<float> expected(n);
+      cpu::DequantizePiece(dtype, host_piece.data(), n, expected.data());
+      const uint8_t* piece = this->Upload(host_piece);
+      T* out = this->Upload(std::vector<T>(n));
+      if (dtype == BaseDType::kNF4) {
+        ASSERT_OK(this->ops_->DequantizeNf4(
+            *this->stream_, out, piece + layout.codes, piece + layout.absmax,
+            reinterpret_cast<const float*>(piece + layout.absmax2),
+            reinterpret_cast<const float*>(piece + layout.offset), n));
+      } else if (dtype == BaseDType::kInt8) {
+        ASSERT_OK(this->ops_->DequantizeInt8(
+            *this->stream_, out, reinterpret_cast<const int8_t*>(piece + layout.codes),
+            reinterpret_cast<const float*>(piece + layout.absmax), n));
+      } else {
+        ASSERT_OK(this->ops_->WidenBf16(*this->stream_, out,
+                                        reinterpret_cast<const bf16*>(piece + layout.codes), n));
+      }
+      this->Sync();
+      const std::vector<T> want = ToStorage<T>(expected);
+      ASSERT_EQ(std::memcmp(out, want.data(), n * sizeof(T)), 0);
+    }
+  }
+  EXPECT_THAT(this->ops_->DequantizeInt8(*this->stream_, nullptr, nullptr, nullptr, 64),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("DequantizeInt8: null pointer out, codes, absmax")));
 }
 
 // LLaMA's ops: RMSNorm, rotary embedding, grouped-query attention, SwiGLU and the encoder

@@ -1,11 +1,12 @@
 // Host-side launchers of the CUDA kernels behind CudaOps (cuda_ops.h); everything except
 // the GEMMs, which CudaOps runs through cuBLAS. The kernels live one op per .cu file, named
 // as the sections below (encoder.cu, layernorm.cu, rmsnorm.cu, linear.cu, attention.cu,
-// rope.cu, swiglu.cu, elementwise.cu, cross_entropy.cu, adamw.cu). Each launcher enqueues its
-// kernel(s) on `stream` for the storage type `dtype` (every `void*` points to elements of it)
-// and returns the launch error, if any, as a Status; faults inside a kernel surface at the
-// stream's next synchronisation. Launchers do not check sizes or pointers (CudaOps does) and
-// launch nothing when there is no work. The CUDA device of `stream` must be current.
+// rope.cu, swiglu.cu, elementwise.cu, quantize.cu, cross_entropy.cu, adamw.cu). Each
+// launcher enqueues its kernel(s) on `stream` for the storage type `dtype` (every `void*`
+// points to elements of it) and returns the launch error, if any, as a Status; faults inside
+// a kernel surface at the stream's next synchronisation. Launchers do not check sizes or
+// pointers (CudaOps does) and launch nothing when there is no work. The CUDA device of
+// `stream` must be current.
 //
 // Semantics and shapes are those of kernels/ops.h and of the CPU references in
 // kernels/cpu/*.h (the specification); backward outputs ACCUMULATE (+=) with one rounding
@@ -129,6 +130,15 @@ Status CastToFloat(DType dtype, float* dst, const void* src, size_t n, cudaStrea
 // a fixed order: deterministic for a given n. Allocates 2 KiB of stream-ordered scratch
 // (cudaMallocAsync, freed on the stream) per call.
 Status SumSquares(float* result, const float* x, size_t n, cudaStream_t stream);
+
+// --- dequantization of a frozen base's pieces (kernels/cpu/quantize.h, docs/quantization.md):
+// bit-identical to the CPU references. `offset` is read on the device when the kernel runs.
+Status DequantizeNf4(DType dtype, void* out, const uint8_t* codes, const uint8_t* absmax_codes,
+                     const float* absmax2, const float* offset, size_t n, cudaStream_t stream);
+Status DequantizeInt8(DType dtype, void* out, const int8_t* codes, const float* absmax, size_t n,
+                      cudaStream_t stream);
+// A bf16 compute dtype: a device-to-device copy.
+Status WidenBf16(DType dtype, void* out, const bf16* in, size_t n, cudaStream_t stream);
 
 // --- softmax + cross-entropy (kernels/cpu/cross_entropy.h) over rows of stride Vp whose first
 // V columns are the vocabulary; 0 < V <= Vp when N > 0.

@@ -390,6 +390,38 @@ class CudaOps : public Ops {
     return cuda_kernels::SumSquares(result, x, n, stream);
   }
 
+  Status DequantizeNf4(Stream& s, void* out, const uint8_t* codes, const uint8_t* absmax_codes,
+                       const float* absmax2, const float* offset, size_t n) override {
+    constexpr const char* kOp = "DequantizeNf4";
+    if (n > 0) {
+      RETURN_IF_ERROR(CheckNotNull(kOp, {{"out", out},
+                                         {"codes", codes},
+                                         {"absmax_codes", absmax_codes},
+                                         {"absmax2", absmax2},
+                                         {"offset", offset}}));
+    }
+    ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
+    return cuda_kernels::DequantizeNf4(dtype_, out, codes, absmax_codes, absmax2, offset, n,
+                                       stream);
+  }
+
+  Status DequantizeInt8(Stream& s, void* out, const int8_t* codes, const float* absmax,
+                        size_t n) override {
+    constexpr const char* kOp = "DequantizeInt8";
+    if (n > 0) {
+      RETURN_IF_ERROR(CheckNotNull(kOp, {{"out", out}, {"codes", codes}, {"absmax", absmax}}));
+    }
+    ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
+    return cuda_kernels::DequantizeInt8(dtype_, out, codes, absmax, n, stream);
+  }
+
+  Status WidenBf16(Stream& s, void* out, const bf16* in, size_t n) override {
+    constexpr const char* kOp = "WidenBf16";
+    if (n > 0) RETURN_IF_ERROR(CheckNotNull(kOp, {{"out", out}, {"in", in}}));
+    ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
+    return cuda_kernels::WidenBf16(dtype_, out, in, n, stream);
+  }
+
   Status AdamW(Stream& s, void* param, float* master, const float* grad, float* m, float* v,
                size_t n, const AdamParams& hp) override {
     constexpr const char* kOp = "AdamW";

@@ -4,6 +4,7 @@
 // a tile), the same inputs to the reference on the host, and an elementwise check
 // |got - ref| <= atol + rtol * |ref| with a tolerance stated per op (kTolerances below).
 // Backward ops start from random gradient buffers, so accumulation (+=) is checked too.
+// Dequantization is compared bit for bit with the host reference (cpu::DequantizePiece).
 //
 // The op tests need a GPU and skip (with the reason) where CudaDeviceCount finds none, e.g.
 // on a build machine without a driver, or CreateCudaDevice says none is usable. The argument checks
@@ -34,6 +35,7 @@
 #include "kernels/cpu/kernel_test_util.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quantize.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
@@ -812,6 +814,52 @@ TYPED_TEST(CudaOpsTest, SoftmaxCrossEntropyMatchesReference) {
   }
 }
 
+// A quantized base's pieces (nf4, int8, bf16) decode to cpu::DequantizePiece's values, rounded
+// once to the dtype, bit for bit (no FMA on either side): sizes with a padded block, an odd
+// last byte, several thread blocks and two absmax groups; a zero block and NF4 ties.
+TYPED_TEST(CudaOpsTest, DequantizationMatchesTheHostReference) {
+  using T = TypeParam;
+  for (size_t n : {size_t{1}, size_t{101}, size_t{4096 + 17}, size_t{300 * 64 + 29}}) {
+    std::vector<float> x = RandomFloats(n, -3, 3, static_cast<uint32_t>(33 + n));
+    for (size_t i = 64; i < std::min(n, size_t{128}); ++i) x[i] = 0.0f;  // a zero block
+    if (n > 256) {  // block 2: absmax 1, the others on NF4 decision points
+      x[128] = 1.0f;
+      for (size_t i = 129; i < 192; ++i) x[i] = cpu::Nf4Midpoints()[i % 15];
+    }
+    for (BaseDType dtype : {BaseDType::kNF4, BaseDType::kInt8, BaseDType::kBF16}) {
+      const std::string where = std::string(BaseDTypeName(dtype)) + " n=" + std::to_string(n);
+      const QuantPiece layout = PieceLayout(dtype, n);
+      std::vector<uint8_t> host_piece(layout.bytes);
+      ASSERT_OK(cpu::QuantizePiece(dtype, x.data(), n, host_piece.data()));
+      std::vector<float> expected(n);
+      cpu::DequantizePiece(dtype, host_piece.data(), n, expected.data());
+      const uint8_t* piece = this->Upload(host_piece);
+      T* d_out = this->Upload(std::vector<T>(n));
+      Stream& s = *this->stream_;
+      if (dtype == BaseDType::kNF4) {
+        ASSERT_OK(this->ops_->DequantizeNf4(s, d_out, piece + layout.codes, piece + layout.absmax,
+                                            reinterpret_cast<const float*>(piece + layout.absmax2),
+                                            reinterpret_cast<const float*>(piece + layout.offset),
+                                            n));
+      } else if (dtype == BaseDType::kInt8) {
+        ASSERT_OK(this->ops_->DequantizeInt8(
+            s, d_out, reinterpret_cast<const int8_t*>(piece + layout.codes),
+            reinterpret_cast<const float*>(piece + layout.absmax), n));
+      } else {
+        ASSERT_OK(this->ops_->WidenBf16(s, d_out,
+                                        reinterpret_cast<const bf16*>(piece + layout.codes), n));
+      }
+      const std::vector<T> want = ToStorage<T>(expected);
+      const std::vector<T> got = this->Download(d_out, n);
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(T)), 0)
+            << where << ", element " << i << ": got " << Load(&got[i]) << ", want "
+            << Load(&want[i]);
+      }
+    }
+  }
+}
+
 TYPED_TEST(CudaOpsTest, SumSquaresMatchesReference) {
   // 100003 floats: more than the 256 x 256 threads of the partial-sum grid, not a multiple.
   for (size_t n : {size_t{0}, size_t{1}, size_t{100003}}) {
@@ -989,6 +1037,10 @@ TEST(CudaOps, RejectsBadArgumentsBeforeEnqueueing) {
   EXPECT_EQ(step_zero.code(), absl::StatusCode::kInvalidArgument) << step_zero;
   const Status no_result = ops.SumSquares(*stream, nullptr, buffer, 4);
   EXPECT_EQ(no_result.code(), absl::StatusCode::kInvalidArgument) << no_result;
+  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(buffer);
+  const Status no_offset = ops.DequantizeNf4(*stream, buffer, bytes, bytes, buffer, nullptr, 64);
+  EXPECT_THAT(no_offset, StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("DequantizeNf4: null pointer offset")));
   // Well-formed, but on a stream of another backend.
   const Status cpu_stream = ops.Add(*stream, buffer, buffer, buffer, 4);
   EXPECT_THAT(cpu_stream,
