@@ -215,7 +215,9 @@ Status Engine::RunStage(int stage, bool backward, int* access) {
   for (size_t i = 0; i < spec.units.size(); ++i) {
     const int u = spec.units[i];
     ASSIGN_OR_RETURN(ctx_.params[u], gatherer.Acquire(first_access + i, u));
-    if (stored_[u].packed()) ASSIGN_OR_RETURN(ctx_.params[u], Dequantize(u, ctx_.params[u]));
+    if (stored_[u].packed()) {
+      ASSIGN_OR_RETURN(ctx_.params[u], Dequantize(u, ctx_.params[u]));
+    }
     // A frozen unit's grads stay null: the model computes only its input gradients.
     if (backward && model_->units()[u].trainable()) {
       ASSIGN_OR_RETURN(ctx_.grads[u], components_.reducer().Grads(u));
@@ -250,7 +252,10 @@ Status Engine::RunStage(int stage, bool backward, int* access) {
 
 StatusOr<const void*> Engine::Dequantize(int unit, const void* stored) {
   const UnitLayout& layout = model_->units()[unit];
-  frees_->Collect();
+  // One unit's dequantized params in use and one on its way out at most, however far the
+  // host runs ahead of the compute stream (stages 0-2 have no prefetch plan bounding it):
+  // never the whole base dequantized at once.
+  RETURN_IF_ERROR(frees_->Bound(1));
   ASSIGN_OR_RETURN(Buffer values,
                    device_->Allocate(Tier::kDevice, StateKind::kParams,
                                      layout.used_elements() * DTypeBytes(config_.dtype),

@@ -446,7 +446,7 @@ TEST(Plan, ClustersArePlannedFlatAndHybrid) {
       EXPECT_GT(hybrid.dry.device.peak_bytes, flat.dry.device.peak_bytes);
     }
   }
-  EXPECT_EQ(pairs, 8);  // every step of the decision order runs at stage 2 or 3 at world 4
+  EXPECT_EQ(pairs, 11);  // every step of the decision order runs at stage 2 or 3 at world 4
   ASSERT_GE(slow.recommended, 0);
   EXPECT_EQ(slow.configs[slow.recommended].config.name, "LoRA on the device, hybrid");
   EXPECT_THAT(RenderPlan(slow, hw), HasSubstr("2 nodes of 2 ranks"));

@@ -169,7 +169,8 @@ TEST(QuantizedBase, PlacementsAndWorldSizesMatch) {
 // less than a third of the fp32 base's bytes (the tiny model's embedding and head stay
 // fp32, so not the eighth of the matrices alone).
 TEST(QuantizedBase, StoredBaseNeverChangesAndIsSmall) {
-  Options options = PlacementRunOptions(1, 0, {"lora.rank=4", "lora.base_dtype=nf4"}, 1);
+  Options options = PlacementRunOptions(1, 0, {"lora.rank=4", "lora.base_dtype=nf4",
+                                               "train.grad_accum=1"}, 1);
   options.train.lr = 3e-2f;
   ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(options));
   const auto& units = rig->model->units();
@@ -192,9 +193,11 @@ TEST(QuantizedBase, StoredBaseNeverChangesAndIsSmall) {
     ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> after, rig->engine->state().ReadStoredBytes(u));
     EXPECT_EQ(after, before[u]) << units[u].name();
   }
-  const PlacementRun full = TrainAllRanks(PlacementRunOptions(1, 0, {"lora.rank=4"}, 1));
-  const PlacementRun nf4 =
-      TrainAllRanks(PlacementRunOptions(1, 0, {"lora.rank=4", "lora.base_dtype=nf4"}, 1));
+  // Four blocks: all of them dequantized at once would be twice the bound below.
+  const PlacementRun full =
+      TrainAllRanks(PlacementRunOptions(1, 0, {"lora.rank=4", "model.layers=4"}, 1));
+  const PlacementRun nf4 = TrainAllRanks(
+      PlacementRunOptions(1, 0, {"lora.rank=4", "lora.base_dtype=nf4", "model.layers=4"}, 1));
   ASSERT_OK(full.status);
   ASSERT_OK(nf4.status);
   const int params = static_cast<int>(StateKind::kParams);
@@ -202,6 +205,12 @@ TEST(QuantizedBase, StoredBaseNeverChangesAndIsSmall) {
             full.device_setup.current_by_kind[params] * 2)
       << nf4.device_setup.current_by_kind[params] << " vs "
       << full.device_setup.current_by_kind[params];
+  // During the steps: one block's dequantized params in use and one on its way out at
+  // most, however far the host runs ahead (never the whole base dequantized).
+  const uint64_t block_bytes = units[1].used_elements() * sizeof(float);
+  EXPECT_GT(Peak(nf4.device, StateKind::kParams), nf4.device_setup.current_by_kind[params]);
+  EXPECT_LE(Peak(nf4.device, StateKind::kParams),
+            nf4.device_setup.current_by_kind[params] + 2 * block_bytes);
 }
 
 // A checkpoint of a quantized-base run records the base dtype and the hash of the stored

@@ -108,6 +108,17 @@ class DeferredFrees {
     pending_.push_back(std::move(pending));
     return absl::OkStatus();
   }
+  // Collect(), then waits for the oldest releases' streams until at most `max_pending`
+  // buffers are still waiting: a bound on how many released buffers exist at once however
+  // far the host runs ahead of the stream.
+  Status Bound(size_t max_pending) {
+    Collect();
+    while (pending_.size() > max_pending) {
+      RETURN_IF_ERROR(pending_.front().done->Synchronize());
+      pending_.pop_front();
+    }
+    return absl::OkStatus();
+  }
   void Collect() {
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (it->done->Query()) {
