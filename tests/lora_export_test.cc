@@ -701,5 +701,71 @@ TEST(LoraExportBf16, MergesOntoTheBaseAsTrained) {
   ASSERT_OK(Generator::Create(run_dir + "/step-3", SampleOptions(), 8).status());
 }
 
+// Adapters trained on an NF4 base: --merge-lora merges them into the base dequantized as
+// training computed with it (the line says so), and the merged model, imported without
+// LoRA, computes the NF4-base LoRA model's loss; peft: says what they were trained on;
+// sampling makes the same base again (its hash is of the quantized bytes).
+TEST(LoraExportNf4, MergesOntoTheDequantizedBase) {
+  const Case c{"Nf4", true, "llama-tiny"};
+  const std::string base_dir = CopyFixture(c.fixture, "lora-export-nf4-base");
+  const std::string run_dir = TestDir("lora-export-nf4-run");
+  std::filesystem::remove_all(run_dir);
+  const Options options = RunOptions(c, base_dir, run_dir, {"lora.base_dtype=nf4"});
+  ASSERT_OK(TrainAllRanks(options).status);
+  const std::string out = TestDir("lora-export-nf4-out");
+  std::filesystem::remove_all(out);
+  ExportRequest request;
+  request.from = run_dir + "/step-3";
+  request.to = "hf:" + out;
+  request.show_progress = false;
+  request.merge_lora = true;
+  ASSERT_OK_AND_ASSIGN(const std::string line, ExportWeights(request));
+  EXPECT_THAT(line, HasSubstr("dequantized from nf4"));
+  request.to = "peft:" + TestDir("lora-export-nf4-peft");
+  request.merge_lora = false;
+  std::filesystem::remove_all(request.to.substr(5));
+  ASSERT_OK_AND_ASSIGN(const std::string peft_line, ExportWeights(request));
+  EXPECT_THAT(peft_line, HasSubstr("trained on the base stored as nf4"));
+
+  ASSERT_OK_AND_ASSIGN(const OpenedCheckpoint checkpoint, OpenCheckpoint(run_dir + "/step-3"));
+  Options lora_options = options;
+  lora_options.train.steps = 100;
+  ASSERT_OK_AND_ASSIGN(auto lora_rig, MakeEngineRig(lora_options));
+  ASSERT_OK(ImportHfWeights(base_dir, lora_options.model, *lora_rig->model, *lora_rig->engine,
+                            false));
+  const int layers = checkpoint.model.layers;
+  const int first = static_cast<int>(lora_rig->model->units().size()) - layers;
+  for (int k = 0; k < layers; ++k) {
+    std::vector<float> master(lora_rig->engine->state().PaddedElements(first + k), 0.0f);
+    ASSERT_OK(ReadCheckpointMaster(checkpoint, k, 0, checkpoint.units[k].elements, master.data()));
+    ASSERT_OK(lora_rig->engine->state().WriteMaster(first + k, master));
+  }
+  const Batch batch = TokenBatch(lora_options);
+  ASSERT_OK_AND_ASSIGN(const double lora_loss, lora_rig->engine->EvalLoss(batch.micro()));
+  Options merged_options = lora_options;
+  merged_options.lora = LoraOptions{};
+  merged_options.model.from = "hf:" + out;
+  ASSERT_OK_AND_ASSIGN(auto merged_rig, MakeEngineRig(merged_options));
+  ASSERT_OK(
+      ImportHfWeights(out, merged_options.model, *merged_rig->model, *merged_rig->engine, false));
+  ASSERT_OK_AND_ASSIGN(const double merged_loss, merged_rig->engine->EvalLoss(batch.micro()));
+  EXPECT_NEAR(merged_loss, lora_loss, 1e-5 * std::fabs(lora_loss));
+  // The unquantized base with the same adapters computes another loss: the merge used the
+  // dequantized one.
+  Options plain_options = lora_options;
+  plain_options.lora.base_dtype = BaseDType::kTrain;
+  ASSERT_OK_AND_ASSIGN(auto plain_rig, MakeEngineRig(plain_options));
+  ASSERT_OK(ImportHfWeights(base_dir, plain_options.model, *plain_rig->model,
+                            *plain_rig->engine, false));
+  for (int k = 0; k < layers; ++k) {
+    ASSERT_OK_AND_ASSIGN(std::vector<float> master,
+                         lora_rig->engine->state().ReadMaster(first + k));
+    ASSERT_OK(plain_rig->engine->state().WriteMaster(first + k, master));
+  }
+  ASSERT_OK_AND_ASSIGN(const double plain_loss, plain_rig->engine->EvalLoss(batch.micro()));
+  EXPECT_GT(std::fabs(plain_loss - lora_loss), 1e-4 * std::fabs(lora_loss));
+  ASSERT_OK(Generator::Create(run_dir + "/step-3", SampleOptions(), 8).status());
+}
+
 }  // namespace
 }  // namespace strata

@@ -10,15 +10,19 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_join.h"
 #include "checkpoint/checkpoint.h"
+#include "config/options_parse.h"
+#include "data/tokens.h"
 #include "core/testing/status_matchers.h"
 #include "interop/export_weights.h"
 #include "tests/engine_rig.h"
+#include "tests/hf_fixtures.h"
 #include "tests/placement_runs.h"
 
 namespace strata {
@@ -241,6 +245,59 @@ TEST(QuantizedBase, CheckpointsResumeAndNameTheBaseDtype) {
   EXPECT_THAT(TrainAllRanks(PlacementRunOptions(1, 3, other, 6)).status,
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("base stored as nf4"), HasSubstr("lora.base_dtype=int8"))));
+}
+
+// An imported base (model.from=hf:) is quantized as it is read, each rank packing its share
+// from whole pieces: one rank at stage 0 and two ranks at stage 3 with the base on NVMe
+// (shard boundaries inside pieces; GPT-2's transposed Conv1D matrices, LLaMA's fused q|k|v)
+// store the same bytes (their checkpoints' base hashes are equal), and the two-rank runs
+// at stages 0 and 3 give the same losses bit for bit.
+TEST(QuantizedBase, ImportQuantizesAsItReadsTheSameAtEveryWorldSize) {
+  const std::string data = TestDir("qbase_hf_data") + "/tokens.bin";
+  if (!std::filesystem::exists(data)) {
+    std::vector<uint32_t> tokens(4096);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = (i * 37 + i / 7) % 96;
+    ASSERT_OK(WriteTokenFile(data, tokens, 96));
+  }
+  for (const std::string fixture : {"gpt2-tiny", "llama-tiny"}) {
+    auto run = [&](int world, int stage, const std::string& name,
+                   std::vector<std::string> extra) {
+      std::vector<std::string> sets = {
+          "model.from=hf:" + HfFixture(fixture), "train.seq_len=16", "train.grad_accum=1",
+          "train.micro_batch=" + std::to_string(2 / world), "device.threads=1",
+          "train.eval_every=0", "train.steps=3", "zero.comm_timeout_s=60",
+          "data.path=" + data, "lora.rank=4", "lora.targets=all", "lora.base_dtype=nf4",
+          "zero.world=" + std::to_string(world), "zero.stage=" + std::to_string(stage),
+          "train.checkpoint_every=3",
+          "train.checkpoint_dir=" + TestDir("qbase_hf_" + fixture + "_" + name)};
+      sets.insert(sets.end(), extra.begin(), extra.end());
+      StatusOr<Options> options = ParseOptions("", sets);
+      EXPECT_OK(options);
+      return TrainAllRanks(options.ok() ? *options : Options{});
+    };
+    const PlacementRun one = run(1, 0, "one", {});
+    const PlacementRun two = run(2, 0, "two", {});
+    const PlacementRun sharded =
+        run(2, 3, "sharded", {"lora.base_tier=nvme", "zero.nvme_dir=" + TestDir("qbase_hf_swap")});
+    ASSERT_OK(one.status) << fixture;
+    ASSERT_OK(two.status) << fixture;
+    ASSERT_OK(sharded.status) << fixture;
+    EXPECT_EQ(sharded.losses, two.losses) << fixture;
+    ASSERT_EQ(one.losses.size(), two.losses.size());
+    for (size_t i = 0; i < one.losses.size(); ++i) {
+      EXPECT_NEAR(two.losses[i], one.losses[i], 1e-5 * one.losses[i]) << fixture << " " << i;
+    }
+    std::string hashes[3];
+    int k = 0;
+    for (const char* name : {"one", "two", "sharded"}) {
+      ASSERT_OK_AND_ASSIGN(OpenedCheckpoint opened,
+                           OpenCheckpoint(TestDir("qbase_hf_" + fixture + "_" + name) + "/step-3"));
+      EXPECT_EQ(opened.base.base_dtype, BaseDType::kNF4);
+      hashes[k++] = opened.base.xxh3;
+    }
+    EXPECT_EQ(hashes[1], hashes[0]) << fixture;
+    EXPECT_EQ(hashes[2], hashes[0]) << fixture;
+  }
 }
 
 TEST(QuantizedBase, BaseDtypeNeedsLora) {
