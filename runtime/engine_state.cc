@@ -366,6 +366,9 @@ Status EngineState::WriteState(int unit, const UnitStateView& view, const bf16* 
     RETURN_IF_ERROR(parts_.ops->CastFromFloat(compute(), part, param_src, param_elements));
     return compute().Synchronize();
   }
+  // A dry run (a plan) touches no memory: the params' home counts the write of the source's
+  // (untouched) pages as it is.
+  if (parts_.device->dry_run()) return parts_.components.WriteParams(unit, param_src);
   const size_t bytes = param_elements * DTypeBytes(parts_.config.dtype);
   // Reused from unit to unit: a fresh vector would zero and fault in its pages every time.
   if (store_host_.size() < bytes) store_host_.resize(bytes);

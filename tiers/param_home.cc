@@ -91,8 +91,10 @@ class NvmeParamHome : public ParamHome, public ParamWriteBack {
     ASSIGN_OR_RETURN(Buffer host, ctx_.device->Allocate(Tier::kHost, StateKind::kWorkspace,
                                                         PaddedShardBytes(unit),
                                                         "param shard write"));
-    std::memset(host.data(), 0, host.bytes());
-    std::memcpy(host.data(), values, part_elements(unit) * element_bytes);
+    if (!ctx_.device->dry_run()) {  // a dry run's buffers stay untouched (uncommitted)
+      std::memset(host.data(), 0, host.bytes());
+      std::memcpy(host.data(), values, part_elements(unit) * element_bytes);
+    }
     for (const NvmeChunk& chunk : chunks_[unit]) {
       RETURN_IF_ERROR(tier_->Wait(tier_->Write(
           chunk.id, {{ExtentKind::kParams, ElementAt(host.data(), chunk.begin, element_bytes)}})));
