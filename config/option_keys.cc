@@ -426,6 +426,8 @@ const std::vector<Preset>& Presets() {
       // with their long-context "llama3" rope scaling.
       {"llama-1b", Llama(16, 32, 8, 2048, 8192, 128256, 131072, Llama3Rope(32.0f), true)},
       {"llama-8b", Llama(32, 32, 8, 4096, 14336, 128256, 131072, Llama3Rope(8.0f), false)},
+      // Llama 3.1 70B's shape (strata plan's example of a base larger than a card).
+      {"llama-70b", Llama(80, 64, 8, 8192, 28672, 128256, 131072, Llama3Rope(8.0f), false)},
   };
   return *presets;
 }

@@ -227,7 +227,7 @@ TEST(ParseOptions, ConfigKeysAreExactlyTheSpecKeys) {
   EXPECT_EQ(ConfigKeys(), kAllKeys);
   EXPECT_EQ(ModelPresetNames(),
             (std::vector<std::string>{"tiny", "small", "gpt2-124m", "gpt2-1.5b", "llama-tiny",
-                                      "llama-1b", "llama-8b"}));
+                                      "llama-1b", "llama-8b", "llama-70b"}));
 }
 
 TEST(ParseOptions, PresetsSetModelDimensions) {

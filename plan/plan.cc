@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -474,7 +475,10 @@ StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hw, Shape
         "inter_node_network; docs/plan.md)");
   }
   Plan plan;
-  int alternative = -1;  // the first alternative that fits (the faster of flat and hybrid)
+  // The first of each kind that fits (of flat and hybrid, the faster): LoRA on the base as
+  // the job stores it; an alternative (a quantized base the job did not ask for); full
+  // training.
+  int lora = -1, alternative = -1, full = -1;
   for (const PlanConfig& config : DecisionOrder(job, world)) {
     const int flat = static_cast<int>(plan.configs.size());
     plan.configs.push_back(PlanOne(job, world, hw, timer, config));
@@ -490,7 +494,9 @@ StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hw, Shape
       hybrid = static_cast<int>(plan.configs.size());
       plan.configs.push_back(PlanOne(job, world, hw, timer, variant));
     }
-    int* pick = config.alternative ? &alternative : &plan.recommended;
+    int* pick = config.alternative                 ? &alternative
+                : planned.options.lora.enabled() ? &lora
+                                                 : &full;
     if (*pick >= 0) continue;
     // The first step of the decision order where something fits; of flat and hybrid there,
     // the faster that fits.
@@ -501,33 +507,41 @@ StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hw, Shape
       }
     }
   }
-  AddHardwareAdvice(&plan, hw);
-  if (plan.recommended < 0) {
-    // Nothing fits: a change of the job goes first where one does (one row at a time, the
-    // same global batch through gradient accumulation).
-    if (job.train.micro_batch > 1) {
-      Options smaller = job;
-      smaller.train.grad_accum *= smaller.train.micro_batch;
-      smaller.train.micro_batch = 1;
-      StatusOr<Plan> retry = MakePlan(smaller, world, hw, timer);
-      if (retry.ok() && retry->recommended >= 0) {
-        const PlanConfig& fits = retry->configs[retry->recommended].config;
-        plan.advice.insert(
-            plan.advice.begin(),
-            absl::StrCat("train.micro_batch=1 with train.grad_accum=", smaller.train.grad_accum,
-                         " (the same batch): ", fits.name, " fits"));
-        if (!fits.alternative) return plan;  // a change of the job that keeps the numerics
-      }
-    }
-    // Only a choice that changes the numerics fits: it is the recommendation.
-    if (alternative >= 0) {
-      plan.recommended = alternative;
-      plan.advice.insert(plan.advice.begin(),
-                         absl::StrCat("only ", plan.configs[alternative].config.name,
-                                      " fits: it changes the numerics (",
-                                      plan.configs[alternative].config.changes, ")"));
+  // LoRA as the job stores its base, else (no such row fits, not even with one row per
+  // micro-batch) a quantized base, which changes the numerics, before full training (the
+  // decision order's: a LoRA job stays a LoRA job while one fits).
+  // A change of the job goes first where one does: one row at a time, the same global batch
+  // through gradient accumulation.
+  std::optional<Plan> retry;
+  std::string retry_line;
+  if (lora < 0 && job.train.micro_batch > 1) {
+    Options smaller = job;
+    smaller.train.grad_accum *= smaller.train.micro_batch;
+    smaller.train.micro_batch = 1;
+    StatusOr<Plan> made = MakePlan(smaller, world, hw, timer);
+    if (made.ok() && made->recommended >= 0) {
+      retry = std::move(*made);
+      retry_line = absl::StrCat("train.micro_batch=1 with train.grad_accum=",
+                                smaller.train.grad_accum, " (the same batch): ",
+                                retry->configs[retry->recommended].config.name, " fits");
     }
   }
+  if (retry && retry->configs[retry->recommended].options.lora.enabled() &&
+      !retry->configs[retry->recommended].config.alternative) {
+    AddHardwareAdvice(&plan, hw);
+    plan.advice.insert(plan.advice.begin(), retry_line);
+    return plan;
+  }
+  plan.recommended = lora >= 0 ? lora : alternative >= 0 ? alternative : full;
+  AddHardwareAdvice(&plan, hw);
+  if (lora < 0 && alternative >= 0) {
+    plan.advice.insert(plan.advice.begin(),
+                       absl::StrCat("no LoRA on the base as the job stores it fits: ",
+                                    plan.configs[alternative].config.name,
+                                    " does, and changes the numerics (",
+                                    plan.configs[alternative].config.changes, ")"));
+  }
+  if (plan.recommended < 0 && retry) plan.advice.insert(plan.advice.begin(), retry_line);
   return plan;
 }
 

@@ -72,8 +72,8 @@ struct PlanConfig {
   std::string name;
   std::vector<std::string> sets;
   // A choice that changes the numerics (a quantized base) the job did not ask for: shown
-  // with what it buys, recommended only where nothing else fits (not even the job with one
-  // row per micro-batch). `changes` says how.
+  // with what it buys, recommended only where no LoRA row of the job's own base fits (not
+  // even with one row per micro-batch), then before full training. `changes` says how.
   bool alternative = false;
   std::string changes;
 };
@@ -107,8 +107,8 @@ struct PlannedConfig {
 };
 struct Plan {
   std::vector<PlannedConfig> configs;
-  // Index of the first that fits (of the alternatives only where nothing else does), -1:
-  // none. On several nodes (hardware.nodes > 1) each
+  // Index of the first that fits (an alternative only where no LoRA row of the job's own
+  // base does), -1: none. On several nodes (hardware.nodes > 1) each
   // configuration at stage 1-3 on the cpu backend is also planned with
   // zero.shard_group=node right after it (the "hybrid" row), and of the two the faster one
   // that fits is recommended.

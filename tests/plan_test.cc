@@ -379,9 +379,9 @@ TEST(Plan, RecommendsTheFirstThatFitsAndSaysWhatToBuy) {
 
 // A quantized base changes the numerics: the NF4 rows (on the device, the host, the SSD)
 // come right after LoRA + recompute, each with its bytes per base parameter and what it
-// buys, but are recommended only where nothing else fits (here: a device too small for
-// the fp32 base, too little RAM for the optimizer of full training, no disk) or where the
-// job asks for a quantized base.
+// buys, but are recommended only where no LoRA row of the job's own base fits (here: a
+// device too small for the fp32 base), then before full training, or where the job asks
+// for a quantized base.
 TEST(Plan, AQuantizedBaseIsAnAlternative) {
   const std::vector<std::string> shape = {"model.layers=8", "model.channels=512",
                                           "model.heads=8"};
@@ -425,7 +425,20 @@ TEST(Plan, AQuantizedBaseIsAnAlternative) {
   EXPECT_EQ(only.configs[only.recommended].config.name, "LoRA on an NF4 base")
       << RenderPlan(only, small);
   ASSERT_FALSE(only.advice.empty());
-  EXPECT_THAT(only.advice[0], HasSubstr("only LoRA on an NF4 base fits: it changes the numerics"));
+  EXPECT_THAT(only.advice[0], HasSubstr("no LoRA on the base as the job stores it fits: LoRA on "
+                                        "an NF4 base does, and changes the numerics"));
+
+  // With RAM and a disk, full training fits too (its optimizer and params off the device),
+  // but a LoRA job stays LoRA: the NF4 base comes first in the order.
+  ASSERT_OK_AND_ASSIGN(Hardware disk, ParseHardware(HardwareText(device, 64ull << 30), "disk"));
+  ASSERT_OK_AND_ASSIGN(const Plan with_disk, MakePlan(job, 1, disk));
+  bool full_fits = false;
+  for (const PlannedConfig& c : with_disk.configs) {
+    full_fits = full_fits || (!c.options.lora.enabled() && c.fits);
+  }
+  EXPECT_TRUE(full_fits) << RenderPlan(with_disk, disk);
+  ASSERT_GE(with_disk.recommended, 0);
+  EXPECT_EQ(with_disk.configs[with_disk.recommended].config.name, "LoRA on an NF4 base");
 
   // The job asks for NF4: its rows are the job's own (no alternative), the first recommended.
   const Options asks = PlacementRunOptions(1, 0, sets({"lora.rank=16", "lora.base_dtype=nf4"}), 2);
