@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "kernels/cpu/quantize.h"
 
 namespace strata {
@@ -90,6 +91,40 @@ Status UnpackUnit(const StoredUnit& stored, const UnitLayout& unit, const uint8_
     }
   }
   return absl::OkStatus();
+}
+
+std::string DescribeQuantizedBase(const std::vector<UnitLayout>& units, BaseDType base,
+                                  DType dtype) {
+  uint64_t matrix_params = 0, matrix_bytes = 0, base_params = 0, base_bytes = 0, padding = 0;
+  int pieces = 0;
+  for (const UnitLayout& unit : units) {
+    if (unit.trainable()) continue;
+    const StoredUnit stored = StoredUnit::Of(unit, base, dtype);
+    base_params += unit.num_params();
+    if (!stored.packed()) {
+      base_bytes += unit.num_params() * DTypeBytes(dtype);
+      continue;
+    }
+    base_bytes += stored.bytes();
+    padding += stored.padding_elements();
+    for (const StoredTensor& t : stored.tensors()) {
+      if (!t.quantized) continue;
+      matrix_params += unit.tensor(t.tensor).numel;
+      matrix_bytes += t.bytes;
+      pieces += static_cast<int>(t.pieces.size());
+    }
+  }
+  if (matrix_params == 0) return "";
+  std::string line = absl::StrFormat(
+      "base stored as %s: %d matrices (%.1fM params) at %.3f bytes/param; the whole base "
+      "(embeddings, norms, head in %s) %.3f bytes/param, %.1f MiB",
+      BaseDTypeName(base), pieces, matrix_params / 1e6, double(matrix_bytes) / matrix_params,
+      DTypeName(dtype), double(base_bytes) / base_params, base_bytes / 1048576.0);
+  if (padding > 0) {
+    absl::StrAppend(&line, "; ", padding, " elements of zero padding (matrices whose size is "
+                    "not a multiple of ", kQuantBlock, " have their last block padded)");
+  }
+  return line;
 }
 
 Status DequantizeUnit(Ops& ops, Device& device, Stream& stream, const StoredUnit& stored,

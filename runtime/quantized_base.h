@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "core/stored_layout.h"
@@ -36,6 +38,12 @@ Status PackRange(const StoredUnit& stored, const UnitLayout& unit, const UnitVal
 // (gaps between tensors: zero).
 Status UnpackUnit(const StoredUnit& stored, const UnitLayout& unit, const uint8_t* bytes,
                   float* out);
+
+// One line on a model's quantized base (lora.base_dtype): the matrices' parameters and
+// bytes per parameter, the whole base's, and the padding where a matrix's size is not a
+// multiple of the block ("" where nothing is packed).
+std::string DescribeQuantizedBase(const std::vector<UnitLayout>& units, BaseDType base,
+                                  DType dtype);
 
 // Enqueues on `stream` the dequantization of the stored buffer `stored_bytes` (device tier)
 // into `out` (device tier, the unit's flat buffer of the compute dtype): each piece by its

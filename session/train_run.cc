@@ -13,6 +13,7 @@
 #include "core/logging.h"
 #include "core/run_identity.h"
 #include "core/trace.h"
+#include "runtime/quantized_base.h"
 #include "session/file_checks.h"
 #include "session/interrupt.h"
 #include "session/content_agreement.h"
@@ -95,6 +96,12 @@ void LogSetUp(TrainingSession& session, const Options& options) {
       FormatBytes(host.current_bytes), FormatBytes(host.capacity_bytes),
       FormatBytes(host.current_by_kind[0]), FormatBytes(host.current_by_kind[1]),
       FormatBytes(host.current_by_kind[2]));
+  if (const std::string base = DescribeQuantizedBase(session.model().units(),
+                                                     options.lora.base_dtype,
+                                                     options.train.dtype);
+      options.lora.enabled() && !base.empty()) {
+    spdlog::info("{}", base);
+  }
   if (options.zero.param_update == ParamUpdate::kDelayed) {
     spdlog::info(
         "zero.param_update=delayed: each step's CPU Adam runs during the next step, whose "
