@@ -535,11 +535,10 @@ StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hw, Shape
   plan.recommended = lora >= 0 ? lora : alternative >= 0 ? alternative : full;
   AddHardwareAdvice(&plan, hw);
   if (lora < 0 && alternative >= 0) {
-    plan.advice.insert(plan.advice.begin(),
-                       absl::StrCat("no LoRA on the base as the job stores it fits: ",
-                                    plan.configs[alternative].config.name,
-                                    " does, and changes the numerics (",
-                                    plan.configs[alternative].config.changes, ")"));
+    plan.note = absl::StrCat("no LoRA on the base as the job stores it fits: ",
+                             plan.configs[alternative].config.name,
+                             " does, and changes the numerics (",
+                             plan.configs[alternative].config.changes, ")");
   }
   if (plan.recommended < 0 && retry) plan.advice.insert(plan.advice.begin(), retry_line);
   return plan;
@@ -620,6 +619,7 @@ std::string RenderPlan(const Plan& plan, const Hardware& hw) {
   }
   if (plan.recommended >= 0) {
     absl::StrAppend(&out, "recommended: ", plan.configs[plan.recommended].config.name, "\n");
+    if (!plan.note.empty()) absl::StrAppend(&out, "note: ", plan.note, "\n");
   } else {
     absl::StrAppend(&out, "nothing fits this machine\n");
   }

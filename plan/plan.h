@@ -114,6 +114,8 @@ struct Plan {
   // that fits is recommended.
   int recommended = -1;
   std::vector<std::string> advice;  // what to buy / change
+  // Where the recommendation is an alternative: that it changes the numerics, and why.
+  std::string note;
 };
 // `timer` (may be null): this machine's shape timer, for a plan of this machine on the CPU
 // backend (the probe): every configuration's GEMM and attention shapes are timed.

@@ -424,9 +424,9 @@ TEST(Plan, AQuantizedBaseIsAnAlternative) {
   ASSERT_GE(only.recommended, 0) << RenderPlan(only, small);
   EXPECT_EQ(only.configs[only.recommended].config.name, "LoRA on an NF4 base")
       << RenderPlan(only, small);
-  ASSERT_FALSE(only.advice.empty());
-  EXPECT_THAT(only.advice[0], HasSubstr("no LoRA on the base as the job stores it fits: LoRA on "
-                                        "an NF4 base does, and changes the numerics"));
+  EXPECT_THAT(only.note, HasSubstr("no LoRA on the base as the job stores it fits: LoRA on "
+                                   "an NF4 base does, and changes the numerics"));
+  EXPECT_THAT(RenderPlan(only, small), HasSubstr("\nnote: no LoRA on the base"));
 
   // With RAM and a disk, full training fits too (its optimizer and params off the device),
   // but a LoRA job stays LoRA: the NF4 base comes first in the order.
