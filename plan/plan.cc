@@ -72,26 +72,29 @@ StatusOr<DryRunResult> DryRun(const Options& options, int world, BackendKind bac
   // The set-up's transient buffers (a unit's values go to its home through host buffers):
   // the largest unit of each group (trainable, frozen) stored once, from untouched memory.
   const auto& units = model->units();
-  uint64_t largest_unit_bytes = 0;
+  // A quantized base's units are packed a piece at a time (never stored here: their
+  // quantization costs real time): the largest piece's fp32 values and the rank's stored
+  // bytes of its unit, whatever the source.
+  uint64_t packing_bytes = 0;
+  for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+    if (!engine->state().Packed(u)) continue;
+    const auto [begin, end] = engine->state().StoredRange(u);
+    size_t piece = 0;
+    for (const StoredTensor& t : engine->state().stored(u).tensors()) {
+      for (const StoredPiece& p : t.pieces) piece = std::max(piece, p.layout.elements);
+    }
+    packing_bytes = std::max<uint64_t>(
+        packing_bytes, piece * sizeof(float) + (end - begin) * DTypeBytes(config.dtype));
+  }
+  uint64_t largest_unit_bytes = packing_bytes;
   for (const bool trainable : {true, false}) {
     int largest = -1;
     for (int u = 0; u < static_cast<int>(units.size()); ++u) {
-      if (units[u].trainable() != trainable) continue;
+      if (units[u].trainable() != trainable || engine->state().Packed(u)) continue;
       if (largest < 0 || engine->state().PaddedElements(u) > engine->state().PaddedElements(largest)) largest = u;
     }
     if (largest < 0) continue;
     const auto [begin, end] = engine->state().StoredRange(largest);
-    if (engine->state().Packed(largest)) {
-      // A quantized base's unit is packed a piece at a time: the largest piece's fp32 values
-      // and the rank's stored bytes (not stored here: its quantization costs real time).
-      size_t piece = 0;
-      for (const StoredTensor& t : engine->state().stored(largest).tensors()) {
-        for (const StoredPiece& p : t.pieces) piece = std::max(piece, p.layout.elements);
-      }
-      largest_unit_bytes = std::max<uint64_t>(
-          largest_unit_bytes, piece * sizeof(float) + (end - begin) * DTypeBytes(config.dtype));
-      continue;
-    }
     largest_unit_bytes = std::max<uint64_t>(largest_unit_bytes, (end - begin) * sizeof(float));
     const size_t bytes = std::max<size_t>(4096, (end - begin) * sizeof(float));
     void* values = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
@@ -116,7 +119,8 @@ StatusOr<DryRunResult> DryRun(const Options& options, int world, BackendKind bac
     ASSIGN_OR_RETURN(const HfWeights weights,
                      HfWeights::Open(options.model.from.substr(3), options.model, *model));
     result.import = PlanImport(weights, *engine, *model);
-    result.staging_bytes = result.import.HostBytes();
+    // The packed units come after the others, the importer's buffers still held.
+    result.staging_bytes = result.import.HostBytes() + packing_bytes;
   }
   result.device_setup = device->pool(Tier::kDevice).Stats();
   result.host_setup = device->pool(Tier::kHost).Stats();

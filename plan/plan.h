@@ -51,7 +51,9 @@ struct DryRunResult {
   uint64_t tokens = 0;            // of the global batch
   // Host memory the set-up stages values in beyond the pools: a Hugging Face import's own
   // buffers (ImportPlan::HostBytes: the files' dtypes and the run's placements decide
-  // them), else one unit's fp32 values (the largest: init, llm.c import).
+  // them), else one unit's fp32 values (the largest: init, llm.c import); with a quantized
+  // base, plus the packing of its units (the largest piece's fp32 values and a unit's
+  // stored share).
   uint64_t staging_bytes = 0;
   ImportPlan import;  // a Hugging Face import's (model.from=hf:DIR), else empty
   // A LoRA run's frozen base: its parameters and the bytes it is stored in (a quantized
