@@ -18,6 +18,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -207,6 +208,8 @@ StatusOr<LoraNvmeFigures> MeasureLoraNvmeReads(const BenchArgs& args, const std:
     figures.model = session->model().Describe();
     figures.micro_batch = options.train.micro_batch;
     figures.seq_len = options.train.seq_len;
+    figures.dtype = options.train.dtype;
+    figures.prefetch_bytes = options.zero.prefetch_bytes;
     LoraNvmeReads reads;
     reads.base = base;
     reads.stored = BaseBytesOfUnits(session->model().units(), options.train.dtype, base);
@@ -283,15 +286,20 @@ Status RunBenchLora(const BenchArgs& args, const LoraBenchArgs& lora) {
   std::printf("goal int8 matrices <= %.2f bytes/param: worst %.4f (%s) -> %s\n", kInt8MatrixGoal,
               worst_int8, worst_int8_preset.c_str(),
               worst_int8 <= kInt8MatrixGoal ? "met" : "NOT met");
+  std::fflush(stdout);
   if (lora.skip_steps) return absl::OkStatus();
 
   // 2. Step time.
-  ASSIGN_OR_RETURN(const LoraStepFigures step, MeasureLoraStepTime(args, lora.rounds, lora.int8));
   ASSIGN_OR_RETURN(const Options step_options, ParseOptions(args.config_path, LoraStepSets(args)));
-  std::printf("\n2. step time on %s, device.backend=%s (%s kernel threads), one rank\n",
+  std::printf("\n2. step time on %s, device.backend=%s (%s kernel threads), one rank: %d rounds "
+              "of %d measured steps per base (bf16, nf4%s) after a warm-up step each; the "
+              "sessions kept, bf16 first in odd rounds and last in even ones\n",
               cpu.c_str(), step_options.device.backend == BackendKind::kCpu ? "cpu" : "cuda",
               step_options.device.threads > 0 ? std::to_string(step_options.device.threads).c_str()
-                                              : "all");
+                                              : "all",
+              lora.rounds, args.steps, lora.int8 ? ", int8" : "");
+  std::fflush(stdout);
+  ASSIGN_OR_RETURN(const LoraStepFigures step, MeasureLoraStepTime(args, lora.rounds, lora.int8));
   std::printf("   %s\n", step.model.c_str());
   std::printf("   %.1fM parameters: base %.1fM, adapters %.2fM (lora.rank=%d, lora.targets=%s); "
               "B=%d T=%d, train.dtype=%s, zero.stage=%d, base on the device\n",
@@ -299,9 +307,6 @@ Status RunBenchLora(const BenchArgs& args, const LoraBenchArgs& lora) {
               (step.num_params - step.base_params) / 1e6, step_options.lora.rank,
               step_options.lora.targets.c_str(), step.micro_batch, step.seq_len,
               DTypeName(step.dtype), step_options.zero.stage);
-  std::printf("   %zu rounds of %d measured steps per base after a warm-up step each (the "
-              "sessions kept; bf16 first in odd rounds, last in even ones)\n",
-              step.rounds.size(), step.steps);
   std::vector<std::string> nf4_rounds, int8_rounds;
   for (size_t r = 0; r < step.rounds.size(); ++r) {
     const LoraStepRound& round = step.rounds[r];
@@ -343,20 +348,21 @@ Status RunBenchLora(const BenchArgs& args, const LoraBenchArgs& lora) {
 
   // 3. NVMe reads.
   ASSIGN_OR_RETURN(const std::string dir, MakeSwapDir(lora.dir));
+  std::printf("\n3. NVMe reads per step with the base there (zero.stage=3, lora.base_tier=nvme, "
+              "swap files in %s, removed after) on %s\n",
+              dir.c_str(), cpu.c_str());
+  std::fflush(stdout);
   StatusOr<LoraNvmeFigures> measured = MeasureLoraNvmeReads(args, dir, lora.nvme_steps);
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
   RETURN_IF_ERROR(measured.status());
   const LoraNvmeFigures& nvme = *measured;
-  std::printf("\n3. NVMe reads per step with the base there (zero.stage=3, lora.base_tier=nvme, "
-              "swap files in %s, removed after) on %s\n",
-              dir.c_str(), cpu.c_str());
   std::printf("   the same model, B=%d T=%d (the bytes read do not depend on the batch), %d "
               "measured steps per base after a warm-up step\n",
               nvme.micro_batch, nvme.seq_len, nvme.steps);
   const LoraNvmeReads& bf16 = nvme.reads[0];
   for (const LoraNvmeReads& reads : nvme.reads) {
-    std::printf("  %-4s base: %8.1f MB read per step = %.2f x the base's stored %.1f MB "
+    std::printf("  %-4s base: %8.1f MB read per step = %.2f passes over the base's stored %.1f MB "
                 "(matrices %.1f MB; %.4f bytes/param of the whole base); %.3f of bf16's\n",
                 BaseDTypeName(reads.base), Mb(reads.read_bytes_per_step),
                 reads.read_bytes_per_step / reads.stored.base_padded_bytes,
@@ -371,11 +377,20 @@ Status RunBenchLora(const BenchArgs& args, const LoraBenchArgs& lora) {
               "reads whole units) on %s: %.4f; goal <= %.2f -> %s\n",
               cpu.c_str(), matrix_ratio, kNvmeMatrixGoal,
               matrix_ratio <= kNvmeMatrixGoal ? "met" : "NOT met");
+  const double measured_ratio = nf4.read_bytes_per_step / bf16.read_bytes_per_step;
+  const double layout_ratio =
+      static_cast<double>(nf4.stored.base_padded_bytes) / bf16.stored.base_padded_bytes;
   std::printf("NVMe reads of the whole base nf4 / bf16, measured on %s: %.4f (the layouts' "
               "ratio %.4f; embeddings and head stay in %s); reported, no goal\n",
-              cpu.c_str(), nf4.read_bytes_per_step / bf16.read_bytes_per_step,
-              static_cast<double>(nf4.stored.base_padded_bytes) / bf16.stored.base_padded_bytes,
-              DTypeName(step.dtype));
+              cpu.c_str(), measured_ratio, layout_ratio, DTypeName(nvme.dtype));
+  const double nf4_passes = nf4.read_bytes_per_step / nf4.stored.base_padded_bytes;
+  const double bf16_passes = bf16.read_bytes_per_step / bf16.stored.base_padded_bytes;
+  if (std::abs(nf4_passes - bf16_passes) > 0.01) {
+    std::printf("  the bases were read %.2f (nf4) and %.2f (bf16) times per step: a unit "
+                "gathered for its forward is kept for its backward while the gathered units fit "
+                "in zero.prefetch_bytes (%.0f MB), re-read otherwise; a smaller base keeps more\n",
+                nf4_passes, bf16_passes, Mb(nvme.prefetch_bytes));
+  }
   return absl::OkStatus();
 }
 

@@ -88,6 +88,8 @@ struct LoraNvmeReads {
 struct LoraNvmeFigures {
   std::string model;
   int micro_batch = 0, seq_len = 0, steps = 0;
+  DType dtype = DType::kF32;     // train.dtype
+  uint64_t prefetch_bytes = 0;   // zero.prefetch_bytes
   std::vector<LoraNvmeReads> reads;  // bf16, then nf4, then int8
 };
 
@@ -102,7 +104,7 @@ StatusOr<LoraNvmeFigures> MeasureLoraNvmeReads(const BenchArgs& args, const std:
                                                int steps);
 
 struct LoraBenchArgs {
-  int rounds = 3;          // --pairs
+  int rounds = 5;          // --pairs
   bool int8 = true;        // --no-int8 leaves int8 out of the step-time rounds
   std::string dir;         // --dir: zero.nvme_dir ("": a new directory under /var/tmp or .)
   int nvme_steps = 2;      // --nvme-steps

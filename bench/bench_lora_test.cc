@@ -171,11 +171,31 @@ TEST(BenchLora, NvmeReadsFollowTheStoredLayouts) {
   EXPECT_EQ(figures.reads[1].base, BaseDType::kNF4);
   EXPECT_EQ(figures.reads[2].base, BaseDType::kInt8);
   EXPECT_EQ(figures.steps, 2);
+  EXPECT_EQ(figures.micro_batch, 2);  // the caller's, over the NVMe part's default of 1
+  EXPECT_EQ(figures.prefetch_bytes, 256u << 20);
   for (const LoraNvmeReads& reads : figures.reads) {
     EXPECT_GT(reads.read_bytes_per_step, 0.0);
     EXPECT_EQ(reads.stored.base_params, kBaseParams);
   }
   EXPECT_EQ(figures.reads[1].stored.matrix_bytes, 2u * 19232);
+  // The whole tiny base fits in zero.prefetch_bytes (256 MiB): each unit is gathered once
+  // per step and kept from its forward to its backward, so a step reads exactly the
+  // stored bytes of every frozen unit (padded for one shard).
+  for (const LoraNvmeReads& reads : figures.reads) {
+    EXPECT_EQ(reads.read_bytes_per_step, static_cast<double>(reads.stored.base_padded_bytes))
+        << BaseDTypeName(reads.base);
+  }
+  // With a window of 1 KiB units are re-read for their backward, except those used by
+  // consecutive accesses (the last block's forward and backward, the head's): between one
+  // and two passes.
+  args.sets.push_back("zero.prefetch_bytes=1KiB");
+  ASSERT_OK_AND_ASSIGN(const LoraNvmeFigures small, MeasureLoraNvmeReads(args, dir, 1));
+  EXPECT_EQ(small.prefetch_bytes, 1024u);
+  for (const LoraNvmeReads& reads : small.reads) {
+    const double passes = reads.read_bytes_per_step / reads.stored.base_padded_bytes;
+    EXPECT_GT(passes, 1.0) << BaseDTypeName(reads.base);
+    EXPECT_LT(passes, 2.0) << BaseDTypeName(reads.base);
+  }
 }
 
 }  // namespace

@@ -203,7 +203,7 @@ void AddLoraBench(CLI::App* bench, Commands* commands) {
       2, "measured steps per base and round", args);
   app->add_option("--pairs", lora->rounds,
                   "rounds in which the bf16, NF4 and int8 bases take turns (the median of "
-                  "their ratios; default 3)")
+                  "their ratios; default 5)")
       ->check(CLI::Range(1, 100));
   app->add_flag_function(
       "--no-int8", [lora](int64_t) { lora->int8 = false; },
