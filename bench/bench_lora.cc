@@ -153,10 +153,11 @@ StatusOr<LoraStepFigures> MeasureLoraStepTime(const BenchArgs& args, int rounds,
   std::vector<std::unique_ptr<TrainingSession>> sessions;
   for (BaseDType base : bases) {
     ASSIGN_OR_RETURN(auto session, Session(args, sets, base));
-    // The warm-up: first steps create the kernels' primitives and fault memory in.
-    RETURN_IF_ERROR(session->Step(0).status());
     sessions.push_back(std::move(session));
   }
+  // The warm-up, once every session is made (making one initializes and quantizes a whole
+  // base): first steps create the kernels' primitives and fault memory in.
+  for (auto& session : sessions) RETURN_IF_ERROR(session->Step(0).status());
   LoraStepFigures figures;
   const Options& options = sessions[0]->options();
   figures.model = sessions[0]->model().Describe();

@@ -71,8 +71,8 @@ struct LoraStepFigures {
 // per configuration.
 std::vector<std::string> LoraStepSets(const BenchArgs& args);
 
-// One single-rank session per configuration (bf16, nf4 and, with `int8`, int8 bases), made
-// once and warmed up by one step each; then `rounds` rounds in which each runs `args.steps`
+// One single-rank session per configuration (bf16, nf4 and, with `int8`, int8 bases), all
+// made first, then warmed up by one step each; then `rounds` rounds in which each runs `args.steps`
 // steps, bf16 first in odd rounds and last in even ones (a drift of the machine within a
 // round then cancels over two).
 StatusOr<LoraStepFigures> MeasureLoraStepTime(const BenchArgs& args, int rounds, bool int8);
