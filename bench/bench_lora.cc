@@ -6,7 +6,7 @@
 //      int8 <= 1.07. The whole base (embeddings, norms, head in train.dtype): reported.
 //   2. Step time of LoRA on an NF4 base / on a bf16 base (and int8 / bf16), at a LLaMA shape
 //      of about 124M parameters, B=4 T=256, fp32, rank 16 on every projection, stage 0,
-//      base on the device. The sessions are made once and take turns round by round; the
+//      base on the device. The sessions are made once and take turns step by step; the
 //      figure is the median of the rounds' ratios (the machines drift by +-20% within
 //      minutes, a round's configurations run within seconds of each other). Goal <= 1.15:
 //      decoding 4-bit codes per use must cost little next to the matmuls.
@@ -170,11 +170,13 @@ StatusOr<LoraStepFigures> MeasureLoraStepTime(const BenchArgs& args, int rounds,
   std::vector<double> nf4_ratios, int8_ratios;
   for (int round = 0; round < rounds; ++round) {
     std::vector<double> ms(bases.size(), 0.0);
-    for (size_t turn = 0; turn < bases.size(); ++turn) {
-      const size_t k = round % 2 == 0 ? turn : bases.size() - 1 - turn;
-      for (int i = 0; i < args.steps; ++i) {
-        ASSIGN_OR_RETURN(const StepReport report,
-                         sessions[k]->Step(1 + round * args.steps + i));
+    for (int i = 0; i < args.steps; ++i) {
+      // Step by step, in turn, the order reversed at every step: a drift of the machine over
+      // the round then weighs on every configuration alike.
+      const int step = 1 + round * args.steps + i;
+      for (size_t turn = 0; turn < bases.size(); ++turn) {
+        const size_t k = step % 2 == 1 ? turn : bases.size() - 1 - turn;
+        ASSIGN_OR_RETURN(const StepReport report, sessions[k]->Step(step));
         ms[k] += report.ms_per_step / args.steps;
       }
     }
@@ -294,7 +296,7 @@ Status RunBenchLora(const BenchArgs& args, const LoraBenchArgs& lora) {
   ASSIGN_OR_RETURN(const Options step_options, ParseOptions(args.config_path, LoraStepSets(args)));
   std::printf("\n2. step time on %s, device.backend=%s (%s kernel threads), one rank: %d rounds "
               "of %d measured steps per base (bf16, nf4%s) after a warm-up step each; the "
-              "sessions kept, bf16 first in odd rounds and last in even ones\n",
+              "sessions kept, taking turns step by step, the order reversed at every step\n",
               cpu.c_str(), step_options.device.backend == BackendKind::kCpu ? "cpu" : "cuda",
               step_options.device.threads > 0 ? std::to_string(step_options.device.threads).c_str()
                                               : "all",

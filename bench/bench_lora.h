@@ -72,9 +72,10 @@ struct LoraStepFigures {
 std::vector<std::string> LoraStepSets(const BenchArgs& args);
 
 // One single-rank session per configuration (bf16, nf4 and, with `int8`, int8 bases), all
-// made first, then warmed up by one step each; then `rounds` rounds in which each runs `args.steps`
-// steps, bf16 first in odd rounds and last in even ones (a drift of the machine within a
-// round then cancels over two).
+// made first, then warmed up by one step each; then `rounds` rounds of `args.steps` steps of
+// each, the sessions taking turns step by step, the order reversed at every step (a drift
+// of the machine within a round then weighs on each alike). A round's figure is each
+// configuration's mean ms/step over its steps.
 StatusOr<LoraStepFigures> MeasureLoraStepTime(const BenchArgs& args, int rounds, bool int8);
 
 // The NVMe part: each base dtype's mean param_nvme_read_bytes per step (after a warm-up
