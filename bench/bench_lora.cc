@@ -44,10 +44,10 @@ double Median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
-constexpr double kNf4MatrixGoal = 0.53;    // bytes per parameter
-constexpr double kInt8MatrixGoal = 1.07;   // bytes per parameter
-constexpr double kStepGoal = 1.15;         // NF4 / bf16 step time
-constexpr double kNvmeMatrixGoal = 0.27;   // NF4 / bf16 bytes read of the matrices
+constexpr double kNf4MatrixGoal = 0.53;   // bytes per parameter
+constexpr double kInt8MatrixGoal = 1.07;  // bytes per parameter
+constexpr double kStepGoal = 1.15;        // NF4 / bf16 step time
+constexpr double kNvmeMatrixGoal = 0.27;  // NF4 / bf16 bytes read of the matrices
 
 // The stored bytes of `model`'s base, from the layouts alone.
 StoredBaseBytes BaseBytesOfUnits(const std::vector<UnitLayout>& units, DType dtype,
@@ -78,8 +78,7 @@ StoredBaseBytes BaseBytesOfUnits(const std::vector<UnitLayout>& units, DType dty
 }
 
 StatusOr<std::unique_ptr<TrainingSession>> Session(const BenchArgs& args,
-                                                   std::vector<std::string> sets,
-                                                   BaseDType base) {
+                                                   std::vector<std::string> sets, BaseDType base) {
   sets.push_back(absl::StrCat("lora.base_dtype=", BaseDTypeName(base)));
   ASSIGN_OR_RETURN(const Options options, ParseOptions(args.config_path, sets));
   return TrainingSession::CreateSingleRank(options);
@@ -115,11 +114,11 @@ double Mb(double bytes) { return bytes / 1e6; }
 std::vector<std::string> Compose(const BenchArgs& args, std::vector<std::string> defaults,
                                  std::vector<std::string> forced = {}) {
   std::vector<std::string> sets = {
-      "model.family=llama",  "model.channels=768",    "model.layers=12",
-      "model.heads=12",      "model.kv_heads=4",      "model.ffn_hidden=2048",
-      "model.vocab=32000",   "model.tie_embeddings=false", "model.max_seq_len=256",
-      "train.micro_batch=4", "train.seq_len=256",     "train.dtype=fp32",
-      "lora.rank=16",        "lora.targets=all",      "zero.stage=0",
+      "model.family=llama",   "model.channels=768",         "model.layers=12",
+      "model.heads=12",       "model.kv_heads=4",           "model.ffn_hidden=2048",
+      "model.vocab=32000",    "model.tie_embeddings=false", "model.max_seq_len=256",
+      "train.micro_batch=4",  "train.seq_len=256",          "train.dtype=fp32",
+      "lora.rank=16",         "lora.targets=all",           "zero.stage=0",
       "lora.base_tier=device"};
   sets.insert(sets.end(), defaults.begin(), defaults.end());
   sets.insert(sets.end(), args.sets.begin(), args.sets.end());
@@ -139,9 +138,7 @@ StatusOr<StoredBaseBytes> ComputeStoredBaseBytes(const ModelOptions& model, DTyp
   return BaseBytesOfUnits(created->units(), dtype, base);
 }
 
-std::vector<std::string> LoraStepSets(const BenchArgs& args) {
-  return Compose(args, {});
-}
+std::vector<std::string> LoraStepSets(const BenchArgs& args) { return Compose(args, {}); }
 
 StatusOr<LoraStepFigures> MeasureLoraStepTime(const BenchArgs& args, int rounds, bool int8) {
   if (rounds < 1 || args.steps < 1) {
@@ -219,8 +216,7 @@ StatusOr<LoraNvmeFigures> MeasureLoraNvmeReads(const BenchArgs& args, const std:
     RETURN_IF_ERROR(session->Step(0).status());  // warm-up
     for (int i = 0; i < steps; ++i) {
       ASSIGN_OR_RETURN(const StepReport report, session->Step(1 + i));
-      reads.read_bytes_per_step +=
-          static_cast<double>(report.result.param_nvme_read_bytes) / steps;
+      reads.read_bytes_per_step += static_cast<double>(report.result.param_nvme_read_bytes) / steps;
     }
     RETURN_IF_ERROR(session->Finish());
     figures.reads.push_back(reads);
@@ -231,13 +227,15 @@ StatusOr<LoraNvmeFigures> MeasureLoraNvmeReads(const BenchArgs& args, const std:
 Status RunBenchLora(const BenchArgs& args, const LoraBenchArgs& lora) {
   InitLogging(0, 1);
   const std::string cpu = DescribeCpu();
-  std::printf("bench lora: LoRA on a quantized frozen base (lora.base_dtype); %s, %u hardware "
-              "threads\n",
-              cpu.c_str(), std::thread::hardware_concurrency());
+  std::printf(
+      "bench lora: LoRA on a quantized frozen base (lora.base_dtype); %s, %u hardware "
+      "threads\n",
+      cpu.c_str(), std::thread::hardware_concurrency());
 
   // 1. Bytes per parameter, from the layouts.
-  std::printf("\n1. bytes per parameter of the frozen base, from the stored layouts (LoRA on; "
-              "computed, nothing allocated; the same on every CPU)\n");
+  std::printf(
+      "\n1. bytes per parameter of the frozen base, from the stored layouts (LoRA on; "
+      "computed, nothing allocated; the same on every CPU)\n");
   double worst_nf4 = 0.0, worst_int8 = 0.0;
   std::string worst_nf4_preset, worst_int8_preset;
   for (const char* preset : {"gpt2-124m", "llama-1b", "llama-8b"}) {
@@ -253,20 +251,21 @@ Status RunBenchLora(const BenchArgs& args, const LoraBenchArgs& lora) {
       }
     }
     const StoredBaseBytes& nf4 = by[0][3];
-    std::printf("%-10s base %.1fM params, of which %.1fM (%.0f%%) in quantized matrices\n",
-                preset, nf4.base_params / 1e6, nf4.matrix_elements / 1e6,
+    std::printf("%-10s base %.1fM params, of which %.1fM (%.0f%%) in quantized matrices\n", preset,
+                nf4.base_params / 1e6, nf4.matrix_elements / 1e6,
                 100.0 * nf4.matrix_elements / nf4.base_params);
-    std::printf("  quantized matrices: nf4 %.4f, int8 %.4f, bf16 %.4f bytes/param "
-                "(codes, scales, alignment)\n",
-                by[0][3].matrix_bytes_per_param(), by[0][2].matrix_bytes_per_param(),
-                by[0][1].matrix_bytes_per_param());
+    std::printf(
+        "  quantized matrices: nf4 %.4f, int8 %.4f, bf16 %.4f bytes/param "
+        "(codes, scales, alignment)\n",
+        by[0][3].matrix_bytes_per_param(), by[0][2].matrix_bytes_per_param(),
+        by[0][1].matrix_bytes_per_param());
     for (int d = 0; d < 2; ++d) {
-      std::printf("  whole base, train.dtype=%s: nf4 %.4f, int8 %.4f, bf16 %.4f, "
-                  "unquantized %.4f bytes/param (nf4 %.2f GB, unquantized %.2f GB)\n",
-                  DTypeName(dtypes[d]), by[d][3].base_bytes_per_param(),
-                  by[d][2].base_bytes_per_param(), by[d][1].base_bytes_per_param(),
-                  by[d][0].base_bytes_per_param(), by[d][3].base_bytes / 1e9,
-                  by[d][0].base_bytes / 1e9);
+      std::printf(
+          "  whole base, train.dtype=%s: nf4 %.4f, int8 %.4f, bf16 %.4f, "
+          "unquantized %.4f bytes/param (nf4 %.2f GB, unquantized %.2f GB)\n",
+          DTypeName(dtypes[d]), by[d][3].base_bytes_per_param(), by[d][2].base_bytes_per_param(),
+          by[d][1].base_bytes_per_param(), by[d][0].base_bytes_per_param(),
+          by[d][3].base_bytes / 1e9, by[d][0].base_bytes / 1e9);
     }
     if (nf4.matrix_bytes_per_param() > worst_nf4) {
       worst_nf4 = nf4.matrix_bytes_per_param();
@@ -277,14 +276,16 @@ Status RunBenchLora(const BenchArgs& args, const LoraBenchArgs& lora) {
       worst_int8_preset = preset;
     }
   }
-  std::printf("goal NF4 matrices <= %.2f bytes/param (double-quantized scales included): worst "
-              "%.4f (%s) -> %s\n",
-              kNf4MatrixGoal, worst_nf4, worst_nf4_preset.c_str(),
-              worst_nf4 <= kNf4MatrixGoal ? "met" : "NOT met");
+  std::printf(
+      "goal NF4 matrices <= %.2f bytes/param (double-quantized scales included): worst "
+      "%.4f (%s) -> %s\n",
+      kNf4MatrixGoal, worst_nf4, worst_nf4_preset.c_str(),
+      worst_nf4 <= kNf4MatrixGoal ? "met" : "NOT met");
   if (worst_nf4 > kNf4MatrixGoal) {
-    std::printf("  why: matrices whose pieces are not multiples of %zu values pad their last "
-                "block, and small pieces pay the 16-byte alignment of four arrays\n",
-                kQuantBlock);
+    std::printf(
+        "  why: matrices whose pieces are not multiples of %zu values pad their last "
+        "block, and small pieces pay the 16-byte alignment of four arrays\n",
+        kQuantBlock);
   }
   std::printf("goal int8 matrices <= %.2f bytes/param: worst %.4f (%s) -> %s\n", kInt8MatrixGoal,
               worst_int8, worst_int8_preset.c_str(),
@@ -294,22 +295,22 @@ Status RunBenchLora(const BenchArgs& args, const LoraBenchArgs& lora) {
 
   // 2. Step time.
   ASSIGN_OR_RETURN(const Options step_options, ParseOptions(args.config_path, LoraStepSets(args)));
-  std::printf("\n2. step time on %s, device.backend=%s (%s kernel threads), one rank: %d rounds "
-              "of %d measured steps per base (bf16, nf4%s) after a warm-up step each; the "
-              "sessions kept, taking turns step by step, the order reversed at every step\n",
-              cpu.c_str(), step_options.device.backend == BackendKind::kCpu ? "cpu" : "cuda",
-              step_options.device.threads > 0 ? std::to_string(step_options.device.threads).c_str()
-                                              : "all",
-              lora.rounds, args.steps, lora.int8 ? ", int8" : "");
+  std::printf(
+      "\n2. step time on %s, device.backend=%s (%s kernel threads), one rank: %d rounds "
+      "of %d measured steps per base (bf16, nf4%s) after a warm-up step each; the "
+      "sessions kept, taking turns step by step, the order reversed at every step\n",
+      cpu.c_str(), step_options.device.backend == BackendKind::kCpu ? "cpu" : "cuda",
+      step_options.device.threads > 0 ? std::to_string(step_options.device.threads).c_str() : "all",
+      lora.rounds, args.steps, lora.int8 ? ", int8" : "");
   std::fflush(stdout);
   ASSIGN_OR_RETURN(const LoraStepFigures step, MeasureLoraStepTime(args, lora.rounds, lora.int8));
   std::printf("   %s\n", step.model.c_str());
-  std::printf("   %.1fM parameters: base %.1fM, adapters %.2fM (lora.rank=%d, lora.targets=%s); "
-              "B=%d T=%d, train.dtype=%s, zero.stage=%d, base on the device\n",
-              step.num_params / 1e6, step.base_params / 1e6,
-              (step.num_params - step.base_params) / 1e6, step_options.lora.rank,
-              step_options.lora.targets.c_str(), step.micro_batch, step.seq_len,
-              DTypeName(step.dtype), step_options.zero.stage);
+  std::printf(
+      "   %.1fM parameters: base %.1fM, adapters %.2fM (lora.rank=%d, lora.targets=%s); "
+      "B=%d T=%d, train.dtype=%s, zero.stage=%d, base on the device\n",
+      step.num_params / 1e6, step.base_params / 1e6, (step.num_params - step.base_params) / 1e6,
+      step_options.lora.rank, step_options.lora.targets.c_str(), step.micro_batch, step.seq_len,
+      DTypeName(step.dtype), step_options.zero.stage);
   std::vector<std::string> nf4_rounds, int8_rounds;
   for (size_t r = 0; r < step.rounds.size(); ++r) {
     const LoraStepRound& round = step.rounds[r];
@@ -320,11 +321,11 @@ Status RunBenchLora(const BenchArgs& args, const LoraBenchArgs& lora) {
     nf4_rounds.push_back(absl::StrFormat("%.3f", round.nf4_ms / round.bf16_ms));
     int8_rounds.push_back(absl::StrFormat("%.3f", round.int8_ms / round.bf16_ms));
   }
-  std::printf("step time nf4 / bf16 base on %s: median %.3f of %zu rounds (%s); goal <= %.2f -> "
-              "%s\n",
-              cpu.c_str(), step.nf4_ratio, step.rounds.size(),
-              absl::StrJoin(nf4_rounds, ", ").c_str(), kStepGoal,
-              step.nf4_ratio <= kStepGoal ? "met" : "NOT met");
+  std::printf(
+      "step time nf4 / bf16 base on %s: median %.3f of %zu rounds (%s); goal <= %.2f -> "
+      "%s\n",
+      cpu.c_str(), step.nf4_ratio, step.rounds.size(), absl::StrJoin(nf4_rounds, ", ").c_str(),
+      kStepGoal, step.nf4_ratio <= kStepGoal ? "met" : "NOT met");
   if (step.nf4_ratio > kStepGoal) {
     std::vector<double> bf16_ms, nf4_ms;
     for (const LoraStepRound& round : step.rounds) {
@@ -335,11 +336,11 @@ Status RunBenchLora(const BenchArgs& args, const LoraBenchArgs& lora) {
     // Every matrix is dequantized before each use: once in the forward, once in the backward.
     ASSIGN_OR_RETURN(const StoredBaseBytes stored,
                      ComputeStoredBaseBytes(step_options.model, step.dtype, BaseDType::kNF4));
-    std::printf("  why: the NF4 base costs %.0f ms/step more than the bf16 one, %.2f ns per "
-                "value dequantized (%.1fM matrix values, each decoded in the forward and again "
-                "in the backward), against the step's matmuls on the same cores\n",
-                extra_ms, extra_ms * 1e6 / (2.0 * stored.matrix_elements),
-                stored.matrix_elements / 1e6);
+    std::printf(
+        "  why: the NF4 base costs %.0f ms/step more than the bf16 one, %.2f ns per "
+        "value dequantized (%.1fM matrix values, each decoded in the forward and again "
+        "in the backward), against the step's matmuls on the same cores\n",
+        extra_ms, extra_ms * 1e6 / (2.0 * stored.matrix_elements), stored.matrix_elements / 1e6);
   }
   if (lora.int8) {
     std::printf("step time int8 / bf16 base on %s: median %.3f of %zu rounds (%s); no goal\n",
@@ -351,48 +352,53 @@ Status RunBenchLora(const BenchArgs& args, const LoraBenchArgs& lora) {
 
   // 3. NVMe reads.
   ASSIGN_OR_RETURN(const std::string dir, MakeSwapDir(lora.dir));
-  std::printf("\n3. NVMe reads per step with the base there (zero.stage=3, lora.base_tier=nvme, "
-              "swap files in %s, removed after) on %s\n",
-              dir.c_str(), cpu.c_str());
+  std::printf(
+      "\n3. NVMe reads per step with the base there (zero.stage=3, lora.base_tier=nvme, "
+      "swap files in %s, removed after) on %s\n",
+      dir.c_str(), cpu.c_str());
   std::fflush(stdout);
   StatusOr<LoraNvmeFigures> measured = MeasureLoraNvmeReads(args, dir, lora.nvme_steps);
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
   RETURN_IF_ERROR(measured.status());
   const LoraNvmeFigures& nvme = *measured;
-  std::printf("   the same model, B=%d T=%d (the bytes read do not depend on the batch), %d "
-              "measured steps per base after a warm-up step\n",
-              nvme.micro_batch, nvme.seq_len, nvme.steps);
+  std::printf(
+      "   the same model, B=%d T=%d (the bytes read do not depend on the batch), %d "
+      "measured steps per base after a warm-up step\n",
+      nvme.micro_batch, nvme.seq_len, nvme.steps);
   const LoraNvmeReads& bf16 = nvme.reads[0];
   for (const LoraNvmeReads& reads : nvme.reads) {
-    std::printf("  %-4s base: %8.1f MB read per step = %.2f passes over the base's stored %.1f MB "
-                "(matrices %.1f MB; %.4f bytes/param of the whole base); %.3f of bf16's\n",
-                BaseDTypeName(reads.base), Mb(reads.read_bytes_per_step),
-                reads.read_bytes_per_step / reads.stored.base_padded_bytes,
-                Mb(reads.stored.base_padded_bytes), Mb(reads.stored.matrix_bytes),
-                reads.stored.base_bytes_per_param(),
-                reads.read_bytes_per_step / bf16.read_bytes_per_step);
+    std::printf(
+        "  %-4s base: %8.1f MB read per step = %.2f passes over the base's stored %.1f MB "
+        "(matrices %.1f MB; %.4f bytes/param of the whole base); %.3f of bf16's\n",
+        BaseDTypeName(reads.base), Mb(reads.read_bytes_per_step),
+        reads.read_bytes_per_step / reads.stored.base_padded_bytes,
+        Mb(reads.stored.base_padded_bytes), Mb(reads.stored.matrix_bytes),
+        reads.stored.base_bytes_per_param(), reads.read_bytes_per_step / bf16.read_bytes_per_step);
   }
   const LoraNvmeReads& nf4 = nvme.reads[1];
   const double matrix_ratio =
       static_cast<double>(nf4.stored.matrix_bytes) / bf16.stored.matrix_bytes;
-  std::printf("NVMe reads of the quantized matrices nf4 / bf16 (their stored bytes: a gather "
-              "reads whole units) on %s: %.4f; goal <= %.2f -> %s\n",
-              cpu.c_str(), matrix_ratio, kNvmeMatrixGoal,
-              matrix_ratio <= kNvmeMatrixGoal ? "met" : "NOT met");
+  std::printf(
+      "NVMe reads of the quantized matrices nf4 / bf16 (their stored bytes: a gather "
+      "reads whole units) on %s: %.4f; goal <= %.2f -> %s\n",
+      cpu.c_str(), matrix_ratio, kNvmeMatrixGoal,
+      matrix_ratio <= kNvmeMatrixGoal ? "met" : "NOT met");
   const double measured_ratio = nf4.read_bytes_per_step / bf16.read_bytes_per_step;
   const double layout_ratio =
       static_cast<double>(nf4.stored.base_padded_bytes) / bf16.stored.base_padded_bytes;
-  std::printf("NVMe reads of the whole base nf4 / bf16, measured on %s: %.4f (the layouts' "
-              "ratio %.4f; embeddings and head stay in %s); reported, no goal\n",
-              cpu.c_str(), measured_ratio, layout_ratio, DTypeName(nvme.dtype));
+  std::printf(
+      "NVMe reads of the whole base nf4 / bf16, measured on %s: %.4f (the layouts' "
+      "ratio %.4f; embeddings and head stay in %s); reported, no goal\n",
+      cpu.c_str(), measured_ratio, layout_ratio, DTypeName(nvme.dtype));
   const double nf4_passes = nf4.read_bytes_per_step / nf4.stored.base_padded_bytes;
   const double bf16_passes = bf16.read_bytes_per_step / bf16.stored.base_padded_bytes;
   if (std::abs(nf4_passes - bf16_passes) > 0.01) {
-    std::printf("  the bases were read %.2f (nf4) and %.2f (bf16) times per step: a unit "
-                "gathered for its forward is kept for its backward while the gathered units fit "
-                "in zero.prefetch_bytes (%.0f MB), re-read otherwise; a smaller base keeps more\n",
-                nf4_passes, bf16_passes, Mb(nvme.prefetch_bytes));
+    std::printf(
+        "  the bases were read %.2f (nf4) and %.2f (bf16) times per step: a unit "
+        "gathered for its forward is kept for its backward while the gathered units fit "
+        "in zero.prefetch_bytes (%.0f MB), re-read otherwise; a smaller base keeps more\n",
+        nf4_passes, bf16_passes, Mb(nvme.prefetch_bytes));
   }
   return absl::OkStatus();
 }

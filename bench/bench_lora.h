@@ -54,9 +54,9 @@ struct LoraStepRound {
 };
 
 struct LoraStepFigures {
-  std::string model;          // Model::Describe()
-  uint64_t num_params = 0;    // base + adapters
-  uint64_t base_params = 0;   // the frozen units'
+  std::string model;         // Model::Describe()
+  uint64_t num_params = 0;   // base + adapters
+  uint64_t base_params = 0;  // the frozen units'
   int micro_batch = 0, seq_len = 0;
   DType dtype = DType::kF32;
   int steps = 0;  // measured steps per configuration and round
@@ -89,8 +89,8 @@ struct LoraNvmeReads {
 struct LoraNvmeFigures {
   std::string model;
   int micro_batch = 0, seq_len = 0, steps = 0;
-  DType dtype = DType::kF32;     // train.dtype
-  uint64_t prefetch_bytes = 0;   // zero.prefetch_bytes
+  DType dtype = DType::kF32;         // train.dtype
+  uint64_t prefetch_bytes = 0;       // zero.prefetch_bytes
   std::vector<LoraNvmeReads> reads;  // bf16, then nf4, then int8
 };
 
@@ -105,11 +105,11 @@ StatusOr<LoraNvmeFigures> MeasureLoraNvmeReads(const BenchArgs& args, const std:
                                                int steps);
 
 struct LoraBenchArgs {
-  int rounds = 5;          // --pairs
-  bool int8 = true;        // --no-int8 leaves int8 out of the step-time rounds
-  std::string dir;         // --dir: zero.nvme_dir ("": a new directory under /var/tmp or .)
-  int nvme_steps = 2;      // --nvme-steps
-  bool skip_steps = false; // --layout-only: the bytes per parameter alone
+  int rounds = 5;           // --pairs
+  bool int8 = true;         // --no-int8 leaves int8 out of the step-time rounds
+  std::string dir;          // --dir: zero.nvme_dir ("": a new directory under /var/tmp or .)
+  int nvme_steps = 2;       // --nvme-steps
+  bool skip_steps = false;  // --layout-only: the bytes per parameter alone
 };
 
 // Prints the three parts with the CPU and the goals (NF4 matrices <= 0.53 bytes/param,

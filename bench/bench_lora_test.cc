@@ -19,10 +19,9 @@ namespace {
 // A LLaMA of 2 blocks, C=64, 4 heads of 16, 2 KV heads, F=128, vocab 256, untied.
 const std::vector<std::string>& TinySets() {
   static const auto* sets = new std::vector<std::string>{
-      "model.channels=64", "model.layers=2",      "model.heads=4",
-      "model.kv_heads=2",  "model.ffn_hidden=128", "model.vocab=256",
-      "model.max_seq_len=64", "train.micro_batch=2", "train.seq_len=16",
-      "device.threads=1"};
+      "model.channels=64",    "model.layers=2",  "model.heads=4",        "model.kv_heads=2",
+      "model.ffn_hidden=128", "model.vocab=256", "model.max_seq_len=64", "train.micro_batch=2",
+      "train.seq_len=16",     "device.threads=1"};
   return *sets;
 }
 
@@ -95,10 +94,10 @@ TEST(BenchLora, PresetsMeetTheBytesPerParameterGoals) {
     EXPECT_GE(int8.matrix_bytes_per_param(), 1.0625) << preset;
     EXPECT_LE(int8.matrix_bytes_per_param(), 1.07) << preset;
     EXPECT_EQ(nf4.matrix_elements, int8.matrix_elements) << preset;
-    // The rest of the base (embeddings, norms, head) in bf16, 2 bytes each.
-    EXPECT_EQ(nf4.base_bytes - nf4.matrix_bytes, int8.base_bytes - int8.matrix_bytes)
-        << preset;
-    EXPECT_GT(nf4.base_bytes - nf4.matrix_bytes, 2 * (nf4.base_params - nf4.matrix_elements) - 1)
+    // The rest of the base (embeddings, norms, head): the same for both formats, in bf16 at
+    // least 2 bytes each (alignment gaps add a little).
+    EXPECT_EQ(nf4.base_bytes - nf4.matrix_bytes, int8.base_bytes - int8.matrix_bytes) << preset;
+    EXPECT_GE(nf4.base_bytes - nf4.matrix_bytes, 2 * (nf4.base_params - nf4.matrix_elements))
         << preset;
   }
 }
@@ -140,16 +139,15 @@ TEST(BenchLora, StepTimeWithoutInt8) {
   EXPECT_EQ(figures.rounds[0].int8_ms, 0.0);
   EXPECT_EQ(figures.int8_ratio, 0.0);
   // Two rounds: the median is the mean of the two ratios.
-  EXPECT_DOUBLE_EQ(figures.nf4_ratio,
-                   (figures.rounds[0].nf4_ms / figures.rounds[0].bf16_ms +
-                    figures.rounds[1].nf4_ms / figures.rounds[1].bf16_ms) / 2);
+  EXPECT_DOUBLE_EQ(figures.nf4_ratio, (figures.rounds[0].nf4_ms / figures.rounds[0].bf16_ms +
+                                       figures.rounds[1].nf4_ms / figures.rounds[1].bf16_ms) /
+                                          2);
 }
 
 TEST(BenchLora, NvmeSetsPutTheBaseOnNvmeAfterTheCallersKeys) {
   BenchArgs args;
   args.sets = {"zero.stage=1", "train.micro_batch=3"};
-  ASSERT_OK_AND_ASSIGN(const Options options,
-                       ParseOptions("", LoraNvmeSets(args, "/some/dir")));
+  ASSERT_OK_AND_ASSIGN(const Options options, ParseOptions("", LoraNvmeSets(args, "/some/dir")));
   EXPECT_EQ(options.zero.stage, 3);
   EXPECT_EQ(options.lora.base_tier, StateTier::kNvme);
   EXPECT_EQ(options.zero.nvme_dir, "/some/dir");
