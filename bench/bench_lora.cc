@@ -290,6 +290,12 @@ Status RunBenchLora(const BenchArgs& args, const LoraBenchArgs& lora) {
   std::printf("goal int8 matrices <= %.2f bytes/param: worst %.4f (%s) -> %s\n", kInt8MatrixGoal,
               worst_int8, worst_int8_preset.c_str(),
               worst_int8 <= kInt8MatrixGoal ? "met" : "NOT met");
+  if (worst_int8 > kInt8MatrixGoal) {
+    std::printf(
+        "  why: a piece not a multiple of %zu values stores its last block's padding "
+        "codes too, beside the 4-byte absmax of every block (1.0625 for whole blocks)\n",
+        kQuantBlock);
+  }
   std::fflush(stdout);
   if (lora.skip_steps) return absl::OkStatus();
 
