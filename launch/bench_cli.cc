@@ -8,6 +8,7 @@
 #include "bench/bench_gpu.h"
 #include "bench/bench_import.h"
 #include "bench/bench_infinity.h"
+#include "bench/bench_lora.h"
 #include "bench/bench_nvme.h"
 #include "bench/bench_offload.h"
 #include "bench/bench_plan.h"
@@ -191,6 +192,33 @@ void AddAdamBench(CLI::App* bench, Commands* commands) {
   commands->push_back({adam_app, [adam]() { return RunBenchAdam(adam->threads, adam->quick); }});
 }
 
+// `strata bench lora`: LoRA on a quantized base.
+void AddLoraBench(CLI::App* bench, Commands* commands) {
+  auto args = std::make_shared<BenchArgs>();
+  auto lora = std::make_shared<LoraBenchArgs>();
+  CLI::App* app = AddTrainingBench(
+      bench, "lora",
+      "LoRA on a quantized frozen base: bytes/param of NF4 and int8 matrices (goals <= 0.53, "
+      "1.07), step time NF4 / bf16 base (goal <= 1.15), NVMe reads NF4 / bf16 (goal <= 0.27)",
+      2, "measured steps per base and round", args);
+  app->add_option("--pairs", lora->rounds,
+                  "rounds in which the bf16, NF4 and int8 bases take turns (the median of "
+                  "their ratios; default 5)")
+      ->check(CLI::Range(1, 100));
+  app->add_flag_function(
+      "--no-int8", [lora](int64_t) { lora->int8 = false; },
+      "leave the int8 base out of the step-time rounds");
+  app->add_option("--dir", lora->dir,
+                  "where the NVMe part's swap files go, in a new directory removed after "
+                  "(default /var/tmp, else .; not tmpfs)");
+  app->add_option("--nvme-steps", lora->nvme_steps,
+                  "measured steps per base with it on NVMe (default 2)")
+      ->check(CLI::Range(1, 100));
+  app->add_flag("--layout-only", lora->skip_steps,
+                "the bytes per parameter alone (no sessions)");
+  commands->push_back({app, [args, lora]() { return RunBenchLora(*args, *lora); }});
+}
+
 }  // namespace
 
 void AddBenchCommands(CLI::App& app, Commands* commands) {
@@ -207,6 +235,7 @@ void AddBenchCommands(CLI::App& app, Commands* commands) {
   AddImportBench(bench, commands);
   AddNvmeBench(bench, commands);
   AddAdamBench(bench, commands);
+  AddLoraBench(bench, commands);
 }
 
 }  // namespace strata

@@ -310,4 +310,16 @@ grep -q "its run had train.steps=4, this one has 6: the learning-rate schedule" 
 "$strata" bench offload --steps 1 --set model.preset=tiny --set train.seq_len=16 \
   > "$tmp/bo.txt" 2>&1 || { cat "$tmp/bo.txt"; fail "bench offload failed"; }
 grep -q "exposed / standalone optimizer time" "$tmp/bo.txt" || { cat "$tmp/bo.txt"; fail "bench offload lacks its ratio"; }
+# bench lora on a tiny LLaMA: every part's goal line, its swap directory removed after.
+mkdir -p "$tmp/bl"
+"$strata" bench lora --pairs 1 --steps 1 --nvme-steps 1 --dir "$tmp/bl" \
+  --set model.channels=64 --set model.layers=2 --set model.heads=4 --set model.kv_heads=2 \
+  --set model.ffn_hidden=128 --set model.vocab=256 --set model.max_seq_len=64 \
+  --set train.micro_batch=2 --set train.seq_len=16 > "$tmp/bl.txt" 2>&1 \
+  || { cat "$tmp/bl.txt"; fail "bench lora failed"; }
+for line in "goal NF4 matrices <= 0.53 bytes/param" "goal int8 matrices <= 1.07" \
+    "step time nf4 / bf16 base on" "NVMe reads of the quantized matrices nf4 / bf16"; do
+  grep -q "$line" "$tmp/bl.txt" || { cat "$tmp/bl.txt"; fail "bench lora lacks '$line'"; }
+done
+[ -z "$(ls -A "$tmp/bl")" ] || fail "bench lora left $(ls "$tmp/bl") in its --dir"
 echo "PASS"
