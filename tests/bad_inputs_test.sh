@@ -77,6 +77,7 @@ hf_config hf_wrapped '"num_hidden_layers": 2, "vocab_size": 4294967396'
 hf_config hf_fraction '"num_hidden_layers": 2.9, "vocab_size": 100'
 hf_config hf_bool '"num_hidden_layers": true, "vocab_size": 100'
 hf_config hf_twice '"num_hidden_layers": 2, "vocab_size": 100, "num_hidden_layers": 12'
+hf_config hf_bnb4 '"num_hidden_layers": 2, "vocab_size": 100, "quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": true, "bnb_4bit_quant_type": "nf4"}'
 # A checkpoint, and damaged copies of it.
 if ! "$strata" $TRAIN --set train.checkpoint_every=1 --set train.checkpoint_dir="$D/ck" \
     > "$D/ck.log" 2>&1; then
