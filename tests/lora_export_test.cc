@@ -325,6 +325,28 @@ Batch TokenBatch(const Options& options) {
   return batch;
 }
 
+// Puts the checkpoint's adapters (its units, the model's last `layers`) into `rig`.
+void LoadAdapters(const OpenedCheckpoint& checkpoint, EngineRig& rig) {
+  const int layers = checkpoint.model.layers;
+  const int first = static_cast<int>(rig.model->units().size()) - layers;
+  for (int k = 0; k < layers; ++k) {
+    std::vector<float> master(rig.engine->state().PaddedElements(first + k), 0.0f);
+    ASSERT_OK(ReadCheckpointMaster(checkpoint, k, 0, checkpoint.units[k].elements, master.data()));
+    ASSERT_OK(rig.engine->state().WriteMaster(first + k, master));
+  }
+}
+
+// The loss of the Hugging Face directory `dir` (a merged export) imported without LoRA.
+StatusOr<double> MergedLoss(const Options& lora_options, const std::string& dir,
+                            const Batch& batch) {
+  Options options = lora_options;
+  options.lora = LoraOptions{};
+  options.model.from = "hf:" + dir;
+  ASSIGN_OR_RETURN(auto rig, MakeEngineRig(options));
+  RETURN_IF_ERROR(ImportHfWeights(dir, options.model, *rig->model, *rig->engine, false));
+  return rig->engine->EvalLoss(batch.micro());
+}
+
 TEST_P(LoraExport, MergedWeightsAreTheBasePlusTheScaledProduct) {
   const Case& c = GetParam();
   const Trained& t = TrainedCase(c);
@@ -427,21 +449,9 @@ TEST_P(LoraExport, MergedWeightsAreTheBasePlusTheScaledProduct) {
   }
   const Batch batch = TokenBatch(lora_options);
   ASSERT_OK_AND_ASSIGN(const double base_loss, lora_rig->engine->EvalLoss(batch.micro()));
-  const int first = static_cast<int>(lora_rig->model->units().size()) - m.layers;
-  for (int k = 0; k < m.layers; ++k) {
-    std::vector<float> master(lora_rig->engine->state().PaddedElements(first + k), 0.0f);
-    ASSERT_OK(ReadCheckpointMaster(checkpoint, k, 0, checkpoint.units[k].elements, master.data()));
-    ASSERT_OK(lora_rig->engine->state().WriteMaster(first + k, master));
-  }
+  LoadAdapters(checkpoint, *lora_rig);
   ASSERT_OK_AND_ASSIGN(const double lora_loss, lora_rig->engine->EvalLoss(batch.micro()));
-
-  Options merged_options = lora_options;
-  merged_options.lora = LoraOptions{};
-  merged_options.model.from = "hf:" + dir;
-  ASSERT_OK_AND_ASSIGN(auto merged_rig, MakeEngineRig(merged_options));
-  ASSERT_OK(
-      ImportHfWeights(dir, merged_options.model, *merged_rig->model, *merged_rig->engine, false));
-  ASSERT_OK_AND_ASSIGN(const double merged_loss, merged_rig->engine->EvalLoss(batch.micro()));
+  ASSERT_OK_AND_ASSIGN(const double merged_loss, MergedLoss(lora_options, dir, batch));
   EXPECT_NEAR(merged_loss, lora_loss, 1e-5 * std::fabs(lora_loss));
   // Ten times the tolerance at least: the adapters change the loss (2e-4 to 2e-2 of it
   // here), so a merge that left them out would fail the comparison above.
@@ -733,22 +743,10 @@ TEST(LoraExportNf4, MergesOntoTheDequantizedBase) {
   ASSERT_OK_AND_ASSIGN(auto lora_rig, MakeEngineRig(lora_options));
   ASSERT_OK(ImportHfWeights(base_dir, lora_options.model, *lora_rig->model, *lora_rig->engine,
                             false));
-  const int layers = checkpoint.model.layers;
-  const int first = static_cast<int>(lora_rig->model->units().size()) - layers;
-  for (int k = 0; k < layers; ++k) {
-    std::vector<float> master(lora_rig->engine->state().PaddedElements(first + k), 0.0f);
-    ASSERT_OK(ReadCheckpointMaster(checkpoint, k, 0, checkpoint.units[k].elements, master.data()));
-    ASSERT_OK(lora_rig->engine->state().WriteMaster(first + k, master));
-  }
+  LoadAdapters(checkpoint, *lora_rig);
   const Batch batch = TokenBatch(lora_options);
   ASSERT_OK_AND_ASSIGN(const double lora_loss, lora_rig->engine->EvalLoss(batch.micro()));
-  Options merged_options = lora_options;
-  merged_options.lora = LoraOptions{};
-  merged_options.model.from = "hf:" + out;
-  ASSERT_OK_AND_ASSIGN(auto merged_rig, MakeEngineRig(merged_options));
-  ASSERT_OK(
-      ImportHfWeights(out, merged_options.model, *merged_rig->model, *merged_rig->engine, false));
-  ASSERT_OK_AND_ASSIGN(const double merged_loss, merged_rig->engine->EvalLoss(batch.micro()));
+  ASSERT_OK_AND_ASSIGN(const double merged_loss, MergedLoss(lora_options, out, batch));
   EXPECT_NEAR(merged_loss, lora_loss, 1e-5 * std::fabs(lora_loss));
   // The unquantized base with the same adapters computes another loss: the merge used the
   // dequantized one.
@@ -757,11 +755,7 @@ TEST(LoraExportNf4, MergesOntoTheDequantizedBase) {
   ASSERT_OK_AND_ASSIGN(auto plain_rig, MakeEngineRig(plain_options));
   ASSERT_OK(ImportHfWeights(base_dir, plain_options.model, *plain_rig->model,
                             *plain_rig->engine, false));
-  for (int k = 0; k < layers; ++k) {
-    ASSERT_OK_AND_ASSIGN(std::vector<float> master,
-                         lora_rig->engine->state().ReadMaster(first + k));
-    ASSERT_OK(plain_rig->engine->state().WriteMaster(first + k, master));
-  }
+  LoadAdapters(checkpoint, *plain_rig);
   ASSERT_OK_AND_ASSIGN(const double plain_loss, plain_rig->engine->EvalLoss(batch.micro()));
   EXPECT_GT(std::fabs(plain_loss - lora_loss), 1e-4 * std::fabs(lora_loss));
   ASSERT_OK(Generator::Create(run_dir + "/step-3", SampleOptions(), 8).status());
