@@ -12,7 +12,8 @@
 // NaN never enters, so the lanes' order does not matter. The code of y is the number of
 // decision points below y; the scalar reference counts it with std::lower_bound, the SIMD
 // paths with an 8-step branchless binary search over the 255 points padded to 256 (the same
-// count: the points are sorted; a NaN y compares false everywhere and gets code 0 in both).
+// count: the points are sorted; a NaN y compares false everywhere and gets code 0 in both),
+// its first levels from a register (a permute) and the last ones by gathers.
 // Thread-safety: the only shared mutable state is relaxed atomic counters for tests.
 #include "kernels/cpu/adam8bit.h"
 
@@ -39,6 +40,11 @@ std::atomic<uint64_t> g_blocks_run[4];
 struct Tables {
   alignas(64) float map[2][256];        // [0]: unsigned, [1]: signed
   alignas(64) float midpoints[2][256];  // the same order
+  // The points the first levels of the SIMD binary search probe, for an in-register look-up
+  // instead of a gather: coarse16[s][m] = midpoints[s][16 m + 15] (AVX-512, 4 levels),
+  // coarse8[s][m] = midpoints[s][32 m + 31] (AVX2, 3 levels).
+  alignas(64) float coarse16[2][16];
+  alignas(32) float coarse8[2][8];
   uint8_t zero_code[2];                 // the code of 0.0: 0 unsigned, 127 signed
 };
 
@@ -50,6 +56,8 @@ const Tables& GetTables() {
       for (int i = 0; i < 256; ++i) t.map[s][i] = DynamicMap(is_signed)[i];
       for (int i = 0; i < 255; ++i) t.midpoints[s][i] = DynamicMapMidpoints(is_signed)[i];
       t.midpoints[s][255] = std::numeric_limits<float>::infinity();
+      for (int m = 0; m < 16; ++m) t.coarse16[s][m] = t.midpoints[s][16 * m + 15];
+      for (int m = 0; m < 8; ++m) t.coarse8[s][m] = t.midpoints[s][32 * m + 31];
       t.zero_code[s] = static_cast<uint8_t>(std::lower_bound(t.midpoints[s], t.midpoints[s] + 255,
                                                              0.0f) - t.midpoints[s]);
     }
@@ -147,6 +155,7 @@ struct V {
   static constexpr size_t kLanes = 8;
   using F = __m256;
   using I = __m256i;
+  static const float* Coarse(const Tables& t, int s) { return t.coarse8[s]; }
   static inline F Set(float x) { return _mm256_set1_ps(x); }
   static inline F Load(const float* p) { return _mm256_loadu_ps(p); }
   static inline void Store(float* p, F x) { _mm256_storeu_ps(p, x); }
@@ -173,10 +182,19 @@ struct V {
         _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
     return _mm256_i32gather_ps(map, index, 4);
   }
-  // codes[0..7] = #{i : y > midpoints[i]} (binary search; see the file comment).
-  static inline void Encode(F y, const float* midpoints, uint8_t* codes) {
-    I pos = _mm256_setzero_si256();
-    for (int step = 128; step >= 1; step /= 2) {
+  // codes[0..7] = #{i : y > midpoints[i]} (binary search; see the file comment). The first
+  // 3 levels (steps 128, 64, 32) probe only points 32 m + 31: a permute of `coarse`, q = pos / 32.
+  static inline void Encode(F y, const float* midpoints, const float* coarse, uint8_t* codes) {
+    const F coarse_points = _mm256_load_ps(coarse);
+    I q = _mm256_setzero_si256();
+    for (int s = 4; s >= 1; s /= 2) {
+      const F point =
+          _mm256_permutevar8x32_ps(coarse_points, _mm256_add_epi32(q, _mm256_set1_epi32(s - 1)));
+      const I above = _mm256_castps_si256(_mm256_cmp_ps(y, point, _CMP_GT_OQ));
+      q = _mm256_add_epi32(q, _mm256_and_si256(above, _mm256_set1_epi32(s)));
+    }
+    I pos = _mm256_slli_epi32(q, 5);
+    for (int step = 16; step >= 1; step /= 2) {
       const F point =
           _mm256_i32gather_ps(midpoints, _mm256_add_epi32(pos, _mm256_set1_epi32(step - 1)), 4);
       const I above = _mm256_castps_si256(_mm256_cmp_ps(y, point, _CMP_GT_OQ));
@@ -198,6 +216,7 @@ struct V {
   static constexpr size_t kLanes = 16;
   using F = __m512;
   using I = __m512i;
+  static const float* Coarse(const Tables& t, int s) { return t.coarse16[s]; }
   static inline F Set(float x) { return _mm512_set1_ps(x); }
   static inline F Load(const float* p) { return _mm512_loadu_ps(p); }
   static inline void Store(float* p, F x) { _mm512_storeu_ps(p, x); }
@@ -219,9 +238,18 @@ struct V {
     const I index = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
     return _mm512_i32gather_ps(index, map, 4);
   }
-  static inline void Encode(F y, const float* midpoints, uint8_t* codes) {
-    I pos = _mm512_setzero_si512();
-    for (int step = 128; step >= 1; step /= 2) {
+  // As Avx2's, the first 4 levels (steps 128 to 16) from points 16 m + 15, q = pos / 16.
+  static inline void Encode(F y, const float* midpoints, const float* coarse, uint8_t* codes) {
+    const F coarse_points = _mm512_load_ps(coarse);
+    I q = _mm512_setzero_si512();
+    for (int s = 8; s >= 1; s /= 2) {
+      const F point =
+          _mm512_permutexvar_ps(_mm512_add_epi32(q, _mm512_set1_epi32(s - 1)), coarse_points);
+      const __mmask16 above = _mm512_cmp_ps_mask(y, point, _CMP_GT_OQ);
+      q = _mm512_mask_add_epi32(q, above, q, _mm512_set1_epi32(s));
+    }
+    I pos = _mm512_slli_epi32(q, 4);
+    for (int step = 8; step >= 1; step /= 2) {
       const F point =
           _mm512_i32gather_ps(_mm512_add_epi32(pos, _mm512_set1_epi32(step - 1)), midpoints, 4);
       const __mmask16 above = _mm512_cmp_ps_mask(y, point, _CMP_GT_OQ);
