@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -20,6 +21,7 @@
 
 #include "core/testing/status_matchers.h"
 #include "kernels/cpu/adamw.h"
+#include "kernels/cpu/quantize.h"  // DynamicMapMidpoints
 
 namespace strata::cpu {
 namespace {
@@ -197,6 +199,75 @@ TEST(Adam8bit, OneStepIsDecodeAdamWEncode) {
       EXPECT_EQ(Bits(s.v_absmax[b]), Bits(v_absmax[b])) << b;
     }
   }
+}
+
+// The gradients of a step with beta1 = beta2 = 0 (and grad_scale 1) become the new m exactly
+// (m' = 0 * m + 1 * g), so a block can be given moments ON the signed map's decision points
+// at absmax 1 (y = m exactly: each takes the lower code, #{points < y}), and near them at
+// absmax 3 (y = m * RN(1/3), within an ulp or two of a point: a path that divided by the
+// absmax instead, or compared with >=, would give other codes). Every path against the
+// reference, and block 0's m codes against the tie rule itself.
+std::vector<float> TieGradients(size_t n) {
+  const std::array<float, 255>& points = DynamicMapMidpoints(true);
+  std::vector<float> grad(n, 0.0f);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t block = i / kAdamStateBlock, local = i % kAdamStateBlock;
+    const float point = points[local % 255];
+    if (block % 2 == 0) {
+      grad[i] = local == 0 ? 1.0f : point;
+    } else {
+      const float near = 3.0f * point;  // rounded once
+      const int variant = static_cast<int>(local / 255) % 3;
+      grad[i] = local == 0 ? 3.0f
+                           : (variant == 0 ? near
+                                           : std::nextafter(near, variant == 1 ? 10.0f : -10.0f));
+    }
+  }
+  return grad;
+}
+
+AdamParams TieHyper() {
+  AdamParams hp;
+  hp.beta1 = 0.0f;
+  hp.beta2 = 0.0f;
+  hp.grad_scale = 1.0f;
+  hp.step = 1;
+  return hp;
+}
+
+TEST(Adam8bit, TiesAndNearTiesOnDecisionPoints) {
+  const size_t n = 4 * kAdamStateBlock - 3;
+  const std::vector<float> grad = TieGradients(n);
+  for (CpuAdamPath path : kAllPaths) {
+    if (!CpuAdamPathSupported(path)) continue;
+    SCOPED_TRACE(CpuAdamPathName(path));
+    State got(n, 1), want(n, 0);
+    for (State* s : {&got, &want}) {
+      std::copy(grad.begin(), grad.end(), s->grad());
+      std::fill(s->m_codes_store.begin(), s->m_codes_store.end(), 127);
+      for (size_t i = 0; i < n; ++i) s->master()[i] = 0.5f;
+    }
+    Adam8bitOptions options;
+    options.path = path;
+    ASSERT_OK(Step(options, DType::kF32, got, TieHyper()));
+    StepReference(DType::kF32, want, TieHyper());
+    ExpectSame(got, want, DType::kF32, "ties");
+    EXPECT_EQ(got.m_absmax[0], 1.0f);
+    EXPECT_EQ(got.m_absmax[1], 3.0f);
+    for (size_t i = 1; i < kAdamStateBlock; ++i) {
+      ASSERT_EQ(got.m_codes()[i], (i % 255)) << i;  // on point k: code k
+    }
+  }
+  // The unsigned map's ties, through QuantizeMoments.
+  const std::array<float, 255>& points = DynamicMapMidpoints(false);
+  std::vector<float> x(256);
+  x[0] = 1.0f;
+  for (int k = 0; k < 255; ++k) x[k + 1] = points[k];
+  std::vector<uint8_t> codes(256);
+  float absmax;
+  QuantizeMoments(x.data(), x.size(), false, codes.data(), &absmax);
+  EXPECT_EQ(absmax, 1.0f);
+  for (int k = 0; k < 255; ++k) ASSERT_EQ(codes[k + 1], k) << k;
 }
 
 // A zero block (zero moments, zero gradient) stays zero: absmax 0, m codes 127 (the signed

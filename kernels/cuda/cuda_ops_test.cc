@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -971,6 +972,48 @@ TYPED_TEST(CudaOpsTest, AdamW8bitMatchesReference) {
   EXPECT_THAT(this->ops_->AdamW8bit(s, nullptr, d_master, d_master, d_m_codes, d_m_absmax,
                                     d_v_codes, d_v_absmax, n, hp),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("step=0")));
+}
+
+// Moments on and next to the signed map's decision points: with beta1 = beta2 = 0 the gradient
+// becomes m exactly, at absmax 1 (on the points: the lower code) and at absmax 3 (within an
+// ulp or two of them after y = m * RN(1/3)): the tie rule and the reciprocal of the
+// specification, which random moments almost never probe.
+TYPED_TEST(CudaOpsTest, AdamW8bitTiesMatchReference) {
+  using T = TypeParam;
+  const size_t n = 2 * kAdamStateBlock + 1000, blocks = cpu::Adam8bitBlocks(n);
+  const std::array<float, 255>& points = cpu::DynamicMapMidpoints(true);
+  std::vector<float> grad(n);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t local = i % kAdamStateBlock;
+    const float near = 3.0f * points[local % 255];
+    const int variant = static_cast<int>(local / 255) % 3;
+    if (i / kAdamStateBlock == 1) {
+      grad[i] = local == 0 ? 3.0f
+                           : (variant == 0 ? near
+                                           : std::nextafter(near, variant == 1 ? 10.0f : -10.0f));
+    } else {
+      grad[i] = local == 0 ? 1.0f : points[local % 255];
+    }
+  }
+  std::vector<float> master(n, 0.5f), m_absmax(blocks, 0.0f), v_absmax(blocks, 0.0f);
+  std::vector<uint8_t> m_codes(n, 127), v_codes(n, 0);
+  float* d_master = this->Upload(master);
+  uint8_t* d_m_codes = this->Upload(m_codes);
+  uint8_t* d_v_codes = this->Upload(v_codes);
+  float* d_m_absmax = this->Upload(m_absmax);
+  float* d_v_absmax = this->Upload(v_absmax);
+  AdamParams hp;
+  hp.beta1 = 0.0f;
+  hp.beta2 = 0.0f;
+  ASSERT_OK(this->ops_->AdamW8bit(*this->stream_, nullptr, d_master, this->Upload(grad),
+                                  d_m_codes, d_m_absmax, d_v_codes, d_v_absmax, n, hp));
+  cpu::Adam8bitReference(static_cast<T*>(nullptr), master.data(), grad.data(), m_codes.data(),
+                         m_absmax.data(), v_codes.data(), v_absmax.data(), n, hp);
+  EXPECT_EQ(m_absmax[1], 3.0f);
+  EXPECT_EQ(this->Download(d_m_codes, n), m_codes);
+  EXPECT_EQ(this->Download(d_v_codes, n), v_codes);
+  this->Expect(d_m_absmax, m_absmax, Tolerance{0.0f, 0.0f}, "ties m absmax");
+  this->Expect(d_master, master, Tolerance{0.0f, 0.0f}, "ties master");
 }
 
 // A GPU run of everything above on a second stream of the same device: each call must pick
