@@ -45,7 +45,7 @@ struct Tables {
   // coarse8[s][m] = midpoints[s][32 m + 31] (AVX2, 3 levels).
   alignas(64) float coarse16[2][16];
   alignas(32) float coarse8[2][8];
-  uint8_t zero_code[2];                 // the code of 0.0: 0 unsigned, 127 signed
+  uint8_t zero_code[2];  // the code of 0.0: 0 unsigned, 127 signed
 };
 
 const Tables& GetTables() {
@@ -58,8 +58,8 @@ const Tables& GetTables() {
       t.midpoints[s][255] = std::numeric_limits<float>::infinity();
       for (int m = 0; m < 16; ++m) t.coarse16[s][m] = t.midpoints[s][16 * m + 15];
       for (int m = 0; m < 8; ++m) t.coarse8[s][m] = t.midpoints[s][32 * m + 31];
-      t.zero_code[s] = static_cast<uint8_t>(std::lower_bound(t.midpoints[s], t.midpoints[s] + 255,
-                                                             0.0f) - t.midpoints[s]);
+      t.zero_code[s] = static_cast<uint8_t>(
+          std::lower_bound(t.midpoints[s], t.midpoints[s] + 255, 0.0f) - t.midpoints[s]);
     }
     return t;
   }();
@@ -129,8 +129,7 @@ void StepBlockReference(const BlockArgs& a, const AdamConstants& k, const Tables
   for (size_t i = 0; i < a.len; ++i) {
     const float m_old = t.map[1][a.m_codes[i]] * m_scale;
     const float v_old = t.map[0][a.v_codes[i]] * v_scale;
-    const float p_new =
-        UpdateScalar(m_old, v_old, a.grad[i], a.master[i], k, &m_new[i], &v_new[i]);
+    const float p_new = UpdateScalar(m_old, v_old, a.grad[i], a.master[i], k, &m_new[i], &v_new[i]);
     a.master[i] = p_new;
     if (a.param != nullptr) StoreParam<T>(a.param, i, p_new);
     m_max = std::max(m_max, std::fabs(m_new[i]));
@@ -178,8 +177,7 @@ struct V {
   }
   // map[codes[0..7]].
   static inline F Decode(const uint8_t* codes, const float* map) {
-    const I index =
-        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+    const I index = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
     return _mm256_i32gather_ps(map, index, 4);
   }
   // codes[0..7] = #{i : y > midpoints[i]} (binary search; see the file comment). The first
@@ -268,15 +266,18 @@ using BlockFn = void (*)(const BlockArgs&, const AdamConstants&, const Tables&);
 template <typename T>
 BlockFn<T> BlockFunction(CpuAdamPath path) {
   switch (path) {
-    case CpuAdamPath::kAvx512: return &avx512::StepBlock<T>;
-    case CpuAdamPath::kAvx2: return &avx2::StepBlock<T>;
-    default: return &StepBlockReference<T>;
+    case CpuAdamPath::kAvx512:
+      return &avx512::StepBlock<T>;
+    case CpuAdamPath::kAvx2:
+      return &avx2::StepBlock<T>;
+    default:
+      return &StepBlockReference<T>;
   }
 }
 
 template <typename T>
-BlockArgs ArgsOfBlock(T* param, float* master, const float* grad, uint8_t* m_codes,
-                      float* m_absmax, uint8_t* v_codes, float* v_absmax, size_t n, size_t b) {
+BlockArgs ArgsOfBlock(T* param, float* master, const float* grad, uint8_t* m_codes, float* m_absmax,
+                      uint8_t* v_codes, float* v_absmax, size_t n, size_t b) {
   const size_t begin = b * kAdamStateBlock;
   return {param != nullptr ? static_cast<void*>(param + begin) : nullptr,
           master + begin,

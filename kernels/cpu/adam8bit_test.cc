@@ -117,8 +117,8 @@ void ExpectSame(State& got, State& want, DType dtype, const char* what) {
 }
 
 Status Step(const Adam8bitOptions& options, DType dtype, State& s, const AdamParams& hp) {
-  void* param = dtype == DType::kF32 ? static_cast<void*>(s.param_f32())
-                                     : static_cast<void*>(s.param_bf16());
+  void* param =
+      dtype == DType::kF32 ? static_cast<void*>(s.param_f32()) : static_cast<void*>(s.param_bf16());
   return Adam8bitStep(options, dtype, param, s.master(), s.grad(), s.m_codes(), s.m_absmax.data(),
                       s.v_codes(), s.v_absmax.data(), s.n, hp);
 }
@@ -144,9 +144,9 @@ TEST(Adam8bit, EveryPathMatchesReferenceBitForBit) {
       for (size_t n : sizes) {
         for (int threads : {1, 2, 3}) {
           const size_t offset = (n + threads) % 5;
-          SCOPED_TRACE(::testing::Message() << CpuAdamPathName(path) << " " << DTypeName(dtype)
-                                            << " n=" << n << " threads=" << threads
-                                            << " offset=" << offset);
+          SCOPED_TRACE(::testing::Message()
+                       << CpuAdamPathName(path) << " " << DTypeName(dtype) << " n=" << n
+                       << " threads=" << threads << " offset=" << offset);
           State got = RandomState(n, offset, static_cast<uint32_t>(n + 7));
           State want = RandomState(n, 0, static_cast<uint32_t>(n + 7));
           Adam8bitOptions options;
@@ -218,9 +218,9 @@ std::vector<float> TieGradients(size_t n) {
     } else {
       const float near = 3.0f * point;  // rounded once
       const int variant = static_cast<int>(local / 255) % 3;
-      grad[i] = local == 0 ? 3.0f
-                           : (variant == 0 ? near
-                                           : std::nextafter(near, variant == 1 ? 10.0f : -10.0f));
+      grad[i] = local == 0
+                    ? 3.0f
+                    : (variant == 0 ? near : std::nextafter(near, variant == 1 ? 10.0f : -10.0f));
     }
   }
   return grad;
@@ -283,8 +283,8 @@ TEST(Adam8bit, ZeroBlockStaysZero) {
   for (size_t i = 2048; i < 4096; ++i) {
     ASSERT_EQ(s.m_codes()[i], 127) << i;
     ASSERT_EQ(s.v_codes()[i], 0) << i;
-    const float decayed = before[i] - hp.lr * (0.0f / (std::sqrt(0.0f) + hp.eps) +
-                                               hp.weight_decay * before[i]);
+    const float decayed =
+        before[i] - hp.lr * (0.0f / (std::sqrt(0.0f) + hp.eps) + hp.weight_decay * before[i]);
     ASSERT_EQ(Bits(s.master()[i]), Bits(decayed)) << i;
   }
   EXPECT_GT(s.m_absmax[0], 0.0f);
@@ -383,9 +383,10 @@ TEST(Adam8bit, StaysNearFp32AdamOnAToyProblem) {
   }
   double initial_loss = 0.0;
   for (float t : target) initial_loss += 0.5 * double(t) * t;
-  std::printf("toy problem, %d steps: loss 8-bit %.6g, fp32 %.6g (initial %.6g); worst relative "
-              "weight gap %.3g; final max |w8 - w32| %.3g\n",
-              kSteps, loss8, loss32, initial_loss, worst_relative_gap, max_gap);
+  std::printf(
+      "toy problem, %d steps: loss 8-bit %.6g, fp32 %.6g (initial %.6g); worst relative "
+      "weight gap %.3g; final max |w8 - w32| %.3g\n",
+      kSteps, loss8, loss32, initial_loss, worst_relative_gap, max_gap);
   // Measured: loss 3.31 (8-bit) and 2.22 (fp32) from 1515 at the start, both at the noise
   // floor the gradient noise sets (0.5 n (lr-sized wobble)^2 ~ 2); the weights stay within
   // 3.4% (relative l2) of fp32 Adam's at every step, 0.10 at worst per element.

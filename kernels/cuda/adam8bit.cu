@@ -11,8 +11,9 @@
 // each block copies them to shared memory and derives the decision points there as the host
 // does, fp32((double(v[i]) + double(v[i+1])) / 2): the sum of two adjacent map values (within
 // a factor 11 of each other, or one of them 0) is exact in double, the halving too, and the
-// conversion to fp32 rounds once to nearest, as the host's. (Passing the points as well would pass the 4 KB
-// kernel-parameter limit of older toolkits.)
+// conversion to fp32 rounds once to nearest, as the host's. (Passing the points as well
+// would pass the 4 KB kernel-parameter limit of older toolkits.)
+//
 // Thread-safety: launchers are reentrant.
 #include "core/quant_format.h"
 #include "kernels/adam_math.h"
@@ -50,8 +51,7 @@ __device__ __forceinline__ uint8_t CodeOf(float y, const float* points) {
 template <typename S>
 __global__ void __launch_bounds__(kThreads)
     AdamW8bitKernel(S* param, float* master, const float* grad, uint8_t* m_codes, float* m_absmax,
-                    uint8_t* v_codes, float* v_absmax, size_t n, AdamConstants k,
-                    MomentMaps maps) {
+                    uint8_t* v_codes, float* v_absmax, size_t n, AdamConstants k, MomentMaps maps) {
   __shared__ float map[2][256];
   __shared__ float points[2][256];
   __shared__ float scratch[32];
@@ -125,8 +125,8 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 Status AdamW8bit(DType dtype, void* param, float* master, const float* grad, uint8_t* m_codes,
-                 float* m_absmax, uint8_t* v_codes, float* v_absmax, size_t n,
-                 const AdamParams& hp, cudaStream_t stream) {
+                 float* m_absmax, uint8_t* v_codes, float* v_absmax, size_t n, const AdamParams& hp,
+                 cudaStream_t stream) {
   if (n == 0) return absl::OkStatus();
   const AdamConstants k = MakeAdamConstants(hp);
   static const MomentMaps maps = MakeMomentMaps();
@@ -136,9 +136,9 @@ Status AdamW8bit(DType dtype, void* param, float* master, const float* grad, uin
   }
   DispatchStorage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    ::strata::cuda::Launch<&AdamW8bitKernel<S>>(
-        static_cast<unsigned>(blocks), kThreads, 0, stream, static_cast<S*>(param), master, grad,
-        m_codes, m_absmax, v_codes, v_absmax, n, k, maps);
+    ::strata::cuda::Launch<&AdamW8bitKernel<S>>(static_cast<unsigned>(blocks), kThreads, 0, stream,
+                                                static_cast<S*>(param), master, grad, m_codes,
+                                                m_absmax, v_codes, v_absmax, n, k, maps);
     return 0;
   });
   return LaunchStatus("AdamW8bitKernel", n);
