@@ -36,6 +36,15 @@ inline constexpr size_t kQuantArrayAlign = 16;
 // 127/absmax); real weights are never this small (2^-120 is about 7.5e-37).
 inline constexpr float kQuantMinAbsmax = 0x1p-120f;
 
+// 8-bit Adam states (train.optimizer_states = int8; docs/quantization.md "8-bit Adam
+// states"): m and v stored as one code per element (m: signed dynamic map, v: unsigned) and
+// an fp32 absmax per block of kAdamStateBlock elements, the blocks fixed in the unit's
+// element coordinates (block b holds elements [2048 b, 2048 b + 2048)), so a shard that
+// starts on a multiple of 2048 owns whole blocks. A tensor of fewer than
+// kAdamStateMinElements elements keeps fp32 moments (as bitsandbytes does).
+inline constexpr size_t kAdamStateBlock = 2048;
+inline constexpr size_t kAdamStateMinElements = 4096;
+
 inline const char* BaseDTypeName(BaseDType dtype) {
   switch (dtype) {
     case BaseDType::kTrain: return "train";

@@ -296,6 +296,26 @@ Status CountingOps::AdamW(Stream&, void*, float*, const float*, float*, float*, 
   return Count(work);
 }
 
+Status CountingOps::AdamW8bit(Stream&, void*, float* master, const float* grad,
+                              uint8_t* m_codes, float* m_absmax, uint8_t* v_codes,
+                              float* v_absmax, size_t n, const AdamParams& hp) {
+  if (hp.step < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AdamW8bit: step=", hp.step, " (1-based, for bias correction)"));
+  }
+  if (n > 0) {
+    RETURN_IF_ERROR(CheckNotNull("AdamW8bit", {{"master", master},
+                                               {"grad", grad},
+                                               {"m_codes", m_codes},
+                                               {"m_absmax", m_absmax},
+                                               {"v_codes", v_codes},
+                                               {"v_absmax", v_absmax}}));
+  }
+  OpCounts work;
+  work.adam_elements = static_cast<double>(n);
+  return Count(work);
+}
+
 std::unique_ptr<CountingOps> MakeCountingOps(DType dtype) {
   return std::make_unique<CountingOps>(dtype);
 }

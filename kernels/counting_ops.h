@@ -18,7 +18,9 @@
 //     AttentionBackward  2.5x forward = 5*B*C*T*(T+1)  (dV, dP, dQ, dK: 2*hs each per
 //                        pair, plus the flash-style recomputation of q.k)
 //     AttentionDecode    4*C*T  (one query over T keys: the forward's last row)
-//   adam_elements:  AdamW  n
+//   adam_elements:  AdamW  n,  AdamW8bit  n  (its traffic is 16 + D bytes per element plus 16
+//                   per 2048-block, against AdamW's 28 + D; the plan times both at the
+//                   measured fp32 Adam rate until 8-bit states are integrated)
 //   elementwise_bytes: every tensor read plus every tensor written, by its element size; an
 //   accumulated (+=) output is read and written; small vectors (weights, statistics) count:
 //     EncoderForward     4*B*T + D*B*T*C*(2 + [wpe])          (tokens, wte rows, wpe rows, out)
@@ -150,6 +152,9 @@ class CountingOps : public Ops {
   Status WidenBf16(Stream& s, void* out, const bf16* in, size_t n) override;
   Status AdamW(Stream& s, void* param, float* master, const float* grad, float* m, float* v,
                size_t n, const AdamParams& hp) override;
+  Status AdamW8bit(Stream& s, void* param, float* master, const float* grad, uint8_t* m_codes,
+                   float* m_absmax, uint8_t* v_codes, float* v_absmax, size_t n,
+                   const AdamParams& hp) override;
 
  private:
   // Adds one accepted call and its work to the counters; returns OK.

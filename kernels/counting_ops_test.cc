@@ -131,6 +131,18 @@ TEST_F(CountingOpsTest, AdamWCountsTheElementsStepped) {
   EXPECT_EQ(counts.calls, 2u);
 }
 
+TEST_F(CountingOpsTest, AdamW8bitCountsTheElementsStepped) {
+  AdamParams hp;
+  hp.step = 2;
+  ASSERT_OK(bf16_->AdamW8bit(stream_, Fake(0x1000), FakeFloat(0x2000), FakeFloat(0x3000),
+                             FakeBytes(0x4000), FakeFloat(0x5000), FakeBytes(0x6000),
+                             FakeFloat(0x7000), 4096 + 10, hp));
+  const OpCounts counts = bf16_->counts();
+  EXPECT_EQ(counts.adam_elements, 4106);
+  EXPECT_EQ(counts.elementwise_bytes, 0);
+  EXPECT_EQ(counts.calls, 1u);
+}
+
 TEST_F(CountingOpsTest, ElementwiseBytesAreInTheComputeDtype) {
   for (CountingOps* ops : {f32_.get(), bf16_.get()}) {
     ASSERT_OK(ops->Add(stream_, Fake(0x1000), Fake(0x2000), Fake(0x3000), 10));
@@ -233,6 +245,7 @@ int CallEveryOp(Ops& ops, Stream& s) {
       ops.DequantizeInt8(s, p, reinterpret_cast<const int8_t*>(Fake(0x5000)), f, 100),
       ops.WidenBf16(s, p, static_cast<const bf16*>(c), 64),
       ops.AdamW(s, p, f, f, f, f, 64, hp),
+      ops.AdamW8bit(s, p, f, f, FakeBytes(0x5000), f, FakeBytes(0x6000), f, 36, hp),
   };
   for (const Status& status : results) EXPECT_OK(status);
   return static_cast<int>(results.size());
@@ -245,7 +258,7 @@ TEST_F(CountingOpsTest, EveryOpRunsOnFakePointersWithoutTouchingThemOrTheStream)
   EXPECT_EQ(counts.calls, static_cast<uint64_t>(ops));
   EXPECT_GT(counts.matmul_flops, 0);
   EXPECT_GT(counts.attention_flops, 0);
-  EXPECT_EQ(counts.adam_elements, 64);
+  EXPECT_EQ(counts.adam_elements, 64 + 36);
   EXPECT_GT(counts.elementwise_bytes, 0);
 }
 
@@ -338,6 +351,18 @@ TEST_F(CountingOpsTest, BadArgumentsAreRefusedAsTheCpuOpsRefuseThem) {
        }},
       {"null WidenBf16 in",
        [&](Ops& o) { return o.WidenBf16(stream_, Fake(0x1000), nullptr, 64); }},
+      {"AdamW8bit step 0",
+       [&](Ops& o) {
+         return o.AdamW8bit(stream_, nullptr, FakeFloat(0x1000), FakeFloat(0x2000),
+                            FakeBytes(0x3000), FakeFloat(0x4000), FakeBytes(0x5000),
+                            FakeFloat(0x6000), 4, step0);
+       }},
+      {"null AdamW8bit v_absmax",
+       [&](Ops& o) {
+         return o.AdamW8bit(stream_, nullptr, FakeFloat(0x1000), FakeFloat(0x2000),
+                            FakeBytes(0x3000), FakeFloat(0x4000), FakeBytes(0x5000), nullptr, 4,
+                            AdamParams{});
+       }},
       {"AdamW step 0",
        [&](Ops& o) {
          return o.AdamW(stream_, nullptr, FakeFloat(0x1000), FakeFloat(0x2000), FakeFloat(0x3000),

@@ -199,6 +199,16 @@ class Ops {
   // `param` in the compute dtype (may be null to skip).
   virtual Status AdamW(Stream& s, void* param, float* master, const float* grad, float* m,
                        float* v, size_t n, const AdamParams& hp) = 0;
+  // AdamW with 8-bit moments (docs/quantization.md "8-bit Adam states"; CPU reference:
+  // cpu::Adam8bitReference in kernels/cpu/adam8bit.h): m and v as one code per element
+  // (m_codes: signed dynamic map, v_codes: unsigned) and an fp32 absmax per block of
+  // kAdamStateBlock = 2048 elements (m_absmax, v_absmax: ceil(n / 2048) each). [0, n) starts
+  // on a block boundary; every block is whole except possibly the last. Decodes, updates
+  // exactly as AdamW (master, and param in the compute dtype unless null), re-encodes;
+  // bit-identical on every backend. No two arrays may overlap.
+  virtual Status AdamW8bit(Stream& s, void* param, float* master, const float* grad,
+                           uint8_t* m_codes, float* m_absmax, uint8_t* v_codes, float* v_absmax,
+                           size_t n, const AdamParams& hp) = 0;
 };
 
 }  // namespace strata

@@ -235,6 +235,19 @@ class TierCheckedOps : public Ops {
     return ops_->AdamW(s, param, master, grad, m, v, n, hp);
   }
 
+  Status AdamW8bit(Stream& s, void* param, float* master, const float* grad, uint8_t* m_codes,
+                   float* m_absmax, uint8_t* v_codes, float* v_absmax, size_t n,
+                   const AdamParams& hp) override {
+    RETURN_IF_ERROR(Check("AdamW8bit", {{"param", param},
+                                        {"master", master},
+                                        {"grad", grad},
+                                        {"m_codes", m_codes},
+                                        {"m_absmax", m_absmax},
+                                        {"v_codes", v_codes},
+                                        {"v_absmax", v_absmax}}));
+    return ops_->AdamW8bit(s, param, master, grad, m_codes, m_absmax, v_codes, v_absmax, n, hp);
+  }
+
  private:
   // Fails naming the op and every argument in the other tier.
   Status Check(const char* op,

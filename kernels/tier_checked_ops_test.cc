@@ -81,6 +81,12 @@ TEST_F(TierCheckedOpsTest, ABufferOfTheOtherTierIsRefusedNamingIt) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("AdamW runs on the host tier, but master is in the device "
                                  "tier, v is in the device tier")));
+  EXPECT_THAT(host_ops_->AdamW8bit(*stream_, nullptr, on_host_.as<float>(), on_host_.as<float>(),
+                                   on_device_.as<uint8_t>(), on_host_.as<float>(),
+                                   on_host_.as<uint8_t>(), on_host_.as<float>(), 8, AdamParams{}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("AdamW8bit runs on the host tier, but m_codes is in the device "
+                                 "tier")));
   ASSERT_OK(stream_->Synchronize());
   EXPECT_EQ(on_device_.as<float>()[3], 0.0f) << "nothing may run after a refusal";
 }

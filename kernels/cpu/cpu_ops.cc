@@ -12,6 +12,7 @@
 #include <string>
 #include <utility>
 
+#include "kernels/cpu/adam8bit.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_adam.h"
 #include "kernels/cpu/cross_entropy.h"
@@ -341,6 +342,34 @@ class CpuOps : public Ops {
     s.EnqueueHost([=]() -> Status {
       omp_set_num_threads(threads);
       return adam->Step(dtype, param, master, grad, m, v, n, hp);
+    });
+    return absl::OkStatus();
+  }
+
+  Status AdamW8bit(Stream& s, void* param, float* master, const float* grad, uint8_t* m_codes,
+                   float* m_absmax, uint8_t* v_codes, float* v_absmax, size_t n,
+                   const AdamParams& hp) override {
+    if (hp.step < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("AdamW8bit: step=", hp.step, " (1-based, for bias correction)"));
+    }
+    if (n > 0) {
+      RETURN_IF_ERROR(CheckNotNull("AdamW8bit", {{"master", master},
+                                                 {"grad", grad},
+                                                 {"m_codes", m_codes},
+                                                 {"m_absmax", m_absmax},
+                                                 {"v_codes", v_codes},
+                                                 {"v_absmax", v_absmax}}));
+    }
+    // The same path as AdamW's CpuAdam (run-time dispatched, bit-identical to the reference).
+    cpu::Adam8bitOptions options;
+    options.path = adam_->path();
+    options.threads = threads_;
+    const DType dtype = dtype_;
+    s.EnqueueHost([=]() -> Status {
+      omp_set_num_threads(options.threads);
+      return cpu::Adam8bitStep(options, dtype, param, master, grad, m_codes, m_absmax, v_codes,
+                               v_absmax, n, hp);
     });
     return absl::OkStatus();
   }

@@ -27,6 +27,7 @@
 
 #include "device/cpu_device.h"
 #include "core/testing/status_matchers.h"
+#include "kernels/cpu/adam8bit.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
@@ -284,6 +285,43 @@ TYPED_TEST(CpuOpsTest, DequantizationMatchesTheHostReference) {
   EXPECT_THAT(this->ops_->DequantizeInt8(*this->stream_, nullptr, nullptr, nullptr, 64),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("DequantizeInt8: null pointer out, codes, absmax")));
+}
+
+// AdamW8bit through the stream (3 threads): bit for bit the reference of 8-bit Adam states.
+TYPED_TEST(CpuOpsTest, AdamW8bitMatchesTheReference) {
+  using T = TypeParam;
+  const size_t n = 3 * kAdamStateBlock + 51, blocks = cpu::Adam8bitBlocks(n);
+  std::vector<float> master = RandomFloats(n, -1, 1, 61), grad = RandomFloats(n, -1, 1, 62);
+  std::vector<float> m = RandomFloats(n, -1e-2f, 1e-2f, 63), v = RandomFloats(n, 0, 1e-4f, 64);
+  std::vector<uint8_t> m_codes(n), v_codes(n);
+  std::vector<float> m_absmax(blocks), v_absmax(blocks);
+  cpu::QuantizeMoments(m.data(), n, true, m_codes.data(), m_absmax.data());
+  cpu::QuantizeMoments(v.data(), n, false, v_codes.data(), v_absmax.data());
+  float* d_master = this->Upload(master);
+  uint8_t* d_m_codes = this->Upload(m_codes);
+  uint8_t* d_v_codes = this->Upload(v_codes);
+  float* d_m_absmax = this->Upload(m_absmax);
+  float* d_v_absmax = this->Upload(v_absmax);
+  T* d_param = this->Upload(std::vector<T>(n));
+  AdamParams hp;
+  hp.step = 5;
+  hp.weight_decay = 0.1f;
+  ASSERT_OK(this->ops_->AdamW8bit(*this->stream_, d_param, d_master, this->Upload(grad),
+                                  d_m_codes, d_m_absmax, d_v_codes, d_v_absmax, n, hp));
+  this->Sync();
+  std::vector<T> param(n);
+  cpu::Adam8bitReference(param.data(), master.data(), grad.data(), m_codes.data(),
+                         m_absmax.data(), v_codes.data(), v_absmax.data(), n, hp);
+  EXPECT_EQ(std::memcmp(d_master, master.data(), n * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(d_param, param.data(), n * sizeof(T)), 0);
+  EXPECT_EQ(std::memcmp(d_m_codes, m_codes.data(), n), 0);
+  EXPECT_EQ(std::memcmp(d_v_codes, v_codes.data(), n), 0);
+  EXPECT_EQ(std::memcmp(d_m_absmax, m_absmax.data(), blocks * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(d_v_absmax, v_absmax.data(), blocks * sizeof(float)), 0);
+  hp.step = 0;
+  EXPECT_THAT(this->ops_->AdamW8bit(*this->stream_, nullptr, d_master, d_master, d_m_codes,
+                                    d_m_absmax, d_v_codes, d_v_absmax, n, hp),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("step=0")));
 }
 
 // LLaMA's ops: RMSNorm, rotary embedding, grouped-query attention, SwiGLU and the encoder

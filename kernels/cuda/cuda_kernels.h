@@ -150,5 +150,10 @@ Status SoftmaxCrossEntropy(DType dtype, float* losses, void* logits, const int32
 // param may be null; hp.step >= 1.
 Status AdamW(DType dtype, void* param, float* master, const float* grad, float* m, float* v,
              size_t n, const AdamParams& hp, cudaStream_t stream);
+// --- AdamW with 8-bit moments (adam8bit.cu; kernels/cpu/adam8bit.h): one CUDA block per block
+// of kAdamStateBlock elements, bit-identical to cpu::Adam8bitReference.
+Status AdamW8bit(DType dtype, void* param, float* master, const float* grad, uint8_t* m_codes,
+                 float* m_absmax, uint8_t* v_codes, float* v_absmax, size_t n,
+                 const AdamParams& hp, cudaStream_t stream);
 
 }  // namespace strata::cuda_kernels

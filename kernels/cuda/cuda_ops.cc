@@ -436,6 +436,27 @@ class CudaOps : public Ops {
     return cuda_kernels::AdamW(dtype_, param, master, grad, m, v, n, hp, stream);
   }
 
+  Status AdamW8bit(Stream& s, void* param, float* master, const float* grad, uint8_t* m_codes,
+                   float* m_absmax, uint8_t* v_codes, float* v_absmax, size_t n,
+                   const AdamParams& hp) override {
+    constexpr const char* kOp = "AdamW8bit";
+    if (hp.step < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("AdamW8bit: step=", hp.step, " (1-based, for bias correction)"));
+    }
+    if (n > 0) {
+      RETURN_IF_ERROR(CheckNotNull(kOp, {{"master", master},
+                                         {"grad", grad},
+                                         {"m_codes", m_codes},
+                                         {"m_absmax", m_absmax},
+                                         {"v_codes", v_codes},
+                                         {"v_absmax", v_absmax}}));
+    }
+    ASSIGN_OR_RETURN(cudaStream_t stream, Prepare(s, kOp));
+    return cuda_kernels::AdamW8bit(dtype_, param, master, grad, m_codes, m_absmax, v_codes,
+                                   v_absmax, n, hp, stream);
+  }
+
  private:
   struct HandleEntry {
     cublasHandle_t handle;

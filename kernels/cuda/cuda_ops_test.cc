@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -26,6 +27,7 @@
 #include "device/cuda/cuda_device.h"
 #include "device/device.h"
 #include "core/testing/status_matchers.h"
+#include "kernels/cpu/adam8bit.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
@@ -909,6 +911,109 @@ TYPED_TEST(CudaOpsTest, AdamWMatchesReference) {
   this->Expect(d_m, m, Tolerance{0.0f, 0.0f}, "adamw m");
   this->Expect(d_v, v, Tolerance{0.0f, 0.0f}, "adamw v");
   this->Expect(d_param, param, Tol::kExact, "adamw param (from step 1)");
+}
+
+// 8-bit Adam states: three steps over 4 blocks and a tail (one block of zero moments and zero
+// gradient, block scales from 1e-6 to 1), against cpu::Adam8bitReference, every array bit for
+// bit (specification: docs/quantization.md "8-bit Adam states").
+TYPED_TEST(CudaOpsTest, AdamW8bitMatchesReference) {
+  using T = TypeParam;
+  using Tol = DTypeOf<T>;
+  const size_t n = 4 * kAdamStateBlock + 777, blocks = cpu::Adam8bitBlocks(n);
+  std::vector<float> master = RandomFloats(n, -1, 1, 41);
+  std::vector<float> m0 = RandomFloats(n, -1, 1, 42), v0 = RandomFloats(n, 0, 1, 43);
+  std::vector<std::vector<float>> grads = {RandomFloats(n, -1, 1, 44), RandomFloats(n, -1, 1, 45),
+                                           RandomFloats(n, -1, 1, 46)};
+  for (size_t i = 0; i < n; ++i) {
+    const size_t block = i / kAdamStateBlock;
+    const float scale = std::pow(10.0f, -2.0f * static_cast<float>(block % 4));
+    m0[i] *= 0.01f * scale;
+    v0[i] *= 1e-4f * scale;
+    if (block == 2) {
+      m0[i] = v0[i] = 0.0f;
+      for (auto& g : grads) g[i] = 0.0f;
+    }
+  }
+  std::vector<uint8_t> m_codes(n), v_codes(n);
+  std::vector<float> m_absmax(blocks), v_absmax(blocks);
+  cpu::QuantizeMoments(m0.data(), n, true, m_codes.data(), m_absmax.data());
+  cpu::QuantizeMoments(v0.data(), n, false, v_codes.data(), v_absmax.data());
+  float* d_master = this->Upload(master);
+  uint8_t* d_m_codes = this->Upload(m_codes);
+  uint8_t* d_v_codes = this->Upload(v_codes);
+  float* d_m_absmax = this->Upload(m_absmax);
+  float* d_v_absmax = this->Upload(v_absmax);
+  T* d_param = this->Upload(std::vector<T>(n));
+  std::vector<T> param(n);
+  AdamParams hp;
+  hp.lr = 3e-3f;
+  hp.beta2 = 0.999f;
+  hp.weight_decay = 0.1f;
+  hp.grad_scale = 0.5f;
+  Stream& s = *this->stream_;
+  for (int step = 1; step <= 3; ++step) {
+    hp.step = step;
+    // The last step skips the param copy (null), leaving step 2's values.
+    T* d_out = step < 3 ? d_param : nullptr;
+    ASSERT_OK(this->ops_->AdamW8bit(s, d_out, d_master, this->Upload(grads[step - 1]), d_m_codes,
+                                    d_m_absmax, d_v_codes, d_v_absmax, n, hp));
+    cpu::Adam8bitReference(step < 3 ? param.data() : static_cast<T*>(nullptr), master.data(),
+                           grads[step - 1].data(), m_codes.data(), m_absmax.data(),
+                           v_codes.data(), v_absmax.data(), n, hp);
+  }
+  EXPECT_EQ(m_absmax[2], 0.0f);  // the zero block stayed zero
+  EXPECT_EQ(this->Download(d_m_codes, n), m_codes);
+  EXPECT_EQ(this->Download(d_v_codes, n), v_codes);
+  this->Expect(d_m_absmax, m_absmax, Tolerance{0.0f, 0.0f}, "adamw8bit m absmax");
+  this->Expect(d_v_absmax, v_absmax, Tolerance{0.0f, 0.0f}, "adamw8bit v absmax");
+  this->Expect(d_master, master, Tolerance{0.0f, 0.0f}, "adamw8bit master");
+  this->Expect(d_param, param, Tol::kExact, "adamw8bit param (from step 2)");
+  hp.step = 0;
+  EXPECT_THAT(this->ops_->AdamW8bit(s, nullptr, d_master, d_master, d_m_codes, d_m_absmax,
+                                    d_v_codes, d_v_absmax, n, hp),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("step=0")));
+}
+
+// Moments on and next to the signed map's decision points: with beta1 = beta2 = 0 the gradient
+// becomes m exactly, at absmax 1 (on the points: the lower code) and at absmax 3 (within an
+// ulp or two of them after y = m * RN(1/3)): the tie rule and the reciprocal of the
+// specification, which random moments almost never probe.
+TYPED_TEST(CudaOpsTest, AdamW8bitTiesMatchReference) {
+  using T = TypeParam;
+  const size_t n = 2 * kAdamStateBlock + 1000, blocks = cpu::Adam8bitBlocks(n);
+  const std::array<float, 255>& points = cpu::DynamicMapMidpoints(true);
+  std::vector<float> grad(n);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t local = i % kAdamStateBlock;
+    const float near = 3.0f * points[local % 255];
+    const int variant = static_cast<int>(local / 255) % 3;
+    if (i / kAdamStateBlock == 1) {
+      grad[i] = local == 0 ? 3.0f
+                           : (variant == 0 ? near
+                                           : std::nextafter(near, variant == 1 ? 10.0f : -10.0f));
+    } else {
+      grad[i] = local == 0 ? 1.0f : points[local % 255];
+    }
+  }
+  std::vector<float> master(n, 0.5f), m_absmax(blocks, 0.0f), v_absmax(blocks, 0.0f);
+  std::vector<uint8_t> m_codes(n, 127), v_codes(n, 0);
+  float* d_master = this->Upload(master);
+  uint8_t* d_m_codes = this->Upload(m_codes);
+  uint8_t* d_v_codes = this->Upload(v_codes);
+  float* d_m_absmax = this->Upload(m_absmax);
+  float* d_v_absmax = this->Upload(v_absmax);
+  AdamParams hp;
+  hp.beta1 = 0.0f;
+  hp.beta2 = 0.0f;
+  ASSERT_OK(this->ops_->AdamW8bit(*this->stream_, nullptr, d_master, this->Upload(grad),
+                                  d_m_codes, d_m_absmax, d_v_codes, d_v_absmax, n, hp));
+  cpu::Adam8bitReference(static_cast<T*>(nullptr), master.data(), grad.data(), m_codes.data(),
+                         m_absmax.data(), v_codes.data(), v_absmax.data(), n, hp);
+  EXPECT_EQ(m_absmax[1], 3.0f);
+  EXPECT_EQ(this->Download(d_m_codes, n), m_codes);
+  EXPECT_EQ(this->Download(d_v_codes, n), v_codes);
+  this->Expect(d_m_absmax, m_absmax, Tolerance{0.0f, 0.0f}, "ties m absmax");
+  this->Expect(d_master, master, Tolerance{0.0f, 0.0f}, "ties master");
 }
 
 // A GPU run of everything above on a second stream of the same device: each call must pick
