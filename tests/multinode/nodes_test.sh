@@ -64,9 +64,12 @@ nodes_link 2 up
 [ "$(ip -o link | awk -F': ' '{print $2}' | sort)" = "$host_links" ] || fail "the host's links changed"
 
 # Harnesses side by side, each failing on purpose: unique names, and nothing left behind.
+# The sleepers carry a name of this test's own (argv[0]), so another "sleep 300" on the
+# machine is not taken for one of them.
+leftover="nodes-test-leftover-$$"
 for i in 1 2; do
   bash -c "source '$lib'; nodes_up 2; echo \$NODES_PREFIX \$NODES_DIR > '$NODES_DIR/side$i';
-           on_node 1 sleep 300 & sleep 1; exit 3" 2> /dev/null &
+           on_node 1 bash -c 'exec -a $leftover sleep 300' & sleep 1; exit 3" 2> /dev/null &
 done
 wait
 read -r p1 d1 < "$NODES_DIR/side1"
@@ -76,7 +79,7 @@ for p in "$p1" "$p2"; do
   ip netns list | grep -q "^$p-" && fail "namespaces of $p left behind"
 done
 [ ! -e "$d1" ] && [ ! -e "$d2" ] || fail "a failed harness left its directory"
-pgrep -f "sleep 300" > /dev/null && fail "a process of a failed harness still runs"
+pgrep -f "$leftover" > /dev/null && fail "a process of a failed harness still runs"
 
 prefix="$NODES_PREFIX" dir="$NODES_DIR"
 nodes_down
