@@ -116,6 +116,29 @@ TEST(OptimizerStates, StagesTiersAndWorldSizesMatch) {
   }
 }
 
+// The same equivalence with bf16 params (the 8-bit step writes the bf16 copy) and on the
+// tiny LLaMA (untied head: two vocabulary-row tensors in fp32).
+TEST(OptimizerStates, Bf16AndLlamaMatchAcrossStagesAndTiers) {
+  std::vector<std::string> llama = TinyLlamaSets();
+  for (const std::vector<std::string>& model :
+       {std::vector<std::string>{"train.dtype=bf16"}, llama}) {
+    const std::vector<std::string> base = With(kInt8, model);
+    const PlacementRun reference = TrainAllRanks(PlacementRunOptions(1, 0, base, 4));
+    ASSERT_OK(reference.status) << absl::StrJoin(model, " ");
+    ASSERT_EQ(reference.losses.size(), 4u);
+    EXPECT_LT(reference.losses.back(), reference.losses.front());
+    for (const auto& [stage, sets] : std::vector<std::pair<int, std::vector<std::string>>>{
+             {3, {}},
+             {2, {"zero.optimizer_tier=host", "zero.grad_tier=host"}},
+             {3, {"zero.optimizer_tier=host", "zero.param_tier=host"}}}) {
+      const PlacementRun out = TrainAllRanks(PlacementRunOptions(1, stage, With(base, sets), 4));
+      ASSERT_OK(out.status) << absl::StrJoin(model, " ") << " " << absl::StrJoin(sets, " ");
+      EXPECT_EQ(out.losses, reference.losses)
+          << absl::StrJoin(model, " ") << " stage " << stage << " " << absl::StrJoin(sets, " ");
+    }
+  }
+}
+
 // The optimizer pool holds, per state element, the fp32 master (4 bytes) and either 8-bit
 // moments (2 bytes + 8 per 2048-element block) or fp32 ones (8 bytes), as the block rule
 // of tiers/state_blocks.h decides: the exact byte count from the layout.
