@@ -240,6 +240,12 @@ const std::vector<KeySpec>& Keys() {
        "activation recompute: none | blocks (each block keeps only its output and runs its "
        "forward again during the backward: less activation memory, ~1/3 more compute).",
        false, {}, false},
+      {"train.optimizer_states", Enum(+[](Options& o) { return &o.train.optimizer_states; }),
+       "Adam moments: fp32 | int8 (blockwise 8-bit: a 2048-element block whose tensors all have "
+       ">= 4096 elements, one weight-decay flag and no vocabulary rows (embeddings, LM heads) "
+       "stores 2 bytes per element + 8 per block instead of 8 per element; the fp32 master "
+       "stays; device and host optimizer tiers, not nvme yet).",
+       false, {}, false},
       {"train.checkpoint_dir", +[](Options& o) { return &o.train.checkpoint_dir; },
        "directory of checkpoints (<dir>/step-<k>: fp32 master and Adam moments of every "
        "unit, independent of stage, placement and world size).",

@@ -73,6 +73,7 @@ const std::vector<std::string> kAllKeys = {
     "train.eval_batches",
     "train.log_every",
     "train.recompute",
+    "train.optimizer_states",
     "train.checkpoint_dir",
     "train.checkpoint_every",
     "train.checkpoint_keep",
@@ -159,6 +160,7 @@ void ExpectOptionsEqual(const Options& got, const Options& want) {
   EXPECT_EQ(got.train.eval_batches, want.train.eval_batches);
   EXPECT_EQ(got.train.log_every, want.train.log_every);
   EXPECT_EQ(got.train.recompute, want.train.recompute);
+  EXPECT_EQ(got.train.optimizer_states, want.train.optimizer_states);
   EXPECT_EQ(got.train.checkpoint_dir, want.train.checkpoint_dir);
   EXPECT_EQ(got.train.checkpoint_every, want.train.checkpoint_every);
   EXPECT_EQ(got.train.checkpoint_keep, want.train.checkpoint_keep);

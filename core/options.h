@@ -32,6 +32,9 @@ enum class ParamUpdate { kExact, kDelayed };
 enum class ShardGroup { kWorld, kNode };
 // train.recompute.
 enum class Recompute { kNone, kBlocks };
+// train.optimizer_states: Adam's moments in fp32, or blockwise 8-bit (docs/quantization.md,
+// "8-bit Adam states").
+enum class OptimizerStates { kFp32, kInt8 };
 // nvme.engine.
 enum class IoEngineKind { kAuto, kIoUring, kPread };
 // model.family: gpt (GPT-2: layernorm, learned positions, GELU MLP, tied head) | llama
@@ -79,6 +82,10 @@ struct OptionNames<ShardGroup> {
 template <>
 struct OptionNames<Recompute> {
   static constexpr std::array<const char*, 2> kNames = {"none", "blocks"};
+};
+template <>
+struct OptionNames<OptimizerStates> {
+  static constexpr std::array<const char*, 2> kNames = {"fp32", "int8"};
 };
 template <>
 struct OptionNames<IoEngineKind> {
@@ -191,6 +198,9 @@ struct TrainOptions {
   // train.recompute: none | blocks (activation checkpointing: each transformer block keeps
   // its output only and runs its forward again in the backward).
   Recompute recompute = Recompute::kNone;
+  // train.optimizer_states: fp32 | int8 (the Adam moments of tensors of >= 4096 elements
+  // blockwise in 8 bits; the master stays fp32; docs/quantization.md, "8-bit Adam states").
+  OptimizerStates optimizer_states = OptimizerStates::kFp32;
   std::string checkpoint_dir;
   int checkpoint_every = 0;
   int checkpoint_keep = 0;

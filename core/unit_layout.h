@@ -29,6 +29,11 @@ struct TensorSpec {
   // frozen base (lora.base_dtype) quantizes; everything else (embeddings, norms, biases, the
   // LM head) stays in the compute dtype.
   bool linear = false;
+  // A vocabulary-row matrix (token embedding, LM head; UnitLayout::MarkVocabRows): with 8-bit
+  // Adam states (train.optimizer_states = int8) its moments stay fp32, as bitsandbytes
+  // advises for embeddings (a row seen rarely gets gradients orders of magnitude below its
+  // block's absmax, so its v rounds to 0 while its m does not: a step of lr * m / eps).
+  bool vocab_rows = false;
   // Rows of each piece quantized as a whole (one per Hugging Face matrix of a fused one,
   // e.g. LLaMA's q|k|v rows); empty: the whole tensor is one piece.
   std::vector<int> piece_rows;
@@ -45,6 +50,12 @@ class UnitLayout {
   // Marks tensor `index` (2-D) a linear layer's weight, quantized as `piece_rows` row ranges
   // (empty: one piece).
   void MarkLinear(int index, std::vector<int> piece_rows = {});
+
+  // Marks tensor `index` a vocabulary-row matrix (TensorSpec::vocab_rows); returns it.
+  int MarkVocabRows(int index) {
+    tensors_[index].vocab_rows = true;
+    return index;
+  }
 
   const std::string& name() const { return name_; }
   // A frozen unit (a LoRA base) is read by compute but never trained: it has no gradient

@@ -86,6 +86,13 @@ std::vector<std::string> PlacementProblems(const Options& options) {
         " keeps every unit's full parameters on the device; stage 3 gathers the base's "
         "shards ahead of use): set zero.stage=3 or lora.base_tier=device"));
   }
+  if (options.train.optimizer_states == OptimizerStates::kInt8 &&
+      zero.optimizer_tier == StateTier::kNvme) {
+    problems.push_back(
+        "train.optimizer_states=int8 with zero.optimizer_tier=nvme is not built yet (8-bit "
+        "states live in the device or host tier): set zero.optimizer_tier=device or host, or "
+        "train.optimizer_states=fp32");
+  }
   const bool any_nvme = zero.optimizer_tier == StateTier::kNvme ||
                         zero.grad_tier == StateTier::kNvme ||
                         zero.param_tier == StateTier::kNvme ||
@@ -121,13 +128,15 @@ StatusOr<Placement> ResolvePlacement(const Options& options, int world) {
                                 : StateTier::kDevice;
   placement.update = options.zero.param_update;
   placement.clipping = options.train.grad_clip > 0.0f;
+  placement.states = options.train.optimizer_states;
   placement.early_step =
       placement.cpu_optimizer() && !placement.clipping && !placement.delayed();
   placement.split_tied = placement.early_step && world == 1 &&
                          placement.per_unit_reduction() &&
                          placement.optimizer == StateTier::kHost &&
                          placement.grads == StateTier::kHost &&
-                         placement.params == StateTier::kDevice;
+                         placement.params == StateTier::kDevice &&
+                         placement.states == OptimizerStates::kFp32;
   placement.nvme_handover = placement.early_step && placement.per_unit_reduction() &&
                             placement.grads == StateTier::kNvme;
   return placement;

@@ -29,6 +29,9 @@ struct Placement {
   StateTier frozen_params = StateTier::kDevice;
   ParamUpdate update = ParamUpdate::kExact;
   bool clipping = false;  // train.grad_clip > 0: every sub-step waits for the global norm
+  // train.optimizer_states: the Adam moments in fp32 or (int8) blockwise 8-bit where the
+  // block rule allows (tiers/state_blocks.h); device and host optimizer tiers only.
+  OptimizerStates states = OptimizerStates::kFp32;
 
   // What the stage implies (docs/placement.md: stages are component choices).
   bool sharded_state() const { return stage >= 1; }    // optimizer state and grad sums
@@ -45,7 +48,8 @@ struct Placement {
   bool early_step = false;
   // A tied unit's sub-step may be split (the elements final before its last backward
   // stage stepped first): early steps, one rank (nothing to reduce over ranks), per-unit
-  // reductions, sums and optimizer in the host tier, params on the device.
+  // reductions, sums and optimizer in the host tier, params on the device, fp32 states
+  // (the split's row ranges cut 8-bit blocks, which are stepped whole).
   bool split_tied = false;
   // The NVMe gradient home may hand each final sum to the optimizer in memory: early steps
   // with per-unit reductions and the sums on nvme.

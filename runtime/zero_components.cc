@@ -1,6 +1,7 @@
 // The ZeRO component factory; see zero_components.h.
 #include "runtime/zero_components.h"
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -9,6 +10,7 @@
 #include "runtime/gradient_reducers.h"
 #include "runtime/optimizer_steppers.h"
 #include "runtime/prefetch_executor.h"
+#include "tiers/state_blocks.h"
 #include "tiers/stream_helpers.h"
 
 namespace strata {
@@ -118,11 +120,47 @@ Status AllocateState(const ZeroContext& ctx, const StageLayout& layout,
     if (placement.optimizer != StateTier::kNvme) {
       ASSIGN_OR_RETURN(state.master, AllocateZeroedIn(home, optimizer, StateKind::kOptimizer,
                                                       n_state * 4, name + " fp32 master"));
-      ASSIGN_OR_RETURN(state.exp_avg, AllocateZeroedIn(home, optimizer, StateKind::kOptimizer,
-                                                       n_state * 4, name + " exp_avg"));
-      ASSIGN_OR_RETURN(state.exp_avg_sq,
-                       AllocateZeroedIn(home, optimizer, StateKind::kOptimizer, n_state * 4,
-                                        name + " exp_avg_sq"));
+      // 8-bit states: the fp32 moments of the fp32 runs alone, and the quantized runs' codes
+      // and absmaxes (fresh: the codes of 0.0, m's 127).
+      size_t fp32_moments = n_state;
+      if (placement.states == OptimizerStates::kInt8) {
+        const size_t begin =
+            layout.sharded_state ? OwnedRange(state, ctx.communicator->rank()).begin : 0;
+        state.state_runs = StateRuns((*ctx.layouts)[u], {begin, begin + n_state});
+        const StateRunElements count = CountStateRuns(state.state_runs);
+        fp32_moments = count.fp32;
+        const size_t blocks = count.quantized / kAdamStateBlock;
+        if (count.quantized > 0) {
+          ASSIGN_OR_RETURN(state.m_codes,
+                           AllocateZeroedIn(home, optimizer, StateKind::kOptimizer,
+                                            count.quantized, name + " exp_avg codes"));
+          ASSIGN_OR_RETURN(state.v_codes,
+                           AllocateZeroedIn(home, optimizer, StateKind::kOptimizer,
+                                            count.quantized, name + " exp_avg_sq codes"));
+          ASSIGN_OR_RETURN(state.m_absmax,
+                           AllocateZeroedIn(home, optimizer, StateKind::kOptimizer, blocks * 4,
+                                            name + " exp_avg absmax"));
+          ASSIGN_OR_RETURN(state.v_absmax,
+                           AllocateZeroedIn(home, optimizer, StateKind::kOptimizer, blocks * 4,
+                                            name + " exp_avg_sq absmax"));
+          // Fresh m codes are the signed map's 0.0 (as AllocateZeroedIn, a dry run's host
+          // tier is left to the device's memset).
+          if (optimizer == Tier::kHost && ctx.device->HostAccessible(Tier::kHost)) {
+            std::memset(state.m_codes.data(), 127, count.quantized);
+          } else {
+            RETURN_IF_ERROR(ctx.device->MemsetAsync(state.m_codes.data(), 127, count.quantized,
+                                                    *ctx.compute));
+          }
+        }
+      }
+      if (fp32_moments > 0) {
+        ASSIGN_OR_RETURN(state.exp_avg,
+                         AllocateZeroedIn(home, optimizer, StateKind::kOptimizer,
+                                          fp32_moments * 4, name + " exp_avg"));
+        ASSIGN_OR_RETURN(state.exp_avg_sq,
+                         AllocateZeroedIn(home, optimizer, StateKind::kOptimizer,
+                                          fp32_moments * 4, name + " exp_avg_sq"));
+      }
     }
     // Host staging of the offloaded optimizer.
     if (placement.grads == StateTier::kHost) {

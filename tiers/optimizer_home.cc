@@ -3,7 +3,9 @@
 
 #include <cstring>
 #include <utility>
+#include <vector>
 
+#include "kernels/cpu/adam8bit.h"
 #include "tiers/adam_over_range.h"
 #include "tiers/stream_helpers.h"
 
@@ -13,38 +15,136 @@ namespace {
 // Master out of / into a unit's state buffers (any tier): out through the compute stream;
 // in, the master through the compute stream and the moments through the comm stream (idle
 // outside a step), so that the two run side by side (a CPU device's streams are one thread
-// each: an import's stores then use two cores).
+// each: an import's stores then use two cores). 8-bit moments cross as fp32: dequantized on
+// the way out, quantized on the way in (docs/quantization.md, "8-bit Adam states").
+
+// The code of 0.0 in a moment's map: fresh 8-bit states (QuantizeMoments of zeros).
+constexpr int kZeroCode[2] = {127, 0};  // m (signed map), v (unsigned map)
+
+// One moment's storage of a unit with state runs.
+struct MomentStorage {
+  Buffer* fp32;
+  Buffer* codes;
+  Buffer* absmax;
+  bool is_signed;
+};
+
+MomentStorage MomentOf(UnitState& state, int moment) {
+  return moment == 0 ? MomentStorage{&state.exp_avg, &state.m_codes, &state.m_absmax, true}
+                     : MomentStorage{&state.exp_avg_sq, &state.v_codes, &state.v_absmax, false};
+}
+
+Status CopyOutOf(const HomeContext& ctx, const Buffer& buffer, std::vector<uint8_t>& host) {
+  host.resize(buffer.bytes());
+  if (buffer.bytes() == 0) return absl::OkStatus();
+  return ctx.device->CopyAsync(host.data(), buffer.data(), buffer.bytes(), *ctx.compute);
+}
+
+// A moment of a unit with state runs, as fp32 over the whole state range, into `out`.
+Status MomentOut(const HomeContext& ctx, UnitState& state, int moment, float* out) {
+  const MomentStorage storage = MomentOf(state, moment);
+  std::vector<uint8_t> fp32, codes, absmax;
+  RETURN_IF_ERROR(CopyOutOf(ctx, *storage.fp32, fp32));
+  RETURN_IF_ERROR(CopyOutOf(ctx, *storage.codes, codes));
+  RETURN_IF_ERROR(CopyOutOf(ctx, *storage.absmax, absmax));
+  RETURN_IF_ERROR(ctx.compute->Synchronize());
+  const size_t origin = state.state_runs.front().begin;
+  for (const StateRun& run : state.state_runs) {
+    const size_t n = run.end - run.begin;
+    float* to = out + (run.begin - origin);
+    if (run.quantized) {
+      cpu::DequantizeMoments(codes.data() + run.slot,
+                             reinterpret_cast<const float*>(absmax.data()) +
+                                 run.slot / kAdamStateBlock,
+                             n, storage.is_signed, to);
+    } else {
+      std::memcpy(to, fp32.data() + run.slot * sizeof(float), n * sizeof(float));
+    }
+  }
+  return absl::OkStatus();
+}
+
 Status CopyStateOut(const HomeContext& ctx, int unit, float* master, float* exp_avg,
                     float* exp_avg_sq) {
-  const UnitState& state = (*ctx.units)[unit];
+  UnitState& state = (*ctx.units)[unit];
+  const bool runs = !state.state_runs.empty();
   const std::pair<float*, const Buffer*> arrays[] = {
       {master, &state.master}, {exp_avg, &state.exp_avg}, {exp_avg_sq, &state.exp_avg_sq}};
   for (const auto& [out, buffer] : arrays) {
     if (out == nullptr) continue;
+    if (runs && buffer != &state.master) {
+      RETURN_IF_ERROR(MomentOut(ctx, state, buffer == &state.exp_avg ? 0 : 1, out));
+      continue;
+    }
     RETURN_IF_ERROR(ctx.device->CopyAsync(out, buffer->data(), buffer->bytes(), *ctx.compute));
   }
   return ctx.compute->Synchronize();
 }
 
-Status Zero(const HomeContext& ctx, Buffer& buffer, Stream& stream) {
+Status Fill(const HomeContext& ctx, Buffer& buffer, int value, Stream& stream) {
+  if (buffer.bytes() == 0) return absl::OkStatus();
   // A dry run's host tier is untouched address space: the device's memset counts it.
   if (buffer.tier() == Tier::kHost && ctx.device->HostAccessible(Tier::kHost)) {
-    std::memset(buffer.data(), 0, buffer.bytes());
+    std::memset(buffer.data(), value, buffer.bytes());
     return absl::OkStatus();
   }
-  return ctx.device->MemsetAsync(buffer.data(), 0, buffer.bytes(), stream);
+  return ctx.device->MemsetAsync(buffer.data(), value, buffer.bytes(), stream);
+}
+
+Status Zero(const HomeContext& ctx, Buffer& buffer, Stream& stream) {
+  return Fill(ctx, buffer, 0, stream);
+}
+
+// A moment of a unit with state runs from fp32 `values` over the whole state range (null:
+// zeros), quantized where the runs say, through host arrays `staged` (which must live until
+// `stream` has copied them).
+Status MomentIn(const HomeContext& ctx, UnitState& state, int moment, const float* values,
+                Stream& stream, std::vector<std::vector<uint8_t>>& staged) {
+  const MomentStorage storage = MomentOf(state, moment);
+  if (values == nullptr) {
+    RETURN_IF_ERROR(Zero(ctx, *storage.fp32, stream));
+    RETURN_IF_ERROR(Fill(ctx, *storage.codes, kZeroCode[moment], stream));
+    return Zero(ctx, *storage.absmax, stream);
+  }
+  std::vector<uint8_t>& fp32 = staged.emplace_back(storage.fp32->bytes());
+  std::vector<uint8_t>& codes = staged.emplace_back(storage.codes->bytes());
+  std::vector<uint8_t>& absmax = staged.emplace_back(storage.absmax->bytes());
+  const size_t origin = state.state_runs.front().begin;
+  for (const StateRun& run : state.state_runs) {
+    const size_t n = run.end - run.begin;
+    const float* from = values + (run.begin - origin);
+    if (run.quantized) {
+      cpu::QuantizeMoments(from, n, storage.is_signed, codes.data() + run.slot,
+                           reinterpret_cast<float*>(absmax.data()) + run.slot / kAdamStateBlock);
+    } else {
+      std::memcpy(fp32.data() + run.slot * sizeof(float), from, n * sizeof(float));
+    }
+  }
+  const std::pair<Buffer*, const std::vector<uint8_t>*> copies[] = {
+      {storage.fp32, &fp32}, {storage.codes, &codes}, {storage.absmax, &absmax}};
+  for (const auto& [buffer, host] : copies) {
+    if (buffer->bytes() == 0) continue;
+    RETURN_IF_ERROR(ctx.device->CopyAsync(buffer->data(), host->data(), buffer->bytes(), stream));
+  }
+  return absl::OkStatus();
 }
 
 // Moments not given are zeroed, unless `moments_zero` says they still are.
 Status CopyStateIn(const HomeContext& ctx, int unit, const float* master,
                    const float* exp_avg, const float* exp_avg_sq, bool moments_zero) {
   UnitState& state = (*ctx.units)[unit];
+  const bool runs = !state.state_runs.empty();
+  std::vector<std::vector<uint8_t>> staged;
+  staged.reserve(6);  // MomentIn's arrays stay where they are until the copies are done
   const std::pair<const float*, Buffer*> arrays[] = {
       {master, &state.master}, {exp_avg, &state.exp_avg}, {exp_avg_sq, &state.exp_avg_sq}};
   for (const auto& [values, buffer] : arrays) {
     Stream& stream = buffer == &state.master ? *ctx.compute : *ctx.comm;
     if (values == nullptr && buffer != &state.master && moments_zero) continue;
-    if (values == nullptr) {
+    if (runs && buffer != &state.master) {
+      RETURN_IF_ERROR(
+          MomentIn(ctx, state, buffer == &state.exp_avg ? 0 : 1, values, stream, staged));
+    } else if (values == nullptr) {
       RETURN_IF_ERROR(Zero(ctx, *buffer, stream));
     } else if (values != buffer->data()) {  // else already in place (EngineState::WriteTargets: master)
       RETURN_IF_ERROR(ctx.device->CopyAsync(buffer->data(), values, buffer->bytes(), stream));

@@ -36,7 +36,8 @@ class Gpt : public DecoderBase {
     const int C = config.channels, L = config.layers;
     const float std_residual = 0.02f / std::sqrt(2.0f * L);
     UnitLayout embed("embedding");
-    embed.Add("wte", {config.padded_vocab, C}, true, InitKind::kNormal, 0.02f);
+    embed.MarkVocabRows(
+        embed.Add("wte", {config.padded_vocab, C}, true, InitKind::kNormal, 0.02f));
     embed.Add("wpe", {config.max_seq_len, C}, true, InitKind::kNormal, 0.01f);
     units_.push_back(embed);
     for (int l = 0; l < L; ++l) {

@@ -40,7 +40,8 @@ class Llama : public DecoderBase {
     const int qkv_rows = Q + 2 * config.kv_heads * hs;
     const float std_residual = 0.02f / std::sqrt(2.0f * L);
     UnitLayout embed("embedding");
-    embed.Add("tok_embeddings", {config.padded_vocab, C}, true, InitKind::kNormal, 0.02f);
+    embed.MarkVocabRows(
+        embed.Add("tok_embeddings", {config.padded_vocab, C}, true, InitKind::kNormal, 0.02f));
     units_.push_back(embed);
     for (int l = 0; l < L; ++l) {
       UnitLayout block("block " + std::to_string(l));
@@ -67,7 +68,8 @@ class Llama : public DecoderBase {
     head_tensor_ = kTokEmbed;
     if (!config.tie_embeddings) {
       UnitLayout head("lm_head");
-      head.Add("lm_head.weight", {config.padded_vocab, C}, true, InitKind::kNormal, 0.02f);
+      head.MarkVocabRows(
+          head.Add("lm_head.weight", {config.padded_vocab, C}, true, InitKind::kNormal, 0.02f));
       units_.push_back(head);
       head_unit_ = L + 2;
       head_tensor_ = kLmHead;
