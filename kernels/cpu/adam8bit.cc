@@ -2,7 +2,7 @@
 // its moments, updates them and the master, writes the param copy and keeps the new m and v
 // in a 2048-float scratch (in L1) with their running absmax; a second pass encodes them.
 // The SIMD paths are one body (adam8bit_simd.inc) over a small vector-ops struct V (AVX2: 8
-// lanes, AVX-512: 16), compiled once per instruction set under its `#pragma GCC target` and
+// lanes, AVX-512: 16), compiled once per instruction set under its target pragma (GCC's, or clang's attribute) and
 // only ever called after ResolveCpuAdamPath confirmed the CPU has it; elements of a tail
 // block beyond the last whole vector take the scalar code, which is the same arithmetic.
 //
@@ -147,8 +147,12 @@ void StepBlockReference(const BlockArgs& a, const AdamConstants& k, const Tables
 // target-specific intrinsics into a function of another target, so the generic body cannot
 // simply be an always_inline template called from two targets).
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2")
+#endif
 namespace avx2 {
 struct V {
   static constexpr size_t kLanes = 8;
@@ -205,10 +209,18 @@ struct V {
 };
 #include "kernels/cpu/adam8bit_simd.inc"
 }  // namespace avx2
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
+#endif
 namespace avx512 {
 struct V {
   static constexpr size_t kLanes = 16;
@@ -258,7 +270,11 @@ struct V {
 };
 #include "kernels/cpu/adam8bit_simd.inc"
 }  // namespace avx512
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 template <typename T>
 using BlockFn = void (*)(const BlockArgs&, const AdamConstants&, const Tables&);
