@@ -117,16 +117,20 @@ Status AllocateState(const ZeroContext& ctx, const StageLayout& layout,
                        AllocateZeroedIn(home, grads, StateKind::kGrads, n_state * 4,
                                         name + " fp32 grad accumulator"));
     }
+    // 8-bit states: the runs of the state range, in every tier (an nvme home's chunks
+    // follow them too).
+    if (placement.states == OptimizerStates::kInt8) {
+      const size_t begin =
+          layout.sharded_state ? OwnedRange(state, ctx.communicator->rank()).begin : 0;
+      state.state_runs = StateRuns((*ctx.layouts)[u], {begin, begin + n_state});
+    }
     if (placement.optimizer != StateTier::kNvme) {
       ASSIGN_OR_RETURN(state.master, AllocateZeroedIn(home, optimizer, StateKind::kOptimizer,
                                                       n_state * 4, name + " fp32 master"));
       // 8-bit states: the fp32 moments of the fp32 runs alone, and the quantized runs' codes
       // and absmaxes (fresh: the codes of 0.0, m's 127).
       size_t fp32_moments = n_state;
-      if (placement.states == OptimizerStates::kInt8) {
-        const size_t begin =
-            layout.sharded_state ? OwnedRange(state, ctx.communicator->rank()).begin : 0;
-        state.state_runs = StateRuns((*ctx.layouts)[u], {begin, begin + n_state});
+      if (!state.state_runs.empty()) {
         const StateRunElements count = CountStateRuns(state.state_runs);
         fp32_moments = count.fp32;
         const size_t blocks = count.quantized / kAdamStateBlock;

@@ -51,6 +51,14 @@ class ZeroComponents {
   Status ReadOptimizerState(int unit, float* master, float* exp_avg, float* exp_avg_sq);
   Status WriteOptimizerState(int unit, const float* master, const float* exp_avg,
                              const float* exp_avg_sq);
+  // 8-bit states: one moment (0: exp_avg, 1: exp_avg_sq) of `unit` in its stored form over
+  // the state range (OptimizerHome::ReadMoment: SectionsOf(state_runs).bytes()). Blocking.
+  Status ReadMoment(int unit, int moment, uint8_t* stored) {
+    return optimizer_home_->ReadMoment(unit, moment, stored);
+  }
+  Status WriteMoment(int unit, int moment, const uint8_t* stored) {
+    return optimizer_home_->WriteMoment(unit, moment, stored);
+  }
   // The elements of `unit`'s params this rank stores (the full unit, or its shard at stage
   // 3), and their store from host memory (compute dtype). Blocking; the streams must be
   // idle.

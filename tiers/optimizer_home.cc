@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/adam8bit.h"
 #include "tiers/adam_over_range.h"
+#include "tiers/state_blocks.h"
 #include "tiers/stream_helpers.h"
 
 namespace strata {
@@ -177,6 +178,14 @@ class ResidentOptimizerHome : public OptimizerHome {
     return status;
   }
   Status Flush() override { return absl::OkStatus(); }  // nothing is written back
+  Status ReadMoment(int unit, int moment, uint8_t* stored) override {
+    return CopyMoment(unit, moment, stored, /*in=*/false);
+  }
+  Status WriteMoment(int unit, int moment, const uint8_t* stored) override {
+    RETURN_IF_ERROR(CopyMoment(unit, moment, const_cast<uint8_t*>(stored), /*in=*/true));
+    moments_zero_[unit] = false;
+    return absl::OkStatus();
+  }
 
  protected:
   HomeContext ctx_;
@@ -185,6 +194,28 @@ class ResidentOptimizerHome : public OptimizerHome {
   std::vector<std::unique_ptr<Event>> ready_;  // params in place
   Stream* stream_;
   StreamTimer timer_;
+  // The three sections of a moment's stored form to or from its buffers (compute stream).
+  Status CopyMoment(int unit, int moment, uint8_t* stored, bool in) {
+    UnitState& state = (*ctx_.units)[unit];
+    if (state.state_runs.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "unit ", unit, " has no 8-bit Adam states (train.optimizer_states=fp32)"));
+    }
+    const MomentSections sections = SectionsOf(state.state_runs);
+    const MomentStorage storage = MomentOf(state, moment);
+    const std::pair<Buffer*, size_t> parts[] = {{storage.fp32, 0},
+                                                {storage.codes, sections.codes_offset()},
+                                                {storage.absmax, sections.absmax_offset()}};
+    for (const auto& [buffer, at] : parts) {
+      if (buffer->bytes() == 0) continue;
+      RETURN_IF_ERROR(in ? ctx_.device->CopyAsync(buffer->data(), stored + at, buffer->bytes(),
+                                                  *ctx_.compute)
+                         : ctx_.device->CopyAsync(stored + at, buffer->data(), buffer->bytes(),
+                                                  *ctx_.compute));
+    }
+    return ctx_.compute->Synchronize();
+  }
+
   // Per unit: its Adam moments are zero (they come zeroed from AllocateState, and stay so
   // until a step; a store without moments then need not zero them again: an import's
   // stores write the master and params alone). Cleared by every step of the unit.

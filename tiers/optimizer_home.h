@@ -71,6 +71,13 @@ class OptimizerHome {
   virtual Status ReadState(int unit, float* master, float* exp_avg, float* exp_avg_sq) = 0;
   virtual Status WriteState(int unit, const float* master, const float* exp_avg,
                             const float* exp_avg_sq) = 0;
+  // 8-bit states (train.optimizer_states = int8: the unit's state_runs are set): one moment
+  // (0: exp_avg, 1: exp_avg_sq) of a unit in its stored form over the unit's state range
+  // (tiers/state_blocks.h: SectionsOf(state_runs).bytes() bytes), to or from host memory,
+  // as it is: no conversion. Blocking; the streams must be idle. WriteState with a null
+  // moment, then WriteMoment, restores a unit exactly (a checkpoint of int8 states).
+  virtual Status ReadMoment(int unit, int moment, uint8_t* stored) = 0;
+  virtual Status WriteMoment(int unit, int moment, const uint8_t* stored) = 0;
   // Blocks until every write-back of state is on its tier; the first error, if any.
   virtual Status Flush() = 0;
 

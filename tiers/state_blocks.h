@@ -11,11 +11,21 @@
 // shared with a large one (bitsandbytes' per-tensor rule, at block grain), the second lets
 // one 8-bit step (one AdamParams) cover a whole block. Shards are multiples of 2048
 // elements, so every rank's decision for a block is the same.
+//
+// The stored form of one Adam moment over a block-aligned range of a unit with state runs:
+// the fp32 runs' values (fp32, in element order), then the quantized runs' codes (one byte
+// per element, in element order), then their blocks' absmaxes (fp32, one per block, a last
+// partial block counted), little-endian, each section packed. Element order is kept within
+// each section, so the form of a block-aligned sub-range is a slice of each section. It is
+// what a UnitState holds over its state range (exp_avg or exp_avg_sq, m_codes or v_codes,
+// m_absmax or v_absmax), what an NVMe chunk's moment extent holds, and what a checkpoint's
+// 8-bit moment array holds (docs/checkpoints.md).
 // Thread-safety: pure functions.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "core/quant_format.h"
@@ -65,5 +75,25 @@ inline StateRunElements CountStateRuns(const std::vector<StateRun>& runs) {
     (run.quantized ? count.quantized : count.fp32) += run.end - run.begin;
   return count;
 }
+
+// The sections of a moment's stored form over `runs` (the runs of one range, slots from the
+// range's start as StateRuns gives them).
+struct MomentSections {
+  size_t fp32 = 0;    // elements of fp32 runs
+  size_t codes = 0;   // elements of quantized runs
+  size_t blocks = 0;  // their blocks (absmaxes)
+  size_t codes_offset() const { return fp32 * 4; }
+  size_t absmax_offset() const { return fp32 * 4 + codes; }
+  size_t bytes() const { return fp32 * 4 + codes + blocks * 4; }
+};
+MomentSections SectionsOf(const std::vector<StateRun>& runs);
+
+// One moment (m: `is_signed`, v: not) in stored form over `runs` (SectionsOf(runs).bytes()
+// bytes at `stored`) to and from fp32 values over the runs' range (front().begin to
+// back().end): dequantized, or quantized (kernels/cpu/adam8bit.h), where the runs are 8-bit.
+void MomentToFp32(const std::vector<StateRun>& runs, bool is_signed, const uint8_t* stored,
+                  float* values);
+void MomentFromFp32(const std::vector<StateRun>& runs, bool is_signed, const float* values,
+                    uint8_t* stored);
 
 }  // namespace strata
