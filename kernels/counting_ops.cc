@@ -53,6 +53,7 @@ Status CountingOps::Count(const OpCounts& work) {
   counts_.matmul_flops += work.matmul_flops;
   counts_.attention_flops += work.attention_flops;
   counts_.adam_elements += work.adam_elements;
+  counts_.adam8bit_elements += work.adam8bit_elements;
   counts_.elementwise_bytes += work.elementwise_bytes;
   counts_.calls += 1;
   return absl::OkStatus();
@@ -312,7 +313,7 @@ Status CountingOps::AdamW8bit(Stream&, void*, float* master, const float* grad,
                                                {"v_absmax", v_absmax}}));
   }
   OpCounts work;
-  work.adam_elements = static_cast<double>(n);
+  work.adam8bit_elements = static_cast<double>(n);
   return Count(work);
 }
 

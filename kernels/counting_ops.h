@@ -18,9 +18,9 @@
 //     AttentionBackward  2.5x forward = 5*B*C*T*(T+1)  (dV, dP, dQ, dK: 2*hs each per
 //                        pair, plus the flash-style recomputation of q.k)
 //     AttentionDecode    4*C*T  (one query over T keys: the forward's last row)
-//   adam_elements:  AdamW  n,  AdamW8bit  n  (its traffic is 16 + D bytes per element plus 16
-//                   per 2048-block, against AdamW's 28 + D; the plan times both at the
-//                   measured fp32 Adam rate until 8-bit states are integrated)
+//   adam_elements:  AdamW  n (its traffic 28 + D bytes per element)
+//   adam8bit_elements:  AdamW8bit  n (16 + D bytes per element plus 16 per 2048-block; the
+//                   plan times it at the measured 8-bit CPU Adam rate, cpu_adam8bit_params)
 //   elementwise_bytes: every tensor read plus every tensor written, by its element size; an
 //   accumulated (+=) output is read and written; small vectors (weights, statistics) count:
 //     EncoderForward     4*B*T + D*B*T*C*(2 + [wpe])          (tokens, wte rows, wpe rows, out)
@@ -69,6 +69,7 @@ struct OpCounts {
   double matmul_flops = 0;
   double attention_flops = 0;
   double adam_elements = 0;
+  double adam8bit_elements = 0;
   double elementwise_bytes = 0;
   uint64_t calls = 0;
   // Calls per GEMM and attention shape, so that a plan can time each shape on the machine:

@@ -138,7 +138,8 @@ TEST_F(CountingOpsTest, AdamW8bitCountsTheElementsStepped) {
                              FakeBytes(0x4000), FakeFloat(0x5000), FakeBytes(0x6000),
                              FakeFloat(0x7000), 4096 + 10, hp));
   const OpCounts counts = bf16_->counts();
-  EXPECT_EQ(counts.adam_elements, 4106);
+  EXPECT_EQ(counts.adam8bit_elements, 4106);
+  EXPECT_EQ(counts.adam_elements, 0);  // fp32 AdamW's alone
   EXPECT_EQ(counts.elementwise_bytes, 0);
   EXPECT_EQ(counts.calls, 1u);
 }
@@ -258,7 +259,8 @@ TEST_F(CountingOpsTest, EveryOpRunsOnFakePointersWithoutTouchingThemOrTheStream)
   EXPECT_EQ(counts.calls, static_cast<uint64_t>(ops));
   EXPECT_GT(counts.matmul_flops, 0);
   EXPECT_GT(counts.attention_flops, 0);
-  EXPECT_EQ(counts.adam_elements, 64 + 36);
+  EXPECT_EQ(counts.adam_elements, 64);
+  EXPECT_EQ(counts.adam8bit_elements, 36);
   EXPECT_GT(counts.elementwise_bytes, 0);
 }
 

@@ -23,6 +23,7 @@ struct Hardware {
   uint64_t host_memory_bytes = 0;      // RAM of a node usable by training
   double host_to_device = 0, device_to_host = 0;  // per rank (PCIe; cpu: memcpy)
   double cpu_adam_params = 0;  // params per second of the CPU Adam on a node (its ranks share it)
+  double cpu_adam8bit_params = 0;  // the same, 8-bit states (train.optimizer_states = int8)
   double disk_read = 0, disk_write = 0;  // O_DIRECT, zero.nvme_dir's disk, per node
   uint64_t disk_free_bytes = 0;
   double network = 0;  // bytes per second a rank sends (collectives across ranks)

@@ -236,11 +236,27 @@ std::vector<PlanConfig> DecisionOrder(const Options& job, int world) {
        with({"lora.rank=0", "zero.stage=3", "train.recompute=blocks", "zero.optimizer_tier=nvme",
              "zero.grad_tier=nvme", "zero.param_tier=nvme", nvme})},
   };
+  // 8-bit Adam states where the optimizer's state is what binds: its memory on the device,
+  // in RAM, its traffic to the SSD; alternatives unless the job asked for them.
+  const bool states_asked = job.train.optimizer_states == OptimizerStates::kInt8;
+  const std::set<std::string> eight_bit_twins = {"full training on the device",
+                                                 "optimizer on host", "optimizer on NVMe"};
   for (PlanConfig& config : rest) {  // full training freezes nothing to quantize
     if (std::find(config.sets.begin(), config.sets.end(), full) == config.sets.end()) {
       config.sets.push_back(full);
     }
+    const bool twin = !states_asked && eight_bit_twins.count(config.name) > 0;
+    PlanConfig eight_bit = config;
     order.push_back(std::move(config));
+    if (!twin) continue;
+    eight_bit.against = eight_bit.name;
+    eight_bit.name = eight_bit.name == "full training on the device"
+                         ? "full, 8-bit Adam states"
+                         : "8-bit Adam states, " + eight_bit.name;
+    eight_bit.sets.push_back("train.optimizer_states=int8");
+    eight_bit.alternative = true;
+    eight_bit.changes = "Adam's moments stored in 8 bits, blockwise (train.optimizer_states=int8)";
+    order.push_back(std::move(eight_bit));
   }
   return order;
 }
@@ -262,7 +278,12 @@ StepPrediction PredictStep(const DryRunResult& dry, const Options& options,
   } else {
     p.compute_s = Seconds(d.matmul_flops, matmul) + Seconds(d.attention_flops, matmul / 2);
   }
-  p.compute_s += Seconds(untimed_bytes + 16.0 * d.adam_elements, hw.device_memory_bandwidth);
+  // AdamW on the device, bandwidth-bound: 8-bit states move 16 + D bytes per element where
+  // fp32 ones move 28 + D (kernels/counting_ops.h), at the same rate per byte.
+  const double dtype_bytes = DTypeBytes(options.train.dtype);
+  p.compute_s += Seconds(untimed_bytes + 16.0 * d.adam_elements +
+                             16.0 * d.adam8bit_elements * (16 + dtype_bytes) / (28 + dtype_bytes),
+                         hw.device_memory_bandwidth);
   p.pcie_s = Seconds(dry.copy_bytes[0], hw.host_to_device) +
              Seconds(dry.copy_bytes[1], hw.device_to_host);
   // Copies within a tier (staging into the NVMe tiers' host buffers) run at memory speed;
@@ -270,7 +291,9 @@ StepPrediction PredictStep(const DryRunResult& dry, const Options& options,
   if (hw.backend == BackendKind::kCpu) {
     p.pcie_s += Seconds(dry.copy_bytes[2], hw.host_to_device);
   }
-  p.adam_s = Seconds(h.adam_elements, hw.cpu_adam_params / std::max(1, hw.ranks_per_node)) +
+  const int node_ranks = std::max(1, hw.ranks_per_node);
+  p.adam_s = Seconds(h.adam_elements, hw.cpu_adam_params / node_ranks) +
+             Seconds(h.adam8bit_elements, hw.cpu_adam8bit_params / node_ranks) +
              Seconds(h.elementwise_bytes, hw.device_memory_bandwidth);
   // The disk: the optimizer's phase waits for the reads of its state (and of the gradients
   // on NVMe); the params' reads ahead of the forward and backward and every write-back
@@ -482,7 +505,7 @@ StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hw, Shape
   // The first of each kind that fits (of flat and hybrid, the faster): LoRA on the base as
   // the job stores it; an alternative (a quantized base the job did not ask for); full
   // training.
-  int lora = -1, alternative = -1, full = -1;
+  int lora = -1, alternative = -1, full = -1, full_alternative = -1;
   for (const PlanConfig& config : DecisionOrder(job, world)) {
     const int flat = static_cast<int>(plan.configs.size());
     plan.configs.push_back(PlanOne(job, world, hw, timer, config));
@@ -498,9 +521,10 @@ StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hw, Shape
       hybrid = static_cast<int>(plan.configs.size());
       plan.configs.push_back(PlanOne(job, world, hw, timer, variant));
     }
-    int* pick = config.alternative                 ? &alternative
-                : planned.options.lora.enabled() ? &lora
-                                                 : &full;
+    const bool is_lora = planned.options.lora.enabled();
+    int* pick = config.alternative ? (is_lora ? &alternative : &full_alternative)
+                : is_lora          ? &lora
+                                   : &full;
     if (*pick >= 0) continue;
     // The first step of the decision order where something fits; of flat and hybrid there,
     // the faster that fits.
@@ -536,13 +560,21 @@ StatusOr<Plan> MakePlan(const Options& job, int world, const Hardware& hw, Shape
     plan.advice.insert(plan.advice.begin(), retry_line);
     return plan;
   }
-  plan.recommended = lora >= 0 ? lora : alternative >= 0 ? alternative : full;
+  plan.recommended = lora >= 0          ? lora
+                     : alternative >= 0   ? alternative
+                     : full >= 0          ? full
+                                          : full_alternative;
   AddHardwareAdvice(&plan, hw);
   if (lora < 0 && alternative >= 0) {
     plan.note = absl::StrCat("no LoRA on the base as the job stores it fits: ",
                              plan.configs[alternative].config.name,
                              " does, and changes the numerics (",
                              plan.configs[alternative].config.changes, ")");
+  } else if (plan.recommended >= 0 && plan.recommended == full_alternative) {
+    plan.note = absl::StrCat("no full training with the job's fp32 Adam states fits: ",
+                             plan.configs[full_alternative].config.name,
+                             " does, and changes the numerics (",
+                             plan.configs[full_alternative].config.changes, ")");
   }
   if (plan.recommended < 0 && retry) plan.advice.insert(plan.advice.begin(), retry_line);
   return plan;
@@ -586,26 +618,41 @@ std::string RenderPlan(const Plan& plan, const Hardware& hw) {
                                             GiB(c.dry.base_bytes)));
     }
     if (c.config.alternative) {
-      // What it buys against the last LoRA row of the base as the job stores it.
+      // What it buys against the row it varies, or the last LoRA row of the base as the job
+      // stores it.
       int reference = -1;
       for (size_t j = 0; j < i; ++j) {
         const PlannedConfig& r = plan.configs[j];
-        if (!r.config.alternative && r.options.lora.enabled() && r.status.ok()) {
+        if (!r.status.ok() || r.config.alternative) continue;
+        if (c.config.against.empty() ? r.options.lora.enabled()
+                                     : r.config.name == c.config.against) {
           reference = static_cast<int>(j);
         }
       }
       absl::StrAppend(&out, "      alternative: changes the numerics (", c.config.changes, ")");
       if (reference >= 0) {
         const PlannedConfig& r = plan.configs[reference];
-        absl::StrAppend(
-            &out, absl::StrFormat("; against %s: device %s (%s), base %s (%s), step %s s (%s s)",
-                                  r.config.name, GiB(c.dry.device.peak_bytes),
-                                  GiB(r.dry.device.peak_bytes), GiB(c.dry.base_bytes),
-                                  GiB(r.dry.base_bytes),
-                                  priced ? absl::StrFormat("%.3f", c.step.seconds) : "?",
-                                  std::isfinite(r.step.seconds)
-                                      ? absl::StrFormat("%.3f", r.step.seconds)
-                                      : "?"));
+        const std::string step =
+            absl::StrFormat("step %s s (%s s)",
+                            priced ? absl::StrFormat("%.3f", c.step.seconds) : "?",
+                            std::isfinite(r.step.seconds) ? absl::StrFormat("%.3f", r.step.seconds)
+                                                          : "?");
+        if (c.config.against.empty()) {
+          absl::StrAppend(&out, absl::StrFormat("; against %s: device %s (%s), base %s (%s), %s",
+                                                r.config.name, GiB(c.dry.device.peak_bytes),
+                                                GiB(r.dry.device.peak_bytes),
+                                                GiB(c.dry.base_bytes), GiB(r.dry.base_bytes),
+                                                step));
+        } else {
+          absl::StrAppend(
+              &out, absl::StrFormat("; against %s: device %s (%s), pinned host %s (%s), NVMe "
+                                    "per step %s (%s), %s",
+                                    r.config.name, GiB(c.dry.device.peak_bytes),
+                                    GiB(r.dry.device.peak_bytes), GiB(c.dry.host.peak_bytes),
+                                    GiB(r.dry.host.peak_bytes),
+                                    GiB(c.dry.nvme_read_bytes + c.dry.nvme_written_bytes),
+                                    GiB(r.dry.nvme_read_bytes + r.dry.nvme_written_bytes), step));
+        }
       }
       absl::StrAppend(&out, "\n");
     }

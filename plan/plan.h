@@ -73,11 +73,16 @@ StatusOr<DryRunResult> DryRun(const Options& options, int world,
 struct PlanConfig {
   std::string name;
   std::vector<std::string> sets;
-  // A choice that changes the numerics (a quantized base) the job did not ask for: shown
-  // with what it buys, recommended only where no LoRA row of the job's own base fits (not
-  // even with one row per micro-batch), then before full training. `changes` says how.
+  // A choice that changes the numerics the job did not ask for, shown with what it buys:
+  // a quantized LoRA base, recommended only where no LoRA row of the job's own base fits
+  // (not even with one row per micro-batch), then before full training; 8-bit Adam states
+  // (train.optimizer_states=int8) in full training, recommended only where no full-training
+  // row of the job's own states fits. `changes` says how.
   bool alternative = false;
   std::string changes;
+  // The row an alternative varies, by name (its "against" in the plan); empty: the last
+  // LoRA row of the job's own base before it.
+  std::string against;
 };
 std::vector<PlanConfig> DecisionOrder(const Options& job, int world);
 

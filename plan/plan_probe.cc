@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cpu_info.h"
+#include "core/quant_format.h"
 #include "device/host_memory.h"
 #include "kernels/counting_ops.h"
 #include "nvme/io_buffer.h"
@@ -114,8 +115,9 @@ StatusOr<double> MatmulFlops(const Options& job, DType dtype) {
   return runs * 2.0 * N * C * OC;
 }
 
-// The CPU Adam's params per second (fp32 params; the kernels the host tier uses).
-StatusOr<double> AdamRate(const Options& job) {
+// The CPU Adam's params per second (fp32 params; the kernels the host tier uses), with fp32
+// or (`eight_bit`) 8-bit states.
+StatusOr<double> AdamRate(const Options& job, bool eight_bit) {
   Options options = job;
   options.train.dtype = DType::kF32;
   options.device.backend = BackendKind::kCpu;
@@ -132,7 +134,20 @@ StatusOr<double> AdamRate(const Options& job) {
     arrays.push_back(std::move(b));
   }
   AdamParams hp;
+  // 8-bit: the moments' codes in arrays 3 and 4 (zeros: 0.0 in either map with a zero
+  // absmax), their absmaxes in a sixth.
+  ASSIGN_OR_RETURN(Buffer absmax, backend.device->Allocate(Tier::kHost, StateKind::kWorkspace,
+                                                           n / kAdamStateBlock * 8,
+                                                           "probe adam absmax"));
+  std::memset(absmax.data(), 0, absmax.bytes());
+  float* m_absmax = absmax.as<float>();
+  float* v_absmax = m_absmax + n / kAdamStateBlock;
   ASSIGN_OR_RETURN(const double runs, RunsPerSecond(*stream, 0.5, [&] {
+    if (eight_bit) {
+      return backend.host_ops->AdamW8bit(*stream, arrays[0].data(), arrays[1].as<float>(),
+                                         arrays[2].as<float>(), arrays[3].as<uint8_t>(),
+                                         m_absmax, arrays[4].as<uint8_t>(), v_absmax, n, hp);
+    }
     return backend.host_ops->AdamW(*stream, arrays[0].data(), arrays[1].as<float>(),
                                    arrays[2].as<float>(), arrays[3].as<float>(),
                                    arrays[4].as<float>(), n, hp);
@@ -377,7 +392,8 @@ StatusOr<Hardware> ProbeHardware(const Options& job, int world) {
   RETURN_IF_ERROR(FillMachineMemory(job, world, &hw));
   ASSIGN_OR_RETURN(hw.matmul_flops_fp32, MatmulFlops(job, DType::kF32));
   ASSIGN_OR_RETURN(hw.matmul_flops_bf16, MatmulFlops(job, DType::kBF16));
-  ASSIGN_OR_RETURN(hw.cpu_adam_params, AdamRate(job));
+  ASSIGN_OR_RETURN(hw.cpu_adam_params, AdamRate(job, /*eight_bit=*/false));
+  ASSIGN_OR_RETURN(hw.cpu_adam8bit_params, AdamRate(job, /*eight_bit=*/true));
   const double copy = CopyRate();
   // On the CPU backend the device tier is RAM: its "PCIe" and elementwise rates are
   // memcpy's; ranks on one node (threads) send to each other at memcpy speed too.
