@@ -25,6 +25,8 @@ struct StatesComparison {
   double fp32_bytes = 0, int8_bytes = 0;          // read + written per step, last pair
   // The fp32 runs' disk busy time / step time (median): near 1 where the disk is the bound.
   double fp32_disk_share = 0;
+  double int8_disk_share = 0;
+  double fp32_adam_ms = 0, int8_adam_ms = 0;  // the CPU Adam's time per step (medians)
   // From the model's layout: state elements whose moments stay fp32 (tiers/state_blocks.h),
   // and the bytes ratio they give ((4 + moments) / 12 per element, extents' 4 KiB padding
   // aside).

@@ -63,11 +63,19 @@ TEST(BenchInfinity, GoalsSayWhyTheyAreMissed) {
   c.fp32_moment_share = 0.31;
   c.layout_bytes_ratio = 0.655;
   c.fp32_disk_share = 0.9;
+  c.int8_disk_share = 0.9;
   const std::string missed = DescribeStatesComparison(c);
   EXPECT_THAT(missed, HasSubstr("goal <= 0.55: NOT MET: the elements with fp32 moments"));
   EXPECT_THAT(missed, HasSubstr("31.0% of the state elements keep fp32 moments"));
   EXPECT_THAT(missed, HasSubstr("goal <= 0.65: NOT MET: a disk-bound step's time follows its "
                                 "bytes, 0.660 here, above the goal itself"));
+  // An int8 step that no longer waits on the disk: its CPU Adam is named.
+  c.int8_disk_share = 0.4;
+  c.int8_adam_ms = 900;
+  c.fp32_adam_ms = 300;
+  EXPECT_THAT(DescribeStatesComparison(c),
+              HasSubstr("the int8 step is not disk-bound (disk busy 40%): its CPU Adam (900 ms "
+                        "against fp32's 300)"));
   c.fp32_disk_share = 0.5;
   EXPECT_THAT(DescribeStatesComparison(c), HasSubstr("NOT JUDGED"));
   c.bytes_ratio = 0.52;
