@@ -1,5 +1,6 @@
-// `strata bench infinity --dir DIR` (bench/bench_infinity.cc): optimizer and params on NVMe, step time against the disk's rates measured in the same run, and the compute stall;
-// 8-bit Adam states against fp32 ones with the optimizer on NVMe.
+// `strata bench infinity --dir DIR` (bench/bench_infinity.cc): optimizer and params on NVMe,
+// step time against the disk's rates measured in the same run, and the compute stall; 8-bit
+// Adam states against fp32 ones with the optimizer on NVMe.
 // Thread-safety: called once, from main.
 #pragma once
 

@@ -317,7 +317,8 @@ TEST(OptimizerStates, NvmeTierMatchesTheDevice) {
   ASSERT_OK(two.status);
   for (const Case& c : std::vector<Case>{
            {2, 1, {nvme, "zero.grad_tier=host", "nvme.chunk_bytes=16KiB"}},
-           {2, 3, {nvme, "zero.grad_tier=nvme", "zero.param_tier=nvme", "nvme.chunk_bytes=8KiB"}}}) {
+           {2, 3,
+            {nvme, "zero.grad_tier=nvme", "zero.param_tier=nvme", "nvme.chunk_bytes=8KiB"}}}) {
     const PlacementRun out = run(c.world, c.stage, c.sets);
     ASSERT_OK(out.status) << c.stage << " " << absl::StrJoin(c.sets, " ");
     EXPECT_EQ(out.losses, two.losses) << "two ranks, " << c.stage << " "
@@ -370,7 +371,8 @@ TEST(OptimizerStates, NvmeBytesFollowTheStoredForm) {
     for (const NvmeChunk& chunk : chunks[0]) {
       const uint64_t master = padded((chunk.end - chunk.begin) * 4);
       fp32_bytes += 3 * master;
-      int8_bytes += master + 2 * padded(SectionsOf(StateRuns(unit, {chunk.begin, chunk.end})).bytes());
+      const std::vector<StateRun> runs = StateRuns(unit, {chunk.begin, chunk.end});
+      int8_bytes += master + 2 * padded(SectionsOf(runs).bytes());
     }
   }
   const PlacementRun int8 = TrainAllRanks(options);

@@ -6,8 +6,8 @@
 // the device or the host) and the NVMe home (grads on the device, the host or nvme, with
 // and without the hand-over; params resident or on nvme). Also: WriteState/ReadState round
 // trips (null moments store zeros), the NVMe home with 8-bit states (conversions, the
-// moments' stored form, steps against the 8-bit reference), the host home's staged updates and sub-ranges,
-// capabilities, and refusals of placements a home cannot serve.
+// moments' stored form, steps against the 8-bit reference), the host home's staged updates
+// and sub-ranges, capabilities, and refusals of placements a home cannot serve.
 #include "tiers/optimizer_home.h"
 
 #include <gtest/gtest.h>
