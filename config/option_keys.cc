@@ -244,7 +244,7 @@ const std::vector<KeySpec>& Keys() {
        "Adam moments: fp32 | int8 (blockwise 8-bit: a 2048-element block whose tensors all have "
        ">= 4096 elements, one weight-decay flag and no vocabulary rows (embeddings, LM heads) "
        "stores 2 bytes per element + 8 per block instead of 8 per element; the fp32 master "
-       "stays; device and host optimizer tiers, not nvme yet).",
+       "stays; every optimizer tier: on nvme the moments' extents hold the 8-bit form).",
        false, {}, false},
       {"train.checkpoint_dir", +[](Options& o) { return &o.train.checkpoint_dir; },
        "directory of checkpoints (<dir>/step-<k>: fp32 master and Adam moments of every "

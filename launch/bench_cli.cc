@@ -130,12 +130,16 @@ void AddInfinityBench(CLI::App* bench, Commands* commands) {
   auto infinity_dir = std::make_shared<std::string>();
   CLI::App* infinity_app = AddTrainingBench(
       bench, "infinity",
-      "optimizer/params on NVMe: step time vs the disk's rates, compute stall", 3,
+      "optimizer/params on NVMe: step time vs the disk's rates, compute stall, 8-bit states", 3,
       "measured steps per configuration", infinity);
   infinity_app->add_option("--dir", *infinity_dir, "directory for the swap files (an SSD)")
       ->required();
-  commands->push_back({infinity_app, [infinity, infinity_dir]() {
-                         return RunBenchInfinity(*infinity, *infinity_dir);
+  auto states_only = std::make_shared<bool>(false);
+  infinity_app->add_flag("--states-only", *states_only,
+                         "only 8-bit Adam states against fp32 (optimizer on NVMe, grads on "
+                         "host): bytes and step time, alternating pairs");
+  commands->push_back({infinity_app, [infinity, infinity_dir, states_only]() {
+                         return RunBenchInfinity(*infinity, *infinity_dir, *states_only);
                        }});
 }
 

@@ -86,13 +86,6 @@ std::vector<std::string> PlacementProblems(const Options& options) {
         " keeps every unit's full parameters on the device; stage 3 gathers the base's "
         "shards ahead of use): set zero.stage=3 or lora.base_tier=device"));
   }
-  if (options.train.optimizer_states == OptimizerStates::kInt8 &&
-      zero.optimizer_tier == StateTier::kNvme) {
-    problems.push_back(
-        "train.optimizer_states=int8 with zero.optimizer_tier=nvme is not built yet (8-bit "
-        "states live in the device or host tier): set zero.optimizer_tier=device or host, or "
-        "train.optimizer_states=fp32");
-  }
   const bool any_nvme = zero.optimizer_tier == StateTier::kNvme ||
                         zero.grad_tier == StateTier::kNvme ||
                         zero.param_tier == StateTier::kNvme ||

@@ -58,11 +58,26 @@ Tier MemoryTier(StateTier tier) {
   return tier == StateTier::kDevice ? Tier::kDevice : Tier::kHost;
 }
 
-// The rank's NVMe tiers: per chunk of each unit's shard, the optimizer state extents (fp32;
-// with `grads`, the gradient sums too), or (`params`) the param shard (compute dtype).
+// Bytes of one Adam moment's extent of `chunk` of `unit`'s shard: fp32, or with 8-bit states
+// the chunk's stored form (tiers/state_blocks.h). Chunks are multiples of 2048 elements and
+// shards start on block boundaries, so a chunk is a block-aligned slice of the shard's state
+// range; the optimizer home builds the same runs per chunk.
+uint64_t MomentExtentBytes(const ZeroContext& ctx, OptimizerStates states, size_t unit,
+                           const NvmeChunk& chunk) {
+  if (states != OptimizerStates::kInt8) return (chunk.end - chunk.begin) * 4;
+  // The optimizer on nvme shards its state (stage >= 1): the rank's shard.
+  const size_t shard_begin = OwnedRange((*ctx.units)[unit], ctx.communicator->rank()).begin;
+  return SectionsOf(StateRuns((*ctx.layouts)[unit],
+                              {shard_begin + chunk.begin, shard_begin + chunk.end}))
+      .bytes();
+}
+
+// The rank's NVMe tiers: per chunk of each unit's shard, the optimizer state extents (fp32
+// master; moments in `states`' form; with `grads`, the fp32 gradient sums too), or
+// (`params`) the param shard (compute dtype).
 StatusOr<std::unique_ptr<NvmeTier>> CreateNvmeTier(
     const NvmeSettings& nvme, const ZeroContext& ctx, bool params, bool grads,
-    const std::vector<std::vector<NvmeChunk>>& chunks) {
+    OptimizerStates states, const std::vector<std::vector<NvmeChunk>>& chunks) {
   NvmeStoreOptions store;
   store.dir = nvme.dir;
   store.rank = ctx.world_rank;
@@ -83,10 +98,10 @@ StatusOr<std::unique_ptr<NvmeTier>> CreateNvmeTier(
       if (params) {
         extents.push_back({chunk.id, name, ExtentKind::kParams, n * DTypeBytes(ctx.dtype)});
       } else {
-        for (ExtentKind kind :
-             {ExtentKind::kMaster, ExtentKind::kExpAvg, ExtentKind::kExpAvgSq}) {
-          extents.push_back({chunk.id, name, kind, n * 4});
-        }
+        extents.push_back({chunk.id, name, ExtentKind::kMaster, n * 4});
+        const uint64_t moment_bytes = MomentExtentBytes(ctx, states, u, chunk);
+        extents.push_back({chunk.id, name, ExtentKind::kExpAvg, moment_bytes});
+        extents.push_back({chunk.id, name, ExtentKind::kExpAvgSq, moment_bytes});
         if (grads) extents.push_back({chunk.id, name, ExtentKind::kGrads, n * 4});
       }
     }
@@ -248,7 +263,8 @@ Status ZeroComponents::Assemble(const EngineConfig& config, const ZeroContext& c
   if (placement.optimizer == StateTier::kNvme) {
     ASSIGN_OR_RETURN(components.nvme_,
                      CreateNvmeTier(settings, context, /*params=*/false,
-                                    placement.grads == StateTier::kNvme, chunks));
+                                    placement.grads == StateTier::kNvme, placement.states,
+                                    chunks));
   }
   int trainable_chunks = 0;
   for (const auto& unit_chunks : chunks) trainable_chunks += unit_chunks.size();
@@ -276,7 +292,8 @@ Status ZeroComponents::Assemble(const EngineConfig& config, const ZeroContext& c
         if (members(u)) mine[u] = frozen[u] ? frozen_chunks[u] : chunks[u];
       }
       ASSIGN_OR_RETURN(std::unique_ptr<NvmeTier> nvme,
-                       CreateNvmeTier(settings, context, /*params=*/true, /*grads=*/false, mine));
+                       CreateNvmeTier(settings, context, /*params=*/true, /*grads=*/false,
+                                      placement.states, mine));
       return ParamHome::CreateNvme(home, std::move(nvme), std::move(mine),
                                    settings.read_ahead_units);
     }

@@ -7,11 +7,13 @@
 #include "device/cpu_device.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "nvme/test_util.h"
+#include "tiers/state_blocks.h"
 #include "tiers/stream_helpers.h"
 
 namespace strata::tiers_testing {
 
-StatusOr<std::unique_ptr<HomeRig>> HomeRig::Create(DType dtype) {
+StatusOr<std::unique_ptr<HomeRig>> HomeRig::Create(DType dtype,
+                                                   std::vector<UnitLayout> layouts) {
   std::unique_ptr<HomeRig> rig(new HomeRig());
   CpuDeviceOptions options;
   options.device_memory_bytes = 64ull << 20;
@@ -34,7 +36,7 @@ StatusOr<std::unique_ptr<HomeRig>> HomeRig::Create(DType dtype) {
   UnitLayout head("head");
   head.Add("proj.w", {29, 71}, true, InitKind::kNormal, 0.02f);
   head.Add("proj.b", {7}, false, InitKind::kZeros);
-  rig->layouts_ = {block, head};
+  rig->layouts_ = layouts.empty() ? std::vector<UnitLayout>{block, head} : std::move(layouts);
   rig->units_.resize(rig->layouts_.size());
   for (size_t u = 0; u < rig->layouts_.size(); ++u) {
     rig->units_[u].padded_elements = rig->layouts_[u].PaddedElements(1);
@@ -53,6 +55,12 @@ StatusOr<std::unique_ptr<HomeRig>> HomeRig::Create(DType dtype) {
   ctx.layouts = &rig->layouts_;
   ctx.units = &rig->units_;
   return rig;
+}
+
+void HomeRig::UseInt8States() {
+  for (size_t u = 0; u < units_.size(); ++u) {
+    units_[u].state_runs = StateRuns(layouts_[u], {0, units_[u].shard_elements});
+  }
 }
 
 HomeRig::~HomeRig() {
@@ -146,7 +154,12 @@ StatusOr<std::unique_ptr<NvmeTier>> MakeNvmeTier(const std::string& dir, const H
       const uint64_t n = chunk.end - chunk.begin;
       for (ExtentKind kind : kinds) {
         const uint64_t element_bytes = kind == ExtentKind::kParams ? rig.element_bytes() : 4;
-        extents.push_back({chunk.id, name, kind, n * element_bytes});
+        uint64_t bytes = n * element_bytes;
+        const bool moment = kind == ExtentKind::kExpAvg || kind == ExtentKind::kExpAvgSq;
+        if (moment && !rig.units()[u].state_runs.empty()) {
+          bytes = SectionsOf(StateRuns(rig.layouts()[u], {chunk.begin, chunk.end})).bytes();
+        }
+        extents.push_back({chunk.id, name, kind, bytes});
       }
     }
   }

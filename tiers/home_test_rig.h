@@ -39,8 +39,14 @@ struct StatePlacement {
 class HomeRig {
  public:
   // The CPU device (small pools), CPU kernels for `dtype` (one thread) as both kernel
-  // sets, the four streams, and the two units sized for one rank (no buffers yet).
-  static StatusOr<std::unique_ptr<HomeRig>> Create(DType dtype);
+  // sets, the four streams, and the two units sized for one rank (no buffers yet); or
+  // `layouts` in their place.
+  static StatusOr<std::unique_ptr<HomeRig>> Create(DType dtype,
+                                                   std::vector<UnitLayout> layouts = {});
+  // 8-bit Adam states (train.optimizer_states=int8): every unit's state runs over its shard,
+  // as runtime's AllocateState sets them (before the homes and tiers are made; only the
+  // NVMe optimizer home is rigged for them here).
+  void UseInt8States();
   ~HomeRig();
 
   // Every unit's gradient sums, optimizer state and host staging in the placement's
@@ -60,6 +66,7 @@ class HomeRig {
   size_t element_bytes() const { return DTypeBytes(ctx_.dtype); }
   const std::vector<UnitLayout>& layouts() const { return layouts_; }
   std::vector<UnitState>& units() { return units_; }
+  const std::vector<UnitState>& units() const { return units_; }
   int num_units() const { return static_cast<int>(units_.size()); }
   size_t shard(int unit) const { return units_[unit].shard_elements; }
   std::vector<size_t> shards() const;
@@ -94,7 +101,8 @@ class HomeRig {
 std::string NvmeTestDir(std::string* skip_reason);
 
 // An NvmeTier over `dir` with one extent of each of `kinds` per chunk, sized as the
-// factory sizes them: kParams in the compute dtype, the others fp32.
+// factory sizes them: kParams in the compute dtype, the moments of units with state runs in
+// the chunk's stored form (tiers/state_blocks.h), the others fp32.
 StatusOr<std::unique_ptr<NvmeTier>> MakeNvmeTier(const std::string& dir, const HomeRig& rig,
                                                  const std::vector<std::vector<NvmeChunk>>& chunks,
                                                  const std::vector<ExtentKind>& kinds);

@@ -5,6 +5,7 @@
 
 #include "tiers/adam_over_range.h"
 #include "tiers/optimizer_home.h"
+#include "tiers/state_blocks.h"
 #include "tiers/stream_helpers.h"
 
 namespace strata {
@@ -17,7 +18,14 @@ namespace {
 // At the end of a step every slot is given a read of the chunk it will take first in the
 // next step (same order as this one), so the disk works during the next forward instead
 // of waiting for the first gradients.
+// With 8-bit states (the units' state_runs set) a chunk's moment extents, and so a slot's
+// exp_avg/exp_avg_sq buffers, hold the chunk's stored form of m and v (tiers/state_blocks.h:
+// fp32 runs' values, codes, block absmaxes): the CPU Adam steps them in place, and the disk
+// moves about a quarter of the fp32 moments' bytes.
 constexpr int kSteppedEventsPerSlot = 8;
+
+// The moment extents of a kind, and which of a unit's moments they hold.
+constexpr ExtentKind kMomentKinds[2] = {ExtentKind::kExpAvg, ExtentKind::kExpAvgSq};
 
 class NvmeOptimizerHome : public OptimizerHome {
  public:
@@ -33,14 +41,16 @@ class NvmeOptimizerHome : public OptimizerHome {
 
   NvmeOptimizerHome(const HomeContext& ctx, GradHome* grads, NvmeTier* nvme,
                     ParamHome* params, SumHandOver* hand_over,
-                    std::vector<std::vector<NvmeChunk>> chunks, std::vector<Slot> slots,
-                    std::vector<std::unique_ptr<Event>> ready, std::unique_ptr<Event> join)
+                    std::vector<std::vector<NvmeChunk>> chunks,
+                    std::vector<std::vector<std::vector<StateRun>>> chunk_runs,
+                    std::vector<Slot> slots, std::vector<std::unique_ptr<Event>> ready,
+                    std::unique_ptr<Event> join)
       : ctx_(ctx), grads_(grads), nvme_(nvme), param_write_(params->write_back()),
         param_nvme_(param_write_ != nullptr ? &param_write_->tier() : nullptr),
         params_on_nvme_(param_write_ != nullptr),
         params_to_device_(params->tier() == StateTier::kDevice), hand_over_(hand_over),
-        chunks_(std::move(chunks)), slots_(std::move(slots)), ready_(std::move(ready)),
-        join_(std::move(join)) {}
+        chunks_(std::move(chunks)), chunk_runs_(std::move(chunk_runs)),
+        slots_(std::move(slots)), ready_(std::move(ready)), join_(std::move(join)) {}
 
   ~NvmeOptimizerHome() override {
     // Write-backs read the slots: they must be done before the slots go.
@@ -84,7 +94,8 @@ class NvmeOptimizerHome : public OptimizerHome {
 
   double busy_ms() const override { return timer_.ms(); }
 
-  // Chunk by chunk through slot 0's buffers (only the kinds asked for are read).
+  // Chunk by chunk through slot 0's buffers (only the kinds asked for are read); 8-bit
+  // moments dequantized.
   Status ReadState(int unit, float* master, float* exp_avg, float* exp_avg_sq) override {
     Slot& slot = slots_[0];
     RETURN_IF_ERROR(Flush());
@@ -92,7 +103,9 @@ class NvmeOptimizerHome : public OptimizerHome {
         {ExtentKind::kMaster, master, &slot.master},
         {ExtentKind::kExpAvg, exp_avg, &slot.exp_avg},
         {ExtentKind::kExpAvgSq, exp_avg_sq, &slot.exp_avg_sq}};
-    for (const NvmeChunk& chunk : chunks_[unit]) {
+    for (size_t k = 0; k < chunks_[unit].size(); ++k) {
+      const NvmeChunk& chunk = chunks_[unit][k];
+      const std::vector<StateRun>& runs = chunk_runs_[unit][k];
       std::vector<NvmeTier::Part> parts;
       for (const auto& [kind, out, buffer] : arrays) {
         if (out != nullptr) parts.push_back({kind, buffer->data()});
@@ -101,23 +114,40 @@ class NvmeOptimizerHome : public OptimizerHome {
       RETURN_IF_ERROR(nvme_->Wait(nvme_->Read(chunk.id, std::move(parts))));
       for (const auto& [kind, out, buffer] : arrays) {
         if (out == nullptr) continue;
-        std::memcpy(out + chunk.begin, buffer->data(), (chunk.end - chunk.begin) * 4);
+        if (kind != ExtentKind::kMaster && !runs.empty()) {
+          MomentToFp32(runs, kind == ExtentKind::kExpAvg, buffer->as<uint8_t>(),
+                       out + chunk.begin);
+        } else {
+          std::memcpy(out + chunk.begin, buffer->data(), (chunk.end - chunk.begin) * 4);
+        }
       }
     }
     return absl::OkStatus();
   }
 
+  // Null moments are zeros (with 8-bit states: the codes of 0.0); 8-bit moments quantized.
   Status WriteState(int unit, const float* master, const float* exp_avg,
                     const float* exp_avg_sq) override {
     if (master == nullptr) return absl::InvalidArgumentError("WriteState needs a master");
     Slot& slot = slots_[0];
     RETURN_IF_ERROR(Flush());
-    const std::pair<const float*, Buffer*> arrays[] = {
-        {master, &slot.master}, {exp_avg, &slot.exp_avg}, {exp_avg_sq, &slot.exp_avg_sq}};
-    for (const NvmeChunk& chunk : chunks_[unit]) {
-      for (const auto& [values, buffer] : arrays) {
+    const std::tuple<ExtentKind, const float*, Buffer*> arrays[] = {
+        {ExtentKind::kMaster, master, &slot.master},
+        {ExtentKind::kExpAvg, exp_avg, &slot.exp_avg},
+        {ExtentKind::kExpAvgSq, exp_avg_sq, &slot.exp_avg_sq}};
+    for (size_t k = 0; k < chunks_[unit].size(); ++k) {
+      const NvmeChunk& chunk = chunks_[unit][k];
+      const std::vector<StateRun>& runs = chunk_runs_[unit][k];
+      for (const auto& [kind, values, buffer] : arrays) {
         std::memset(buffer->data(), 0, buffer->bytes());
-        if (values != nullptr) {
+        const bool is_signed = kind == ExtentKind::kExpAvg;
+        if (kind != ExtentKind::kMaster && !runs.empty()) {
+          if (values != nullptr) {
+            MomentFromFp32(runs, is_signed, values + chunk.begin, buffer->as<uint8_t>());
+          } else {
+            ZeroMoment(runs, is_signed, buffer->as<uint8_t>());
+          }
+        } else if (values != nullptr) {
           std::memcpy(buffer->data(), values + chunk.begin, (chunk.end - chunk.begin) * 4);
         }
       }
@@ -129,11 +159,14 @@ class NvmeOptimizerHome : public OptimizerHome {
     return absl::OkStatus();
   }
 
-  Status ReadMoment(int, int, uint8_t*) override {
-    return absl::FailedPreconditionError("8-bit Adam states on nvme are not built yet");
+  // The unit's stored form is its chunks' stored forms section by section: each section of
+  // the unit's form is the chunks' sections of that kind, one after another (the chunks are
+  // block-aligned slices of the state range, and each section keeps element order).
+  Status ReadMoment(int unit, int moment, uint8_t* stored) override {
+    return CopyMoment(unit, moment, stored, /*in=*/false);
   }
-  Status WriteMoment(int, int, const uint8_t*) override {
-    return absl::FailedPreconditionError("8-bit Adam states on nvme are not built yet");
+  Status WriteMoment(int unit, int moment, const uint8_t* stored) override {
+    return CopyMoment(unit, moment, const_cast<uint8_t*>(stored), /*in=*/true);
   }
 
   Status Flush() override {
@@ -147,6 +180,23 @@ class NvmeOptimizerHome : public OptimizerHome {
   }
 
  private:
+  // The state a slot holds for a chunk with `runs`: fp32 moments, or the stored forms of
+  // 8-bit ones (the fp32 runs' values at the start, as AdamOverRange expects them).
+  static AdamState SlotState(Slot& slot, const float* grads, const std::vector<StateRun>& runs) {
+    AdamState state{slot.master.as<float>(), grads, slot.exp_avg.as<float>(),
+                    slot.exp_avg_sq.as<float>()};
+    if (runs.empty()) return state;
+    const MomentSections sections = SectionsOf(runs);
+    uint8_t* m = slot.exp_avg.as<uint8_t>();
+    uint8_t* v = slot.exp_avg_sq.as<uint8_t>();
+    state.runs = &runs;
+    state.m_codes = m + sections.codes_offset();
+    state.m_absmax = reinterpret_cast<float*>(m + sections.absmax_offset());
+    state.v_codes = v + sections.codes_offset();
+    state.v_absmax = reinterpret_cast<float*>(v + sections.absmax_offset());
+    return state;
+  }
+
   // Chunk `k` of `unit`'s shard (which starts at unit element `shard_begin`).
   Status StepChunk(int unit, size_t k, const AdamParams& params, size_t shard_begin,
                    void* param_dest, bool to_device) {
@@ -218,9 +268,7 @@ class NvmeOptimizerHome : public OptimizerHome {
     const ShardRange range{shard_begin + chunk.begin, shard_begin + chunk.end};
     timer_.Start(host);
     RETURN_IF_ERROR(AdamOverRange(ctx_, *ctx_.host_ops, host, unit, params, range, range.begin,
-                                  {slot.master.as<float>(), grads, slot.exp_avg.as<float>(),
-                                   slot.exp_avg_sq.as<float>()},
-                                  out));
+                                  SlotState(slot, grads, chunk_runs_[unit][k]), out));
     if (out == slot.params.data()) {
       // The slot's buffer goes out whole (copy or write-back): its gaps and padding must be
       // zero, as in the other homes, not what an earlier chunk left in the slot.
@@ -258,6 +306,52 @@ class NvmeOptimizerHome : public OptimizerHome {
     return device.Record(*slot.copied, copy);
   }
 
+  // One moment of `unit` between `stored` (the unit's stored form) and its chunks' extents,
+  // through slot 0's buffer of that moment.
+  Status CopyMoment(int unit, int moment, uint8_t* stored, bool in) {
+    const UnitState& state = (*ctx_.units)[unit];
+    if (state.state_runs.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "unit ", unit, " has no 8-bit Adam states (train.optimizer_states=fp32)"));
+    }
+    if (moment != 0 && moment != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("no Adam moment ", moment));
+    }
+    RETURN_IF_ERROR(Flush());
+    const ExtentKind kind = kMomentKinds[moment];
+    uint8_t* buffer = (moment == 0 ? slots_[0].exp_avg : slots_[0].exp_avg_sq).as<uint8_t>();
+    const MomentSections whole = SectionsOf(state.state_runs);
+    // Where the next chunk's sections go in the unit's form.
+    size_t fp32_at = 0, codes_at = whole.codes_offset(), absmax_at = whole.absmax_offset();
+    for (size_t k = 0; k < chunks_[unit].size(); ++k) {
+      const MomentSections part = SectionsOf(chunk_runs_[unit][k]);
+      const std::pair<size_t, size_t> sections[] = {  // (unit offset, chunk offset), bytes
+          {fp32_at, 0}, {codes_at, part.codes_offset()}, {absmax_at, part.absmax_offset()}};
+      const size_t bytes[] = {part.fp32 * 4, part.codes, part.blocks * 4};
+      const int id = chunks_[unit][k].id;
+      if (!in) RETURN_IF_ERROR(nvme_->Wait(nvme_->Read(id, {{kind, buffer}})));
+      for (int i = 0; i < 3; ++i) {
+        const auto& [unit_at, chunk_at] = sections[i];
+        if (in) {
+          std::memcpy(buffer + chunk_at, stored + unit_at, bytes[i]);
+        } else {
+          std::memcpy(stored + unit_at, buffer + chunk_at, bytes[i]);
+        }
+      }
+      if (in) RETURN_IF_ERROR(nvme_->Wait(nvme_->Write(id, {{kind, buffer}})));
+      fp32_at += bytes[0];
+      codes_at += bytes[1];
+      absmax_at += bytes[2];
+    }
+    if (fp32_at != whole.codes_offset() || codes_at != whole.absmax_offset() ||
+        absmax_at != whole.bytes()) {
+      return absl::InternalError(absl::StrCat(
+          "nvme optimizer: unit ", unit, "'s chunks do not add up to its 8-bit moment's "
+          "stored form"));
+    }
+    return absl::OkStatus();
+  }
+
   HomeContext ctx_;
   GradHome* grads_;
   NvmeTier* nvme_;
@@ -267,6 +361,8 @@ class NvmeOptimizerHome : public OptimizerHome {
   bool params_to_device_;  // else the params' part is in the host tier (or on nvme)
   SumHandOver* hand_over_;  // null: the sums are read from the tier
   std::vector<std::vector<NvmeChunk>> chunks_;
+  // [unit][chunk]: the chunk's state runs (slots from the chunk's start), or empty (fp32).
+  std::vector<std::vector<std::vector<StateRun>>> chunk_runs_;
   std::vector<Slot> slots_;
   size_t next_slot_ = 0;
   std::vector<int> order_;  // chunks stepped this step, in order
@@ -289,11 +385,31 @@ StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::CreateNvme(
         "an nvme optimizer home needs grads, a tier, params, slots and every unit's chunks");
   }
   ParamWriteBack* param_write = params->write_back();
-  // Slots sized for the largest chunk's extents (4 KiB-padded for O_DIRECT).
-  uint64_t state_bytes = 0, param_bytes = 4096;
+  // Per chunk, its state runs: the chunk's block-aligned slice of the unit's state range,
+  // numbered from the chunk's start, as the tier's moment extents were sized
+  // (runtime/zero_components.cc).
+  std::vector<std::vector<std::vector<StateRun>>> chunk_runs(chunks.size());
+  for (size_t u = 0; u < chunks.size(); ++u) {
+    const UnitState& state = (*ctx.units)[u];
+    for (const NvmeChunk& chunk : chunks[u]) {
+      std::vector<StateRun>& runs = chunk_runs[u].emplace_back();
+      if (state.state_runs.empty()) continue;
+      const size_t origin = state.state_runs.front().begin;
+      runs = StateRuns((*ctx.layouts)[u], {origin + chunk.begin, origin + chunk.end});
+      if (nvme->PaddedBytes(chunk.id, ExtentKind::kExpAvg) < SectionsOf(runs).bytes()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "nvme optimizer: unit ", (*ctx.layouts)[u].name(), " chunk ", chunk.id,
+            ": its moment extents are smaller than the chunk's 8-bit stored form"));
+      }
+    }
+  }
+  // Slots sized for the largest chunk's extents of each kind (4 KiB-padded for O_DIRECT).
+  uint64_t state_bytes = 0, moment_bytes = 0, param_bytes = 4096;
   for (const auto& unit_chunks : chunks) {
     for (const NvmeChunk& chunk : unit_chunks) {
       state_bytes = std::max(state_bytes, nvme->PaddedBytes(chunk.id, ExtentKind::kMaster));
+      moment_bytes = std::max({moment_bytes, nvme->PaddedBytes(chunk.id, ExtentKind::kExpAvg),
+                               nvme->PaddedBytes(chunk.id, ExtentKind::kExpAvgSq)});
       param_bytes = std::max<uint64_t>(
           param_bytes, param_write != nullptr
                            ? param_write->ChunkBytes(chunk.id)
@@ -307,7 +423,9 @@ StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::CreateNvme(
     const std::string name = absl::StrCat("nvme optimizer slot ", i);
     for (Buffer* buffer : {&slot.master, &slot.exp_avg, &slot.exp_avg_sq}) {
       ASSIGN_OR_RETURN(*buffer, AllocateZeroedIn(ctx, Tier::kHost, StateKind::kOptimizer,
-                                                 state_bytes, name));
+                                                 buffer == &slot.master ? state_bytes
+                                                                        : moment_bytes,
+                                                 name));
     }
     if (grads->tier() != StateTier::kHost) {
       ASSIGN_OR_RETURN(slot.grads, AllocateZeroedIn(ctx, Tier::kHost, StateKind::kGrads,
@@ -322,7 +440,8 @@ StatusOr<std::unique_ptr<OptimizerHome>> OptimizerHome::CreateNvme(
   ASSIGN_OR_RETURN(std::unique_ptr<Event> join, ctx.device->CreateEvent());
   return std::unique_ptr<OptimizerHome>(
       new NvmeOptimizerHome(ctx, grads, nvme, params, hand_over, std::move(chunks),
-                            std::move(all), std::move(ready), std::move(join)));
+                            std::move(chunk_runs), std::move(all), std::move(ready),
+                            std::move(join)));
 }
 
 }  // namespace strata

@@ -5,8 +5,9 @@
 // bf16, for the device home, the host home (grads on the device or the host, params on
 // the device or the host) and the NVMe home (grads on the device, the host or nvme, with
 // and without the hand-over; params resident or on nvme). Also: WriteState/ReadState round
-// trips (null moments store zeros), the host home's staged updates and sub-ranges,
-// capabilities, and refusals of placements a home cannot serve.
+// trips (null moments store zeros), the NVMe home with 8-bit states (conversions, the
+// moments' stored form, steps against the 8-bit reference), the host home's staged updates
+// and sub-ranges, capabilities, and refusals of placements a home cannot serve.
 #include "tiers/optimizer_home.h"
 
 #include <gtest/gtest.h>
@@ -17,8 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/adam8bit.h"
 #include "kernels/cpu/adamw.h"
 #include "tiers/home_test_rig.h"
+#include "tiers/state_blocks.h"
 
 namespace strata {
 namespace {
@@ -144,6 +147,8 @@ struct HomeSetup {
   std::string name;
   StatePlacement placement;  // grads, optimizer, params
   bool hand_over = false;    // nvme grads and optimizer linked
+  std::vector<UnitLayout> layouts;  // empty: the rig's
+  bool int8 = false;                // 8-bit Adam states (the nvme optimizer home alone)
 };
 
 // The homes of one placement with their rig and NVMe tier, torn down in order.
@@ -242,8 +247,9 @@ StatusOr<std::unique_ptr<Homes>> MakeHomes(DType dtype, const HomeSetup& setup) 
   std::string skip;
   const std::string dir = tiers_testing::NvmeTestDir(&skip);
   auto homes = std::make_unique<Homes>();
-  ASSIGN_OR_RETURN(homes->rig, HomeRig::Create(dtype));
+  ASSIGN_OR_RETURN(homes->rig, HomeRig::Create(dtype, setup.layouts));
   HomeRig& rig = *homes->rig;
+  if (setup.int8) rig.UseInt8States();
   const StatePlacement& placement = setup.placement;
   RETURN_IF_ERROR(rig.AllocateState(placement));
   const auto chunks = rig.Chunks();
@@ -469,6 +475,155 @@ TEST_P(OptimizerHomeTest, StoreAndLoadStateRoundTrip) {
     EXPECT_TRUE(BitsEqual(inputs.initial[0].master.data(), loaded.master.data(), n));
     EXPECT_TRUE(BitsEqual(zeros, loaded.exp_avg));
     EXPECT_TRUE(BitsEqual(zeros, loaded.exp_avg_sq));
+  }
+}
+
+// A unit with runs of both kinds for 8-bit states: blocks [0, 6144) 8-bit with decay, the
+// block of a small tensor in fp32, [8192, 12288) 8-bit without decay (padding at its end).
+UnitLayout Int8Unit() {
+  UnitLayout unit("int8 unit");
+  unit.Add("w", {64, 100}, /*weight_decay=*/true, InitKind::kNormal, 0.02f);  // [0, 6400)
+  unit.Add("b", {50}, false, InitKind::kZeros);                              // [6400, 6450)
+  unit.Add("w2", {40, 128}, false, InitKind::kNormal, 0.02f);               // [6464, 11584)
+  return unit;
+}
+
+// The reference 8-bit step of a unit over its stored moments (`m`, `v`: the unit's forms):
+// quantized runs by the scalar 8-bit Adam, fp32 runs tensor by tensor by the fp32 reference.
+void ReferenceStep8bit(const UnitLayout& layout, const std::vector<StateRun>& runs, DType dtype,
+                       const AdamParams& hp, const std::vector<float>& grads, UnitValues& values,
+                       std::vector<uint8_t>& m, std::vector<uint8_t>& v) {
+  const MomentSections sections = SectionsOf(runs);
+  float* m_fp32 = reinterpret_cast<float*>(m.data());
+  float* v_fp32 = reinterpret_cast<float*>(v.data());
+  float* m_absmax = reinterpret_cast<float*>(m.data() + sections.absmax_offset());
+  float* v_absmax = reinterpret_cast<float*>(v.data() + sections.absmax_offset());
+  for (const StateRun& run : runs) {
+    const size_t n = run.end - run.begin;
+    if (run.quantized) {
+      AdamParams run_hp = hp;
+      if (!run.weight_decay) run_hp.weight_decay = 0.0f;
+      uint8_t* m_codes = m.data() + sections.codes_offset() + run.slot;
+      uint8_t* v_codes = v.data() + sections.codes_offset() + run.slot;
+      const size_t block = run.slot / kAdamStateBlock;
+      float* master = values.master.data() + run.begin;
+      const float* grad = grads.data() + run.begin;
+      if (dtype == DType::kF32) {
+        cpu::Adam8bitReference(reinterpret_cast<float*>(values.params.data()) + run.begin, master,
+                               grad, m_codes, m_absmax + block, v_codes, v_absmax + block, n,
+                               run_hp);
+      } else {
+        cpu::Adam8bitReference(reinterpret_cast<bf16*>(values.params.data()) + run.begin, master,
+                               grad, m_codes, m_absmax + block, v_codes, v_absmax + block, n,
+                               run_hp);
+      }
+      continue;
+    }
+    for (const TensorSpec& tensor : layout.tensors()) {
+      const size_t lo = std::max(run.begin, tensor.offset);
+      const size_t hi = std::min(run.end, tensor.offset + tensor.numel);
+      if (lo >= hi) continue;
+      AdamParams tensor_hp = hp;
+      if (!tensor.weight_decay) tensor_hp.weight_decay = 0.0f;
+      const size_t at = run.slot + (lo - run.begin);
+      if (dtype == DType::kF32) {
+        cpu::AdamWReference(reinterpret_cast<float*>(values.params.data()) + lo,
+                            values.master.data() + lo, grads.data() + lo, m_fp32 + at,
+                            v_fp32 + at, hi - lo, tensor_hp);
+      } else {
+        cpu::AdamWReference(reinterpret_cast<bf16*>(values.params.data()) + lo,
+                            values.master.data() + lo, grads.data() + lo, m_fp32 + at,
+                            v_fp32 + at, hi - lo, tensor_hp);
+      }
+    }
+  }
+}
+
+// The NVMe home with 8-bit states (chunks of one block, the moment extents in the chunks'
+// stored forms): WriteState quantizes and ReadState dequantizes (MomentFromFp32 /
+// MomentToFp32 over the unit's runs), null moments store the form of zeros, WriteMoment and
+// ReadMoment move the unit's form exactly, and two steps (grads on the device, the host and
+// nvme) equal the reference 8-bit step bit for bit: master, params and both moments' bytes.
+TEST_P(OptimizerHomeTest, NvmeHomeWithInt8States) {
+  if (!nvme_skip_.empty()) GTEST_SKIP() << nvme_skip_;
+  const DType dtype = GetParam();
+  const StateTier kDevice = StateTier::kDevice, kHost = StateTier::kHost,
+                  kNvme = StateTier::kNvme;
+  const std::vector<HomeSetup> setups = {
+      {"device grads", {kDevice, kNvme, kDevice}, false, {Int8Unit()}, true},
+      {"host grads, host params", {kHost, kNvme, kHost}, false, {Int8Unit()}, true},
+      {"nvme grads handed over, nvme params", {kNvme, kNvme, kNvme}, true, {Int8Unit()}, true},
+  };
+  for (const HomeSetup& setup : setups) {
+    SCOPED_TRACE(setup.name);
+    ASSERT_OK_AND_ASSIGN(auto homes, MakeHomes(dtype, setup));
+    HomeRig& rig = *homes->rig;
+    const std::vector<StateRun>& runs = rig.units()[0].state_runs;
+    ASSERT_EQ(runs.size(), 3u);
+    const MomentSections sections = SectionsOf(runs);
+    const size_t n = rig.shard(0);
+    const int steps = 2;
+    // As a model's state: zero in the gaps and padding, where gradients are zero too (an
+    // 8-bit step covers whole blocks, padding included, and leaves zeros there).
+    Inputs inputs(rig, steps);
+    const std::vector<bool> in_tensor = TensorElements(rig.layouts()[0], n);
+    for (size_t i = 0; i < n; ++i) {
+      if (in_tensor[i]) continue;
+      UnitValues& values = inputs.initial[0];
+      values.master[i] = values.exp_avg[i] = values.exp_avg_sq[i] = 0.0f;
+      for (auto& micro_batches : inputs.grads) {
+        for (auto& units : micro_batches) units[0][i] = 0.0f;
+      }
+    }
+    const UnitValues& initial = inputs.initial[0];
+    // The stored forms of the initial moments, and what they read back as.
+    std::vector<uint8_t> m(sections.bytes()), v(sections.bytes());
+    MomentFromFp32(runs, true, initial.exp_avg.data(), m.data());
+    MomentFromFp32(runs, false, initial.exp_avg_sq.data(), v.data());
+    ASSERT_OK(homes->StoreInitial(inputs));
+    ASSERT_OK_AND_ASSIGN(UnitValues loaded, homes->Read(0));
+    std::vector<float> m_values(n), v_values(n);
+    MomentToFp32(runs, true, m.data(), m_values.data());
+    MomentToFp32(runs, false, v.data(), v_values.data());
+    EXPECT_TRUE(BitsEqual(initial.master, loaded.master));
+    EXPECT_TRUE(BitsEqual(m_values, loaded.exp_avg));
+    EXPECT_TRUE(BitsEqual(v_values, loaded.exp_avg_sq));
+    EXPECT_FALSE(BitsEqual(initial.exp_avg, loaded.exp_avg)) << "the moments were not quantized";
+    std::vector<uint8_t> stored(sections.bytes(), 0xAB);
+    ASSERT_OK(homes->optimizer->ReadMoment(0, 0, stored.data()));
+    EXPECT_EQ(stored, m);
+    ASSERT_OK(homes->optimizer->ReadMoment(0, 1, stored.data()));
+    EXPECT_EQ(stored, v);
+    // Null moments: the form of zeros.
+    ASSERT_OK(homes->optimizer->WriteState(0, initial.master.data(), nullptr, nullptr));
+    std::vector<uint8_t> zero(sections.bytes());
+    for (int moment : {0, 1}) {
+      ZeroMoment(runs, moment == 0, zero.data());
+      ASSERT_OK(homes->optimizer->ReadMoment(0, moment, stored.data()));
+      EXPECT_EQ(stored, zero) << moment;
+    }
+    // WriteMoment then ReadMoment: the same bytes (m's form given as v's too: no conversion).
+    ASSERT_OK(homes->optimizer->WriteMoment(0, 0, m.data()));
+    ASSERT_OK(homes->optimizer->WriteMoment(0, 1, v.data()));
+    ASSERT_OK(homes->optimizer->ReadMoment(0, 0, stored.data()));
+    EXPECT_EQ(stored, m);
+    ASSERT_OK(homes->optimizer->ReadMoment(0, 1, stored.data()));
+    EXPECT_EQ(stored, v);
+    // Two steps against the reference from the stored initial state.
+    UnitValues expected = initial;
+    for (int s = 0; s < steps; ++s) {
+      ASSERT_OK(homes->RunStep(inputs, s));
+      ReferenceStep8bit(rig.layouts()[0], runs, dtype, StepParams(s), inputs.Sum(s, 0), expected,
+                        m, v);
+    }
+    ASSERT_OK_AND_ASSIGN(loaded, homes->Read(0));
+    EXPECT_TRUE(BitsEqual(expected.master, loaded.master)) << "master";
+    EXPECT_TRUE(ElementsEqual(expected.params.data(), loaded.params.data(), n, dtype))
+        << "params";
+    ASSERT_OK(homes->optimizer->ReadMoment(0, 0, stored.data()));
+    EXPECT_EQ(stored, m) << "exp_avg";
+    ASSERT_OK(homes->optimizer->ReadMoment(0, 1, stored.data()));
+    EXPECT_EQ(stored, v) << "exp_avg_sq";
   }
 }
 

@@ -92,4 +92,16 @@ void MomentFromFp32(const std::vector<StateRun>& runs, bool is_signed, const flo
   }
 }
 
+void ZeroMoment(const std::vector<StateRun>& runs, bool is_signed, uint8_t* stored) {
+  const MomentSections sections = SectionsOf(runs);
+  // The code of 0.0 from the encoder itself, so that the two can never disagree.
+  const float zero = 0.0f;
+  uint8_t zero_code = 0;
+  float absmax = 0.0f;
+  cpu::QuantizeMoments(&zero, 1, is_signed, &zero_code, &absmax);
+  std::memset(stored, 0, sections.codes_offset());
+  std::memset(stored + sections.codes_offset(), zero_code, sections.codes);
+  std::memset(stored + sections.absmax_offset(), 0, sections.blocks * 4);
+}
+
 }  // namespace strata

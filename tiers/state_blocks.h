@@ -95,5 +95,8 @@ void MomentToFp32(const std::vector<StateRun>& runs, bool is_signed, const uint8
                   float* values);
 void MomentFromFp32(const std::vector<StateRun>& runs, bool is_signed, const float* values,
                     uint8_t* stored);
+// The stored form of an all-zero moment over `runs` (fresh states): fp32 zeros, the map's
+// code of 0.0 (m: 127, v: 0) and zero absmaxes, as MomentFromFp32 of zeros gives.
+void ZeroMoment(const std::vector<StateRun>& runs, bool is_signed, uint8_t* stored);
 
 }  // namespace strata
