@@ -75,6 +75,34 @@ nlohmann::json StoredModelKey(const nlohmann::json& stored, const std::string& k
   return stored.contains(key) ? stored.at(key) : ModelKeyBeforeItExisted(key, stored);
 }
 
+nlohmann::json ArrayJson(int k, const QuantizedBlocks& blocks, size_t used,
+                         nlohmann::json shards) {
+  if (k == 0 || blocks.empty()) {
+    // fp32: no blocks, no scales.
+    return {{"name", kArrayNames[k]},
+            {"dtype", "f32"},
+            {"block", 0},
+            {"scales", nullptr},
+            {"shards", std::move(shards)}};
+  }
+  nlohmann::json fp32_blocks = nlohmann::json::array();
+  const size_t count = (used + kAdamStateBlock - 1) / kAdamStateBlock;
+  for (size_t b = 0; b < count; ++b) {
+    if (b < blocks.size() && blocks[b]) continue;
+    if (!fp32_blocks.empty() && fp32_blocks.back()[1].get<size_t>() == b) {
+      fp32_blocks.back()[1] = b + 1;
+    } else {
+      fp32_blocks.push_back({b, b + 1});
+    }
+  }
+  return {{"name", kArrayNames[k]},
+          {"dtype", kMomentDTypes[k]},
+          {"block", kAdamStateBlock},
+          {"scales", "f32"},
+          {"fp32_blocks", std::move(fp32_blocks)},
+          {"shards", std::move(shards)}};
+}
+
 std::string MetaChecksum(nlohmann::json meta) {
   meta.erase("checksum");
   const std::string text = meta.dump();

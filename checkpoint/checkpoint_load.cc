@@ -9,12 +9,18 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/checkpoint_layout.h"
 #include "checkpoint/checkpoint_open.h"
 #include "collectives/agreement.h"
+#include "core/logging.h"
 #include "core/progress.h"
 
 namespace strata {
 
+using checkpoint_internal::BlocksOfRuns;
+using checkpoint_internal::ByteCopy;
+using checkpoint_internal::MomentSliceCopies;
+using checkpoint_internal::QuantizedBlocks;
 
 namespace {
 
@@ -53,8 +59,13 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
       if (begin > 0 || end < engine.state().PaddedElements(trainable[i])) whole = false;
       const size_t used = opened->units[i].elements;
       if (begin >= used) continue;
-      for (const int file : CheckpointFilesFor(*opened, static_cast<int>(i), begin,
-                                               std::min(end, used))) {
+      // An 8-bit moment is read in whole blocks (an fp32 run's shards need not be on them).
+      const bool blocks = opened->units[i].eight_bit(1) || opened->units[i].eight_bit(2);
+      const size_t first = blocks ? begin / kAdamStateBlock * kAdamStateBlock : begin;
+      const size_t last =
+          std::min(used, blocks ? (end + kAdamStateBlock - 1) / kAdamStateBlock * kAdamStateBlock
+                                : end);
+      for (const int file : CheckpointFilesFor(*opened, static_cast<int>(i), first, last)) {
         needed.push_back(file);
       }
     }
@@ -99,35 +110,104 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
   const std::string& path = opened->path;
   const std::vector<OpenedCheckpoint::Unit>& files = opened->units;
   const int next_step = opened->next_step;
+  // The bytes of the checkpoint a rank reads for unit u's used elements [begin, begin + used).
+  auto unit_bytes = [&](size_t u, size_t begin, size_t used) {
+    uint64_t bytes = used * sizeof(float);
+    for (int k = 1; k < 3 && used > 0; ++k) {
+      bytes += files[u].eight_bit(k) ? CheckpointMoment8BitBytes(*opened, static_cast<int>(u), k,
+                                                                 begin, begin + used)
+                                     : used * sizeof(float);
+    }
+    return bytes;
+  };
   uint64_t checkpoint_bytes = 0;
   for (size_t u = 0; u < files.size(); ++u) {
     const auto [begin, end] = engine.state().StateRange(trainable[u]);
     const size_t n = files[u].elements;
-    if (begin < n) checkpoint_bytes += 3 * (std::min(end, n) - begin) * sizeof(float);
+    if (begin < n) checkpoint_bytes += unit_bytes(u, begin, std::min(end, n) - begin);
   }
   std::optional<Progress> loading;
   if (show_progress) loading.emplace(absl::StrCat("resuming from ", path), checkpoint_bytes);
   // Each unit's state over the range this rank holds (its shard where the optimizer state is
   // sharded, else the whole unit), read from whichever files hold it (pread), zero past the
-  // used elements. Buffers reused from unit to unit: fresh pages per unit cost more than
-  // the copies.
+  // used elements. The moments as the engine keeps them: fp32 (an 8-bit array dequantized),
+  // or 8-bit in their stored form, taken as they are where the checkpoint's blocks are the
+  // engine's (an exact resume), else quantized from fp32 values. Buffers reused from unit to
+  // unit: fresh pages per unit cost more than the copies.
   UnitOptimizerState state;
+  std::vector<uint8_t> stored[2], part;
+  std::vector<float> values;
+  bool to_fp32 = false, to_8bit = false, other_blocks = false;
   for (size_t u = 0; u < files.size(); ++u) {
+    const int unit = static_cast<int>(u);
     const size_t n = files[u].elements;
     const auto [begin, end] = engine.state().StateRange(trainable[u]);
     const size_t used = begin < n ? std::min(end, n) - begin : 0;
-    std::vector<float>* arrays[] = {&state.master, &state.exp_avg, &state.exp_avg_sq};
-    for (int k = 0; k < 3; ++k) {
-      arrays[k]->assign(end - begin, 0.0f);
-      if (used > 0) {
-        RETURN_IF_ERROR(ReadCheckpointArray(*opened, static_cast<int>(u), k, begin, used,
-                                            arrays[k]->data()));
-      }
+    state.master.assign(end - begin, 0.0f);
+    if (used > 0) {
+      RETURN_IF_ERROR(ReadCheckpointArray(*opened, unit, 0, begin, used, state.master.data()));
     }
-    // Collective at stages 1-2 on several ranks (the params gathered from the masters).
-    RETURN_IF_ERROR(engine.state().WriteStateRange(
-        trainable[u], state.master.data(), state.exp_avg.data(), state.exp_avg_sq.data()));
-    if (loading) loading->Advance(3 * used * sizeof(float));
+    const std::vector<StateRun>& runs = engine.state().MomentRuns(trainable[u]);
+    if (runs.empty()) {  // fp32 moments
+      std::vector<float>* moments[] = {&state.exp_avg, &state.exp_avg_sq};
+      for (int k = 1; k < 3; ++k) {
+        moments[k - 1]->assign(end - begin, 0.0f);
+        if (used == 0) continue;
+        RETURN_IF_ERROR(
+            ReadCheckpointArray(*opened, unit, k, begin, used, moments[k - 1]->data()));
+        to_fp32 = to_fp32 || files[u].eight_bit(k);
+      }
+      // Collective at stages 1-2 on several ranks (the params gathered from the masters).
+      RETURN_IF_ERROR(engine.state().WriteStateRange(
+          trainable[u], state.master.data(), state.exp_avg.data(), state.exp_avg_sq.data()));
+    } else {  // 8-bit moments
+      const QuantizedBlocks mine = BlocksOfRuns(runs);
+      const ShardRange range{begin, end}, held{begin, begin + used};
+      for (int k = 1; k < 3; ++k) {
+        std::vector<uint8_t>& out = stored[k - 1];
+        out.resize(engine.state().StoredMomentBytes(trainable[u]));
+        const bool is_signed = k == 1;
+        bool same = files[u].eight_bit(k);
+        for (size_t b = begin / kAdamStateBlock; same && b * kAdamStateBlock < held.end; ++b) {
+          same = b < mine.size() && mine[b] == files[u].quantized_blocks[k][b];
+        }
+        values.assign(end - begin, 0.0f);
+        if (!same) {  // quantized from fp32 values (an 8-bit array dequantized first)
+          if (used > 0) {
+            RETURN_IF_ERROR(ReadCheckpointArray(*opened, unit, k, begin, used, values.data()));
+          }
+          MomentFromFp32(runs, is_signed, values.data(), out.data());
+          (files[u].eight_bit(k) ? other_blocks : to_8bit) = true;
+          continue;
+        }
+        // As they are: the fresh form (zero moments: the padding's), then the checkpoint's
+        // form of the used elements, a prefix of each of its sections.
+        MomentFromFp32(runs, is_signed, values.data(), out.data());
+        if (used == 0) continue;
+        part.resize(CheckpointMoment8BitBytes(*opened, unit, k, held.begin, held.end));
+        RETURN_IF_ERROR(
+            ReadCheckpointMoment8Bit(*opened, unit, k, held.begin, held.end, part.data()));
+        for (const ByteCopy& copy : MomentSliceCopies(mine, held, range, held)) {
+          std::memcpy(out.data() + copy.to, part.data() + copy.from, copy.bytes);
+        }
+      }
+      // Collective at stages 1-2 on several ranks (the params gathered from the masters).
+      RETURN_IF_ERROR(engine.state().WriteStateRange8Bit(trainable[u], state.master.data(),
+                                                         stored[0].data(), stored[1].data()));
+    }
+    if (loading) loading->Advance(unit_bytes(u, begin, used));
+  }
+  if (show_progress && to_fp32) {
+    spdlog::info("resuming {}: converted 8-bit Adam states to fp32 (the checkpoint's run had "
+                 "train.optimizer_states=int8, this one fp32)", path);
+  }
+  if (show_progress && to_8bit) {
+    spdlog::info("resuming {}: converted fp32 Adam states to 8-bit (the checkpoint's run had "
+                 "train.optimizer_states=fp32, this one int8)", path);
+  }
+  if (show_progress && other_blocks) {
+    spdlog::warn("resuming {}: the checkpoint's 8-bit Adam states are on other blocks than this "
+                 "run's: converted through fp32 (close, not exact)", path);
   }
   return LoadedCheckpoint{next_step, path};
 }
