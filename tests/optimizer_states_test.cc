@@ -344,7 +344,7 @@ TEST(OptimizerStates, CheckpointsKeepTheStatesAsTheyAre) {
   const PlacementRun async = TrainAllRanks(PlacementRunOptions(
       1, 2,
       With(kInt8, {"train.checkpoint_dir=" + async_dir, "train.checkpoint_every=3",
-                   "train.checkpoint_async=true", "train.checkpoint_buffer_bytes=64KiB"}),
+                   "train.checkpoint_async=true", "train.checkpoint_buffer_bytes=1MiB"}),
       6));
   ASSERT_OK(async.status);
   const nlohmann::json async_meta = Manifest(async_dir + "/step-3");
@@ -435,6 +435,7 @@ TEST(OptimizerStates, Int8CheckpointsMoveAcrossWorldSizesAsTheyAre) {
     return session->Checkpoint(3).status();
   }));
   const std::string consolidated = dir + "/consolidated";
+  std::filesystem::remove_all(consolidated);  // a run outside bazel's fresh TEST_TMPDIR
   ASSERT_OK(ConsolidateCheckpoint({{step}, consolidated}).status());
   ASSERT_OK_AND_ASSIGN(const OpenedCheckpoint written, OpenCheckpoint(step));
   EXPECT_EQ(written.world, 2);
