@@ -152,7 +152,7 @@ StatusOr<std::string> ConsolidateCheckpoint(const ConsolidateRequest& request) {
     const size_t n = checkpoint.units[u].elements;
     nlohmann::json arrays = nlohmann::json::array();
     for (int k = 0; k < 3; ++k) {
-      arrays.push_back(ArrayJson(k, checkpoint.units[u].quantized_blocks[k], n,
+      arrays.push_back(ArrayJson(k, checkpoint.units[u].blocks[k], n,
                                  {{{"rank", 0}, {"begin", 0}, {"end", n}, {"offset", offset}}}));
       if (checkpoint.units[u].eight_bit(k)) {  // the stored form, whole (about a byte an element)
         stored.resize(CheckpointMoment8BitBytes(checkpoint, static_cast<int>(u), k, 0, n));

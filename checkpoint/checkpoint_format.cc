@@ -85,15 +85,11 @@ nlohmann::json ArrayJson(int k, const QuantizedBlocks& blocks, size_t used,
             {"scales", nullptr},
             {"shards", std::move(shards)}};
   }
+  // The fp32 ranges among the blocks of the used elements.
   nlohmann::json fp32_blocks = nlohmann::json::array();
   const size_t count = (used + kAdamStateBlock - 1) / kAdamStateBlock;
-  for (size_t b = 0; b < count; ++b) {
-    if (b < blocks.size() && blocks[b]) continue;
-    if (!fp32_blocks.empty() && fp32_blocks.back()[1].get<size_t>() == b) {
-      fp32_blocks.back()[1] = b + 1;
-    } else {
-      fp32_blocks.push_back({b, b + 1});
-    }
+  for (const auto& [first, end] : blocks.fp32) {
+    if (first < std::min(end, count)) fp32_blocks.push_back({first, std::min(end, count)});
   }
   return {{"name", kArrayNames[k]},
           {"dtype", kMomentDTypes[k]},

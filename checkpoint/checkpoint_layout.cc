@@ -12,11 +12,15 @@ std::string RankFileName(int rank) { return absl::StrFormat("rank-%05d.bin", ran
 
 QuantizedBlocks BlocksOfRuns(const std::vector<StateRun>& runs) {
   QuantizedBlocks blocks;
-  if (runs.empty()) return blocks;
-  blocks.assign((runs.back().end + kAdamStateBlock - 1) / kAdamStateBlock, false);
+  blocks.eight_bit = !runs.empty();
   for (const StateRun& run : runs) {
-    for (size_t b = run.begin / kAdamStateBlock; b * kAdamStateBlock < run.end; ++b) {
-      blocks[b] = run.quantized;
+    if (run.quantized) continue;
+    const size_t first = run.begin / kAdamStateBlock;
+    const size_t end = (run.end + kAdamStateBlock - 1) / kAdamStateBlock;
+    if (!blocks.fp32.empty() && blocks.fp32.back().second == first) {
+      blocks.fp32.back().second = end;
+    } else {
+      blocks.fp32.push_back({first, end});
     }
   }
   return blocks;
@@ -25,16 +29,23 @@ QuantizedBlocks BlocksOfRuns(const std::vector<StateRun>& runs) {
 MomentSections SectionsOver(const QuantizedBlocks& blocks, ShardRange range) {
   MomentSections sections;
   if (range.begin >= range.end) return sections;
-  for (size_t b = range.begin / kAdamStateBlock; b * kAdamStateBlock < range.end; ++b) {
-    const size_t n = std::min(range.end, (b + 1) * kAdamStateBlock) -
-                     std::max(range.begin, b * kAdamStateBlock);
-    if (b < blocks.size() && blocks[b]) {
-      sections.codes += n;
-      ++sections.blocks;
-    } else {
-      sections.fp32 += n;
+  const size_t first = range.begin / kAdamStateBlock;
+  const size_t end = (range.end + kAdamStateBlock - 1) / kAdamStateBlock;
+  size_t fp32_blocks = end - first;  // all of them unless 8-bit
+  if (blocks.eight_bit) {
+    fp32_blocks = 0;
+    for (const auto& [f, e] : blocks.fp32) {
+      const size_t lo = std::max(f, first), hi = std::min(e, end);
+      if (lo >= hi) continue;
+      fp32_blocks += hi - lo;
+      sections.fp32 += std::min(range.end, hi * kAdamStateBlock) -
+                       std::max(range.begin, lo * kAdamStateBlock);
     }
+  } else {
+    sections.fp32 = range.end - range.begin;
   }
+  sections.codes = range.end - range.begin - sections.fp32;
+  sections.blocks = end - first - fp32_blocks;
   return sections;
 }
 
@@ -45,7 +56,7 @@ std::vector<StateRun> RunsOver(const QuantizedBlocks& blocks, ShardRange range) 
   for (size_t b = range.begin / kAdamStateBlock; b * kAdamStateBlock < range.end; ++b) {
     const size_t lo = std::max(range.begin, b * kAdamStateBlock);
     const size_t hi = std::min(range.end, (b + 1) * kAdamStateBlock);
-    const bool quantized = b < blocks.size() && blocks[b];
+    const bool quantized = blocks.quantized(b);
     if (!runs.empty() && runs.back().end == lo && runs.back().quantized == quantized) {
       runs.back().end = hi;
     } else {

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint_open.h"
 #include "tiers/state_blocks.h"
 #include "tiers/unit_state.h"
 
@@ -36,16 +37,16 @@ inline constexpr const char* kMomentDTypes[3] = {"f32", "q8-dynamic-signed",
 // "rank-00003.bin".
 std::string RankFileName(int rank);
 
-// Which blocks of kAdamStateBlock elements of a unit hold 8-bit moments (true) or fp32
-// ones, indexed by the block's number in the unit. Empty: a unit with fp32 moments alone
-// (train.optimizer_states = fp32), stored as plain f32 arrays.
-using QuantizedBlocks = std::vector<bool>;
+// Which blocks of kAdamStateBlock elements of a unit hold 8-bit moments (checkpoint_open.h).
+// Empty: a unit with fp32 moments alone (train.optimizer_states = fp32), stored as plain
+// f32 arrays.
+using QuantizedBlocks = MomentBlocks;
 
-// The unit-wide blocks of `runs` (a state range's runs: blocks outside them false).
+// The blocks of `runs` (a state range's runs: blocks outside them count as 8-bit).
 QuantizedBlocks BlocksOfRuns(const std::vector<StateRun>& runs);
 // The sections of a moment's stored form over elements [range.begin, range.end) (begin on a
-// block boundary; end on one or at the end of the elements stored): `blocks` must cover
-// every block the range touches.
+// block boundary; end on one or at the end of the elements stored). O(fp32 ranges), however
+// large the range (a manifest's numbers are not trusted to be small).
 MomentSections SectionsOver(const QuantizedBlocks& blocks, ShardRange range);
 // The runs of `range` (slots from its start, as StateRuns numbers them; weight_decay false:
 // storage only), for MomentToFp32 and MomentFromFp32.

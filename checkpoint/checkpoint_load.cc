@@ -169,7 +169,7 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
         const bool is_signed = k == 1;
         bool same = files[u].eight_bit(k);
         for (size_t b = begin / kAdamStateBlock; same && b * kAdamStateBlock < held.end; ++b) {
-          same = b < mine.size() && mine[b] == files[u].quantized_blocks[k][b];
+          same = mine.quantized(b) == files[u].blocks[k].quantized(b);
         }
         values.assign(end - begin, 0.0f);
         if (!same) {  // quantized from fp32 values (an 8-bit array dequantized first)

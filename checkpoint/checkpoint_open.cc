@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <iterator>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -117,12 +118,12 @@ Status ParseShardedArrays(const nlohmann::json& meta, const std::string& meta_pa
                                  " and scales \"f32\"")
                   : std::string()));
       }
-      QuantizedBlocks& blocks = unit.quantized_blocks[k];
+      QuantizedBlocks& blocks = unit.blocks[k];
       if (eight_bit) {
         // Every block of the used elements 8-bit but those "fp32_blocks" lists, as
         // [first, end) ranges in order.
-        const size_t count = (unit.elements + kAdamStateBlock - 1) / kAdamStateBlock;
-        blocks.assign(count, true);
+        const size_t count = unit.elements / kAdamStateBlock + (unit.elements % kAdamStateBlock != 0);
+        blocks.eight_bit = true;
         size_t last_end = 0;
         for (const nlohmann::json& range : array.at("fp32_blocks")) {
           const size_t first = Integer<size_t>(range.at(0));
@@ -132,10 +133,9 @@ Status ParseShardedArrays(const nlohmann::json& meta, const std::string& meta_pa
                                         range.dump(), " (expected ordered [first, end) ranges "
                                         "within its ", count, " blocks)"));
           }
-          for (size_t b = first; b < end; ++b) blocks[b] = false;
+          blocks.fp32.push_back({first, end});
           last_end = end;
         }
-        if (count == 0) blocks.assign(1, false);  // no elements: nothing read, but 8-bit
       }
       size_t covered = 0;
       for (const nlohmann::json& shard : array.at("shards")) {
@@ -357,6 +357,16 @@ StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
 
 }  // namespace
 
+bool MomentBlocks::quantized(size_t block) const {
+  if (!eight_bit) return false;
+  // The last fp32 range starting at or before the block.
+  auto after = std::upper_bound(fp32.begin(), fp32.end(), block,
+                                [](size_t b, const std::pair<size_t, size_t>& range) {
+                                  return b < range.first;
+                                });
+  return after == fp32.begin() || std::prev(after)->second <= block;
+}
+
 StatusOr<OpenedCheckpoint> OpenCheckpoint(const std::string& where) {
   ASSIGN_OR_RETURN(ParsedMeta parsed, ParseCheckpoint(where));
   return std::move(parsed.opened);
@@ -457,7 +467,7 @@ Status CheckRange(const OpenedCheckpoint& checkpoint, int unit, size_t begin, si
 
 uint64_t CheckpointMoment8BitBytes(const OpenedCheckpoint& checkpoint, int unit, int array,
                                    size_t begin, size_t end) {
-  return SectionsOver(checkpoint.units[unit].quantized_blocks[array], {begin, end}).bytes();
+  return SectionsOver(checkpoint.units[unit].blocks[array], {begin, end}).bytes();
 }
 
 Status ReadCheckpointMoment8Bit(const OpenedCheckpoint& checkpoint, int unit, int array,
@@ -474,7 +484,7 @@ Status ReadCheckpointMoment8Bit(const OpenedCheckpoint& checkpoint, int unit, in
         "checkpoint: unit ", entry.name, "'s ", kArrayNames[array], ": [", begin, ", ", end,
         ") is not on blocks of ", kAdamStateBlock, " elements"));
   }
-  const QuantizedBlocks& blocks = entry.quantized_blocks[array];
+  const QuantizedBlocks& blocks = entry.blocks[array];
   for (const OpenedCheckpoint::Piece& piece : entry.arrays[array]) {
     const size_t from = std::max(begin, piece.begin), to = std::min(end, piece.end);
     if (from >= to) continue;
@@ -501,7 +511,7 @@ Status ReadCheckpointArray(const OpenedCheckpoint& checkpoint, int unit, int arr
     std::vector<uint8_t> stored(CheckpointMoment8BitBytes(checkpoint, unit, array, first, last));
     RETURN_IF_ERROR(ReadCheckpointMoment8Bit(checkpoint, unit, array, first, last, stored.data()));
     std::vector<float> values(last - first);
-    MomentToFp32(RunsOver(entry.quantized_blocks[array], {first, last}), /*is_signed=*/array == 1,
+    MomentToFp32(RunsOver(entry.blocks[array], {first, last}), /*is_signed=*/array == 1,
                  stored.data(), values.data());
     std::copy(values.begin() + (begin - first), values.begin() + (end - first), out);
     return absl::OkStatus();

@@ -20,6 +20,18 @@
 
 namespace strata {
 
+// Which blocks of kAdamStateBlock = 2048 elements of a unit hold an Adam moment's 8-bit
+// codes: none (`eight_bit` false: an f32 array), or all but the fp32 ones, listed as ordered
+// [first, end) ranges of block numbers (a checkpoint's "fp32_blocks"; its size bounded by
+// the list, not by the unit).
+struct MomentBlocks {
+  bool eight_bit = false;
+  std::vector<std::pair<size_t, size_t>> fp32;
+  bool empty() const { return !eight_bit; }
+  // Whether block `block` holds 8-bit moments (an 8-bit array's block not listed as fp32).
+  bool quantized(size_t block) const;
+};
+
 // A checkpoint opened outside training (export): checkpoint.json read and checked (format,
 // version, checksum); the model's shape (keys a version lacked take their GPT values).
 struct OpenedCheckpoint {
@@ -55,12 +67,11 @@ struct OpenedCheckpoint {
     // Per array (master, exp_avg, exp_avg_sq): its pieces, in element order, covering
     // [0, elements) without gaps.
     std::vector<Piece> arrays[3];
-    // Per array: empty for fp32 values; for an 8-bit moment (version 8: exp_avg of dtype
+    // Per array: f32 values, or an 8-bit moment (version 8: exp_avg of dtype
     // q8-dynamic-signed, exp_avg_sq of q8-dynamic-unsigned; tiers/state_blocks.h's stored
-    // form), per block of 2048 elements of [0, elements) whether its moments are 8-bit
-    // (else fp32: the manifest's "fp32_blocks").
-    std::vector<bool> quantized_blocks[3];
-    bool eight_bit(int array) const { return !quantized_blocks[array].empty(); }
+    // form) with its blocks of [0, elements) (the manifest's "fp32_blocks").
+    MomentBlocks blocks[3];
+    bool eight_bit(int array) const { return blocks[array].eight_bit; }
   };
   std::vector<Unit> units;  // the trainable units' (a LoRA checkpoint: the adapters')
   // A LoRA checkpoint (version 3): lora.rank > 0, alpha and the targets (strata names,
@@ -103,7 +114,7 @@ Status ReadCheckpointArray(const OpenedCheckpoint& checkpoint, int unit, int arr
                            size_t count, float* out);
 // An 8-bit moment array's stored form over elements [begin, end) (begin on a block of 2048
 // elements, end on one or at the unit's used end), as it is: SectionsOf the runs of
-// quantized_blocks over the range bytes at `out` (tiers/state_blocks.h), pread from the
+// `blocks` over the range bytes at `out` (tiers/state_blocks.h), pread from the
 // files that hold them. FailedPrecondition for an fp32 array.
 Status ReadCheckpointMoment8Bit(const OpenedCheckpoint& checkpoint, int unit, int array,
                                 size_t begin, size_t end, uint8_t* out);

@@ -294,8 +294,9 @@ StatusOr<CheckpointPlan> PrepareCheckpoint(Engine& engine, const Model& model,
     if (runs.empty()) continue;
     blocks = BlocksOfRuns(StateRuns(units[u], {0, padded}));
     const QuantizedBlocks own = BlocksOfRuns(runs);
-    for (size_t b = runs.front().begin / kAdamStateBlock; b < own.size(); ++b) {
-      if (b >= blocks.size() || blocks[b] != own[b]) {
+    for (size_t b = runs.front().begin / kAdamStateBlock; b * kAdamStateBlock < runs.back().end;
+         ++b) {
+      if (blocks.quantized(b) != own.quantized(b)) {
         return absl::InternalError(absl::StrCat("checkpoint: unit ", units[u].name(), ": block ", b,
                                                 " of this rank's 8-bit states differs from the rule's"));
       }

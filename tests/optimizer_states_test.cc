@@ -402,7 +402,7 @@ TEST(OptimizerStates, ConversionsBetweenFp32AndInt8StatesAreSaid) {
   std::vector<StateRun> runs;
   for (size_t b = 0; b * kAdamStateBlock < unit.elements; ++b) {
     const size_t end = std::min(unit.elements, (b + 1) * kAdamStateBlock);
-    runs.push_back({b * kAdamStateBlock, end, unit.quantized_blocks[1][b], false, 0});
+    runs.push_back({b * kAdamStateBlock, end, unit.blocks[1].quantized(b), false, 0});
   }
   size_t slots[2] = {0, 0};
   for (StateRun& run : runs) {
@@ -451,7 +451,7 @@ TEST(OptimizerStates, Int8CheckpointsMoveAcrossWorldSizesAsTheyAre) {
       EXPECT_EQ(a, b) << other << " unit " << u << " master";
       for (int k = 1; k < 3; ++k) {
         ASSERT_TRUE(back.units[u].eight_bit(k));
-        EXPECT_EQ(back.units[u].quantized_blocks[k], written.units[u].quantized_blocks[k]);
+        EXPECT_EQ(back.units[u].blocks[k].fp32, written.units[u].blocks[k].fp32);
         std::vector<uint8_t> x(CheckpointMoment8BitBytes(written, u, k, 0, n));
         std::vector<uint8_t> y(CheckpointMoment8BitBytes(back, u, k, 0, n));
         ASSERT_OK(ReadCheckpointMoment8Bit(written, u, k, 0, n, x.data()));
@@ -500,7 +500,7 @@ TEST(OptimizerStates, DamagedInt8StatesAreNamed) {
   ASSERT_TRUE(unit.eight_bit(1));
   size_t fp32_elements = 0;
   for (size_t b = 0; b * kAdamStateBlock < unit.elements; ++b) {
-    if (!unit.quantized_blocks[1][b]) {
+    if (!unit.blocks[1].quantized(b)) {
       fp32_elements += std::min(unit.elements, (b + 1) * kAdamStateBlock) - b * kAdamStateBlock;
     }
   }
