@@ -41,7 +41,8 @@
 //   checkpoint_dir.h        LatestCheckpoint, RemovePartialCheckpoints, CheckRoomForCheckpoint
 //   lora_base.h             LoraBase, BaseHash, BaseHasher
 // and, internal to the library, checkpoint_format.h (checkpoint.json's vocabulary),
-// checkpoint_layout.h (what each rank's file holds) and checkpoint_files.h (the file helpers). Thread-safety: see each header.
+// checkpoint_layout.h (what each rank's file holds) and checkpoint_files.h (the file helpers).
+// Thread-safety: see each header.
 #pragma once
 
 #include <memory>

@@ -125,9 +125,9 @@ StatusOr<std::string> ConsolidateCheckpoint(const ConsolidateRequest& request) {
   for (size_t u = 0; u < checkpoint.units.size(); ++u) {
     for (int k = 0; k < 3; ++k) {
       const OpenedCheckpoint::Unit& unit = checkpoint.units[u];
-      total += unit.eight_bit(k) ? CheckpointMoment8BitBytes(checkpoint, static_cast<int>(u), k,
-                                                             0, unit.elements)
-                                 : unit.elements * sizeof(float);
+      total += unit.eight_bit(k)
+                   ? CheckpointMoment8BitBytes(checkpoint, static_cast<int>(u), k, 0, unit.elements)
+                   : unit.elements * sizeof(float);
     }
   }
   std::optional<Progress> progress;

@@ -75,8 +75,7 @@ nlohmann::json StoredModelKey(const nlohmann::json& stored, const std::string& k
   return stored.contains(key) ? stored.at(key) : ModelKeyBeforeItExisted(key, stored);
 }
 
-nlohmann::json ArrayJson(int k, const QuantizedBlocks& blocks, size_t used,
-                         nlohmann::json shards) {
+nlohmann::json ArrayJson(int k, const QuantizedBlocks& blocks, size_t used, nlohmann::json shards) {
   if (k == 0 || blocks.empty()) {
     // fp32: no blocks, no scales.
     return {{"name", kArrayNames[k]},

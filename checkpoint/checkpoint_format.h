@@ -57,8 +57,7 @@ nlohmann::json StoredModelKey(const nlohmann::json& stored, const std::string& k
 // A unit's array `k` (0 master, 1 exp_avg, 2 exp_avg_sq) as the manifest lists it, with
 // its shards: f32, or an 8-bit moment whose blocks over the unit's `used` elements are
 // `blocks` (non-empty: its dtype, block, scales and fp32_blocks).
-nlohmann::json ArrayJson(int k, const QuantizedBlocks& blocks, size_t used,
-                         nlohmann::json shards);
+nlohmann::json ArrayJson(int k, const QuantizedBlocks& blocks, size_t used, nlohmann::json shards);
 
 // XXH3 of the metadata without its "checksum" field, over its compact dump (keys sorted).
 std::string MetaChecksum(nlohmann::json meta);

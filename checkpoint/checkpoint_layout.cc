@@ -38,8 +38,8 @@ MomentSections SectionsOver(const QuantizedBlocks& blocks, ShardRange range) {
       const size_t lo = std::max(f, first), hi = std::min(e, end);
       if (lo >= hi) continue;
       fp32_blocks += hi - lo;
-      sections.fp32 += std::min(range.end, hi * kAdamStateBlock) -
-                       std::max(range.begin, lo * kAdamStateBlock);
+      sections.fp32 +=
+          std::min(range.end, hi * kAdamStateBlock) - std::max(range.begin, lo * kAdamStateBlock);
     }
   } else {
     sections.fp32 = range.end - range.begin;

@@ -31,8 +31,7 @@ inline constexpr const char* kArrayNames[3] = {"master", "exp_avg", "exp_avg_sq"
 // The dtypes of an 8-bit moment array (version 8): exp_avg's codes are of the signed
 // dynamic map, exp_avg_sq's of the unsigned one (docs/quantization.md); blocks of
 // kAdamStateBlock elements, an fp32 absmax ("scales": "f32") per quantized block.
-inline constexpr const char* kMomentDTypes[3] = {"f32", "q8-dynamic-signed",
-                                                 "q8-dynamic-unsigned"};
+inline constexpr const char* kMomentDTypes[3] = {"f32", "q8-dynamic-signed", "q8-dynamic-unsigned"};
 
 // "rank-00003.bin".
 std::string RankFileName(int rank);

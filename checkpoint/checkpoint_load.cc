@@ -62,9 +62,8 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
       // An 8-bit moment is read in whole blocks (an fp32 run's shards need not be on them).
       const bool blocks = opened->units[i].eight_bit(1) || opened->units[i].eight_bit(2);
       const size_t first = blocks ? begin / kAdamStateBlock * kAdamStateBlock : begin;
-      const size_t last =
-          std::min(used, blocks ? (end + kAdamStateBlock - 1) / kAdamStateBlock * kAdamStateBlock
-                                : end);
+      const size_t last = std::min(
+          used, blocks ? (end + kAdamStateBlock - 1) / kAdamStateBlock * kAdamStateBlock : end);
       for (const int file : CheckpointFilesFor(*opened, static_cast<int>(i), first, last)) {
         needed.push_back(file);
       }
@@ -114,9 +113,9 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
   auto unit_bytes = [&](size_t u, size_t begin, size_t used) {
     uint64_t bytes = used * sizeof(float);
     for (int k = 1; k < 3 && used > 0; ++k) {
-      bytes += files[u].eight_bit(k) ? CheckpointMoment8BitBytes(*opened, static_cast<int>(u), k,
-                                                                 begin, begin + used)
-                                     : used * sizeof(float);
+      bytes += files[u].eight_bit(k)
+                   ? CheckpointMoment8BitBytes(*opened, static_cast<int>(u), k, begin, begin + used)
+                   : used * sizeof(float);
     }
     return bytes;
   };
@@ -153,8 +152,7 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
       for (int k = 1; k < 3; ++k) {
         moments[k - 1]->assign(end - begin, 0.0f);
         if (used == 0) continue;
-        RETURN_IF_ERROR(
-            ReadCheckpointArray(*opened, unit, k, begin, used, moments[k - 1]->data()));
+        RETURN_IF_ERROR(ReadCheckpointArray(*opened, unit, k, begin, used, moments[k - 1]->data()));
         to_fp32 = to_fp32 || files[u].eight_bit(k);
       }
       // Collective at stages 1-2 on several ranks (the params gathered from the masters).
@@ -198,16 +196,22 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
     if (loading) loading->Advance(unit_bytes(u, begin, used));
   }
   if (show_progress && to_fp32) {
-    spdlog::info("resuming {}: converted 8-bit Adam states to fp32 (the checkpoint's run had "
-                 "train.optimizer_states=int8, this one fp32)", path);
+    spdlog::info(
+        "resuming {}: converted 8-bit Adam states to fp32 (the checkpoint's run had "
+        "train.optimizer_states=int8, this one fp32)",
+        path);
   }
   if (show_progress && to_8bit) {
-    spdlog::info("resuming {}: converted fp32 Adam states to 8-bit (the checkpoint's run had "
-                 "train.optimizer_states=fp32, this one int8)", path);
+    spdlog::info(
+        "resuming {}: converted fp32 Adam states to 8-bit (the checkpoint's run had "
+        "train.optimizer_states=fp32, this one int8)",
+        path);
   }
   if (show_progress && other_blocks) {
-    spdlog::warn("resuming {}: the checkpoint's 8-bit Adam states are on other blocks than this "
-                 "run's: converted through fp32 (close, not exact)", path);
+    spdlog::warn(
+        "resuming {}: the checkpoint's 8-bit Adam states are on other blocks than this "
+        "run's: converted through fp32 (close, not exact)",
+        path);
   }
   return LoadedCheckpoint{next_step, path};
 }

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <exception>
-#include <iterator>
 #include <filesystem>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -39,14 +39,9 @@ T Integer(const nlohmann::json& value) {
 
 using checkpoint_internal::CheckFile;
 using checkpoint_internal::kArrayNames;
-using checkpoint_internal::kMomentDTypes;
-using checkpoint_internal::MomentSliceCopies;
-using checkpoint_internal::QuantizedBlocks;
-using checkpoint_internal::RunsOver;
-using checkpoint_internal::SectionsOver;
-using checkpoint_internal::RankFileName;
 using checkpoint_internal::kFormat;
 using checkpoint_internal::kGenerationConfig;
+using checkpoint_internal::kMomentDTypes;
 using checkpoint_internal::kOldestVersion;
 using checkpoint_internal::kSourceDir;
 using checkpoint_internal::kTokenizerDir;
@@ -54,8 +49,13 @@ using checkpoint_internal::kVersion;
 using checkpoint_internal::LoraTargetsOf;
 using checkpoint_internal::MetaChecksum;
 using checkpoint_internal::ModelJson;
+using checkpoint_internal::MomentSliceCopies;
+using checkpoint_internal::QuantizedBlocks;
+using checkpoint_internal::RankFileName;
 using checkpoint_internal::ReadBytes;
 using checkpoint_internal::ResolveCheckpoint;
+using checkpoint_internal::RunsOver;
+using checkpoint_internal::SectionsOver;
 using checkpoint_internal::StoredModelKey;
 
 namespace {
@@ -113,16 +113,17 @@ Status ParseShardedArrays(const nlohmann::json& meta, const std::string& meta_pa
             "unit ", unit.name, "'s ", name, " is of dtype ", dtype, " with blocks of ", block,
             " and scales ", array.at("scales").dump(),
             "; this strata reads f32 arrays without blocks or scales",
-            k > 0 ? absl::StrCat(", and (version 8 on) 8-bit ", name, " of dtype ",
-                                 kMomentDTypes[k], " with blocks of ", kAdamStateBlock,
-                                 " and scales \"f32\"")
-                  : std::string()));
+            k > 0
+                ? absl::StrCat(", and (version 8 on) 8-bit ", name, " of dtype ", kMomentDTypes[k],
+                               " with blocks of ", kAdamStateBlock, " and scales \"f32\"")
+                : std::string()));
       }
       QuantizedBlocks& blocks = unit.blocks[k];
       if (eight_bit) {
         // Every block of the used elements 8-bit but those "fp32_blocks" lists, as
         // [first, end) ranges in order.
-        const size_t count = unit.elements / kAdamStateBlock + (unit.elements % kAdamStateBlock != 0);
+        const size_t count =
+            unit.elements / kAdamStateBlock + (unit.elements % kAdamStateBlock != 0);
         blocks.eight_bit = true;
         size_t last_end = 0;
         for (const nlohmann::json& range : array.at("fp32_blocks")) {
@@ -130,8 +131,10 @@ Status ParseShardedArrays(const nlohmann::json& meta, const std::string& meta_pa
           const size_t end = Integer<size_t>(range.at(1));
           if (range.size() != 2 || first < last_end || first >= end || end > count) {
             return invalid(absl::StrCat("unit ", unit.name, "'s ", name, " lists fp32 blocks ",
-                                        range.dump(), " (expected ordered [first, end) ranges "
-                                        "within its ", count, " blocks)"));
+                                        range.dump(),
+                                        " (expected ordered [first, end) ranges "
+                                        "within its ",
+                                        count, " blocks)"));
           }
           blocks.fp32.push_back({first, end});
           last_end = end;
@@ -145,21 +148,20 @@ Status ParseShardedArrays(const nlohmann::json& meta, const std::string& meta_pa
         piece.end = Integer<size_t>(shard.at("end"));
         piece.offset = Integer<uint64_t>(shard.at("offset"));
         // An 8-bit moment's shards start on a block and end on one or at the used end.
-        const bool aligned = !eight_bit || (piece.begin % kAdamStateBlock == 0 &&
-                                            (piece.end % kAdamStateBlock == 0 ||
-                                             piece.end == unit.elements));
+        const bool aligned =
+            !eight_bit || (piece.begin % kAdamStateBlock == 0 &&
+                           (piece.end % kAdamStateBlock == 0 || piece.end == unit.elements));
         piece.bytes = eight_bit && piece.end > piece.begin
                           ? SectionsOver(blocks, {piece.begin, piece.end}).bytes()
                           : (piece.end - piece.begin) * sizeof(float);
         if (piece.file < 0 || piece.file >= opened->world || piece.begin != covered ||
             piece.end <= piece.begin || piece.end > unit.elements || !aligned ||
             piece.offset + piece.bytes > opened->files[piece.file].bytes) {
-          return invalid(absl::StrCat("unit ", unit.name, "'s ", name, " has a shard of rank ",
-                                      piece.file, " over [", piece.begin, ", ", piece.end,
-                                      ") at byte ", piece.offset,
-                                      " that does not continue its cover of [0, ", unit.elements,
-                                      ")", eight_bit ? " on blocks of 2048 elements" : "",
-                                      " or lies outside its file"));
+          return invalid(absl::StrCat(
+              "unit ", unit.name, "'s ", name, " has a shard of rank ", piece.file, " over [",
+              piece.begin, ", ", piece.end, ") at byte ", piece.offset,
+              " that does not continue its cover of [0, ", unit.elements, ")",
+              eight_bit ? " on blocks of 2048 elements" : "", " or lies outside its file"));
         }
         covered = piece.end;
         unit.arrays[k].push_back(piece);
@@ -360,10 +362,9 @@ StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
 bool MomentBlocks::quantized(size_t block) const {
   if (!eight_bit) return false;
   // The last fp32 range starting at or before the block.
-  auto after = std::upper_bound(fp32.begin(), fp32.end(), block,
-                                [](size_t b, const std::pair<size_t, size_t>& range) {
-                                  return b < range.first;
-                                });
+  auto after = std::upper_bound(
+      fp32.begin(), fp32.end(), block,
+      [](size_t b, const std::pair<size_t, size_t>& range) { return b < range.first; });
   return after == fp32.begin() || std::prev(after)->second <= block;
 }
 
@@ -480,9 +481,9 @@ Status ReadCheckpointMoment8Bit(const OpenedCheckpoint& checkpoint, int unit, in
                                                       " is fp32, not 8-bit"));
   }
   if (begin % kAdamStateBlock != 0 || (end % kAdamStateBlock != 0 && end != entry.elements)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint: unit ", entry.name, "'s ", kArrayNames[array], ": [", begin, ", ", end,
-        ") is not on blocks of ", kAdamStateBlock, " elements"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: unit ", entry.name, "'s ", kArrayNames[array], ": [", begin, ", ",
+                     end, ") is not on blocks of ", kAdamStateBlock, " elements"));
   }
   const QuantizedBlocks& blocks = entry.blocks[array];
   for (const OpenedCheckpoint::Piece& piece : entry.arrays[array]) {
@@ -506,8 +507,8 @@ Status ReadCheckpointArray(const OpenedCheckpoint& checkpoint, int unit, int arr
     // The blocks the range touches, read whole and dequantized.
     if (count == 0) return absl::OkStatus();
     const size_t first = begin / kAdamStateBlock * kAdamStateBlock;
-    const size_t last = std::min(entry.elements, (end + kAdamStateBlock - 1) / kAdamStateBlock *
-                                                     kAdamStateBlock);
+    const size_t last =
+        std::min(entry.elements, (end + kAdamStateBlock - 1) / kAdamStateBlock * kAdamStateBlock);
     std::vector<uint8_t> stored(CheckpointMoment8BitBytes(checkpoint, unit, array, first, last));
     RETURN_IF_ERROR(ReadCheckpointMoment8Bit(checkpoint, unit, array, first, last, stored.data()));
     std::vector<float> values(last - first);

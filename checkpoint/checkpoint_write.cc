@@ -51,9 +51,9 @@ using checkpoint_internal::MetaChecksum;
 using checkpoint_internal::ModelJson;
 using checkpoint_internal::MomentSliceCopies;
 using checkpoint_internal::QuantizedBlocks;
+using checkpoint_internal::RankFileLayout;
 using checkpoint_internal::RankFileName;
 using checkpoint_internal::RankPiece;
-using checkpoint_internal::RankFileLayout;
 using checkpoint_internal::SyncFile;
 using checkpoint_internal::WriteFile;
 
@@ -197,10 +197,10 @@ StatusOr<std::string> WriteRankFile(Engine& engine, const std::vector<int>& trai
     uint8_t* data = reinterpret_cast<uint8_t*>(state.data());
     RETURN_IF_ERROR(ReadUnitState(engine, trainable[i], blocks[i], range, data));
     uint64_t written = 0;
-    for (const ByteCopy& copy : count > 0 ? PieceCopies(blocks[i], range, piece)
-                                          : std::vector<ByteCopy>{}) {
-      RETURN_IF_ERROR(Annotate(WriteAllBytes(fd, data + copy.from, copy.bytes, path.string()),
-                               "checkpoint"));
+    for (const ByteCopy& copy :
+         count > 0 ? PieceCopies(blocks[i], range, piece) : std::vector<ByteCopy>{}) {
+      RETURN_IF_ERROR(
+          Annotate(WriteAllBytes(fd, data + copy.from, copy.bytes, path.string()), "checkpoint"));
       XXH3_64bits_update(hash, data + copy.from, copy.bytes);
       written += copy.bytes;
     }
@@ -297,8 +297,9 @@ StatusOr<CheckpointPlan> PrepareCheckpoint(Engine& engine, const Model& model,
     for (size_t b = runs.front().begin / kAdamStateBlock; b * kAdamStateBlock < runs.back().end;
          ++b) {
       if (blocks.quantized(b) != own.quantized(b)) {
-        return absl::InternalError(absl::StrCat("checkpoint: unit ", units[u].name(), ": block ", b,
-                                                " of this rank's 8-bit states differs from the rule's"));
+        return absl::InternalError(
+            absl::StrCat("checkpoint: unit ", units[u].name(), ": block ", b,
+                         " of this rank's 8-bit states differs from the rule's"));
       }
     }
   }
@@ -523,10 +524,10 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
   }
   StatusOr<std::string> own_hash = [&]() -> StatusOr<std::string> {
     RETURN_IF_ERROR(plan.created);
-    ASSIGN_OR_RETURN(std::string hash,
-                     WriteRankFile(engine, plan.trainable, plan.blocks, plan.layouts[plan.rank],
-                                   plan.own_file, next_step, plan.rank, context.fault,
-                                   progress ? &*progress : nullptr));
+    ASSIGN_OR_RETURN(
+        std::string hash,
+        WriteRankFile(engine, plan.trainable, plan.blocks, plan.layouts[plan.rank], plan.own_file,
+                      next_step, plan.rank, context.fault, progress ? &*progress : nullptr));
     RETURN_IF_ERROR(SyncFile(plan.step_dir.string()));  // its entry
     return hash;
   }();

@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "core/stored_layout.h"
 #include "core/status.h"
+#include "core/stored_layout.h"
 
 namespace strata {
 

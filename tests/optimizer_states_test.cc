@@ -5,10 +5,9 @@
 // fp32 states; other world sizes; damaged ones) and what is refused.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/spdlog.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -257,9 +256,9 @@ class LogCapture {
   LogCapture() {
     spdlog::drop("strata-0");
     auto logger = std::make_shared<spdlog::logger>(
-        "strata-0", spdlog::sinks_init_list{
-                        std::make_shared<spdlog::sinks::ostream_sink_mt>(text_),
-                        std::make_shared<spdlog::sinks::stderr_color_sink_mt>()});
+        "strata-0",
+        spdlog::sinks_init_list{std::make_shared<spdlog::sinks::ostream_sink_mt>(text_),
+                                std::make_shared<spdlog::sinks::stderr_color_sink_mt>()});
     spdlog::register_logger(logger);
   }
   ~LogCapture() { spdlog::drop("strata-0"); }
@@ -324,8 +323,7 @@ TEST(OptimizerStates, CheckpointsKeepTheStatesAsTheyAre) {
   const uint64_t file = std::filesystem::file_size(step + "/rank-00000.bin");
   std::printf("int8 checkpoint: %llu bytes (the layout's: %llu); fp32 states': %llu (%.3fx)\n",
               static_cast<unsigned long long>(file), static_cast<unsigned long long>(bytes),
-              static_cast<unsigned long long>(fp32_bytes),
-              static_cast<double>(file) / fp32_bytes);
+              static_cast<unsigned long long>(fp32_bytes), static_cast<double>(file) / fp32_bytes);
   EXPECT_EQ(file, bytes);
   EXPECT_LT(file, fp32_bytes);
   const std::vector<std::string> resume = {"train.resume=" + step};
@@ -358,11 +356,10 @@ TEST(OptimizerStates, CheckpointsKeepTheStatesAsTheyAre) {
 TEST(OptimizerStates, ConversionsBetweenFp32AndInt8StatesAreSaid) {
   const std::string dir = TestDir("optimizer_states_conversions");
   const PlacementRun int8 = TrainAllRanks(PlacementRunOptions(
-      1, 0, With(kInt8, {"train.checkpoint_dir=" + dir + "/int8", "train.checkpoint_every=3"}),
-      6));
+      1, 0, With(kInt8, {"train.checkpoint_dir=" + dir + "/int8", "train.checkpoint_every=3"}), 6));
   const PlacementRun fp32 = TrainAllRanks(PlacementRunOptions(
-      1, 0, {"train.grad_clip=0", "train.checkpoint_dir=" + dir + "/fp32",
-             "train.checkpoint_every=3"},
+      1, 0,
+      {"train.grad_clip=0", "train.checkpoint_dir=" + dir + "/fp32", "train.checkpoint_every=3"},
       6));
   ASSERT_OK(int8.status);
   ASSERT_OK(fp32.status);
@@ -423,8 +420,8 @@ TEST(OptimizerStates, Int8CheckpointsMoveAcrossWorldSizesAsTheyAre) {
   const std::string dir = TestDir("optimizer_states_world2");
   const PlacementRun two = TrainAllRanks(PlacementRunOptions(
       2, 3,
-      With(kInt8, {"train.micro_batch=1", "train.checkpoint_dir=" + dir,
-                   "train.checkpoint_every=3"}),
+      With(kInt8,
+           {"train.micro_batch=1", "train.checkpoint_dir=" + dir, "train.checkpoint_every=3"}),
       6));
   ASSERT_OK(two.status);
   const std::string step = dir + "/step-3";
@@ -460,10 +457,10 @@ TEST(OptimizerStates, Int8CheckpointsMoveAcrossWorldSizesAsTheyAre) {
       }
     }
   }
-  const PlacementRun resumed = TrainAllRanks(
-      PlacementRunOptions(1, 0, With(kInt8, {"train.resume=" + step}), 6));
-  const PlacementRun from_consolidated = TrainAllRanks(
-      PlacementRunOptions(1, 0, With(kInt8, {"train.resume=" + consolidated}), 6));
+  const PlacementRun resumed =
+      TrainAllRanks(PlacementRunOptions(1, 0, With(kInt8, {"train.resume=" + step}), 6));
+  const PlacementRun from_consolidated =
+      TrainAllRanks(PlacementRunOptions(1, 0, With(kInt8, {"train.resume=" + consolidated}), 6));
   ASSERT_OK(resumed.status);
   ASSERT_OK(from_consolidated.status);
   ASSERT_EQ(resumed.losses.size(), 3u);
@@ -486,12 +483,11 @@ void WriteManifest(const std::string& step, nlohmann::json meta) {
 // do not add up to the file is refused naming the unit and the array (or the file).
 TEST(OptimizerStates, DamagedInt8StatesAreNamed) {
   const std::string dir = TestDir("optimizer_states_damaged");
-  ASSERT_OK(TrainAllRanks(PlacementRunOptions(
-                              1, 0,
-                              With(kInt8, {"train.checkpoint_dir=" + dir,
-                                           "train.checkpoint_every=2"}),
-                              2))
-                .status);
+  ASSERT_OK(
+      TrainAllRanks(
+          PlacementRunOptions(
+              1, 0, With(kInt8, {"train.checkpoint_dir=" + dir, "train.checkpoint_every=2"}), 2))
+          .status);
   const std::string step = dir + "/step-2";
   const nlohmann::json original = Manifest(step);
   ASSERT_OK_AND_ASSIGN(const OpenedCheckpoint opened, OpenCheckpoint(step));
@@ -512,8 +508,8 @@ TEST(OptimizerStates, DamagedInt8StatesAreNamed) {
     out.seekp(unit.arrays[1][0].offset + 4 * fp32_elements);
     out.put(static_cast<char>(code ^ 0x40));
   }
-  const PlacementRun damaged = TrainAllRanks(
-      PlacementRunOptions(1, 0, With(kInt8, {"train.resume=" + step}), 4));
+  const PlacementRun damaged =
+      TrainAllRanks(PlacementRunOptions(1, 0, With(kInt8, {"train.resume=" + step}), 4));
   EXPECT_THAT(damaged.status.message(), AllOf(HasSubstr("checksum mismatch"), HasSubstr(file)));
   EXPECT_TRUE(damaged.losses.empty());
 
@@ -523,7 +519,8 @@ TEST(OptimizerStates, DamagedInt8StatesAreNamed) {
   WriteManifest(step, unknown);
   EXPECT_THAT(OpenCheckpoint(step).status(),
               testing::StatusIs(absl::StatusCode::kInvalidArgument,
-                                AllOf(HasSubstr("unit " + name + "'s exp_avg is of dtype "
+                                AllOf(HasSubstr("unit " + name +
+                                                "'s exp_avg is of dtype "
                                                 "q8-blockwise"),
                                       HasSubstr("q8-dynamic-signed"))));
   nlohmann::json outside = original;
@@ -538,10 +535,10 @@ TEST(OptimizerStates, DamagedInt8StatesAreNamed) {
     resized["units"][1]["arrays"][2]["fp32_blocks"] = {{0, 1}};
   }
   WriteManifest(step, resized);
-  EXPECT_THAT(OpenCheckpoint(step).status(),
-              testing::StatusIs(absl::StatusCode::kInvalidArgument,
-                                AllOf(HasSubstr("rank-00000.bin add up to"),
-                                      HasSubstr("fp32_blocks"))));
+  EXPECT_THAT(
+      OpenCheckpoint(step).status(),
+      testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                        AllOf(HasSubstr("rank-00000.bin add up to"), HasSubstr("fp32_blocks"))));
   WriteManifest(step, original);
   EXPECT_OK(OpenCheckpoint(step).status());
 }
