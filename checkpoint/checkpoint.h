@@ -40,6 +40,7 @@
 //                           generation_config.json)
 //   checkpoint_dir.h        LatestCheckpoint, RemovePartialCheckpoints, CheckRoomForCheckpoint
 //   lora_base.h             LoraBase, BaseHash, BaseHasher
+//   moment_blocks.h         MomentBlocks (which blocks of an 8-bit moment array are 8-bit)
 // and, internal to the library, checkpoint_format.h (checkpoint.json's vocabulary),
 // checkpoint_layout.h (what each rank's file holds) and checkpoint_files.h (the file helpers).
 // Thread-safety: see each header.
@@ -59,6 +60,7 @@
 #include "checkpoint/checkpoint_tokenizer.h"
 #include "checkpoint/checkpoint_write.h"
 #include "checkpoint/lora_base.h"
+#include "checkpoint/moment_blocks.h"
 #include "collectives/communicator.h"
 #include "core/options.h"
 #include "core/status.h"

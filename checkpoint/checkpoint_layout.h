@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/checkpoint_open.h"
+#include "checkpoint/moment_blocks.h"
 #include "tiers/state_blocks.h"
 #include "tiers/unit_state.h"
 
@@ -36,7 +36,7 @@ inline constexpr const char* kMomentDTypes[3] = {"f32", "q8-dynamic-signed", "q8
 // "rank-00003.bin".
 std::string RankFileName(int rank);
 
-// Which blocks of kAdamStateBlock elements of a unit hold 8-bit moments (checkpoint_open.h).
+// Which blocks of kAdamStateBlock elements of a unit hold 8-bit moments (moment_blocks.h).
 // Empty: a unit with fp32 moments alone (train.optimizer_states = fp32), stored as plain
 // f32 arrays.
 using QuantizedBlocks = MomentBlocks;

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <exception>
 #include <filesystem>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -358,15 +357,6 @@ StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
 }
 
 }  // namespace
-
-bool MomentBlocks::quantized(size_t block) const {
-  if (!eight_bit) return false;
-  // The last fp32 range starting at or before the block.
-  auto after = std::upper_bound(
-      fp32.begin(), fp32.end(), block,
-      [](size_t b, const std::pair<size_t, size_t>& range) { return b < range.first; });
-  return after == fp32.begin() || std::prev(after)->second <= block;
-}
 
 StatusOr<OpenedCheckpoint> OpenCheckpoint(const std::string& where) {
   ASSIGN_OR_RETURN(ParsedMeta parsed, ParseCheckpoint(where));

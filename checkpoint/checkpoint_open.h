@@ -13,24 +13,13 @@
 #include <vector>
 
 #include "checkpoint/lora_base.h"
+#include "checkpoint/moment_blocks.h"
 #include "core/options.h"
 #include "core/status.h"
 #include "models/hf/hf_special_tokens.h"
 #include "runtime/model.h"
 
 namespace strata {
-
-// Which blocks of kAdamStateBlock = 2048 elements of a unit hold an Adam moment's 8-bit
-// codes: none (`eight_bit` false: an f32 array), or all but the fp32 ones, listed as ordered
-// [first, end) ranges of block numbers (a checkpoint's "fp32_blocks"; its size bounded by
-// the list, not by the unit).
-struct MomentBlocks {
-  bool eight_bit = false;
-  std::vector<std::pair<size_t, size_t>> fp32;
-  bool empty() const { return !eight_bit; }
-  // Whether block `block` holds 8-bit moments (an 8-bit array's block not listed as fp32).
-  bool quantized(size_t block) const;
-};
 
 // A checkpoint opened outside training (export): checkpoint.json read and checked (format,
 // version, checksum); the model's shape (keys a version lacked take their GPT values).
