@@ -29,6 +29,80 @@ namespace {
 constexpr uint32_t kChecked = 0xffffffffu;
 constexpr uint32_t kFailedBeforeFiles = 0xfffffffeu;
 
+// What LoadUnit reuses from unit to unit (fresh pages per unit cost more than the copies)
+// and what it converted so far.
+struct UnitLoad {
+  UnitOptimizerState state;
+  std::vector<uint8_t> stored[2], part;
+  std::vector<float> values;
+  bool to_fp32 = false;       // 8-bit moments dequantized for an fp32 run
+  bool to_8bit = false;       // fp32 moments quantized for an int8 run
+  bool other_blocks = false;  // 8-bit moments on other blocks than the run's: through fp32
+};
+
+// Checkpoint unit `u` into the engine's unit `unit` over the range this rank holds, zero
+// past the used elements. The moments as the engine keeps them: fp32 (an 8-bit array
+// dequantized), or 8-bit in their stored form, taken as they are where the checkpoint's
+// blocks are the engine's (an exact resume), else quantized from fp32 values. Collective at
+// stages 1-2 on several ranks (the params gathered from the masters).
+Status LoadUnit(Engine& engine, const OpenedCheckpoint& opened, int u, int unit, UnitLoad* load) {
+  const OpenedCheckpoint::Unit& entry = opened.units[u];
+  const size_t n = entry.elements;
+  const auto [begin, end] = engine.state().StateRange(unit);
+  const size_t used = begin < n ? std::min(end, n) - begin : 0;
+  UnitOptimizerState& state = load->state;
+  state.master.assign(end - begin, 0.0f);
+  if (used > 0) {
+    RETURN_IF_ERROR(ReadCheckpointArray(opened, u, 0, begin, used, state.master.data()));
+  }
+  const std::vector<StateRun>& runs = engine.state().MomentRuns(unit);
+  if (runs.empty()) {  // fp32 moments
+    std::vector<float>* moments[] = {&state.exp_avg, &state.exp_avg_sq};
+    for (int k = 1; k < 3; ++k) {
+      moments[k - 1]->assign(end - begin, 0.0f);
+      if (used == 0) continue;
+      RETURN_IF_ERROR(ReadCheckpointArray(opened, u, k, begin, used, moments[k - 1]->data()));
+      load->to_fp32 = load->to_fp32 || entry.eight_bit(k);
+    }
+    return engine.state().WriteStateRange(unit, state.master.data(), state.exp_avg.data(),
+                                          state.exp_avg_sq.data());
+  }
+  // 8-bit moments.
+  const QuantizedBlocks mine = BlocksOfRuns(runs);
+  const ShardRange range{begin, end}, held{begin, begin + used};
+  std::vector<float>& values = load->values;
+  for (int k = 1; k < 3; ++k) {
+    std::vector<uint8_t>& out = load->stored[k - 1];
+    out.resize(engine.state().StoredMomentBytes(unit));
+    const bool is_signed = k == 1;
+    bool same = entry.eight_bit(k);
+    for (size_t b = begin / kAdamStateBlock; same && b * kAdamStateBlock < held.end; ++b) {
+      same = mine.quantized(b) == entry.blocks[k].quantized(b);
+    }
+    values.assign(end - begin, 0.0f);
+    if (!same) {  // quantized from fp32 values (an 8-bit array dequantized first)
+      if (used > 0) {
+        RETURN_IF_ERROR(ReadCheckpointArray(opened, u, k, begin, used, values.data()));
+      }
+      MomentFromFp32(runs, is_signed, values.data(), out.data());
+      (entry.eight_bit(k) ? load->other_blocks : load->to_8bit) = true;
+      continue;
+    }
+    // As they are: the fresh form (zero moments: the padding's), then the checkpoint's
+    // form of the used elements, a prefix of each of its sections.
+    MomentFromFp32(runs, is_signed, values.data(), out.data());
+    if (used == 0) continue;
+    std::vector<uint8_t>& part = load->part;
+    part.resize(CheckpointMoment8BitBytes(opened, u, k, held.begin, held.end));
+    RETURN_IF_ERROR(ReadCheckpointMoment8Bit(opened, u, k, held.begin, held.end, part.data()));
+    for (const ByteCopy& copy : MomentSliceCopies(mine, held, range, held)) {
+      std::memcpy(out.data() + copy.to, part.data() + copy.from, copy.bytes);
+    }
+  }
+  return engine.state().WriteStateRange8Bit(unit, state.master.data(), load->stored[0].data(),
+                                            load->stored[1].data());
+}
+
 }  // namespace
 
 StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
@@ -128,86 +202,27 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
   std::optional<Progress> loading;
   if (show_progress) loading.emplace(absl::StrCat("resuming from ", path), checkpoint_bytes);
   // Each unit's state over the range this rank holds (its shard where the optimizer state is
-  // sharded, else the whole unit), read from whichever files hold it (pread), zero past the
-  // used elements. The moments as the engine keeps them: fp32 (an 8-bit array dequantized),
-  // or 8-bit in their stored form, taken as they are where the checkpoint's blocks are the
-  // engine's (an exact resume), else quantized from fp32 values. Buffers reused from unit to
-  // unit: fresh pages per unit cost more than the copies.
-  UnitOptimizerState state;
-  std::vector<uint8_t> stored[2], part;
-  std::vector<float> values;
-  bool to_fp32 = false, to_8bit = false, other_blocks = false;
+  // sharded, else the whole unit), read from whichever files hold it (pread).
+  UnitLoad load;
   for (size_t u = 0; u < files.size(); ++u) {
-    const int unit = static_cast<int>(u);
-    const size_t n = files[u].elements;
+    RETURN_IF_ERROR(LoadUnit(engine, *opened, static_cast<int>(u), trainable[u], &load));
     const auto [begin, end] = engine.state().StateRange(trainable[u]);
-    const size_t used = begin < n ? std::min(end, n) - begin : 0;
-    state.master.assign(end - begin, 0.0f);
-    if (used > 0) {
-      RETURN_IF_ERROR(ReadCheckpointArray(*opened, unit, 0, begin, used, state.master.data()));
-    }
-    const std::vector<StateRun>& runs = engine.state().MomentRuns(trainable[u]);
-    if (runs.empty()) {  // fp32 moments
-      std::vector<float>* moments[] = {&state.exp_avg, &state.exp_avg_sq};
-      for (int k = 1; k < 3; ++k) {
-        moments[k - 1]->assign(end - begin, 0.0f);
-        if (used == 0) continue;
-        RETURN_IF_ERROR(ReadCheckpointArray(*opened, unit, k, begin, used, moments[k - 1]->data()));
-        to_fp32 = to_fp32 || files[u].eight_bit(k);
-      }
-      // Collective at stages 1-2 on several ranks (the params gathered from the masters).
-      RETURN_IF_ERROR(engine.state().WriteStateRange(
-          trainable[u], state.master.data(), state.exp_avg.data(), state.exp_avg_sq.data()));
-    } else {  // 8-bit moments
-      const QuantizedBlocks mine = BlocksOfRuns(runs);
-      const ShardRange range{begin, end}, held{begin, begin + used};
-      for (int k = 1; k < 3; ++k) {
-        std::vector<uint8_t>& out = stored[k - 1];
-        out.resize(engine.state().StoredMomentBytes(trainable[u]));
-        const bool is_signed = k == 1;
-        bool same = files[u].eight_bit(k);
-        for (size_t b = begin / kAdamStateBlock; same && b * kAdamStateBlock < held.end; ++b) {
-          same = mine.quantized(b) == files[u].blocks[k].quantized(b);
-        }
-        values.assign(end - begin, 0.0f);
-        if (!same) {  // quantized from fp32 values (an 8-bit array dequantized first)
-          if (used > 0) {
-            RETURN_IF_ERROR(ReadCheckpointArray(*opened, unit, k, begin, used, values.data()));
-          }
-          MomentFromFp32(runs, is_signed, values.data(), out.data());
-          (files[u].eight_bit(k) ? other_blocks : to_8bit) = true;
-          continue;
-        }
-        // As they are: the fresh form (zero moments: the padding's), then the checkpoint's
-        // form of the used elements, a prefix of each of its sections.
-        MomentFromFp32(runs, is_signed, values.data(), out.data());
-        if (used == 0) continue;
-        part.resize(CheckpointMoment8BitBytes(*opened, unit, k, held.begin, held.end));
-        RETURN_IF_ERROR(
-            ReadCheckpointMoment8Bit(*opened, unit, k, held.begin, held.end, part.data()));
-        for (const ByteCopy& copy : MomentSliceCopies(mine, held, range, held)) {
-          std::memcpy(out.data() + copy.to, part.data() + copy.from, copy.bytes);
-        }
-      }
-      // Collective at stages 1-2 on several ranks (the params gathered from the masters).
-      RETURN_IF_ERROR(engine.state().WriteStateRange8Bit(trainable[u], state.master.data(),
-                                                         stored[0].data(), stored[1].data()));
-    }
-    if (loading) loading->Advance(unit_bytes(u, begin, used));
+    const size_t n = files[u].elements;
+    if (loading) loading->Advance(unit_bytes(u, begin, begin < n ? std::min(end, n) - begin : 0));
   }
-  if (show_progress && to_fp32) {
+  if (show_progress && load.to_fp32) {
     spdlog::info(
         "resuming {}: converted 8-bit Adam states to fp32 (the checkpoint's run had "
         "train.optimizer_states=int8, this one fp32)",
         path);
   }
-  if (show_progress && to_8bit) {
+  if (show_progress && load.to_8bit) {
     spdlog::info(
         "resuming {}: converted fp32 Adam states to 8-bit (the checkpoint's run had "
         "train.optimizer_states=fp32, this one int8)",
         path);
   }
-  if (show_progress && other_blocks) {
+  if (show_progress && load.other_blocks) {
     spdlog::warn(
         "resuming {}: the checkpoint's 8-bit Adam states are on other blocks than this "
         "run's: converted through fp32 (close, not exact)",
