@@ -23,9 +23,9 @@
 
 namespace strata {
 
+using checkpoint_internal::ArrayJson;
 using checkpoint_internal::Errno;
 using checkpoint_internal::Hex;
-using checkpoint_internal::kArrayNames;
 using checkpoint_internal::kGenerationConfig;
 using checkpoint_internal::kSourceDir;
 using checkpoint_internal::kTokenizerDir;
@@ -119,9 +119,17 @@ StatusOr<std::string> ConsolidateCheckpoint(const ConsolidateRequest& request) {
     return absl::InternalError(
         absl::StrCat("checkpoint consolidate: cannot create ", to.string(), ": ", error.message()));
   }
-  // One rank's file: every unit's master, exp_avg and exp_avg_sq whole, in order.
+  // One rank's file: every unit's master, exp_avg and exp_avg_sq whole, in order; 8-bit
+  // moments in their stored form over the whole unit, as they are.
   uint64_t total = 0;
-  for (const OpenedCheckpoint::Unit& unit : checkpoint.units) total += 3 * unit.elements * 4;
+  for (size_t u = 0; u < checkpoint.units.size(); ++u) {
+    for (int k = 0; k < 3; ++k) {
+      const OpenedCheckpoint::Unit& unit = checkpoint.units[u];
+      total += unit.eight_bit(k)
+                   ? CheckpointMoment8BitBytes(checkpoint, static_cast<int>(u), k, 0, unit.elements)
+                   : unit.elements * sizeof(float);
+    }
+  }
   std::optional<Progress> progress;
   if (request.show_progress) progress.emplace("consolidating " + checkpoint.path, total);
   const fs::path file_path = to / RankFileName(0);
@@ -137,17 +145,27 @@ StatusOr<std::string> ConsolidateCheckpoint(const ConsolidateRequest& request) {
                                                                        XXH3_freeState);
   XXH3_64bits_reset(hash.get());
   std::vector<float> piece;
+  std::vector<uint8_t> stored;
   nlohmann::json units = nlohmann::json::array();
   uint64_t offset = 0;
   for (size_t u = 0; u < checkpoint.units.size(); ++u) {
     const size_t n = checkpoint.units[u].elements;
     nlohmann::json arrays = nlohmann::json::array();
     for (int k = 0; k < 3; ++k) {
-      arrays.push_back({{"name", kArrayNames[k]},
-                        {"dtype", "f32"},
-                        {"block", 0},
-                        {"scales", nullptr},
-                        {"shards", {{{"rank", 0}, {"begin", 0}, {"end", n}, {"offset", offset}}}}});
+      arrays.push_back(ArrayJson(k, checkpoint.units[u].blocks[k], n,
+                                 {{{"rank", 0}, {"begin", 0}, {"end", n}, {"offset", offset}}}));
+      if (checkpoint.units[u].eight_bit(k)) {  // the stored form, whole (about a byte an element)
+        stored.resize(CheckpointMoment8BitBytes(checkpoint, static_cast<int>(u), k, 0, n));
+        RETURN_IF_ERROR(
+            ReadCheckpointMoment8Bit(checkpoint, static_cast<int>(u), k, 0, n, stored.data()));
+        RETURN_IF_ERROR(
+            Annotate(WriteAllBytes(fd, stored.data(), stored.size(), file_path.string()),
+                     "checkpoint consolidate"));
+        XXH3_64bits_update(hash.get(), stored.data(), stored.size());
+        if (progress) progress->Advance(stored.size());
+        offset += stored.size();
+        continue;
+      }
       for (size_t begin = 0; begin < n; begin += kPieceElements) {
         const size_t count = std::min(kPieceElements, n - begin);
         piece.resize(count);

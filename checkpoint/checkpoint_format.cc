@@ -75,6 +75,29 @@ nlohmann::json StoredModelKey(const nlohmann::json& stored, const std::string& k
   return stored.contains(key) ? stored.at(key) : ModelKeyBeforeItExisted(key, stored);
 }
 
+nlohmann::json ArrayJson(int k, const QuantizedBlocks& blocks, size_t used, nlohmann::json shards) {
+  if (k == 0 || blocks.empty()) {
+    // fp32: no blocks, no scales.
+    return {{"name", kArrayNames[k]},
+            {"dtype", "f32"},
+            {"block", 0},
+            {"scales", nullptr},
+            {"shards", std::move(shards)}};
+  }
+  // The fp32 ranges among the blocks of the used elements.
+  nlohmann::json fp32_blocks = nlohmann::json::array();
+  const size_t count = (used + kAdamStateBlock - 1) / kAdamStateBlock;
+  for (const auto& [first, end] : blocks.fp32) {
+    if (first < std::min(end, count)) fp32_blocks.push_back({first, std::min(end, count)});
+  }
+  return {{"name", kArrayNames[k]},
+          {"dtype", kMomentDTypes[k]},
+          {"block", kAdamStateBlock},
+          {"scales", "f32"},
+          {"fp32_blocks", std::move(fp32_blocks)},
+          {"shards", std::move(shards)}};
+}
+
 std::string MetaChecksum(nlohmann::json meta) {
   meta.erase("checksum");
   const std::string text = meta.dump();

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "checkpoint/checkpoint_layout.h"
 #include "core/options.h"
 #include "runtime/model.h"
 
@@ -28,7 +29,12 @@ inline constexpr const char* kFormat = "strata-checkpoint";
 // array will fill); checkpoint.json is written last, after every rank's file is durable.
 // 7: a LoRA run's "base" has "base_dtype" (train, bf16, int8, nf4: lora.base_dtype; absent
 // before: train) and, where it is not train, "xxh3" hashes the quantized units' stored bytes.
-inline constexpr int kVersion = 7;
+// 8: with 8-bit Adam states (train.optimizer_states = int8) each unit's exp_avg and
+// exp_avg_sq are in their stored form (checkpoint_layout.h): "dtype" q8-dynamic-signed /
+// q8-dynamic-unsigned, "block" 2048, "scales" "f32", "fp32_blocks" [[first, end), ...] (the
+// unit's blocks, among those of its used elements, whose moments are fp32); with fp32
+// states the same as 7.
+inline constexpr int kVersion = 8;
 inline constexpr int kOldestVersion = 1;
 
 // The directory inside a checkpoint that holds its tokenizer's files.
@@ -47,6 +53,11 @@ nlohmann::json ModelJson(const ModelOptions& options);
 // GPTs were written then: the key's value in a GPT of the stored shape; null for
 // rope_theta, norm_eps and rope_scaling).
 nlohmann::json StoredModelKey(const nlohmann::json& stored, const std::string& key);
+
+// A unit's array `k` (0 master, 1 exp_avg, 2 exp_avg_sq) as the manifest lists it, with
+// its shards: f32, or an 8-bit moment whose blocks over the unit's `used` elements are
+// `blocks` (non-empty: its dtype, block, scales and fp32_blocks).
+nlohmann::json ArrayJson(int k, const QuantizedBlocks& blocks, size_t used, nlohmann::json shards);
 
 // XXH3 of the metadata without its "checksum" field, over its compact dump (keys sorted).
 std::string MetaChecksum(nlohmann::json meta);

@@ -9,12 +9,18 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/checkpoint_layout.h"
 #include "checkpoint/checkpoint_open.h"
 #include "collectives/agreement.h"
+#include "core/logging.h"
 #include "core/progress.h"
 
 namespace strata {
 
+using checkpoint_internal::BlocksOfRuns;
+using checkpoint_internal::ByteCopy;
+using checkpoint_internal::MomentSliceCopies;
+using checkpoint_internal::QuantizedBlocks;
 
 namespace {
 
@@ -22,6 +28,80 @@ namespace {
 // the file that failed).
 constexpr uint32_t kChecked = 0xffffffffu;
 constexpr uint32_t kFailedBeforeFiles = 0xfffffffeu;
+
+// What LoadUnit reuses from unit to unit (fresh pages per unit cost more than the copies)
+// and what it converted so far.
+struct UnitLoad {
+  UnitOptimizerState state;
+  std::vector<uint8_t> stored[2], part;
+  std::vector<float> values;
+  bool to_fp32 = false;       // 8-bit moments dequantized for an fp32 run
+  bool to_8bit = false;       // fp32 moments quantized for an int8 run
+  bool other_blocks = false;  // 8-bit moments on other blocks than the run's: through fp32
+};
+
+// Checkpoint unit `u` into the engine's unit `unit` over the range this rank holds, zero
+// past the used elements. The moments as the engine keeps them: fp32 (an 8-bit array
+// dequantized), or 8-bit in their stored form, taken as they are where the checkpoint's
+// blocks are the engine's (an exact resume), else quantized from fp32 values. Collective at
+// stages 1-2 on several ranks (the params gathered from the masters).
+Status LoadUnit(Engine& engine, const OpenedCheckpoint& opened, int u, int unit, UnitLoad* load) {
+  const OpenedCheckpoint::Unit& entry = opened.units[u];
+  const size_t n = entry.elements;
+  const auto [begin, end] = engine.state().StateRange(unit);
+  const size_t used = begin < n ? std::min(end, n) - begin : 0;
+  UnitOptimizerState& state = load->state;
+  state.master.assign(end - begin, 0.0f);
+  if (used > 0) {
+    RETURN_IF_ERROR(ReadCheckpointArray(opened, u, 0, begin, used, state.master.data()));
+  }
+  const std::vector<StateRun>& runs = engine.state().MomentRuns(unit);
+  if (runs.empty()) {  // fp32 moments
+    std::vector<float>* moments[] = {&state.exp_avg, &state.exp_avg_sq};
+    for (int k = 1; k < 3; ++k) {
+      moments[k - 1]->assign(end - begin, 0.0f);
+      if (used == 0) continue;
+      RETURN_IF_ERROR(ReadCheckpointArray(opened, u, k, begin, used, moments[k - 1]->data()));
+      load->to_fp32 = load->to_fp32 || entry.eight_bit(k);
+    }
+    return engine.state().WriteStateRange(unit, state.master.data(), state.exp_avg.data(),
+                                          state.exp_avg_sq.data());
+  }
+  // 8-bit moments.
+  const QuantizedBlocks mine = BlocksOfRuns(runs);
+  const ShardRange range{begin, end}, held{begin, begin + used};
+  std::vector<float>& values = load->values;
+  for (int k = 1; k < 3; ++k) {
+    std::vector<uint8_t>& out = load->stored[k - 1];
+    out.resize(engine.state().StoredMomentBytes(unit));
+    const bool is_signed = k == 1;
+    bool same = entry.eight_bit(k);
+    for (size_t b = begin / kAdamStateBlock; same && b * kAdamStateBlock < held.end; ++b) {
+      same = mine.quantized(b) == entry.blocks[k].quantized(b);
+    }
+    values.assign(end - begin, 0.0f);
+    if (!same) {  // quantized from fp32 values (an 8-bit array dequantized first)
+      if (used > 0) {
+        RETURN_IF_ERROR(ReadCheckpointArray(opened, u, k, begin, used, values.data()));
+      }
+      MomentFromFp32(runs, is_signed, values.data(), out.data());
+      (entry.eight_bit(k) ? load->other_blocks : load->to_8bit) = true;
+      continue;
+    }
+    // As they are: the fresh form (zero moments: the padding's), then the checkpoint's
+    // form of the used elements, a prefix of each of its sections.
+    MomentFromFp32(runs, is_signed, values.data(), out.data());
+    if (used == 0) continue;
+    std::vector<uint8_t>& part = load->part;
+    part.resize(CheckpointMoment8BitBytes(opened, u, k, held.begin, held.end));
+    RETURN_IF_ERROR(ReadCheckpointMoment8Bit(opened, u, k, held.begin, held.end, part.data()));
+    for (const ByteCopy& copy : MomentSliceCopies(mine, held, range, held)) {
+      std::memcpy(out.data() + copy.to, part.data() + copy.from, copy.bytes);
+    }
+  }
+  return engine.state().WriteStateRange8Bit(unit, state.master.data(), load->stored[0].data(),
+                                            load->stored[1].data());
+}
 
 }  // namespace
 
@@ -53,8 +133,12 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
       if (begin > 0 || end < engine.state().PaddedElements(trainable[i])) whole = false;
       const size_t used = opened->units[i].elements;
       if (begin >= used) continue;
-      for (const int file : CheckpointFilesFor(*opened, static_cast<int>(i), begin,
-                                               std::min(end, used))) {
+      // An 8-bit moment is read in whole blocks (an fp32 run's shards need not be on them).
+      const bool blocks = opened->units[i].eight_bit(1) || opened->units[i].eight_bit(2);
+      const size_t first = blocks ? begin / kAdamStateBlock * kAdamStateBlock : begin;
+      const size_t last = std::min(
+          used, blocks ? (end + kAdamStateBlock - 1) / kAdamStateBlock * kAdamStateBlock : end);
+      for (const int file : CheckpointFilesFor(*opened, static_cast<int>(i), first, last)) {
         needed.push_back(file);
       }
     }
@@ -99,35 +183,50 @@ StatusOr<LoadedCheckpoint> LoadCheckpoint(Engine& engine, const Model& model,
   const std::string& path = opened->path;
   const std::vector<OpenedCheckpoint::Unit>& files = opened->units;
   const int next_step = opened->next_step;
+  // The bytes of the checkpoint a rank reads for unit u's used elements [begin, begin + used).
+  auto unit_bytes = [&](size_t u, size_t begin, size_t used) {
+    uint64_t bytes = used * sizeof(float);
+    for (int k = 1; k < 3 && used > 0; ++k) {
+      bytes += files[u].eight_bit(k)
+                   ? CheckpointMoment8BitBytes(*opened, static_cast<int>(u), k, begin, begin + used)
+                   : used * sizeof(float);
+    }
+    return bytes;
+  };
   uint64_t checkpoint_bytes = 0;
   for (size_t u = 0; u < files.size(); ++u) {
     const auto [begin, end] = engine.state().StateRange(trainable[u]);
     const size_t n = files[u].elements;
-    if (begin < n) checkpoint_bytes += 3 * (std::min(end, n) - begin) * sizeof(float);
+    if (begin < n) checkpoint_bytes += unit_bytes(u, begin, std::min(end, n) - begin);
   }
   std::optional<Progress> loading;
   if (show_progress) loading.emplace(absl::StrCat("resuming from ", path), checkpoint_bytes);
   // Each unit's state over the range this rank holds (its shard where the optimizer state is
-  // sharded, else the whole unit), read from whichever files hold it (pread), zero past the
-  // used elements. Buffers reused from unit to unit: fresh pages per unit cost more than
-  // the copies.
-  UnitOptimizerState state;
+  // sharded, else the whole unit), read from whichever files hold it (pread).
+  UnitLoad load;
   for (size_t u = 0; u < files.size(); ++u) {
-    const size_t n = files[u].elements;
+    RETURN_IF_ERROR(LoadUnit(engine, *opened, static_cast<int>(u), trainable[u], &load));
     const auto [begin, end] = engine.state().StateRange(trainable[u]);
-    const size_t used = begin < n ? std::min(end, n) - begin : 0;
-    std::vector<float>* arrays[] = {&state.master, &state.exp_avg, &state.exp_avg_sq};
-    for (int k = 0; k < 3; ++k) {
-      arrays[k]->assign(end - begin, 0.0f);
-      if (used > 0) {
-        RETURN_IF_ERROR(ReadCheckpointArray(*opened, static_cast<int>(u), k, begin, used,
-                                            arrays[k]->data()));
-      }
-    }
-    // Collective at stages 1-2 on several ranks (the params gathered from the masters).
-    RETURN_IF_ERROR(engine.state().WriteStateRange(
-        trainable[u], state.master.data(), state.exp_avg.data(), state.exp_avg_sq.data()));
-    if (loading) loading->Advance(3 * used * sizeof(float));
+    const size_t n = files[u].elements;
+    if (loading) loading->Advance(unit_bytes(u, begin, begin < n ? std::min(end, n) - begin : 0));
+  }
+  if (show_progress && load.to_fp32) {
+    spdlog::info(
+        "resuming {}: converted 8-bit Adam states to fp32 (the checkpoint's run had "
+        "train.optimizer_states=int8, this one fp32)",
+        path);
+  }
+  if (show_progress && load.to_8bit) {
+    spdlog::info(
+        "resuming {}: converted fp32 Adam states to 8-bit (the checkpoint's run had "
+        "train.optimizer_states=fp32, this one int8)",
+        path);
+  }
+  if (show_progress && load.other_blocks) {
+    spdlog::warn(
+        "resuming {}: the checkpoint's 8-bit Adam states are on other blocks than this "
+        "run's: converted through fp32 (close, not exact)",
+        path);
   }
   return LoadedCheckpoint{next_step, path};
 }

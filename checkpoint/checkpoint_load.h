@@ -1,7 +1,9 @@
 // Resuming from a checkpoint: every check before any state changes (the metadata against
 // the run, then each file's size and XXH3, shared and agreed among the ranks), then each
 // unit's fp32 master weights and Adam moments written into the engine, a sharded rank
-// reading only its part. Part of //checkpoint (see checkpoint.h for the layout).
+// reading only its part. 8-bit moments go in as they are where the run keeps 8-bit states
+// on the same blocks (an exact resume); fp32 and 8-bit states are converted into each other
+// otherwise, said in the log (rank 0). Part of //checkpoint (see checkpoint.h for the layout).
 // Thread-safety: LoadCheckpoint is collective (every rank of the engine calls it together).
 #pragma once
 

@@ -38,9 +38,9 @@ T Integer(const nlohmann::json& value) {
 
 using checkpoint_internal::CheckFile;
 using checkpoint_internal::kArrayNames;
-using checkpoint_internal::RankFileName;
 using checkpoint_internal::kFormat;
 using checkpoint_internal::kGenerationConfig;
+using checkpoint_internal::kMomentDTypes;
 using checkpoint_internal::kOldestVersion;
 using checkpoint_internal::kSourceDir;
 using checkpoint_internal::kTokenizerDir;
@@ -48,18 +48,24 @@ using checkpoint_internal::kVersion;
 using checkpoint_internal::LoraTargetsOf;
 using checkpoint_internal::MetaChecksum;
 using checkpoint_internal::ModelJson;
+using checkpoint_internal::MomentSliceCopies;
+using checkpoint_internal::QuantizedBlocks;
+using checkpoint_internal::RankFileName;
 using checkpoint_internal::ReadBytes;
 using checkpoint_internal::ResolveCheckpoint;
+using checkpoint_internal::RunsOver;
+using checkpoint_internal::SectionsOver;
 using checkpoint_internal::StoredModelKey;
 
 namespace {
 
 // Version 6's "world", "files" and "units" (each array's dtype, block and scale fields, and
-// its shards: which rank's file holds which elements, at which offset), checked so that the
-// reader never reads outside a file or leaves an element uncovered. Throws on a missing
-// field or one of the wrong type (the caller names the file).
+// its shards: which rank's file holds which elements, at which offset; version 8's 8-bit
+// moments with their fp32 blocks), checked so that the reader never reads outside a file or
+// leaves an element uncovered. Throws on a missing field or one of the wrong type (the
+// caller names the file).
 Status ParseShardedArrays(const nlohmann::json& meta, const std::string& meta_path,
-                          const std::string& path, OpenedCheckpoint* opened) {
+                          const std::string& path, int version, OpenedCheckpoint* opened) {
   auto invalid = [&](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", meta_path, ": ", what));
   };
@@ -98,11 +104,40 @@ Status ParseShardedArrays(const nlohmann::json& meta, const std::string& meta_pa
         return invalid(absl::StrCat("unit ", unit.name, "'s array ", k, " is '", name,
                                     "' (expected ", kArrayNames[k], ")"));
       }
-      if (dtype != "f32" || block != 0 || !array.at("scales").is_null()) {
-        return invalid(absl::StrCat("unit ", unit.name, "'s ", name, " is of dtype ", dtype,
-                                    " with blocks of ", block, " and scales ",
-                                    array.at("scales").dump(),
-                                    "; this strata reads f32 arrays without blocks or scales"));
+      const bool f32 = dtype == "f32" && block == 0 && array.at("scales").is_null();
+      const bool eight_bit = k > 0 && version >= 8 && dtype == kMomentDTypes[k] &&
+                             block == kAdamStateBlock && array.at("scales") == "f32";
+      if (!f32 && !eight_bit) {
+        return invalid(absl::StrCat(
+            "unit ", unit.name, "'s ", name, " is of dtype ", dtype, " with blocks of ", block,
+            " and scales ", array.at("scales").dump(),
+            "; this strata reads f32 arrays without blocks or scales",
+            k > 0
+                ? absl::StrCat(", and (version 8 on) 8-bit ", name, " of dtype ", kMomentDTypes[k],
+                               " with blocks of ", kAdamStateBlock, " and scales \"f32\"")
+                : std::string()));
+      }
+      QuantizedBlocks& blocks = unit.blocks[k];
+      if (eight_bit) {
+        // Every block of the used elements 8-bit but those "fp32_blocks" lists, as
+        // [first, end) ranges in order.
+        const size_t count =
+            unit.elements / kAdamStateBlock + (unit.elements % kAdamStateBlock != 0);
+        blocks.eight_bit = true;
+        size_t last_end = 0;
+        for (const nlohmann::json& range : array.at("fp32_blocks")) {
+          const size_t first = Integer<size_t>(range.at(0));
+          const size_t end = Integer<size_t>(range.at(1));
+          if (range.size() != 2 || first < last_end || first >= end || end > count) {
+            return invalid(absl::StrCat("unit ", unit.name, "'s ", name, " lists fp32 blocks ",
+                                        range.dump(),
+                                        " (expected ordered [first, end) ranges "
+                                        "within its ",
+                                        count, " blocks)"));
+          }
+          blocks.fp32.push_back({first, end});
+          last_end = end;
+        }
       }
       size_t covered = 0;
       for (const nlohmann::json& shard : array.at("shards")) {
@@ -111,15 +146,21 @@ Status ParseShardedArrays(const nlohmann::json& meta, const std::string& meta_pa
         piece.begin = Integer<size_t>(shard.at("begin"));
         piece.end = Integer<size_t>(shard.at("end"));
         piece.offset = Integer<uint64_t>(shard.at("offset"));
+        // An 8-bit moment's shards start on a block and end on one or at the used end.
+        const bool aligned =
+            !eight_bit || (piece.begin % kAdamStateBlock == 0 &&
+                           (piece.end % kAdamStateBlock == 0 || piece.end == unit.elements));
+        piece.bytes = eight_bit && piece.end > piece.begin
+                          ? SectionsOver(blocks, {piece.begin, piece.end}).bytes()
+                          : (piece.end - piece.begin) * sizeof(float);
         if (piece.file < 0 || piece.file >= opened->world || piece.begin != covered ||
-            piece.end <= piece.begin || piece.end > unit.elements ||
-            piece.offset + (piece.end - piece.begin) * sizeof(float) >
-                opened->files[piece.file].bytes) {
-          return invalid(absl::StrCat("unit ", unit.name, "'s ", name, " has a shard of rank ",
-                                      piece.file, " over [", piece.begin, ", ", piece.end,
-                                      ") at byte ", piece.offset,
-                                      " that does not continue its cover of [0, ", unit.elements,
-                                      ") or lies outside its file"));
+            piece.end <= piece.begin || piece.end > unit.elements || !aligned ||
+            piece.offset + piece.bytes > opened->files[piece.file].bytes) {
+          return invalid(absl::StrCat(
+              "unit ", unit.name, "'s ", name, " has a shard of rank ", piece.file, " over [",
+              piece.begin, ", ", piece.end, ") at byte ", piece.offset,
+              " that does not continue its cover of [0, ", unit.elements, ")",
+              eight_bit ? " on blocks of 2048 elements" : "", " or lies outside its file"));
         }
         covered = piece.end;
         unit.arrays[k].push_back(piece);
@@ -130,6 +171,21 @@ Status ParseShardedArrays(const nlohmann::json& meta, const std::string& meta_pa
       }
     }
     opened->units.push_back(std::move(unit));
+  }
+  // Each rank file holds its pieces and nothing else: their bytes add up to its size (an
+  // 8-bit array whose fp32 blocks were changed no longer does).
+  std::vector<uint64_t> listed(opened->files.size(), 0);
+  for (const OpenedCheckpoint::Unit& unit : opened->units) {
+    for (const auto& pieces : unit.arrays) {
+      for (const OpenedCheckpoint::Piece& piece : pieces) listed[piece.file] += piece.bytes;
+    }
+  }
+  for (size_t r = 0; r < listed.size(); ++r) {
+    if (listed[r] != opened->files[r].bytes) {
+      return invalid(absl::StrCat("the arrays it lists in ", RankFileName(r), " add up to ",
+                                  listed[r], " bytes, the file has ", opened->files[r].bytes,
+                                  " (an array's size or fp32_blocks does not match the file)"));
+    }
   }
   return absl::OkStatus();
 }
@@ -285,12 +341,13 @@ StatusOr<ParsedMeta> ParseCheckpoint(const std::string& where) {
                                 3 * unit.elements * sizeof(float),
                                 entry.at("xxh3").get<std::string>()});
         for (int k = 0; k < 3; ++k) {
-          unit.arrays[k].push_back({file, 0, unit.elements, k * unit.elements * sizeof(float)});
+          unit.arrays[k].push_back({file, 0, unit.elements, k * unit.elements * sizeof(float),
+                                    unit.elements * sizeof(float)});
         }
         opened.units.push_back(std::move(unit));
       }
     } else {
-      RETURN_IF_ERROR(ParseShardedArrays(meta, meta_path, path, &opened));
+      RETURN_IF_ERROR(ParseShardedArrays(meta, meta_path, path, version, &opened));
     }
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -374,26 +431,87 @@ std::vector<int> CheckpointFilesFor(const OpenedCheckpoint& checkpoint, int unit
   return files;
 }
 
-Status ReadCheckpointArray(const OpenedCheckpoint& checkpoint, int unit, int array, size_t begin,
-                           size_t count, float* out) {
+namespace {
+
+// `count` bytes at `offset` of the file of `piece`, pread into `out`.
+Status PreadPiece(const OpenedCheckpoint& checkpoint, const OpenedCheckpoint::Piece& piece,
+                  uint64_t offset, uint64_t count, void* out) {
+  const OpenedCheckpoint::File& file = checkpoint.files[piece.file];
+  if (!std::filesystem::exists(file.path)) {
+    RETURN_IF_ERROR(CheckCheckpointFile(checkpoint, piece.file, nullptr));
+  }
+  ASSIGN_OR_RETURN(const InputFile in, InputFile::Open(file.path, "checkpoint: file"));
+  return PreadFully(in.fd(), out, count, piece.offset + offset, "checkpoint: " + file.path);
+}
+
+Status CheckRange(const OpenedCheckpoint& checkpoint, int unit, size_t begin, size_t end) {
   const OpenedCheckpoint::Unit& entry = checkpoint.units[unit];
-  const size_t end = begin + count;
   if (end > entry.elements || end < begin) {
     return absl::OutOfRangeError(absl::StrCat("checkpoint: ", checkpoint.path, ": unit ",
                                               entry.name, " has ", entry.elements,
                                               " elements, asked for [", begin, ", ", end, ")"));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+uint64_t CheckpointMoment8BitBytes(const OpenedCheckpoint& checkpoint, int unit, int array,
+                                   size_t begin, size_t end) {
+  return SectionsOver(checkpoint.units[unit].blocks[array], {begin, end}).bytes();
+}
+
+Status ReadCheckpointMoment8Bit(const OpenedCheckpoint& checkpoint, int unit, int array,
+                                size_t begin, size_t end, uint8_t* out) {
+  const OpenedCheckpoint::Unit& entry = checkpoint.units[unit];
+  RETURN_IF_ERROR(CheckRange(checkpoint, unit, begin, end));
+  if (!entry.eight_bit(array)) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint: ", checkpoint.path, ": unit ",
+                                                      entry.name, "'s ", kArrayNames[array],
+                                                      " is fp32, not 8-bit"));
+  }
+  if (begin % kAdamStateBlock != 0 || (end % kAdamStateBlock != 0 && end != entry.elements)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: unit ", entry.name, "'s ", kArrayNames[array], ": [", begin, ", ",
+                     end, ") is not on blocks of ", kAdamStateBlock, " elements"));
+  }
+  const QuantizedBlocks& blocks = entry.blocks[array];
   for (const OpenedCheckpoint::Piece& piece : entry.arrays[array]) {
     const size_t from = std::max(begin, piece.begin), to = std::min(end, piece.end);
     if (from >= to) continue;
-    const OpenedCheckpoint::File& file = checkpoint.files[piece.file];
-    if (!std::filesystem::exists(file.path)) {
-      RETURN_IF_ERROR(CheckCheckpointFile(checkpoint, piece.file, nullptr));
+    for (const checkpoint_internal::ByteCopy& copy :
+         MomentSliceCopies(blocks, {piece.begin, piece.end}, {begin, end}, {from, to})) {
+      if (copy.bytes == 0) continue;
+      RETURN_IF_ERROR(PreadPiece(checkpoint, piece, copy.from, copy.bytes, out + copy.to));
     }
-    ASSIGN_OR_RETURN(const InputFile in, InputFile::Open(file.path, "checkpoint: file"));
-    RETURN_IF_ERROR(PreadFully(in.fd(), out + (from - begin), (to - from) * sizeof(float),
-                               piece.offset + (from - piece.begin) * sizeof(float),
-                               "checkpoint: " + file.path));
+  }
+  return absl::OkStatus();
+}
+
+Status ReadCheckpointArray(const OpenedCheckpoint& checkpoint, int unit, int array, size_t begin,
+                           size_t count, float* out) {
+  const OpenedCheckpoint::Unit& entry = checkpoint.units[unit];
+  const size_t end = begin + count;
+  RETURN_IF_ERROR(CheckRange(checkpoint, unit, begin, end));
+  if (entry.eight_bit(array)) {
+    // The blocks the range touches, read whole and dequantized.
+    if (count == 0) return absl::OkStatus();
+    const size_t first = begin / kAdamStateBlock * kAdamStateBlock;
+    const size_t last =
+        std::min(entry.elements, (end + kAdamStateBlock - 1) / kAdamStateBlock * kAdamStateBlock);
+    std::vector<uint8_t> stored(CheckpointMoment8BitBytes(checkpoint, unit, array, first, last));
+    RETURN_IF_ERROR(ReadCheckpointMoment8Bit(checkpoint, unit, array, first, last, stored.data()));
+    std::vector<float> values(last - first);
+    MomentToFp32(RunsOver(entry.blocks[array], {first, last}), /*is_signed=*/array == 1,
+                 stored.data(), values.data());
+    std::copy(values.begin() + (begin - first), values.begin() + (end - first), out);
+    return absl::OkStatus();
+  }
+  for (const OpenedCheckpoint::Piece& piece : entry.arrays[array]) {
+    const size_t from = std::max(begin, piece.begin), to = std::min(end, piece.end);
+    if (from >= to) continue;
+    RETURN_IF_ERROR(PreadPiece(checkpoint, piece, (from - piece.begin) * sizeof(float),
+                               (to - from) * sizeof(float), out + (from - begin)));
   }
   return absl::OkStatus();
 }

@@ -7,11 +7,13 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "checkpoint/lora_base.h"
+#include "checkpoint/moment_blocks.h"
 #include "core/options.h"
 #include "core/status.h"
 #include "models/hf/hf_special_tokens.h"
@@ -29,24 +31,24 @@ struct OpenedCheckpoint {
   int train_steps = 0;
   ModelOptions model;  // resolved: no "0 = default" values
   int version = 0;  // of the format (checkpoint_format.h)
-  // The files that hold the arrays: version 6, one per rank of the run that wrote it
+  // The files that hold the arrays: version 6 on, one per rank of the run that wrote it
   // (`world` ranks); versions 1-5, one per unit (`world` 0).
   int world = 0;
   struct File {
     std::string path;  // in the step-<k> directory
     uint64_t bytes = 0;
     std::string hash;  // XXH3 of the whole file, hex
-    int rank = -1;     // version 6: the rank that wrote it (-1: a unit's file, versions 1-5)
-    std::string host;  // version 6: that rank's host name
+    int rank = -1;     // version 6 on: the rank that wrote it (-1: a unit's file, versions 1-5)
+    std::string host;  // version 6 on: that rank's host name
   };
   std::vector<File> files;
   // Where elements of a unit's array lie: used elements [begin, end) at byte `offset` of
-  // files[file], fp32 (the only dtype this strata writes or reads; the manifest's block
-  // and scale fields are empty for it).
+  // files[file], `bytes` long: fp32 values, or an 8-bit moment's stored form over them.
   struct Piece {
     int file = 0;
     size_t begin = 0, end = 0;
     uint64_t offset = 0;
+    uint64_t bytes = 0;
   };
   struct Unit {
     std::string name;
@@ -54,6 +56,11 @@ struct OpenedCheckpoint {
     // Per array (master, exp_avg, exp_avg_sq): its pieces, in element order, covering
     // [0, elements) without gaps.
     std::vector<Piece> arrays[3];
+    // Per array: f32 values, or an 8-bit moment (version 8: exp_avg of dtype
+    // q8-dynamic-signed, exp_avg_sq of q8-dynamic-unsigned; tiers/state_blocks.h's stored
+    // form) with its blocks of [0, elements) (the manifest's "fp32_blocks").
+    MomentBlocks blocks[3];
+    bool eight_bit(int array) const { return blocks[array].eight_bit; }
   };
   std::vector<Unit> units;  // the trainable units' (a LoRA checkpoint: the adapters')
   // A LoRA checkpoint (version 3): lora.rank > 0, alpha and the targets (strata names,
@@ -90,9 +97,19 @@ Status VerifyCheckpointFileList(const OpenedCheckpoint& checkpoint, const std::v
 std::vector<int> CheckpointFilesFor(const OpenedCheckpoint& checkpoint, int unit, size_t begin,
                                     size_t end);
 // Elements [begin, begin + count) of unit `unit`'s array `array` (0 master, 1 exp_avg,
-// 2 exp_avg_sq), pread from the files that hold them (whichever rank wrote them).
+// 2 exp_avg_sq), pread from the files that hold them (whichever rank wrote them), as fp32
+// values: an 8-bit moment's blocks are read whole and dequantized.
 Status ReadCheckpointArray(const OpenedCheckpoint& checkpoint, int unit, int array, size_t begin,
                            size_t count, float* out);
+// An 8-bit moment array's stored form over elements [begin, end) (begin on a block of 2048
+// elements, end on one or at the unit's used end), as it is: SectionsOf the runs of
+// `blocks` over the range bytes at `out` (tiers/state_blocks.h), pread from the
+// files that hold them. FailedPrecondition for an fp32 array.
+Status ReadCheckpointMoment8Bit(const OpenedCheckpoint& checkpoint, int unit, int array,
+                                size_t begin, size_t end, uint8_t* out);
+// Bytes of that stored form.
+uint64_t CheckpointMoment8BitBytes(const OpenedCheckpoint& checkpoint, int unit, int array,
+                                   size_t begin, size_t end);
 // Elements [begin, begin + count) of unit `unit`'s fp32 master weights (pread).
 Status ReadCheckpointMaster(const OpenedCheckpoint& checkpoint, int unit, size_t begin,
                             size_t count, float* out);

@@ -37,6 +37,9 @@
 
 namespace strata {
 
+using checkpoint_internal::ArrayJson;
+using checkpoint_internal::BlocksOfRuns;
+using checkpoint_internal::ByteCopy;
 using checkpoint_internal::Errno;
 using checkpoint_internal::Hex;
 using checkpoint_internal::kArrayNames;
@@ -46,9 +49,11 @@ using checkpoint_internal::ListCheckpoints;
 using checkpoint_internal::LoraTargetsOf;
 using checkpoint_internal::MetaChecksum;
 using checkpoint_internal::ModelJson;
+using checkpoint_internal::MomentSliceCopies;
+using checkpoint_internal::QuantizedBlocks;
+using checkpoint_internal::RankFileLayout;
 using checkpoint_internal::RankFileName;
 using checkpoint_internal::RankPiece;
-using checkpoint_internal::RankFileLayout;
 using checkpoint_internal::SyncFile;
 using checkpoint_internal::WriteFile;
 
@@ -105,10 +110,63 @@ Status RemoveCheckpointDir(const fs::path& path) {
   return absl::OkStatus();
 }
 
+// The byte ranges of a unit's state range as read into memory (the fp32 master over
+// `range`, then with 8-bit moments (`blocks` non-empty) each moment's stored form over it,
+// else the fp32 moments) that make up its piece [piece.begin, piece.end) in the rank file,
+// in file order: copied in this order they give the piece's bytes in a row.
+std::vector<ByteCopy> PieceCopies(const QuantizedBlocks& blocks, ShardRange range,
+                                  const RankPiece& piece) {
+  std::vector<ByteCopy> copies;
+  const size_t n = range.end - range.begin;
+  const uint64_t within = (piece.begin - range.begin) * sizeof(float);
+  uint64_t to = 0;
+  auto add = [&](uint64_t from, uint64_t bytes) {
+    if (bytes > 0) copies.push_back({from, to, bytes});
+    to += bytes;
+  };
+  add(within, piece.bytes[0]);
+  if (blocks.empty()) {
+    add(n * sizeof(float) + within, piece.bytes[1]);
+    add(2 * n * sizeof(float) + within, piece.bytes[2]);
+    return copies;
+  }
+  const uint64_t moment_bytes = checkpoint_internal::SectionsOver(blocks, range).bytes();
+  for (int k = 0; k < 2; ++k) {
+    const uint64_t origin = n * sizeof(float) + k * moment_bytes;
+    for (const ByteCopy& section :
+         MomentSliceCopies(blocks, range, {piece.begin, piece.end}, {piece.begin, piece.end})) {
+      add(origin + section.from, section.bytes);
+    }
+  }
+  return copies;
+}
+
+// Bytes of a unit's state range as read into memory (see PieceCopies).
+uint64_t StateRangeBytes(const QuantizedBlocks& blocks, ShardRange range) {
+  const uint64_t n = range.end - range.begin;
+  if (blocks.empty()) return 3 * n * sizeof(float);
+  return n * sizeof(float) + 2 * checkpoint_internal::SectionsOver(blocks, range).bytes();
+}
+
+// A unit's state range read into `data` (StateRangeBytes): the fp32 master and the moments,
+// fp32 or (with 8-bit states) in their stored form.
+Status ReadUnitState(Engine& engine, int unit, const QuantizedBlocks& blocks, ShardRange range,
+                     uint8_t* data) {
+  const size_t n = range.end - range.begin;
+  float* master = reinterpret_cast<float*>(data);
+  if (blocks.empty()) {
+    return engine.state().ReadStateRange(unit, master, master + n, master + 2 * n);
+  }
+  uint8_t* moments = data + n * sizeof(float);
+  return engine.state().ReadStateRange8Bit(unit, master, moments,
+                                           moments + engine.state().StoredMomentBytes(unit));
+}
+
 // This rank's file: the shard it owns of every trainable unit (`layout`), read one unit
 // at a time (a shard in memory, or the whole unit where every rank holds it whole), written
 // and synced; returns its XXH3.
 StatusOr<std::string> WriteRankFile(Engine& engine, const std::vector<int>& trainable,
+                                    const std::vector<QuantizedBlocks>& blocks,
                                     const std::vector<RankPiece>& layout, const fs::path& path,
                                     int next_step, int rank, const CheckpointFault* fault,
                                     Progress* progress) {
@@ -124,12 +182,9 @@ StatusOr<std::string> WriteRankFile(Engine& engine, const std::vector<int>& trai
   XXH3_64bits_reset(hash);
   std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> hash_owner(hash,
                                                                               XXH3_freeState);
-  std::vector<float> arrays[3];  // reused from unit to unit
+  std::vector<float> state;  // reused from unit to unit (floats: aligned for the master)
   for (size_t i = 0; i < trainable.size(); ++i) {
     const auto [begin, end] = engine.state().StateRange(trainable[i]);
-    for (std::vector<float>& array : arrays) array.resize(end - begin);
-    RETURN_IF_ERROR(engine.state().ReadStateRange(trainable[i], arrays[0].data(),
-                                                  arrays[1].data(), arrays[2].data()));
     const RankPiece& piece = layout[i];
     const size_t count = piece.end - piece.begin;
     if (count > 0 && (piece.begin < begin || piece.end > end)) {
@@ -137,16 +192,21 @@ StatusOr<std::string> WriteRankFile(Engine& engine, const std::vector<int>& trai
                                               " holds [", begin, ", ", end, "), owns [",
                                               piece.begin, ", ", piece.end, ")"));
     }
-    for (const std::vector<float>& array : arrays) {
-      if (count == 0) break;
-      const float* data = array.data() + (piece.begin - begin);
+    const ShardRange range{begin, end};
+    state.resize((StateRangeBytes(blocks[i], range) + 3) / 4);
+    uint8_t* data = reinterpret_cast<uint8_t*>(state.data());
+    RETURN_IF_ERROR(ReadUnitState(engine, trainable[i], blocks[i], range, data));
+    uint64_t written = 0;
+    for (const ByteCopy& copy :
+         count > 0 ? PieceCopies(blocks[i], range, piece) : std::vector<ByteCopy>{}) {
       RETURN_IF_ERROR(
-          Annotate(WriteAllBytes(fd, data, count * sizeof(float), path.string()), "checkpoint"));
-      XXH3_64bits_update(hash, data, count * sizeof(float));
+          Annotate(WriteAllBytes(fd, data + copy.from, copy.bytes, path.string()), "checkpoint"));
+      XXH3_64bits_update(hash, data + copy.from, copy.bytes);
+      written += copy.bytes;
     }
     RETURN_IF_ERROR(
         CheckpointFaultPoint(fault, next_step, rank, CheckpointFault::Phase::kUnit, trainable[i]));
-    if (progress != nullptr) progress->Advance(3 * count * sizeof(float));
+    if (progress != nullptr) progress->Advance(written);
   }
   if (::fsync(fd) != 0) return Errno(errno, "syncing " + path.string());
   closer.fd = -1;
@@ -162,6 +222,9 @@ struct CheckpointPlan {
   std::string step_name;
   std::vector<int> trainable;  // the units written, in order
   std::vector<size_t> used;    // their used elements
+  // Per trainable unit, with 8-bit Adam states: its blocks over the padded unit (which hold
+  // 8-bit moments); empty: fp32 moments.
+  std::vector<QuantizedBlocks> blocks;
   std::vector<std::vector<RankPiece>> layouts;  // per rank, per trainable unit
   std::vector<uint64_t> file_bytes;             // per rank
   std::vector<std::string> hosts;               // per rank
@@ -222,14 +285,30 @@ StatusOr<CheckpointPlan> PrepareCheckpoint(Engine& engine, const Model& model,
     if (!units[u].trainable()) continue;  // a LoRA base: referred to by its hash
     trainable.push_back(static_cast<int>(u));
     used.push_back(units[u].used_elements());
-    shard_elements.push_back(engine.state().PaddedElements(static_cast<int>(u)) / world);
+    const size_t padded = engine.state().PaddedElements(static_cast<int>(u));
+    shard_elements.push_back(padded / world);
+    // 8-bit states: the rule's blocks over the whole unit (every rank's decision for a block
+    // is the same), checked against this rank's own runs.
+    QuantizedBlocks& blocks = plan.blocks.emplace_back();
+    const std::vector<StateRun>& runs = engine.state().MomentRuns(static_cast<int>(u));
+    if (runs.empty()) continue;
+    blocks = BlocksOfRuns(StateRuns(units[u], {0, padded}));
+    const QuantizedBlocks own = BlocksOfRuns(runs);
+    for (size_t b = runs.front().begin / kAdamStateBlock; b * kAdamStateBlock < runs.back().end;
+         ++b) {
+      if (blocks.quantized(b) != own.quantized(b)) {
+        return absl::InternalError(
+            absl::StrCat("checkpoint: unit ", units[u].name(), ": block ", b,
+                         " of this rank's 8-bit states differs from the rule's"));
+      }
+    }
   }
   std::vector<std::vector<RankPiece>>& layouts = plan.layouts;
   std::vector<uint64_t>& file_bytes = plan.file_bytes;
   layouts.resize(world);
   file_bytes.resize(world);
   for (int r = 0; r < world; ++r) {
-    layouts[r] = RankFileLayout(used, shard_elements, r, &file_bytes[r]);
+    layouts[r] = RankFileLayout(used, shard_elements, plan.blocks, r, &file_bytes[r]);
   }
   // Nothing of the engine in flight on the communicator before the agreements below (a
   // delayed update is put in place first).
@@ -353,13 +432,7 @@ StatusOr<std::string> CompleteCheckpoint(const CheckpointPlan& plan,
                             {"end", piece.end},
                             {"offset", piece.offsets[k]}});
         }
-        // fp32: no blocks, no scales (a quantized array would name its block size and
-        // where its scales lie).
-        arrays.push_back({{"name", kArrayNames[k]},
-                          {"dtype", "f32"},
-                          {"block", 0},
-                          {"scales", nullptr},
-                          {"shards", std::move(shards)}});
+        arrays.push_back(ArrayJson(k, plan.blocks[i], used[i], std::move(shards)));
       }
       meta["units"].push_back({{"name", units[trainable[i]].name()},
                                {"elements", used[i]},
@@ -451,10 +524,10 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
   }
   StatusOr<std::string> own_hash = [&]() -> StatusOr<std::string> {
     RETURN_IF_ERROR(plan.created);
-    ASSIGN_OR_RETURN(std::string hash,
-                     WriteRankFile(engine, plan.trainable, plan.layouts[plan.rank],
-                                   plan.own_file, next_step, plan.rank, context.fault,
-                                   progress ? &*progress : nullptr));
+    ASSIGN_OR_RETURN(
+        std::string hash,
+        WriteRankFile(engine, plan.trainable, plan.blocks, plan.layouts[plan.rank], plan.own_file,
+                      next_step, plan.rank, context.fault, progress ? &*progress : nullptr));
     RETURN_IF_ERROR(SyncFile(plan.step_dir.string()));  // its entry
     return hash;
   }();
@@ -467,8 +540,10 @@ StatusOr<std::string> SaveCheckpoint(Engine& engine, const Model& model, const O
 struct BackgroundCheckpoint::Queue {
   struct Piece {
     int unit = 0;                    // for the fault point
-    std::unique_ptr<float[]> data;   // master, exp_avg, exp_avg_sq of the owned piece, in a row
-    size_t count = 0;                // floats of them in `data`
+    // The owned piece's bytes as the file holds them (master, exp_avg, exp_avg_sq in a row),
+    // in floats (aligned for the master's read).
+    std::unique_ptr<float[]> data;
+    size_t bytes = 0;                // of them in `data`
     size_t held = 0;                 // floats `data` holds (counted against the budget)
   };
   std::mutex mutex;
@@ -539,12 +614,10 @@ void WriteInBackground(BackgroundCheckpoint::Queue* queue, int fd, fs::path path
   XXH3_64bits_reset(hash);
   Status status;
   while (std::optional<BackgroundCheckpoint::Queue::Piece> piece = queue->Pop()) {
-    const size_t count = piece->count;
-    if (status.ok() && count > 0) {
-      status = Annotate(WriteAllBytes(fd, piece->data.get(), count * sizeof(float),
-                                      path.string()),
-                        "checkpoint");
-      if (status.ok()) XXH3_64bits_update(hash, piece->data.get(), count * sizeof(float));
+    const size_t bytes = piece->bytes;
+    if (status.ok() && bytes > 0) {
+      status = Annotate(WriteAllBytes(fd, piece->data.get(), bytes, path.string()), "checkpoint");
+      if (status.ok()) XXH3_64bits_update(hash, piece->data.get(), bytes);
     }
     if (status.ok()) {
       status = CheckpointFaultPoint(fault, next_step, rank, CheckpointFault::Phase::kUnit,
@@ -649,23 +722,23 @@ StatusOr<std::unique_ptr<BackgroundCheckpoint>> BackgroundCheckpoint::Start(
         break;
       }
       // The state's whole range is read straight into the buffer (no second copy), then the
-      // owned piece of each array moved to the front, in a row (where a unit is held whole or
-      // padded, the range is larger than the piece).
-      const size_t range = end - begin;
-      out.held = 3 * range;
-      out.count = 3 * count;
+      // owned piece of each array (of each section of an 8-bit moment's stored form) moved
+      // to the front, in a row (where a unit is held whole or padded, the range is larger
+      // than the piece). In file order each part's place starts at or before its source and
+      // ends before the next part's source starts: moved in order, none overwrites a source.
+      const ShardRange range{begin, end};
+      const QuantizedBlocks& blocks = plan.blocks[i];
+      out.held = (StateRangeBytes(blocks, range) + 3) / 4;
+      out.bytes = piece.bytes[0] + piece.bytes[1] + piece.bytes[2];
       out.data = queue.Acquire(out.held);
-      float* data = out.data.get();
-      snapshot = engine.state().ReadStateRange(unit, data, data + range, data + 2 * range);
+      uint8_t* data = reinterpret_cast<uint8_t*>(out.data.get());
+      snapshot = ReadUnitState(engine, unit, blocks, range, data);
       if (!snapshot.ok()) {
         queue.Release(out.held);
         break;
       }
-      if (range != count) {
-        for (int k = 0; k < 3; ++k) {
-          std::memmove(data + k * count, data + k * range + (piece.begin - begin),
-                       count * sizeof(float));
-        }
+      for (const ByteCopy& copy : PieceCopies(blocks, range, piece)) {
+        if (copy.to != copy.from) std::memmove(data + copy.to, data + copy.from, copy.bytes);
       }
     }
     queue.Push(std::move(out));

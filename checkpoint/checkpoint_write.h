@@ -61,7 +61,7 @@ struct CheckpointContext {
 };
 
 // Writes the state before step `next_step` to <options.train.checkpoint_dir>/step-<k>;
-// returns that path. Format version 6 (checkpoint.h): every rank writes the shard of each
+// returns that path. Format version 8 (checkpoint.h): every rank writes the shard of each
 // trainable unit it owns into rank-<r>.bin and syncs it (no gather, one shard in memory);
 // the ranks exchange their files' sizes and XXH3 (and whether each succeeded); then the
 // lowest rank on each host writes the manifest, checkpoint.json (a temporary file, synced,

@@ -10,6 +10,7 @@
 #include "runtime/model.h"
 #include "runtime/quantized_base.h"
 #include "runtime/zero_components.h"
+#include "tiers/state_blocks.h"
 #include "tiers/unit_state.h"
 
 namespace strata {
@@ -237,6 +238,42 @@ Status EngineState::WriteStateRange(int unit, const float* master, const float* 
     RETURN_IF_ERROR(GatherInto(unit, master, &full));
     status = WriteState(unit, {master, exp_avg, exp_avg_sq, begin, end}, nullptr, full.data());
   }
+  ForgetTraffic();
+  return status;
+}
+
+const std::vector<StateRun>& EngineState::MomentRuns(int unit) const {
+  return parts_.units[unit].state_runs;
+}
+
+size_t EngineState::StoredMomentBytes(int unit) const {
+  return SectionsOf(parts_.units[unit].state_runs).bytes();
+}
+
+Status EngineState::ReadStateRange8Bit(int unit, float* master, uint8_t* exp_avg,
+                                       uint8_t* exp_avg_sq) {
+  RETURN_IF_ERROR(CheckTrainable(unit));
+  RETURN_IF_ERROR(parts_.sync());
+  Status status = parts_.components.ReadOptimizerState(unit, master, nullptr, nullptr);
+  if (status.ok()) status = parts_.components.ReadMoment(unit, 0, exp_avg);
+  if (status.ok()) status = parts_.components.ReadMoment(unit, 1, exp_avg_sq);
+  ForgetTraffic();
+  return status;
+}
+
+Status EngineState::WriteStateRange8Bit(int unit, const float* master, const uint8_t* exp_avg,
+                                        const uint8_t* exp_avg_sq) {
+  RETURN_IF_ERROR(CheckTrainable(unit));
+  if (MomentRuns(unit).empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "unit '", parts_.model->units()[unit].name(),
+        "' has fp32 Adam moments (train.optimizer_states=fp32): no 8-bit moments to write"));
+  }
+  // The master (and params) with zeroed moments, then each moment as it is.
+  RETURN_IF_ERROR(WriteStateRange(unit, master, nullptr, nullptr));
+  RETURN_IF_ERROR(parts_.sync());
+  Status status = parts_.components.WriteMoment(unit, 0, exp_avg);
+  if (status.ok()) status = parts_.components.WriteMoment(unit, 1, exp_avg_sq);
   ForgetTraffic();
   return status;
 }

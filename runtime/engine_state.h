@@ -16,14 +16,15 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
 
 #include "core/dtype.h"
-#include "core/stored_layout.h"
 #include "core/status.h"
+#include "core/stored_layout.h"
 
 namespace strata {
 
@@ -35,6 +36,7 @@ class Stream;
 class ZeroComponents;
 struct EngineConfig;
 struct NvmeTraffic;
+struct StateRun;
 struct UnitState;
 
 // A unit's master weights and Adam moments, full units (checkpoints).
@@ -140,6 +142,21 @@ class EngineState {
   Status ReadStateRange(int unit, float* master, float* exp_avg, float* exp_avg_sq);
   Status WriteStateRange(int unit, const float* master, const float* exp_avg,
                          const float* exp_avg_sq);
+
+  // 8-bit Adam states (train.optimizer_states = int8): the runs of the unit's StateRange
+  // (which blocks hold 8-bit moments; tiers/state_blocks.h), empty with fp32 moments. The
+  // state range as it is held, no conversion: ReadStateRange8Bit brings out the fp32 master
+  // (`end - begin` floats) and each moment in its stored form over the range
+  // (StoredMomentBytes each: fp32 runs' values, quantized runs' codes, their blocks'
+  // absmaxes); WriteStateRange8Bit puts them in (the params cast from the master, collective
+  // as WriteStateRange), so that a unit written with what was read is exactly as it was
+  // (a checkpoint of 8-bit states resumes bit for bit). FailedPrecondition without 8-bit
+  // states.
+  const std::vector<StateRun>& MomentRuns(int unit) const;
+  size_t StoredMomentBytes(int unit) const;
+  Status ReadStateRange8Bit(int unit, float* master, uint8_t* exp_avg, uint8_t* exp_avg_sq);
+  Status WriteStateRange8Bit(int unit, const float* master, const uint8_t* exp_avg,
+                             const uint8_t* exp_avg_sq);
 
   // The length of the full-unit views (the unit padded to the world size).
   size_t PaddedElements(int unit) const;

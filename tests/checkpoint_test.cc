@@ -419,7 +419,7 @@ TEST(Checkpoint, WritesOneFilePerRankAndLoadsAtAnyWorldSizeElementForElement) {
                                              "rank-00001.bin"}));
   std::ifstream in(step + "/checkpoint.json");
   const nlohmann::json meta = nlohmann::json::parse(in);
-  EXPECT_EQ(meta["version"], 7);
+  EXPECT_EQ(meta["version"], 8);
   EXPECT_EQ(meta["world"], 2);
   ASSERT_EQ(meta["files"].size(), 2u);
   for (int r = 0; r < 2; ++r) {

@@ -230,7 +230,7 @@ TEST(QuantizedBase, CheckpointsResumeAndNameTheBaseDtype) {
   ASSERT_EQ(whole.losses.size(), 6u);
   ASSERT_OK_AND_ASSIGN(OpenedCheckpoint opened, OpenCheckpoint(dir + "/step-3"));
   EXPECT_EQ(opened.base.base_dtype, BaseDType::kNF4);
-  EXPECT_EQ(opened.version, 7);
+  EXPECT_EQ(opened.version, 8);
 
   std::vector<std::string> resume = sets;
   resume.push_back("train.resume=" + dir + "/step-3");
