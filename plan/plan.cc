@@ -237,10 +237,12 @@ std::vector<PlanConfig> DecisionOrder(const Options& job, int world) {
              "zero.grad_tier=nvme", "zero.param_tier=nvme", nvme})},
   };
   // 8-bit Adam states where the optimizer's state is what binds: its memory on the device,
-  // in RAM, its traffic to the SSD; alternatives unless the job asked for them.
+  // in RAM (with the params on the device, and with them), its traffic to the SSD;
+  // alternatives unless the job asked for them.
   const bool states_asked = job.train.optimizer_states == OptimizerStates::kInt8;
   const std::set<std::string> eight_bit_twins = {"full training on the device",
-                                                 "optimizer on host", "optimizer on NVMe"};
+                                                 "optimizer on host", "+ params on host",
+                                                 "optimizer on NVMe"};
   for (PlanConfig& config : rest) {  // full training freezes nothing to quantize
     if (std::find(config.sets.begin(), config.sets.end(), full) == config.sets.end()) {
       config.sets.push_back(full);
@@ -252,7 +254,7 @@ std::vector<PlanConfig> DecisionOrder(const Options& job, int world) {
     eight_bit.against = eight_bit.name;
     eight_bit.name = eight_bit.name == "full training on the device"
                          ? "full, 8-bit Adam states"
-                         : "8-bit Adam states, " + eight_bit.name;
+                         : eight_bit.name + ", 8-bit Adam states";
     eight_bit.sets.push_back("train.optimizer_states=int8");
     eight_bit.alternative = true;
     eight_bit.changes = "Adam's moments stored in 8 bits, blockwise (train.optimizer_states=int8)";

@@ -45,6 +45,8 @@ bool operator==(const StateRun& a, const StateRun& b) {
 
 namespace {
 
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 const std::vector<std::string> kInt8 = {"train.optimizer_states=int8", "train.grad_clip=0"};
 

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -276,6 +277,7 @@ std::string HardwareText(uint64_t device_bytes, uint64_t host_bytes) {
   hw.device_memory_bandwidth = 1e10;
   hw.host_to_device = hw.device_to_host = 5e9;
   hw.cpu_adam_params = 1e9;
+  hw.cpu_adam8bit_params = 1.2e9;
   hw.disk_read = 2e9;
   hw.disk_write = 1e9;
   hw.disk_free_bytes = 1ull << 40;
@@ -325,7 +327,7 @@ TEST(Plan, RecommendsTheFirstThatFitsAndSaysWhatToBuy) {
   const uint64_t device = (lora.device.peak_bytes + full.device.peak_bytes) / 2;
   ASSERT_OK_AND_ASSIGN(Hardware hw, ParseHardware(HardwareText(device, 64ull << 30), "hw"));
   ASSERT_OK_AND_ASSIGN(const Plan plan, MakePlan(job, 1, hw));
-  ASSERT_EQ(plan.configs.size(), 11u);
+  ASSERT_EQ(plan.configs.size(), 15u);
   ASSERT_GE(plan.recommended, 0);
   EXPECT_EQ(plan.configs[plan.recommended].config.name, "LoRA on the device");
   ASSERT_EQ(plan.configs[5].config.name, "full training on the device");
@@ -392,7 +394,7 @@ TEST(Plan, AQuantizedBaseIsAnAlternative) {
   const Options job = PlacementRunOptions(1, 0, sets({"lora.rank=16"}), 2);
   ASSERT_OK_AND_ASSIGN(Hardware roomy, ParseHardware(HardwareText(8ull << 30, 64ull << 30), "hw"));
   ASSERT_OK_AND_ASSIGN(const Plan plan, MakePlan(job, 1, roomy));
-  ASSERT_EQ(plan.configs.size(), 11u);
+  ASSERT_EQ(plan.configs.size(), 15u);
   EXPECT_EQ(plan.configs[plan.recommended].config.name, "LoRA on the device");
   const PlannedConfig& lora = plan.configs[1];
   const PlannedConfig& nf4 = plan.configs[2];
@@ -443,11 +445,84 @@ TEST(Plan, AQuantizedBaseIsAnAlternative) {
   // The job asks for NF4: its rows are the job's own (no alternative), the first recommended.
   const Options asks = PlacementRunOptions(1, 0, sets({"lora.rank=16", "lora.base_dtype=nf4"}), 2);
   ASSERT_OK_AND_ASSIGN(const Plan asked, MakePlan(asks, 1, small));
-  ASSERT_EQ(asked.configs.size(), 10u);
-  for (const PlannedConfig& c : asked.configs) EXPECT_FALSE(c.config.alternative) << c.config.name;
+  ASSERT_EQ(asked.configs.size(), 14u);
+  for (const PlannedConfig& c : asked.configs) {
+    if (c.options.lora.enabled()) EXPECT_FALSE(c.config.alternative) << c.config.name;
+  }
   EXPECT_EQ(asked.configs[0].options.lora.base_dtype, BaseDType::kNF4);
   ASSERT_GE(asked.recommended, 0);
   EXPECT_LE(asked.recommended, 1) << RenderPlan(asked, small);  // LoRA (+ recompute), NF4 base
+}
+
+// 8-bit Adam states change the numerics: in full training each row where the optimizer's
+// state binds (on the device, in RAM, on the SSD) has a twin with
+// train.optimizer_states=int8 right after it, an alternative showing what it buys against
+// its twin (less device memory, RAM or disk traffic); a job that asks for int8 states has
+// them in every row, without alternatives.
+TEST(Plan, EightBitStatesAreAnAlternative) {
+  const Options job = PlacementRunOptions(1, 0, {"model.layers=4", "model.channels=128"}, 2);
+  ASSERT_OK_AND_ASSIGN(Hardware hw, ParseHardware(HardwareText(8ull << 30, 64ull << 30), "hw"));
+  ASSERT_OK_AND_ASSIGN(const Plan plan, MakePlan(job, 1, hw));
+  std::map<std::string, const PlannedConfig*> by_name;
+  for (const PlannedConfig& c : plan.configs) {
+    ASSERT_OK(c.status) << c.config.name;
+    by_name[c.config.name] = &c;
+  }
+  auto twin = [&](const std::string& fp32, const std::string& int8) {
+    EXPECT_EQ(by_name.count(fp32), 1u) << fp32;
+    EXPECT_EQ(by_name.count(int8), 1u) << int8;
+    const PlannedConfig& a = *by_name.at(fp32);
+    const PlannedConfig& b = *by_name.at(int8);
+    EXPECT_FALSE(a.config.alternative);
+    EXPECT_TRUE(b.config.alternative);
+    EXPECT_EQ(b.config.against, fp32);
+    EXPECT_EQ(a.options.train.optimizer_states, OptimizerStates::kFp32);
+    EXPECT_EQ(b.options.train.optimizer_states, OptimizerStates::kInt8);
+    EXPECT_EQ(&a + 1, &b) << "the twin follows its row";
+    // The 8-bit row steps with the 8-bit kernel alone; the same elements.
+    const OpCounts& ao = a.options.zero.optimizer_tier == StateTier::kDevice ? a.dry.device_ops
+                                                                             : a.dry.host_ops;
+    const OpCounts& bo = b.options.zero.optimizer_tier == StateTier::kDevice ? b.dry.device_ops
+                                                                             : b.dry.host_ops;
+    EXPECT_GT(bo.adam8bit_elements, 0) << int8;
+    EXPECT_EQ(bo.adam_elements + bo.adam8bit_elements, ao.adam_elements) << int8;
+    return std::pair<const PlannedConfig*, const PlannedConfig*>(&a, &b);
+  };
+  // Each 8-bit element's moments: 2 bytes and an absmax per 2048, against 8.
+  auto [dev, dev8] = twin("full training on the device", "full, 8-bit Adam states");
+  const double quantized = dev8->dry.device_ops.adam8bit_elements;
+  EXPECT_NEAR(double(dev->dry.device.peak_bytes) - double(dev8->dry.device.peak_bytes),
+              quantized * (6 - 8.0 / 2048), 0.02 * quantized * 6);
+  auto [host, host8] = twin("optimizer on host", "optimizer on host, 8-bit Adam states");
+  EXPECT_LT(host8->dry.host.peak_bytes, host->dry.host.peak_bytes);
+  auto [params, params8] = twin("+ params on host", "+ params on host, 8-bit Adam states");
+  EXPECT_LT(params8->dry.host.peak_bytes, params->dry.host.peak_bytes);
+  auto [nvme, nvme8] = twin("optimizer on NVMe", "optimizer on NVMe, 8-bit Adam states");
+  EXPECT_LT(nvme8->dry.nvme_read_bytes, nvme->dry.nvme_read_bytes * 0.8);
+  EXPECT_LT(nvme8->dry.nvme_written_bytes, nvme->dry.nvme_written_bytes * 0.8);
+  // Priced at the 8-bit rate: the CPU Adam term of the host rows follows the elements.
+  EXPECT_DOUBLE_EQ(host8->step.adam_s,
+                   host8->dry.host_ops.adam_elements / hw.cpu_adam_params +
+                       host8->dry.host_ops.adam8bit_elements / hw.cpu_adam8bit_params +
+                       host8->dry.host_ops.elementwise_bytes / hw.device_memory_bandwidth);
+  const std::string text = RenderPlan(plan, hw);
+  EXPECT_THAT(text, HasSubstr("alternative: changes the numerics (Adam's moments stored in 8 "
+                              "bits, blockwise (train.optimizer_states=int8)); against optimizer "
+                              "on NVMe: device"));
+  EXPECT_THAT(text, HasSubstr("NVMe per step"));
+  // LoRA fits: it stays recommended.
+  EXPECT_EQ(plan.configs[plan.recommended].config.name, "LoRA on the device");
+
+  // The job asks for int8 states: every full-training row has them, none is an alternative.
+  Options asks = job;
+  asks.train.optimizer_states = OptimizerStates::kInt8;
+  asks.train.grad_clip = 0;
+  ASSERT_OK_AND_ASSIGN(const Plan asked, MakePlan(asks, 1, hw));
+  EXPECT_EQ(asked.configs.size(), 11u);
+  for (const PlannedConfig& c : asked.configs) {
+    EXPECT_EQ(c.options.train.optimizer_states, OptimizerStates::kInt8) << c.config.name;
+    if (!c.options.lora.enabled()) EXPECT_FALSE(c.config.alternative) << c.config.name;
+  }
 }
 
 // A cluster (2 nodes of 2 ranks): every configuration at stages 1-3 is planned flat and with
@@ -487,7 +562,7 @@ TEST(Plan, ClustersArePlannedFlatAndHybrid) {
       EXPECT_GT(hybrid.dry.device.peak_bytes, flat.dry.device.peak_bytes);
     }
   }
-  EXPECT_EQ(pairs, 11);  // every step of the decision order runs at stage 2 or 3 at world 4
+  EXPECT_EQ(pairs, 15);  // every step of the decision order runs at stage 2 or 3 at world 4
   ASSERT_GE(slow.recommended, 0);
   EXPECT_EQ(slow.configs[slow.recommended].config.name, "LoRA on the device, hybrid");
   EXPECT_THAT(RenderPlan(slow, hw), HasSubstr("2 nodes of 2 ranks"));
