@@ -289,49 +289,40 @@ Status RunBenchAdam(int threads, bool quick) {
                                    n * (4 * sizeof(float) + sizeof(bf16)), " bytes)"));
     }
     Arrays& a = *allocated;
-    for (bool with_bf16 : {false, true}) {
-      bf16* param = with_bf16 ? a.param : nullptr;
-      AdamParams hp;
-      hp.lr = 3e-4f;
-      hp.weight_decay = 0.1f;
-      Status step_status;
-      auto adam_pass = [&] {
-        ++hp.step;
-        const Status status = adam.Step(param, a.master, a.grad, a.m, a.v, a.n, hp);
-        if (step_status.ok()) step_status = status;
-      };
-      auto reference_pass = [&] {
-        cpu::AdamTrafficReference(param, a.master, a.grad, a.m, a.v, a.n, threads);
-      };
-      hp.step = 0;
-      rows.push_back(MeasureRow(n, "fp32", with_bf16 ? "bf16" : "fp32", with_bf16 ? 30 : 28,
-                                adam_pass, reference_pass, min_pairs, row_seconds));
-      RETURN_IF_ERROR(step_status);
-    }
-    // 8-bit states over the same master, grads and params (m and v quantized).
+    // fp32 states, then 8-bit over the same master, grads and params (m and v quantized).
     ASSIGN_OR_RETURN(const Arrays8bit q, AllocateArrays8bit(a, threads));
-    for (bool with_bf16 : {false, true}) {
-      bf16* param = with_bf16 ? a.param : nullptr;
-      AdamParams hp;
-      hp.lr = 3e-4f;
-      hp.weight_decay = 0.1f;
-      Status step_status;
-      auto adam_pass = [&] {
-        ++hp.step;
-        const Status status =
-            cpu::Adam8bitStep(options8, with_bf16 ? DType::kBF16 : DType::kF32, param, a.master,
-                              a.grad, q.m_codes, q.m_absmax, q.v_codes, q.v_absmax, a.n, hp);
-        if (step_status.ok()) step_status = status;
-      };
-      volatile float zero = 0.0f;
-      auto reference_pass = [&] {
-        Traffic8bit(param, a.master, a.grad, q.m_codes, q.m_absmax, q.v_codes, q.v_absmax, a.n,
-                    threads, zero);
-      };
-      hp.step = 0;
-      rows.push_back(MeasureRow(n, "int8", with_bf16 ? "bf16" : "fp32", with_bf16 ? 18 : 16,
-                                adam_pass, reference_pass, min_pairs, row_seconds));
-      RETURN_IF_ERROR(step_status);
+    for (bool eight_bit : {false, true}) {
+      for (bool with_bf16 : {false, true}) {
+        bf16* param = with_bf16 ? a.param : nullptr;
+        AdamParams hp;
+        hp.lr = 3e-4f;
+        hp.weight_decay = 0.1f;
+        hp.step = 0;
+        Status step_status;
+        auto adam_pass = [&] {
+          ++hp.step;
+          const Status status =
+              eight_bit
+                  ? cpu::Adam8bitStep(options8, with_bf16 ? DType::kBF16 : DType::kF32, param,
+                                      a.master, a.grad, q.m_codes, q.m_absmax, q.v_codes,
+                                      q.v_absmax, a.n, hp)
+                  : adam.Step(param, a.master, a.grad, a.m, a.v, a.n, hp);
+          if (step_status.ok()) step_status = status;
+        };
+        volatile float zero = 0.0f;
+        auto reference_pass = [&] {
+          if (eight_bit) {
+            Traffic8bit(param, a.master, a.grad, q.m_codes, q.m_absmax, q.v_codes, q.v_absmax,
+                        a.n, threads, zero);
+          } else {
+            cpu::AdamTrafficReference(param, a.master, a.grad, a.m, a.v, a.n, threads);
+          }
+        };
+        const int bytes = (eight_bit ? 16 : 28) + (with_bf16 ? 2 : 0);
+        rows.push_back(MeasureRow(n, eight_bit ? "int8" : "fp32", with_bf16 ? "bf16" : "fp32",
+                                  bytes, adam_pass, reference_pass, min_pairs, row_seconds));
+        RETURN_IF_ERROR(step_status);
+      }
     }
   }
 

@@ -190,7 +190,7 @@ void AddAdamBench(CLI::App* bench, Commands* commands) {
   };
   auto adam = std::make_shared<AdamArgs>();
   CLI::App* adam_app = bench->add_subcommand(
-      "adam", "SIMD CPU Adam params/s vs a same-memory-pattern reference kernel, 50M and 200M");
+      "adam", "SIMD CPU Adam params/s (fp32 and 8-bit states) vs same-memory-pattern reference kernels, 50M and 200M");
   adam_app->add_option("--threads", adam->threads, "threads; 0 = all cores");
   adam_app->add_flag("--quick", adam->quick, "small sizes (5M, 20M) for a smoke test");
   commands->push_back({adam_app, [adam]() { return RunBenchAdam(adam->threads, adam->quick); }});
