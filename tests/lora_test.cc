@@ -54,21 +54,6 @@ Options TinyOptions(Family family, int rank, const std::string& targets) {
   return options;
 }
 
-struct Batch {
-  std::vector<int32_t> inputs, targets;
-  MicroBatch micro() const { return {inputs.data(), targets.data()}; }
-};
-
-Batch RandomBatch(const Options& options) {
-  Batch batch;
-  std::mt19937 rng(5);
-  for (int i = 0; i < options.train.micro_batch * options.train.seq_len; ++i) {
-    batch.inputs.push_back(rng() % options.model.vocab);
-    batch.targets.push_back(rng() % options.model.vocab);
-  }
-  return batch;
-}
-
 // Gives every adapter's B random values (it starts at zero, where A gets no gradient).
 void RandomizeB(EngineRig& rig) {
   std::mt19937 rng(9);

@@ -38,22 +38,6 @@ std::vector<std::string> Sets(bool llama, std::vector<std::string> extra) {
   return sets;
 }
 
-struct Batch {
-  std::vector<int32_t> inputs, targets;
-  MicroBatch micro() const { return {inputs.data(), targets.data()}; }
-};
-
-Batch RandomBatch(const Options& options) {
-  Batch batch;
-  std::mt19937 rng(5);
-  const int vocab = options.model.vocab > 0 ? options.model.vocab : 64;
-  for (int i = 0; i < options.train.micro_batch * options.train.seq_len; ++i) {
-    batch.inputs.push_back(rng() % vocab);
-    batch.targets.push_back(rng() % vocab);
-  }
-  return batch;
-}
-
 // The engine computes with exactly the dequantized base: a plain LoRA model (base_dtype
 // train, fp32) given the quantized engine's base values (ReadParams) evaluates to the same
 // loss, bit for bit; and those values differ from the unquantized base by at most what
