@@ -10,7 +10,8 @@
 //   step 2^-8 = 3.9e-3) after every op; a different accumulation order flips single
 //   roundings, and those differences reach the loss through every later op and step.
 // Placements: stages 0-3 with everything on the device (world 1), LoRA on a quantized base
-// (NF4, int8) on the device and on the host, and ZeRO-Offload
+// (NF4, int8) on the device and on the host, 8-bit Adam states on the device and the host,
+// and ZeRO-Offload
 // (zero.optimizer_tier=host, zero.grad_tier=host) at stages 2 and 3, the latter also with
 // zero.param_tier=host, each with clipping on and off (off lets the host AdamW start during
 // backward). Where CUDA sees two GPUs or more, world 2 (ranks as threads, NCCL over the
@@ -188,6 +189,20 @@ TEST_P(GpuTraining, QuantizedBaseMatchesCpu) {
                                std::string("lora.base_dtype=") + dtype});
     ExpectSameTrajectory(GetParam(), 1, extra);
   }
+}
+
+// 8-bit Adam states (train.optimizer_states=int8) stepped by the CUDA kernel on the device
+// at stages 0 and 3 (the codes and absmaxes in the device pool), and by the CPU Adam with
+// the state on the host.
+TEST_P(GpuTraining, EightBitStatesMatchCpu) {
+  SKIP_WITHOUT_GPU(1);
+  for (const char* stage : {"zero.stage=0", "zero.stage=3"}) {
+    ExpectSameTrajectory(GetParam(), 1,
+                         {stage, "train.optimizer_states=int8", "train.grad_clip=0"});
+  }
+  ExpectSameTrajectory(GetParam(), 1,
+                       {"zero.stage=2", "zero.optimizer_tier=host", "zero.grad_tier=host",
+                        "train.optimizer_states=int8", "train.grad_clip=0"});
 }
 
 TEST_P(GpuTraining, TwoRanksOverNcclMatchCpu) {
