@@ -28,13 +28,13 @@ StatusOr<std::unique_ptr<EngineRig>> MakeEngineRig(const Options& options);
 
 // One micro-batch of random tokens below model.vocab (64 where unset), fixed seed: tests
 // that compare engines on the same input.
-struct Batch {
+struct RandomTokens {
   std::vector<int32_t> inputs, targets;
   MicroBatch micro() const { return {inputs.data(), targets.data()}; }
 };
 
-inline Batch RandomBatch(const Options& options) {
-  Batch batch;
+inline RandomTokens RandomBatch(const Options& options) {
+  RandomTokens batch;
   std::mt19937 rng(5);
   const int vocab = options.model.vocab > 0 ? options.model.vocab : 64;
   for (int i = 0; i < options.train.micro_batch * options.train.seq_len; ++i) {

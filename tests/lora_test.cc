@@ -82,7 +82,7 @@ TEST_P(LoraFamilies, AdapterGradientsMatchFiniteDifferences) {
   const Options options = TinyOptions(GetParam(), 2, "all");
   ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(options));
   RandomizeB(*rig);
-  const Batch batch = RandomBatch(options);
+  const RandomTokens batch = RandomBatch(options);
   ASSERT_OK(rig->engine->ComputeGradients({batch.micro()}));
   const auto& units = rig->model->units();
   int checked = 0, adapters = 0;
@@ -137,7 +137,7 @@ TEST_P(LoraFamilies, DropoutGradientsMatchFiniteDifferences) {
   options.lora.dropout = 0.3f;
   ASSERT_OK_AND_ASSIGN(auto rig, MakeEngineRig(options));
   RandomizeB(*rig);
-  const Batch batch = RandomBatch(options);
+  const RandomTokens batch = RandomBatch(options);
   ASSERT_OK_AND_ASSIGN(const double loss, rig->engine->ComputeGradients({batch.micro()}));
   ASSERT_OK_AND_ASSIGN(const double eval, rig->engine->EvalLoss(batch.micro()));
   EXPECT_NE(loss, eval);
@@ -187,7 +187,7 @@ TEST_P(LoraFamilies, StartsEqualToTheBase) {
   without.lora.rank = 0;
   ASSERT_OK_AND_ASSIGN(auto lora, MakeEngineRig(with));
   ASSERT_OK_AND_ASSIGN(auto plain, MakeEngineRig(without));
-  const Batch batch = RandomBatch(with);
+  const RandomTokens batch = RandomBatch(with);
   ASSERT_OK_AND_ASSIGN(double a, lora->engine->EvalLoss(batch.micro()));
   ASSERT_OK_AND_ASSIGN(double b, plain->engine->EvalLoss(batch.micro()));
   EXPECT_EQ(a, b);
@@ -207,7 +207,7 @@ TEST_P(LoraFamilies, TrainingLeavesTheBaseUnchanged) {
     ASSERT_OK_AND_ASSIGN(std::vector<float> params, rig->engine->state().ReadParams(u));
     before.push_back(std::move(params));
   }
-  const Batch batch = RandomBatch(options);
+  const RandomTokens batch = RandomBatch(options);
   std::vector<double> losses;
   for (int step = 0; step < 6; ++step) {
     ASSERT_OK_AND_ASSIGN(StepResult result,

@@ -86,7 +86,7 @@ TEST(QuantizedBase, ComputesWithTheDequantizedBase) {
       const double bound = std::string(dtype) == "nf4" ? 0.15 : std::string(dtype) == "int8" ? 0.005 : 0.004;
       EXPECT_LE(worst, bound) << what;
       EXPECT_GT(worst, 0.0) << what;
-      const Batch batch = RandomBatch(quantized);
+      const RandomTokens batch = RandomBatch(quantized);
       ASSERT_OK_AND_ASSIGN(double a, q->engine->EvalLoss(batch.micro()));
       ASSERT_OK_AND_ASSIGN(double b, p->engine->EvalLoss(batch.micro()));
       EXPECT_EQ(a, b) << what;
@@ -172,7 +172,7 @@ TEST(QuantizedBase, StoredBaseNeverChangesAndIsSmall) {
   }
   ASSERT_GT(packed_bytes, 0u);
   EXPECT_LT(packed_bytes * 6, unpacked_bytes);  // the blocks: mostly matrices, 0.52 of 4 bytes
-  const Batch batch = RandomBatch(options);
+  const RandomTokens batch = RandomBatch(options);
   for (int step = 0; step < 3; ++step) {
     ASSERT_OK(rig->engine->TrainStep({batch.micro()}, options.train.lr, step).status());
   }
