@@ -2,18 +2,23 @@
 // its moments, updates them and the master, writes the param copy and keeps the new m and v
 // in a 2048-float scratch (in L1) with their running absmax; a second pass encodes them.
 // The SIMD paths are one body (adam8bit_simd.inc) over a small vector-ops struct V (AVX2: 8
-// lanes, AVX-512: 16), compiled once per instruction set under its target pragma (GCC's, or clang's attribute) and
-// only ever called after ResolveCpuAdamPath confirmed the CPU has it; elements of a tail
-// block beyond the last whole vector take the scalar code, which is the same arithmetic.
+// lanes, AVX-512: 16), compiled once per instruction set under its target pragma (GCC's, or clang's
+// attribute) and only ever called after ResolveCpuAdamPath confirmed the CPU has it; elements of a
+// tail block beyond the last whole vector take the scalar code, which is the same arithmetic.
 //
 // Exactness: -ffp-contract=off (kernels/cpu/BUILD) keeps GCC from fusing the intrinsics'
 // products and sums into FMAs; _mm*_div_ps and _mm*_sqrt_ps are IEEE. The absmax is
 // max_ps(|x|, acc), which is "|x| > acc ? |x| : acc" as the scalar std::max(acc, |x|): a
 // NaN never enters, so the lanes' order does not matter. The code of y is the number of
 // decision points below y; the scalar reference counts it with std::lower_bound, the SIMD
-// paths with an 8-step branchless binary search over the 255 points padded to 256 (the same
-// count: the points are sorted; a NaN y compares false everywhere and gets code 0 in both),
-// its first levels from a register (a permute) and the last ones by gathers.
+// paths look it up (LutCode): one gather from a table indexed by the sign and the top 16 bits
+// of |y| clamped to [2^-23, 1], whose buckets hold at most one point each (checked when the
+// table is built; every float pattern checked against the count by adam8bit_test's
+// exhaustive case), then one integer compare of the low 16 bits (a NaN y gets code 0 as in
+// the reference). The AVX-512 decode looks the map up from registers (vpermi2ps over 8
+// 32-entry pairs, then blends by the code's top 3 bits) instead of a gather, which measured
+// 2x slower on Zen 4; AVX2 decodes by a gather. The bf16 param copy is written in the
+// vector loop with ToBf16's integer rounding, lane for lane.
 // Thread-safety: the only shared mutable state is relaxed atomic counters for tests.
 #include "kernels/cpu/adam8bit.h"
 
@@ -23,6 +28,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -35,17 +42,36 @@ namespace {
 
 std::atomic<uint64_t> g_blocks_run[4];
 
+// The encoding by look-up (LutCode below): |y| clamped to [2^-23, 1.0] (every point's
+// magnitude is in [1.6e-7, 0.9983], so the clamping moves no value across a point), bucketed
+// by the top 16 bits of its float (sign apart): every bucket holds at most one decision point
+// of either map (checked when the table is built, and by adam8bit_test), so the code is the
+// count of points below the bucket plus one comparison of the low 16 bits.
+constexpr uint32_t kLutLow = 0x34000000u;   // 2^-23
+constexpr uint32_t kLutHigh = 0x3f800000u;  // 1.0
+constexpr uint32_t kLutBuckets = ((kLutHigh - kLutLow) >> 16) + 1;
+
+uint32_t FloatBits(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return bits;
+}
+float BitsFloat(uint32_t bits) {
+  float x;
+  std::memcpy(&x, &bits, sizeof(x));
+  return x;
+}
+
 // The maps and their decision points, 64-byte aligned for the gathers; midpoints[255] is
 // +inf (never read by the search, which looks at indices <= 254, but keeps the table whole).
 struct Tables {
   alignas(64) float map[2][256];        // [0]: unsigned, [1]: signed
   alignas(64) float midpoints[2][256];  // the same order
-  // The points the first levels of the SIMD binary search probe, for an in-register look-up
-  // instead of a gather: coarse16[s][m] = midpoints[s][16 m + 15] (AVX-512, 4 levels),
-  // coarse8[s][m] = midpoints[s][32 m + 31] (AVX2, 3 levels).
-  alignas(64) float coarse16[2][16];
-  alignas(32) float coarse8[2][8];
-  uint8_t zero_code[2];  // the code of 0.0: 0 unsigned, 127 signed
+  uint8_t zero_code[2];                 // the code of 0.0: 0 unsigned, 127 signed
+  // The SIMD encoding's look-up table (see LutCode): lut[s][sign * kLutBuckets + k], bucket k
+  // holding the floats whose |bits|, clamped to [kLutLow, kLutHigh], have k + (kLutLow >> 16)
+  // as their top 16 bits. Entry: base | flipped_point_low16 << 16.
+  alignas(64) uint32_t lut[2][2 * kLutBuckets];
 };
 
 const Tables& GetTables() {
@@ -56,10 +82,34 @@ const Tables& GetTables() {
       for (int i = 0; i < 256; ++i) t.map[s][i] = DynamicMap(is_signed)[i];
       for (int i = 0; i < 255; ++i) t.midpoints[s][i] = DynamicMapMidpoints(is_signed)[i];
       t.midpoints[s][255] = std::numeric_limits<float>::infinity();
-      for (int m = 0; m < 16; ++m) t.coarse16[s][m] = t.midpoints[s][16 * m + 15];
-      for (int m = 0; m < 8; ++m) t.coarse8[s][m] = t.midpoints[s][32 * m + 31];
       t.zero_code[s] = static_cast<uint8_t>(
           std::lower_bound(t.midpoints[s], t.midpoints[s] + 255, 0.0f) - t.midpoints[s]);
+      for (uint32_t sign = 0; sign < 2; ++sign) {
+        for (uint32_t k = 0; k < kLutBuckets; ++k) {
+          const uint32_t lo = kLutLow + (k << 16), hi = lo | 0xffffu;
+          const uint32_t sign_bit = sign << 31;
+          // The values of the bucket from the lowest: [lo, hi] or [-hi, -lo].
+          const float lowest = BitsFloat((sign ? hi : lo) | sign_bit);
+          const float highest = BitsFloat((sign ? lo : hi) | sign_bit);
+          uint32_t base = 0, inside = 0, point_low = 0;
+          for (int i = 0; i < 255; ++i) {
+            const float p = t.midpoints[s][i];
+            if (p < lowest) ++base;
+            if (p >= lowest && p <= highest) {
+              ++inside;
+              point_low = FloatBits(p) & 0xffffu;
+            }
+          }
+          if (inside > 1) {
+            std::fprintf(stderr, "adam8bit: %u decision points in a look-up bucket\n", inside);
+            std::abort();
+          }
+          // Compared as y_low' > point_low' with both flipped (x ^ 0xffff) for negative y:
+          // y > p is |y| > |p| for y >= 0, |y| < |p| for y < 0. No point: never above.
+          const uint32_t flipped = inside == 0 ? 0xffffu : (sign ? point_low ^ 0xffffu : point_low);
+          t.lut[s][sign * kLutBuckets + k] = base | flipped << 16;
+        }
+      }
     }
     return t;
   }();
@@ -69,6 +119,18 @@ const Tables& GetTables() {
 // #{i < 255 : y > midpoints[i]}.
 inline uint8_t CodeOf(float y, const float* midpoints) {
   return static_cast<uint8_t>(std::lower_bound(midpoints, midpoints + 255, y) - midpoints);
+}
+
+// The code of y by the look-up table, as the SIMD paths compute it per lane: the same as
+// CodeOf(y, midpoints[s]) for every float y (a NaN: 0).
+inline uint8_t LutCode(float y, int s, const Tables& t) {
+  const uint32_t bits = FloatBits(y);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return 0;
+  const uint32_t sign = bits >> 31;
+  const uint32_t a = std::min(std::max(bits & 0x7fffffffu, kLutLow), kLutHigh);
+  const uint32_t e = t.lut[s][sign * kLutBuckets + ((a - kLutLow) >> 16)];
+  const uint32_t y_low = (a & 0xffffu) ^ (sign ? 0xffffu : 0u);
+  return static_cast<uint8_t>((e & 0xffu) + (y_low > (e >> 16) ? 1 : 0));
 }
 
 // The scalar update of element i, decoded moments given; returns the new master and writes the
@@ -158,7 +220,6 @@ struct V {
   static constexpr size_t kLanes = 8;
   using F = __m256;
   using I = __m256i;
-  static const float* Coarse(const Tables& t, int s) { return t.coarse8[s]; }
   static inline F Set(float x) { return _mm256_set1_ps(x); }
   static inline F Load(const float* p) { return _mm256_loadu_ps(p); }
   static inline void Store(float* p, F x) { _mm256_storeu_ps(p, x); }
@@ -184,24 +245,40 @@ struct V {
     const I index = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
     return _mm256_i32gather_ps(map, index, 4);
   }
-  // codes[0..7] = #{i : y > midpoints[i]} (binary search; see the file comment). The first
-  // 3 levels (steps 128, 64, 32) probe only points 32 m + 31: a permute of `coarse`, q = pos / 32.
-  static inline void Encode(F y, const float* midpoints, const float* coarse, uint8_t* codes) {
-    const F coarse_points = _mm256_load_ps(coarse);
-    I q = _mm256_setzero_si256();
-    for (int s = 4; s >= 1; s /= 2) {
-      const F point =
-          _mm256_permutevar8x32_ps(coarse_points, _mm256_add_epi32(q, _mm256_set1_epi32(s - 1)));
-      const I above = _mm256_castps_si256(_mm256_cmp_ps(y, point, _CMP_GT_OQ));
-      q = _mm256_add_epi32(q, _mm256_and_si256(above, _mm256_set1_epi32(s)));
-    }
-    I pos = _mm256_slli_epi32(q, 5);
-    for (int step = 16; step >= 1; step /= 2) {
-      const F point =
-          _mm256_i32gather_ps(midpoints, _mm256_add_epi32(pos, _mm256_set1_epi32(step - 1)), 4);
-      const I above = _mm256_castps_si256(_mm256_cmp_ps(y, point, _CMP_GT_OQ));
-      pos = _mm256_add_epi32(pos, _mm256_and_si256(above, _mm256_set1_epi32(step)));
-    }
+  // The bf16 copy of x (ToBf16 lane for lane: NaN quieted, else rounded to nearest even).
+  static inline void StoreBf16(bf16* p, F x) {
+    const I bits = _mm256_castps_si256(x);
+    const I rounding =
+        _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
+                         _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1)));
+    const I rounded = _mm256_srli_epi32(_mm256_add_epi32(bits, rounding), 16);
+    // |bits| > 0x7f800000 as signed int32 (|bits| is non-negative).
+    const I nan = _mm256_cmpgt_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff)),
+                                     _mm256_set1_epi32(0x7f800000));
+    const I quiet = _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x40));
+    const I out = _mm256_blendv_epi8(rounded, quiet, nan);
+    const __m128i words =
+        _mm_packus_epi32(_mm256_castsi256_si128(out), _mm256_extracti128_si256(out, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), words);
+  }
+  // codes[0..7] = #{i : y > midpoints[i]} by the look-up table (LutCode, lane for lane).
+  static inline void Encode(F y, const uint32_t* lut, uint8_t* codes) {
+    const I bits = _mm256_castps_si256(y);
+    const I a =
+        _mm256_min_epi32(_mm256_max_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff)),
+                                          _mm256_set1_epi32(static_cast<int>(kLutLow))),
+                         _mm256_set1_epi32(static_cast<int>(kLutHigh)));
+    const I neg = _mm256_srai_epi32(bits, 31);
+    const I index = _mm256_add_epi32(
+        _mm256_srli_epi32(_mm256_sub_epi32(a, _mm256_set1_epi32(static_cast<int>(kLutLow))), 16),
+        _mm256_and_si256(neg, _mm256_set1_epi32(static_cast<int>(kLutBuckets))));
+    const I e = _mm256_i32gather_epi32(reinterpret_cast<const int*>(lut), index, 4);
+    const I low16 = _mm256_set1_epi32(0xffff);
+    const I y_low = _mm256_xor_si256(_mm256_and_si256(a, low16), _mm256_and_si256(neg, low16));
+    const I above = _mm256_cmpgt_epi32(y_low, _mm256_srli_epi32(e, 16));
+    // code = base - above (above is -1 or 0); a NaN lane: 0.
+    I pos = _mm256_sub_epi32(_mm256_and_si256(e, _mm256_set1_epi32(0xff)), above);
+    pos = _mm256_and_si256(pos, _mm256_castps_si256(_mm256_cmp_ps(y, y, _CMP_ORD_Q)));
     const __m128i words =
         _mm_packus_epi32(_mm256_castsi256_si128(pos), _mm256_extracti128_si256(pos, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(codes), _mm_packus_epi16(words, words));
@@ -216,7 +293,8 @@ struct V {
 #endif
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), \
+                             apply_to = function)
 #else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
@@ -226,7 +304,6 @@ struct V {
   static constexpr size_t kLanes = 16;
   using F = __m512;
   using I = __m512i;
-  static const float* Coarse(const Tables& t, int s) { return t.coarse16[s]; }
   static inline F Set(float x) { return _mm512_set1_ps(x); }
   static inline F Load(const float* p) { return _mm512_loadu_ps(p); }
   static inline void Store(float* p, F x) { _mm512_storeu_ps(p, x); }
@@ -244,27 +321,55 @@ struct V {
     for (float x : lanes) max = std::max(max, x);
     return max;
   }
+  // map[codes[0..15]] without a gather: the 256 entries as 8 pairs of registers, each pair
+  // looked up by the code's low 5 bits (vpermi2ps), then the pair chosen by bits 5, 6 and 7.
   static inline F Decode(const uint8_t* codes, const float* map) {
     const I index = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
-    return _mm512_i32gather_ps(index, map, 4);
+    F r[8];
+    for (int k = 0; k < 8; ++k) {
+      r[k] = _mm512_permutex2var_ps(_mm512_load_ps(map + 32 * k), index,
+                                    _mm512_load_ps(map + 32 * k + 16));
+    }
+    const __mmask16 b5 = _mm512_test_epi32_mask(index, _mm512_set1_epi32(32));
+    const __mmask16 b6 = _mm512_test_epi32_mask(index, _mm512_set1_epi32(64));
+    const __mmask16 b7 = _mm512_test_epi32_mask(index, _mm512_set1_epi32(128));
+    for (int k = 0; k < 4; ++k) r[k] = _mm512_mask_blend_ps(b5, r[2 * k], r[2 * k + 1]);
+    for (int k = 0; k < 2; ++k) r[k] = _mm512_mask_blend_ps(b6, r[2 * k], r[2 * k + 1]);
+    return _mm512_mask_blend_ps(b7, r[0], r[1]);
   }
-  // As Avx2's, the first 4 levels (steps 128 to 16) from points 16 m + 15, q = pos / 16.
-  static inline void Encode(F y, const float* midpoints, const float* coarse, uint8_t* codes) {
-    const F coarse_points = _mm512_load_ps(coarse);
-    I q = _mm512_setzero_si512();
-    for (int s = 8; s >= 1; s /= 2) {
-      const F point =
-          _mm512_permutexvar_ps(_mm512_add_epi32(q, _mm512_set1_epi32(s - 1)), coarse_points);
-      const __mmask16 above = _mm512_cmp_ps_mask(y, point, _CMP_GT_OQ);
-      q = _mm512_mask_add_epi32(q, above, q, _mm512_set1_epi32(s));
-    }
-    I pos = _mm512_slli_epi32(q, 4);
-    for (int step = 8; step >= 1; step /= 2) {
-      const F point =
-          _mm512_i32gather_ps(_mm512_add_epi32(pos, _mm512_set1_epi32(step - 1)), midpoints, 4);
-      const __mmask16 above = _mm512_cmp_ps_mask(y, point, _CMP_GT_OQ);
-      pos = _mm512_mask_add_epi32(pos, above, pos, _mm512_set1_epi32(step));
-    }
+  // The bf16 copy of x (ToBf16 lane for lane: NaN quieted, else rounded to nearest even).
+  static inline void StoreBf16(bf16* p, F x) {
+    const I bits = _mm512_castps_si512(x);
+    const I rounding =
+        _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                         _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1)));
+    I out = _mm512_srli_epi32(_mm512_add_epi32(bits, rounding), 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+        _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    out = _mm512_mask_mov_epi32(
+        out, nan, _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(out));
+  }
+  // As Avx2's: LutCode lane for lane.
+  static inline void Encode(F y, const uint32_t* lut, uint8_t* codes) {
+    const I bits = _mm512_castps_si512(y);
+    const I a =
+        _mm512_min_epu32(_mm512_max_epu32(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)),
+                                          _mm512_set1_epi32(static_cast<int>(kLutLow))),
+                         _mm512_set1_epi32(static_cast<int>(kLutHigh)));
+    const __mmask16 neg = _mm512_movepi32_mask(bits);
+    const I bucket =
+        _mm512_srli_epi32(_mm512_sub_epi32(a, _mm512_set1_epi32(static_cast<int>(kLutLow))), 16);
+    const I index = _mm512_mask_add_epi32(bucket, neg, bucket,
+                                          _mm512_set1_epi32(static_cast<int>(kLutBuckets)));
+    const I e = _mm512_i32gather_epi32(index, lut, 4);
+    const I low16 = _mm512_set1_epi32(0xffff);
+    const I a_low = _mm512_and_si512(a, low16);
+    const I y_low = _mm512_mask_xor_epi32(a_low, neg, a_low, low16);
+    const __mmask16 above = _mm512_cmpgt_epu32_mask(y_low, _mm512_srli_epi32(e, 16));
+    const I base = _mm512_and_si512(e, _mm512_set1_epi32(0xff));
+    I pos = _mm512_mask_add_epi32(base, above, base, _mm512_set1_epi32(1));
+    pos = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(y, y, _CMP_ORD_Q), pos);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(codes), _mm512_cvtepi32_epi8(pos));
   }
 };
@@ -379,6 +484,10 @@ void DequantizeMoments(const uint8_t* codes, const float* absmax, size_t n, bool
                        float* out) {
   const float* map = GetTables().map[is_signed ? 1 : 0];
   for (size_t i = 0; i < n; ++i) out[i] = map[codes[i]] * absmax[i / kAdamStateBlock];
+}
+
+uint8_t Adam8bitLutCodeForTesting(float y, bool is_signed) {
+  return LutCode(y, is_signed ? 1 : 0, GetTables());
 }
 
 uint64_t Adam8bitBlocksRunForTesting(CpuAdamPath path) {

@@ -7,12 +7,12 @@
 // m and v against their new absmaxes.
 //
 // Paths as the SIMD CPU Adam (kernels/cpu/cpu_adam.h, whose CpuAdamPath and ResolveCpuAdamPath
-// are reused, STRATA_CPU_ADAM included): "avx512", "avx2" (table look-ups by gathers, the
-// encoding by a branchless binary search over the decision points) and the scalar
-// "reference". Every path gives the reference's bits, whatever the path, thread count, size or
-// alignment: the library is compiled with -ffp-contract=off, divisions and square roots are
-// the IEEE ones, and each block is processed whole by one thread (its absmax is a max, which
-// does not depend on the order).
+// are reused, STRATA_CPU_ADAM included): "avx512", "avx2" (the encoding by a look-up table
+// bucketed on the float's top bits and one compare, the decoding from registers or a gather)
+// and the scalar "reference". Every path gives the reference's bits, whatever the path, thread
+// count, size or alignment: the library is compiled with -ffp-contract=off, divisions and square
+// roots are the IEEE ones, and each block is processed whole by one thread (its absmax is a max,
+// which does not depend on the order).
 //
 // Arrays: element i's codes at m_codes[i], v_codes[i]; block b's absmaxes at m_absmax[b],
 // v_absmax[b] (ceil(n / 2048) of each). The range [0, n) starts on a block boundary of the
@@ -71,6 +71,9 @@ void QuantizeMoments(const float* x, size_t n, bool is_signed, uint8_t* codes, f
 void DequantizeMoments(const uint8_t* codes, const float* absmax, size_t n, bool is_signed,
                        float* out);
 
+// Test support: the code of y (the signed map or the unsigned one) as the SIMD paths' look-up
+// table gives it (scalar); equal to the reference's count of decision points below y.
+uint8_t Adam8bitLutCodeForTesting(float y, bool is_signed);
 // Test support: blocks each path has stepped in this process (proves a forced path ran).
 uint64_t Adam8bitBlocksRunForTesting(CpuAdamPath path);
 

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -268,6 +269,104 @@ TEST(Adam8bit, TiesAndNearTiesOnDecisionPoints) {
   QuantizeMoments(x.data(), x.size(), false, codes.data(), &absmax);
   EXPECT_EQ(absmax, 1.0f);
   for (int k = 0; k < 255; ++k) ASSERT_EQ(codes[k + 1], k) << k;
+}
+
+uint8_t ReferenceCode(float y, bool is_signed) {
+  const std::array<float, 255>& points = DynamicMapMidpoints(is_signed);
+  return static_cast<uint8_t>(std::lower_bound(points.begin(), points.end(), y) - points.begin());
+}
+
+float FromBits(uint32_t bits) {
+  float x;
+  std::memcpy(&x, &bits, sizeof(x));
+  return x;
+}
+
+// The SIMD paths' encoding table (a bucket per top 16 bits of |y|, at most one decision point
+// in each, built and bound-checked at init) gives the reference's code: every float of
+// magnitude <= 1.01 at a prime stride, every float within 64 ulps of a decision point or of a
+// bucket boundary, and the special values.
+TEST(Adam8bit, LookUpCodeIsTheCountOfPointsBelow) {
+  for (bool is_signed : {false, true}) {
+    SCOPED_TRACE(is_signed ? "signed" : "unsigned");
+    auto check = [&](uint32_t bits) {
+      const float y = FromBits(bits);
+      if (std::isnan(y)) {
+        ASSERT_EQ(Adam8bitLutCodeForTesting(y, is_signed), 0) << bits;
+        return;
+      }
+      ASSERT_EQ(Adam8bitLutCodeForTesting(y, is_signed), ReferenceCode(y, is_signed))
+          << "bits " << std::hex << bits;
+    };
+    const uint32_t top = Bits(1.01f);
+    for (uint32_t sign : {0u, 0x80000000u}) {
+      for (uint32_t b = 0; b <= top; b += 61) check(b | sign);
+      for (uint32_t k = 0; k <= (top >> 16); ++k) {
+        for (uint32_t d = 0; d < 64; ++d) {
+          check(((k << 16) + d) | sign);
+          check(((k << 16) - d - 1) | sign);
+        }
+      }
+    }
+    for (float p : DynamicMapMidpoints(is_signed)) {
+      for (int d = -64; d <= 64; ++d) check(Bits(p) + d);
+    }
+    for (float y :
+         {0.0f, -0.0f, 1.0f, -1.0f, 2.0f, -2.0f, 1e30f, -1e30f, 1e-40f, -1e-40f,
+          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+          std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()}) {
+      check(Bits(y));
+    }
+  }
+}
+
+// Every float pattern (2^32, both maps; minutes): run by hand with
+// --gtest_also_run_disabled_tests after changing the table.
+TEST(Adam8bit, DISABLED_LookUpCodeExhaustive) {
+  for (bool is_signed : {false, true}) {
+    uint64_t bad = 0;
+#pragma omp parallel for reduction(+ : bad) schedule(static)
+    for (long long b = 0; b < (1ll << 32); ++b) {
+      const float y = FromBits(static_cast<uint32_t>(b));
+      const uint8_t want = std::isnan(y) ? 0 : ReferenceCode(y, is_signed);
+      if (Adam8bitLutCodeForTesting(y, is_signed) != want) ++bad;
+    }
+    EXPECT_EQ(bad, 0u) << is_signed;
+  }
+}
+
+// The SIMD encodings in the step itself: with beta1 = 0 the new m is the gradient and a first
+// element of 1.0 per block makes the absmax 1 (y = m exactly); the gradients sweep the floats
+// in [-1, 1] at a prime stride; every path's codes equal the reference's count.
+TEST(Adam8bit, EveryPathEncodesTheFloatSweep) {
+  std::vector<float> grad;
+  const uint32_t top = Bits(1.0f);
+  for (uint32_t b = 0; b <= top; b += 4099) {
+    if (grad.size() % kAdamStateBlock == 0) grad.push_back(1.0f);
+    grad.push_back(FromBits(b));
+    if (grad.size() % kAdamStateBlock == 0) grad.push_back(1.0f);
+    grad.push_back(-FromBits(b));
+  }
+  const size_t n = grad.size();
+  for (CpuAdamPath path : kAllPaths) {
+    if (!CpuAdamPathSupported(path)) continue;
+    SCOPED_TRACE(CpuAdamPathName(path));
+    State got(n, 0), want(n, 0);
+    for (State* s : {&got, &want}) {
+      std::copy(grad.begin(), grad.end(), s->grad());
+      std::fill(s->m_codes_store.begin(), s->m_codes_store.end(), 127);
+      for (size_t i = 0; i < n; ++i) s->master()[i] = 0.5f;
+    }
+    Adam8bitOptions options;
+    options.path = path;
+    ASSERT_OK(Step(options, DType::kF32, got, TieHyper()));
+    StepReference(DType::kF32, want, TieHyper());
+    ExpectSame(got, want, DType::kF32, "sweep");
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(got.m_absmax[i / kAdamStateBlock], 1.0f);
+      ASSERT_EQ(got.m_codes()[i], ReferenceCode(grad[i], true)) << i;
+    }
+  }
 }
 
 // A zero block (zero moments, zero gradient) stays zero: absmax 0, m codes 127 (the signed
