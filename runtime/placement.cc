@@ -128,8 +128,7 @@ StatusOr<Placement> ResolvePlacement(const Options& options, int world) {
                          placement.per_unit_reduction() &&
                          placement.optimizer == StateTier::kHost &&
                          placement.grads == StateTier::kHost &&
-                         placement.params == StateTier::kDevice &&
-                         placement.states == OptimizerStates::kFp32;
+                         placement.params == StateTier::kDevice;
   placement.nvme_handover = placement.early_step && placement.per_unit_reduction() &&
                             placement.grads == StateTier::kNvme;
   return placement;

@@ -48,8 +48,8 @@ struct Placement {
   bool early_step = false;
   // A tied unit's sub-step may be split (the elements final before its last backward
   // stage stepped first): early steps, one rank (nothing to reduce over ranks), per-unit
-  // reductions, sums and optimizer in the host tier, params on the device, fp32 states
-  // (the split's row ranges cut 8-bit blocks, which are stepped whole).
+  // reductions, sums and optimizer in the host tier, params on the device (with 8-bit
+  // states the late ranges grow to whole blocks, which are stepped whole).
   bool split_tied = false;
   // The NVMe gradient home may hand each final sum to the optimizer in memory: early steps
   // with per-unit reductions and the sums on nvme.

@@ -1,8 +1,12 @@
 // The exact and delayed step schedules and the tied split; see step_schedule.h.
 #include "runtime/step_schedule.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
+
+#include "core/quant_format.h"
+#include "tiers/unit_state.h"
 
 namespace strata {
 namespace {
@@ -71,12 +75,47 @@ class TiedSplit {
       }
       const size_t padded = (*ctx_.units)[u].padded_elements;
       if (at < padded) early_[u].push_back({at, padded});
+      const std::vector<StateRun>& runs = (*ctx_.units)[u].state_runs;
+      if (!runs.empty()) WholeBlocks(runs, padded, &late, &early_[u]);
       if (early_[u].empty()) continue;  // nothing final early: no split
       late_[u] = std::move(late);
     }
   }
 
   bool Splits(int unit) const { return !late_[unit].empty(); }
+
+  // 8-bit states (train.optimizer_states = int8) step whole blocks of their quantized runs
+  // (one absmax per block): each late range grows to the blocks it touches there, and the
+  // early ranges are what is left. An element moved late is final early all the same (the
+  // last stage does not add to it), so the step is still the unsplit one, bit for bit.
+  static void WholeBlocks(const std::vector<StateRun>& runs, size_t padded,
+                          std::vector<ShardRange>* late, std::vector<ShardRange>* early) {
+    auto widen = [&](size_t at, bool up) {
+      for (const StateRun& run : runs) {
+        if (!run.quantized || at <= run.begin || at >= run.end) continue;
+        const size_t down = run.begin + (at - run.begin) / kAdamStateBlock * kAdamStateBlock;
+        return up ? std::min(run.end, down == at ? at : down + kAdamStateBlock) : down;
+      }
+      return at;
+    };
+    std::vector<ShardRange> grown;
+    for (const ShardRange& range : *late) {
+      const ShardRange wide{widen(range.begin, false), widen(range.end, true)};
+      if (!grown.empty() && wide.begin <= grown.back().end) {
+        grown.back().end = std::max(grown.back().end, wide.end);
+      } else {
+        grown.push_back(wide);
+      }
+    }
+    early->clear();
+    size_t at = 0;
+    for (const ShardRange& range : grown) {
+      if (range.begin > at) early->push_back({at, range.begin});
+      at = range.end;
+    }
+    if (at < padded) early->push_back({at, padded});
+    *late = std::move(grown);
+  }
 
   // The early landing reads the buffer the last stage adds to.
   Status BeforeBackward(int stage, int unit) {

@@ -665,17 +665,24 @@ TEST(OptimizerStates, NvmeBytesFollowTheStoredForm) {
   EXPECT_LT(int8_bytes, fp32_bytes * 0.8);
 }
 
-// The tied split (a capability, not a key) is left off with 8-bit states: the split's row
-// ranges would cut blocks.
-TEST(OptimizerStates, NoTiedSplit) {
-  ASSERT_OK_AND_ASSIGN(
-      const Placement placement,
-      ResolvePlacement(
-          PlacementRunOptions(1, 2,
-                              With(kInt8, {"zero.optimizer_tier=host", "zero.grad_tier=host"}), 1),
-          1));
-  EXPECT_FALSE(placement.split_tied);
+// The tied split (a capability, not a key) works with 8-bit states: the late ranges (the
+// batch's token rows of the tied embedding, fp32 moments, and the first T rows of the
+// position embedding, 8-bit) grow to whole blocks; the losses are the unsplit step's.
+TEST(OptimizerStates, TiedSplitStepsWholeBlocks) {
+  // One micro-batch a step (the split's condition); a position embedding of 128 x 64 rows,
+  // 8-bit, whose first T rows end inside a block.
+  const std::vector<std::string> shape = With(
+      kInt8, {"train.grad_accum=1", "model.channels=64", "model.max_seq_len=128"});
+  const Options split = PlacementRunOptions(
+      1, 2, With(shape, {"zero.optimizer_tier=host", "zero.grad_tier=host"}), 4);
+  ASSERT_OK_AND_ASSIGN(const Placement placement, ResolvePlacement(split, 1));
+  EXPECT_TRUE(placement.split_tied);
   EXPECT_TRUE(placement.early_step);
+  const PlacementRun reference = TrainAllRanks(PlacementRunOptions(1, 0, shape, 4));
+  const PlacementRun out = TrainAllRanks(split);
+  ASSERT_OK(reference.status);
+  ASSERT_OK(out.status);
+  EXPECT_EQ(out.losses, reference.losses);
 }
 
 }  // namespace
