@@ -18,6 +18,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <functional>
 #include <vector>
 
 #include "core/testing/status_matchers.h"
@@ -236,13 +237,16 @@ AdamParams TieHyper() {
   return hp;
 }
 
-TEST(Adam8bit, TiesAndNearTiesOnDecisionPoints) {
-  const size_t n = 4 * kAdamStateBlock - 3;
-  const std::vector<float> grad = TieGradients(n);
+// Steps `grad` from zero moments (m codes 127, masters 0.5; the path's arrays `offset`
+// elements into their storage) on every path this CPU has, each the reference's bit for
+// bit; `check` then looks at the path's state.
+void StepTiesOnEveryPath(const std::vector<float>& grad, size_t offset, const char* what,
+                         const std::function<void(State&)>& check) {
+  const size_t n = grad.size();
   for (CpuAdamPath path : kAllPaths) {
     if (!CpuAdamPathSupported(path)) continue;
     SCOPED_TRACE(CpuAdamPathName(path));
-    State got(n, 1), want(n, 0);
+    State got(n, offset), want(n, 0);
     for (State* s : {&got, &want}) {
       std::copy(grad.begin(), grad.end(), s->grad());
       std::fill(s->m_codes_store.begin(), s->m_codes_store.end(), 127);
@@ -252,13 +256,21 @@ TEST(Adam8bit, TiesAndNearTiesOnDecisionPoints) {
     options.path = path;
     ASSERT_OK(Step(options, DType::kF32, got, TieHyper()));
     StepReference(DType::kF32, want, TieHyper());
-    ExpectSame(got, want, DType::kF32, "ties");
+    ExpectSame(got, want, DType::kF32, what);
+    check(got);
+  }
+}
+
+TEST(Adam8bit, TiesAndNearTiesOnDecisionPoints) {
+  const size_t n = 4 * kAdamStateBlock - 3;
+  const std::vector<float> grad = TieGradients(n);
+  StepTiesOnEveryPath(grad, 1, "ties", [&](State& got) {
     EXPECT_EQ(got.m_absmax[0], 1.0f);
     EXPECT_EQ(got.m_absmax[1], 3.0f);
     for (size_t i = 1; i < kAdamStateBlock; ++i) {
       ASSERT_EQ(got.m_codes()[i], (i % 255)) << i;  // on point k: code k
     }
-  }
+  });
   // The unsigned map's ties, through QuantizeMoments.
   const std::array<float, 255>& points = DynamicMapMidpoints(false);
   std::vector<float> x(256);
@@ -348,25 +360,12 @@ TEST(Adam8bit, EveryPathEncodesTheFloatSweep) {
     grad.push_back(-FromBits(b));
   }
   const size_t n = grad.size();
-  for (CpuAdamPath path : kAllPaths) {
-    if (!CpuAdamPathSupported(path)) continue;
-    SCOPED_TRACE(CpuAdamPathName(path));
-    State got(n, 0), want(n, 0);
-    for (State* s : {&got, &want}) {
-      std::copy(grad.begin(), grad.end(), s->grad());
-      std::fill(s->m_codes_store.begin(), s->m_codes_store.end(), 127);
-      for (size_t i = 0; i < n; ++i) s->master()[i] = 0.5f;
-    }
-    Adam8bitOptions options;
-    options.path = path;
-    ASSERT_OK(Step(options, DType::kF32, got, TieHyper()));
-    StepReference(DType::kF32, want, TieHyper());
-    ExpectSame(got, want, DType::kF32, "sweep");
+  StepTiesOnEveryPath(grad, 0, "sweep", [&](State& got) {
     for (size_t i = 0; i < n; ++i) {
       ASSERT_EQ(got.m_absmax[i / kAdamStateBlock], 1.0f);
       ASSERT_EQ(got.m_codes()[i], ReferenceCode(grad[i], true)) << i;
     }
-  }
+  });
 }
 
 // A zero block (zero moments, zero gradient) stays zero: absmax 0, m codes 127 (the signed
