@@ -17,33 +17,16 @@
 
 #include "core/quant_format.h"
 #include "kernels/cpu/adam8bit.h"
+#include "kernels/cpu/fixture_files.h"
 
 namespace strata::cpu {
 namespace {
 
 const char* kDir = "kernels/cpu/testdata/adam8bit/";
 
-std::vector<uint8_t> ReadBytes(const std::string& name) {
-  std::ifstream in(kDir + name, std::ios::binary);
-  EXPECT_TRUE(in.good()) << "cannot open " << kDir << name;
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
-}
-
 template <typename T>
 std::vector<T> Read(const std::string& name) {
-  const std::vector<uint8_t> bytes = ReadBytes(name);
-  std::vector<T> out(bytes.size() / sizeof(T));
-  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));  // little-endian host
-  return out;
-}
-
-void ExpectSameFloats(const std::vector<float>& got, const std::vector<float>& want,
-                      const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
-        << what << ", element " << i << ": got " << got[i] << ", want " << want[i];
-  }
+  return ReadFixture<T>(kDir + name);
 }
 
 void ExpectSameBytes(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want,

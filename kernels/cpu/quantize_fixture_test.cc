@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/quant_format.h"
+#include "kernels/cpu/fixture_files.h"
 #include "kernels/cpu/quantize.h"
 
 namespace strata::cpu {
@@ -21,28 +22,8 @@ namespace {
 
 const char* kDir = "kernels/cpu/testdata/quant/";
 
-std::vector<uint8_t> ReadBytes(const std::string& name) {
-  std::ifstream in(kDir + name, std::ios::binary);
-  EXPECT_TRUE(in.good()) << "cannot open " << kDir << name;
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
-}
-
-std::vector<float> ReadFloats(const std::string& name) {
-  const std::vector<uint8_t> bytes = ReadBytes(name);
-  std::vector<float> out(bytes.size() / sizeof(float));
-  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));  // little-endian host
-  return out;
-}
-
-// Bits, so that -0.0 and 0.0 differ and the message shows both values.
-void ExpectSameFloats(const std::vector<float>& got, const std::vector<float>& want,
-                      const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
-        << what << ", element " << i << ": got " << got[i] << ", want " << want[i];
-  }
-}
+std::vector<uint8_t> ReadBytes(const std::string& name) { return ReadFixtureBytes(kDir + name); }
+std::vector<float> ReadFloats(const std::string& name) { return ReadFixture<float>(kDir + name); }
 
 std::vector<std::string> Split(const std::string& list) {
   std::vector<std::string> out;
