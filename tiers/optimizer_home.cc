@@ -1,11 +1,11 @@
 // The device and host optimizer homes; see optimizer_home.h.
 #include "tiers/optimizer_home.h"
 
+#include <array>
 #include <cstring>
 #include <utility>
 #include <vector>
 
-#include "kernels/cpu/adam8bit.h"
 #include "tiers/adam_over_range.h"
 #include "tiers/state_blocks.h"
 #include "tiers/stream_helpers.h"
@@ -35,33 +35,25 @@ MomentStorage MomentOf(UnitState& state, int moment) {
                      : MomentStorage{&state.exp_avg_sq, &state.v_codes, &state.v_absmax, false};
 }
 
-Status CopyOutOf(const HomeContext& ctx, const Buffer& buffer, std::vector<uint8_t>& host) {
-  host.resize(buffer.bytes());
-  if (buffer.bytes() == 0) return absl::OkStatus();
-  return ctx.device->CopyAsync(host.data(), buffer.data(), buffer.bytes(), *ctx.compute);
+// A moment's three buffers and where each sits in its stored form (tiers/state_blocks.h).
+std::array<std::pair<Buffer*, size_t>, 3> Sections(UnitState& state, int moment) {
+  const MomentSections sections = SectionsOf(state.state_runs);
+  const MomentStorage storage = MomentOf(state, moment);
+  return {{{storage.fp32, 0},
+           {storage.codes, sections.codes_offset()},
+           {storage.absmax, sections.absmax_offset()}}};
 }
 
 // A moment of a unit with state runs, as fp32 over the whole state range, into `out`.
 Status MomentOut(const HomeContext& ctx, UnitState& state, int moment, float* out) {
-  const MomentStorage storage = MomentOf(state, moment);
-  std::vector<uint8_t> fp32, codes, absmax;
-  RETURN_IF_ERROR(CopyOutOf(ctx, *storage.fp32, fp32));
-  RETURN_IF_ERROR(CopyOutOf(ctx, *storage.codes, codes));
-  RETURN_IF_ERROR(CopyOutOf(ctx, *storage.absmax, absmax));
-  RETURN_IF_ERROR(ctx.compute->Synchronize());
-  const size_t origin = state.state_runs.front().begin;
-  for (const StateRun& run : state.state_runs) {
-    const size_t n = run.end - run.begin;
-    float* to = out + (run.begin - origin);
-    if (run.quantized) {
-      cpu::DequantizeMoments(codes.data() + run.slot,
-                             reinterpret_cast<const float*>(absmax.data()) +
-                                 run.slot / kAdamStateBlock,
-                             n, storage.is_signed, to);
-    } else {
-      std::memcpy(to, fp32.data() + run.slot * sizeof(float), n * sizeof(float));
-    }
+  std::vector<uint8_t> stored(SectionsOf(state.state_runs).bytes());
+  for (const auto& [buffer, at] : Sections(state, moment)) {
+    if (buffer->bytes() == 0) continue;
+    RETURN_IF_ERROR(
+        ctx.device->CopyAsync(stored.data() + at, buffer->data(), buffer->bytes(), *ctx.compute));
   }
+  RETURN_IF_ERROR(ctx.compute->Synchronize());
+  MomentToFp32(state.state_runs, /*is_signed=*/moment == 0, stored.data(), out);
   return absl::OkStatus();
 }
 
@@ -107,25 +99,12 @@ Status MomentIn(const HomeContext& ctx, UnitState& state, int moment, const floa
     RETURN_IF_ERROR(Fill(ctx, *storage.codes, kZeroCode[moment], stream));
     return Zero(ctx, *storage.absmax, stream);
   }
-  std::vector<uint8_t>& fp32 = staged.emplace_back(storage.fp32->bytes());
-  std::vector<uint8_t>& codes = staged.emplace_back(storage.codes->bytes());
-  std::vector<uint8_t>& absmax = staged.emplace_back(storage.absmax->bytes());
-  const size_t origin = state.state_runs.front().begin;
-  for (const StateRun& run : state.state_runs) {
-    const size_t n = run.end - run.begin;
-    const float* from = values + (run.begin - origin);
-    if (run.quantized) {
-      cpu::QuantizeMoments(from, n, storage.is_signed, codes.data() + run.slot,
-                           reinterpret_cast<float*>(absmax.data()) + run.slot / kAdamStateBlock);
-    } else {
-      std::memcpy(fp32.data() + run.slot * sizeof(float), from, n * sizeof(float));
-    }
-  }
-  const std::pair<Buffer*, const std::vector<uint8_t>*> copies[] = {
-      {storage.fp32, &fp32}, {storage.codes, &codes}, {storage.absmax, &absmax}};
-  for (const auto& [buffer, host] : copies) {
+  std::vector<uint8_t>& stored = staged.emplace_back(SectionsOf(state.state_runs).bytes());
+  MomentFromFp32(state.state_runs, storage.is_signed, values, stored.data());
+  for (const auto& [buffer, at] : Sections(state, moment)) {
     if (buffer->bytes() == 0) continue;
-    RETURN_IF_ERROR(ctx.device->CopyAsync(buffer->data(), host->data(), buffer->bytes(), stream));
+    RETURN_IF_ERROR(
+        ctx.device->CopyAsync(buffer->data(), stored.data() + at, buffer->bytes(), stream));
   }
   return absl::OkStatus();
 }
@@ -136,7 +115,7 @@ Status CopyStateIn(const HomeContext& ctx, int unit, const float* master,
   UnitState& state = (*ctx.units)[unit];
   const bool runs = !state.state_runs.empty();
   std::vector<std::vector<uint8_t>> staged;
-  staged.reserve(6);  // MomentIn's arrays stay where they are until the copies are done
+  staged.reserve(2);  // MomentIn's arrays stay where they are until the copies are done
   const std::pair<const float*, Buffer*> arrays[] = {
       {master, &state.master}, {exp_avg, &state.exp_avg}, {exp_avg_sq, &state.exp_avg_sq}};
   for (const auto& [values, buffer] : arrays) {
@@ -201,12 +180,7 @@ class ResidentOptimizerHome : public OptimizerHome {
       return absl::FailedPreconditionError(absl::StrCat(
           "unit ", unit, " has no 8-bit Adam states (train.optimizer_states=fp32)"));
     }
-    const MomentSections sections = SectionsOf(state.state_runs);
-    const MomentStorage storage = MomentOf(state, moment);
-    const std::pair<Buffer*, size_t> parts[] = {{storage.fp32, 0},
-                                                {storage.codes, sections.codes_offset()},
-                                                {storage.absmax, sections.absmax_offset()}};
-    for (const auto& [buffer, at] : parts) {
+    for (const auto& [buffer, at] : Sections(state, moment)) {
       if (buffer->bytes() == 0) continue;
       RETURN_IF_ERROR(in ? ctx_.device->CopyAsync(buffer->data(), stored + at, buffer->bytes(),
                                                   *ctx_.compute)

@@ -21,51 +21,23 @@ MomentSections SectionsOf(const std::vector<StateRun>& runs) {
   return sections;
 }
 
-namespace {
-
-// Where a run's storage starts in the stored form: slots count from the range's first
-// run of each kind (StateRuns numbers them from the range's start).
-struct RunSlots {
-  size_t fp32_origin = 0;
-  size_t code_origin = 0;
-};
-
-RunSlots OriginsOf(const std::vector<StateRun>& runs) {
-  RunSlots origins;
-  bool fp32_seen = false, code_seen = false;
-  for (const StateRun& run : runs) {
-    if (run.quantized && !code_seen) {
-      origins.code_origin = run.slot;
-      code_seen = true;
-    } else if (!run.quantized && !fp32_seen) {
-      origins.fp32_origin = run.slot;
-      fp32_seen = true;
-    }
-  }
-  return origins;
-}
-
-}  // namespace
-
 void MomentToFp32(const std::vector<StateRun>& runs, bool is_signed, const uint8_t* stored,
                   float* values) {
   if (runs.empty()) return;
   const MomentSections sections = SectionsOf(runs);
-  const RunSlots origins = OriginsOf(runs);
   const size_t origin = runs.front().begin;
   for (const StateRun& run : runs) {
     const size_t n = run.end - run.begin;
     float* to = values + (run.begin - origin);
     if (run.quantized) {
-      const size_t code = run.slot - origins.code_origin;
       std::vector<float> absmax((n + kAdamStateBlock - 1) / kAdamStateBlock);
       std::memcpy(absmax.data(),
-                  stored + sections.absmax_offset() + code / kAdamStateBlock * 4,
+                  stored + sections.absmax_offset() + run.slot / kAdamStateBlock * 4,
                   absmax.size() * 4);
-      cpu::DequantizeMoments(stored + sections.codes_offset() + code, absmax.data(), n,
+      cpu::DequantizeMoments(stored + sections.codes_offset() + run.slot, absmax.data(), n,
                              is_signed, to);
     } else {
-      std::memcpy(to, stored + (run.slot - origins.fp32_origin) * 4, n * 4);
+      std::memcpy(to, stored + run.slot * 4, n * 4);
     }
   }
 }
@@ -74,20 +46,18 @@ void MomentFromFp32(const std::vector<StateRun>& runs, bool is_signed, const flo
                     uint8_t* stored) {
   if (runs.empty()) return;
   const MomentSections sections = SectionsOf(runs);
-  const RunSlots origins = OriginsOf(runs);
   const size_t origin = runs.front().begin;
   for (const StateRun& run : runs) {
     const size_t n = run.end - run.begin;
     const float* from = values + (run.begin - origin);
     if (run.quantized) {
-      const size_t code = run.slot - origins.code_origin;
       std::vector<float> absmax((n + kAdamStateBlock - 1) / kAdamStateBlock);
-      cpu::QuantizeMoments(from, n, is_signed, stored + sections.codes_offset() + code,
+      cpu::QuantizeMoments(from, n, is_signed, stored + sections.codes_offset() + run.slot,
                            absmax.data());
-      std::memcpy(stored + sections.absmax_offset() + code / kAdamStateBlock * 4,
+      std::memcpy(stored + sections.absmax_offset() + run.slot / kAdamStateBlock * 4,
                   absmax.data(), absmax.size() * 4);
     } else {
-      std::memcpy(stored + (run.slot - origins.fp32_origin) * 4, from, n * 4);
+      std::memcpy(stored + run.slot * 4, from, n * 4);
     }
   }
 }

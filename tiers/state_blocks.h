@@ -77,7 +77,7 @@ inline StateRunElements CountStateRuns(const std::vector<StateRun>& runs) {
 }
 
 // The sections of a moment's stored form over `runs` (the runs of one range, slots from the
-// range's start as StateRuns gives them).
+// range's start as StateRuns gives them: every function here takes runs so numbered).
 struct MomentSections {
   size_t fp32 = 0;    // elements of fp32 runs
   size_t codes = 0;   // elements of quantized runs
